@@ -1,0 +1,1 @@
+//! GGUF reading and writing over byte slices (see the GGUF issue). Placeholder until it lands.

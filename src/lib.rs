@@ -1,0 +1,10 @@
+//! llama-hotswap: a drop-in `libllama.so` that mirrors llama.cpp's model API and adds
+//! hot-swap of individual tensors from GGUF files on disk.
+//!
+//! Layers: `ffi` is the only module with `extern "C"` and raw pointers; everything else is
+//! safe Rust with `thiserror` errors. `gguf` parses bytes and never sees a mapping.
+
+pub mod gguf;
+pub mod log;
+
+pub mod ffi;

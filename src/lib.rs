@@ -4,7 +4,12 @@
 //! Layers: `ffi` is the only module with `extern "C"` and raw pointers; everything else is
 //! safe Rust with `thiserror` errors. `gguf` parses bytes and never sees a mapping.
 
+/// cbindgen:ignore
 pub mod gguf;
+/// cbindgen:ignore
 pub mod log;
+/// cbindgen:ignore
+pub mod model;
 
+#[allow(non_camel_case_types, clippy::missing_safety_doc)]
 pub mod ffi;

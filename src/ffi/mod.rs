@@ -1,1 +1,130 @@
-//! The C boundary. Placeholder.
+//! The C boundary: the only module with `extern "C"`, `#[no_mangle]` and raw pointers.
+//!
+//! Every export runs its body through [`boundary!`]: pointer checks return [`FfiError`]s
+//! with `?`, panics are caught (nothing unwinds into C), and any failure is logged as
+//! `"<function>: <reason>"` and turned into the function's documented failure value.
+//! Functions outside the current scope use [`unsupported!`]: one log line per function,
+//! then the failure value.
+//!
+//! Files follow llama.h's areas. cbindgen reads them in the order of the `mod` lines below,
+//! which is the order of the generated header; `ext` (our `llama_ext_*` extensions) is last.
+
+use std::ffi::{c_char, CStr};
+use std::fmt;
+
+/// Why an export failed. Displayed after the function name in the log line.
+#[derive(Debug)]
+pub enum FfiError {
+    /// A required pointer argument was NULL.
+    Null(&'static str),
+    /// A handle whose tag is wrong: freed, foreign or corrupted.
+    BadHandle(&'static str),
+    /// An argument outside its documented range.
+    Invalid(String),
+    /// The core refused the operation; the text names file, tensor and reason.
+    Core(String),
+}
+
+impl fmt::Display for FfiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FfiError::Null(what) => write!(f, "{what} is NULL"),
+            FfiError::BadHandle(what) => {
+                write!(
+                    f,
+                    "{what} is not a live handle of this library (freed or foreign pointer?)"
+                )
+            }
+            FfiError::Invalid(msg) | FfiError::Core(msg) => f.write_str(msg),
+        }
+    }
+}
+
+/// Text of a caught panic payload, for the log line.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}
+
+/// Runs an export's body (an expression of type `Result<T, FfiError>`), returning `T`, or
+/// `$fail` after logging when the body fails or panics.
+macro_rules! boundary {
+    ($name:literal, $fail:expr, $body:block) => {{
+        #[allow(clippy::redundant_closure_call)]
+        let outcome = ::std::panic::catch_unwind(::std::panic::AssertUnwindSafe(
+            || -> ::std::result::Result<_, $crate::ffi::FfiError> { $body },
+        ));
+        match outcome {
+            Ok(Ok(value)) => value,
+            Ok(Err(error)) => {
+                $crate::log_error!("{}: {}", $name, error);
+                $fail
+            }
+            Err(payload) => {
+                $crate::log_error!(
+                    "{}: internal error ({}); returning the failure value",
+                    $name,
+                    $crate::ffi::panic_message(&*payload)
+                );
+                $fail
+            }
+        }
+    }};
+}
+
+/// Body of a function llama-hotswap does not implement yet: logs once per function, returns
+/// the documented failure value.
+macro_rules! unsupported {
+    ($name:literal, $fail:expr) => {{
+        static ONCE: ::std::sync::Once = ::std::sync::Once::new();
+        ONCE.call_once(|| $crate::log_warn!("{}: not supported by llama-hotswap yet", $name));
+        $fail
+    }};
+    ($name:literal) => {
+        unsupported!($name, ())
+    };
+}
+
+/// Borrows a C string argument as UTF-8 (lossy for invalid bytes, which file names and keys
+/// from C may contain).
+///
+/// # Safety
+/// `ptr` must be NULL or point to a NUL-terminated string that outlives the borrow.
+pub(crate) unsafe fn c_str<'a>(
+    ptr: *const c_char,
+    what: &'static str,
+) -> Result<std::borrow::Cow<'a, str>, FfiError> {
+    if ptr.is_null() {
+        return Err(FfiError::Null(what));
+    }
+    // SAFETY: non-NULL and NUL-terminated per the caller's contract.
+    Ok(unsafe { CStr::from_ptr(ptr) }.to_string_lossy())
+}
+
+/// Writes `text` like `snprintf(buf, buf_size, "%s", text)`: at most `buf_size - 1` bytes and
+/// a NUL when `buf_size > 0`; returns the full length (saturated to `i32::MAX`).
+///
+/// # Safety
+/// `buf` must be NULL or valid for `buf_size` bytes of writes.
+pub(crate) unsafe fn write_snprintf(buf: *mut c_char, buf_size: usize, text: &[u8]) -> i32 {
+    if !buf.is_null() && buf_size > 0 {
+        let n = text.len().min(buf_size - 1);
+        // SAFETY: `buf` is valid for `buf_size` bytes and `n < buf_size`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+            *buf.add(n) = 0;
+        }
+    }
+    i32::try_from(text.len()).unwrap_or(i32::MAX)
+}
+
+pub mod types;
+
+pub mod backend;
+pub mod device;
+pub mod handles;

@@ -1,0 +1,33 @@
+# Sourced by the scripts/test-*.sh parts: repository root, cache paths, and idempotent
+# "make sure X exists" helpers, so every part also works on its own from a fresh clone.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+. "$ROOT/scripts/env.sh"
+
+RELEASE_DIR="$ROOT/target/release"
+LIB="$RELEASE_DIR/libllama.so"
+# Scratch space for generated sources and binaries (ignored by git, removed by cargo clean).
+WORK="$ROOT/target/ffi-tests"
+mkdir -p "$WORK"
+
+UPSTREAM_INCLUDES=(-I "$UPSTREAM_LLAMA/include" -I "$UPSTREAM_LLAMA/ggml/include")
+CC="${CC:-gcc}"
+CXX="${CXX:-g++}"
+
+say() { printf '%s\n' "$*"; }
+fail() { printf 'FAIL: %s\n' "$*" >&2; exit 1; }
+
+need_upstream_source() { bash "$ROOT/scripts/fetch-upstream.sh" >/dev/null; }
+need_venv() { bash "$ROOT/scripts/setup-venv.sh" >/dev/null; }
+need_upstream_lib() { bash "$ROOT/scripts/build-upstream.sh" >/dev/null; }
+need_tools() { bash "$ROOT/scripts/install-tools.sh"; }
+
+# Builds the release library unless the test runner already did (LLAMA_HOTSWAP_BUILT=1).
+need_library() {
+    if [ "${LLAMA_HOTSWAP_BUILT:-0}" != 1 ]; then
+        cargo build --release --lib --quiet || fail "cargo build --release failed"
+    fi
+    [ -f "$LIB" ] || fail "$LIB is missing (the release build failed?)"
+}

@@ -324,11 +324,37 @@ typedef struct ggml_cgraph ggml_cgraph;
 
 typedef struct ggml_context ggml_context;
 
+typedef struct ggml_opt_context ggml_opt_context;
+
+typedef struct ggml_opt_dataset ggml_opt_dataset;
+
+typedef struct ggml_opt_result ggml_opt_result;
+
 // Opaque ggml objects. Only pointers to them cross the boundary.
 typedef struct ggml_tensor ggml_tensor;
 
+typedef struct ggml_threadpool ggml_threadpool;
+
+typedef struct gguf_context gguf_context;
+
+// Opaque LoRA adapter. llama-hotswap does not load adapters yet.
+typedef struct llama_adapter_lora llama_adapter_lora;
+
+// Opaque extended batch. Not supported by llama-hotswap yet.
+typedef struct llama_batch_ext llama_batch_ext;
+
 // An inference context (`struct llama_context`).
 typedef struct llama_context llama_context;
+
+// Opaque memory handle (`llama_memory_t`).
+typedef struct llama_memory_i llama_memory_i;
+
+// A loaded model (`struct llama_model`). Created by the load functions, freed by
+// `llama_model_free`.
+typedef struct llama_model llama_model;
+
+// A model's vocabulary (`struct llama_vocab`), owned by its model.
+typedef struct llama_vocab llama_vocab;
 
 // A device handle (`ggml_backend_dev_t`). Internals are private to the library.
 typedef struct ggml_backend_device *ggml_backend_dev_t;
@@ -540,6 +566,117 @@ typedef struct llama_model_quantize_params {
 
 typedef void (*ggml_log_callback)(enum ggml_log_level level, const char *text, void *user_data);
 
+typedef struct ggml_threadpool *ggml_threadpool_t;
+
+typedef struct llama_memory_i *llama_memory_t;
+
+typedef int32_t llama_pos;
+
+typedef uint32_t llama_state_seq_flags;
+
+typedef struct llama_batch {
+  int32_t n_tokens;
+  llama_token *token;
+  float *embd;
+  llama_pos *pos;
+  int32_t *n_seq_id;
+  llama_seq_id **seq_id;
+  int8_t *logits;
+} llama_batch;
+
+typedef struct llama_embd {
+  const float *data;
+  // number of embedding rows in data
+  size_t n_rows;
+  // size of one row
+  size_t n_embd;
+} llama_embd;
+
+typedef struct llama_chat_message {
+  const char *role;
+  const char *content;
+} llama_chat_message;
+
+typedef struct llama_logit_bias {
+  llama_token token;
+  float bias;
+} llama_logit_bias;
+
+typedef struct llama_perf_context_data {
+  // absolute start time
+  double t_start_ms;
+  // time needed for loading the model
+  double t_load_ms;
+  // time needed for processing the prompt
+  double t_p_eval_ms;
+  // time needed for generating tokens
+  double t_eval_ms;
+  // number of prompt tokens
+  int32_t n_p_eval;
+  // number of generated tokens
+  int32_t n_eval;
+  // number of times a ggml compute graph had been reused
+  int32_t n_reused;
+} llama_perf_context_data;
+
+typedef struct llama_perf_sampler_data {
+  // time needed for sampling in ms
+  double t_sample_ms;
+  // number of sampled tokens
+  int32_t n_sample;
+} llama_perf_sampler_data;
+
+typedef bool (*llama_opt_param_filter)(const struct ggml_tensor *tensor, void *userdata);
+
+// The `adamw` member of `struct ggml_opt_optimizer_params` (anonymous upstream).
+typedef struct ggml_opt_adamw_params {
+  float alpha;
+  float beta1;
+  float beta2;
+  float eps;
+  float wd;
+} ggml_opt_adamw_params;
+
+// The `sgd` member of `struct ggml_opt_optimizer_params` (anonymous upstream).
+typedef struct ggml_opt_sgd_params {
+  float alpha;
+  float wd;
+} ggml_opt_sgd_params;
+
+// `struct ggml_opt_optimizer_params` (returned by value from `ggml_opt_get_optimizer_params`).
+typedef struct ggml_opt_optimizer_params {
+  struct ggml_opt_adamw_params adamw;
+  struct ggml_opt_sgd_params sgd;
+} ggml_opt_optimizer_params;
+
+typedef struct ggml_opt_optimizer_params (*ggml_opt_get_optimizer_params)(void *userdata);
+
+typedef struct llama_opt_params {
+  // assumed context size post training, use context size specified in llama_context if 0
+  uint32_t n_ctx_train;
+  llama_opt_param_filter param_filter;
+  void *param_filter_ud;
+  ggml_opt_get_optimizer_params get_opt_pars;
+  void *get_opt_pars_ud;
+  enum ggml_opt_optimizer_type optimizer_type;
+} llama_opt_params;
+
+typedef struct ggml_opt_dataset *ggml_opt_dataset_t;
+
+typedef struct ggml_opt_result *ggml_opt_result_t;
+
+typedef struct ggml_opt_context *ggml_opt_context_t;
+
+typedef void (*ggml_opt_epoch_callback)(bool train,
+                                        ggml_opt_context_t opt_ctx,
+                                        ggml_opt_dataset_t dataset,
+                                        ggml_opt_result_t result,
+                                        int64_t ibatch,
+                                        int64_t ibatch_max,
+                                        int64_t t_start_us);
+
+typedef void (*llama_model_set_tensor_data_t)(struct ggml_tensor *tensor, void *userdata);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -645,6 +782,806 @@ int32_t llama_split_prefix(char *split_prefix,
                            const char *split_path,
                            int32_t split_no,
                            int32_t split_count);
+
+// Upstream: makes the context compute with the given ggml threadpools (`threadpool` for
+// single-token generation, `threadpool_batch` for batches) instead of its own.
+// Not supported by llama-hotswap yet: logs once and returns. Nothing is attached; the
+// threadpools stay owned by the caller and are never dereferenced.
+void llama_attach_threadpool(struct llama_context *ctx,
+                             ggml_threadpool_t threadpool,
+                             ggml_threadpool_t threadpool_batch);
+
+// Upstream: detaches the threadpools set with `llama_attach_threadpool`, so the context
+// goes back to its own.
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_detach_threadpool(struct llama_context *ctx);
+
+// Upstream: creates an inference context for `model` with `params`; free it with
+// `llama_free` before freeing the model.
+// Not supported by llama-hotswap yet: logs once and returns NULL. The model stays owned by
+// the caller; no callback in `params` is called.
+struct llama_context *llama_init_from_model(struct llama_model *model,
+                                            struct llama_context_params params);
+
+// Upstream: deprecated alias of `llama_init_from_model`.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_context *llama_new_context_with_model(struct llama_model *model,
+                                                   struct llama_context_params params);
+
+// Upstream: frees a context and everything it allocated (not its model); NULL is a no-op.
+// Not supported by llama-hotswap yet: logs once and returns. No context can exist (creation
+// returns NULL), so nothing leaks; the pointer is never dereferenced.
+void llama_free(struct llama_context *ctx);
+
+// Upstream: the model the context was created from (owned by the caller, not the context).
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+const struct llama_model *llama_get_model(const struct llama_context *ctx);
+
+// Upstream: the context size in tokens actually used (may differ from the requested one).
+// Not supported by llama-hotswap yet: logs once and returns 0.
+uint32_t llama_n_ctx(const struct llama_context *ctx);
+
+// Upstream: the context size available to one sequence.
+// Not supported by llama-hotswap yet: logs once and returns 0.
+uint32_t llama_n_ctx_seq(const struct llama_context *ctx);
+
+// Upstream: the logical maximum batch size accepted by `llama_decode`.
+// Not supported by llama-hotswap yet: logs once and returns 0.
+uint32_t llama_n_batch(const struct llama_context *ctx);
+
+// Upstream: the physical maximum batch size (micro-batch).
+// Not supported by llama-hotswap yet: logs once and returns 0.
+uint32_t llama_n_ubatch(const struct llama_context *ctx);
+
+// Upstream: the maximum number of distinct sequences.
+// Not supported by llama-hotswap yet: logs once and returns 0.
+uint32_t llama_n_seq_max(const struct llama_context *ctx);
+
+// Upstream: the number of recurrent-state snapshots kept per sequence for rollback.
+// Not supported by llama-hotswap yet: logs once and returns 0.
+uint32_t llama_n_rs_seq(const struct llama_context *ctx);
+
+// Upstream: the context's memory (KV cache or recurrent state), owned by the context; NULL
+// when it has none.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+llama_memory_t llama_get_memory(const struct llama_context *ctx);
+
+// Upstream: sets the thread counts for generation (`n_threads`) and for batches
+// (`n_threads_batch`).
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_set_n_threads(struct llama_context *ctx, int32_t n_threads, int32_t n_threads_batch);
+
+// Upstream: the number of threads used to generate a single token.
+// Not supported by llama-hotswap yet: logs once and returns -1.
+int32_t llama_n_threads(struct llama_context *ctx);
+
+// Upstream: the number of threads used for prompt and batch processing.
+// Not supported by llama-hotswap yet: logs once and returns -1.
+int32_t llama_n_threads_batch(struct llama_context *ctx);
+
+// Upstream: sets whether evaluation outputs embeddings.
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_set_embeddings(struct llama_context *ctx, bool embeddings);
+
+// Upstream: sets whether attention is causal (each token attends only to earlier ones).
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_set_causal_attn(struct llama_context *ctx, bool causal_attn);
+
+// Upstream: whether the context currently uses causal attention.
+// Not supported by llama-hotswap yet: logs once and returns false.
+bool llama_get_causal_attn(const struct llama_context *ctx);
+
+// Upstream (deprecated): sets warmup mode, in which evaluation touches every tensor.
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_set_warmup(struct llama_context *ctx, bool warmup);
+
+// Upstream: sets the callback polled during evaluation; returning true aborts it.
+// Not supported by llama-hotswap yet: logs once and returns; the callback is never called.
+void llama_set_abort_callback(struct llama_context *ctx,
+                              ggml_abort_callback abort_callback,
+                              void *abort_callback_data);
+
+// Upstream: waits until all computations of the context are finished.
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_synchronize(struct llama_context *ctx);
+
+// Upstream: the logits of the last evaluation, one row of n_vocab floats per output token,
+// owned by the context.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+float *llama_get_logits(struct llama_context *ctx);
+
+// Upstream: the logits of output `i` (negative counts from the end); NULL for an invalid
+// index.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+float *llama_get_logits_ith(struct llama_context *ctx, int32_t i);
+
+// Upstream: the output token embeddings of the last evaluation (n_outputs rows of n_embd),
+// owned by the context; NULL when pooling is on.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+float *llama_get_embeddings(struct llama_context *ctx);
+
+// Upstream: the embedding of output `i` (negative counts from the end); NULL for an invalid
+// index.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+float *llama_get_embeddings_ith(struct llama_context *ctx, int32_t i);
+
+// Upstream: the pooled embedding (or rank scores) of a sequence; NULL without pooling.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+float *llama_get_embeddings_seq(struct llama_context *ctx, llama_seq_id seq_id);
+
+// Upstream: the token sampled on the backend for output `i`; LLAMA_TOKEN_NULL if none.
+// Not supported by llama-hotswap yet: logs once and returns LLAMA_TOKEN_NULL (-1).
+llama_token llama_get_sampled_token_ith(struct llama_context *ctx, int32_t i);
+
+// Upstream: the probabilities computed by backend sampling for output `i`; NULL if none.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+float *llama_get_sampled_probs_ith(struct llama_context *ctx, int32_t i);
+
+// Upstream: the number of entries `llama_get_sampled_probs_ith` returns for output `i`.
+// Not supported by llama-hotswap yet: logs once and returns 0.
+uint32_t llama_get_sampled_probs_count_ith(struct llama_context *ctx, int32_t i);
+
+// Upstream: the logits kept by backend sampling for output `i`; NULL if none.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+float *llama_get_sampled_logits_ith(struct llama_context *ctx, int32_t i);
+
+// Upstream: the number of entries `llama_get_sampled_logits_ith` returns for output `i`.
+// Not supported by llama-hotswap yet: logs once and returns 0.
+uint32_t llama_get_sampled_logits_count_ith(struct llama_context *ctx, int32_t i);
+
+// Upstream: the candidate token ids matching the sampled probabilities/logits of output
+// `i`; NULL if none.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+llama_token *llama_get_sampled_candidates_ith(struct llama_context *ctx, int32_t i);
+
+// Upstream: the number of entries `llama_get_sampled_candidates_ith` returns for output `i`.
+// Not supported by llama-hotswap yet: logs once and returns 0.
+uint32_t llama_get_sampled_candidates_count_ith(struct llama_context *ctx, int32_t i);
+
+// Upstream (experimental): attaches a sampler to sequence `seq_id` for backend sampling;
+// returns whether it succeeded.
+// Not supported by llama-hotswap yet: logs once and returns false. The sampler stays owned
+// by the caller.
+bool llama_set_sampler(struct llama_context *ctx, llama_seq_id seq_id, struct llama_sampler *smpl);
+
+// Upstream: loads a LoRA adapter from a GGUF file; it lives until `llama_adapter_lora_free`
+// or until its model is freed.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_adapter_lora *llama_adapter_lora_init(struct llama_model *model,
+                                                   const char *path_lora);
+
+// Upstream: loads a LoRA adapter from an open file, reading from its current position.
+// Not supported by llama-hotswap yet: logs once and returns NULL. The file is not read and
+// stays owned (and open) by the caller.
+struct llama_adapter_lora *llama_adapter_lora_init_from_file_ptr(struct llama_model *model,
+                                                                 FILE *file);
+
+// Upstream: writes the adapter's metadata value for `key` into `buf` like snprintf and
+// returns its length, or -1 (with `buf` cleared) on failure.
+// Not supported by llama-hotswap yet: logs once and returns -1. `buf` is left untouched.
+int32_t llama_adapter_meta_val_str(const struct llama_adapter_lora *adapter,
+                                   const char *key,
+                                   char *buf,
+                                   size_t buf_size);
+
+// Upstream: the number of metadata key/value pairs of the adapter.
+// Not supported by llama-hotswap yet: logs once and returns -1.
+int32_t llama_adapter_meta_count(const struct llama_adapter_lora *adapter);
+
+// Upstream: writes the adapter's metadata key number `i` into `buf` like snprintf and
+// returns its length, or -1 (with `buf` cleared) on failure.
+// Not supported by llama-hotswap yet: logs once and returns -1. `buf` is left untouched.
+int32_t llama_adapter_meta_key_by_index(const struct llama_adapter_lora *adapter,
+                                        int32_t i,
+                                        char *buf,
+                                        size_t buf_size);
+
+// Upstream: writes the adapter's metadata value number `i` into `buf` like snprintf and
+// returns its length, or -1 (with `buf` cleared) on failure.
+// Not supported by llama-hotswap yet: logs once and returns -1. `buf` is left untouched.
+int32_t llama_adapter_meta_val_str_by_index(const struct llama_adapter_lora *adapter,
+                                            int32_t i,
+                                            char *buf,
+                                            size_t buf_size);
+
+// Upstream: frees a LoRA adapter before its model is freed.
+// Not supported by llama-hotswap yet: logs once and returns. No adapter can exist (loading
+// returns NULL); the pointer is never dereferenced.
+void llama_adapter_lora_free(struct llama_adapter_lora *adapter);
+
+// Upstream: the number of invocation tokens of an aLoRA adapter (0 for a plain LoRA).
+// Not supported by llama-hotswap yet: logs once and returns 0.
+uint64_t llama_adapter_get_alora_n_invocation_tokens(const struct llama_adapter_lora *adapter);
+
+// Upstream: the invocation tokens of an aLoRA adapter, owned by the adapter.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+const llama_token *llama_adapter_get_alora_invocation_tokens(const struct llama_adapter_lora *adapter);
+
+// Upstream: sets the LoRA adapters applied by the context, each with its scale; returns 0.
+// Not supported by llama-hotswap yet: logs once and returns -1; the context's adapters are
+// unchanged and neither array is read.
+int32_t llama_set_adapters_lora(struct llama_context *ctx,
+                                struct llama_adapter_lora **adapters,
+                                size_t n_adapters,
+                                float *scales);
+
+// Upstream: applies a control vector (`n_embd` floats per layer, from layer 1) to layers
+// `il_start..=il_end`, or clears it when `data` is NULL; returns 0, or -1 on failure.
+// Not supported by llama-hotswap yet: logs once and returns -1; `data` is not read.
+int32_t llama_set_adapter_cvec(struct llama_context *ctx,
+                               const float *data,
+                               size_t len,
+                               int32_t n_embd,
+                               int32_t il_start,
+                               int32_t il_end);
+
+// Upstream: clears the memory's metadata, and its data buffers too when `data` is true.
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_memory_clear(llama_memory_t mem, bool data);
+
+// Upstream: removes the tokens of `seq_id` (any sequence if negative) with positions in
+// [p0, p1); returns false if a partial sequence cannot be removed.
+// Not supported by llama-hotswap yet: logs once and returns false.
+bool llama_memory_seq_rm(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1);
+
+// Upstream: copies the tokens of `seq_id_src` with positions in [p0, p1) to `seq_id_dst`.
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_memory_seq_cp(llama_memory_t mem,
+                         llama_seq_id seq_id_src,
+                         llama_seq_id seq_id_dst,
+                         llama_pos p0,
+                         llama_pos p1);
+
+// Upstream: removes all tokens that do not belong to `seq_id`.
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_memory_seq_keep(llama_memory_t mem, llama_seq_id seq_id);
+
+// Upstream: adds `delta` to the positions of the tokens of `seq_id` in [p0, p1).
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_memory_seq_add(llama_memory_t mem,
+                          llama_seq_id seq_id,
+                          llama_pos p0,
+                          llama_pos p1,
+                          llama_pos delta);
+
+// Upstream: divides the positions of the tokens of `seq_id` in [p0, p1) by `d` (> 1).
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_memory_seq_div(llama_memory_t mem,
+                          llama_seq_id seq_id,
+                          llama_pos p0,
+                          llama_pos p1,
+                          int d);
+
+// Upstream: the smallest position of `seq_id` in the memory, or -1 if the sequence is empty.
+// Not supported by llama-hotswap yet: logs once and returns -1 (as for an empty sequence).
+llama_pos llama_memory_seq_pos_min(llama_memory_t mem, llama_seq_id seq_id);
+
+// Upstream: the largest position of `seq_id` in the memory, or -1 if the sequence is empty.
+// Not supported by llama-hotswap yet: logs once and returns -1 (as for an empty sequence).
+llama_pos llama_memory_seq_pos_max(llama_memory_t mem, llama_seq_id seq_id);
+
+// Upstream: whether the memory supports shifting positions (`llama_memory_seq_add`).
+// Not supported by llama-hotswap yet: logs once and returns false.
+bool llama_memory_can_shift(llama_memory_t mem);
+
+// Upstream: the size in bytes of the context's whole state, for saving.
+// Not supported by llama-hotswap yet: logs once and returns 0.
+size_t llama_state_get_size(struct llama_context *ctx);
+
+// Upstream: deprecated alias of `llama_state_get_size`.
+// Not supported by llama-hotswap yet: logs once and returns 0.
+size_t llama_get_state_size(struct llama_context *ctx);
+
+// Upstream: copies the context's state into `dst` (`size` bytes); returns the bytes copied.
+// Not supported by llama-hotswap yet: logs once and returns 0; `dst` is left untouched.
+size_t llama_state_get_data(struct llama_context *ctx, uint8_t *dst, size_t size);
+
+// Upstream: deprecated form of `llama_state_get_data` without a size.
+// Not supported by llama-hotswap yet: logs once and returns 0; `dst` is left untouched.
+size_t llama_copy_state_data(struct llama_context *ctx, uint8_t *dst);
+
+// Upstream: restores the context's state from `src` (`size` bytes); returns the bytes read.
+// Not supported by llama-hotswap yet: logs once and returns 0; `src` is not read.
+size_t llama_state_set_data(struct llama_context *ctx, const uint8_t *src, size_t size);
+
+// Upstream: deprecated form of `llama_state_set_data` without a size.
+// Not supported by llama-hotswap yet: logs once and returns 0; `src` is not read.
+size_t llama_set_state_data(struct llama_context *ctx, const uint8_t *src);
+
+// Upstream: restores the context's state from a session file, writing its prompt tokens to
+// `tokens_out` (up to `n_token_capacity`) and their count to `n_token_count_out`.
+// Not supported by llama-hotswap yet: logs once and returns false; nothing is read and
+// neither out-pointer is written.
+bool llama_state_load_file(struct llama_context *ctx,
+                           const char *path_session,
+                           llama_token *tokens_out,
+                           size_t n_token_capacity,
+                           size_t *n_token_count_out);
+
+// Upstream: deprecated alias of `llama_state_load_file`.
+// Not supported by llama-hotswap yet: logs once and returns false; neither out-pointer is
+// written.
+bool llama_load_session_file(struct llama_context *ctx,
+                             const char *path_session,
+                             llama_token *tokens_out,
+                             size_t n_token_capacity,
+                             size_t *n_token_count_out);
+
+// Upstream: saves the context's state and the prompt `tokens` to a session file.
+// Not supported by llama-hotswap yet: logs once and returns false; no file is written.
+bool llama_state_save_file(struct llama_context *ctx,
+                           const char *path_session,
+                           const llama_token *tokens,
+                           size_t n_token_count);
+
+// Upstream: deprecated alias of `llama_state_save_file`.
+// Not supported by llama-hotswap yet: logs once and returns false; no file is written.
+bool llama_save_session_file(struct llama_context *ctx,
+                             const char *path_session,
+                             const llama_token *tokens,
+                             size_t n_token_count);
+
+// Upstream: the exact size in bytes of the state of sequence `seq_id`.
+// Not supported by llama-hotswap yet: logs once and returns 0.
+size_t llama_state_seq_get_size(struct llama_context *ctx, llama_seq_id seq_id);
+
+// Upstream: copies the state of sequence `seq_id` into `dst`; returns the bytes copied.
+// Not supported by llama-hotswap yet: logs once and returns 0; `dst` is left untouched.
+size_t llama_state_seq_get_data(struct llama_context *ctx,
+                                uint8_t *dst,
+                                size_t size,
+                                llama_seq_id seq_id);
+
+// Upstream: restores a sequence state from `src` into `dest_seq_id`; returns the bytes
+// read, 0 on failure.
+// Not supported by llama-hotswap yet: logs once and returns 0 (upstream's failure value);
+// `src` is not read.
+size_t llama_state_seq_set_data(struct llama_context *ctx,
+                                const uint8_t *src,
+                                size_t size,
+                                llama_seq_id dest_seq_id);
+
+// Upstream: saves the state of sequence `seq_id` and its `tokens` to a file; returns the
+// bytes written, 0 on failure.
+// Not supported by llama-hotswap yet: logs once and returns 0; no file is written.
+size_t llama_state_seq_save_file(struct llama_context *ctx,
+                                 const char *filepath,
+                                 llama_seq_id seq_id,
+                                 const llama_token *tokens,
+                                 size_t n_token_count);
+
+// Upstream: restores a sequence state from a file into `dest_seq_id` (only counting its
+// tokens when `tokens_out` is NULL); returns the bytes read, 0 on failure.
+// Not supported by llama-hotswap yet: logs once and returns 0; nothing is read and neither
+// out-pointer is written.
+size_t llama_state_seq_load_file(struct llama_context *ctx,
+                                 const char *filepath,
+                                 llama_seq_id dest_seq_id,
+                                 llama_token *tokens_out,
+                                 size_t n_token_capacity,
+                                 size_t *n_token_count_out);
+
+// Upstream: `llama_state_seq_get_size` with `LLAMA_STATE_SEQ_FLAGS_*` flags.
+// Not supported by llama-hotswap yet: logs once and returns 0.
+size_t llama_state_seq_get_size_ext(struct llama_context *ctx,
+                                    llama_seq_id seq_id,
+                                    llama_state_seq_flags flags);
+
+// Upstream: `llama_state_seq_get_data` with `LLAMA_STATE_SEQ_FLAGS_*` flags.
+// Not supported by llama-hotswap yet: logs once and returns 0; `dst` is left untouched.
+size_t llama_state_seq_get_data_ext(struct llama_context *ctx,
+                                    uint8_t *dst,
+                                    size_t size,
+                                    llama_seq_id seq_id,
+                                    llama_state_seq_flags flags);
+
+// Upstream: `llama_state_seq_set_data` with `LLAMA_STATE_SEQ_FLAGS_*` flags; 0 on failure.
+// Not supported by llama-hotswap yet: logs once and returns 0; `src` is not read.
+size_t llama_state_seq_set_data_ext(struct llama_context *ctx,
+                                    const uint8_t *src,
+                                    size_t size,
+                                    llama_seq_id dest_seq_id,
+                                    llama_state_seq_flags flags);
+
+// Returns a batch over the caller's `tokens` (n_tokens of them) for a single sequence: the
+// other fields are NULL, so `llama_decode` uses sequence 0, tracks positions itself and
+// outputs logits for the last token. Nothing is allocated or copied: `tokens` must outlive
+// the batch, and the batch must not be passed to `llama_batch_free`.
+struct llama_batch llama_batch_get_one(llama_token *tokens, int32_t n_tokens);
+
+// Allocates a batch for up to `n_tokens` tokens of up to `n_seq_max` sequence ids each, as
+// upstream: `embd` (n_tokens * embd floats) when `embd` != 0, otherwise `token`; `pos`,
+// `n_seq_id`, `seq_id` (NULL-terminated) and `logits` always. `n_tokens` of the result is 0
+// and the arrays are uninitialized. Free it with `llama_batch_free`. A negative argument
+// or failed allocation logs an error and returns an all-zero batch (upstream crashes).
+struct llama_batch llama_batch_init(int32_t n_tokens, int32_t embd, int32_t n_seq_max);
+
+// Frees the arrays of a batch allocated by `llama_batch_init` (NULL fields are skipped, as
+// upstream). Only pass batches from `llama_batch_init`, once each.
+void llama_batch_free(struct llama_batch batch);
+
+// Upstream: runs the encoder over the batch (no KV cache); 0 on success, negative on error.
+// Not supported by llama-hotswap yet: logs once and returns -1 (an error); the batch is not
+// read.
+int32_t llama_encode(struct llama_context *ctx, struct llama_batch batch);
+
+// Upstream: evaluates the batch with the decoder; 0 on success, 1 if no KV slot was found,
+// 2 if aborted, -1 for an invalid batch, < -1 for a fatal error.
+// Not supported by llama-hotswap yet: logs once and returns -1 (an error); the batch is not
+// read.
+int32_t llama_decode(struct llama_context *ctx, struct llama_batch batch);
+
+// Upstream: creates an extended batch sized for the context; free it with
+// `llama_batch_ext_free`.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_batch_ext *llama_batch_ext_init(struct llama_context *ctx);
+
+// Upstream: frees an extended batch.
+// Not supported by llama-hotswap yet: logs once and returns. No extended batch can exist
+// (creation returns NULL); the pointer is never dereferenced.
+void llama_batch_ext_free(struct llama_batch_ext *batch);
+
+// Upstream: removes every token from an extended batch.
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_batch_ext_clear(struct llama_batch_ext *batch);
+
+// Upstream: adds a token slot for `seq_id` (id and position set later); returns its index,
+// or -1 (full), -2 (invalid token) or -3 (invalid sequence id).
+// Not supported by llama-hotswap yet: logs once and returns -1 (an error).
+int32_t llama_batch_ext_add(struct llama_batch_ext *batch, llama_seq_id seq_id);
+
+// Upstream: adds token `id` for `seq_id`; returns its index or a negative error as
+// `llama_batch_ext_add`.
+// Not supported by llama-hotswap yet: logs once and returns -1 (an error).
+int32_t llama_batch_ext_add_token(struct llama_batch_ext *batch,
+                                  llama_seq_id seq_id,
+                                  llama_token id);
+
+// Upstream: adds an input embedding for `seq_id`; returns its index or a negative error as
+// `llama_batch_ext_add`.
+// Not supported by llama-hotswap yet: logs once and returns -1 (an error); `embd.data` is
+// not read.
+int32_t llama_batch_ext_add_embd(struct llama_batch_ext *batch,
+                                 llama_seq_id seq_id,
+                                 struct llama_embd embd);
+
+// Upstream: adds the token at index `idx` to sequence `seq_id` as well.
+// Not supported by llama-hotswap yet: logs once and returns false.
+bool llama_batch_ext_add_seq(struct llama_batch_ext *batch, int32_t idx, llama_seq_id seq_id);
+
+// Upstream: sets the token embedding of the token at index `idx`.
+// Not supported by llama-hotswap yet: logs once and returns false; `embd.data` is not read.
+bool llama_batch_ext_set_embd_token(struct llama_batch_ext *batch,
+                                    int32_t idx,
+                                    struct llama_embd embd);
+
+// Upstream: sets the "state" embedding (hidden state from an earlier stage) of the token at
+// index `idx`.
+// Not supported by llama-hotswap yet: logs once and returns false; `embd.data` is not read.
+bool llama_batch_ext_set_embd_state(struct llama_batch_ext *batch,
+                                    int32_t idx,
+                                    struct llama_embd embd);
+
+// Upstream: sets whether embeddings are output for the token at index `idx`.
+// Not supported by llama-hotswap yet: logs once and returns false.
+bool llama_batch_ext_set_output_embd(struct llama_batch_ext *batch, int32_t idx, bool value);
+
+// Upstream: sets whether logits are output for the token at index `idx`.
+// Not supported by llama-hotswap yet: logs once and returns false.
+bool llama_batch_ext_set_output_logits(struct llama_batch_ext *batch, int32_t idx, bool value);
+
+// Upstream: sets the position(s) of the token at index `idx` (several for M-RoPE
+// embeddings).
+// Not supported by llama-hotswap yet: logs once and returns false; `pos` is not read.
+bool llama_batch_ext_set_pos(struct llama_batch_ext *batch, int32_t idx, const llama_pos *pos);
+
+// Upstream: encodes or decodes an extended batch (`type`); returns as `llama_decode`.
+// Not supported by llama-hotswap yet: logs once and returns -1 (an error).
+int32_t llama_process(struct llama_context *ctx,
+                      enum llama_process_type type,
+                      struct llama_batch_ext *batch);
+
+// Upstream: tokenizes `text_len` bytes of `text` into `tokens` (at most `n_tokens_max`);
+// returns the count, or minus the count needed when `tokens` is too small.
+// Not supported by llama-hotswap yet: logs once and returns -1 (never a success: a retry
+// with a larger buffer returns -1 again). `tokens` is left untouched.
+int32_t llama_tokenize(const struct llama_vocab *vocab,
+                       const char *text,
+                       int32_t text_len,
+                       llama_token *tokens,
+                       int32_t n_tokens_max,
+                       bool add_special,
+                       bool parse_special);
+
+// Upstream: writes the text of `token` into `buf` (no NUL, skipping up to `lstrip` leading
+// spaces); returns its length, or minus the length needed when `buf` is too small.
+// Not supported by llama-hotswap yet: logs once and returns -1 (never a success: a retry
+// with a larger buffer returns -1 again). `buf` is left untouched.
+int32_t llama_token_to_piece(const struct llama_vocab *vocab,
+                             llama_token token,
+                             char *buf,
+                             int32_t length,
+                             int32_t lstrip,
+                             bool special);
+
+// Upstream: converts `n_tokens` tokens back into text in `text` (at most `text_len_max`
+// bytes); returns its length, or minus the length needed when `text` is too small.
+// Not supported by llama-hotswap yet: logs once and returns -1 (never a success: a retry
+// with a larger buffer returns -1 again). `text` is left untouched.
+int32_t llama_detokenize(const struct llama_vocab *vocab,
+                         const llama_token *tokens,
+                         int32_t n_tokens,
+                         char *text,
+                         int32_t text_len_max,
+                         bool remove_special,
+                         bool unparse_special);
+
+// Upstream: formats `n_msg` chat messages with a built-in template matching `tmpl` into
+// `buf` (`length` bytes); returns the full length, or -1 for an unsupported template.
+// Not supported by llama-hotswap yet: logs once and returns -1 (upstream's failure value).
+// `buf` is left untouched.
+int32_t llama_chat_apply_template(const char *tmpl,
+                                  const struct llama_chat_message *chat,
+                                  size_t n_msg,
+                                  bool add_ass,
+                                  char *buf,
+                                  int32_t length);
+
+// Upstream: writes up to `len` names of the built-in chat templates (static strings) to
+// `output`; returns the total number of templates.
+// Not supported by llama-hotswap yet: logs once and returns -1. `output` is left untouched.
+int32_t llama_chat_builtin_templates(const char **output, size_t len);
+
+// Upstream: wraps a host-implemented interface and its state `ctx` into a new sampler,
+// freed with `llama_sampler_free`.
+// Not supported by llama-hotswap yet: logs once and returns NULL. `iface` and `ctx` stay
+// owned by the caller (nothing will call `iface->free`).
+struct llama_sampler *llama_sampler_init(struct llama_sampler_i *iface,
+                                         llama_sampler_context_t ctx);
+
+// Upstream: the sampler's name (from `iface->name`), owned by the sampler.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+const char *llama_sampler_name(const struct llama_sampler *smpl);
+
+// Upstream: tells the sampler that `token` was chosen, updating its state.
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_sampler_accept(struct llama_sampler *smpl, llama_token token);
+
+// Upstream: applies the sampler to the candidates in `cur_p` (reordering, filtering or
+// selecting).
+// Not supported by llama-hotswap yet: logs once and returns; `cur_p` is left untouched.
+void llama_sampler_apply(struct llama_sampler *smpl, struct llama_token_data_array *cur_p);
+
+// Upstream: resets the sampler's state.
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_sampler_reset(struct llama_sampler *smpl);
+
+// Upstream: a copy of the sampler with its state, freed with `llama_sampler_free`.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_clone(const struct llama_sampler *smpl);
+
+// Upstream: copies the mutable state of `src` into `dst` (same type and configuration).
+// Not supported by llama-hotswap yet: logs once and returns; `dst` is left untouched.
+void llama_sampler_copy(const struct llama_sampler *src, struct llama_sampler *dst);
+
+// Upstream: frees a sampler (not one owned by a chain); NULL is a no-op.
+// Not supported by llama-hotswap yet: logs once and returns. No sampler of this library can
+// exist; a host-built sampler is not freed and its `iface->free` is not called.
+void llama_sampler_free(struct llama_sampler *smpl);
+
+// Upstream: creates an empty sampler chain, itself a sampler.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_chain_init(struct llama_sampler_chain_params params);
+
+// Upstream: appends `smpl` to the chain, which takes ownership of it.
+// Not supported by llama-hotswap yet: logs once and returns. Ownership of `smpl` is NOT
+// taken: it stays with the caller.
+void llama_sampler_chain_add(struct llama_sampler *chain, struct llama_sampler *smpl);
+
+// Upstream: sampler `i` of the chain (the chain itself for -1); NULL if `chain` is not a
+// chain or `i` is out of range.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_chain_get(struct llama_sampler *chain, int32_t i);
+
+// Upstream: the number of samplers in the chain.
+// Not supported by llama-hotswap yet: logs once and returns -1.
+int32_t llama_sampler_chain_n(const struct llama_sampler *chain);
+
+// Upstream: removes sampler `i` from the chain and returns it, now owned by the caller.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_chain_remove(struct llama_sampler *chain, int32_t i);
+
+// Upstream: a sampler that selects the most probable token.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_init_greedy(void);
+
+// Upstream: a sampler that draws a token from the distribution (random seed for
+// LLAMA_DEFAULT_SEED).
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_init_dist(uint32_t seed);
+
+// Upstream: top-k filtering (k <= 0 keeps everything).
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_init_top_k(int32_t k);
+
+// Upstream: nucleus (top-p) filtering, keeping at least `min_keep` tokens.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_init_top_p(float p, size_t min_keep);
+
+// Upstream: min-p filtering, keeping at least `min_keep` tokens.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_init_min_p(float p, size_t min_keep);
+
+// Upstream: locally typical sampling, keeping at least `min_keep` tokens.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_init_typical(float p, size_t min_keep);
+
+// Upstream: temperature scaling of the logits (t <= 0 keeps only the maximum).
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_init_temp(float t);
+
+// Upstream: dynamic (entropy-based) temperature.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_init_temp_ext(float t, float delta, float exponent);
+
+// Upstream: XTC (exclude top choices) sampling.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_init_xtc(float p, float t, size_t min_keep, uint32_t seed);
+
+// Upstream: top-n-sigma filtering.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_init_top_n_sigma(float n);
+
+// Upstream: Mirostat 1.0 sampling.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_init_mirostat(int32_t n_vocab,
+                                                  uint32_t seed,
+                                                  float tau,
+                                                  float eta,
+                                                  int32_t m);
+
+// Upstream: Mirostat 2.0 sampling.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_init_mirostat_v2(uint32_t seed, float tau, float eta);
+
+// Upstream: constrains sampling to a GBNF grammar (NULL if the grammar does not parse).
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_init_grammar(const struct llama_vocab *vocab,
+                                                 const char *grammar_str,
+                                                 const char *grammar_root);
+
+// Upstream (deprecated): a grammar sampler activated by trigger words or tokens.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_init_grammar_lazy(const struct llama_vocab *vocab,
+                                                      const char *grammar_str,
+                                                      const char *grammar_root,
+                                                      const char **trigger_words,
+                                                      size_t num_trigger_words,
+                                                      const llama_token *trigger_tokens,
+                                                      size_t num_trigger_tokens);
+
+// Upstream: a grammar sampler activated by trigger patterns or tokens.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_init_grammar_lazy_patterns(const struct llama_vocab *vocab,
+                                                               const char *grammar_str,
+                                                               const char *grammar_root,
+                                                               const char **trigger_patterns,
+                                                               size_t num_trigger_patterns,
+                                                               const llama_token *trigger_tokens,
+                                                               size_t num_trigger_tokens);
+
+// Upstream: repetition, frequency and presence penalties over the last tokens.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_init_penalties(int32_t n_vocab,
+                                                   int32_t penalty_last_n,
+                                                   float penalty_repeat,
+                                                   float penalty_freq,
+                                                   float penalty_present);
+
+// Upstream: the DRY ("don't repeat yourself") sampler.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_init_dry(const struct llama_vocab *vocab,
+                                             float dry_multiplier,
+                                             float dry_base,
+                                             int32_t dry_allowed_length,
+                                             int32_t dry_penalty_last_n,
+                                             const char **seq_breakers,
+                                             size_t num_breakers);
+
+// Upstream: adaptive-p, selecting tokens near a target probability over time.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_init_adaptive_p(float target, float decay, uint32_t seed);
+
+// Upstream: adds fixed biases to the logits of given tokens.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_init_logit_bias(int32_t n_vocab,
+                                                    int32_t n_logit_bias,
+                                                    const struct llama_logit_bias *logit_bias);
+
+// Upstream: the fill-in-the-middle sampler (merges same-prefix tokens, prefers EOG).
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_sampler *llama_sampler_init_infill(const struct llama_vocab *vocab);
+
+// Upstream: the seed a sampler uses, or LLAMA_DEFAULT_SEED if it has none.
+// Not supported by llama-hotswap yet: logs once and returns LLAMA_DEFAULT_SEED (upstream's
+// "no seed" value).
+uint32_t llama_sampler_get_seed(const struct llama_sampler *smpl);
+
+// Upstream: samples and accepts a token from output `idx` of the last evaluation.
+// Not supported by llama-hotswap yet: logs once and returns LLAMA_TOKEN_NULL (-1).
+llama_token llama_sampler_sample(struct llama_sampler *smpl,
+                                 struct llama_context *ctx,
+                                 int32_t idx);
+
+// Upstream: the context's timings and token counts (load, prompt and generation time).
+// Not supported by llama-hotswap yet: logs once and returns an all-zero struct.
+struct llama_perf_context_data llama_perf_context(const struct llama_context *ctx);
+
+// Upstream: logs the context's timings (`llama_perf_context`) in a human-readable form.
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_perf_context_print(const struct llama_context *ctx);
+
+// Upstream: resets the context's timings and counts.
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_perf_context_reset(struct llama_context *ctx);
+
+// Upstream: the sampling time and count of a sampler chain (`llama_sampler_chain_init`).
+// Not supported by llama-hotswap yet: logs once and returns an all-zero struct.
+struct llama_perf_sampler_data llama_perf_sampler(const struct llama_sampler *chain);
+
+// Upstream: logs a sampler chain's timings (`llama_perf_sampler`).
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_perf_sampler_print(const struct llama_sampler *chain);
+
+// Upstream: resets a sampler chain's timings and count.
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_perf_sampler_reset(struct llama_sampler *chain);
+
+// The `llama_opt_param_filter` that marks every tensor trainable: always returns true, as
+// upstream. Neither argument is read; both may be NULL.
+bool llama_opt_param_filter_all(const struct ggml_tensor *tensor, void *userdata);
+
+// Upstream: prepares `lctx` for training the parameters of `model` selected by
+// `lopt_params.param_filter`, with the optimizer `lopt_params` describes.
+// Not supported by llama-hotswap yet: logs once and returns; no callback in `lopt_params`
+// is called.
+void llama_opt_init(struct llama_context *lctx,
+                    struct llama_model *model,
+                    struct llama_opt_params lopt_params);
+
+// Upstream: runs one training epoch over `dataset` (data before `idata_split` trains, the
+// rest evaluates), accumulating into the results and calling the callbacks per batch.
+// Not supported by llama-hotswap yet: logs once and returns; the results are not touched
+// and no callback is called.
+void llama_opt_epoch(struct llama_context *lctx,
+                     ggml_opt_dataset_t dataset,
+                     ggml_opt_result_t result_train,
+                     ggml_opt_result_t result_eval,
+                     int64_t idata_split,
+                     ggml_opt_epoch_callback callback_train,
+                     ggml_opt_epoch_callback callback_eval);
+
+// Upstream: quantizes the GGUF model `fname_inp` into `fname_out` as `params` says; returns
+// 0 on success and 1 on failure.
+// Not supported by llama-hotswap yet: logs once and returns 1 (upstream's failure value);
+// no file is written.
+uint32_t llama_model_quantize(const char *fname_inp,
+                              const char *fname_out,
+                              const struct llama_model_quantize_params *params);
+
+// Upstream: creates a model from GGUF metadata, calling `set_tensor_data(tensor,
+// set_tensor_data_ud)` to fill each tensor (tensors are F32 unless the metadata says
+// otherwise).
+// Not supported by llama-hotswap yet: logs once and returns NULL. `metadata` stays owned by
+// the caller, and `set_tensor_data` is never called.
+struct llama_model *llama_model_init_from_user(struct gguf_context *metadata,
+                                               llama_model_set_tensor_data_t set_tensor_data,
+                                               void *set_tensor_data_ud,
+                                               struct llama_model_params params);
+
+// Upstream: writes the model (metadata and tensors) to a GGUF file at `path_model`.
+// Not supported by llama-hotswap yet: logs once and returns without writing anything.
+void llama_model_save_to_file(const struct llama_model *model, const char *path_model);
 
 #ifdef __cplusplus
 }  // extern "C"

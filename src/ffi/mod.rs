@@ -126,5 +126,17 @@ pub(crate) unsafe fn write_snprintf(buf: *mut c_char, buf_size: usize, text: &[u
 pub mod types;
 
 pub mod backend;
+pub mod threadpool;
+pub mod context;
+pub mod adapter;
+pub mod memory;
+pub mod state;
+pub mod batch;
+pub mod tokenize;
+pub mod sampling;
+pub mod perf;
+pub mod opt;
+pub mod quantize;
+pub mod model_user;
 pub mod device;
 pub mod handles;

@@ -1,0 +1,301 @@
+//! Batches and decoding: `llama_batch_get_one`, `llama_batch_init`, `llama_batch_free`
+//! (implemented, with upstream's allocation layout), `llama_encode`, `llama_decode`, and the
+//! extended batch API (`llama_batch_ext_*`, `llama_process`), which is not supported by
+//! llama-hotswap yet.
+
+#![allow(unused_variables)] // stub parameters keep upstream's names, which the header shows
+
+use std::ptr::{null_mut, NonNull};
+
+use super::handles::llama_context;
+use super::types::*;
+use super::FfiError;
+
+/// A batch with every field zero/NULL: what `llama_batch_init` returns on failure.
+fn empty_batch() -> llama_batch {
+    llama_batch {
+        n_tokens: 0,
+        token: null_mut(),
+        embd: null_mut(),
+        pos: null_mut(),
+        n_seq_id: null_mut(),
+        seq_id: null_mut(),
+        logits: null_mut(),
+    }
+}
+
+/// Allocates room for `count` values of `T` with `malloc`, as upstream does, so hosts that
+/// manage batch fields with the C allocator stay compatible. At least one byte is requested,
+/// so success is never NULL (glibc's `malloc(0)` behaves the same). `None` when the size
+/// overflows or memory runs out.
+fn malloc_array<T>(count: usize) -> Option<NonNull<T>> {
+    let bytes = count.checked_mul(std::mem::size_of::<T>())?;
+    // SAFETY: malloc has no preconditions; the result is checked for NULL. malloc's
+    // alignment suits every type of a batch field.
+    let ptr = unsafe { libc::malloc(bytes.max(1)) };
+    NonNull::new(ptr.cast::<T>())
+}
+
+/// Frees every array of a batch made by [`llama_batch_init`], walking `seq_id` up to its NULL
+/// sentinel, exactly as upstream's `llama_batch_free`.
+///
+/// # Safety
+/// Each non-NULL field must come from `malloc` and not have been freed; `seq_id`, when
+/// non-NULL, must hold malloc'ed rows followed by a NULL entry.
+unsafe fn free_batch(batch: &llama_batch) {
+    // SAFETY: per the contract every field is NULL (a no-op for `free`) or a live malloc'ed
+    // block; the walk over `seq_id` stops at the NULL sentinel the contract guarantees.
+    unsafe {
+        libc::free(batch.token.cast());
+        libc::free(batch.embd.cast());
+        libc::free(batch.pos.cast());
+        libc::free(batch.n_seq_id.cast());
+        if !batch.seq_id.is_null() {
+            let mut row = batch.seq_id;
+            while !(*row).is_null() {
+                libc::free((*row).cast());
+                row = row.add(1);
+            }
+            libc::free(batch.seq_id.cast());
+        }
+        libc::free(batch.logits.cast());
+    }
+}
+
+/// Fills `batch` with upstream's arrays for `n` tokens: `embd` (n * n_embd floats) when
+/// `n_embd > 0`, otherwise `token`; then `pos`, `n_seq_id`, `seq_id` (n rows of `n_seq`
+/// ids plus a NULL sentinel) and `logits`. On failure the arrays allocated so far stay in
+/// `batch`, `seq_id` NULL-terminated, for [`free_batch`].
+fn alloc_batch(batch: &mut llama_batch, n: usize, n_embd: usize, n_seq: usize) -> Option<()> {
+    if n_embd > 0 {
+        batch.embd = malloc_array::<f32>(n.checked_mul(n_embd)?)?.as_ptr();
+    } else {
+        batch.token = malloc_array::<llama_token>(n)?.as_ptr();
+    }
+    batch.pos = malloc_array::<llama_pos>(n)?.as_ptr();
+    batch.n_seq_id = malloc_array::<i32>(n)?.as_ptr();
+    let rows = malloc_array::<*mut llama_seq_id>(n.checked_add(1)?)?.as_ptr();
+    // SAFETY: `rows` holds n + 1 pointers; entry 0 is written before the batch sees it.
+    unsafe { rows.write(null_mut()) };
+    batch.seq_id = rows;
+    for i in 0..n {
+        let row = malloc_array::<llama_seq_id>(n_seq);
+        // SAFETY: i + 1 <= n, inside the n + 1 entries; writing the row (or NULL on failure)
+        // and then the sentinel after it keeps the array NULL-terminated at every step.
+        unsafe {
+            rows.add(i).write(row.map_or(null_mut(), NonNull::as_ptr));
+            if row.is_some() {
+                rows.add(i + 1).write(null_mut());
+            }
+        }
+        row?;
+    }
+    batch.logits = malloc_array::<i8>(n)?.as_ptr();
+    Some(())
+}
+
+/// Returns a batch over the caller's `tokens` (n_tokens of them) for a single sequence: the
+/// other fields are NULL, so `llama_decode` uses sequence 0, tracks positions itself and
+/// outputs logits for the last token. Nothing is allocated or copied: `tokens` must outlive
+/// the batch, and the batch must not be passed to `llama_batch_free`.
+#[no_mangle]
+pub unsafe extern "C" fn llama_batch_get_one(
+    tokens: *mut llama_token,
+    n_tokens: i32,
+) -> llama_batch {
+    llama_batch {
+        n_tokens,
+        token: tokens,
+        ..empty_batch()
+    }
+}
+
+/// Allocates a batch for up to `n_tokens` tokens of up to `n_seq_max` sequence ids each, as
+/// upstream: `embd` (n_tokens * embd floats) when `embd` != 0, otherwise `token`; `pos`,
+/// `n_seq_id`, `seq_id` (NULL-terminated) and `logits` always. `n_tokens` of the result is 0
+/// and the arrays are uninitialized. Free it with `llama_batch_free`. A negative argument
+/// or failed allocation logs an error and returns an all-zero batch (upstream crashes).
+#[no_mangle]
+pub extern "C" fn llama_batch_init(n_tokens: i32, embd: i32, n_seq_max: i32) -> llama_batch {
+    boundary!("llama_batch_init", empty_batch(), {
+        let negative =
+            |what: &str, value: i32| FfiError::Invalid(format!("{what} is negative ({value})"));
+        let n = usize::try_from(n_tokens).map_err(|_| negative("n_tokens", n_tokens))?;
+        let n_embd = usize::try_from(embd).map_err(|_| negative("embd", embd))?;
+        let n_seq = usize::try_from(n_seq_max).map_err(|_| negative("n_seq_max", n_seq_max))?;
+        let mut batch = empty_batch();
+        if alloc_batch(&mut batch, n, n_embd, n_seq).is_none() {
+            // SAFETY: `alloc_batch` leaves only malloc'ed arrays and a NULL-terminated
+            // `seq_id` in the batch, even when it fails part-way.
+            unsafe { free_batch(&batch) };
+            return Err(FfiError::Core(format!(
+                "out of memory allocating a batch of {n_tokens} tokens (embd {embd}, n_seq_max {n_seq_max})"
+            )));
+        }
+        Ok(batch)
+    })
+}
+
+/// Frees the arrays of a batch allocated by `llama_batch_init` (NULL fields are skipped, as
+/// upstream). Only pass batches from `llama_batch_init`, once each.
+#[no_mangle]
+pub unsafe extern "C" fn llama_batch_free(batch: llama_batch) {
+    // SAFETY: per the API contract the batch comes from `llama_batch_init`, whose arrays are
+    // malloc'ed and whose `seq_id` is NULL-terminated, and is freed only once.
+    unsafe { free_batch(&batch) }
+}
+
+/// Upstream: runs the encoder over the batch (no KV cache); 0 on success, negative on error.
+/// Not supported by llama-hotswap yet: logs once and returns -1 (an error); the batch is not
+/// read.
+#[no_mangle]
+pub unsafe extern "C" fn llama_encode(ctx: *mut llama_context, batch: llama_batch) -> i32 {
+    unsupported!("llama_encode", -1)
+}
+
+/// Upstream: evaluates the batch with the decoder; 0 on success, 1 if no KV slot was found,
+/// 2 if aborted, -1 for an invalid batch, < -1 for a fatal error.
+/// Not supported by llama-hotswap yet: logs once and returns -1 (an error); the batch is not
+/// read.
+#[no_mangle]
+pub unsafe extern "C" fn llama_decode(ctx: *mut llama_context, batch: llama_batch) -> i32 {
+    unsupported!("llama_decode", -1)
+}
+
+/// Upstream: creates an extended batch sized for the context; free it with
+/// `llama_batch_ext_free`.
+/// Not supported by llama-hotswap yet: logs once and returns NULL.
+#[no_mangle]
+pub unsafe extern "C" fn llama_batch_ext_init(ctx: *mut llama_context) -> *mut llama_batch_ext {
+    unsupported!("llama_batch_ext_init", null_mut())
+}
+
+/// Upstream: frees an extended batch.
+/// Not supported by llama-hotswap yet: logs once and returns. No extended batch can exist
+/// (creation returns NULL); the pointer is never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn llama_batch_ext_free(batch: *mut llama_batch_ext) {
+    unsupported!("llama_batch_ext_free")
+}
+
+/// Upstream: removes every token from an extended batch.
+/// Not supported by llama-hotswap yet: logs once and returns.
+#[no_mangle]
+pub unsafe extern "C" fn llama_batch_ext_clear(batch: *mut llama_batch_ext) {
+    unsupported!("llama_batch_ext_clear")
+}
+
+/// Upstream: adds a token slot for `seq_id` (id and position set later); returns its index,
+/// or -1 (full), -2 (invalid token) or -3 (invalid sequence id).
+/// Not supported by llama-hotswap yet: logs once and returns -1 (an error).
+#[no_mangle]
+pub unsafe extern "C" fn llama_batch_ext_add(
+    batch: *mut llama_batch_ext,
+    seq_id: llama_seq_id,
+) -> i32 {
+    unsupported!("llama_batch_ext_add", -1)
+}
+
+/// Upstream: adds token `id` for `seq_id`; returns its index or a negative error as
+/// `llama_batch_ext_add`.
+/// Not supported by llama-hotswap yet: logs once and returns -1 (an error).
+#[no_mangle]
+pub unsafe extern "C" fn llama_batch_ext_add_token(
+    batch: *mut llama_batch_ext,
+    seq_id: llama_seq_id,
+    id: llama_token,
+) -> i32 {
+    unsupported!("llama_batch_ext_add_token", -1)
+}
+
+/// Upstream: adds an input embedding for `seq_id`; returns its index or a negative error as
+/// `llama_batch_ext_add`.
+/// Not supported by llama-hotswap yet: logs once and returns -1 (an error); `embd.data` is
+/// not read.
+#[no_mangle]
+pub unsafe extern "C" fn llama_batch_ext_add_embd(
+    batch: *mut llama_batch_ext,
+    seq_id: llama_seq_id,
+    embd: llama_embd,
+) -> i32 {
+    unsupported!("llama_batch_ext_add_embd", -1)
+}
+
+/// Upstream: adds the token at index `idx` to sequence `seq_id` as well.
+/// Not supported by llama-hotswap yet: logs once and returns false.
+#[no_mangle]
+pub unsafe extern "C" fn llama_batch_ext_add_seq(
+    batch: *mut llama_batch_ext,
+    idx: i32,
+    seq_id: llama_seq_id,
+) -> bool {
+    unsupported!("llama_batch_ext_add_seq", false)
+}
+
+/// Upstream: sets the token embedding of the token at index `idx`.
+/// Not supported by llama-hotswap yet: logs once and returns false; `embd.data` is not read.
+#[no_mangle]
+pub unsafe extern "C" fn llama_batch_ext_set_embd_token(
+    batch: *mut llama_batch_ext,
+    idx: i32,
+    embd: llama_embd,
+) -> bool {
+    unsupported!("llama_batch_ext_set_embd_token", false)
+}
+
+/// Upstream: sets the "state" embedding (hidden state from an earlier stage) of the token at
+/// index `idx`.
+/// Not supported by llama-hotswap yet: logs once and returns false; `embd.data` is not read.
+#[no_mangle]
+pub unsafe extern "C" fn llama_batch_ext_set_embd_state(
+    batch: *mut llama_batch_ext,
+    idx: i32,
+    embd: llama_embd,
+) -> bool {
+    unsupported!("llama_batch_ext_set_embd_state", false)
+}
+
+/// Upstream: sets whether embeddings are output for the token at index `idx`.
+/// Not supported by llama-hotswap yet: logs once and returns false.
+#[no_mangle]
+pub unsafe extern "C" fn llama_batch_ext_set_output_embd(
+    batch: *mut llama_batch_ext,
+    idx: i32,
+    value: bool,
+) -> bool {
+    unsupported!("llama_batch_ext_set_output_embd", false)
+}
+
+/// Upstream: sets whether logits are output for the token at index `idx`.
+/// Not supported by llama-hotswap yet: logs once and returns false.
+#[no_mangle]
+pub unsafe extern "C" fn llama_batch_ext_set_output_logits(
+    batch: *mut llama_batch_ext,
+    idx: i32,
+    value: bool,
+) -> bool {
+    unsupported!("llama_batch_ext_set_output_logits", false)
+}
+
+/// Upstream: sets the position(s) of the token at index `idx` (several for M-RoPE
+/// embeddings).
+/// Not supported by llama-hotswap yet: logs once and returns false; `pos` is not read.
+#[no_mangle]
+pub unsafe extern "C" fn llama_batch_ext_set_pos(
+    batch: *mut llama_batch_ext,
+    idx: i32,
+    pos: *const llama_pos,
+) -> bool {
+    unsupported!("llama_batch_ext_set_pos", false)
+}
+
+/// Upstream: encodes or decodes an extended batch (`type`); returns as `llama_decode`.
+/// Not supported by llama-hotswap yet: logs once and returns -1 (an error).
+#[no_mangle]
+pub unsafe extern "C" fn llama_process(
+    ctx: *mut llama_context,
+    r#type: LlamaProcessType,
+    batch: *mut llama_batch_ext,
+) -> i32 {
+    unsupported!("llama_process", -1)
+}

@@ -22,6 +22,15 @@ struct llama_model;
 struct llama_context;
 struct llama_sampler;
 
+/* The struct typedefs upstream declares. */
+typedef struct llama_token_data llama_token_data;
+typedef struct llama_token_data_array llama_token_data_array;
+typedef struct llama_batch llama_batch;
+typedef struct llama_model_quantize_params llama_model_quantize_params;
+typedef struct llama_logit_bias llama_logit_bias;
+typedef struct llama_sampler_chain_params llama_sampler_chain_params;
+typedef struct llama_chat_message llama_chat_message;
+
 /* Upstream declares this struct with an anonymous union, which cbindgen cannot express. */
 struct llama_model_kv_override {
     enum llama_model_kv_override_type {
@@ -70,7 +79,7 @@ struct llama_model_kv_override {
 #define LLAMA_STATE_SEQ_FLAGS_ON_DEVICE 2
 
 // `enum ggml_type` of the pinned ggml.
-typedef enum ggml_type {
+enum ggml_type {
   GGML_TYPE_F32 = 0,
   GGML_TYPE_F16 = 1,
   GGML_TYPE_Q4_0 = 2,
@@ -107,45 +116,45 @@ typedef enum ggml_type {
   GGML_TYPE_Q1_0 = 41,
   GGML_TYPE_Q2_0 = 42,
   GGML_TYPE_COUNT = 43,
-} ggml_type;
+};
 
 // `enum ggml_log_level`.
-typedef enum ggml_log_level {
+enum ggml_log_level {
   GGML_LOG_LEVEL_NONE = 0,
   GGML_LOG_LEVEL_DEBUG = 1,
   GGML_LOG_LEVEL_INFO = 2,
   GGML_LOG_LEVEL_WARN = 3,
   GGML_LOG_LEVEL_ERROR = 4,
   GGML_LOG_LEVEL_CONT = 5,
-} ggml_log_level;
+};
 
 // `enum ggml_numa_strategy`.
-typedef enum ggml_numa_strategy {
+enum ggml_numa_strategy {
   GGML_NUMA_STRATEGY_DISABLED = 0,
   GGML_NUMA_STRATEGY_DISTRIBUTE = 1,
   GGML_NUMA_STRATEGY_ISOLATE = 2,
   GGML_NUMA_STRATEGY_NUMACTL = 3,
   GGML_NUMA_STRATEGY_MIRROR = 4,
   GGML_NUMA_STRATEGY_COUNT = 5,
-} ggml_numa_strategy;
+};
 
 // `enum ggml_opt_optimizer_type`.
-typedef enum ggml_opt_optimizer_type {
+enum ggml_opt_optimizer_type {
   GGML_OPT_OPTIMIZER_TYPE_ADAMW = 0,
   GGML_OPT_OPTIMIZER_TYPE_SGD = 1,
   GGML_OPT_OPTIMIZER_TYPE_COUNT = 2,
-} ggml_opt_optimizer_type;
+};
 
 // `enum ggml_backend_dev_type`.
-typedef enum ggml_backend_dev_type {
+enum ggml_backend_dev_type {
   GGML_BACKEND_DEVICE_TYPE_CPU = 0,
   GGML_BACKEND_DEVICE_TYPE_GPU = 1,
   GGML_BACKEND_DEVICE_TYPE_IGPU = 2,
   GGML_BACKEND_DEVICE_TYPE_ACCEL = 3,
   GGML_BACKEND_DEVICE_TYPE_META = 4,
-} ggml_backend_dev_type;
+};
 
-typedef enum llama_vocab_type {
+enum llama_vocab_type {
   LLAMA_VOCAB_TYPE_NONE = 0,
   LLAMA_VOCAB_TYPE_SPM = 1,
   LLAMA_VOCAB_TYPE_BPE = 2,
@@ -154,18 +163,18 @@ typedef enum llama_vocab_type {
   LLAMA_VOCAB_TYPE_RWKV = 5,
   LLAMA_VOCAB_TYPE_PLAMO2 = 6,
   LLAMA_VOCAB_TYPE_TEST = 7,
-} llama_vocab_type;
+};
 
-typedef enum llama_rope_type {
+enum llama_rope_type {
   LLAMA_ROPE_TYPE_NONE = -1,
   LLAMA_ROPE_TYPE_NORM = 0,
   LLAMA_ROPE_TYPE_NEOX = 2,
   LLAMA_ROPE_TYPE_MROPE = 8,
   LLAMA_ROPE_TYPE_IMROPE = 40,
   LLAMA_ROPE_TYPE_VISION = 24,
-} llama_rope_type;
+};
 
-typedef enum llama_token_type {
+enum llama_token_type {
   LLAMA_TOKEN_TYPE_UNDEFINED = 0,
   LLAMA_TOKEN_TYPE_NORMAL = 1,
   LLAMA_TOKEN_TYPE_UNKNOWN = 2,
@@ -173,9 +182,9 @@ typedef enum llama_token_type {
   LLAMA_TOKEN_TYPE_USER_DEFINED = 4,
   LLAMA_TOKEN_TYPE_UNUSED = 5,
   LLAMA_TOKEN_TYPE_BYTE = 6,
-} llama_token_type;
+};
 
-typedef enum llama_token_attr {
+enum llama_token_attr {
   LLAMA_TOKEN_ATTR_UNDEFINED = 0,
   LLAMA_TOKEN_ATTR_UNKNOWN = 1,
   LLAMA_TOKEN_ATTR_UNUSED = 2,
@@ -187,9 +196,9 @@ typedef enum llama_token_attr {
   LLAMA_TOKEN_ATTR_LSTRIP = 128,
   LLAMA_TOKEN_ATTR_RSTRIP = 256,
   LLAMA_TOKEN_ATTR_SINGLE_WORD = 512,
-} llama_token_attr;
+};
 
-typedef enum llama_ftype {
+enum llama_ftype {
   LLAMA_FTYPE_ALL_F32 = 0,
   LLAMA_FTYPE_MOSTLY_F16 = 1,
   LLAMA_FTYPE_MOSTLY_Q4_0 = 2,
@@ -227,38 +236,38 @@ typedef enum llama_ftype {
   LLAMA_FTYPE_MOSTLY_Q1_0 = 40,
   LLAMA_FTYPE_MOSTLY_Q2_0 = 41,
   LLAMA_FTYPE_GUESSED = 1024,
-} llama_ftype;
+};
 
-typedef enum llama_rope_scaling_type {
+enum llama_rope_scaling_type {
   LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED = -1,
   LLAMA_ROPE_SCALING_TYPE_NONE = 0,
   LLAMA_ROPE_SCALING_TYPE_LINEAR = 1,
   LLAMA_ROPE_SCALING_TYPE_YARN = 2,
   LLAMA_ROPE_SCALING_TYPE_LONGROPE = 3,
-} llama_rope_scaling_type;
+};
 
-typedef enum llama_pooling_type {
+enum llama_pooling_type {
   LLAMA_POOLING_TYPE_UNSPECIFIED = -1,
   LLAMA_POOLING_TYPE_NONE = 0,
   LLAMA_POOLING_TYPE_MEAN = 1,
   LLAMA_POOLING_TYPE_CLS = 2,
   LLAMA_POOLING_TYPE_LAST = 3,
   LLAMA_POOLING_TYPE_RANK = 4,
-} llama_pooling_type;
+};
 
-typedef enum llama_attention_type {
+enum llama_attention_type {
   LLAMA_ATTENTION_TYPE_UNSPECIFIED = -1,
   LLAMA_ATTENTION_TYPE_CAUSAL = 0,
   LLAMA_ATTENTION_TYPE_NON_CAUSAL = 1,
-} llama_attention_type;
+};
 
-typedef enum llama_flash_attn_type {
+enum llama_flash_attn_type {
   LLAMA_FLASH_ATTN_TYPE_AUTO = -1,
   LLAMA_FLASH_ATTN_TYPE_DISABLED = 0,
   LLAMA_FLASH_ATTN_TYPE_ENABLED = 1,
-} llama_flash_attn_type;
+};
 
-typedef enum llama_split_mode {
+enum llama_split_mode {
   // single GPU
   LLAMA_SPLIT_MODE_NONE = 0,
   // split layers and KV across GPUs
@@ -266,9 +275,9 @@ typedef enum llama_split_mode {
   // split layers and KV across GPUs, use tensor parallelism if supported
   LLAMA_SPLIT_MODE_ROW = 2,
   LLAMA_SPLIT_MODE_TENSOR = 3,
-} llama_split_mode;
+};
 
-typedef enum llama_load_mode {
+enum llama_load_mode {
   // auto-detect based on device capabilities
   LLAMA_LOAD_MODE_AUTO = -1,
   // no special loading mode
@@ -281,20 +290,20 @@ typedef enum llama_load_mode {
   LLAMA_LOAD_MODE_MMAP_MLOCK = 3,
   // use direct I/O if available
   LLAMA_LOAD_MODE_DIRECT_IO = 4,
-} llama_load_mode;
+};
 
-typedef enum llama_lazy_mode {
+enum llama_lazy_mode {
   LLAMA_LAZY_MODE_OFF = 0,
   LLAMA_LAZY_MODE_AUTO = 1,
   LLAMA_LAZY_MODE_ON = 2,
-} llama_lazy_mode;
+};
 
-typedef enum llama_context_type {
+enum llama_context_type {
   LLAMA_CONTEXT_TYPE_DEFAULT = 0,
   LLAMA_CONTEXT_TYPE_MTP = 1,
-} llama_context_type;
+};
 
-typedef enum llama_model_meta_key {
+enum llama_model_meta_key {
   LLAMA_MODEL_META_KEY_SAMPLING_SEQUENCE = 0,
   LLAMA_MODEL_META_KEY_SAMPLING_TOP_K = 1,
   LLAMA_MODEL_META_KEY_SAMPLING_TOP_P = 2,
@@ -307,54 +316,56 @@ typedef enum llama_model_meta_key {
   LLAMA_MODEL_META_KEY_SAMPLING_MIROSTAT = 9,
   LLAMA_MODEL_META_KEY_SAMPLING_MIROSTAT_TAU = 10,
   LLAMA_MODEL_META_KEY_SAMPLING_MIROSTAT_ETA = 11,
-} llama_model_meta_key;
+};
 
-typedef enum llama_process_type {
+enum llama_process_type {
   LLAMA_PROCESS_TYPE_ENCODE = 0,
   LLAMA_PROCESS_TYPE_DECODE = 1,
-} llama_process_type;
+};
 
 // A buffer type (`struct ggml_backend_buffer_type`); internals private.
-typedef struct ggml_backend_buffer_type ggml_backend_buffer_type;
+struct ggml_backend_buffer_type;
 
 // A device (`struct ggml_backend_device`); internals private.
-typedef struct ggml_backend_device ggml_backend_device;
+struct ggml_backend_device;
 
-typedef struct ggml_cgraph ggml_cgraph;
+struct ggml_cgraph;
 
-typedef struct ggml_context ggml_context;
+struct ggml_context;
 
-typedef struct ggml_opt_context ggml_opt_context;
+struct ggml_opt_context;
 
-typedef struct ggml_opt_dataset ggml_opt_dataset;
+struct ggml_opt_dataset;
 
-typedef struct ggml_opt_result ggml_opt_result;
+struct ggml_opt_result;
 
 // Opaque ggml objects. Only pointers to them cross the boundary.
-typedef struct ggml_tensor ggml_tensor;
+struct ggml_tensor;
 
-typedef struct ggml_threadpool ggml_threadpool;
+struct ggml_threadpool;
 
-typedef struct gguf_context gguf_context;
+struct gguf_context;
 
 // Opaque LoRA adapter. llama-hotswap does not load adapters yet.
-typedef struct llama_adapter_lora llama_adapter_lora;
+struct llama_adapter_lora;
 
 // Opaque extended batch. Not supported by llama-hotswap yet.
-typedef struct llama_batch_ext llama_batch_ext;
+struct llama_batch_ext;
 
 // An inference context (`struct llama_context`).
-typedef struct llama_context llama_context;
+struct llama_context;
 
 // Opaque memory handle (`llama_memory_t`).
-typedef struct llama_memory_i llama_memory_i;
+struct llama_memory_i;
 
 // A loaded model (`struct llama_model`). Created by the load functions, freed by
 // `llama_model_free`.
-typedef struct llama_model llama_model;
+struct llama_model;
 
 // A model's vocabulary (`struct llama_vocab`), owned by its model.
-typedef struct llama_vocab llama_vocab;
+struct llama_vocab;
+
+typedef int32_t llama_token;
 
 // A device handle (`ggml_backend_dev_t`). Internals are private to the library.
 typedef struct ggml_backend_device *ggml_backend_dev_t;
@@ -362,15 +373,15 @@ typedef struct ggml_backend_device *ggml_backend_dev_t;
 // A buffer-type handle (`ggml_backend_buffer_type_t`). Internals are private to the library.
 typedef struct ggml_backend_buffer_type *ggml_backend_buffer_type_t;
 
-typedef struct llama_model_tensor_buft_override {
+struct llama_model_tensor_buft_override {
   const char *pattern;
   ggml_backend_buffer_type_t buft;
-} llama_model_tensor_buft_override;
+};
 
 // Called during loading with progress in [0, 1]; returning false cancels the load.
 typedef bool (*llama_progress_callback)(float progress, void *user_data);
 
-typedef struct llama_model_params {
+struct llama_model_params {
   // NULL-terminated list of devices to use for offloading (if NULL, all available devices are used)
   ggml_backend_dev_t *devices;
   // NULL-terminated list of buffer types to use for tensors that match a pattern
@@ -407,7 +418,7 @@ typedef struct llama_model_params {
   bool no_alloc;
   // whether to load MTP layers
   bool load_mtp;
-} llama_model_params;
+};
 
 typedef bool (*ggml_backend_sched_eval_callback)(struct ggml_tensor *t, bool ask, void *user_data);
 
@@ -415,34 +426,32 @@ typedef bool (*ggml_abort_callback)(void *data);
 
 typedef int32_t llama_seq_id;
 
-typedef int32_t llama_token;
-
-typedef struct llama_token_data {
+struct llama_token_data {
   // token id
   llama_token id;
   // log-odds of the token
   float logit;
   // probability of the token
   float p;
-} llama_token_data;
+};
 
-typedef struct llama_token_data_array {
+struct llama_token_data_array {
   struct llama_token_data *data;
   size_t size;
   // index in the data array (not the token id)
   int64_t selected;
   bool sorted;
-} llama_token_data_array;
+};
 
-typedef struct llama_sampler_data {
+struct llama_sampler_data {
   struct ggml_tensor *logits;
   struct ggml_tensor *probs;
   struct ggml_tensor *sampled;
   struct ggml_tensor *candidates;
-} llama_sampler_data;
+};
 
 // The sampler interface table (upstream's public `struct llama_sampler_i`).
-typedef struct llama_sampler_i {
+struct llama_sampler_i {
   const char *(*name)(const struct llama_sampler *smpl);
   void (*accept)(struct llama_sampler *smpl, llama_token token);
   void (*apply)(struct llama_sampler *smpl, struct llama_token_data_array *cur_p);
@@ -463,22 +472,22 @@ typedef struct llama_sampler_i {
   void (*backend_set_input)(struct llama_sampler *smpl);
   void (*backend_reset)(struct llama_sampler *smpl);
   void (*copy_state)(const struct llama_sampler *src, struct llama_sampler *dst);
-} llama_sampler_i;
+};
 
 typedef void *llama_sampler_context_t;
 
 // Upstream's public sampler struct.
-typedef struct llama_sampler {
+struct llama_sampler {
   struct llama_sampler_i *iface;
   llama_sampler_context_t ctx;
-} llama_sampler;
+};
 
-typedef struct llama_sampler_seq_config {
+struct llama_sampler_seq_config {
   llama_seq_id seq_id;
   struct llama_sampler *sampler;
-} llama_sampler_seq_config;
+};
 
-typedef struct llama_context_params {
+struct llama_context_params {
   // text context, 0 = from model
   uint32_t n_ctx;
   // logical maximum batch size that can be submitted to llama_decode
@@ -528,25 +537,25 @@ typedef struct llama_context_params {
   struct llama_sampler_seq_config *samplers;
   size_t n_samplers;
   struct llama_context *ctx_other;
-} llama_context_params;
+};
 
-typedef struct llama_sampler_chain_params {
+struct llama_sampler_chain_params {
   // whether to measure performance timings
   bool no_perf;
-} llama_sampler_chain_params;
+};
 
-typedef struct llama_model_imatrix_data {
+struct llama_model_imatrix_data {
   const char *name;
   const float *data;
   size_t size;
-} llama_model_imatrix_data;
+};
 
-typedef struct llama_model_tensor_override {
+struct llama_model_tensor_override {
   const char *pattern;
   enum ggml_type type;
-} llama_model_tensor_override;
+};
 
-typedef struct llama_model_quantize_params {
+struct llama_model_quantize_params {
   int32_t nthread;
   enum llama_ftype ftype;
   enum ggml_type output_tensor_type;
@@ -562,19 +571,13 @@ typedef struct llama_model_quantize_params {
   const struct llama_model_tensor_override *tt_overrides;
   const int32_t *prune_layers;
   size_t max_buf_size;
-} llama_model_quantize_params;
+};
 
 typedef void (*ggml_log_callback)(enum ggml_log_level level, const char *text, void *user_data);
 
-typedef struct ggml_threadpool *ggml_threadpool_t;
-
-typedef struct llama_memory_i *llama_memory_t;
-
 typedef int32_t llama_pos;
 
-typedef uint32_t llama_state_seq_flags;
-
-typedef struct llama_batch {
+struct llama_batch {
   int32_t n_tokens;
   llama_token *token;
   float *embd;
@@ -582,76 +585,46 @@ typedef struct llama_batch {
   int32_t *n_seq_id;
   llama_seq_id **seq_id;
   int8_t *logits;
-} llama_batch;
+};
 
-typedef struct llama_embd {
+struct llama_embd {
   const float *data;
   // number of embedding rows in data
   size_t n_rows;
   // size of one row
   size_t n_embd;
-} llama_embd;
+};
 
-typedef struct llama_chat_message {
-  const char *role;
-  const char *content;
-} llama_chat_message;
+typedef struct llama_memory_i *llama_memory_t;
 
-typedef struct llama_logit_bias {
-  llama_token token;
-  float bias;
-} llama_logit_bias;
-
-typedef struct llama_perf_context_data {
-  // absolute start time
-  double t_start_ms;
-  // time needed for loading the model
-  double t_load_ms;
-  // time needed for processing the prompt
-  double t_p_eval_ms;
-  // time needed for generating tokens
-  double t_eval_ms;
-  // number of prompt tokens
-  int32_t n_p_eval;
-  // number of generated tokens
-  int32_t n_eval;
-  // number of times a ggml compute graph had been reused
-  int32_t n_reused;
-} llama_perf_context_data;
-
-typedef struct llama_perf_sampler_data {
-  // time needed for sampling in ms
-  double t_sample_ms;
-  // number of sampled tokens
-  int32_t n_sample;
-} llama_perf_sampler_data;
+typedef void (*llama_model_set_tensor_data_t)(struct ggml_tensor *tensor, void *userdata);
 
 typedef bool (*llama_opt_param_filter)(const struct ggml_tensor *tensor, void *userdata);
 
 // The `adamw` member of `struct ggml_opt_optimizer_params` (anonymous upstream).
-typedef struct ggml_opt_adamw_params {
+struct ggml_opt_adamw_params {
   float alpha;
   float beta1;
   float beta2;
   float eps;
   float wd;
-} ggml_opt_adamw_params;
+};
 
 // The `sgd` member of `struct ggml_opt_optimizer_params` (anonymous upstream).
-typedef struct ggml_opt_sgd_params {
+struct ggml_opt_sgd_params {
   float alpha;
   float wd;
-} ggml_opt_sgd_params;
+};
 
 // `struct ggml_opt_optimizer_params` (returned by value from `ggml_opt_get_optimizer_params`).
-typedef struct ggml_opt_optimizer_params {
+struct ggml_opt_optimizer_params {
   struct ggml_opt_adamw_params adamw;
   struct ggml_opt_sgd_params sgd;
-} ggml_opt_optimizer_params;
+};
 
 typedef struct ggml_opt_optimizer_params (*ggml_opt_get_optimizer_params)(void *userdata);
 
-typedef struct llama_opt_params {
+struct llama_opt_params {
   // assumed context size post training, use context size specified in llama_context if 0
   uint32_t n_ctx_train;
   llama_opt_param_filter param_filter;
@@ -659,7 +632,7 @@ typedef struct llama_opt_params {
   ggml_opt_get_optimizer_params get_opt_pars;
   void *get_opt_pars_ud;
   enum ggml_opt_optimizer_type optimizer_type;
-} llama_opt_params;
+};
 
 typedef struct ggml_opt_dataset *ggml_opt_dataset_t;
 
@@ -675,11 +648,118 @@ typedef void (*ggml_opt_epoch_callback)(bool train,
                                         int64_t ibatch_max,
                                         int64_t t_start_us);
 
-typedef void (*llama_model_set_tensor_data_t)(struct ggml_tensor *tensor, void *userdata);
+struct llama_perf_context_data {
+  // absolute start time
+  double t_start_ms;
+  // time needed for loading the model
+  double t_load_ms;
+  // time needed for processing the prompt
+  double t_p_eval_ms;
+  // time needed for generating tokens
+  double t_eval_ms;
+  // number of prompt tokens
+  int32_t n_p_eval;
+  // number of generated tokens
+  int32_t n_eval;
+  // number of times a ggml compute graph had been reused
+  int32_t n_reused;
+};
+
+struct llama_perf_sampler_data {
+  // time needed for sampling in ms
+  double t_sample_ms;
+  // number of sampled tokens
+  int32_t n_sample;
+};
+
+struct llama_logit_bias {
+  llama_token token;
+  float bias;
+};
+
+typedef uint32_t llama_state_seq_flags;
+
+typedef struct ggml_threadpool *ggml_threadpool_t;
+
+struct llama_chat_message {
+  const char *role;
+  const char *content;
+};
 
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+// Upstream: loads a LoRA adapter from a GGUF file; it lives until `llama_adapter_lora_free`
+// or until its model is freed.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_adapter_lora *llama_adapter_lora_init(struct llama_model *model,
+                                                   const char *path_lora);
+
+// Upstream: loads a LoRA adapter from an open file, reading from its current position.
+// Not supported by llama-hotswap yet: logs once and returns NULL. The file is not read and
+// stays owned (and open) by the caller.
+struct llama_adapter_lora *llama_adapter_lora_init_from_file_ptr(struct llama_model *model,
+                                                                 FILE *file);
+
+// Upstream: writes the adapter's metadata value for `key` into `buf` like snprintf and
+// returns its length, or -1 (with `buf` cleared) on failure.
+// Not supported by llama-hotswap yet: logs once and returns -1. `buf` is left untouched.
+int32_t llama_adapter_meta_val_str(const struct llama_adapter_lora *adapter,
+                                   const char *key,
+                                   char *buf,
+                                   size_t buf_size);
+
+// Upstream: the number of metadata key/value pairs of the adapter.
+// Not supported by llama-hotswap yet: logs once and returns -1.
+int32_t llama_adapter_meta_count(const struct llama_adapter_lora *adapter);
+
+// Upstream: writes the adapter's metadata key number `i` into `buf` like snprintf and
+// returns its length, or -1 (with `buf` cleared) on failure.
+// Not supported by llama-hotswap yet: logs once and returns -1. `buf` is left untouched.
+int32_t llama_adapter_meta_key_by_index(const struct llama_adapter_lora *adapter,
+                                        int32_t i,
+                                        char *buf,
+                                        size_t buf_size);
+
+// Upstream: writes the adapter's metadata value number `i` into `buf` like snprintf and
+// returns its length, or -1 (with `buf` cleared) on failure.
+// Not supported by llama-hotswap yet: logs once and returns -1. `buf` is left untouched.
+int32_t llama_adapter_meta_val_str_by_index(const struct llama_adapter_lora *adapter,
+                                            int32_t i,
+                                            char *buf,
+                                            size_t buf_size);
+
+// Upstream: frees a LoRA adapter before its model is freed.
+// Not supported by llama-hotswap yet: logs once and returns. No adapter can exist (loading
+// returns NULL); the pointer is never dereferenced.
+void llama_adapter_lora_free(struct llama_adapter_lora *adapter);
+
+// Upstream: the number of invocation tokens of an aLoRA adapter (0 for a plain LoRA).
+// Not supported by llama-hotswap yet: logs once and returns 0.
+uint64_t llama_adapter_get_alora_n_invocation_tokens(const struct llama_adapter_lora *adapter);
+
+// Upstream: the invocation tokens of an aLoRA adapter, owned by the adapter.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+const llama_token *llama_adapter_get_alora_invocation_tokens(const struct llama_adapter_lora *adapter);
+
+// Upstream: sets the LoRA adapters applied by the context, each with its scale; returns 0.
+// Not supported by llama-hotswap yet: logs once and returns -1; the context's adapters are
+// unchanged and neither array is read.
+int32_t llama_set_adapters_lora(struct llama_context *ctx,
+                                struct llama_adapter_lora **adapters,
+                                size_t n_adapters,
+                                float *scales);
+
+// Upstream: applies a control vector (`n_embd` floats per layer, from layer 1) to layers
+// `il_start..=il_end`, or clears it when `data` is NULL; returns 0, or -1 on failure.
+// Not supported by llama-hotswap yet: logs once and returns -1; `data` is not read.
+int32_t llama_set_adapter_cvec(struct llama_context *ctx,
+                               const float *data,
+                               size_t len,
+                               int32_t n_embd,
+                               int32_t il_start,
+                               int32_t il_end);
 
 // The llama.cpp version this library mirrors ("0.5.0-dev", as upstream's build reports it).
 // The string is static.
@@ -783,18 +863,103 @@ int32_t llama_split_prefix(char *split_prefix,
                            int32_t split_no,
                            int32_t split_count);
 
-// Upstream: makes the context compute with the given ggml threadpools (`threadpool` for
-// single-token generation, `threadpool_batch` for batches) instead of its own.
-// Not supported by llama-hotswap yet: logs once and returns. Nothing is attached; the
-// threadpools stay owned by the caller and are never dereferenced.
-void llama_attach_threadpool(struct llama_context *ctx,
-                             ggml_threadpool_t threadpool,
-                             ggml_threadpool_t threadpool_batch);
+// Returns a batch over the caller's `tokens` (n_tokens of them) for a single sequence: the
+// other fields are NULL, so `llama_decode` uses sequence 0, tracks positions itself and
+// outputs logits for the last token. Nothing is allocated or copied: `tokens` must outlive
+// the batch, and the batch must not be passed to `llama_batch_free`.
+struct llama_batch llama_batch_get_one(llama_token *tokens, int32_t n_tokens);
 
-// Upstream: detaches the threadpools set with `llama_attach_threadpool`, so the context
-// goes back to its own.
+// Allocates a batch for up to `n_tokens` tokens of up to `n_seq_max` sequence ids each, as
+// upstream: `embd` (n_tokens * embd floats) when `embd` != 0, otherwise `token`; `pos`,
+// `n_seq_id`, `seq_id` (NULL-terminated) and `logits` always. `n_tokens` of the result is 0
+// and the arrays are uninitialized. Free it with `llama_batch_free`. A negative argument
+// or failed allocation logs an error and returns an all-zero batch (upstream crashes).
+struct llama_batch llama_batch_init(int32_t n_tokens, int32_t embd, int32_t n_seq_max);
+
+// Frees the arrays of a batch allocated by `llama_batch_init` (NULL fields are skipped, as
+// upstream). Only pass batches from `llama_batch_init`, once each.
+void llama_batch_free(struct llama_batch batch);
+
+// Upstream: runs the encoder over the batch (no KV cache); 0 on success, negative on error.
+// Not supported by llama-hotswap yet: logs once and returns -1 (an error); the batch is not
+// read.
+int32_t llama_encode(struct llama_context *ctx, struct llama_batch batch);
+
+// Upstream: evaluates the batch with the decoder; 0 on success, 1 if no KV slot was found,
+// 2 if aborted, -1 for an invalid batch, < -1 for a fatal error.
+// Not supported by llama-hotswap yet: logs once and returns -1 (an error); the batch is not
+// read.
+int32_t llama_decode(struct llama_context *ctx, struct llama_batch batch);
+
+// Upstream: creates an extended batch sized for the context; free it with
+// `llama_batch_ext_free`.
+// Not supported by llama-hotswap yet: logs once and returns NULL.
+struct llama_batch_ext *llama_batch_ext_init(struct llama_context *ctx);
+
+// Upstream: frees an extended batch.
+// Not supported by llama-hotswap yet: logs once and returns. No extended batch can exist
+// (creation returns NULL); the pointer is never dereferenced.
+void llama_batch_ext_free(struct llama_batch_ext *batch);
+
+// Upstream: removes every token from an extended batch.
 // Not supported by llama-hotswap yet: logs once and returns.
-void llama_detach_threadpool(struct llama_context *ctx);
+void llama_batch_ext_clear(struct llama_batch_ext *batch);
+
+// Upstream: adds a token slot for `seq_id` (id and position set later); returns its index,
+// or -1 (full), -2 (invalid token) or -3 (invalid sequence id).
+// Not supported by llama-hotswap yet: logs once and returns -1 (an error).
+int32_t llama_batch_ext_add(struct llama_batch_ext *batch, llama_seq_id seq_id);
+
+// Upstream: adds token `id` for `seq_id`; returns its index or a negative error as
+// `llama_batch_ext_add`.
+// Not supported by llama-hotswap yet: logs once and returns -1 (an error).
+int32_t llama_batch_ext_add_token(struct llama_batch_ext *batch,
+                                  llama_seq_id seq_id,
+                                  llama_token id);
+
+// Upstream: adds an input embedding for `seq_id`; returns its index or a negative error as
+// `llama_batch_ext_add`.
+// Not supported by llama-hotswap yet: logs once and returns -1 (an error); `embd.data` is
+// not read.
+int32_t llama_batch_ext_add_embd(struct llama_batch_ext *batch,
+                                 llama_seq_id seq_id,
+                                 struct llama_embd embd);
+
+// Upstream: adds the token at index `idx` to sequence `seq_id` as well.
+// Not supported by llama-hotswap yet: logs once and returns false.
+bool llama_batch_ext_add_seq(struct llama_batch_ext *batch, int32_t idx, llama_seq_id seq_id);
+
+// Upstream: sets the token embedding of the token at index `idx`.
+// Not supported by llama-hotswap yet: logs once and returns false; `embd.data` is not read.
+bool llama_batch_ext_set_embd_token(struct llama_batch_ext *batch,
+                                    int32_t idx,
+                                    struct llama_embd embd);
+
+// Upstream: sets the "state" embedding (hidden state from an earlier stage) of the token at
+// index `idx`.
+// Not supported by llama-hotswap yet: logs once and returns false; `embd.data` is not read.
+bool llama_batch_ext_set_embd_state(struct llama_batch_ext *batch,
+                                    int32_t idx,
+                                    struct llama_embd embd);
+
+// Upstream: sets whether embeddings are output for the token at index `idx`.
+// Not supported by llama-hotswap yet: logs once and returns false.
+bool llama_batch_ext_set_output_embd(struct llama_batch_ext *batch, int32_t idx, bool value);
+
+// Upstream: sets whether logits are output for the token at index `idx`.
+// Not supported by llama-hotswap yet: logs once and returns false.
+bool llama_batch_ext_set_output_logits(struct llama_batch_ext *batch, int32_t idx, bool value);
+
+// Upstream: sets the position(s) of the token at index `idx` (several for M-RoPE
+// embeddings).
+// Not supported by llama-hotswap yet: logs once and returns false; `pos` is not read.
+bool llama_batch_ext_set_pos(struct llama_batch_ext *batch, int32_t idx, const llama_pos *pos);
+
+// Upstream: encodes or decodes an extended batch (`type`); returns as `llama_decode`.
+// Not supported by llama-hotswap yet: logs once and returns -1 (an error).
+int32_t llama_process(struct llama_context *ctx,
+                      enum llama_process_type type,
+                      struct llama_batch_ext *batch);
 
 // Upstream: creates an inference context for `model` with `params`; free it with
 // `llama_free` before freeing the model.
@@ -944,76 +1109,16 @@ uint32_t llama_get_sampled_candidates_count_ith(struct llama_context *ctx, int32
 // by the caller.
 bool llama_set_sampler(struct llama_context *ctx, llama_seq_id seq_id, struct llama_sampler *smpl);
 
-// Upstream: loads a LoRA adapter from a GGUF file; it lives until `llama_adapter_lora_free`
-// or until its model is freed.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
-struct llama_adapter_lora *llama_adapter_lora_init(struct llama_model *model,
-                                                   const char *path_lora);
-
-// Upstream: loads a LoRA adapter from an open file, reading from its current position.
-// Not supported by llama-hotswap yet: logs once and returns NULL. The file is not read and
-// stays owned (and open) by the caller.
-struct llama_adapter_lora *llama_adapter_lora_init_from_file_ptr(struct llama_model *model,
-                                                                 FILE *file);
-
-// Upstream: writes the adapter's metadata value for `key` into `buf` like snprintf and
-// returns its length, or -1 (with `buf` cleared) on failure.
-// Not supported by llama-hotswap yet: logs once and returns -1. `buf` is left untouched.
-int32_t llama_adapter_meta_val_str(const struct llama_adapter_lora *adapter,
-                                   const char *key,
-                                   char *buf,
-                                   size_t buf_size);
-
-// Upstream: the number of metadata key/value pairs of the adapter.
-// Not supported by llama-hotswap yet: logs once and returns -1.
-int32_t llama_adapter_meta_count(const struct llama_adapter_lora *adapter);
-
-// Upstream: writes the adapter's metadata key number `i` into `buf` like snprintf and
-// returns its length, or -1 (with `buf` cleared) on failure.
-// Not supported by llama-hotswap yet: logs once and returns -1. `buf` is left untouched.
-int32_t llama_adapter_meta_key_by_index(const struct llama_adapter_lora *adapter,
-                                        int32_t i,
-                                        char *buf,
-                                        size_t buf_size);
-
-// Upstream: writes the adapter's metadata value number `i` into `buf` like snprintf and
-// returns its length, or -1 (with `buf` cleared) on failure.
-// Not supported by llama-hotswap yet: logs once and returns -1. `buf` is left untouched.
-int32_t llama_adapter_meta_val_str_by_index(const struct llama_adapter_lora *adapter,
-                                            int32_t i,
-                                            char *buf,
-                                            size_t buf_size);
-
-// Upstream: frees a LoRA adapter before its model is freed.
-// Not supported by llama-hotswap yet: logs once and returns. No adapter can exist (loading
-// returns NULL); the pointer is never dereferenced.
-void llama_adapter_lora_free(struct llama_adapter_lora *adapter);
-
-// Upstream: the number of invocation tokens of an aLoRA adapter (0 for a plain LoRA).
-// Not supported by llama-hotswap yet: logs once and returns 0.
-uint64_t llama_adapter_get_alora_n_invocation_tokens(const struct llama_adapter_lora *adapter);
-
-// Upstream: the invocation tokens of an aLoRA adapter, owned by the adapter.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
-const llama_token *llama_adapter_get_alora_invocation_tokens(const struct llama_adapter_lora *adapter);
-
-// Upstream: sets the LoRA adapters applied by the context, each with its scale; returns 0.
-// Not supported by llama-hotswap yet: logs once and returns -1; the context's adapters are
-// unchanged and neither array is read.
-int32_t llama_set_adapters_lora(struct llama_context *ctx,
-                                struct llama_adapter_lora **adapters,
-                                size_t n_adapters,
-                                float *scales);
-
-// Upstream: applies a control vector (`n_embd` floats per layer, from layer 1) to layers
-// `il_start..=il_end`, or clears it when `data` is NULL; returns 0, or -1 on failure.
-// Not supported by llama-hotswap yet: logs once and returns -1; `data` is not read.
-int32_t llama_set_adapter_cvec(struct llama_context *ctx,
-                               const float *data,
-                               size_t len,
-                               int32_t n_embd,
-                               int32_t il_start,
-                               int32_t il_end);
+// ==== llama-hotswap extensions (not in upstream llama.h) ====
+//
+// Copies the current bytes of tensor `name` (from wherever they live) into `dst`.
+// Returns the tensor's byte count, or -1 when the model or name is NULL, the tensor does not
+// exist, holds no data (`no_alloc`), or `dst_size` is smaller than the tensor (nothing is
+// written then).
+int64_t llama_ext_tensor_read(const struct llama_model *model,
+                              const char *name,
+                              void *dst,
+                              size_t dst_size);
 
 // Upstream: clears the memory's metadata, and its data buffers too when `data` is true.
 // Not supported by llama-hotswap yet: logs once and returns.
@@ -1064,273 +1169,222 @@ llama_pos llama_memory_seq_pos_max(llama_memory_t mem, llama_seq_id seq_id);
 // Not supported by llama-hotswap yet: logs once and returns false.
 bool llama_memory_can_shift(llama_memory_t mem);
 
-// Upstream: the size in bytes of the context's whole state, for saving.
-// Not supported by llama-hotswap yet: logs once and returns 0.
-size_t llama_state_get_size(struct llama_context *ctx);
+// Loads a model from a GGUF file; if the file is the first shard of a
+// `<prefix>-%05d-of-%05d.gguf` set, the other shards are found and loaded too.
+// Returns NULL on any failure (with a log line naming the file and the reason) or when the
+// progress callback cancels ("cancelled model load"). Free the model with `llama_model_free`.
+struct llama_model *llama_model_load_from_file(const char *path_model,
+                                               struct llama_model_params params);
 
-// Upstream: deprecated alias of `llama_state_get_size`.
-// Not supported by llama-hotswap yet: logs once and returns 0.
-size_t llama_get_state_size(struct llama_context *ctx);
+// Deprecated alias of `llama_model_load_from_file`.
+struct llama_model *llama_load_model_from_file(const char *path_model,
+                                               struct llama_model_params params);
 
-// Upstream: copies the context's state into `dst` (`size` bytes); returns the bytes copied.
-// Not supported by llama-hotswap yet: logs once and returns 0; `dst` is left untouched.
-size_t llama_state_get_data(struct llama_context *ctx, uint8_t *dst, size_t size);
+// Loads a model from an open `FILE *`, starting at its current position. The file is not
+// closed and may be closed by the caller after this returns (the library keeps its own
+// duplicate descriptor). Split models cannot be discovered this way. NULL on failure.
+struct llama_model *llama_model_load_from_file_ptr(FILE *file, struct llama_model_params params);
 
-// Upstream: deprecated form of `llama_state_get_data` without a size.
-// Not supported by llama-hotswap yet: logs once and returns 0; `dst` is left untouched.
-size_t llama_copy_state_data(struct llama_context *ctx, uint8_t *dst);
+// Loads a split model from explicit shard paths (any names; `paths[0]` must be the first
+// shard, the others in order). NULL on failure.
+struct llama_model *llama_model_load_from_splits(const char **paths,
+                                                 size_t n_paths,
+                                                 struct llama_model_params params);
 
-// Upstream: restores the context's state from `src` (`size` bytes); returns the bytes read.
-// Not supported by llama-hotswap yet: logs once and returns 0; `src` is not read.
-size_t llama_state_set_data(struct llama_context *ctx, const uint8_t *src, size_t size);
+// Frees a model and everything it owns. NULL is a no-op.
+void llama_model_free(struct llama_model *model);
 
-// Upstream: deprecated form of `llama_state_set_data` without a size.
-// Not supported by llama-hotswap yet: logs once and returns 0; `src` is not read.
-size_t llama_set_state_data(struct llama_context *ctx, const uint8_t *src);
+// Deprecated alias of `llama_model_free`.
+void llama_free_model(struct llama_model *model);
 
-// Upstream: restores the context's state from a session file, writing its prompt tokens to
-// `tokens_out` (up to `n_token_capacity`) and their count to `n_token_count_out`.
-// Not supported by llama-hotswap yet: logs once and returns false; nothing is read and
-// neither out-pointer is written.
-bool llama_state_load_file(struct llama_context *ctx,
-                           const char *path_session,
-                           llama_token *tokens_out,
-                           size_t n_token_capacity,
-                           size_t *n_token_count_out);
+// The model's vocabulary (owned by the model; valid until `llama_model_free`). NULL for a
+// NULL model.
+const struct llama_vocab *llama_model_get_vocab(const struct llama_model *model);
 
-// Upstream: deprecated alias of `llama_state_load_file`.
-// Not supported by llama-hotswap yet: logs once and returns false; neither out-pointer is
-// written.
-bool llama_load_session_file(struct llama_context *ctx,
-                             const char *path_session,
-                             llama_token *tokens_out,
-                             size_t n_token_capacity,
-                             size_t *n_token_count_out);
+// The model's rope type (`enum llama_rope_type`), from the architecture table; NONE for
+// architectures the table does not know. -1 (NONE) for a NULL model.
+enum llama_rope_type llama_model_rope_type(const struct llama_model *model);
 
-// Upstream: saves the context's state and the prompt `tokens` to a session file.
-// Not supported by llama-hotswap yet: logs once and returns false; no file is written.
-bool llama_state_save_file(struct llama_context *ctx,
-                           const char *path_session,
-                           const llama_token *tokens,
-                           size_t n_token_count);
+// Context length the model was trained with. -1 for a NULL model; 0 for vocab-only.
+int32_t llama_model_n_ctx_train(const struct llama_model *model);
 
-// Upstream: deprecated alias of `llama_state_save_file`.
-// Not supported by llama-hotswap yet: logs once and returns false; no file is written.
-bool llama_save_session_file(struct llama_context *ctx,
-                             const char *path_session,
-                             const llama_token *tokens,
-                             size_t n_token_count);
+// Embedding size. -1 for a NULL model; 0 for vocab-only.
+int32_t llama_model_n_embd(const struct llama_model *model);
 
-// Upstream: the exact size in bytes of the state of sequence `seq_id`.
-// Not supported by llama-hotswap yet: logs once and returns 0.
-size_t llama_state_seq_get_size(struct llama_context *ctx, llama_seq_id seq_id);
+// Input embedding size (equals `n_embd` for the architectures supported). -1 for NULL.
+int32_t llama_model_n_embd_inp(const struct llama_model *model);
 
-// Upstream: copies the state of sequence `seq_id` into `dst`; returns the bytes copied.
-// Not supported by llama-hotswap yet: logs once and returns 0; `dst` is left untouched.
-size_t llama_state_seq_get_data(struct llama_context *ctx,
-                                uint8_t *dst,
-                                size_t size,
-                                llama_seq_id seq_id);
+// Output embedding size (`<arch>.embedding_length_out`, else `n_embd`). -1 for NULL.
+int32_t llama_model_n_embd_out(const struct llama_model *model);
 
-// Upstream: restores a sequence state from `src` into `dest_seq_id`; returns the bytes
-// read, 0 on failure.
-// Not supported by llama-hotswap yet: logs once and returns 0 (upstream's failure value);
-// `src` is not read.
-size_t llama_state_seq_set_data(struct llama_context *ctx,
-                                const uint8_t *src,
-                                size_t size,
-                                llama_seq_id dest_seq_id);
+// Layers, excluding NextN/MTP layers. -1 for a NULL model; 0 for vocab-only.
+int32_t llama_model_n_layer(const struct llama_model *model);
 
-// Upstream: saves the state of sequence `seq_id` and its `tokens` to a file; returns the
-// bytes written, 0 on failure.
-// Not supported by llama-hotswap yet: logs once and returns 0; no file is written.
-size_t llama_state_seq_save_file(struct llama_context *ctx,
-                                 const char *filepath,
-                                 llama_seq_id seq_id,
-                                 const llama_token *tokens,
-                                 size_t n_token_count);
+// NextN/MTP layers (`<arch>.nextn_predict_layers`). -1 for a NULL model.
+int32_t llama_model_n_layer_nextn(const struct llama_model *model);
 
-// Upstream: restores a sequence state from a file into `dest_seq_id` (only counting its
-// tokens when `tokens_out` is NULL); returns the bytes read, 0 on failure.
-// Not supported by llama-hotswap yet: logs once and returns 0; nothing is read and neither
-// out-pointer is written.
-size_t llama_state_seq_load_file(struct llama_context *ctx,
-                                 const char *filepath,
-                                 llama_seq_id dest_seq_id,
-                                 llama_token *tokens_out,
-                                 size_t n_token_capacity,
-                                 size_t *n_token_count_out);
+// Attention heads of layer 0. -1 for a NULL model; 0 for vocab-only (upstream aborts).
+int32_t llama_model_n_head(const struct llama_model *model);
 
-// Upstream: `llama_state_seq_get_size` with `LLAMA_STATE_SEQ_FLAGS_*` flags.
-// Not supported by llama-hotswap yet: logs once and returns 0.
-size_t llama_state_seq_get_size_ext(struct llama_context *ctx,
-                                    llama_seq_id seq_id,
-                                    llama_state_seq_flags flags);
+// KV heads of layer 0. -1 for a NULL model; 0 for vocab-only (upstream aborts).
+int32_t llama_model_n_head_kv(const struct llama_model *model);
 
-// Upstream: `llama_state_seq_get_data` with `LLAMA_STATE_SEQ_FLAGS_*` flags.
-// Not supported by llama-hotswap yet: logs once and returns 0; `dst` is left untouched.
-size_t llama_state_seq_get_data_ext(struct llama_context *ctx,
-                                    uint8_t *dst,
-                                    size_t size,
-                                    llama_seq_id seq_id,
-                                    llama_state_seq_flags flags);
+// Sliding-window size (`<arch>.attention.sliding_window`, 0 when absent). -1 for NULL.
+int32_t llama_model_n_swa(const struct llama_model *model);
 
-// Upstream: `llama_state_seq_set_data` with `LLAMA_STATE_SEQ_FLAGS_*` flags; 0 on failure.
-// Not supported by llama-hotswap yet: logs once and returns 0; `src` is not read.
-size_t llama_state_seq_set_data_ext(struct llama_context *ctx,
-                                    const uint8_t *src,
-                                    size_t size,
-                                    llama_seq_id dest_seq_id,
-                                    llama_state_seq_flags flags);
+// Trained RoPE frequency scale (1 / `rope.scaling.factor`, 1.0 when absent). 0 for NULL
+// and for vocab-only models.
+float llama_model_rope_freq_scale_train(const struct llama_model *model);
 
-// Returns a batch over the caller's `tokens` (n_tokens of them) for a single sequence: the
-// other fields are NULL, so `llama_decode` uses sequence 0, tracks positions itself and
-// outputs logits for the last token. Nothing is allocated or copied: `tokens` must outlive
-// the batch, and the batch must not be passed to `llama_batch_free`.
-struct llama_batch llama_batch_get_one(llama_token *tokens, int32_t n_tokens);
+// Classifier outputs (labels count, else 1). 0 for a NULL model.
+uint32_t llama_model_n_cls_out(const struct llama_model *model);
 
-// Allocates a batch for up to `n_tokens` tokens of up to `n_seq_max` sequence ids each, as
-// upstream: `embd` (n_tokens * embd floats) when `embd` != 0, otherwise `token`; `pos`,
-// `n_seq_id`, `seq_id` (NULL-terminated) and `logits` always. `n_tokens` of the result is 0
-// and the arrays are uninitialized. Free it with `llama_batch_free`. A negative argument
-// or failed allocation logs an error and returns an all-zero batch (upstream crashes).
-struct llama_batch llama_batch_init(int32_t n_tokens, int32_t embd, int32_t n_seq_max);
+// Label of classifier output `i`, owned by the model; NULL when out of range.
+const char *llama_model_cls_label(const struct llama_model *model, uint32_t i);
 
-// Frees the arrays of a batch allocated by `llama_batch_init` (NULL fields are skipped, as
-// upstream). Only pass batches from `llama_batch_init`, once each.
-void llama_batch_free(struct llama_batch batch);
+// Writes the metadata value of `key` as text (snprintf convention: returns the full length,
+// writes at most `buf_size` bytes including the NUL). A missing key returns -1 and, when
+// `buf_size > 0`, an empty string. Array values are not listed (as upstream); kv overrides
+// do not change these values (as upstream).
+int32_t llama_model_meta_val_str(const struct llama_model *model,
+                                 const char *key,
+                                 char *buf,
+                                 size_t buf_size);
 
-// Upstream: runs the encoder over the batch (no KV cache); 0 on success, negative on error.
-// Not supported by llama-hotswap yet: logs once and returns -1 (an error); the batch is not
-// read.
-int32_t llama_encode(struct llama_context *ctx, struct llama_batch batch);
+// Number of (non-array) metadata entries. -1 for a NULL model.
+int32_t llama_model_meta_count(const struct llama_model *model);
 
-// Upstream: evaluates the batch with the decoder; 0 on success, 1 if no KV slot was found,
-// 2 if aborted, -1 for an invalid batch, < -1 for a fatal error.
-// Not supported by llama-hotswap yet: logs once and returns -1 (an error); the batch is not
-// read.
-int32_t llama_decode(struct llama_context *ctx, struct llama_batch batch);
+// Writes the key of metadata entry `i` (file order; upstream's order is its hash map's).
+// snprintf convention; -1 and an empty buffer when `i` is out of range.
+int32_t llama_model_meta_key_by_index(const struct llama_model *model,
+                                      int32_t i,
+                                      char *buf,
+                                      size_t buf_size);
 
-// Upstream: creates an extended batch sized for the context; free it with
-// `llama_batch_ext_free`.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
-struct llama_batch_ext *llama_batch_ext_init(struct llama_context *ctx);
+// Writes the value of metadata entry `i` as text (file order). snprintf convention; -1 and an
+// empty buffer when `i` is out of range.
+int32_t llama_model_meta_val_str_by_index(const struct llama_model *model,
+                                          int32_t i,
+                                          char *buf,
+                                          size_t buf_size);
 
-// Upstream: frees an extended batch.
-// Not supported by llama-hotswap yet: logs once and returns. No extended batch can exist
-// (creation returns NULL); the pointer is never dereferenced.
-void llama_batch_ext_free(struct llama_batch_ext *batch);
+// Writes `"<arch> <size label> <ftype name>"` (e.g. "llama 7B Q4_K - Medium"; "?B" when the
+// size is unknown; empty for vocab-only models). snprintf convention; -1 for NULL.
+int32_t llama_model_desc(const struct llama_model *model, char *buf, size_t buf_size);
 
-// Upstream: removes every token from an extended batch.
+// The model's file type (`general.file_type`, or guessed from the tensor types with the
+// LLAMA_FTYPE_GUESSED bit). ALL_F32 for vocab-only models and NULL.
+enum llama_ftype llama_model_ftype(const struct llama_model *model);
+
+// Total bytes of all tensors in all the model's files. 0 for NULL.
+uint64_t llama_model_size(const struct llama_model *model);
+
+// The chat template `tokenizer.chat_template` (name NULL) or `tokenizer.chat_template.<name>`;
+// NULL when absent. Owned by the model.
+const char *llama_model_chat_template(const struct llama_model *model, const char *name);
+
+// Total elements of all tensors in all the model's files. 0 for NULL.
+uint64_t llama_model_n_params(const struct llama_model *model);
+
+// True for encoder architectures (T5, T5ENCODER, EAGLE3, DFLASH).
+bool llama_model_has_encoder(const struct llama_model *model);
+
+// False only for T5ENCODER.
+bool llama_model_has_decoder(const struct llama_model *model);
+
+// `<arch>.decoder_start_token_id`, or LLAMA_TOKEN_NULL (-1).
+llama_token llama_model_decoder_start_token(const struct llama_model *model);
+
+// True for recurrent architectures (Mamba, RWKV, …).
+bool llama_model_is_recurrent(const struct llama_model *model);
+
+// True for hybrid (attention + recurrent) architectures.
+bool llama_model_is_hybrid(const struct llama_model *model);
+
+// True for diffusion architectures (Dream, LLaDA, …).
+bool llama_model_is_diffusion(const struct llama_model *model);
+
+// Deprecated: `llama_model_n_ctx_train`.
+int32_t llama_n_ctx_train(const struct llama_model *model);
+
+// Deprecated: `llama_model_n_embd`.
+int32_t llama_n_embd(const struct llama_model *model);
+
+// Deprecated: `llama_model_n_layer`.
+int32_t llama_n_layer(const struct llama_model *model);
+
+// Deprecated: `llama_model_n_head`.
+int32_t llama_n_head(const struct llama_model *model);
+
+// Upstream: creates a model from GGUF metadata, calling `set_tensor_data(tensor,
+// set_tensor_data_ud)` to fill each tensor (tensors are F32 unless the metadata says
+// otherwise).
+// Not supported by llama-hotswap yet: logs once and returns NULL. `metadata` stays owned by
+// the caller, and `set_tensor_data` is never called.
+struct llama_model *llama_model_init_from_user(struct gguf_context *metadata,
+                                               llama_model_set_tensor_data_t set_tensor_data,
+                                               void *set_tensor_data_ud,
+                                               struct llama_model_params params);
+
+// Upstream: writes the model (metadata and tensors) to a GGUF file at `path_model`.
+// Not supported by llama-hotswap yet: logs once and returns without writing anything.
+void llama_model_save_to_file(const struct llama_model *model, const char *path_model);
+
+// The `llama_opt_param_filter` that marks every tensor trainable: always returns true, as
+// upstream. Neither argument is read; both may be NULL.
+bool llama_opt_param_filter_all(const struct ggml_tensor *tensor, void *userdata);
+
+// Upstream: prepares `lctx` for training the parameters of `model` selected by
+// `lopt_params.param_filter`, with the optimizer `lopt_params` describes.
+// Not supported by llama-hotswap yet: logs once and returns; no callback in `lopt_params`
+// is called.
+void llama_opt_init(struct llama_context *lctx,
+                    struct llama_model *model,
+                    struct llama_opt_params lopt_params);
+
+// Upstream: runs one training epoch over `dataset` (data before `idata_split` trains, the
+// rest evaluates), accumulating into the results and calling the callbacks per batch.
+// Not supported by llama-hotswap yet: logs once and returns; the results are not touched
+// and no callback is called.
+void llama_opt_epoch(struct llama_context *lctx,
+                     ggml_opt_dataset_t dataset,
+                     ggml_opt_result_t result_train,
+                     ggml_opt_result_t result_eval,
+                     int64_t idata_split,
+                     ggml_opt_epoch_callback callback_train,
+                     ggml_opt_epoch_callback callback_eval);
+
+// Upstream: the context's timings and token counts (load, prompt and generation time).
+// Not supported by llama-hotswap yet: logs once and returns an all-zero struct.
+struct llama_perf_context_data llama_perf_context(const struct llama_context *ctx);
+
+// Upstream: logs the context's timings (`llama_perf_context`) in a human-readable form.
 // Not supported by llama-hotswap yet: logs once and returns.
-void llama_batch_ext_clear(struct llama_batch_ext *batch);
+void llama_perf_context_print(const struct llama_context *ctx);
 
-// Upstream: adds a token slot for `seq_id` (id and position set later); returns its index,
-// or -1 (full), -2 (invalid token) or -3 (invalid sequence id).
-// Not supported by llama-hotswap yet: logs once and returns -1 (an error).
-int32_t llama_batch_ext_add(struct llama_batch_ext *batch, llama_seq_id seq_id);
+// Upstream: resets the context's timings and counts.
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_perf_context_reset(struct llama_context *ctx);
 
-// Upstream: adds token `id` for `seq_id`; returns its index or a negative error as
-// `llama_batch_ext_add`.
-// Not supported by llama-hotswap yet: logs once and returns -1 (an error).
-int32_t llama_batch_ext_add_token(struct llama_batch_ext *batch,
-                                  llama_seq_id seq_id,
-                                  llama_token id);
+// Upstream: the sampling time and count of a sampler chain (`llama_sampler_chain_init`).
+// Not supported by llama-hotswap yet: logs once and returns an all-zero struct.
+struct llama_perf_sampler_data llama_perf_sampler(const struct llama_sampler *chain);
 
-// Upstream: adds an input embedding for `seq_id`; returns its index or a negative error as
-// `llama_batch_ext_add`.
-// Not supported by llama-hotswap yet: logs once and returns -1 (an error); `embd.data` is
-// not read.
-int32_t llama_batch_ext_add_embd(struct llama_batch_ext *batch,
-                                 llama_seq_id seq_id,
-                                 struct llama_embd embd);
+// Upstream: logs a sampler chain's timings (`llama_perf_sampler`).
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_perf_sampler_print(const struct llama_sampler *chain);
 
-// Upstream: adds the token at index `idx` to sequence `seq_id` as well.
-// Not supported by llama-hotswap yet: logs once and returns false.
-bool llama_batch_ext_add_seq(struct llama_batch_ext *batch, int32_t idx, llama_seq_id seq_id);
+// Upstream: resets a sampler chain's timings and count.
+// Not supported by llama-hotswap yet: logs once and returns.
+void llama_perf_sampler_reset(struct llama_sampler *chain);
 
-// Upstream: sets the token embedding of the token at index `idx`.
-// Not supported by llama-hotswap yet: logs once and returns false; `embd.data` is not read.
-bool llama_batch_ext_set_embd_token(struct llama_batch_ext *batch,
-                                    int32_t idx,
-                                    struct llama_embd embd);
-
-// Upstream: sets the "state" embedding (hidden state from an earlier stage) of the token at
-// index `idx`.
-// Not supported by llama-hotswap yet: logs once and returns false; `embd.data` is not read.
-bool llama_batch_ext_set_embd_state(struct llama_batch_ext *batch,
-                                    int32_t idx,
-                                    struct llama_embd embd);
-
-// Upstream: sets whether embeddings are output for the token at index `idx`.
-// Not supported by llama-hotswap yet: logs once and returns false.
-bool llama_batch_ext_set_output_embd(struct llama_batch_ext *batch, int32_t idx, bool value);
-
-// Upstream: sets whether logits are output for the token at index `idx`.
-// Not supported by llama-hotswap yet: logs once and returns false.
-bool llama_batch_ext_set_output_logits(struct llama_batch_ext *batch, int32_t idx, bool value);
-
-// Upstream: sets the position(s) of the token at index `idx` (several for M-RoPE
-// embeddings).
-// Not supported by llama-hotswap yet: logs once and returns false; `pos` is not read.
-bool llama_batch_ext_set_pos(struct llama_batch_ext *batch, int32_t idx, const llama_pos *pos);
-
-// Upstream: encodes or decodes an extended batch (`type`); returns as `llama_decode`.
-// Not supported by llama-hotswap yet: logs once and returns -1 (an error).
-int32_t llama_process(struct llama_context *ctx,
-                      enum llama_process_type type,
-                      struct llama_batch_ext *batch);
-
-// Upstream: tokenizes `text_len` bytes of `text` into `tokens` (at most `n_tokens_max`);
-// returns the count, or minus the count needed when `tokens` is too small.
-// Not supported by llama-hotswap yet: logs once and returns -1 (never a success: a retry
-// with a larger buffer returns -1 again). `tokens` is left untouched.
-int32_t llama_tokenize(const struct llama_vocab *vocab,
-                       const char *text,
-                       int32_t text_len,
-                       llama_token *tokens,
-                       int32_t n_tokens_max,
-                       bool add_special,
-                       bool parse_special);
-
-// Upstream: writes the text of `token` into `buf` (no NUL, skipping up to `lstrip` leading
-// spaces); returns its length, or minus the length needed when `buf` is too small.
-// Not supported by llama-hotswap yet: logs once and returns -1 (never a success: a retry
-// with a larger buffer returns -1 again). `buf` is left untouched.
-int32_t llama_token_to_piece(const struct llama_vocab *vocab,
-                             llama_token token,
-                             char *buf,
-                             int32_t length,
-                             int32_t lstrip,
-                             bool special);
-
-// Upstream: converts `n_tokens` tokens back into text in `text` (at most `text_len_max`
-// bytes); returns its length, or minus the length needed when `text` is too small.
-// Not supported by llama-hotswap yet: logs once and returns -1 (never a success: a retry
-// with a larger buffer returns -1 again). `text` is left untouched.
-int32_t llama_detokenize(const struct llama_vocab *vocab,
-                         const llama_token *tokens,
-                         int32_t n_tokens,
-                         char *text,
-                         int32_t text_len_max,
-                         bool remove_special,
-                         bool unparse_special);
-
-// Upstream: formats `n_msg` chat messages with a built-in template matching `tmpl` into
-// `buf` (`length` bytes); returns the full length, or -1 for an unsupported template.
-// Not supported by llama-hotswap yet: logs once and returns -1 (upstream's failure value).
-// `buf` is left untouched.
-int32_t llama_chat_apply_template(const char *tmpl,
-                                  const struct llama_chat_message *chat,
-                                  size_t n_msg,
-                                  bool add_ass,
-                                  char *buf,
-                                  int32_t length);
-
-// Upstream: writes up to `len` names of the built-in chat templates (static strings) to
-// `output`; returns the total number of templates.
-// Not supported by llama-hotswap yet: logs once and returns -1. `output` is left untouched.
-int32_t llama_chat_builtin_templates(const char **output, size_t len);
+// Upstream: quantizes the GGUF model `fname_inp` into `fname_out` as `params` says; returns
+// 0 on success and 1 on failure.
+// Not supported by llama-hotswap yet: logs once and returns 1 (upstream's failure value);
+// no file is written.
+uint32_t llama_model_quantize(const char *fname_inp,
+                              const char *fname_out,
+                              const struct llama_model_quantize_params *params);
 
 // Upstream: wraps a host-implemented interface and its state `ctx` into a new sampler,
 // freed with `llama_sampler_free`.
@@ -1513,75 +1567,330 @@ llama_token llama_sampler_sample(struct llama_sampler *smpl,
                                  struct llama_context *ctx,
                                  int32_t idx);
 
-// Upstream: the context's timings and token counts (load, prompt and generation time).
-// Not supported by llama-hotswap yet: logs once and returns an all-zero struct.
-struct llama_perf_context_data llama_perf_context(const struct llama_context *ctx);
+// Upstream: the size in bytes of the context's whole state, for saving.
+// Not supported by llama-hotswap yet: logs once and returns 0.
+size_t llama_state_get_size(struct llama_context *ctx);
 
-// Upstream: logs the context's timings (`llama_perf_context`) in a human-readable form.
+// Upstream: deprecated alias of `llama_state_get_size`.
+// Not supported by llama-hotswap yet: logs once and returns 0.
+size_t llama_get_state_size(struct llama_context *ctx);
+
+// Upstream: copies the context's state into `dst` (`size` bytes); returns the bytes copied.
+// Not supported by llama-hotswap yet: logs once and returns 0; `dst` is left untouched.
+size_t llama_state_get_data(struct llama_context *ctx, uint8_t *dst, size_t size);
+
+// Upstream: deprecated form of `llama_state_get_data` without a size.
+// Not supported by llama-hotswap yet: logs once and returns 0; `dst` is left untouched.
+size_t llama_copy_state_data(struct llama_context *ctx, uint8_t *dst);
+
+// Upstream: restores the context's state from `src` (`size` bytes); returns the bytes read.
+// Not supported by llama-hotswap yet: logs once and returns 0; `src` is not read.
+size_t llama_state_set_data(struct llama_context *ctx, const uint8_t *src, size_t size);
+
+// Upstream: deprecated form of `llama_state_set_data` without a size.
+// Not supported by llama-hotswap yet: logs once and returns 0; `src` is not read.
+size_t llama_set_state_data(struct llama_context *ctx, const uint8_t *src);
+
+// Upstream: restores the context's state from a session file, writing its prompt tokens to
+// `tokens_out` (up to `n_token_capacity`) and their count to `n_token_count_out`.
+// Not supported by llama-hotswap yet: logs once and returns false; nothing is read and
+// neither out-pointer is written.
+bool llama_state_load_file(struct llama_context *ctx,
+                           const char *path_session,
+                           llama_token *tokens_out,
+                           size_t n_token_capacity,
+                           size_t *n_token_count_out);
+
+// Upstream: deprecated alias of `llama_state_load_file`.
+// Not supported by llama-hotswap yet: logs once and returns false; neither out-pointer is
+// written.
+bool llama_load_session_file(struct llama_context *ctx,
+                             const char *path_session,
+                             llama_token *tokens_out,
+                             size_t n_token_capacity,
+                             size_t *n_token_count_out);
+
+// Upstream: saves the context's state and the prompt `tokens` to a session file.
+// Not supported by llama-hotswap yet: logs once and returns false; no file is written.
+bool llama_state_save_file(struct llama_context *ctx,
+                           const char *path_session,
+                           const llama_token *tokens,
+                           size_t n_token_count);
+
+// Upstream: deprecated alias of `llama_state_save_file`.
+// Not supported by llama-hotswap yet: logs once and returns false; no file is written.
+bool llama_save_session_file(struct llama_context *ctx,
+                             const char *path_session,
+                             const llama_token *tokens,
+                             size_t n_token_count);
+
+// Upstream: the exact size in bytes of the state of sequence `seq_id`.
+// Not supported by llama-hotswap yet: logs once and returns 0.
+size_t llama_state_seq_get_size(struct llama_context *ctx, llama_seq_id seq_id);
+
+// Upstream: copies the state of sequence `seq_id` into `dst`; returns the bytes copied.
+// Not supported by llama-hotswap yet: logs once and returns 0; `dst` is left untouched.
+size_t llama_state_seq_get_data(struct llama_context *ctx,
+                                uint8_t *dst,
+                                size_t size,
+                                llama_seq_id seq_id);
+
+// Upstream: restores a sequence state from `src` into `dest_seq_id`; returns the bytes
+// read, 0 on failure.
+// Not supported by llama-hotswap yet: logs once and returns 0 (upstream's failure value);
+// `src` is not read.
+size_t llama_state_seq_set_data(struct llama_context *ctx,
+                                const uint8_t *src,
+                                size_t size,
+                                llama_seq_id dest_seq_id);
+
+// Upstream: saves the state of sequence `seq_id` and its `tokens` to a file; returns the
+// bytes written, 0 on failure.
+// Not supported by llama-hotswap yet: logs once and returns 0; no file is written.
+size_t llama_state_seq_save_file(struct llama_context *ctx,
+                                 const char *filepath,
+                                 llama_seq_id seq_id,
+                                 const llama_token *tokens,
+                                 size_t n_token_count);
+
+// Upstream: restores a sequence state from a file into `dest_seq_id` (only counting its
+// tokens when `tokens_out` is NULL); returns the bytes read, 0 on failure.
+// Not supported by llama-hotswap yet: logs once and returns 0; nothing is read and neither
+// out-pointer is written.
+size_t llama_state_seq_load_file(struct llama_context *ctx,
+                                 const char *filepath,
+                                 llama_seq_id dest_seq_id,
+                                 llama_token *tokens_out,
+                                 size_t n_token_capacity,
+                                 size_t *n_token_count_out);
+
+// Upstream: `llama_state_seq_get_size` with `LLAMA_STATE_SEQ_FLAGS_*` flags.
+// Not supported by llama-hotswap yet: logs once and returns 0.
+size_t llama_state_seq_get_size_ext(struct llama_context *ctx,
+                                    llama_seq_id seq_id,
+                                    llama_state_seq_flags flags);
+
+// Upstream: `llama_state_seq_get_data` with `LLAMA_STATE_SEQ_FLAGS_*` flags.
+// Not supported by llama-hotswap yet: logs once and returns 0; `dst` is left untouched.
+size_t llama_state_seq_get_data_ext(struct llama_context *ctx,
+                                    uint8_t *dst,
+                                    size_t size,
+                                    llama_seq_id seq_id,
+                                    llama_state_seq_flags flags);
+
+// Upstream: `llama_state_seq_set_data` with `LLAMA_STATE_SEQ_FLAGS_*` flags; 0 on failure.
+// Not supported by llama-hotswap yet: logs once and returns 0; `src` is not read.
+size_t llama_state_seq_set_data_ext(struct llama_context *ctx,
+                                    const uint8_t *src,
+                                    size_t size,
+                                    llama_seq_id dest_seq_id,
+                                    llama_state_seq_flags flags);
+
+// Upstream: makes the context compute with the given ggml threadpools (`threadpool` for
+// single-token generation, `threadpool_batch` for batches) instead of its own.
+// Not supported by llama-hotswap yet: logs once and returns. Nothing is attached; the
+// threadpools stay owned by the caller and are never dereferenced.
+void llama_attach_threadpool(struct llama_context *ctx,
+                             ggml_threadpool_t threadpool,
+                             ggml_threadpool_t threadpool_batch);
+
+// Upstream: detaches the threadpools set with `llama_attach_threadpool`, so the context
+// goes back to its own.
 // Not supported by llama-hotswap yet: logs once and returns.
-void llama_perf_context_print(const struct llama_context *ctx);
+void llama_detach_threadpool(struct llama_context *ctx);
 
-// Upstream: resets the context's timings and counts.
-// Not supported by llama-hotswap yet: logs once and returns.
-void llama_perf_context_reset(struct llama_context *ctx);
+// Upstream: tokenizes `text_len` bytes of `text` into `tokens` (at most `n_tokens_max`);
+// returns the count, or minus the count needed when `tokens` is too small.
+// Not supported by llama-hotswap yet: logs once and returns -1 (never a success: a retry
+// with a larger buffer returns -1 again). `tokens` is left untouched.
+int32_t llama_tokenize(const struct llama_vocab *vocab,
+                       const char *text,
+                       int32_t text_len,
+                       llama_token *tokens,
+                       int32_t n_tokens_max,
+                       bool add_special,
+                       bool parse_special);
 
-// Upstream: the sampling time and count of a sampler chain (`llama_sampler_chain_init`).
-// Not supported by llama-hotswap yet: logs once and returns an all-zero struct.
-struct llama_perf_sampler_data llama_perf_sampler(const struct llama_sampler *chain);
+// Upstream: writes the text of `token` into `buf` (no NUL, skipping up to `lstrip` leading
+// spaces); returns its length, or minus the length needed when `buf` is too small.
+// Not supported by llama-hotswap yet: logs once and returns -1 (never a success: a retry
+// with a larger buffer returns -1 again). `buf` is left untouched.
+int32_t llama_token_to_piece(const struct llama_vocab *vocab,
+                             llama_token token,
+                             char *buf,
+                             int32_t length,
+                             int32_t lstrip,
+                             bool special);
 
-// Upstream: logs a sampler chain's timings (`llama_perf_sampler`).
-// Not supported by llama-hotswap yet: logs once and returns.
-void llama_perf_sampler_print(const struct llama_sampler *chain);
+// Upstream: converts `n_tokens` tokens back into text in `text` (at most `text_len_max`
+// bytes); returns its length, or minus the length needed when `text` is too small.
+// Not supported by llama-hotswap yet: logs once and returns -1 (never a success: a retry
+// with a larger buffer returns -1 again). `text` is left untouched.
+int32_t llama_detokenize(const struct llama_vocab *vocab,
+                         const llama_token *tokens,
+                         int32_t n_tokens,
+                         char *text,
+                         int32_t text_len_max,
+                         bool remove_special,
+                         bool unparse_special);
 
-// Upstream: resets a sampler chain's timings and count.
-// Not supported by llama-hotswap yet: logs once and returns.
-void llama_perf_sampler_reset(struct llama_sampler *chain);
+// Upstream: formats `n_msg` chat messages with a built-in template matching `tmpl` into
+// `buf` (`length` bytes); returns the full length, or -1 for an unsupported template.
+// Not supported by llama-hotswap yet: logs once and returns -1 (upstream's failure value).
+// `buf` is left untouched.
+int32_t llama_chat_apply_template(const char *tmpl,
+                                  const struct llama_chat_message *chat,
+                                  size_t n_msg,
+                                  bool add_ass,
+                                  char *buf,
+                                  int32_t length);
 
-// The `llama_opt_param_filter` that marks every tensor trainable: always returns true, as
-// upstream. Neither argument is read; both may be NULL.
-bool llama_opt_param_filter_all(const struct ggml_tensor *tensor, void *userdata);
+// Upstream: writes up to `len` names of the built-in chat templates (static strings) to
+// `output`; returns the total number of templates.
+// Not supported by llama-hotswap yet: logs once and returns -1. `output` is left untouched.
+int32_t llama_chat_builtin_templates(const char **output, size_t len);
 
-// Upstream: prepares `lctx` for training the parameters of `model` selected by
-// `lopt_params.param_filter`, with the optimizer `lopt_params` describes.
-// Not supported by llama-hotswap yet: logs once and returns; no callback in `lopt_params`
-// is called.
-void llama_opt_init(struct llama_context *lctx,
-                    struct llama_model *model,
-                    struct llama_opt_params lopt_params);
+// The tokenizer type (`enum llama_vocab_type`). NONE (0) for NULL.
+enum llama_vocab_type llama_vocab_type(const struct llama_vocab *vocab);
 
-// Upstream: runs one training epoch over `dataset` (data before `idata_split` trains, the
-// rest evaluates), accumulating into the results and calling the callbacks per batch.
-// Not supported by llama-hotswap yet: logs once and returns; the results are not touched
-// and no callback is called.
-void llama_opt_epoch(struct llama_context *lctx,
-                     ggml_opt_dataset_t dataset,
-                     ggml_opt_result_t result_train,
-                     ggml_opt_result_t result_eval,
-                     int64_t idata_split,
-                     ggml_opt_epoch_callback callback_train,
-                     ggml_opt_epoch_callback callback_eval);
+// Number of tokens. -1 for NULL.
+int32_t llama_vocab_n_tokens(const struct llama_vocab *vocab);
 
-// Upstream: quantizes the GGUF model `fname_inp` into `fname_out` as `params` says; returns
-// 0 on success and 1 on failure.
-// Not supported by llama-hotswap yet: logs once and returns 1 (upstream's failure value);
-// no file is written.
-uint32_t llama_model_quantize(const char *fname_inp,
-                              const char *fname_out,
-                              const struct llama_model_quantize_params *params);
+// Deprecated: `llama_vocab_n_tokens`.
+int32_t llama_n_vocab(const struct llama_vocab *vocab);
 
-// Upstream: creates a model from GGUF metadata, calling `set_tensor_data(tensor,
-// set_tensor_data_ud)` to fill each tensor (tensors are F32 unless the metadata says
-// otherwise).
-// Not supported by llama-hotswap yet: logs once and returns NULL. `metadata` stays owned by
-// the caller, and `set_tensor_data` is never called.
-struct llama_model *llama_model_init_from_user(struct gguf_context *metadata,
-                                               llama_model_set_tensor_data_t set_tensor_data,
-                                               void *set_tensor_data_ud,
-                                               struct llama_model_params params);
+// Text of `token`, owned by the model; NULL (and a log line) when out of range (upstream
+// aborts).
+const char *llama_vocab_get_text(const struct llama_vocab *vocab, llama_token token);
 
-// Upstream: writes the model (metadata and tensors) to a GGUF file at `path_model`.
-// Not supported by llama-hotswap yet: logs once and returns without writing anything.
-void llama_model_save_to_file(const struct llama_model *model, const char *path_model);
+// Score of `token`; 0.0 (and a log line) when out of range (upstream aborts).
+float llama_vocab_get_score(const struct llama_vocab *vocab, llama_token token);
+
+// Attributes of `token` (`enum llama_token_attr` bits); UNDEFINED (0) when out of range.
+enum llama_token_attr llama_vocab_get_attr(const struct llama_vocab *vocab, llama_token token);
+
+// Whether `token` ends generation (EOS, EOT, EOM and the end-of-turn tokens upstream
+// recognises). False for NULL.
+bool llama_vocab_is_eog(const struct llama_vocab *vocab, llama_token token);
+
+// Whether `token` is a control token. False for NULL or out of range.
+bool llama_vocab_is_control(const struct llama_vocab *vocab, llama_token token);
+
+// Beginning-of-sentence token, or LLAMA_TOKEN_NULL.
+llama_token llama_vocab_bos(const struct llama_vocab *vocab);
+
+// End-of-sentence token, or LLAMA_TOKEN_NULL.
+llama_token llama_vocab_eos(const struct llama_vocab *vocab);
+
+// End-of-turn token, or LLAMA_TOKEN_NULL.
+llama_token llama_vocab_eot(const struct llama_vocab *vocab);
+
+// Sentence separator token, or LLAMA_TOKEN_NULL.
+llama_token llama_vocab_sep(const struct llama_vocab *vocab);
+
+// Newline token, or LLAMA_TOKEN_NULL.
+llama_token llama_vocab_nl(const struct llama_vocab *vocab);
+
+// Padding token, or LLAMA_TOKEN_NULL.
+llama_token llama_vocab_pad(const struct llama_vocab *vocab);
+
+// Mask token, or LLAMA_TOKEN_NULL.
+llama_token llama_vocab_mask(const struct llama_vocab *vocab);
+
+// Fill-in-the-middle prefix token, or LLAMA_TOKEN_NULL.
+llama_token llama_vocab_fim_pre(const struct llama_vocab *vocab);
+
+// Fill-in-the-middle suffix token, or LLAMA_TOKEN_NULL.
+llama_token llama_vocab_fim_suf(const struct llama_vocab *vocab);
+
+// Fill-in-the-middle middle token, or LLAMA_TOKEN_NULL.
+llama_token llama_vocab_fim_mid(const struct llama_vocab *vocab);
+
+// Fill-in-the-middle pad token, or LLAMA_TOKEN_NULL.
+llama_token llama_vocab_fim_pad(const struct llama_vocab *vocab);
+
+// Fill-in-the-middle repository token, or LLAMA_TOKEN_NULL.
+llama_token llama_vocab_fim_rep(const struct llama_vocab *vocab);
+
+// Fill-in-the-middle file separator token, or LLAMA_TOKEN_NULL.
+llama_token llama_vocab_fim_sep(const struct llama_vocab *vocab);
+
+// Deprecated: the BOS token (upstream's classification token).
+llama_token llama_vocab_cls(const struct llama_vocab *vocab);
+
+// Whether a BOS token should be added when tokenizing. False for NULL.
+bool llama_vocab_get_add_bos(const struct llama_vocab *vocab);
+
+// Whether an EOS token should be added when tokenizing. False for NULL.
+bool llama_vocab_get_add_eos(const struct llama_vocab *vocab);
+
+// Whether a SEP token should be added when tokenizing. False for NULL.
+bool llama_vocab_get_add_sep(const struct llama_vocab *vocab);
+
+// Tokens to suppress during sampling. None are read from the file yet: writes 0 to
+// `n_suppress_tokens` (when non-NULL) and returns NULL.
+const llama_token *llama_vocab_get_suppress_tokens(const struct llama_vocab *vocab,
+                                                   int32_t *n_suppress_tokens);
+
+// Deprecated: `llama_vocab_get_text`.
+const char *llama_token_get_text(const struct llama_vocab *vocab, llama_token token);
+
+// Deprecated: `llama_vocab_get_score`.
+float llama_token_get_score(const struct llama_vocab *vocab, llama_token token);
+
+// Deprecated: `llama_vocab_get_attr`.
+enum llama_token_attr llama_token_get_attr(const struct llama_vocab *vocab, llama_token token);
+
+// Deprecated: `llama_vocab_is_eog`.
+bool llama_token_is_eog(const struct llama_vocab *vocab, llama_token token);
+
+// Deprecated: `llama_vocab_is_control`.
+bool llama_token_is_control(const struct llama_vocab *vocab, llama_token token);
+
+// Deprecated: `llama_vocab_bos`.
+llama_token llama_token_bos(const struct llama_vocab *vocab);
+
+// Deprecated: `llama_vocab_eos`.
+llama_token llama_token_eos(const struct llama_vocab *vocab);
+
+// Deprecated: `llama_vocab_eot`.
+llama_token llama_token_eot(const struct llama_vocab *vocab);
+
+// Deprecated: `llama_vocab_cls`.
+llama_token llama_token_cls(const struct llama_vocab *vocab);
+
+// Deprecated: `llama_vocab_sep`.
+llama_token llama_token_sep(const struct llama_vocab *vocab);
+
+// Deprecated: `llama_vocab_nl`.
+llama_token llama_token_nl(const struct llama_vocab *vocab);
+
+// Deprecated: `llama_vocab_pad`.
+llama_token llama_token_pad(const struct llama_vocab *vocab);
+
+// Deprecated: `llama_vocab_get_add_bos`.
+bool llama_add_bos_token(const struct llama_vocab *vocab);
+
+// Deprecated: `llama_vocab_get_add_eos`.
+bool llama_add_eos_token(const struct llama_vocab *vocab);
+
+// Deprecated: `llama_vocab_fim_pre`.
+llama_token llama_token_fim_pre(const struct llama_vocab *vocab);
+
+// Deprecated: `llama_vocab_fim_suf`.
+llama_token llama_token_fim_suf(const struct llama_vocab *vocab);
+
+// Deprecated: `llama_vocab_fim_mid`.
+llama_token llama_token_fim_mid(const struct llama_vocab *vocab);
+
+// Deprecated: `llama_vocab_fim_pad`.
+llama_token llama_token_fim_pad(const struct llama_vocab *vocab);
+
+// Deprecated: `llama_vocab_fim_rep`.
+llama_token llama_token_fim_rep(const struct llama_vocab *vocab);
+
+// Deprecated: `llama_vocab_fim_sep`.
+llama_token llama_token_fim_sep(const struct llama_vocab *vocab);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -7,6 +7,8 @@
 /// cbindgen:ignore
 pub mod gguf;
 /// cbindgen:ignore
+pub mod loader;
+/// cbindgen:ignore
 pub mod log;
 /// cbindgen:ignore
 pub mod model;

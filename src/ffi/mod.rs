@@ -125,18 +125,21 @@ pub(crate) unsafe fn write_snprintf(buf: *mut c_char, buf_size: usize, text: &[u
 
 pub mod types;
 
-pub mod backend;
-pub mod threadpool;
-pub mod context;
 pub mod adapter;
-pub mod memory;
-pub mod state;
+pub mod backend;
 pub mod batch;
-pub mod tokenize;
-pub mod sampling;
-pub mod perf;
-pub mod opt;
-pub mod quantize;
-pub mod model_user;
+pub mod context;
 pub mod device;
+pub mod ext;
 pub mod handles;
+pub mod memory;
+pub mod model;
+pub mod model_user;
+pub mod opt;
+pub mod perf;
+pub mod quantize;
+pub mod sampling;
+pub mod state;
+pub mod threadpool;
+pub mod tokenize;
+pub mod vocab;

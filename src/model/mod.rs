@@ -1,12 +1,45 @@
-//! The loaded model: metadata, hyperparameters, vocabulary and tensors (the loading issue
-//! fills this in).
+//! The loaded model: metadata, hyperparameters, vocabulary and tensors.
 
+pub mod arch;
 pub mod ftype;
+pub mod hparams;
+pub mod meta;
 pub mod split;
+pub mod tensors;
+pub mod vocab;
+
+use std::collections::HashMap;
+use std::ffi::CString;
+
+use crate::loader::file::SourceFile;
+use hparams::HParams;
+use meta::Metadata;
+use tensors::TensorStore;
+use vocab::Vocab;
 
 /// A loaded model.
-#[derive(Debug, Default)]
-pub struct Model {}
+#[derive(Debug)]
+pub struct Model {
+    pub arch: String,
+    pub meta: Metadata,
+    /// Zero for a vocab-only model (upstream leaves them at their defaults).
+    pub hparams: HParams,
+    pub vocab: Vocab,
+    /// `llama_ftype`, possibly with the GUESSED bit.
+    pub ftype: i32,
+    /// `"<arch> <size label> <ftype name>"`; empty for vocab-only models.
+    pub desc: String,
+    /// Sum of tensor bytes over every file (padding excluded).
+    pub size: u64,
+    pub n_params: u64,
+    /// Chat templates by GGUF key (`tokenizer.chat_template[.<name>]`), NUL-terminated.
+    pub chat_templates: HashMap<String, CString>,
+    pub cls_labels: Vec<CString>,
+    pub tensors: TensorStore,
+    /// The files the tensors came from (kept open: hot-swap watches them).
+    pub files: Vec<SourceFile>,
+    pub load_mode: LoadMode,
+}
 
 /// Per-context state (graph-cache bookkeeping; decode is not supported yet).
 #[derive(Debug, Default)]
@@ -61,5 +94,25 @@ impl LoadMode {
         ]
         .into_iter()
         .find(|mode| mode.name().to_bytes() == name.as_bytes())
+    }
+
+    /// Whether CPU tensors alias a file mapping (AUTO maps unless a device needs otherwise).
+    pub fn uses_mmap(self) -> bool {
+        matches!(self, LoadMode::Auto | LoadMode::Mmap | LoadMode::MmapMlock)
+    }
+
+    pub fn uses_mlock(self) -> bool {
+        matches!(self, LoadMode::Mlock | LoadMode::MmapMlock)
+    }
+}
+
+impl Model {
+    /// Upstream's `llama_model_chat_template`: the named or default template, or None.
+    pub fn chat_template(&self, name: Option<&str>) -> Option<&CString> {
+        let key = match name {
+            None => "tokenizer.chat_template".to_string(),
+            Some(n) => format!("tokenizer.chat_template.{n}"),
+        };
+        self.chat_templates.get(&key)
     }
 }

@@ -1,0 +1,151 @@
+//! Files on disk: opening (buffered or O_DIRECT), identity for change detection, bounded
+//! header reads, positional reads, mappings and page-aligned owned memory. This is the OS
+//! edge of the loader; the only `unsafe` here is the mapping of a file, with its SAFETY note.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::gguf::{Gguf, GgufError};
+
+/// What identifies a file's content for change detection: a rename-into-place changes the
+/// inode, a `cp -p` keeps mtime but changes ctime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileIdentity {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i128,
+    pub ctime_ns: i128,
+}
+
+impl FileIdentity {
+    pub fn of(meta: &std::fs::Metadata) -> FileIdentity {
+        FileIdentity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+        }
+    }
+}
+
+/// An open model file.
+#[derive(Debug)]
+pub struct SourceFile {
+    /// The path it was opened by (None for a `FILE *` handed in by the host).
+    pub path: Option<PathBuf>,
+    pub file: File,
+    /// Where the GGUF starts inside the file (non-zero only for `FILE *` sources).
+    pub base: u64,
+    pub identity: FileIdentity,
+}
+
+impl SourceFile {
+    pub fn open(path: &Path) -> io::Result<SourceFile> {
+        let file = File::open(path)?;
+        let identity = FileIdentity::of(&file.metadata()?);
+        Ok(SourceFile {
+            path: Some(path.to_path_buf()),
+            file,
+            base: 0,
+            identity,
+        })
+    }
+
+    pub fn from_file(file: File, base: u64) -> io::Result<SourceFile> {
+        let identity = FileIdentity::of(&file.metadata()?);
+        Ok(SourceFile {
+            path: None,
+            file,
+            base,
+            identity,
+        })
+    }
+
+    /// A name for log lines.
+    pub fn display_name(&self) -> String {
+        self.path
+            .as_ref()
+            .map_or_else(|| "<FILE *>".to_string(), |p| p.display().to_string())
+    }
+
+    /// Bytes of GGUF available after `base`.
+    pub fn gguf_size(&self) -> u64 {
+        self.identity.size.saturating_sub(self.base)
+    }
+
+    /// Reads exactly `buf.len()` bytes at GGUF offset `offset`; a short file is an error.
+    pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.file.read_exact_at(buf, self.base + offset)
+    }
+}
+
+/// The header bytes of a GGUF file, read with bounded reads: parsing the metadata of a huge
+/// shard touches only its header.
+pub fn read_header_bytes(source: &SourceFile) -> Result<Vec<u8>, HeaderError> {
+    let file_size = source.gguf_size();
+    let mut want = file_size.min(1 << 20);
+    loop {
+        let mut buf = vec![0u8; want as usize];
+        source.read_exact_at(&mut buf, 0).map_err(HeaderError::Io)?;
+        match Gguf::parse_header(&buf, file_size) {
+            Ok(_) => return Ok(buf),
+            Err(GgufError::NeedMoreBytes {
+                needed_at_least, ..
+            }) if want < file_size => {
+                want = needed_at_least.max(want.saturating_mul(2)).min(file_size);
+            }
+            Err(e) => return Err(HeaderError::Gguf(e)),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HeaderError {
+    #[error("read failed: {0}")]
+    Io(io::Error),
+    #[error("{0}")]
+    Gguf(GgufError),
+}
+
+/// Opens a second handle on the same file with O_DIRECT when the filesystem allows it.
+pub fn reopen_direct(path: &Path) -> Option<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .ok()
+}
+
+/// A read-only shared mapping of a whole file.
+pub fn map_file(file: &File, populate: bool) -> io::Result<memmap2::Mmap> {
+    let mut options = memmap2::MmapOptions::new();
+    if populate {
+        options.populate();
+    }
+    // SAFETY: the mapping is read-only and shared. Another process may still truncate or
+    // rewrite the file underneath it; llama-hotswap never writes through mappings, and the
+    // hot-swap path moves tensors off a file's mapping as soon as it sees the file changed.
+    // The remaining hazard (a host reading weights after truncating a mapped file and before
+    // calling reload) is documented in the README.
+    let map = unsafe { options.map(file) }?;
+    let _ = map.advise(memmap2::Advice::Sequential);
+    if populate {
+        let _ = map.advise(memmap2::Advice::WillNeed);
+    }
+    Ok(map)
+}
+
+/// Page-aligned, owned, writable memory (an anonymous mapping), optionally pre-faulted so
+/// that reads into it do not pay page faults one page at a time.
+pub fn alloc_pages(len: usize, populate: bool) -> io::Result<memmap2::MmapMut> {
+    let mut options = memmap2::MmapOptions::new();
+    options.len(len.max(1));
+    if populate {
+        options.populate();
+    }
+    options.map_anon()
+}

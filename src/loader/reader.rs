@@ -1,0 +1,162 @@
+//! Owned-memory loading (load modes NONE, MLOCK, DIRECT_IO): each file is read into one
+//! pre-faulted, page-aligned arena that mirrors the file's offsets, in large positional reads
+//! split across two threads. Mirroring keeps O_DIRECT's alignment rules trivially satisfied
+//! (aligned file offset ⇔ aligned arena address) and lets reads stay disjoint.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+use super::file::{self, SourceFile};
+use super::{file_error, LoadError};
+
+/// O_DIRECT needs offsets, lengths and addresses aligned to the logical block size; 4096
+/// covers every common device.
+const ALIGN: u64 = 4096;
+/// Largest single pread.
+const CHUNK: usize = 64 << 20;
+/// Below this a read stays on one thread.
+const PARALLEL_MIN: usize = 8 << 20;
+
+pub struct ArenaReader {
+    arena: memmap2::MmapMut,
+    /// File offset up to which the arena is filled.
+    cursor: u64,
+    direct: Option<File>,
+}
+
+fn align_up(x: u64) -> u64 {
+    x.div_ceil(ALIGN) * ALIGN
+}
+
+impl ArenaReader {
+    pub fn new(source: &SourceFile, direct_io: bool) -> Result<ArenaReader, LoadError> {
+        let size = source.identity.size;
+        let len =
+            usize::try_from(align_up(size)).map_err(|_| file_error(source, "file too large"))?;
+        let arena = file::alloc_pages(len, true)
+            .map_err(|e| file_error(source, format!("failed to allocate {len} bytes: {e}")))?;
+        let direct = if direct_io {
+            match source.path.as_deref().and_then(file::reopen_direct) {
+                Some(f) => Some(f),
+                None => {
+                    crate::log_warn!(
+                        "{}: direct I/O is not available, using buffered reads",
+                        source.display_name()
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Ok(ArenaReader {
+            arena,
+            cursor: 0,
+            direct,
+        })
+    }
+
+    /// Makes sure the arena holds the file up to `end` (exclusive).
+    pub fn read_through(&mut self, source: &SourceFile, end: u64) -> Result<(), LoadError> {
+        if end <= self.cursor {
+            return Ok(());
+        }
+        let file_size = source.identity.size;
+        let target = if self.direct.is_some() {
+            align_up(end).min(self.arena.len() as u64)
+        } else {
+            end
+        };
+        let from = self.cursor as usize;
+        let to = target as usize;
+        let want_until = end.min(file_size) as usize;
+        let result = read_range(
+            self.direct.as_ref().unwrap_or(&source.file),
+            &mut self.arena[from..to],
+            self.cursor,
+        );
+        let got = match result {
+            Err(e) if self.direct.is_some() && e.raw_os_error() == Some(libc::EINVAL) => {
+                crate::log_warn!(
+                    "{}: direct I/O read refused ({e}), falling back to buffered reads",
+                    source.display_name()
+                );
+                self.direct = None;
+                return self.read_through(source, end);
+            }
+            Err(e) => {
+                return Err(file_error(
+                    source,
+                    format!("read error at offset {}: {e}", self.cursor),
+                ))
+            }
+            Ok(n) => n,
+        };
+        if from + got < want_until {
+            return Err(file_error(
+                source,
+                format!(
+                    "unexpected end of file at offset {} (wanted data up to {end})",
+                    from + got
+                ),
+            ));
+        }
+        self.cursor = target.min((from + got) as u64).max(end);
+        Ok(())
+    }
+
+    pub fn bytes(&self, offset: usize, len: usize) -> &[u8] {
+        &self.arena[offset..offset + len]
+    }
+
+    /// The filled arena, locked in memory when asked (failure to lock is a warning).
+    pub fn finish(self, mlock: bool, source: &SourceFile) -> memmap2::MmapMut {
+        if mlock {
+            if let Err(e) = self.arena.lock() {
+                crate::log_warn!(
+                    "{}: failed to mlock {} bytes: {e}",
+                    source.display_name(),
+                    self.arena.len()
+                );
+            }
+        }
+        self.arena
+    }
+}
+
+/// Fills `dst` from `file` at `offset`, stopping early only at end of file; large ranges are
+/// split between two threads. Returns the bytes read.
+fn read_range(file: &File, dst: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    if dst.len() < PARALLEL_MIN {
+        return read_serial(file, dst, offset);
+    }
+    let half = (dst.len() / 2) & !(ALIGN as usize - 1);
+    let (a, b) = dst.split_at_mut(half);
+    let (ra, rb) = std::thread::scope(|scope| {
+        let first = scope.spawn(|| read_serial(file, a, offset));
+        let second = read_serial(file, b, offset + half as u64);
+        (
+            first
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("reader thread panicked"))),
+            second,
+        )
+    });
+    let na = ra?;
+    let nb = rb?;
+    Ok(if na < half { na } else { half + nb })
+}
+
+fn read_serial(file: &File, dst: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    let mut done = 0;
+    while done < dst.len() {
+        let end = (done + CHUNK).min(dst.len());
+        match file.read_at(&mut dst[done..end], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}

@@ -1011,6 +1011,11 @@ uint32_t llama_n_rs_seq(const struct llama_context *ctx);
 // Not supported by llama-hotswap yet: logs once and returns NULL.
 llama_memory_t llama_get_memory(const struct llama_context *ctx);
 
+// Upstream: the pooling type the context applies to embeddings.
+// Not supported by llama-hotswap yet: logs once and returns LLAMA_POOLING_TYPE_UNSPECIFIED,
+// which a context never reports.
+enum llama_pooling_type llama_pooling_type(const struct llama_context *ctx);
+
 // Upstream: sets the thread counts for generation (`n_threads`) and for batches
 // (`n_threads_batch`).
 // Not supported by llama-hotswap yet: logs once and returns.

@@ -106,13 +106,9 @@ pub unsafe extern "C" fn llama_get_memory(ctx: *const llama_context) -> llama_me
     unsupported!("llama_get_memory", std::ptr::null_mut())
 }
 
-// Kept out of the header for now: cbindgen writes `enum llama_pooling_type` with a typedef of
-// the same name (style "both"), which collides with this function in C and C++. Once
-// cbindgen.toml declares that enum without a typedef, drop the `cbindgen:ignore` line.
 /// Upstream: the pooling type the context applies to embeddings.
 /// Not supported by llama-hotswap yet: logs once and returns LLAMA_POOLING_TYPE_UNSPECIFIED,
 /// which a context never reports.
-/// cbindgen:ignore
 #[no_mangle]
 pub unsafe extern "C" fn llama_pooling_type(ctx: *const llama_context) -> LlamaPoolingType {
     unsupported!(

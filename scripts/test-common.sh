@@ -27,7 +27,13 @@ need_tools() { bash "$ROOT/scripts/install-tools.sh"; }
 # Builds the release library unless the test runner already did (LLAMA_HOTSWAP_BUILT=1).
 need_library() {
     if [ "${LLAMA_HOTSWAP_BUILT:-0}" != 1 ]; then
-        cargo build --release --lib --quiet || fail "cargo build --release failed"
+        if ! cargo build --release --lib >"$WORK/cargo-build.log" 2>&1; then
+            tail -n 40 "$WORK/cargo-build.log" >&2
+            fail "cargo build --release failed"
+        fi
     fi
     [ -f "$LIB" ] || fail "$LIB is missing (the release build failed?)"
+    # Programs linked with -lllama record the SONAME, libllama.so.0; cargo only writes
+    # libllama.so, so give the loader the SONAME next to it (as `make install` does).
+    ln -sf libllama.so "$RELEASE_DIR/libllama.so.0"
 }

@@ -52,15 +52,15 @@ struct llama_model_kv_override {
 // cannot repeat a value, so it is a constant here (same value, same use in C).
 #define LLAMA_ROPE_SCALING_TYPE_MAX_VALUE 3
 
-#define LLAMA_DEFAULT_SEED 4294967295
+#define LLAMA_DEFAULT_SEED 4294967295u
 
 #define LLAMA_TOKEN_NULL -1
 
-#define LLAMA_FILE_MAGIC_GGLA 1734831201
+#define LLAMA_FILE_MAGIC_GGLA 1734831201u
 
-#define LLAMA_FILE_MAGIC_GGSN 1734833006
+#define LLAMA_FILE_MAGIC_GGSN 1734833006u
 
-#define LLAMA_FILE_MAGIC_GGSQ 1734833009
+#define LLAMA_FILE_MAGIC_GGSQ 1734833009u
 
 #define LLAMA_SESSION_MAGIC LLAMA_FILE_MAGIC_GGSN
 
@@ -684,6 +684,27 @@ typedef struct ggml_threadpool *ggml_threadpool_t;
 struct llama_chat_message {
   const char *role;
   const char *content;
+};
+
+// `struct ggml_backend_dev_caps`.
+struct ggml_backend_dev_caps {
+  bool async;
+  bool host_buffer;
+  bool buffer_from_host_ptr;
+  bool events;
+  bool mmap_support;
+};
+
+// `struct ggml_backend_dev_props`. The strings are owned by the device and live as long as
+// the library.
+struct ggml_backend_dev_props {
+  const char *name;
+  const char *description;
+  size_t memory_free;
+  size_t memory_total;
+  enum ggml_backend_dev_type type;
+  const char *device_id;
+  struct ggml_backend_dev_caps caps;
 };
 
 #ifdef __cplusplus

@@ -2,7 +2,7 @@
  * Loops every operation that is available without a model file many times, for valgrind
  * (scripts/test-valgrind.sh: --leak-check=full, definite leaks and memory errors fail).
  *
- * To extend: write `static void op_x(void)` and add it to OPS. Functions that are not
+ * To extend: write `static int op_x(void)` (1: ran, 0: skipped) and add it to OPS. Functions that are not
  * exported yet are declared weak below (compiled against upstream's header), so an op can
  * test `if (fn == NULL)` and skip until the function lands. Model load/free runs when
  * LLAMA_HOTSWAP_TEST_MODEL names a GGUF file.
@@ -29,7 +29,7 @@ static void quiet_callback(enum ggml_log_level level, const char *text, void *us
     lines_logged++;
 }
 
-static void op_log_set_get(void) {
+static int op_log_set_get(void) {
     ggml_log_callback cb = NULL;
     void *ud = NULL;
     llama_log_set(quiet_callback, &lines_logged);
@@ -38,9 +38,10 @@ static void op_log_set_get(void) {
         printf("log_get returned a different callback\n");
         exit(2);
     }
+    return 1;
 }
 
-static void op_default_params(void) {
+static int op_default_params(void) {
     volatile struct llama_model_params mp = llama_model_default_params();
     volatile struct llama_context_params cp = llama_context_default_params();
     volatile struct llama_sampler_chain_params sp = llama_sampler_chain_default_params();
@@ -49,9 +50,10 @@ static void op_default_params(void) {
     (void)cp;
     (void)sp;
     (void)qp;
+    return 1;
 }
 
-static void op_names(void) {
+static int op_names(void) {
     int i;
     for (i = 0; i < 45; i++) {
         (void)llama_ftype_name((enum llama_ftype)i);
@@ -63,42 +65,46 @@ static void op_names(void) {
     (void)llama_model_meta_key_str(LLAMA_MODEL_META_KEY_SAMPLING_TOP_K);
     (void)llama_print_system_info();
     (void)llama_version();
+    return 1;
 }
 
-static void op_split_path(void) {
+static int op_split_path(void) {
     char path[128];
     char prefix[128];
     (void)llama_split_path(path, sizeof path, "/tmp/model", 3, 7);
     (void)llama_split_prefix(prefix, sizeof prefix, path, 3, 7);
     (void)llama_split_path(path, 4, "/tmp/model", 3, 7); /* truncation */
     (void)llama_split_path(path, sizeof path, NULL, 0, 1); /* logged error path */
+    return 1;
 }
 
-static void op_backend(void) {
+static int op_backend(void) {
     llama_backend_init();
     llama_numa_init(GGML_NUMA_STRATEGY_DISABLED);
     (void)llama_time_us();
     (void)llama_supports_gpu_offload();
     llama_backend_free();
+    return 1;
 }
 
-static void op_batch(void) {
+static int op_batch(void) {
     struct llama_batch b;
     if (llama_batch_init == NULL || llama_batch_free == NULL) {
-        return;
+        return 0;
     }
     b = llama_batch_init(64, 0, 2);
     llama_batch_free(b);
     b = llama_batch_init(8, 16, 1);
     llama_batch_free(b);
+    return 1;
 }
 
-static void op_model(void) {
+static int op_model(void) {
     const char *path = getenv("LLAMA_HOTSWAP_TEST_MODEL");
     struct llama_model *model;
     if (path == NULL || path[0] == '\0' || llama_model_load_from_file == NULL ||
         llama_model_free == NULL) {
-        return;
+        return 0;
     }
     model = llama_model_load_from_file(path, llama_model_default_params());
     if (model == NULL) {
@@ -109,11 +115,12 @@ static void op_model(void) {
         (void)llama_vocab_n_tokens(llama_model_get_vocab(model));
     }
     llama_model_free(model);
+    return 1;
 }
 
 static const struct {
     const char *name;
-    void (*run)(void);
+    int (*run)(void); /* 1: ran, 0: skipped (function or model not available) */
 } OPS[] = {
     {"log set/get", op_log_set_get},
     {"default params", op_default_params},
@@ -125,19 +132,20 @@ static const struct {
 };
 
 int main(int argc, char **argv) {
+    enum { N_OPS = sizeof OPS / sizeof OPS[0] };
     int rounds = argc > 1 ? atoi(argv[1]) : 50;
+    int ran[N_OPS] = {0};
     int r;
     size_t i;
     for (r = 0; r < rounds; r++) {
-        for (i = 0; i < sizeof OPS / sizeof OPS[0]; i++) {
-            OPS[i].run();
+        for (i = 0; i < N_OPS; i++) {
+            ran[i] += OPS[i].run();
         }
     }
     llama_log_set(NULL, NULL);
-    for (i = 0; i < sizeof OPS / sizeof OPS[0]; i++) {
-        printf("op: %s\n", OPS[i].name);
+    for (i = 0; i < N_OPS; i++) {
+        printf("op %-20s %s\n", OPS[i].name, ran[i] ? "ran" : "skipped (not available)");
     }
-    printf("%d rounds of %zu ops, %d log lines\n", rounds, sizeof OPS / sizeof OPS[0],
-           lines_logged);
+    printf("%d rounds of %d ops, %d log lines\n", rounds, (int)N_OPS, lines_logged);
     return 0;
 }

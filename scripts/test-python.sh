@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# llama-cpp-python's ctypes bindings (pinned sdist, unpacked in the cache) loading our
+# library: `import llama_cpp` must work and llama_max_devices() print 16, then a few more
+# calls (tests/python/test_import_llama_cpp.py).
+. "$(dirname "$0")/test-common.sh"
+need_upstream_source
+need_venv
+need_library
+export PYTHONPATH="$UPSTREAM_DIR${PYTHONPATH:+:$PYTHONPATH}"
+export LLAMA_CPP_LIB_PATH="$RELEASE_DIR"
+py="$VENV/bin/python"
+status=0
+
+# The symbol check runs first so a failing import is explained by the list of missing names.
+"$py" tests/python/test_import_llama_cpp.py || status=1
+
+if out="$("$py" -c 'import llama_cpp; print(llama_cpp.llama_max_devices())' 2>&1)" \
+    && [ "$(printf '%s\n' "$out" | tail -n 1)" = 16 ]; then
+    say "ok   python -c 'import llama_cpp; print(llama_cpp.llama_max_devices())' -> 16"
+else
+    say "FAIL python -c 'import llama_cpp; print(llama_cpp.llama_max_devices())':"
+    printf '%s\n' "$out" | tail -n 8
+    status=1
+fi
+exit "$status"

@@ -2,12 +2,16 @@
 # Quick start on a fresh machine:  make demo   |   make test
 SHELL := /bin/bash
 PREFIX ?= /usr/local
+DESTDIR ?=
 CARGO ?= cargo
 CACHE_ENV := . scripts/env.sh
 RELEASE_DIR := target/release
 LIB := $(RELEASE_DIR)/libllama.so
+# The llama.cpp version whose API this library mirrors (llama_version() reports the same).
+LLAMA_PC_VERSION := 0.5.0-dev
+TEST_PARTS := rust header abi symbols c asan valgrind python status
 
-.PHONY: all build header tools
+.PHONY: all build header tools install demo test setup $(addprefix test-,$(TEST_PARTS))
 all: build
 
 # cbindgen, pinned, installed into the cache's cargo root when missing.
@@ -19,3 +23,48 @@ build:
 
 header: tools
 	@$(CACHE_ENV); "$$LLAMA_HOTSWAP_CACHE/bin/cbindgen" --config cbindgen.toml --quiet --output include/llama.h .
+
+# Installs like llama.cpp: lib/libllama.so.0 (the SONAME) with a libllama.so link,
+# include/llama.h and lib/pkgconfig/llama.pc.  `make install PREFIX=$HOME/.local`
+install: build
+	install -d "$(DESTDIR)$(PREFIX)/lib/pkgconfig" "$(DESTDIR)$(PREFIX)/include"
+	install -m 755 $(LIB) "$(DESTDIR)$(PREFIX)/lib/libllama.so.0"
+	ln -sfn libllama.so.0 "$(DESTDIR)$(PREFIX)/lib/libllama.so"
+	install -m 644 include/llama.h "$(DESTDIR)$(PREFIX)/include/llama.h"
+	printf '%s\n' \
+	    'prefix=$(PREFIX)' \
+	    'exec_prefix=$${prefix}' \
+	    'libdir=$${exec_prefix}/lib' \
+	    'includedir=$${prefix}/include' \
+	    '' \
+	    'Name: llama' \
+	    'Description: llama-hotswap: drop-in libllama with tensor hot-swap' \
+	    'Version: $(LLAMA_PC_VERSION)' \
+	    'Libs: -L$${libdir} -lllama' \
+	    'Cflags: -I$${includedir}' \
+	    >"$(DESTDIR)$(PREFIX)/lib/pkgconfig/llama.pc"
+
+# The demo program is scripts/demo.sh (maintained with the demo itself).
+demo: build
+	@if [ -f scripts/demo.sh ]; then \
+	    bash scripts/demo.sh; \
+	else \
+	    echo "make demo: scripts/demo.sh does not exist yet (the demo has not landed)." >&2; \
+	    exit 1; \
+	fi
+
+# Installs what the tests need into the cache (idempotent): pinned cbindgen, the Python venv,
+# upstream llama.cpp sources and its CPU library (the oracle).
+setup:
+	@bash scripts/install-tools.sh
+	@bash scripts/setup-venv.sh >/dev/null
+	@bash scripts/fetch-upstream.sh >/dev/null
+	@bash scripts/build-upstream.sh >/dev/null
+
+# Every part; ends with "N passed, N failed[, N skipped]" and fails if any part failed.
+test:
+	@bash scripts/test-all.sh $(TEST_PARTS)
+
+# One part each: make test-abi, make test-c, ...
+$(addprefix test-,$(TEST_PARTS)):
+	@bash scripts/$@.sh

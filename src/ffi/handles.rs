@@ -7,6 +7,7 @@ use super::FfiError;
 
 const MODEL_MAGIC: u64 = u64::from_le_bytes(*b"LHSmodel");
 const VOCAB_MAGIC: u64 = u64::from_le_bytes(*b"LHSvocab");
+#[allow(dead_code)] // contexts become real with the hot-swap work
 const CONTEXT_MAGIC: u64 = u64::from_le_bytes(*b"LHSctx\0\0");
 const DEAD_MAGIC: u64 = u64::from_le_bytes(*b"LHSdead\0");
 
@@ -25,6 +26,7 @@ pub struct llama_vocab {
 }
 
 /// An inference context (`struct llama_context`).
+#[allow(dead_code)] // contexts become real with the hot-swap work
 pub struct llama_context {
     magic: u64,
     pub(crate) model: *const llama_model,
@@ -45,6 +47,7 @@ impl llama_model {
     }
 }
 
+#[allow(dead_code)]
 impl llama_context {
     pub(crate) fn new_boxed(
         model: *const llama_model,
@@ -91,6 +94,7 @@ pub(crate) unsafe fn vocab<'a>(ptr: *const llama_vocab) -> Result<&'a llama_voca
 }
 
 /// Borrows a context handle after checking it.
+#[allow(dead_code)]
 ///
 /// # Safety
 /// As [`model`].
@@ -125,6 +129,7 @@ pub(crate) unsafe fn free_model(ptr: *mut llama_model) -> Result<(), FfiError> {
 }
 
 /// Frees a context handle. NULL is a no-op.
+#[allow(dead_code)]
 ///
 /// # Safety
 /// As [`context`]; the pointer must not be used afterwards.

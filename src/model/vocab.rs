@@ -102,24 +102,12 @@ const EOT_TEXTS: &[&str] = &[
     "<｜end▁of▁sentence｜>",
     "<end_of_utterance>",
 ];
-/// Texts upstream adds to the end-of-generation set.
+/// Texts upstream adds to the end-of-generation set (and marks as control tokens).
 const EOG_TEXTS: &[&str] = &[
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<|return|>",
-    "<|call|>",
-    "<|flush|>",
-    "<|calls|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "<|eom_id|>",
-    "<EOT>",
-    "_<EOT>",
-    "[EOT]",
-    "[EOS]",
-    "<|end_of_text|>",
-    "<end_of_utterance>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<｜end▁of▁sentence｜>", "[e~[",
 ];
 
 impl Vocab {
@@ -284,12 +272,18 @@ impl Vocab {
                 v.tokens[id as usize].attr |= ATTR_CONTROL;
             }
         }
-        for text in EOG_TEXTS {
-            if let Some(&id) = by_text.get(*text) {
+        let s = v.specials;
+        for id in [s.fim_pad, s.fim_rep, s.fim_sep] {
+            if id != TOKEN_NULL {
                 v.eog.insert(id);
             }
         }
-        let s = v.specials;
+        for text in EOG_TEXTS {
+            if let Some(&id) = by_text.get(*text) {
+                v.eog.insert(id);
+                v.tokens[id as usize].attr |= ATTR_CONTROL;
+            }
+        }
         for id in [s.eos, s.eot, s.eom] {
             if id != TOKEN_NULL {
                 v.eog.insert(id);

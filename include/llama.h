@@ -323,7 +323,8 @@ enum llama_process_type {
   LLAMA_PROCESS_TYPE_DECODE = 1,
 };
 
-// A buffer type (`struct ggml_backend_buffer_type`); internals private.
+// A buffer type (`struct ggml_backend_buffer_type`); internals private. Each device has one,
+// its default buffer type, named like the device ("CPU", "VGPU0").
 struct ggml_backend_buffer_type;
 
 // A device (`struct ggml_backend_device`); internals private.
@@ -597,6 +598,27 @@ struct llama_embd {
 
 typedef struct llama_memory_i *llama_memory_t;
 
+// `struct ggml_backend_dev_caps`.
+struct ggml_backend_dev_caps {
+  bool async;
+  bool host_buffer;
+  bool buffer_from_host_ptr;
+  bool events;
+  bool mmap_support;
+};
+
+// `struct ggml_backend_dev_props`. The strings are owned by the device and live as long as
+// the library.
+struct ggml_backend_dev_props {
+  const char *name;
+  const char *description;
+  size_t memory_free;
+  size_t memory_total;
+  enum ggml_backend_dev_type type;
+  const char *device_id;
+  struct ggml_backend_dev_caps caps;
+};
+
 typedef void (*llama_model_set_tensor_data_t)(struct ggml_tensor *tensor, void *userdata);
 
 typedef bool (*llama_opt_param_filter)(const struct ggml_tensor *tensor, void *userdata);
@@ -684,27 +706,6 @@ typedef struct ggml_threadpool *ggml_threadpool_t;
 struct llama_chat_message {
   const char *role;
   const char *content;
-};
-
-// `struct ggml_backend_dev_caps`.
-struct ggml_backend_dev_caps {
-  bool async;
-  bool host_buffer;
-  bool buffer_from_host_ptr;
-  bool events;
-  bool mmap_support;
-};
-
-// `struct ggml_backend_dev_props`. The strings are owned by the device and live as long as
-// the library.
-struct ggml_backend_dev_props {
-  const char *name;
-  const char *description;
-  size_t memory_free;
-  size_t memory_total;
-  enum ggml_backend_dev_type type;
-  const char *device_id;
-  struct ggml_backend_dev_caps caps;
 };
 
 #ifdef __cplusplus
@@ -1134,6 +1135,64 @@ uint32_t llama_get_sampled_candidates_count_ith(struct llama_context *ctx, int32
 // Not supported by llama-hotswap yet: logs once and returns false. The sampler stays owned
 // by the caller.
 bool llama_set_sampler(struct llama_context *ctx, llama_seq_id seq_id, struct llama_sampler *smpl);
+
+// Number of devices: the virtual GPUs plus the CPU (always at least 1).
+size_t ggml_backend_dev_count(void);
+
+// Device `index` in registry order (GPUs first, CPU last). The handle is valid for the life
+// of the process. An index `>= ggml_backend_dev_count()` logs an error and returns NULL
+// (upstream asserts).
+ggml_backend_dev_t ggml_backend_dev_get(size_t index);
+
+// The device with this name, compared case-insensitively as upstream ("cpu", "vgpu0"); NULL
+// when there is none. A NULL name logs an error and returns NULL.
+ggml_backend_dev_t ggml_backend_dev_by_name(const char *name);
+
+// The first device of this type (GPU: `VGPU0`; CPU: the CPU), or NULL when there is none. A
+// value outside `enum ggml_backend_dev_type` logs an error and returns NULL.
+ggml_backend_dev_t ggml_backend_dev_by_type(enum ggml_backend_dev_type type);
+
+// The device's name ("CPU", "VGPU0", …), a static string. NULL and a log line for a NULL or
+// foreign handle.
+const char *ggml_backend_dev_name(ggml_backend_dev_t device);
+
+// The device's description (the CPU model from /proc/cpuinfo, or "llama-hotswap virtual GPU
+// (24 GiB)"), a static string. NULL and a log line for a NULL or foreign handle.
+const char *ggml_backend_dev_description(ggml_backend_dev_t device);
+
+// Writes the device's free and total memory in bytes. A virtual GPU reports
+// `capacity - used` and its capacity; the CPU reports its physical memory for both, as
+// upstream. For a NULL or foreign handle, logs an error and writes 0 to both; a NULL
+// out-pointer logs an error and is skipped.
+void ggml_backend_dev_memory(ggml_backend_dev_t device, size_t *free, size_t *total);
+
+// The device's type: GGML_BACKEND_DEVICE_TYPE_GPU for a virtual GPU, _CPU for the CPU. For a
+// NULL or foreign handle, logs an error and returns GGML_BACKEND_DEVICE_TYPE_CPU (the answer
+// that never offloads).
+enum ggml_backend_dev_type ggml_backend_dev_type(ggml_backend_dev_t device);
+
+// Fills `props` (zeroed first, as upstream): name, description, memory and type as the
+// functions above; `device_id` NULL (no PCI id); capabilities: the CPU as upstream's CPU
+// device (buffer_from_host_ptr, mmap_support), a virtual GPU as a discrete GPU that loads
+// from mapped files (mmap_support only). A NULL `props` logs an error; a NULL or foreign
+// handle logs an error and leaves `props` zeroed.
+void ggml_backend_dev_get_props(ggml_backend_dev_t device, struct ggml_backend_dev_props *props);
+
+// The device's default buffer type (named like the device), valid for the life of the
+// process; for the CPU the same handle as `ggml_backend_cpu_buffer_type()`. NULL and a log
+// line for a NULL or foreign handle.
+ggml_backend_buffer_type_t ggml_backend_dev_buffer_type(ggml_backend_dev_t device);
+
+// The CPU buffer type ("CPU"), valid for the life of the process.
+ggml_backend_buffer_type_t ggml_backend_cpu_buffer_type(void);
+
+// The buffer type's name ("CPU", "VGPU0", …), a static string. NULL and a log line for a
+// NULL or foreign handle (upstream asserts).
+const char *ggml_backend_buft_name(ggml_backend_buffer_type_t buft);
+
+// Loads all backends: a no-op, as every device is built in (upstream loads dynamic backend
+// libraries here).
+void ggml_backend_load_all(void);
 
 // ==== llama-hotswap extensions (not in upstream llama.h) ====
 //

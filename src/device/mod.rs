@@ -1,0 +1,446 @@
+//! Devices: the process-wide device registry, memory allocation on devices, and the pure
+//! placement rules (which layer goes to which device, row splits, buffer-type overrides).
+//!
+//! # The registry
+//!
+//! [`Registry::global`] is created once per process, on first use, and never changes. Its
+//! order is upstream's registry order, where GPU backends register before the CPU backend
+//! (`ggml-backend-reg.cpp`): CUDA devices (none yet, see [`cuda`]), then the virtual GPUs,
+//! then the CPU, which is always present and always last.
+//!
+//! * **CPU** — named "CPU", described by the first `model name` of /proc/cpuinfo (or "CPU"),
+//!   type CPU. Its memory is the physical memory (`MemTotal`); as upstream, all of it is
+//!   reported free.
+//! * **Virtual GPUs** — type GPU, named `VGPU0`, `VGPU1`, … in the order of
+//!   `LLAMA_VIRTUAL_GPUS`, described as "llama-hotswap virtual GPU (24 GiB)". Each is backed by
+//!   host memory with an enforced capacity: [`Device::allocate`] fails exactly when
+//!   `used + bytes > capacity`, and [`Device::memory`] reports `(capacity - used, capacity)`.
+//!   An allocation owns its own buffer (never a view of a file mapping), and dropping it gives
+//!   its bytes back.
+//! * **CUDA** — not supported yet; [`cuda::probe`] is the hook and finds nothing.
+//!
+//! # `LLAMA_VIRTUAL_GPUS`
+//!
+//! Read once, when the registry is created. Grammar (whitespace allowed around every token):
+//!
+//! ```text
+//! spec     := "" | entry ("," entry)*
+//! entry    := number unit?
+//! number   := digit+ ("." digit*)? | "." digit+
+//! unit     := "B" | "KiB" | "MiB" | "GiB" | "TiB" | "KB" | "MB" | "GB" | "TB"   (any case)
+//! ```
+//!
+//! `KiB`… are powers of 1024, `KB`… powers of 1000; no unit means bytes; a fraction is rounded
+//! down to whole bytes. Example: `24GiB, 8 GiB,512mib,1000000`. A capacity must be at least one
+//! byte and fit in `usize`. A malformed entry (including an empty one, as in `8GiB,,4GiB`) logs
+//! one error line naming it and that device is skipped; the remaining devices are numbered
+//! without gaps. An unset or empty variable means no virtual GPUs.
+
+pub mod capacity;
+pub mod cuda;
+mod host;
+pub mod overrides;
+pub mod placement;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use thiserror::Error;
+
+pub use capacity::{format_capacity, parse_capacity, parse_virtual_gpus, CapacityError};
+pub use overrides::{parse_override_list, BuftOverrides, OverrideError};
+pub use placement::{
+    compute_placement, row_split, LayerDevice, MemoryInfo, Placement, PlacementError,
+    PlacementRequest, RowSlice, SplitMode,
+};
+
+/// The environment variable that defines the virtual GPUs.
+pub const VIRTUAL_GPUS_ENV: &str = "LLAMA_VIRTUAL_GPUS";
+
+/// ggml's `enum ggml_backend_dev_type`, with the same values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DeviceType {
+    Cpu = 0,
+    Gpu = 1,
+    Igpu = 2,
+    Accel = 3,
+    Meta = 4,
+}
+
+impl DeviceType {
+    /// The type for a raw ggml value, or None outside the enum.
+    pub fn from_raw(raw: i32) -> Option<DeviceType> {
+        Some(match raw {
+            0 => DeviceType::Cpu,
+            1 => DeviceType::Gpu,
+            2 => DeviceType::Igpu,
+            3 => DeviceType::Accel,
+            4 => DeviceType::Meta,
+            _ => return None,
+        })
+    }
+}
+
+/// Why a device allocation failed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum DeviceError {
+    /// The request exceeds the device's free capacity.
+    #[error("{device}: out of memory: cannot allocate {requested} bytes, {free} bytes free (capacity {capacity} bytes)")]
+    OutOfMemory {
+        device: String,
+        requested: u64,
+        free: u64,
+        capacity: u64,
+    },
+    /// The host could not provide the backing memory.
+    #[error("{device}: the host could not allocate {requested} bytes of backing memory")]
+    HostAllocation { device: String, requested: u64 },
+}
+
+/// Capacity accounting of one virtual GPU; shared by the device and its live allocations.
+#[derive(Debug)]
+struct CapacityPool {
+    capacity: u64,
+    used: AtomicU64,
+}
+
+impl CapacityPool {
+    /// Reserves `bytes`, or returns the free bytes seen when `used + bytes > capacity`.
+    fn reserve(&self, bytes: u64) -> Result<(), u64> {
+        let mut used = self.used.load(Ordering::Acquire);
+        loop {
+            let free = self.capacity.saturating_sub(used);
+            if bytes > free {
+                return Err(free);
+            }
+            match self.used.compare_exchange_weak(
+                used,
+                used + bytes,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(current) => used = current,
+            }
+        }
+    }
+
+    fn release(&self, bytes: u64) {
+        self.used.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    fn used(&self) -> u64 {
+        self.used.load(Ordering::Acquire)
+    }
+}
+
+/// Where a device's memory comes from.
+#[derive(Debug)]
+enum Backing {
+    /// Plain host memory, not accounted (the CPU device).
+    Host { total: u64 },
+    /// Host memory with an enforced capacity (a virtual GPU).
+    Capacity(Arc<CapacityPool>),
+}
+
+/// One device of the registry.
+#[derive(Debug)]
+pub struct Device {
+    index: usize,
+    name: String,
+    description: String,
+    device_type: DeviceType,
+    device_id: Option<String>,
+    backing: Backing,
+}
+
+impl Device {
+    fn cpu(index: usize, total: u64) -> Device {
+        Device {
+            index,
+            name: "CPU".to_string(),
+            description: host::cpu_description(),
+            device_type: DeviceType::Cpu,
+            device_id: None,
+            backing: Backing::Host { total },
+        }
+    }
+
+    fn virtual_gpu(index: usize, number: usize, capacity: u64) -> Device {
+        Device {
+            index,
+            name: format!("VGPU{number}"),
+            description: format!("llama-hotswap virtual GPU ({})", format_capacity(capacity)),
+            device_type: DeviceType::Gpu,
+            device_id: None,
+            backing: Backing::Capacity(Arc::new(CapacityPool {
+                capacity,
+                used: AtomicU64::new(0),
+            })),
+        }
+    }
+
+    /// Position in the registry (the ggml device index).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// "CPU", "VGPU0", …
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A description for humans (the CPU model, or the virtual GPU's capacity).
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    pub fn device_type(&self) -> DeviceType {
+        self.device_type
+    }
+
+    /// Whether upstream would offer this device to a model by default (a GPU).
+    pub fn is_gpu(&self) -> bool {
+        self.device_type == DeviceType::Gpu
+    }
+
+    /// The PCI bus id upstream uses to skip duplicate GPUs; None for the CPU and virtual GPUs.
+    pub fn device_id(&self) -> Option<&str> {
+        self.device_id.as_deref()
+    }
+
+    /// Whether this device enforces a capacity (a virtual GPU).
+    pub fn is_virtual(&self) -> bool {
+        matches!(self.backing, Backing::Capacity(_))
+    }
+
+    /// Free and total bytes now. For a virtual GPU, `free = capacity - used`; for the CPU,
+    /// free equals total as upstream ("free system memory is ill-defined").
+    pub fn memory(&self) -> MemoryInfo {
+        match &self.backing {
+            Backing::Host { total } => MemoryInfo {
+                free: *total,
+                total: *total,
+            },
+            Backing::Capacity(pool) => MemoryInfo {
+                free: pool.capacity.saturating_sub(pool.used()),
+                total: pool.capacity,
+            },
+        }
+    }
+
+    /// Bytes currently allocated on a virtual GPU (0 for the CPU, which is not accounted).
+    pub fn used(&self) -> u64 {
+        match &self.backing {
+            Backing::Host { .. } => 0,
+            Backing::Capacity(pool) => pool.used(),
+        }
+    }
+
+    /// Allocates `bytes` zeroed bytes on this device. On a virtual GPU this fails exactly when
+    /// `used + bytes > capacity`; the reservation is returned when the allocation is dropped.
+    /// The backing buffer is written once (zeroed), so its pages are resident afterwards.
+    pub fn allocate(&self, bytes: u64) -> Result<DeviceAllocation, DeviceError> {
+        self.allocate_with(bytes, |buf, len| buf.resize(len, 0))
+    }
+
+    /// Allocates a copy of `data` on this device (one pass over the bytes), with the capacity
+    /// rule of [`Device::allocate`].
+    pub fn allocate_copy(&self, data: &[u8]) -> Result<DeviceAllocation, DeviceError> {
+        let bytes = u64::try_from(data.len()).unwrap_or(u64::MAX);
+        self.allocate_with(bytes, |buf, _| buf.extend_from_slice(data))
+    }
+
+    fn allocate_with(
+        &self,
+        bytes: u64,
+        fill: impl FnOnce(&mut Vec<u8>, usize),
+    ) -> Result<DeviceAllocation, DeviceError> {
+        let pool = match &self.backing {
+            Backing::Host { .. } => None,
+            Backing::Capacity(pool) => {
+                pool.reserve(bytes)
+                    .map_err(|free| DeviceError::OutOfMemory {
+                        device: self.name.clone(),
+                        requested: bytes,
+                        free,
+                        capacity: pool.capacity,
+                    })?;
+                Some(Arc::clone(pool))
+            }
+        };
+        let host_error = || DeviceError::HostAllocation {
+            device: self.name.clone(),
+            requested: bytes,
+        };
+        let give_back = |pool: &Option<Arc<CapacityPool>>| {
+            if let Some(pool) = pool {
+                pool.release(bytes);
+            }
+        };
+        let Ok(len) = usize::try_from(bytes) else {
+            give_back(&pool);
+            return Err(host_error());
+        };
+        let mut data = Vec::new();
+        if data.try_reserve_exact(len).is_err() {
+            give_back(&pool);
+            return Err(host_error());
+        }
+        fill(&mut data, len);
+        Ok(DeviceAllocation {
+            data,
+            device: self.index,
+            reserved: bytes,
+            pool,
+        })
+    }
+}
+
+/// Memory allocated on a device: an owned buffer of exactly the requested size. Dropping it
+/// returns its bytes to the device's capacity.
+#[derive(Debug)]
+pub struct DeviceAllocation {
+    data: Vec<u8>,
+    device: usize,
+    reserved: u64,
+    pool: Option<Arc<CapacityPool>>,
+}
+
+impl DeviceAllocation {
+    /// The registry index of the device it lives on.
+    pub fn device_index(&self) -> usize {
+        self.device
+    }
+
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.data
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.data
+    }
+}
+
+impl Drop for DeviceAllocation {
+    fn drop(&mut self) {
+        if let Some(pool) = &self.pool {
+            pool.release(self.reserved);
+        }
+    }
+}
+
+/// The devices of the process (or of a test), in upstream's registry order: GPUs first, CPU
+/// last.
+#[derive(Debug)]
+pub struct Registry {
+    devices: Vec<Device>,
+}
+
+impl Registry {
+    /// The process-wide registry, created on first use from `LLAMA_VIRTUAL_GPUS` (one error
+    /// line per malformed entry).
+    pub fn global() -> &'static Registry {
+        static GLOBAL: OnceLock<Registry> = OnceLock::new();
+        GLOBAL.get_or_init(|| {
+            let spec = std::env::var_os(VIRTUAL_GPUS_ENV).unwrap_or_default();
+            let spec = spec.to_string_lossy();
+            let (capacities, errors) = parse_virtual_gpus(&spec);
+            for error in &errors {
+                crate::log_error!("{VIRTUAL_GPUS_ENV}: {error}; this device is skipped");
+            }
+            Registry::with_virtual_gpus(&capacities)
+        })
+    }
+
+    /// A registry with virtual GPUs of the given capacities (no CUDA devices) and the CPU.
+    /// For tests and tools; the library uses [`Registry::global`].
+    pub fn with_virtual_gpus(capacities: &[u64]) -> Registry {
+        let mut devices = Vec::with_capacity(capacities.len() + 1);
+        // CUDA devices would come first here (cuda::probe() finds none yet).
+        debug_assert!(cuda::probe().is_empty());
+        for (number, &capacity) in capacities.iter().enumerate() {
+            devices.push(Device::virtual_gpu(devices.len(), number, capacity));
+        }
+        devices.push(Device::cpu(devices.len(), host::total_memory()));
+        Registry { devices }
+    }
+
+    /// Every device, in registry order.
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    pub fn len(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// Never true: the CPU is always present.
+    pub fn is_empty(&self) -> bool {
+        self.devices.is_empty()
+    }
+
+    pub fn get(&self, index: usize) -> Option<&Device> {
+        self.devices.get(index)
+    }
+
+    /// The CPU device (always present, last).
+    pub fn cpu(&self) -> &Device {
+        self.devices
+            .iter()
+            .find(|d| d.device_type == DeviceType::Cpu)
+            .expect("the registry always has a CPU device")
+    }
+
+    /// The GPU devices, in registry order.
+    pub fn gpus(&self) -> impl Iterator<Item = &Device> {
+        self.devices.iter().filter(|d| d.is_gpu())
+    }
+
+    pub fn any_gpu(&self) -> bool {
+        self.gpus().next().is_some()
+    }
+
+    /// The device with this name, compared case-insensitively (ASCII) as upstream.
+    pub fn by_name(&self, name: &str) -> Option<&Device> {
+        self.devices
+            .iter()
+            .find(|d| d.name.eq_ignore_ascii_case(name))
+    }
+
+    /// The first device of this type.
+    pub fn by_type(&self, device_type: DeviceType) -> Option<&Device> {
+        self.devices.iter().find(|d| d.device_type == device_type)
+    }
+
+    /// Upstream's default device list for a model (`params.devices == NULL`, split mode not
+    /// TENSOR): the GPUs in registry order, skipping a GPU whose `device_id` equals that of
+    /// one already chosen. (There are no RPC devices or integrated GPUs to order around.)
+    pub fn default_model_devices(&self) -> Vec<&Device> {
+        let mut chosen: Vec<&Device> = Vec::new();
+        for device in self.gpus() {
+            let duplicate = device
+                .device_id()
+                .is_some_and(|id| chosen.iter().any(|c| c.device_id() == Some(id)));
+            if duplicate {
+                crate::log_info!(
+                    "skipping device {} ({}) with id {} - already using a device with the same id",
+                    device.name(),
+                    device.description(),
+                    device.device_id().unwrap_or("unknown id")
+                );
+            } else {
+                chosen.push(device);
+            }
+        }
+        chosen
+    }
+}

@@ -407,6 +407,9 @@ pub unsafe extern "C" fn llama_split_path(
     boundary!("llama_split_path", 0, {
         // SAFETY: NULL or a C string per the API contract.
         let prefix = unsafe { c_str(path_prefix, "path_prefix") }?;
+        if split_path.is_null() && maxlen > 0 {
+            return Err(FfiError::Null("split_path"));
+        }
         let path = crate::model::split::split_path(&prefix, split_no, split_count);
         if path.len() >= maxlen {
             // SAFETY: `split_path` is valid for `maxlen` bytes per the contract.
@@ -432,6 +435,9 @@ pub unsafe extern "C" fn llama_split_prefix(
     boundary!("llama_split_prefix", 0, {
         // SAFETY: NULL or a C string per the API contract.
         let path = unsafe { c_str(split_path, "split_path") }?;
+        if split_prefix.is_null() && maxlen > 0 {
+            return Err(FfiError::Null("split_prefix"));
+        }
         match crate::model::split::split_prefix(&path, split_no, split_count) {
             // SAFETY: `split_prefix` is valid for `maxlen` bytes per the contract.
             Some(prefix) => Ok(unsafe { write_snprintf(split_prefix, maxlen, prefix.as_bytes()) }),

@@ -26,6 +26,9 @@ need_tools() { bash "$ROOT/scripts/install-tools.sh"; }
 
 # Builds the release library unless the test runner already did (LLAMA_HOTSWAP_BUILT=1).
 need_library() {
+    if [ "${LLAMA_HOTSWAP_BUILD_FAILED:-0}" = 1 ]; then
+        fail "the release build failed (see its output above)"
+    fi
     if [ "${LLAMA_HOTSWAP_BUILT:-0}" != 1 ]; then
         if ! cargo build --release --lib >"$WORK/cargo-build.log" 2>&1; then
             tail -n 40 "$WORK/cargo-build.log" >&2

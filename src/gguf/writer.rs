@@ -2,6 +2,7 @@
 //! padded offsets exactly as upstream's `gguf_write_out` lays them out, and gguf-split style
 //! shard sets.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -326,7 +327,10 @@ pub struct Layout {
 pub struct GgufWriter {
     version: u32,
     kvs: Vec<(String, MetaValue)>,
+    /// Position of each key in `kvs`, so building files with many keys stays linear.
+    key_index: HashMap<String, usize>,
     tensors: Vec<PendingTensor>,
+    tensor_names: HashMap<String, usize>,
 }
 
 impl Default for GgufWriter {
@@ -340,7 +344,9 @@ impl GgufWriter {
         GgufWriter {
             version: GGUF_VERSION,
             kvs: Vec::new(),
+            key_index: HashMap::new(),
             tensors: Vec::new(),
+            tensor_names: HashMap::new(),
         }
     }
 
@@ -350,10 +356,18 @@ impl GgufWriter {
         let mut writer = GgufWriter::new();
         writer.version = gguf.version();
         for kv in gguf.kvs() {
+            // Pushed rather than `set`, so that keys which collide after the lossy
+            // conversion stay distinct pairs, as in the file.
             let key = String::from_utf8_lossy(kv.key).into_owned();
+            writer
+                .key_index
+                .entry(key.clone())
+                .or_insert(writer.kvs.len());
             writer.kvs.push((key, MetaValue::from_value(&kv.value)));
         }
         for tensor in gguf.tensors() {
+            let index = writer.tensors.len();
+            writer.tensor_names.insert(tensor.name.to_owned(), index);
             writer.tensors.push(PendingTensor {
                 name: tensor.name.to_owned(),
                 dims: tensor.shape().to_vec(),
@@ -381,17 +395,25 @@ impl GgufWriter {
     /// old pair is removed and the new one appended.
     pub fn set(&mut self, key: &str, value: impl Into<MetaValue>) -> &mut Self {
         self.remove(key);
+        self.key_index.insert(key.to_owned(), self.kvs.len());
         self.kvs.push((key.to_owned(), value.into()));
         self
     }
 
     pub fn get(&self, key: &str) -> Option<&MetaValue> {
-        self.kvs.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+        self.key_index.get(key).map(|&i| &self.kvs[i].1)
     }
 
     pub fn remove(&mut self, key: &str) -> Option<MetaValue> {
-        let index = self.kvs.iter().position(|(k, _)| k == key)?;
-        Some(self.kvs.remove(index).1)
+        let index = self.key_index.remove(key)?;
+        let (_, value) = self.kvs.remove(index);
+        // Later pairs moved down by one.
+        for position in self.key_index.values_mut() {
+            if *position > index {
+                *position -= 1;
+            }
+        }
+        Some(value)
     }
 
     /// Metadata in the order it will be written.
@@ -490,6 +512,8 @@ impl GgufWriter {
         nbytes: u64,
         data: TensorData,
     ) {
+        self.tensor_names
+            .insert(name.to_owned(), self.tensors.len());
         self.tensors.push(PendingTensor {
             name: name.to_owned(),
             dims: dims.to_vec(),
@@ -509,7 +533,7 @@ impl GgufWriter {
         if name.is_empty() || name.len() >= GGML_MAX_NAME || name.contains('\0') {
             return Err(GgufWriteError::BadTensorName(name.to_owned()));
         }
-        if self.tensors.iter().any(|t| t.name == name) {
+        if self.tensor_names.contains_key(name) {
             return Err(GgufWriteError::DuplicateTensor(name.to_owned()));
         }
         if dims.len() > GGML_MAX_DIMS {
@@ -683,6 +707,7 @@ impl GgufWriter {
             shard.version = self.version;
             if shards.is_empty() {
                 shard.kvs = self.kvs.clone();
+                shard.key_index = self.key_index.clone();
             }
             shard.set(KEY_SPLIT_NO, shards.len() as u16);
             shard.set(KEY_SPLIT_COUNT, 0u16);
@@ -710,6 +735,9 @@ impl GgufWriter {
                 current_bytes = next_bytes;
             }
             if let Some(shard) = shards.last_mut() {
+                shard
+                    .tensor_names
+                    .insert(tensor.name.clone(), shard.tensors.len());
                 shard.tensors.push(tensor.clone());
             }
         }

@@ -2,9 +2,9 @@
  * Loops every operation that is available without a model file many times, for valgrind
  * (scripts/test-valgrind.sh: --leak-check=full, definite leaks and memory errors fail).
  *
- * To extend: write `static int op_x(void)` (1: ran, 0: skipped) and add it to OPS. Functions that are not
- * exported yet are declared weak below (compiled against upstream's header), so an op can
- * test `if (fn == NULL)` and skip until the function lands. Model load/free runs when
+ * To extend: write `static int op_x(void)` (returning 1 when it ran, 0 when skipped) and add
+ * it to OPS. Functions that may not be exported yet are declared weak below (the loop is
+ * compiled against upstream's header), so an op can test `if (fn == NULL)` and skip. Model load/free runs when
  * LLAMA_HOTSWAP_TEST_MODEL names a GGUF file.
  */
 #include <stdio.h>

@@ -1,6 +1,6 @@
 //! Cross-check with gguf-py (tests/python/gguf_crosscheck.py), when its venv exists:
 //! (a) files our writer makes are read by gguf-py's GGUFReader exactly as we meant them;
-//! (b) files gguf-py's GGUFWriter makes (with its own Q8_0/Q4_0/BF16 quantizations) are read
+//! (b) files gguf-py's GGUFWriter makes (with its own Q8_0/Q4_0/BF16/F16 quantizations) are read
 //!     exactly by our reader, and our (de)quantizers agree with gguf-py's bit for bit.
 //! Rust writes JSON descriptions; the Python script does the comparisons and fails on any
 //! mismatch. A tampered copy of the descriptions checks that the comparison can fail.

@@ -4,7 +4,7 @@
 Driven by tests/gguf_crosscheck.rs:
 
   write-py DIR  Write py_*.gguf with gguf-py's GGUFWriter (every value type, arrays of every
-                element type, tensors of several types including gguf-py's own Q8_0, Q4_0 and
+                element type, tensors of several types including gguf-py's own Q8_0, Q4_0, F16 and
                 BF16 quantizations) and, for each, py_*.expected.json describing what was
                 written.
   check DIR     (a) Read every rs_*.gguf (written by our writer) with gguf-py's GGUFReader and
@@ -154,7 +154,7 @@ def write_py(out_dir):
     w.add_tensor("plain.i16", np.arange(-8, 8, dtype=np.int16).reshape(2, 2, 4))
     w.add_tensor("plain.i32", np.arange(10, dtype=np.int32))
     w.add_tensor("plain.i64", np.arange(6, dtype=np.int64).reshape(1, 2, 3, 1))
-    for qtype, rows, cols in [(Q.Q8_0, 4, 64), (Q.Q4_0, 3, 96), (Q.BF16, 2, 40)]:
+    for qtype, rows, cols in [(Q.Q8_0, 4, 64), (Q.Q4_0, 3, 96), (Q.BF16, 2, 40), (Q.F16, 2, 24)]:
         src = source_values(rows, cols, int(qtype))
         # An exact tie, a zero block and extreme values exercise rounding and zero scales.
         src[0, :32] = 0.0

@@ -483,3 +483,19 @@ proptest! {
         prop_assert_eq!(GgufWriter::from_gguf(&gguf).to_bytes().unwrap(), bytes);
     }
 }
+
+#[test]
+fn huge_alignment_without_tensors_is_valid_and_cheap() {
+    let mut writer = GgufWriter::new();
+    writer.set_alignment(32).unwrap();
+    let mut bytes = writer.to_bytes().unwrap();
+    let kv_offset = Gguf::parse(&bytes).unwrap().kvs()[0].offset as usize;
+    let value_at = kv_offset + 8 + GGUF_KEY_GENERAL_ALIGNMENT.len() + 4;
+    bytes[value_at..value_at + 4].copy_from_slice(&(1u32 << 31).to_le_bytes());
+    let gguf = Gguf::parse(&bytes).unwrap();
+    assert_eq!(gguf.alignment(), 1 << 31);
+    // No tensors, so no padding is needed (upstream only seeks to the data when it has some).
+    assert_eq!(gguf.data_offset(), gguf.metadata_end());
+    // The fuzz harness must not try to materialise the writer's 2 GiB of padding.
+    llama::gguf::fixtures::harness::check_reader(&bytes);
+}

@@ -86,7 +86,10 @@ impl TensorInfo<'_> {
 
     /// Number of elements (validated not to overflow `i64`).
     pub fn n_elements(&self) -> u64 {
-        self.ne.iter().map(|&n| n as u64).product()
+        // Saturating only matters for hand-built infos; parsed shapes never overflow.
+        self.ne.iter().fold(1u64, |acc, &n| {
+            acc.saturating_mul(u64::try_from(n).unwrap_or(0))
+        })
     }
 
     /// The dimensions stored in the file.

@@ -691,7 +691,7 @@ impl GgufWriter {
                 });
             }
             let padding = pad_to(written, alignment).ok_or(io_overflow())? - written;
-            out.write_all(&vec![0u8; padding as usize])?;
+            write_zeros(out, padding)?;
         }
         Ok(())
     }
@@ -782,6 +782,17 @@ pub fn split_path(prefix: &str, split_no: u32, split_count: u32) -> String {
         u64::from(split_no) + 1,
         split_count
     )
+}
+
+/// Padding without allocating: alignments can be as large as 2^31.
+fn write_zeros(out: &mut dyn Write, mut count: u64) -> io::Result<()> {
+    const ZEROS: [u8; 4096] = [0; 4096];
+    while count > 0 {
+        let n = count.min(ZEROS.len() as u64) as usize;
+        out.write_all(&ZEROS[..n])?;
+        count -= n as u64;
+    }
+    Ok(())
 }
 
 fn put_str(out: &mut Vec<u8>, bytes: &[u8]) {

@@ -137,3 +137,18 @@ fn corrupt_headers_fail_with_the_reader_errors() {
         "{err}"
     );
 }
+
+#[test]
+fn a_limit_just_above_the_header_is_enough() {
+    let (file, _) = sparse_model(1 << 20, 6_000);
+    let file_size = file.as_file().metadata().unwrap().len();
+    let header = read_header_from(file.as_file(), file_size, u64::MAX).unwrap();
+    let needed = header.bytes().len() as u64;
+    assert!(needed > INITIAL_HEADER_READ);
+    // Doubling would overshoot this limit; the reader stops at the limit instead.
+    let counting = CountingFile::new(file.as_file());
+    read_header_from(&counting, file_size, needed + 1).unwrap();
+    assert!(counting.furthest.get() <= needed + 1);
+    let err = read_header_from(file.as_file(), file_size, needed - 1).unwrap_err();
+    assert!(matches!(err, GgufError::HeaderTooLarge { .. }), "{err}");
+}

@@ -113,15 +113,8 @@ pub fn read_header_from(
     max_header_bytes: u64,
 ) -> Result<GgufHeader, GgufError> {
     let mut bytes = Vec::new();
-    let mut want = INITIAL_HEADER_READ.min(file_size);
+    let mut want = INITIAL_HEADER_READ.min(file_size).min(max_header_bytes);
     loop {
-        if want > max_header_bytes {
-            return Err(GgufError::HeaderTooLarge {
-                offset: bytes.len() as u64,
-                needed: want,
-                limit: max_header_bytes,
-            });
-        }
         fill_to(source, &mut bytes, want)?;
         match Gguf::parse_header(&bytes, file_size) {
             Ok(gguf) => {
@@ -144,8 +137,18 @@ pub fn read_header_from(
             Err(GgufError::NeedMoreBytes {
                 needed_at_least, ..
             }) => {
+                if needed_at_least > max_header_bytes {
+                    return Err(GgufError::HeaderTooLarge {
+                        offset: bytes.len() as u64,
+                        needed: needed_at_least,
+                        limit: max_header_bytes,
+                    });
+                }
                 // parse_header only asks for bytes inside the file, so this stays <= file_size.
-                want = needed_at_least.max(want.saturating_mul(2)).min(file_size);
+                want = needed_at_least
+                    .max(want.saturating_mul(2))
+                    .min(file_size)
+                    .min(max_header_bytes);
             }
             Err(other) => return Err(other),
         }

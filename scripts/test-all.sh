@@ -46,9 +46,9 @@ for part in "${parts[@]}"; do
     bash "scripts/test-$part.sh" || rc=$?
     dt=$((SECONDS - t0))
     case "$rc" in
-        0) passed=$((passed + 1)); results+=("$(printf '  %-8s %-14s %4ds' PASS "test-$part" "$dt")") ;;
-        77) skipped=$((skipped + 1)); results+=("$(printf '  %-8s %-14s %4ds' SKIP "test-$part" "$dt")") ;;
-        *) failed=$((failed + 1)); results+=("$(printf '  %-8s %-14s %4ds' FAIL "test-$part" "$dt")") ;;
+        0) passed=$((passed + 1)); results+=("$(printf '  %-6s %-18s %4ds' PASS "test-$part" "$dt")") ;;
+        77) skipped=$((skipped + 1)); results+=("$(printf '  %-6s %-18s %4ds' SKIP "test-$part" "$dt")") ;;
+        *) failed=$((failed + 1)); results+=("$(printf '  %-6s %-18s %4ds' FAIL "test-$part" "$dt")") ;;
     esac
 done
 

@@ -68,3 +68,8 @@ test:
 # One part each: make test-abi, make test-c, ...
 $(addprefix test-,$(TEST_PARTS)):
 	@bash scripts/$@.sh
+
+# Benchmarks (not tests): ours vs upstream in the same run; see README "Benchmarks".
+.PHONY: bench-load
+bench-load:
+	bash scripts/bench-load.sh

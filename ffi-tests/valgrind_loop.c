@@ -106,7 +106,11 @@ static int op_model(void) {
         llama_model_free == NULL) {
         return 0;
     }
-    model = llama_model_load_from_file(path, llama_model_default_params());
+    /* Alternate mmap (AUTO) and owned-memory (NONE) loads. */
+    static int round;
+    struct llama_model_params params = llama_model_default_params();
+    if (round++ % 2) params.load_mode = LLAMA_LOAD_MODE_NONE;
+    model = llama_model_load_from_file(path, params);
     if (model == NULL) {
         printf("could not load %s\n", path);
         exit(2);

@@ -16,6 +16,12 @@ mkdir -p "$out"
 "$CC" -std=c11 -g -O1 -Wall -Wextra -Werror "${UPSTREAM_INCLUDES[@]}" ffi-tests/valgrind_loop.c \
     -o "$out/valgrind_loop" -L "$RELEASE_DIR" -lllama "-Wl,-rpath,$RELEASE_DIR" \
     || fail "valgrind_loop.c does not compile"
+# A small model for the load/free operations (NONE and MMAP modes), unless one is given.
+if [ -z "${LLAMA_HOTSWAP_TEST_MODEL:-}" ]; then
+    cargo run --release --quiet --example diff_fixtures -- "$out/fixtures" > "$out/fixtures.txt" \
+        || fail "cannot write the fixture model"
+    export LLAMA_HOTSWAP_TEST_MODEL="$(grep 'llama-q8_0' "$out/fixtures.txt")"
+fi
 rounds="${VALGRIND_ROUNDS:-200}"
 if valgrind --quiet --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=1 \
     --log-file="$out/valgrind.log" "$out/valgrind_loop" "$rounds" >"$out/stdout.txt"; then

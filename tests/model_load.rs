@@ -52,9 +52,9 @@ fn tiny_model(n_layer: u32) -> GgufWriter {
     let mut tensor = |w: &mut GgufWriter, name: &str, dims: &[i64]| {
         let n: i64 = dims.iter().product();
         let data: Vec<u8> = (0..n)
-            .flat_map(|i| {
+            .flat_map(|_| {
                 seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
-                ((seed >> 8) as f32 / 16777216.0 - 0.5 + i as f32 * 0.0).to_le_bytes()
+                ((seed >> 8) as f32 / 16777216.0 - 0.5).to_le_bytes()
             })
             .collect();
         w.add_tensor(name, dims, f32_ty, data).unwrap();

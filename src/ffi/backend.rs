@@ -411,13 +411,10 @@ pub unsafe extern "C" fn llama_split_path(
             return Err(FfiError::Null("split_path"));
         }
         let path = crate::model::split::split_path(&prefix, split_no, split_count);
-        if path.len() >= maxlen {
-            // SAFETY: `split_path` is valid for `maxlen` bytes per the contract.
-            unsafe { write_snprintf(split_path, maxlen, path.as_bytes()) };
-            return Ok(0);
-        }
-        // SAFETY: as above.
-        Ok(unsafe { write_snprintf(split_path, maxlen, path.as_bytes()) })
+        // SAFETY: `split_path` is valid for `maxlen` bytes per the contract.
+        let written = unsafe { write_snprintf(split_path, maxlen, path.as_bytes()) };
+        // Like upstream: a truncated path is reported as 0 (the buffer holds the truncation).
+        Ok(if path.len() >= maxlen { 0 } else { written })
     })
 }
 

@@ -79,12 +79,9 @@ unsafe fn load_with_params(
             params.lazy_mode.0
         )));
     }
-    if !(0..=3).contains(&params.split_mode.0) {
-        return Err(FfiError::Invalid(format!(
-            "{what}: invalid split_mode {}",
-            params.split_mode.0
-        )));
-    }
+    // Validated now; applied once the loader places tensors on devices.
+    crate::device::SplitMode::from_raw(params.split_mode.0)
+        .map_err(|e| FfiError::Invalid(format!("{what}: {e}")))?;
     // SAFETY: per the params contract.
     let overrides = unsafe { read_overrides(params.kv_overrides) }?;
     let callback = params.progress_callback;

@@ -7,7 +7,8 @@ use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::gguf::{Gguf, GgufError};
+use crate::gguf::file::DEFAULT_MAX_HEADER_BYTES;
+use crate::gguf::{read_header_from, GgufError, GgufHeader, ReadAt};
 
 /// What identifies a file's content for change detection: a rename-into-place changes the
 /// inode, a `cp -p` keeps mtime but changes ctime.
@@ -83,32 +84,16 @@ impl SourceFile {
     }
 }
 
-/// The header bytes of a GGUF file, read with bounded reads: parsing the metadata of a huge
-/// shard touches only its header.
-pub fn read_header_bytes(source: &SourceFile) -> Result<Vec<u8>, HeaderError> {
-    let file_size = source.gguf_size();
-    let mut want = file_size.min(1 << 20);
-    loop {
-        let mut buf = vec![0u8; want as usize];
-        source.read_exact_at(&mut buf, 0).map_err(HeaderError::Io)?;
-        match Gguf::parse_header(&buf, file_size) {
-            Ok(_) => return Ok(buf),
-            Err(GgufError::NeedMoreBytes {
-                needed_at_least, ..
-            }) if want < file_size => {
-                want = needed_at_least.max(want.saturating_mul(2)).min(file_size);
-            }
-            Err(e) => return Err(HeaderError::Gguf(e)),
-        }
+/// Header reads go through the GGUF module's bounded reader, offset by `base`.
+impl ReadAt for SourceFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        FileExt::read_at(&self.file, buf, self.base + offset)
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum HeaderError {
-    #[error("read failed: {0}")]
-    Io(io::Error),
-    #[error("{0}")]
-    Gguf(GgufError),
+/// Reads only the header of the GGUF (bounded reads: a huge shard's data is never touched).
+pub fn read_header(source: &SourceFile) -> Result<GgufHeader, GgufError> {
+    read_header_from(source, source.gguf_size(), DEFAULT_MAX_HEADER_BYTES)
 }
 
 /// Opens a second handle on the same file with O_DIRECT when the filesystem allows it.

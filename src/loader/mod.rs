@@ -9,7 +9,7 @@ use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::gguf::{ArrayValue, GgmlType, Gguf, GgufValueType, Value};
+use crate::gguf::{ArrayValue, GgmlType, Gguf, GgufHeader, GgufValueType, Value};
 use crate::model::meta::{FloatWidth, KvOverride, MetaArray, MetaValue, Metadata};
 use crate::model::tensors::{
     Tensor, TensorData, TensorLayout, TensorSource, TensorState, TensorStore,
@@ -75,22 +75,23 @@ impl Default for LoadOptions<'_> {
     }
 }
 
-/// One opened GGUF file with its parsed header bytes.
+/// One opened GGUF file with its header bytes (read, and validated, when opened).
 struct OpenedFile {
     source: SourceFile,
-    header: Vec<u8>,
+    header: GgufHeader,
 }
 
 impl OpenedFile {
     fn open(source: SourceFile) -> Result<OpenedFile, LoadError> {
-        let header = file::read_header_bytes(&source).map_err(|e| file_error(&source, e))?;
+        let header = file::read_header(&source).map_err(|e| file_error(&source, e))?;
         Ok(OpenedFile { source, header })
     }
 
+    /// The parsed view. Parse once and keep it: `GgufHeader` owns the bytes, so the view
+    /// cannot be stored beside them.
     fn gguf(&self) -> Gguf<'_> {
-        // Parsed successfully when opened; re-parsing the same bytes cannot fail.
-        Gguf::parse_header(&self.header, self.source.gguf_size())
-            .expect("header parsed when opened")
+        // These bytes parsed when the file was opened; parsing them again cannot fail.
+        self.header.gguf().expect("header parsed when opened")
     }
 }
 
@@ -231,59 +232,103 @@ fn meta_array(array: &ArrayValue<'_>) -> MetaArray {
     }
 }
 
-/// Upstream's guess of the file type from the most common tensor type.
-fn guess_ftype(tensors: &[(GgmlType, u64)]) -> i32 {
-    let mut counts: HashMap<u32, usize> = HashMap::new();
-    for (ty, _) in tensors {
-        *counts.entry(ty.id()).or_default() += 1;
-    }
-    // Ties go to the type seen with the higher count first, as upstream's max over a map.
-    let most = counts
+/// Upstream's guess of the file type: the type that first reaches the highest count while
+/// walking the tensors in name order (upstream iterates a `std::map` keyed by name).
+fn guess_ftype(infos: &[(String, TensorLayout, TensorSource)]) -> i32 {
+    let mut by_name: Vec<(&str, GgmlType)> = infos
         .iter()
-        .max_by_key(|&(id, n)| (*n, std::cmp::Reverse(*id)))
-        .map(|(id, _)| *id);
-    let guessed = match most.map(|id| GgmlType::from_id(id as i32).map(|t| t.name())) {
-        Some(Some("f32")) => 0,
-        Some(Some("f16")) => 1,
-        Some(Some("bf16")) => 32,
-        Some(Some("q4_0")) => 2,
-        Some(Some("q4_1")) => 3,
-        Some(Some("q5_0")) => 8,
-        Some(Some("q5_1")) => 9,
-        Some(Some("q8_0")) => 7,
-        Some(Some("q2_K")) => 10,
-        Some(Some("q3_K")) => 12,
-        Some(Some("q4_K")) => 15,
-        Some(Some("q5_K")) => 17,
-        Some(Some("q6_K")) => 18,
-        Some(Some("tq1_0")) => 36,
-        Some(Some("tq2_0")) => 37,
-        Some(Some("iq2_xxs")) => 19,
-        Some(Some("iq2_xs")) => 20,
-        Some(Some("iq2_s")) => 28,
-        Some(Some("iq3_xxs")) => 23,
-        Some(Some("iq1_s")) => 24,
-        Some(Some("iq1_m")) => 31,
-        Some(Some("iq4_nl")) => 25,
-        Some(Some("iq4_xs")) => 30,
-        Some(Some("iq3_s")) => 26,
-        Some(Some("nvfp4")) => 39,
-        Some(Some("q1_0")) => 40,
-        Some(Some("q2_0")) => 41,
-        Some(Some(other)) => {
-            crate::log_warn!("unknown type {other}; guessing file type all F32");
+        .map(|(name, l, _)| (name.as_str(), l.ggml_type))
+        .collect();
+    by_name.sort_unstable_by_key(|&(name, _)| name);
+    let mut counts: HashMap<GgmlType, u32> = HashMap::new();
+    let (mut most, mut most_count) = (GgmlType::F32, 0);
+    for (_, ty) in by_name {
+        let count = counts.entry(ty).or_default();
+        *count += 1;
+        if *count > most_count {
+            (most, most_count) = (ty, *count);
+        }
+    }
+    let guessed = match most {
+        GgmlType::F32 => 0,
+        GgmlType::F16 => 1,
+        GgmlType::BF16 => 32,
+        GgmlType::Q4_0 => 2,
+        GgmlType::Q4_1 => 3,
+        GgmlType::Q5_0 => 8,
+        GgmlType::Q5_1 => 9,
+        GgmlType::Q8_0 => 7,
+        GgmlType::Q2_K => 10,
+        GgmlType::Q3_K => 12,
+        GgmlType::Q4_K => 15,
+        GgmlType::Q5_K => 17,
+        GgmlType::Q6_K => 18,
+        GgmlType::TQ1_0 => 36,
+        GgmlType::TQ2_0 => 37,
+        GgmlType::IQ2_XXS => 19,
+        GgmlType::IQ2_XS => 20,
+        GgmlType::IQ2_S => 28,
+        GgmlType::IQ3_XXS => 23,
+        GgmlType::IQ1_S => 24,
+        GgmlType::IQ1_M => 31,
+        GgmlType::IQ4_NL => 25,
+        GgmlType::IQ4_XS => 30,
+        GgmlType::IQ3_S => 26,
+        GgmlType::NVFP4 => 39,
+        GgmlType::Q1_0 => 40,
+        GgmlType::Q2_0 => 41,
+        other => {
+            crate::log_warn!("unknown type {}; guessing file type all F32", other.name());
             0
         }
-        _ => 0,
     };
     guessed | ftype::FTYPE_GUESSED
+}
+
+/// Every tensor of every file, in file order: name, type and shape, and where its bytes are.
+fn tensor_infos(parsed: &[Gguf<'_>]) -> Vec<(String, TensorLayout, TensorSource)> {
+    let mut infos = Vec::new();
+    for (file_index, gguf) in parsed.iter().enumerate() {
+        for t in gguf.tensors() {
+            let layout = TensorLayout {
+                ggml_type: t.ggml_type,
+                ne: t.ne,
+                nbytes: t.nbytes,
+            };
+            let source = TensorSource {
+                file_index,
+                offset: t.abs_offset(gguf),
+            };
+            infos.push((t.name.to_string(), layout, source));
+        }
+    }
+    infos
+}
+
+/// A split set's first shard must say how many tensors the set holds (GGUF i32), and the
+/// shards must hold exactly that many (upstream's "corrupted model" check).
+fn check_split_tensor_count(parsed: &[Gguf<'_>], found: usize) -> Result<(), String> {
+    if parsed.len() <= 1 {
+        return Ok(());
+    }
+    match parsed[0].get("split.tensors.count") {
+        Some(Value::I32(n)) if *n as i64 == found as i64 => Ok(()),
+        Some(Value::I32(n)) => Err(format!(
+            "corrupted model: {n} tensors expected but {found} found"
+        )),
+        Some(other) => Err(format!(
+            "key split.tensors.count has wrong type {} but expected type i32",
+            other.type_name()
+        )),
+        None => Err("key not found in model: split.tensors.count".to_string()),
+    }
 }
 
 /// Loads a model. Every failure is returned; nothing is left allocated on error.
 pub fn load(source: ModelSource, mut options: LoadOptions<'_>) -> Result<Model, LoadError> {
     let files = open_files(source)?;
-    let main = files[0].gguf();
-    let entries = main
+    let parsed: Vec<Gguf<'_>> = files.iter().map(OpenedFile::gguf).collect();
+    let entries = parsed[0]
         .kvs()
         .iter()
         .map(|kv| {
@@ -300,17 +345,19 @@ pub fn load(source: ModelSource, mut options: LoadOptions<'_>) -> Result<Model, 
             "unknown model architecture: '' (general.architecture missing)",
         )
     })?;
+    let infos = tensor_infos(&parsed);
+    check_split_tensor_count(&parsed, infos.len()).map_err(|e| file_error(&files[0].source, e))?;
+    drop(parsed);
 
     // Size and parameter count over every tensor of every file, as upstream.
-    let mut all: Vec<(GgmlType, u64)> = Vec::new();
-    let mut n_params: u64 = 0;
-    for f in &files {
-        for t in f.gguf().tensors() {
-            all.push((t.ggml_type, t.nbytes));
-            n_params = n_params.saturating_add(t.n_elements());
-        }
-    }
-    let size = all.iter().map(|(_, n)| *n).fold(0u64, u64::saturating_add);
+    let size = infos
+        .iter()
+        .map(|(_, l, _)| l.nbytes)
+        .fold(0u64, u64::saturating_add);
+    let n_params = infos
+        .iter()
+        .map(|(_, l, _)| l.ne.iter().map(|&n| n as u64).product::<u64>())
+        .fold(0u64, u64::saturating_add);
 
     let chat_templates = meta
         .listing()
@@ -335,7 +382,6 @@ pub fn load(source: ModelSource, mut options: LoadOptions<'_>) -> Result<Model, 
         cls_labels: Vec::new(),
         tensors: TensorStore::default(),
         files: Vec::new(),
-        load_mode: options.load_mode,
         meta,
     };
     if options.vocab_only {
@@ -351,7 +397,7 @@ pub fn load(source: ModelSource, mut options: LoadOptions<'_>) -> Result<Model, 
         .collect();
     model.ftype = match model.meta.get_int("general.file_type") {
         Some(v) => v as i32,
-        None => guess_ftype(&all),
+        None => guess_ftype(&infos),
     };
     let h = &model.hparams;
     let label = arch::size_label(
@@ -366,56 +412,6 @@ pub fn load(source: ModelSource, mut options: LoadOptions<'_>) -> Result<Model, 
         "{arch} {label} {}",
         ftype::ftype_name(model.ftype).to_string_lossy()
     );
-
-    // The tensor registry.
-    let mut expected_total = None;
-    if files.len() > 1 {
-        match main.get("split.tensors.count") {
-            Some(Value::I32(n)) => expected_total = Some(*n as i64),
-            Some(other) => {
-                return Err(file_error(
-                    &files[0].source,
-                    format!(
-                        "key split.tensors.count has wrong type {} but expected type i32",
-                        other.type_name()
-                    ),
-                ))
-            }
-            None => {
-                return Err(file_error(
-                    &files[0].source,
-                    "key not found in model: split.tensors.count",
-                ))
-            }
-        }
-    }
-    let mut infos = Vec::new();
-    for (file_index, f) in files.iter().enumerate() {
-        let gguf = f.gguf();
-        for t in gguf.tensors() {
-            let layout = TensorLayout {
-                ggml_type: t.ggml_type,
-                ne: t.ne,
-                nbytes: t.nbytes,
-            };
-            let source = TensorSource {
-                file_index,
-                offset: t.abs_offset(&gguf),
-            };
-            infos.push((t.name.to_string(), layout, source));
-        }
-    }
-    if let Some(expected) = expected_total {
-        if expected != infos.len() as i64 {
-            return Err(file_error(
-                &files[0].source,
-                format!(
-                    "corrupted model: {expected} tensors expected but {} found",
-                    infos.len()
-                ),
-            ));
-        }
-    }
 
     let sources: Vec<SourceFile> = files.into_iter().map(|f| f.source).collect();
     let datas = if options.no_alloc {

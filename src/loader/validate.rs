@@ -6,15 +6,26 @@ use crate::gguf::GgmlType;
 /// Byte offsets of the fp16 scales inside one block of each block type (upstream's block
 /// layouts); f32 scales are listed separately.
 fn f16_scale_offsets(ty: GgmlType) -> &'static [usize] {
-    match ty.name() {
-        "q4_0" | "q5_0" | "q8_0" | "iq4_nl" | "iq2_xxs" | "iq2_xs" | "iq3_xxs" | "iq1_s"
-        | "iq3_s" | "iq2_s" | "iq4_xs" => &[0],
-        "q4_1" | "q5_1" | "q8_1" | "q4_k" | "q5_k" => &[0, 2],
-        "q2_k" => &[80, 82],
-        "q3_k" => &[108],
-        "q6_k" => &[208],
-        "tq1_0" => &[52],
-        "tq2_0" => &[64],
+    match ty {
+        GgmlType::Q4_0
+        | GgmlType::Q5_0
+        | GgmlType::Q8_0
+        | GgmlType::IQ4_NL
+        | GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ1_S
+        | GgmlType::IQ3_S
+        | GgmlType::IQ2_S
+        | GgmlType::IQ4_XS => &[0],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q8_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
+            &[0, 2]
+        }
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
+        GgmlType::Q6_K => &[208],
+        GgmlType::TQ1_0 => &[52],
+        GgmlType::TQ2_0 => &[64],
         _ => &[],
     }
 }
@@ -31,19 +42,19 @@ pub fn find_invalid(ty: GgmlType, data: &[u8]) -> Option<String> {
             .position(bad)
             .map(|i| format!("non-finite value at element {i}"))
     };
-    match ty.name() {
-        "f32" => check(4, &bad_f32),
-        "f64" => check(8, &|b| {
+    match ty {
+        GgmlType::F32 => check(4, &bad_f32),
+        GgmlType::F64 => check(8, &|b| {
             !f64::from_le_bytes(b.try_into().unwrap_or([0; 8])).is_finite()
         }),
-        "f16" => check(2, &bad_f16),
+        GgmlType::F16 => check(2, &bad_f16),
         // bf16: exponent all ones is NaN or infinity.
-        "bf16" => check(2, &|b| u16::from_le_bytes([b[0], b[1]]) & 0x7f80 == 0x7f80),
-        "q8_k" => data
+        GgmlType::BF16 => check(2, &|b| u16::from_le_bytes([b[0], b[1]]) & 0x7f80 == 0x7f80),
+        GgmlType::Q8_K => data
             .chunks_exact(ty.type_size() as usize)
             .position(|block| bad_f32(&block[..4]))
             .map(|i| format!("non-finite scale in block {i}")),
-        "mxfp4" => data
+        GgmlType::MXFP4 => data
             .chunks_exact(ty.type_size() as usize)
             .position(|block| block[0] == 0xff)
             .map(|i| format!("invalid E8M0 scale in block {i}")),
@@ -76,5 +87,20 @@ mod tests {
         assert!(find_invalid(q8, &block).is_none());
         block[34..36].copy_from_slice(&0x7c00u16.to_le_bytes());
         assert!(find_invalid(q8, &block).unwrap().contains("block 1"));
+    }
+
+    #[test]
+    fn finds_inf_in_k_quant_scales() {
+        // Q4_K: d and dmin are the first two fp16 values of each 144-byte block.
+        let mut blocks = vec![0u8; 144 * 2];
+        assert!(find_invalid(GgmlType::Q4_K, &blocks).is_none());
+        blocks[144 + 2..144 + 4].copy_from_slice(&0xfc00u16.to_le_bytes());
+        assert!(find_invalid(GgmlType::Q4_K, &blocks)
+            .unwrap()
+            .contains("block 1"));
+        // Q6_K: d sits at byte 208 of each 210-byte block.
+        let mut block = vec![0u8; 210];
+        block[208..210].copy_from_slice(&0x7e00u16.to_le_bytes());
+        assert!(find_invalid(GgmlType::Q6_K, &block).is_some());
     }
 }

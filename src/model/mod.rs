@@ -38,7 +38,6 @@ pub struct Model {
     pub tensors: TensorStore,
     /// The files the tensors came from (kept open: hot-swap watches them).
     pub files: Vec<SourceFile>,
-    pub load_mode: LoadMode,
 }
 
 /// Per-context state (graph-cache bookkeeping; decode is not supported yet).

@@ -37,8 +37,6 @@ pub enum TensorData {
     },
     /// A range of an owned arena.
     Host { arena: Arena, offset: usize },
-    /// Private memory of this tensor alone (hot-swapped tensors).
-    Owned(Arc<Vec<u8>>),
 }
 
 #[derive(Clone, Debug)]
@@ -55,16 +53,6 @@ impl TensorState {
             TensorData::Unallocated => None,
             TensorData::Mapped { map, offset } => map.get(*offset..offset.checked_add(len)?),
             TensorData::Host { arena, offset } => arena.get(*offset..offset.checked_add(len)?),
-            TensorData::Owned(buf) => buf.get(..len),
-        }
-    }
-
-    /// A short name of the buffer kind, for reports.
-    pub fn buffer_kind(&self) -> &'static str {
-        match self.data {
-            TensorData::Unallocated => "none",
-            TensorData::Mapped { .. } => "mapped",
-            TensorData::Host { .. } | TensorData::Owned(_) => "host",
         }
     }
 }
@@ -91,12 +79,6 @@ impl Tensor {
     /// A consistent view of the tensor (held while reading its bytes).
     pub fn read(&self) -> RwLockReadGuard<'_, TensorState> {
         self.state.read().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Replaces the tensor's state atomically with respect to readers.
-    pub fn replace(&self, state: TensorState) -> TensorState {
-        let mut guard = self.state.write().unwrap_or_else(|e| e.into_inner());
-        std::mem::replace(&mut *guard, state)
     }
 }
 

@@ -141,6 +141,8 @@ enum Backing {
     Host { total: u64 },
     /// Host memory with an enforced capacity (a virtual GPU).
     Capacity(Arc<CapacityPool>),
+    /// Device memory of a CUDA GPU.
+    Cuda(Arc<cuda::CudaDevice>),
 }
 
 /// One device of the registry.
@@ -209,6 +211,18 @@ impl Device {
         self.device_id.as_deref()
     }
 
+    fn cuda(index: usize, device: Arc<cuda::CudaDevice>) -> Device {
+        let info = device.info();
+        Device {
+            index,
+            name: format!("CUDA{}", info.ordinal),
+            description: info.description.clone(),
+            device_type: DeviceType::Gpu,
+            device_id: info.pci_bus_id.clone(),
+            backing: Backing::Cuda(device),
+        }
+    }
+
     /// Whether this device enforces a capacity (a virtual GPU).
     pub fn is_virtual(&self) -> bool {
         matches!(self.backing, Backing::Capacity(_))
@@ -226,13 +240,18 @@ impl Device {
                 free: pool.capacity.saturating_sub(pool.used()),
                 total: pool.capacity,
             },
+            Backing::Cuda(device) => {
+                let total = device.info().total_memory;
+                let (free, total) = device.memory().unwrap_or((total, total));
+                MemoryInfo { free, total }
+            }
         }
     }
 
     /// Bytes currently allocated on a virtual GPU (0 for the CPU, which is not accounted).
     pub fn used(&self) -> u64 {
         match &self.backing {
-            Backing::Host { .. } => 0,
+            Backing::Host { .. } | Backing::Cuda(_) => 0,
             Backing::Capacity(pool) => pool.used(),
         }
     }
@@ -256,8 +275,37 @@ impl Device {
         bytes: u64,
         fill: impl FnOnce(&mut Vec<u8>, usize),
     ) -> Result<DeviceAllocation, DeviceError> {
+        if let Backing::Cuda(device) = &self.backing {
+            let len = usize::try_from(bytes).map_err(|_| DeviceError::HostAllocation {
+                device: self.name.clone(),
+                requested: bytes,
+            })?;
+            let (free, capacity) = device.memory().unwrap_or((0, device.info().total_memory));
+            let mut buffer = device.alloc(len).map_err(|_| DeviceError::OutOfMemory {
+                device: self.name.clone(),
+                requested: bytes,
+                free,
+                capacity,
+            })?;
+            let mut staging = Vec::new();
+            fill(&mut staging, len);
+            if !staging.is_empty() {
+                buffer
+                    .write(0, &staging)
+                    .map_err(|_| DeviceError::HostAllocation {
+                        device: self.name.clone(),
+                        requested: bytes,
+                    })?;
+            }
+            return Ok(DeviceAllocation {
+                memory: Memory::Cuda(buffer),
+                device: self.index,
+                reserved: bytes,
+                pool: None,
+            });
+        }
         let pool = match &self.backing {
-            Backing::Host { .. } => None,
+            Backing::Host { .. } | Backing::Cuda(_) => None,
             Backing::Capacity(pool) => {
                 pool.reserve(bytes)
                     .map_err(|free| DeviceError::OutOfMemory {
@@ -289,7 +337,7 @@ impl Device {
         }
         fill(&mut data, len);
         Ok(DeviceAllocation {
-            data,
+            memory: Memory::Host(data),
             device: self.index,
             reserved: bytes,
             pool,
@@ -297,14 +345,37 @@ impl Device {
     }
 }
 
+/// The bytes behind an allocation.
+#[derive(Debug)]
+enum Memory {
+    /// Host memory (the CPU and virtual GPUs).
+    Host(Vec<u8>),
+    /// CUDA device memory.
+    Cuda(cuda::CudaBuffer),
+}
+
 /// Memory allocated on a device: an owned buffer of exactly the requested size. Dropping it
-/// returns its bytes to the device's capacity.
+/// returns its bytes to the device's capacity. Bytes move in and out through [`read`],
+/// [`write`] and [`fill_from_file`], which work for every kind of device; host-backed
+/// allocations can also be borrowed directly ([`host_slice`]).
+///
+/// [`read`]: DeviceAllocation::read
+/// [`write`]: DeviceAllocation::write
+/// [`fill_from_file`]: DeviceAllocation::fill_from_file
+/// [`host_slice`]: DeviceAllocation::host_slice
 #[derive(Debug)]
 pub struct DeviceAllocation {
-    data: Vec<u8>,
+    memory: Memory,
     device: usize,
     reserved: u64,
     pool: Option<Arc<CapacityPool>>,
+}
+
+fn range_error(what: &str, offset: usize, len: usize, size: usize) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("{what} of {len} bytes at {offset} is outside an allocation of {size} bytes"),
+    )
 }
 
 impl DeviceAllocation {
@@ -314,20 +385,97 @@ impl DeviceAllocation {
     }
 
     pub fn len(&self) -> usize {
-        self.data.len()
+        match &self.memory {
+            Memory::Host(data) => data.len(),
+            Memory::Cuda(buffer) => buffer.len(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
+        self.len() == 0
     }
 
-    pub fn as_slice(&self) -> &[u8] {
-        &self.data
+    /// The bytes, when they live in host memory (CPU, virtual GPU); None on CUDA.
+    pub fn host_slice(&self) -> Option<&[u8]> {
+        match &self.memory {
+            Memory::Host(data) => Some(data),
+            Memory::Cuda(_) => None,
+        }
     }
 
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.data
+    fn check_range(&self, what: &str, offset: usize, len: usize) -> std::io::Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len() => Ok(()),
+            _ => Err(range_error(what, offset, len, self.len())),
+        }
     }
+
+    /// Copies `dst.len()` bytes starting at `offset` into `dst`.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> std::io::Result<()> {
+        self.check_range("read", offset, dst.len())?;
+        match &self.memory {
+            Memory::Host(data) => {
+                dst.copy_from_slice(&data[offset..offset + dst.len()]);
+                Ok(())
+            }
+            Memory::Cuda(buffer) => buffer.read(offset, dst).map_err(std::io::Error::other),
+        }
+    }
+
+    /// Copies `src` into the allocation at `offset`.
+    pub fn write(&mut self, offset: usize, src: &[u8]) -> std::io::Result<()> {
+        self.check_range("write", offset, src.len())?;
+        match &mut self.memory {
+            Memory::Host(data) => {
+                data[offset..offset + src.len()].copy_from_slice(src);
+                Ok(())
+            }
+            Memory::Cuda(buffer) => buffer.write(offset, src).map_err(std::io::Error::other),
+        }
+    }
+
+    /// Reads `len` bytes of `file` at `file_offset` into the allocation at `dst_offset`
+    /// (host memory: straight into place; CUDA: through pinned staging buffers). A short read
+    /// is an error (`UnexpectedEof`).
+    pub fn fill_from_file(
+        &mut self,
+        file: &std::fs::File,
+        file_offset: u64,
+        dst_offset: usize,
+        len: usize,
+    ) -> std::io::Result<()> {
+        self.check_range("file read", dst_offset, len)?;
+        match &mut self.memory {
+            Memory::Host(data) => {
+                read_exact_at_parallel(file, &mut data[dst_offset..dst_offset + len], file_offset)
+            }
+            Memory::Cuda(buffer) => buffer.fill_from_file(file, file_offset, dst_offset, len),
+        }
+    }
+}
+
+/// `read_exact_at`, split across two threads for large reads (page-cache copies are bound by
+/// one core's memcpy speed).
+pub fn read_exact_at_parallel(
+    file: &std::fs::File,
+    dst: &mut [u8],
+    offset: u64,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    const PARALLEL_MIN: usize = 8 << 20;
+    if dst.len() < PARALLEL_MIN {
+        return file.read_exact_at(dst, offset);
+    }
+    let half = (dst.len() / 2) & !4095;
+    let (a, b) = dst.split_at_mut(half);
+    std::thread::scope(|scope| {
+        let second = scope.spawn(|| file.read_exact_at(b, offset + half as u64));
+        let first = file.read_exact_at(a, offset);
+        let second = second
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("reader thread panicked")));
+        first.and(second)
+    })
 }
 
 impl Drop for DeviceAllocation {
@@ -357,7 +505,9 @@ impl Registry {
             for error in &errors {
                 crate::log_error!("{VIRTUAL_GPUS_ENV}: {error}; this device is skipped");
             }
-            Registry::with_virtual_gpus(&capacities)
+            let mut registry = Registry::with_virtual_gpus(&capacities);
+            registry.add_cuda_devices(cuda::probe());
+            registry
         })
     }
 
@@ -365,13 +515,29 @@ impl Registry {
     /// For tests and tools; the library uses [`Registry::global`].
     pub fn with_virtual_gpus(capacities: &[u64]) -> Registry {
         let mut devices = Vec::with_capacity(capacities.len() + 1);
-        // CUDA devices would come first here (cuda::probe() finds none yet).
-        debug_assert!(cuda::probe().is_empty());
         for (number, &capacity) in capacities.iter().enumerate() {
             devices.push(Device::virtual_gpu(devices.len(), number, capacity));
         }
         devices.push(Device::cpu(devices.len(), host::total_memory()));
         Registry { devices }
+    }
+
+    /// Puts CUDA devices first (upstream registers the CUDA backend before the others) and
+    /// renumbers the rest.
+    fn add_cuda_devices(&mut self, cuda_devices: Vec<Arc<cuda::CudaDevice>>) {
+        if cuda_devices.is_empty() {
+            return;
+        }
+        let mut devices: Vec<Device> = cuda_devices
+            .into_iter()
+            .enumerate()
+            .map(|(i, d)| Device::cuda(i, d))
+            .collect();
+        for mut device in std::mem::take(&mut self.devices) {
+            device.index = devices.len();
+            devices.push(device);
+        }
+        self.devices = devices;
     }
 
     /// Every device, in registry order.

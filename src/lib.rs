@@ -9,6 +9,8 @@ pub mod device;
 /// cbindgen:ignore
 pub mod gguf;
 /// cbindgen:ignore
+pub mod hotswap;
+/// cbindgen:ignore
 pub mod loader;
 /// cbindgen:ignore
 pub mod log;

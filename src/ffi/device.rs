@@ -125,6 +125,21 @@ fn buft_ptr(index: usize) -> ggml_backend_buffer_type_t {
 
 /// Whether any GPU device (CUDA or virtual) exists: true when `LLAMA_VIRTUAL_GPUS` defined at
 /// least one virtual GPU (CUDA devices are not supported yet).
+/// The registry index of a device handle from the host (NULL and foreign handles are errors).
+pub(crate) fn device_index(ptr: ggml_backend_dev_t) -> Result<usize, FfiError> {
+    device_handle(ptr).map(|h| h.index)
+}
+
+/// The registry index of the device a buffer-type handle belongs to.
+pub(crate) fn buft_device_index(ptr: ggml_backend_buffer_type_t) -> Result<usize, FfiError> {
+    buft_handle(ptr).map(|h| h.device)
+}
+
+/// The handle of registry device `index` (for `llama_ext_tensor_info` consumers).
+pub(crate) fn device_ptr(index: usize) -> ggml_backend_dev_t {
+    dev_ptr(index)
+}
+
 pub(crate) fn any_gpu() -> bool {
     Registry::global().any_gpu()
 }

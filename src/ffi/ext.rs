@@ -30,20 +30,26 @@ pub unsafe extern "C" fn llama_ext_tensor_read(
             .get(&name)
             .ok_or_else(|| FfiError::Invalid(format!("no tensor named '{name}'")))?;
         let state = tensor.read();
-        let bytes = state.bytes().ok_or_else(|| {
-            FfiError::Invalid(format!("tensor '{name}' holds no data (no_alloc)"))
-        })?;
+        let len = usize::try_from(state.layout.nbytes)
+            .map_err(|_| FfiError::Invalid(format!("tensor '{name}' is too large")))?;
+        if matches!(state.data, crate::model::tensors::TensorData::Unallocated) {
+            return Err(FfiError::Invalid(format!(
+                "tensor '{name}' holds no data (no_alloc)"
+            )));
+        }
         if dst.is_null() {
             return Err(FfiError::Null("dst"));
         }
-        if dst_size < bytes.len() {
+        if dst_size < len {
             return Err(FfiError::Invalid(format!(
-                "tensor '{name}' needs {} bytes, dst_size is {dst_size}",
-                bytes.len()
+                "tensor '{name}' needs {len} bytes, dst_size is {dst_size}"
             )));
         }
-        // SAFETY: `dst` is valid for `dst_size >= bytes.len()` bytes per the contract.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst.cast::<u8>(), bytes.len()) };
-        Ok(bytes.len() as i64)
+        // SAFETY: `dst` is valid for writes of `dst_size >= len` bytes per the contract.
+        let out = unsafe { std::slice::from_raw_parts_mut(dst.cast::<u8>(), len) };
+        state
+            .read_into(out)
+            .map_err(|e| FfiError::Core(format!("tensor '{name}': {e}")))?;
+        Ok(len as i64)
     })
 }

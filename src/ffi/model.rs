@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use super::handles::{self, llama_model, llama_vocab};
 use super::types::*;
 use super::{c_str, write_snprintf, FfiError};
+use crate::loader::place::PlacementParams;
 use crate::loader::{self, LoadError, LoadOptions, ModelSource};
 use crate::model::meta::{KvOverride, OverrideValue};
 use crate::model::{LoadMode, Model};
@@ -61,6 +62,60 @@ unsafe fn read_overrides(
     Ok(out)
 }
 
+/// Reads `devices`, `tensor_split` and `tensor_buft_overrides`.
+///
+/// # Safety
+/// `devices` and `tensor_buft_overrides` must be NULL or NULL-terminated arrays;
+/// `tensor_split` NULL or `llama_max_devices()` floats.
+unsafe fn read_placement(
+    params: &llama_model_params,
+    split_mode: crate::device::SplitMode,
+) -> Result<PlacementParams, String> {
+    use crate::device::placement::MAX_DEVICES;
+    let mut placement = PlacementParams {
+        n_gpu_layers: params.n_gpu_layers,
+        split_mode,
+        main_gpu: params.main_gpu,
+        ..PlacementParams::default()
+    };
+    if !params.devices.is_null() {
+        let mut list = Vec::new();
+        for i in 0.. {
+            // SAFETY: NULL-terminated per the contract; we stop at the terminator.
+            let dev = unsafe { *params.devices.add(i) };
+            if dev.is_null() {
+                break;
+            }
+            let index = super::device::device_index(dev)
+                .map_err(|e| format!("devices[{i}] is not a device of this library: {e}"))?;
+            list.push(index);
+        }
+        placement.devices = Some(list);
+    }
+    if !params.tensor_split.is_null() {
+        let mut split = [0f32; MAX_DEVICES];
+        // SAFETY: `tensor_split` points to llama_max_devices() floats per the contract.
+        split.copy_from_slice(unsafe { std::slice::from_raw_parts(params.tensor_split, MAX_DEVICES) });
+        placement.tensor_split = Some(split);
+    }
+    if !params.tensor_buft_overrides.is_null() {
+        for i in 0.. {
+            // SAFETY: terminated by an entry whose pattern is NULL, per the contract.
+            let entry = unsafe { &*params.tensor_buft_overrides.add(i) };
+            if entry.pattern.is_null() {
+                break;
+            }
+            // SAFETY: a C string per the contract.
+            let pattern = unsafe { CStr::from_ptr(entry.pattern) }.to_string_lossy().into_owned();
+            let device = super::device::buft_device_index(entry.buft).map_err(|e| {
+                format!("tensor_buft_overrides[{i}] ({pattern}): invalid buffer type: {e}")
+            })?;
+            placement.overrides.push((pattern, device));
+        }
+    }
+    Ok(placement)
+}
+
 /// Shared body of every load entry point: validates the parameters, loads, wraps the model.
 ///
 /// # Safety
@@ -79,8 +134,10 @@ unsafe fn load_with_params(
             params.lazy_mode.0
         )));
     }
-    // Validated now; applied once the loader places tensors on devices.
-    crate::device::SplitMode::from_raw(params.split_mode.0)
+    let split_mode = crate::device::SplitMode::from_raw(params.split_mode.0)
+        .map_err(|e| FfiError::Invalid(format!("{what}: {e}")))?;
+    // SAFETY: per the params contract (NULL-terminated lists, 16 floats).
+    let placement = unsafe { read_placement(params, split_mode) }
         .map_err(|e| FfiError::Invalid(format!("{what}: {e}")))?;
     // SAFETY: per the params contract.
     let overrides = unsafe { read_overrides(params.kv_overrides) }?;
@@ -104,6 +161,8 @@ unsafe fn load_with_params(
         } else {
             None
         },
+        placement,
+        hotswap: crate::hotswap::enabled_by_env(),
     };
     match loader::load(source, options) {
         Ok(model) => Ok(llama_model::new_boxed(model)),

@@ -2,6 +2,7 @@
 //! tensor registry and tensor data in every load mode, with progress and cancellation.
 
 pub mod file;
+pub mod place;
 pub mod validate;
 
 use std::collections::HashMap;
@@ -12,8 +13,10 @@ use std::sync::Arc;
 use crate::gguf::{ArrayValue, GgmlType, Gguf, GgufHeader, GgufValueType, Value};
 use crate::model::meta::{FloatWidth, KvOverride, MetaArray, MetaValue, Metadata};
 use crate::model::tensors::{
-    Tensor, TensorData, TensorLayout, TensorSource, TensorState, TensorStore,
+    role_of, RowPiece, SplitGeometry, Tensor, TensorData, TensorLayout, TensorSource, TensorState,
+    TensorStore,
 };
+use place::{granularity_for, Home, ModelDevices, PlacementParams};
 use crate::model::{arch, ftype, hparams, split, vocab::Vocab, LoadMode, Model};
 use file::SourceFile;
 
@@ -60,6 +63,10 @@ pub struct LoadOptions<'a> {
     pub overrides: Vec<KvOverride>,
     /// Called with progress in [0, 1]; returning false cancels. None: upstream's dots.
     pub progress: Option<&'a mut dyn FnMut(f32) -> bool>,
+    /// Devices, layer offload, split mode and buffer-type overrides.
+    pub placement: PlacementParams,
+    /// Hot-swap on for this model (`LLAMA_HOTSWAP_ENABLED`, read by the caller).
+    pub hotswap: bool,
 }
 
 impl Default for LoadOptions<'_> {
@@ -71,6 +78,8 @@ impl Default for LoadOptions<'_> {
             check_tensors: false,
             overrides: Vec::new(),
             progress: None,
+            placement: PlacementParams::default(),
+            hotswap: crate::hotswap::enabled_by_env(),
         }
     }
 }
@@ -382,6 +391,9 @@ pub fn load(source: ModelSource, mut options: LoadOptions<'_>) -> Result<Model, 
         cls_labels: Vec::new(),
         tensors: TensorStore::default(),
         files: Vec::new(),
+        devices: None,
+        generation: Default::default(),
+        hotswap: None,
         meta,
     };
     if options.vocab_only {
@@ -414,19 +426,105 @@ pub fn load(source: ModelSource, mut options: LoadOptions<'_>) -> Result<Model, 
     );
 
     let sources: Vec<SourceFile> = files.into_iter().map(|f| f.source).collect();
-    let datas = if options.no_alloc {
-        vec![TensorData::Unallocated; infos.len()]
+    let devices = ModelDevices::compute(&options.placement, model.hparams.n_layer_all)?;
+    let homes = tensor_homes(&devices, &options.placement, &infos)?;
+    log_offload(&devices);
+    let loaded = if options.no_alloc {
+        infos
+            .iter()
+            .map(|_| LoadedTensor {
+                data: TensorData::Unallocated,
+                fallback_from: None,
+            })
+            .collect()
     } else {
-        load_data(&sources, &infos, &mut options)?
+        load_data(&sources, &infos, &homes, &devices, &mut options)?
     };
-    for ((name, layout, source), data) in infos.into_iter().zip(datas) {
+    for (((name, layout, source), loaded), home) in infos.into_iter().zip(loaded).zip(homes) {
+        let mut state = TensorState::new(layout, loaded.data);
+        state.load_fallback_from = loaded.fallback_from;
         model
             .tensors
-            .push(Tensor::new(name, source, TensorState { layout, data }))
+            .push(Tensor::new(name, source, home, state))
             .map_err(LoadError::Model)?;
     }
+    if !options.no_alloc {
+        log_buffer_sizes(&model.tensors, &devices);
+    }
     model.files = sources;
+    model.devices = Some(devices);
+    if options.hotswap {
+        model.hotswap = Some(crate::hotswap::HotSwap::register(&model));
+    }
     Ok(model)
+}
+
+/// Every tensor's home: the first matching buffer-type override, else its layer's device.
+fn tensor_homes(
+    devices: &ModelDevices,
+    params: &PlacementParams,
+    infos: &[(String, TensorLayout, TensorSource)],
+) -> Result<Vec<Home>, LoadError> {
+    let overrides =
+        crate::device::BuftOverrides::new(params.overrides.iter().map(|(p, d)| (p.as_str(), *d)))
+            .map_err(|e| LoadError::Model(e.to_string()))?;
+    let cpu = devices.cpu();
+    Ok(infos
+        .iter()
+        .map(|(name, layout, _)| match overrides.find(name) {
+            Some(&d) if d == cpu => Home::Cpu,
+            Some(&d) => Home::Device(d),
+            None => devices.home(name, role_of(name), layout.ne),
+        })
+        .collect())
+}
+
+/// Upstream's "offloading" lines.
+fn log_offload(devices: &ModelDevices) {
+    let n_layer = i64::from(devices.n_layer);
+    let gpu = |i: usize| devices.layers.get(i).copied().flatten().is_some();
+    let repeating = (0..devices.n_layer as usize).filter(|&i| gpu(i)).count();
+    if devices.act_gpu_layers > 0 {
+        crate::log_info!("load_tensors: offloading {repeating} repeating layers to GPU");
+        if gpu(devices.n_layer as usize) {
+            crate::log_info!("load_tensors: offloading output layer to GPU");
+        }
+    }
+    let offloaded = (0..=devices.n_layer as usize).filter(|&i| gpu(i)).count();
+    crate::log_info!(
+        "load_tensors: offloaded {offloaded}/{} layers to GPU",
+        n_layer + 1
+    );
+}
+
+/// Upstream's "<buffer> model buffer size = N MiB" lines, one per buffer kind and device.
+fn log_buffer_sizes(tensors: &TensorStore, devices: &ModelDevices) {
+    let mut sizes: Vec<(String, u64)> = Vec::new();
+    let mut add = |name: String, bytes: u64| match sizes.iter_mut().find(|(n, _)| *n == name) {
+        Some((_, total)) => *total += bytes,
+        None => sizes.push((name, bytes)),
+    };
+    let device_name = |i: usize| devices.registry.get(i).map_or("?", |d| d.name()).to_string();
+    for t in tensors.iter() {
+        let state = t.read();
+        match &state.data {
+            TensorData::Unallocated => {}
+            TensorData::Mapped { .. } => add("CPU_Mapped".into(), state.layout.nbytes),
+            TensorData::Host { .. } => add("CPU".into(), state.layout.nbytes),
+            TensorData::Device(a) => add(device_name(a.device_index()), a.len() as u64),
+            TensorData::RowSplit { pieces, .. } => {
+                for p in pieces {
+                    add(format!("{}_Split", device_name(p.alloc.device_index())), p.alloc.len() as u64);
+                }
+            }
+        }
+    }
+    for (name, bytes) in sizes {
+        crate::log_info!(
+            "load_tensors: {name:>12} model buffer size = {:8.2} MiB",
+            bytes as f64 / 1024.0 / 1024.0
+        );
+    }
 }
 
 /// Progress reporting as upstream: before each tensor, then exactly 1.0 at the end; false
@@ -477,14 +575,65 @@ impl Progress<'_, '_> {
 enum Placed {
     Mapped(usize, usize),
     Arena(usize, usize),
+    Owned(TensorData),
 }
 
-/// Reads (or maps) every tensor's bytes according to the load mode.
+/// One tensor's loaded data and, when its device had no room, the device it was meant for.
+pub(crate) struct LoadedTensor {
+    pub data: TensorData,
+    pub fallback_from: Option<usize>,
+}
+
+/// Copies `bytes` onto a tensor's home device(s). Err carries the device that failed and why.
+fn upload(
+    devices: &ModelDevices,
+    home: Home,
+    layout: &TensorLayout,
+    granularity: u64,
+    bytes: &[u8],
+) -> Result<TensorData, (usize, String)> {
+    let registry = devices.registry;
+    match home {
+        Home::Cpu => unreachable!("CPU tensors are not uploaded"),
+        Home::Device(d) => {
+            let device = registry.get(d).ok_or((d, "no such device".to_string()))?;
+            device
+                .allocate_copy(bytes)
+                .map(TensorData::Device)
+                .map_err(|e| (d, e.to_string()))
+        }
+        Home::Rows(dim) => {
+            let geometry = SplitGeometry::of(layout, dim)
+                .ok_or((devices.cpu(), "shape cannot be split".to_string()))?;
+            let mut pieces = Vec::new();
+            for slice in devices.row_slices(geometry.len(), granularity) {
+                let part = geometry.gather(bytes, slice.first, slice.count);
+                let device = registry
+                    .get(slice.device)
+                    .ok_or((slice.device, "no such device".to_string()))?;
+                let alloc = device
+                    .allocate_copy(&part)
+                    .map_err(|e| (slice.device, e.to_string()))?;
+                pieces.push(RowPiece {
+                    first: slice.first,
+                    count: slice.count,
+                    alloc,
+                });
+            }
+            Ok(TensorData::RowSplit { dim, pieces })
+        }
+    }
+}
+
+/// Reads (or maps) every tensor's bytes according to the load mode and puts them on their
+/// home devices, falling back to the CPU (with a warning) when a device is full.
 fn load_data(
     sources: &[SourceFile],
     infos: &[(String, TensorLayout, TensorSource)],
+    homes: &[Home],
+    devices: &ModelDevices,
     options: &mut LoadOptions<'_>,
-) -> Result<Vec<TensorData>, LoadError> {
+) -> Result<Vec<LoadedTensor>, LoadError> {
     let total = infos.iter().map(|(_, l, _)| l.nbytes).sum();
     let mode = options.load_mode;
     let check = options.check_tensors;
@@ -494,11 +643,17 @@ fn load_data(
         total,
         dots: 0,
     };
+    let types: HashMap<&str, GgmlType> = infos
+        .iter()
+        .map(|(n, l, _)| (n.as_str(), l.ggml_type))
+        .collect();
+    let cpu = devices.cpu();
 
-    // One backing store per file: a read-only mapping, or an owned arena mirroring the file.
+    // One backing store per file: a read-only mapping, or an owned arena mirroring the file
+    // (only for files with CPU tensors; device tensors of other files are read directly).
     let mut maps: Vec<Option<Arc<memmap2::Mmap>>> = Vec::with_capacity(sources.len());
     let mut readers: Vec<Option<reader::ArenaReader>> = Vec::with_capacity(sources.len());
-    for s in sources {
+    for (fi, s) in sources.iter().enumerate() {
         if mode.uses_mmap() {
             let map = file::map_file(&s.file, true)
                 .map_err(|e| file_error(s, format!("failed to mmap: {e}")))?;
@@ -511,62 +666,118 @@ fn load_data(
             readers.push(None);
         } else {
             maps.push(None);
-            readers.push(Some(reader::ArenaReader::new(
-                s,
-                mode == LoadMode::DirectIo,
-            )?));
+            let has_cpu = infos
+                .iter()
+                .zip(homes)
+                .any(|((_, _, src), h)| src.file_index == fi && *h == Home::Cpu);
+            readers.push(if has_cpu {
+                Some(reader::ArenaReader::new(s, mode == LoadMode::DirectIo)?)
+            } else {
+                None
+            });
         }
     }
 
+    let mut staging: Vec<u8> = Vec::new();
     let mut placed = Vec::with_capacity(infos.len());
-    for (name, layout, source) in infos {
+    let mut fallbacks = Vec::with_capacity(infos.len());
+    for ((name, layout, source), &home) in infos.iter().zip(homes) {
         progress.before_tensor(layout.nbytes)?;
-        let s = &sources[source.file_index];
+        let fi = source.file_index;
+        let s = &sources[fi];
         let start = source.offset + s.base;
         let offset = usize::try_from(start)
             .map_err(|_| file_error(s, format!("tensor '{name}' offset out of range")))?;
         let len = layout.nbytes as usize;
-        let bytes: &[u8] = match (&maps[source.file_index], &mut readers[source.file_index]) {
-            (Some(map), _) => {
-                placed.push(Placed::Mapped(source.file_index, offset));
-                &map[offset..offset + len]
-            }
+        let tensor_error = |reason: String| LoadError::Tensor {
+            file: s.display_name(),
+            tensor: name.clone(),
+            reason,
+        };
+        let has_arena = readers[fi].is_some();
+        // Where this tensor's bytes can be read in host memory.
+        let bytes: &[u8] = match (&maps[fi], &mut readers[fi]) {
+            (Some(map), _) => map
+                .get(offset..offset + len)
+                .ok_or_else(|| tensor_error("data extends past the end of the file".into()))?,
             (None, Some(reader)) => {
                 reader.read_through(s, start + layout.nbytes)?;
-                placed.push(Placed::Arena(source.file_index, offset));
                 reader.bytes(offset, len)
             }
-            (None, None) => unreachable!("every file has a mapping or a reader"),
+            (None, None) => {
+                staging.clear();
+                staging.resize(len, 0);
+                crate::device::read_exact_at_parallel(&s.file, &mut staging, start)
+                    .map_err(|e| tensor_error(format!("read error: {e}")))?;
+                &staging
+            }
         };
         if check {
             if let Some(reason) = validate::find_invalid(layout.ggml_type, bytes) {
-                return Err(LoadError::Tensor {
-                    file: s.display_name(),
-                    tensor: name.clone(),
-                    reason: format!("tensor has invalid data: {reason}"),
-                });
+                return Err(tensor_error(format!("tensor has invalid data: {reason}")));
+            }
+        }
+        let cpu_placed = |maps: &[Option<Arc<memmap2::Mmap>>],
+                          has_arena: bool,
+                          bytes: &[u8]|
+         -> Result<Placed, LoadError> {
+            if maps[fi].is_some() {
+                Ok(Placed::Mapped(fi, offset))
+            } else if has_arena {
+                Ok(Placed::Arena(fi, offset))
+            } else {
+                let alloc = devices
+                    .registry
+                    .cpu()
+                    .allocate_copy(bytes)
+                    .map_err(|e| tensor_error(e.to_string()))?;
+                Ok(Placed::Owned(TensorData::Device(alloc)))
+            }
+        };
+        if home == Home::Cpu {
+            placed.push(cpu_placed(&maps, has_arena, bytes)?);
+            fallbacks.push(None);
+            continue;
+        }
+        let granularity = granularity_for(name, layout.ggml_type, |n| types.get(n).copied());
+        match upload(devices, home, layout, granularity, bytes) {
+            Ok(data) => {
+                placed.push(Placed::Owned(data));
+                fallbacks.push(None);
+            }
+            Err((device, reason)) => {
+                crate::log_warn!(
+                    "tensor '{name}' ({} bytes) does not fit on {}: {reason}; falling back to CPU",
+                    layout.nbytes,
+                    devices.registry.get(device).map_or("?", |d| d.name())
+                );
+                placed.push(cpu_placed(&maps, has_arena, bytes)?);
+                fallbacks.push(Some(device));
             }
         }
     }
+    let _ = cpu;
     let mut arenas = Vec::with_capacity(sources.len());
     for (s, r) in sources.iter().zip(readers) {
-        arenas.push(match r {
-            Some(r) => Some(Arc::new(r.finish(mode.uses_mlock(), s))),
-            None => None,
-        });
+        arenas.push(r.map(|r| Arc::new(r.finish(mode.uses_mlock(), s))));
     }
     progress.report(1.0)?;
     Ok(placed
         .into_iter()
-        .map(|p| match p {
-            Placed::Mapped(f, offset) => TensorData::Mapped {
-                map: maps[f].clone().expect("mapped file"),
-                offset,
+        .zip(fallbacks)
+        .map(|(p, fallback_from)| LoadedTensor {
+            data: match p {
+                Placed::Mapped(f, offset) => TensorData::Mapped {
+                    map: maps[f].clone().expect("mapped file"),
+                    offset,
+                },
+                Placed::Arena(f, offset) => TensorData::Host {
+                    arena: arenas[f].clone().expect("arena file"),
+                    offset,
+                },
+                Placed::Owned(data) => data,
             },
-            Placed::Arena(f, offset) => TensorData::Host {
-                arena: arenas[f].clone().expect("arena file"),
-                offset,
-            },
+            fallback_from,
         })
         .collect())
 }

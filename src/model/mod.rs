@@ -11,7 +11,11 @@ pub mod vocab;
 use std::collections::HashMap;
 use std::ffi::CString;
 
+use std::sync::atomic::AtomicU64;
+
+use crate::hotswap::HotSwap;
 use crate::loader::file::SourceFile;
+use crate::loader::place::ModelDevices;
 use hparams::HParams;
 use meta::Metadata;
 use tensors::TensorStore;
@@ -38,6 +42,13 @@ pub struct Model {
     pub tensors: TensorStore,
     /// The files the tensors came from (kept open: hot-swap watches them).
     pub files: Vec<SourceFile>,
+    /// The model's devices and split points (None for vocab-only models).
+    pub devices: Option<ModelDevices>,
+    /// Bumped whenever a hot-swap relocates or retypes a tensor; contexts compare it with the
+    /// generation their cached graph was built for.
+    pub generation: AtomicU64,
+    /// Hot-swap registration (None when `LLAMA_HOTSWAP_ENABLED` was off at load).
+    pub hotswap: Option<HotSwap>,
 }
 
 /// Per-context state (graph-cache bookkeeping; decode is not supported yet).

@@ -78,6 +78,39 @@ struct llama_model_kv_override {
 
 #define LLAMA_STATE_SEQ_FLAGS_ON_DEVICE 2
 
+// `llama_ext_tensor_info.buffer`: no storage (`no_alloc`).
+#define LLAMA_EXT_BUFFER_NONE 0
+
+// `llama_ext_tensor_info.buffer`: a view of a read-only file mapping (CPU).
+#define LLAMA_EXT_BUFFER_MAPPED 1
+
+// `llama_ext_tensor_info.buffer`: owned host memory (CPU).
+#define LLAMA_EXT_BUFFER_HOST 2
+
+// `llama_ext_tensor_info.buffer`: a buffer on a GPU.
+#define LLAMA_EXT_BUFFER_DEVICE 3
+
+// `llama_ext_tensor_info.buffer`: split by rows across GPUs (split mode ROW).
+#define LLAMA_EXT_BUFFER_ROW_SPLIT 4
+
+// `llama_ext_reload_entry.outcome`: same type, size and placement; bytes written in place.
+#define LLAMA_EXT_RELOAD_IN_PLACE 0
+
+// `llama_ext_reload_entry.outcome`: moved to new storage on its device.
+#define LLAMA_EXT_RELOAD_RELOCATED 1
+
+// `llama_ext_reload_entry.outcome`: back on the buffer it was loaded into.
+#define LLAMA_EXT_RELOAD_RETURNED_TO_ORIGINAL 2
+
+// `llama_ext_reload_entry.outcome`: its device was full; now in CPU memory.
+#define LLAMA_EXT_RELOAD_CPU_FALLBACK 3
+
+// `llama_ext_reload_entry.outcome`: not reloaded by rule (shape changed, missing, bad size).
+#define LLAMA_EXT_RELOAD_REFUSED 4
+
+// `llama_ext_reload_entry.outcome`: not reloaded because of an error; the tensor is unchanged.
+#define LLAMA_EXT_RELOAD_FAILED 5
+
 // `enum ggml_type` of the pinned ggml.
 enum ggml_type {
   GGML_TYPE_F32 = 0,
@@ -619,6 +652,46 @@ struct ggml_backend_dev_props {
   struct ggml_backend_dev_caps caps;
 };
 
+// ==== llama-hotswap extensions (not in upstream llama.h) ====
+//
+// Where one tensor is and what it is, filled by `llama_ext_tensor_info`.
+struct llama_ext_tensor_info {
+  // The current `enum ggml_type` value (changes when hot-swap retypes the tensor).
+  int32_t type;
+  // `blk.N` → N; -1 for input, output and global tensors.
+  int32_t layer;
+  // Shape (ggml order, unused dimensions 1).
+  int64_t ne[4];
+  // Bytes of the whole tensor in its current type.
+  uint64_t nbytes;
+  // Index of the device holding it (as `ggml_backend_dev_get`); for a row split, the
+  // device of its first slice; -1 without storage.
+  int32_t device;
+  // `LLAMA_EXT_BUFFER_*`.
+  int32_t buffer;
+  // Number of row slices (split mode ROW), else 0.
+  int32_t n_row_slices;
+  // 1 when the tensor did not fit on its device at load and went to the CPU.
+  int32_t load_fallback;
+};
+
+// ==== llama-hotswap extensions (not in upstream llama.h) ====
+//
+// One tensor of the last reload report. The strings belong to the model and stay valid
+// until the next reload call on it (or until it is freed).
+struct llama_ext_reload_entry {
+  const char *name;
+  // Why (empty when there is nothing to say).
+  const char *reason;
+  // Where the tensor is now: "CPU", "VGPU0", "VGPU0,VGPU1" for a row split.
+  const char *device;
+  // `LLAMA_EXT_RELOAD_*`.
+  int32_t outcome;
+  // `enum ggml_type` before and after the call.
+  int32_t old_type;
+  int32_t new_type;
+};
+
 typedef void (*llama_model_set_tensor_data_t)(struct ggml_tensor *tensor, void *userdata);
 
 typedef bool (*llama_opt_param_filter)(const struct ggml_tensor *tensor, void *userdata);
@@ -983,25 +1056,25 @@ int32_t llama_process(struct llama_context *ctx,
                       enum llama_process_type type,
                       struct llama_batch_ext *batch);
 
-// Upstream: creates an inference context for `model` with `params`; free it with
-// `llama_free` before freeing the model.
-// Not supported by llama-hotswap yet: logs once and returns NULL. The model stays owned by
-// the caller; no callback in `params` is called.
+// Creates a context for `model`; free it with `llama_free` (before or after the model: the
+// context keeps the model's data alive, although upstream requires the model to outlive it).
+// A context holds the graph-cache state that hot-swap invalidates; decoding is not
+// supported yet. `params.n_ctx == 0` takes the model's training context. Returns NULL (with
+// a log line) for a NULL or freed model, a vocab-only model, `n_batch == 0 && n_ubatch == 0`,
+// or a context size that resolves to 0, as upstream.
 struct llama_context *llama_init_from_model(struct llama_model *model,
                                             struct llama_context_params params);
 
-// Upstream: deprecated alias of `llama_init_from_model`.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Deprecated alias of `llama_init_from_model` (same behaviour).
 struct llama_context *llama_new_context_with_model(struct llama_model *model,
                                                    struct llama_context_params params);
 
-// Upstream: frees a context and everything it allocated (not its model); NULL is a no-op.
-// Not supported by llama-hotswap yet: logs once and returns. No context can exist (creation
-// returns NULL), so nothing leaks; the pointer is never dereferenced.
+// Frees a context (not its model). NULL is a no-op; a freed or foreign pointer is logged
+// and ignored.
 void llama_free(struct llama_context *ctx);
 
-// Upstream: the model the context was created from (owned by the caller, not the context).
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// The model the context was created from (owned by the caller, not the context), or NULL
+// for a NULL or freed context.
 const struct llama_model *llama_get_model(const struct llama_context *ctx);
 
 // Upstream: the context size in tokens actually used (may differ from the requested one).
@@ -1204,6 +1277,91 @@ int64_t llama_ext_tensor_read(const struct llama_model *model,
                               const char *name,
                               void *dst,
                               size_t dst_size);
+
+// Fills `out` with tensor `name`'s type, layer, shape, size, device and buffer kind.
+// Returns 0 when found, -1 (with a log line) when the model, name or out is NULL or there is
+// no such tensor (`out` untouched then).
+int32_t llama_ext_tensor_info(const struct llama_model *model,
+                              const char *name,
+                              struct llama_ext_tensor_info *out);
+
+// Writes the model's placement report as JSON into `buf`, `snprintf`-style: at most
+// `buf_size` bytes including the NUL (NULL `buf` with `buf_size` 0 asks for the length);
+// returns the full length of the JSON, or -1 for a NULL model. Format:
+// `{"devices":[{"index","name","type","total","free","used"}],"tensors":[{"name","layer",
+// "type","ne":[4],"nbytes","device","buffer","swap_state","fallback_from"?,"rows"?:[{"device",
+// "first","count"}]}]}` — `device` is the device name ("CPU" for host memory, null without
+// storage), `buffer` one of "mapped", "host", "device", "row_split", "none"; `used` is the
+// bytes of this model's tensors on the device; `fallback_from` names the device a tensor was
+// meant for when it fell back to the CPU at load; `rows` lists the slices of a row split
+// (elements along the split dimension).
+int32_t llama_ext_model_placement_json(const struct llama_model *model, char *buf, size_t buf_size);
+
+// ik_llama.cpp's entry point: reloads every tensor whose file changed on disk into the
+// context's model. Returns true when at least one tensor was reloaded; false when nothing
+// changed, every changed tensor was refused or failed (see `llama_ext_reload_report_json`),
+// hot-swap is disabled for the model (`LLAMA_HOTSWAP_ENABLED` unset, empty, `0`, `false` or
+// `off` when it was loaded; one log line), or `ctx` is NULL. Any relocated or retyped tensor
+// bumps the model's generation, which makes every context of the model rebuild its graph.
+// Safe to call from any thread; calls on one model serialize.
+bool llama_reload_changed_tensors(struct llama_context *ctx);
+
+// Like `llama_reload_changed_tensors`, without a context. Returns the number of tensors
+// reloaded (0 when nothing changed or hot-swap is disabled), or -1 for a NULL model.
+int32_t llama_ext_model_reload_changed_tensors(struct llama_model *model);
+
+// Reloads every tensor of the model from another GGUF file (or the first shard of a split
+// set, whose other shards are found by name) with the same tensor names and shapes: a
+// fine-tuned checkpoint or a different quantization. Tensors missing from it or with
+// another shape are refused and reported. The model's watched files do not change. Returns
+// the number of tensors reloaded (0 when hot-swap is disabled), or -1 when the model or path
+// is NULL or the file cannot be opened or parsed (nothing is touched then).
+int32_t llama_ext_model_reload_from_file(struct llama_model *model, const char *path);
+
+// Replaces tensor `name` with `size` bytes at `data`, stored as `ggml_type` (an
+// `enum ggml_type` value; it may differ from the current type, the shape may not): a trainer
+// pushing weights. The bytes are copied; `data` stays the caller's. Returns 1 when the
+// tensor was replaced, 0 when it was refused or failed (wrong size for the type and shape;
+// see the report) or hot-swap is disabled, -1 when the model, name or data is NULL, there is
+// no such tensor, or the type is not a valid ggml type.
+int32_t llama_ext_tensor_set(struct llama_model *model,
+                             const char *name,
+                             int32_t ggml_type,
+                             const void *data,
+                             size_t size);
+
+// Writes the last reload call's report as JSON into `buf`, `snprintf`-style; returns the full
+// length, or -1 for a NULL model. Format: `{"generation": N, "tensors": [{"name", "outcome",
+// "reason", "old_type", "new_type", "device"}]}`, outcome one of `reloaded_in_place`,
+// `relocated`, `returned_to_original`, `cpu_fallback`, `refused`, `failed`; unchanged tensors
+// are not listed. Before any reload (or with hot-swap disabled): `{"generation":0,"tensors":[]}`
+// with the model's generation.
+int32_t llama_ext_reload_report_json(const struct llama_model *model, char *buf, size_t buf_size);
+
+// The number of entries in the last reload report (0 before any reload or when hot-swap is
+// disabled), or -1 for a NULL model.
+int32_t llama_ext_reload_report_count(const struct llama_model *model);
+
+// Fills `out` with entry `i` of the last reload report. Returns 0, or -1 when the model or
+// out is NULL or `i` is out of range. The strings stay valid until the next reload call on
+// the model.
+int32_t llama_ext_reload_report_entry(const struct llama_model *model,
+                                      int32_t i,
+                                      struct llama_ext_reload_entry *out);
+
+// The model's generation: bumped by every reload call that relocated or retyped a tensor.
+// Returns 0 for a NULL model.
+uint64_t llama_ext_model_generation(const struct llama_model *model);
+
+// Whether the context's cached graph was built for an older model generation and must be
+// rebuilt before reuse (decode does this check; it is exposed for hosts and tests). False
+// for a NULL context.
+bool llama_ext_context_graph_is_stale(const struct llama_context *ctx);
+
+// Rebuilds the context's cached graph if it is stale (what decode does first; with decode
+// not supported yet, this only records the model generation the graph is now built for).
+// Returns true when it was stale; false when current or `ctx` is NULL.
+bool llama_ext_context_rebuild_graph(struct llama_context *ctx);
 
 // Upstream: clears the memory's metadata, and its data buffers too when `data` is true.
 // Not supported by llama-hotswap yet: logs once and returns.

@@ -2,54 +2,98 @@
 //! (logits, embeddings, backend-sampled tokens). Not supported by llama-hotswap yet.
 //!
 //! The first group (`llama_init_from_model`, `llama_new_context_with_model`, `llama_free`,
-//! `llama_get_model`) is the context's lifecycle; it becomes real first.
+//! `llama_get_model`) is the context's lifecycle, and is real: a context holds the graph-cache
+//! state that hot-swap invalidates. Everything else here is not supported yet.
 
 #![allow(unused_variables)] // stub parameters keep upstream's names, which the header shows
 
 use std::ffi::c_void;
 
-use super::handles::{llama_context, llama_model};
+use super::handles::{self, llama_context, llama_model};
 use super::types::*;
 
 // ---------------------------------------------------------------------------------------------
 // Lifecycle
 // ---------------------------------------------------------------------------------------------
 
-/// Upstream: creates an inference context for `model` with `params`; free it with
-/// `llama_free` before freeing the model.
-/// Not supported by llama-hotswap yet: logs once and returns NULL. The model stays owned by
-/// the caller; no callback in `params` is called.
+/// Creates a context for `model`; free it with `llama_free` (before or after the model: the
+/// context keeps the model's data alive, although upstream requires the model to outlive it).
+/// A context holds the graph-cache state that hot-swap invalidates; decoding is not
+/// supported yet. `params.n_ctx == 0` takes the model's training context. Returns NULL (with
+/// a log line) for a NULL or freed model, a vocab-only model, `n_batch == 0 && n_ubatch == 0`,
+/// or a context size that resolves to 0, as upstream.
 #[no_mangle]
 pub unsafe extern "C" fn llama_init_from_model(
     model: *mut llama_model,
     params: llama_context_params,
 ) -> *mut llama_context {
-    unsupported!("llama_init_from_model", std::ptr::null_mut())
+    boundary!("llama_init_from_model", std::ptr::null_mut(), {
+        // SAFETY: NULL or a live model per the contract.
+        unsafe { init_context(model, &params) }
+    })
 }
 
-/// Upstream: deprecated alias of `llama_init_from_model`.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// Shared body of the context constructors.
+///
+/// # Safety
+/// `model` must be NULL or a live model handle.
+unsafe fn init_context(
+    model: *mut llama_model,
+    params: &llama_context_params,
+) -> Result<*mut llama_context, super::FfiError> {
+    use super::FfiError;
+    // SAFETY: per the caller's contract.
+    let handle = unsafe { handles::model(model) }?;
+    if handle.inner.devices.is_none() {
+        return Err(FfiError::Invalid(
+            "model was loaded with vocab_only: it cannot have a context".into(),
+        ));
+    }
+    if params.n_batch == 0 && params.n_ubatch == 0 {
+        return Err(FfiError::Invalid(
+            "n_batch and n_ubatch cannot both be zero".into(),
+        ));
+    }
+    let inner = crate::model::Context::new(std::sync::Arc::clone(&handle.inner), params.n_ctx);
+    if inner.n_ctx == 0 {
+        return Err(FfiError::Invalid(
+            "n_ctx and model->hparams.n_ctx_train cannot both be zero".into(),
+        ));
+    }
+    Ok(llama_context::new_boxed(model, inner))
+}
+
+/// Deprecated alias of `llama_init_from_model` (same behaviour).
 #[no_mangle]
 pub unsafe extern "C" fn llama_new_context_with_model(
     model: *mut llama_model,
     params: llama_context_params,
 ) -> *mut llama_context {
-    unsupported!("llama_new_context_with_model", std::ptr::null_mut())
+    boundary!("llama_new_context_with_model", std::ptr::null_mut(), {
+        // SAFETY: NULL or a live model per the contract.
+        unsafe { init_context(model, &params) }
+    })
 }
 
-/// Upstream: frees a context and everything it allocated (not its model); NULL is a no-op.
-/// Not supported by llama-hotswap yet: logs once and returns. No context can exist (creation
-/// returns NULL), so nothing leaks; the pointer is never dereferenced.
+/// Frees a context (not its model). NULL is a no-op; a freed or foreign pointer is logged
+/// and ignored.
 #[no_mangle]
 pub unsafe extern "C" fn llama_free(ctx: *mut llama_context) {
-    unsupported!("llama_free")
+    boundary!("llama_free", (), {
+        // SAFETY: NULL or a live context per the contract.
+        unsafe { handles::free_context(ctx) }
+    })
 }
 
-/// Upstream: the model the context was created from (owned by the caller, not the context).
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// The model the context was created from (owned by the caller, not the context), or NULL
+/// for a NULL or freed context.
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_model(ctx: *const llama_context) -> *const llama_model {
-    unsupported!("llama_get_model", std::ptr::null())
+    boundary!("llama_get_model", std::ptr::null(), {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        Ok(handle.model)
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -135,11 +135,6 @@ pub(crate) fn buft_device_index(ptr: ggml_backend_buffer_type_t) -> Result<usize
     buft_handle(ptr).map(|h| h.device)
 }
 
-/// The handle of registry device `index` (for `llama_ext_tensor_info` consumers).
-pub(crate) fn device_ptr(index: usize) -> ggml_backend_dev_t {
-    dev_ptr(index)
-}
-
 pub(crate) fn any_gpu() -> bool {
     Registry::global().any_gpu()
 }

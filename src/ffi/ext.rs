@@ -4,8 +4,8 @@
 
 use std::ffi::{c_char, c_void};
 
-use super::handles::{self, llama_model};
-use super::{c_str, FfiError};
+use super::handles::{self, llama_context, llama_model};
+use super::{c_str, write_snprintf, FfiError};
 
 /// ==== llama-hotswap extensions (not in upstream llama.h) ====
 ///
@@ -51,5 +51,361 @@ pub unsafe extern "C" fn llama_ext_tensor_read(
             .read_into(out)
             .map_err(|e| FfiError::Core(format!("tensor '{name}': {e}")))?;
         Ok(len as i64)
+    })
+}
+
+/// `llama_ext_tensor_info.buffer`: no storage (`no_alloc`).
+pub const LLAMA_EXT_BUFFER_NONE: i32 = 0;
+/// `llama_ext_tensor_info.buffer`: a view of a read-only file mapping (CPU).
+pub const LLAMA_EXT_BUFFER_MAPPED: i32 = 1;
+/// `llama_ext_tensor_info.buffer`: owned host memory (CPU).
+pub const LLAMA_EXT_BUFFER_HOST: i32 = 2;
+/// `llama_ext_tensor_info.buffer`: a buffer on a GPU.
+pub const LLAMA_EXT_BUFFER_DEVICE: i32 = 3;
+/// `llama_ext_tensor_info.buffer`: split by rows across GPUs (split mode ROW).
+pub const LLAMA_EXT_BUFFER_ROW_SPLIT: i32 = 4;
+
+/// ==== llama-hotswap extensions (not in upstream llama.h) ====
+///
+/// Where one tensor is and what it is, filled by `llama_ext_tensor_info`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct llama_ext_tensor_info {
+    /// The current `enum ggml_type` value (changes when hot-swap retypes the tensor).
+    pub r#type: i32,
+    /// `blk.N` → N; -1 for input, output and global tensors.
+    pub layer: i32,
+    /// Shape (ggml order, unused dimensions 1).
+    pub ne: [i64; 4],
+    /// Bytes of the whole tensor in its current type.
+    pub nbytes: u64,
+    /// Index of the device holding it (as `ggml_backend_dev_get`); for a row split, the
+    /// device of its first slice; -1 without storage.
+    pub device: i32,
+    /// `LLAMA_EXT_BUFFER_*`.
+    pub buffer: i32,
+    /// Number of row slices (split mode ROW), else 0.
+    pub n_row_slices: i32,
+    /// 1 when the tensor did not fit on its device at load and went to the CPU.
+    pub load_fallback: i32,
+}
+
+/// Fills `out` with tensor `name`'s type, layer, shape, size, device and buffer kind.
+/// Returns 0 when found, -1 (with a log line) when the model, name or out is NULL or there is
+/// no such tensor (`out` untouched then).
+#[no_mangle]
+pub unsafe extern "C" fn llama_ext_tensor_info(
+    model: *const llama_model,
+    name: *const c_char,
+    out: *mut llama_ext_tensor_info,
+) -> i32 {
+    boundary!("llama_ext_tensor_info", -1, {
+        // SAFETY: NULL or a live model / C string per the contract.
+        let handle = unsafe { handles::model(model) }?;
+        let name = unsafe { c_str(name, "name") }?;
+        if out.is_null() {
+            return Err(FfiError::Null("out"));
+        }
+        let info = handle
+            .inner
+            .tensor_info(&name)
+            .ok_or_else(|| FfiError::Invalid(format!("no tensor named '{name}'")))?;
+        let filled = llama_ext_tensor_info {
+            r#type: info.ggml_type as i32,
+            layer: info.layer,
+            ne: info.ne,
+            nbytes: info.nbytes,
+            device: info.device,
+            buffer: info.buffer.as_raw(),
+            n_row_slices: info.rows.len() as i32,
+            load_fallback: i32::from(info.fallback_from.is_some()),
+        };
+        // SAFETY: `out` is a valid, writable struct per the contract.
+        unsafe { out.write(filled) };
+        Ok(0)
+    })
+}
+
+/// Writes the model's placement report as JSON into `buf`, `snprintf`-style: at most
+/// `buf_size` bytes including the NUL (NULL `buf` with `buf_size` 0 asks for the length);
+/// returns the full length of the JSON, or -1 for a NULL model. Format:
+/// `{"devices":[{"index","name","type","total","free","used"}],"tensors":[{"name","layer",
+/// "type","ne":[4],"nbytes","device","buffer","swap_state","fallback_from"?,"rows"?:[{"device",
+/// "first","count"}]}]}` — `device` is the device name ("CPU" for host memory, null without
+/// storage), `buffer` one of "mapped", "host", "device", "row_split", "none"; `used` is the
+/// bytes of this model's tensors on the device; `fallback_from` names the device a tensor was
+/// meant for when it fell back to the CPU at load; `rows` lists the slices of a row split
+/// (elements along the split dimension).
+#[no_mangle]
+pub unsafe extern "C" fn llama_ext_model_placement_json(
+    model: *const llama_model,
+    buf: *mut c_char,
+    buf_size: usize,
+) -> i32 {
+    boundary!("llama_ext_model_placement_json", -1, {
+        // SAFETY: NULL or a live model per the contract.
+        let handle = unsafe { handles::model(model) }?;
+        let json = handle.inner.placement_json();
+        // SAFETY: `buf` is NULL or valid for `buf_size` bytes per the contract.
+        Ok(unsafe { write_snprintf(buf, buf_size, json.as_bytes()) })
+    })
+}
+
+/// `llama_ext_reload_entry.outcome`: same type, size and placement; bytes written in place.
+pub const LLAMA_EXT_RELOAD_IN_PLACE: i32 = 0;
+/// `llama_ext_reload_entry.outcome`: moved to new storage on its device.
+pub const LLAMA_EXT_RELOAD_RELOCATED: i32 = 1;
+/// `llama_ext_reload_entry.outcome`: back on the buffer it was loaded into.
+pub const LLAMA_EXT_RELOAD_RETURNED_TO_ORIGINAL: i32 = 2;
+/// `llama_ext_reload_entry.outcome`: its device was full; now in CPU memory.
+pub const LLAMA_EXT_RELOAD_CPU_FALLBACK: i32 = 3;
+/// `llama_ext_reload_entry.outcome`: not reloaded by rule (shape changed, missing, bad size).
+pub const LLAMA_EXT_RELOAD_REFUSED: i32 = 4;
+/// `llama_ext_reload_entry.outcome`: not reloaded because of an error; the tensor is unchanged.
+pub const LLAMA_EXT_RELOAD_FAILED: i32 = 5;
+
+/// ==== llama-hotswap extensions (not in upstream llama.h) ====
+///
+/// One tensor of the last reload report. The strings belong to the model and stay valid
+/// until the next reload call on it (or until it is freed).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct llama_ext_reload_entry {
+    pub name: *const c_char,
+    /// Why (empty when there is nothing to say).
+    pub reason: *const c_char,
+    /// Where the tensor is now: "CPU", "VGPU0", "VGPU0,VGPU1" for a row split.
+    pub device: *const c_char,
+    /// `LLAMA_EXT_RELOAD_*`.
+    pub outcome: i32,
+    /// `enum ggml_type` before and after the call.
+    pub old_type: i32,
+    pub new_type: i32,
+}
+
+/// Logs the "disabled" line and maps a hot-swap result to the number of reloaded tensors.
+fn reload_count(
+    what: &str,
+    result: Result<std::sync::Arc<crate::hotswap::Report>, crate::hotswap::HotSwapError>,
+) -> Result<i32, FfiError> {
+    match result {
+        Ok(report) => Ok(i32::try_from(report.reloaded()).unwrap_or(i32::MAX)),
+        Err(crate::hotswap::HotSwapError::Disabled) => {
+            crate::log_info!("{what}: {}", crate::hotswap::HotSwapError::Disabled);
+            Ok(0)
+        }
+        Err(e) => Err(FfiError::Core(e.to_string())),
+    }
+}
+
+/// ik_llama.cpp's entry point: reloads every tensor whose file changed on disk into the
+/// context's model. Returns true when at least one tensor was reloaded; false when nothing
+/// changed, every changed tensor was refused or failed (see `llama_ext_reload_report_json`),
+/// hot-swap is disabled for the model (`LLAMA_HOTSWAP_ENABLED` unset, empty, `0`, `false` or
+/// `off` when it was loaded; one log line), or `ctx` is NULL. Any relocated or retyped tensor
+/// bumps the model's generation, which makes every context of the model rebuild its graph.
+/// Safe to call from any thread; calls on one model serialize.
+#[no_mangle]
+pub unsafe extern "C" fn llama_reload_changed_tensors(ctx: *mut llama_context) -> bool {
+    boundary!("llama_reload_changed_tensors", false, {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        let model = &handle.inner.model;
+        let n = reload_count(
+            "llama_reload_changed_tensors",
+            crate::hotswap::reload_changed(model),
+        )?;
+        Ok(n > 0)
+    })
+}
+
+/// Like `llama_reload_changed_tensors`, without a context. Returns the number of tensors
+/// reloaded (0 when nothing changed or hot-swap is disabled), or -1 for a NULL model.
+#[no_mangle]
+pub unsafe extern "C" fn llama_ext_model_reload_changed_tensors(model: *mut llama_model) -> i32 {
+    boundary!("llama_ext_model_reload_changed_tensors", -1, {
+        // SAFETY: NULL or a live model per the contract.
+        let handle = unsafe { handles::model(model) }?;
+        reload_count(
+            "llama_ext_model_reload_changed_tensors",
+            crate::hotswap::reload_changed(&handle.inner),
+        )
+    })
+}
+
+/// Reloads every tensor of the model from another GGUF file (or the first shard of a split
+/// set, whose other shards are found by name) with the same tensor names and shapes: a
+/// fine-tuned checkpoint or a different quantization. Tensors missing from it or with
+/// another shape are refused and reported. The model's watched files do not change. Returns
+/// the number of tensors reloaded (0 when hot-swap is disabled), or -1 when the model or path
+/// is NULL or the file cannot be opened or parsed (nothing is touched then).
+#[no_mangle]
+pub unsafe extern "C" fn llama_ext_model_reload_from_file(
+    model: *mut llama_model,
+    path: *const c_char,
+) -> i32 {
+    boundary!("llama_ext_model_reload_from_file", -1, {
+        // SAFETY: NULL or a live model / C string per the contract.
+        let handle = unsafe { handles::model(model) }?;
+        let path = unsafe { c_str(path, "path") }?;
+        reload_count(
+            "llama_ext_model_reload_from_file",
+            crate::hotswap::reload_from_file(&handle.inner, std::path::Path::new(path.as_ref())),
+        )
+    })
+}
+
+/// Replaces tensor `name` with `size` bytes at `data`, stored as `ggml_type` (an
+/// `enum ggml_type` value; it may differ from the current type, the shape may not): a trainer
+/// pushing weights. The bytes are copied; `data` stays the caller's. Returns 1 when the
+/// tensor was replaced, 0 when it was refused or failed (wrong size for the type and shape;
+/// see the report) or hot-swap is disabled, -1 when the model, name or data is NULL, there is
+/// no such tensor, or the type is not a valid ggml type.
+#[no_mangle]
+pub unsafe extern "C" fn llama_ext_tensor_set(
+    model: *mut llama_model,
+    name: *const c_char,
+    ggml_type: i32,
+    data: *const c_void,
+    size: usize,
+) -> i32 {
+    boundary!("llama_ext_tensor_set", -1, {
+        // SAFETY: NULL or a live model / C string per the contract.
+        let handle = unsafe { handles::model(model) }?;
+        let name = unsafe { c_str(name, "name") }?;
+        if data.is_null() {
+            return Err(FfiError::Null("data"));
+        }
+        // SAFETY: `data` is valid for `size` bytes per the contract.
+        let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), size) };
+        match crate::hotswap::tensor_set(&handle.inner, &name, ggml_type, bytes) {
+            Err(crate::hotswap::HotSwapError::Invalid(e)) => Err(FfiError::Invalid(e)),
+            other => reload_count("llama_ext_tensor_set", other),
+        }
+    })
+}
+
+/// Writes the last reload call's report as JSON into `buf`, `snprintf`-style; returns the full
+/// length, or -1 for a NULL model. Format: `{"generation": N, "tensors": [{"name", "outcome",
+/// "reason", "old_type", "new_type", "device"}]}`, outcome one of `reloaded_in_place`,
+/// `relocated`, `returned_to_original`, `cpu_fallback`, `refused`, `failed`; unchanged tensors
+/// are not listed. Before any reload (or with hot-swap disabled): `{"generation":0,"tensors":[]}`
+/// with the model's generation.
+#[no_mangle]
+pub unsafe extern "C" fn llama_ext_reload_report_json(
+    model: *const llama_model,
+    buf: *mut c_char,
+    buf_size: usize,
+) -> i32 {
+    boundary!("llama_ext_reload_report_json", -1, {
+        // SAFETY: NULL or a live model per the contract.
+        let handle = unsafe { handles::model(model) }?;
+        let json = match &handle.inner.hotswap {
+            Some(hs) => hs.last_report().to_json(),
+            None => crate::hotswap::Report::new(
+                handle
+                    .inner
+                    .generation
+                    .load(std::sync::atomic::Ordering::Acquire),
+                Vec::new(),
+            )
+            .to_json(),
+        };
+        // SAFETY: `buf` is NULL or valid for `buf_size` bytes per the contract.
+        Ok(unsafe { write_snprintf(buf, buf_size, json.as_bytes()) })
+    })
+}
+
+/// The number of entries in the last reload report (0 before any reload or when hot-swap is
+/// disabled), or -1 for a NULL model.
+#[no_mangle]
+pub unsafe extern "C" fn llama_ext_reload_report_count(model: *const llama_model) -> i32 {
+    boundary!("llama_ext_reload_report_count", -1, {
+        // SAFETY: NULL or a live model per the contract.
+        let handle = unsafe { handles::model(model) }?;
+        Ok(handle
+            .inner
+            .hotswap
+            .as_ref()
+            .map_or(0, |hs| hs.last_report().entries.len() as i32))
+    })
+}
+
+/// Fills `out` with entry `i` of the last reload report. Returns 0, or -1 when the model or
+/// out is NULL or `i` is out of range. The strings stay valid until the next reload call on
+/// the model.
+#[no_mangle]
+pub unsafe extern "C" fn llama_ext_reload_report_entry(
+    model: *const llama_model,
+    i: i32,
+    out: *mut llama_ext_reload_entry,
+) -> i32 {
+    boundary!("llama_ext_reload_report_entry", -1, {
+        // SAFETY: NULL or a live model per the contract.
+        let handle = unsafe { handles::model(model) }?;
+        if out.is_null() {
+            return Err(FfiError::Null("out"));
+        }
+        let hs = handle
+            .inner
+            .hotswap
+            .as_ref()
+            .ok_or_else(|| FfiError::Invalid("hot-swap is disabled for this model".into()))?;
+        let report = hs.last_report();
+        let index = usize::try_from(i)
+            .ok()
+            .filter(|&k| k < report.entries.len())
+            .ok_or_else(|| FfiError::Invalid(format!("entry {i} out of range")))?;
+        let e = &report.entries[index];
+        let c = &report.c_strings()[index];
+        let filled = llama_ext_reload_entry {
+            name: c[0].as_ptr(),
+            reason: c[1].as_ptr(),
+            device: c[2].as_ptr(),
+            outcome: e.outcome.as_raw(),
+            old_type: e.old_type.id() as i32,
+            new_type: e.new_type.id() as i32,
+        };
+        // SAFETY: `out` is a valid, writable struct per the contract.
+        unsafe { out.write(filled) };
+        Ok(0)
+    })
+}
+
+/// The model's generation: bumped by every reload call that relocated or retyped a tensor.
+/// Returns 0 for a NULL model.
+#[no_mangle]
+pub unsafe extern "C" fn llama_ext_model_generation(model: *const llama_model) -> u64 {
+    boundary!("llama_ext_model_generation", 0, {
+        // SAFETY: NULL or a live model per the contract.
+        let handle = unsafe { handles::model(model) }?;
+        Ok(handle
+            .inner
+            .generation
+            .load(std::sync::atomic::Ordering::Acquire))
+    })
+}
+
+/// Whether the context's cached graph was built for an older model generation and must be
+/// rebuilt before reuse (decode does this check; it is exposed for hosts and tests). False
+/// for a NULL context.
+#[no_mangle]
+pub unsafe extern "C" fn llama_ext_context_graph_is_stale(ctx: *const llama_context) -> bool {
+    boundary!("llama_ext_context_graph_is_stale", false, {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        Ok(handle.inner.graph_is_stale())
+    })
+}
+
+/// Rebuilds the context's cached graph if it is stale (what decode does first; with decode
+/// not supported yet, this only records the model generation the graph is now built for).
+/// Returns true when it was stale; false when current or `ctx` is NULL.
+#[no_mangle]
+pub unsafe extern "C" fn llama_ext_context_rebuild_graph(ctx: *mut llama_context) -> bool {
+    boundary!("llama_ext_context_rebuild_graph", false, {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        Ok(handle.inner.rebuild_graph_if_stale())
     })
 }

@@ -26,7 +26,6 @@ pub struct llama_vocab {
 }
 
 /// An inference context (`struct llama_context`).
-#[allow(dead_code)] // contexts become real with the hot-swap work
 pub struct llama_context {
     magic: u64,
     pub(crate) model: *const llama_model,

@@ -95,7 +95,9 @@ unsafe fn read_placement(
     if !params.tensor_split.is_null() {
         let mut split = [0f32; MAX_DEVICES];
         // SAFETY: `tensor_split` points to llama_max_devices() floats per the contract.
-        split.copy_from_slice(unsafe { std::slice::from_raw_parts(params.tensor_split, MAX_DEVICES) });
+        split.copy_from_slice(unsafe {
+            std::slice::from_raw_parts(params.tensor_split, MAX_DEVICES)
+        });
         placement.tensor_split = Some(split);
     }
     if !params.tensor_buft_overrides.is_null() {
@@ -106,7 +108,9 @@ unsafe fn read_placement(
                 break;
             }
             // SAFETY: a C string per the contract.
-            let pattern = unsafe { CStr::from_ptr(entry.pattern) }.to_string_lossy().into_owned();
+            let pattern = unsafe { CStr::from_ptr(entry.pattern) }
+                .to_string_lossy()
+                .into_owned();
             let device = super::device::buft_device_index(entry.buft).map_err(|e| {
                 format!("tensor_buft_overrides[{i}] ({pattern}): invalid buffer type: {e}")
             })?;

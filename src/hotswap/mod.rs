@@ -1,6 +1,57 @@
-//! Hot-swap of individual tensors (placeholder while the engine lands).
+//! Hot-swap of individual tensors from GGUF files on disk into a loaded model.
+//!
+//! # The flow
+//! * **Gate.** [`ENV`] is read when a model loads ([`enabled_by_env`]); off → nothing is
+//!   registered and every reload entry point reports [`HotSwapError::Disabled`].
+//! * **Registration** (at load): every shard's path and identity (device, inode, size,
+//!   mtime and ctime with nanoseconds), and for every tensor its shard and data offset.
+//! * **Snapshot** (at load): the loaded storage *is* the original, so no copy is made; when a
+//!   tensor is first detached its original storage, layout and row partition are moved aside
+//!   ([`crate::model::tensors::Original`]) and kept until it returns.
+//! * **Detection** (each call): one `stat` per file; a file changed when any identity field
+//!   differs. A changed file is opened once; its header and its data are read through that
+//!   one descriptor, so a rename in between cannot pair one file's header with another's bytes.
+//!   Shape changes and missing tensors are refused; a data range past the end of the file is a
+//!   failure. The file's new identity is recorded either way, so a refused tensor is looked at
+//!   again the next time its file changes (not on every call).
+//! * **Jobs** run tensors returning to their original type first (their private buffers are
+//!   freed before new ones are allocated).
+//! * **Transactional per tensor.** Bytes are read into a staging buffer and every new buffer is
+//!   allocated and filled before the live tensor is touched; the commit swaps storage under
+//!   the tensor's write lock (readers hold its read lock, so none sees a torn tensor). Any
+//!   failure leaves the tensor exactly as it was and is reported.
+//! * **MoE families** (`ffn_{gate,up,down}_exps` of one layer, split mode ROW) keep one row
+//!   partition, computed for the least common multiple of the members' block sizes; a member
+//!   whose partition no longer matches is re-laid out (or reattached to its original when that
+//!   matches again); a failed device allocation moves the whole family to the CPU.
+//! * **Invalidation.** Any relocation or retype bumps the model's generation, which every
+//!   context compares with the generation its cached graph was built for. A tensor written in
+//!   place (same type, size and placement) keeps its storage and bumps nothing.
+//! * **Mappings.** Tensors are never written through a file mapping. When a file changes,
+//!   every tensor still reading through that file's mapping moves to owned memory at that call
+//!   (from the new file when it reloads, else from the descriptor opened at load, which reads
+//!   safely even if the file shrank).
 
+mod report;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use thiserror::Error;
+
+use crate::device::read_exact_at_parallel;
+use crate::gguf::{GgmlType, Gguf};
+use crate::loader::file::FileIdentity;
+use crate::loader::place::{lcm_block, Home, ModelDevices};
+use crate::model::tensors::{
+    moe_siblings, read_data, Original, RowPiece, SplitGeometry, SwapState, TensorData,
+    TensorLayout, TensorState,
+};
 use crate::model::Model;
+
+pub use report::{Outcome, Report, ReportEntry};
 
 /// The environment variable read at model load.
 pub const ENV: &str = "LLAMA_HOTSWAP_ENABLED";
@@ -20,11 +71,1023 @@ pub fn is_enabling_value(value: &str) -> bool {
     !(v.is_empty() || v == "0" || v == "false" || v == "off")
 }
 
+/// Why a reload call as a whole did not run (per-tensor problems go into the report).
+#[derive(Debug, Error)]
+pub enum HotSwapError {
+    #[error("hot-swap is disabled for this model (set {ENV}=1 before loading it)")]
+    Disabled,
+    #[error("{path}: {reason}")]
+    File { path: String, reason: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// One watched shard.
 #[derive(Debug)]
-pub struct HotSwap {}
+struct WatchedFile {
+    path: Option<PathBuf>,
+    /// As of the last look (None: the path did not exist).
+    identity: Option<FileIdentity>,
+}
+
+/// Registration and the last report; the mutex serializes reload calls.
+#[derive(Debug)]
+pub struct HotSwap {
+    watch: Mutex<Vec<WatchedFile>>,
+    report: Mutex<Arc<Report>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 impl HotSwap {
-    pub fn register(_model: &Model) -> HotSwap {
-        HotSwap {}
+    /// Records every shard's path and identity (tensor offsets stay on the tensors).
+    pub fn register(model: &Model) -> HotSwap {
+        let files = model
+            .files
+            .iter()
+            .map(|f| {
+                if f.path.is_none() {
+                    crate::log_warn!(
+                        "hot-swap: a model loaded from a FILE * has no path to watch; \
+                         llama_ext_tensor_set and llama_ext_model_reload_from_file still work"
+                    );
+                }
+                WatchedFile {
+                    path: f.path.clone(),
+                    identity: Some(f.identity),
+                }
+            })
+            .collect();
+        crate::log_info!(
+            "hot-swap: enabled, watching {} file(s) for {} tensors",
+            model.files.len(),
+            model.tensors.len()
+        );
+        HotSwap {
+            watch: Mutex::new(files),
+            report: Mutex::new(Arc::new(Report::default())),
+        }
     }
+
+    /// The last reload call's report.
+    pub fn last_report(&self) -> Arc<Report> {
+        Arc::clone(&lock(&self.report))
+    }
+}
+
+/// Where a job's bytes come from.
+enum Bytes<'a> {
+    File { file: &'a File, offset: u64 },
+    Memory(&'a [u8]),
+}
+
+struct Job<'a> {
+    tensor: usize,
+    new_type: GgmlType,
+    source: Bytes<'a>,
+}
+
+/// What one call did, gathered while it runs.
+#[derive(Default)]
+struct Outcomes {
+    entries: Vec<ReportEntry>,
+    relocated: bool,
+}
+
+fn hotswap_of(model: &Model) -> Result<&HotSwap, HotSwapError> {
+    model.hotswap.as_ref().ok_or(HotSwapError::Disabled)
+}
+
+/// Polls every watched file and reloads the tensors of those that changed.
+pub fn reload_changed(model: &Model) -> Result<Arc<Report>, HotSwapError> {
+    let hs = hotswap_of(model)?;
+    let mut watch = lock(&hs.watch);
+    let mut out = Outcomes::default();
+    for fi in 0..watch.len() {
+        let Some(path) = watch[fi].path.clone() else {
+            continue;
+        };
+        let now = std::fs::metadata(&path).ok().map(|m| FileIdentity::of(&m));
+        if now == watch[fi].identity {
+            continue;
+        }
+        watch[fi].identity = now;
+        reload_file(model, fi, &path, &mut watch[fi], &mut out);
+    }
+    drop(watch);
+    Ok(finish(model, hs, out))
+}
+
+/// Handles one changed shard: parse its header once, reload its tensors from it.
+fn reload_file(
+    model: &Model,
+    fi: usize,
+    path: &Path,
+    watched: &mut WatchedFile,
+    out: &mut Outcomes,
+) {
+    let ours: Vec<usize> = (0..model.tensors.len())
+        .filter(|&i| model.tensors.at(i).source.file_index == fi)
+        .collect();
+    let opened = open_gguf(path);
+    let (file, header) = match opened {
+        Ok(x) => x,
+        Err(reason) => {
+            crate::log_warn!("hot-swap: {}: {reason}", path.display());
+            for &i in &ours {
+                out.fail(model, i, None, format!("{}: {reason}", path.display()));
+            }
+            migrate_off_mapping(model, fi, &ours, out);
+            return;
+        }
+    };
+    // The identity of what we actually opened (the path may have moved on since the stat).
+    if let Ok(meta) = file.metadata() {
+        watched.identity = Some(FileIdentity::of(&meta));
+    }
+    let file_size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let gguf = match header.gguf() {
+        Ok(g) => g,
+        Err(e) => {
+            for &i in &ours {
+                out.fail(model, i, None, format!("{}: {e}", path.display()));
+            }
+            migrate_off_mapping(model, fi, &ours, out);
+            return;
+        }
+    };
+    let mut jobs = Vec::new();
+    for &i in &ours {
+        if let Some(job) = plan(model, i, &gguf, &file, file_size, path, out) {
+            jobs.push(job);
+        }
+    }
+    run_jobs(model, jobs, out);
+    migrate_off_mapping(model, fi, &ours, out);
+}
+
+/// Opens a GGUF and reads its header through the returned descriptor.
+fn open_gguf(path: &Path) -> Result<(File, crate::gguf::GgufHeader), String> {
+    let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let size = file
+        .metadata()
+        .map_err(|e| format!("cannot stat: {e}"))?
+        .len();
+    let header =
+        crate::gguf::read_header_from(&file, size, crate::gguf::file::DEFAULT_MAX_HEADER_BYTES)
+            .map_err(|e| format!("invalid GGUF header: {e}"))?;
+    Ok((file, header))
+}
+
+/// Checks tensor `i` against a new header; returns its job, or reports why not.
+fn plan<'a>(
+    model: &Model,
+    i: usize,
+    gguf: &Gguf<'_>,
+    file: &'a File,
+    file_size: u64,
+    path: &Path,
+    out: &mut Outcomes,
+) -> Option<Job<'a>> {
+    let tensor = model.tensors.at(i);
+    let Some(info) = gguf.tensors().iter().find(|t| t.name == tensor.name) else {
+        out.refuse(
+            model,
+            i,
+            None,
+            format!("tensor is missing from {}", path.display()),
+        );
+        return None;
+    };
+    let live_ne = tensor.read().layout.ne;
+    if info.ne != live_ne {
+        out.refuse(
+            model,
+            i,
+            Some(info.ggml_type),
+            format!(
+                "shape changed in {}: {:?} in the file, {:?} in the model (shapes never change)",
+                path.display(),
+                info.ne,
+                live_ne
+            ),
+        );
+        return None;
+    }
+    let offset = info.abs_offset(gguf);
+    let end = offset.checked_add(info.nbytes);
+    if end.map_or(true, |e| e > file_size) {
+        out.fail(
+            model,
+            i,
+            Some(info.ggml_type),
+            format!(
+                "{}: data range {offset}..{} is past the end of the file ({file_size} bytes): \
+                 truncated or still being written",
+                path.display(),
+                offset.saturating_add(info.nbytes)
+            ),
+        );
+        return None;
+    }
+    Some(Job {
+        tensor: i,
+        new_type: info.ggml_type,
+        source: Bytes::File { file, offset },
+    })
+}
+
+/// Reloads every tensor of the model from another GGUF (or split set) with the same tensor
+/// names and shapes.
+pub fn reload_from_file(model: &Model, path: &Path) -> Result<Arc<Report>, HotSwapError> {
+    let hs = hotswap_of(model)?;
+    let watch = lock(&hs.watch);
+    let file_error = |p: &Path, reason: String| HotSwapError::File {
+        path: p.display().to_string(),
+        reason,
+    };
+    let (first, header) = open_gguf(path).map_err(|r| file_error(path, r))?;
+    let gguf = header.gguf().map_err(|e| file_error(path, e.to_string()))?;
+    let count = match gguf.get("split.count") {
+        Some(crate::gguf::Value::U16(n)) => *n,
+        _ => 1,
+    };
+    let mut shards: Vec<(File, crate::gguf::GgufHeader, PathBuf)> = Vec::new();
+    drop(gguf);
+    shards.push((first, header, path.to_path_buf()));
+    if count > 1 {
+        let text = path.to_string_lossy().into_owned();
+        let prefix = crate::model::split::split_prefix(&text, 0, i32::from(count))
+            .ok_or_else(|| file_error(path, "not the first shard of a split set".into()))?;
+        for n in 1..i32::from(count) {
+            let shard = PathBuf::from(crate::model::split::split_path(prefix, n, i32::from(count)));
+            let (f, h) = open_gguf(&shard).map_err(|r| file_error(&shard, r))?;
+            shards.push((f, h, shard));
+        }
+    }
+    let mut out = Outcomes::default();
+    let mut found = vec![false; model.tensors.len()];
+    let mut jobs = Vec::new();
+    let parsed: Vec<Gguf<'_>> = shards
+        .iter()
+        .map(|(_, h, p)| h.gguf().map_err(|e| file_error(p, e.to_string())))
+        .collect::<Result<_, _>>()?;
+    for ((file, _, shard_path), gguf) in shards.iter().zip(&parsed) {
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        for info in gguf.tensors() {
+            let Some(i) = model.tensors.index_of(info.name) else {
+                continue;
+            };
+            found[i] = true;
+            if let Some(job) = plan(model, i, gguf, file, size, shard_path, &mut out) {
+                jobs.push(job);
+            }
+        }
+    }
+    for (i, seen) in found.iter().enumerate() {
+        if !seen {
+            out.refuse(
+                model,
+                i,
+                None,
+                format!("tensor is missing from {}", path.display()),
+            );
+        }
+    }
+    run_jobs(model, jobs, &mut out);
+    drop(watch);
+    Ok(finish(model, hs, out))
+}
+
+/// Replaces one tensor from host memory (`data` in `ggml_type`, the tensor's shape).
+pub fn tensor_set(
+    model: &Model,
+    name: &str,
+    ggml_type: i32,
+    data: &[u8],
+) -> Result<Arc<Report>, HotSwapError> {
+    let hs = hotswap_of(model)?;
+    let watch = lock(&hs.watch);
+    let mut out = Outcomes::default();
+    let Some(i) = model.tensors.index_of(name) else {
+        return Err(HotSwapError::Invalid(format!("no tensor named '{name}'")));
+    };
+    let new_type = GgmlType::from_id(ggml_type)
+        .filter(|t| t.type_size() > 0)
+        .ok_or_else(|| HotSwapError::Invalid(format!("invalid ggml type {ggml_type}")))?;
+    let ne = model.tensors.at(i).read().layout.ne;
+    let blck = new_type.block_size().max(1) as i64;
+    match new_type.nbytes(ne) {
+        Some(n) if ne[0] % blck == 0 && n == data.len() as u64 => {
+            let job = Job {
+                tensor: i,
+                new_type,
+                source: Bytes::Memory(data),
+            };
+            run_jobs(model, vec![job], &mut out);
+        }
+        Some(n) if ne[0] % blck == 0 => out.refuse(
+            model,
+            i,
+            Some(new_type),
+            format!(
+                "{} bytes given, a {} tensor of shape {ne:?} has {n}",
+                data.len(),
+                new_type.name()
+            ),
+        ),
+        _ => out.refuse(
+            model,
+            i,
+            Some(new_type),
+            format!(
+                "shape {ne:?} cannot be stored as {} (row length not a multiple of {blck})",
+                new_type.name()
+            ),
+        ),
+    }
+    drop(watch);
+    Ok(finish(model, hs, out))
+}
+
+fn finish(model: &Model, hs: &HotSwap, out: Outcomes) -> Arc<Report> {
+    if out.relocated {
+        model.generation.fetch_add(1, Ordering::AcqRel);
+    }
+    let report = Arc::new(Report::new(
+        model.generation.load(Ordering::Acquire),
+        out.entries,
+    ));
+    for e in &report.entries {
+        let line = format!(
+            "hot-swap: tensor '{}': {} ({} -> {}) on {}{}{}",
+            e.name,
+            e.outcome.name(),
+            e.old_type.name(),
+            e.new_type.name(),
+            e.device,
+            if e.reason.is_empty() { "" } else { ": " },
+            e.reason
+        );
+        match e.outcome {
+            Outcome::Refused | Outcome::Failed => crate::log_warn!("{line}"),
+            Outcome::CpuFallback => crate::log_warn!("{line}"),
+            _ => crate::log_info!("{line}"),
+        }
+    }
+    *lock(&hs.report) = Arc::clone(&report);
+    report
+}
+
+impl Outcomes {
+    fn push(
+        &mut self,
+        model: &Model,
+        i: usize,
+        outcome: Outcome,
+        new_type: Option<GgmlType>,
+        reason: String,
+    ) {
+        let t = model.tensors.at(i);
+        let state = t.read();
+        let old_type = state.layout.ggml_type;
+        self.entries.push(ReportEntry {
+            name: t.name.clone(),
+            outcome,
+            reason,
+            old_type,
+            new_type: new_type.unwrap_or(old_type),
+            device: device_label(model, &state),
+        });
+    }
+
+    fn refuse(&mut self, model: &Model, i: usize, new_type: Option<GgmlType>, reason: String) {
+        self.push(model, i, Outcome::Refused, new_type, reason);
+    }
+
+    fn fail(&mut self, model: &Model, i: usize, new_type: Option<GgmlType>, reason: String) {
+        self.push(model, i, Outcome::Failed, new_type, reason);
+    }
+}
+
+/// "CPU", "VGPU0", or "VGPU0,VGPU1" for a row split.
+fn device_label(model: &Model, state: &TensorState) -> String {
+    let cpu = model.cpu_index();
+    match &state.data {
+        TensorData::RowSplit { pieces, .. } => pieces
+            .iter()
+            .map(|p| model.device_name(p.alloc.device_index()))
+            .collect::<Vec<_>>()
+            .join(","),
+        _ => state
+            .device_index(cpu)
+            .map_or("none".to_string(), |d| model.device_name(d).to_string()),
+    }
+}
+
+/// Runs jobs, tensors returning to their original type first.
+fn run_jobs(model: &Model, mut jobs: Vec<Job<'_>>, out: &mut Outcomes) {
+    let returning = |job: &Job<'_>| {
+        let state = model.tensors.at(job.tensor).read();
+        state.swap != SwapState::OnOriginal
+            && state.original.as_ref().map(|o| o.layout.ggml_type) == Some(job.new_type)
+    };
+    let flags: Vec<bool> = jobs.iter().map(returning).collect();
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&k| !flags[k]);
+    let mut sorted: Vec<Option<Job<'_>>> = jobs.drain(..).map(Some).collect();
+    for k in order {
+        if let Some(job) = sorted[k].take() {
+            run_job(model, job, out);
+        }
+    }
+}
+
+/// Reads a job's bytes into a staging buffer (nothing live is touched).
+fn stage_bytes(job: &Job<'_>, nbytes: u64) -> Result<Vec<u8>, String> {
+    let len = usize::try_from(nbytes).map_err(|_| "tensor too large".to_string())?;
+    let mut buf = Vec::new();
+    buf.try_reserve_exact(len)
+        .map_err(|_| format!("cannot allocate a {len}-byte staging buffer"))?;
+    match job.source {
+        Bytes::Memory(data) => {
+            buf.extend_from_slice(data);
+            Ok(buf)
+        }
+        Bytes::File { file, offset } => {
+            buf.resize(len, 0);
+            read_exact_at_parallel(file, &mut buf, offset).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    format!("short read: the file ends inside the tensor's data (offset {offset}, {len} bytes)")
+                } else {
+                    format!("read error at offset {offset}: {e}")
+                }
+            })?;
+            Ok(buf)
+        }
+    }
+}
+
+/// The (device, first, count) of each piece of a row-split storage, or None.
+fn partition_of(data: &TensorData) -> Option<Vec<(usize, u64, u64)>> {
+    match data {
+        TensorData::RowSplit { pieces, .. } => Some(
+            pieces
+                .iter()
+                .map(|p| (p.alloc.device_index(), p.first, p.count))
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+fn layout_for(ne: [i64; 4], ggml_type: GgmlType) -> Option<TensorLayout> {
+    Some(TensorLayout {
+        ggml_type,
+        ne,
+        nbytes: ggml_type.nbytes(ne)?,
+    })
+}
+
+/// What the commit does to one member of a job's family.
+enum Action {
+    /// Write these bytes into the current storage (same type and layout).
+    WriteCurrent(Vec<u8>),
+    /// Return to the original storage and write these bytes there; `fresh` replaces an
+    /// original that cannot be written (a file mapping, or dropped) with owned CPU memory.
+    Reattach {
+        bytes: Vec<u8>,
+        fresh: Option<TensorData>,
+    },
+    /// Move to new storage.
+    Replace {
+        layout: TensorLayout,
+        data: TensorData,
+        swap: SwapState,
+    },
+}
+
+struct Staged {
+    tensor: usize,
+    action: Action,
+    outcome: Option<Outcome>,
+    reason: String,
+    new_type: GgmlType,
+}
+
+/// Allocates `bytes` on the CPU.
+fn cpu_copy(devices: &ModelDevices, bytes: &[u8]) -> Result<TensorData, String> {
+    devices
+        .registry
+        .cpu()
+        .allocate_copy(bytes)
+        .map(TensorData::Device)
+        .map_err(|e| e.to_string())
+}
+
+/// New storage for `bytes` (laid out as `layout`) at a home: the device, or the row
+/// partition `slices`. Err names the failing device.
+fn allocate_home(
+    devices: &ModelDevices,
+    home: Home,
+    layout: &TensorLayout,
+    slices: &[(usize, u64, u64)],
+    bytes: &[u8],
+) -> Result<TensorData, String> {
+    match home {
+        Home::Cpu => cpu_copy(devices, bytes),
+        Home::Device(d) => devices
+            .registry
+            .get(d)
+            .ok_or_else(|| format!("no device {d}"))?
+            .allocate_copy(bytes)
+            .map(TensorData::Device)
+            .map_err(|e| e.to_string()),
+        Home::Rows(dim) => {
+            let geometry = SplitGeometry::of(layout, dim)
+                .ok_or_else(|| "the shape cannot be split for this type".to_string())?;
+            let mut pieces = Vec::with_capacity(slices.len());
+            for &(d, first, count) in slices {
+                let part = geometry.gather(bytes, first, count);
+                let alloc = devices
+                    .registry
+                    .get(d)
+                    .ok_or_else(|| format!("no device {d}"))?
+                    .allocate_copy(&part)
+                    .map_err(|e| e.to_string())?;
+                pieces.push(RowPiece {
+                    first,
+                    count,
+                    alloc,
+                });
+            }
+            Ok(TensorData::RowSplit { dim, pieces })
+        }
+    }
+}
+
+/// Whether storage can be written in place (it is ours, not a file mapping).
+fn writable(data: &TensorData) -> bool {
+    matches!(
+        data,
+        TensorData::Host { .. } | TensorData::Device(_) | TensorData::RowSplit { .. }
+    )
+}
+
+/// Writes the whole tensor's bytes into existing storage. The caller holds the write lock.
+fn write_storage(layout: &TensorLayout, data: &mut TensorData, bytes: &[u8]) -> Result<(), String> {
+    match data {
+        TensorData::Host { arena, offset } => {
+            // SAFETY: we hold the owning tensor's write lock (commit step), so no reader holds
+            // a slice of this range.
+            unsafe { arena.write_range(*offset, bytes) }.map_err(|e| e.to_string())
+        }
+        TensorData::Device(a) => a.write(0, bytes).map_err(|e| e.to_string()),
+        TensorData::RowSplit { dim, pieces } => {
+            let geometry =
+                SplitGeometry::of(layout, *dim).ok_or_else(|| "unsplittable shape".to_string())?;
+            for p in pieces.iter_mut() {
+                let part = geometry.gather(bytes, p.first, p.count);
+                p.alloc.write(0, &part).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        }
+        TensorData::Mapped { .. } | TensorData::Unallocated => {
+            Err("storage is not writable".to_string())
+        }
+    }
+}
+
+/// Why a member could not be staged.
+enum StageError {
+    /// Nothing can be done for this tensor.
+    Failed(String),
+    /// A device of a row-split family is full: the whole family moves to the CPU. Carries
+    /// the job's bytes back.
+    FamilyFallback(String, Option<Vec<u8>>),
+}
+
+impl From<String> for StageError {
+    fn from(e: String) -> Self {
+        StageError::Failed(e)
+    }
+}
+
+/// Stages what member `m` of a family needs to end with `target_type` in the partition
+/// `target` (row-split homes) or on its home device. `bytes`: its new bytes (the job
+/// tensor's) or None for a sibling (its current bytes are read when needed).
+fn stage_member(
+    model: &Model,
+    devices: &ModelDevices,
+    m: usize,
+    target_type: GgmlType,
+    bytes: Option<Vec<u8>>,
+    granularity: u64,
+) -> Result<Option<Staged>, StageError> {
+    let tensor = model.tensors.at(m);
+    let state = tensor.read();
+    let is_job = bytes.is_some();
+    let layout = layout_for(state.layout.ne, target_type)
+        .ok_or_else(|| format!("shape cannot be stored as {}", target_type.name()))?;
+    let target: Vec<(usize, u64, u64)> = match tensor.home {
+        Home::Rows(dim) => {
+            let g = SplitGeometry::of(&layout, dim)
+                .ok_or_else(|| format!("shape cannot be split as {}", target_type.name()))?;
+            devices
+                .row_slices(g.len(), granularity)
+                .into_iter()
+                .map(|s| (s.device, s.first, s.count))
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    let rows = matches!(tensor.home, Home::Rows(_));
+    let current_matches = state.layout.ggml_type == target_type
+        && (!rows || partition_of(&state.data).as_deref() == Some(&target[..]));
+    let (orig_layout, orig_data) = match &state.original {
+        Some(o) => (o.layout, &o.data),
+        None => (state.layout, &state.data),
+    };
+    let original_matches = orig_layout.ggml_type == target_type
+        && (!rows || partition_of(orig_data).as_deref() == Some(&target[..]))
+        && !(rows && !matches!(orig_data, TensorData::RowSplit { .. }));
+
+    // A sibling already laid out right needs nothing.
+    if !is_job && current_matches {
+        return Ok(None);
+    }
+    let bytes = match bytes {
+        Some(b) => b,
+        None => {
+            let mut b = vec![0u8; state.layout.nbytes as usize];
+            state.read_into(&mut b).map_err(|e| e.to_string())?;
+            b
+        }
+    };
+    let resync = if is_job {
+        String::new()
+    } else {
+        "MoE family partition resync".to_string()
+    };
+    let staged = |action, outcome, reason: String| Staged {
+        tensor: m,
+        action,
+        outcome,
+        reason,
+        new_type: target_type,
+    };
+
+    if state.swap != SwapState::OnOriginal && original_matches {
+        let fresh = if writable(orig_data) {
+            None
+        } else {
+            Some(cpu_copy(devices, &bytes)?)
+        };
+        return Ok(Some(staged(
+            Action::Reattach { bytes, fresh },
+            Some(Outcome::ReturnedToOriginal),
+            resync,
+        )));
+    }
+    if current_matches && writable(&state.data) {
+        let mut current = vec![0u8; state.layout.nbytes as usize];
+        let same = state.read_into(&mut current).is_ok() && current == bytes;
+        if same {
+            return Ok(None);
+        }
+        return Ok(Some(staged(
+            Action::WriteCurrent(bytes),
+            Some(Outcome::ReloadedInPlace),
+            resync,
+        )));
+    }
+    if current_matches && state.swap == SwapState::OnOriginal {
+        // Still reading through a file mapping: the original becomes owned CPU memory.
+        let mut current = vec![0u8; state.layout.nbytes as usize];
+        let same = state.read_into(&mut current).is_ok() && current == bytes;
+        let fresh = cpu_copy(devices, &bytes)?;
+        return Ok(Some(staged(
+            Action::Reattach {
+                bytes,
+                fresh: Some(fresh),
+            },
+            if same { None } else { Some(Outcome::Relocated) },
+            if same {
+                String::new()
+            } else {
+                "moved off the file mapping".to_string()
+            },
+        )));
+    }
+    let (data, swap, outcome, reason) =
+        match allocate_home(devices, tensor.home, &layout, &target, &bytes) {
+            Ok(data) => (data, SwapState::Detached, Outcome::Relocated, resync),
+            Err(e) if tensor.home == Home::Cpu => return Err(StageError::Failed(e)),
+            Err(e) => {
+                if rows {
+                    // The family moves to the CPU together; the caller handles it.
+                    return Err(StageError::FamilyFallback(e, is_job.then_some(bytes)));
+                }
+                let data = cpu_copy(devices, &bytes)
+                    .map_err(|c| format!("{e}; CPU fallback failed too: {c}"))?;
+                (
+                    data,
+                    SwapState::FallbackCpu,
+                    Outcome::CpuFallback,
+                    format!("{e}; placed on CPU"),
+                )
+            }
+        };
+    Ok(Some(staged(
+        Action::Replace { layout, data, swap },
+        Some(outcome),
+        reason,
+    )))
+}
+
+/// Stages a member onto the CPU (family fallback).
+fn stage_on_cpu(
+    model: &Model,
+    devices: &ModelDevices,
+    m: usize,
+    target_type: GgmlType,
+    bytes: Option<Vec<u8>>,
+    why: &str,
+) -> Result<Staged, String> {
+    let state = model.tensors.at(m).read();
+    let layout = layout_for(state.layout.ne, target_type)
+        .ok_or_else(|| format!("shape cannot be stored as {}", target_type.name()))?;
+    let bytes = match bytes {
+        Some(b) => b,
+        None => {
+            let mut b = vec![0u8; state.layout.nbytes as usize];
+            state.read_into(&mut b).map_err(|e| e.to_string())?;
+            b
+        }
+    };
+    let data = cpu_copy(devices, &bytes)?;
+    Ok(Staged {
+        tensor: m,
+        action: Action::Replace {
+            layout,
+            data,
+            swap: SwapState::FallbackCpu,
+        },
+        outcome: Some(Outcome::CpuFallback),
+        reason: why.to_string(),
+        new_type: target_type,
+    })
+}
+
+fn run_job(model: &Model, job: Job<'_>, out: &mut Outcomes) {
+    let i = job.tensor;
+    let tensor = model.tensors.at(i);
+    let Some(devices) = model.devices.as_ref() else {
+        out.refuse(model, i, Some(job.new_type), "vocab-only model".into());
+        return;
+    };
+    let (ne, unallocated) = {
+        let s = tensor.read();
+        (s.layout.ne, matches!(s.data, TensorData::Unallocated))
+    };
+    if unallocated {
+        out.refuse(
+            model,
+            i,
+            Some(job.new_type),
+            "the model was loaded with no_alloc: the tensor has no storage".into(),
+        );
+        return;
+    }
+    let Some(new_layout) = layout_for(ne, job.new_type) else {
+        out.refuse(
+            model,
+            i,
+            Some(job.new_type),
+            "invalid type for the shape".into(),
+        );
+        return;
+    };
+    let bytes = match stage_bytes(&job, new_layout.nbytes) {
+        Ok(b) => b,
+        Err(reason) => {
+            out.fail(model, i, Some(job.new_type), reason);
+            return;
+        }
+    };
+
+    // The family that must share one partition (just the tensor unless it is a row-split
+    // MoE expert tensor).
+    let mut family = vec![i];
+    if matches!(tensor.home, Home::Rows(_)) {
+        for s in moe_siblings(&tensor.name) {
+            if let Some(j) = model.tensors.index_of(&s) {
+                if matches!(model.tensors.at(j).home, Home::Rows(_)) {
+                    family.push(j);
+                }
+            }
+        }
+    }
+    let type_of = |m: usize| {
+        if m == i {
+            job.new_type
+        } else {
+            model.tensors.at(m).read().layout.ggml_type
+        }
+    };
+    let granularity = lcm_block(family.iter().map(|&m| type_of(m)));
+
+    let mut staged = Vec::with_capacity(family.len());
+    let mut own_bytes = Some(bytes);
+    let mut family_fallback: Option<String> = None;
+    for &m in &family {
+        let b = if m == i { own_bytes.take() } else { None };
+        match stage_member(model, devices, m, type_of(m), b, granularity) {
+            Ok(Some(s)) => staged.push(s),
+            Ok(None) => {}
+            Err(StageError::FamilyFallback(why, returned)) => {
+                if returned.is_some() {
+                    own_bytes = returned;
+                }
+                family_fallback = Some(why);
+                break;
+            }
+            Err(StageError::Failed(e)) => {
+                out.fail(model, i, Some(job.new_type), e);
+                return;
+            }
+        }
+    }
+    if let Some(why) = family_fallback {
+        // Re-stage every member on the CPU (the job tensor with its new bytes).
+        staged.clear();
+        let bytes = match own_bytes.take() {
+            Some(b) => b,
+            None => match stage_bytes(&job, new_layout.nbytes) {
+                Ok(b) => b,
+                Err(reason) => {
+                    out.fail(model, i, Some(job.new_type), reason);
+                    return;
+                }
+            },
+        };
+        let mut own = Some(bytes);
+        let reason = format!("{why}; the MoE family moved to CPU");
+        for &m in &family {
+            let b = if m == i { own.take() } else { None };
+            match stage_on_cpu(model, devices, m, type_of(m), b, &reason) {
+                Ok(s) => staged.push(s),
+                Err(e) => {
+                    out.fail(
+                        model,
+                        i,
+                        Some(job.new_type),
+                        format!("{why}; CPU fallback failed too: {e}"),
+                    );
+                    return;
+                }
+            }
+        }
+    }
+    commit(model, staged, out);
+}
+
+/// Applies staged actions under the members' write locks (taken in index order).
+fn commit(model: &Model, mut staged: Vec<Staged>, out: &mut Outcomes) {
+    staged.sort_by_key(|s| s.tensor);
+    let mut guards: Vec<_> = staged
+        .iter()
+        .map(|s| model.tensors.at(s.tensor).write())
+        .collect();
+    let mut results = Vec::with_capacity(staged.len());
+    for (s, state) in staged.into_iter().zip(guards.iter_mut()) {
+        let old_type = state.layout.ggml_type;
+        let mut relocated = false;
+        let result: Result<(), String> = match s.action {
+            Action::WriteCurrent(bytes) => {
+                let layout = state.layout;
+                write_storage(&layout, &mut state.data, &bytes)
+            }
+            Action::Reattach { bytes, fresh } => {
+                relocated = true;
+                let original = state.original.take();
+                let (layout, mut data) = match original {
+                    Some(o) => (o.layout, o.data),
+                    None => (
+                        state.layout,
+                        std::mem::replace(&mut state.data, TensorData::Unallocated),
+                    ),
+                };
+                let written = match fresh {
+                    Some(f) => {
+                        data = f;
+                        Ok(())
+                    }
+                    None => write_storage(&layout, &mut data, &bytes),
+                };
+                state.layout = layout;
+                state.data = data; // the private buffer (if any) was replaced by `original`
+                state.swap = SwapState::OnOriginal;
+                written
+            }
+            Action::Replace { layout, data, swap } => {
+                relocated = true;
+                let previous = std::mem::replace(&mut state.data, data);
+                let previous_layout = std::mem::replace(&mut state.layout, layout);
+                if state.swap == SwapState::OnOriginal {
+                    // Keep the original aside; a file mapping is not kept (it may be stale).
+                    let kept = if matches!(previous, TensorData::Mapped { .. }) {
+                        TensorData::Unallocated
+                    } else {
+                        previous
+                    };
+                    state.original = Some(Original {
+                        layout: previous_layout,
+                        data: kept,
+                    });
+                }
+                state.swap = swap;
+                Ok(())
+            }
+        };
+        if relocated {
+            out.relocated = true;
+        }
+        results.push((s.tensor, s.outcome, s.reason, old_type, s.new_type, result));
+    }
+    drop(guards);
+    for (m, outcome, reason, old_type, new_type, result) in results {
+        let (outcome, reason) = match result {
+            Ok(()) => match outcome {
+                Some(o) => (o, reason),
+                None => continue,
+            },
+            Err(e) => (Outcome::Failed, format!("write failed: {e}")),
+        };
+        let t = model.tensors.at(m);
+        let state = t.read();
+        out.entries.push(ReportEntry {
+            name: t.name.clone(),
+            outcome,
+            reason,
+            old_type,
+            new_type,
+            device: device_label(model, &state),
+        });
+    }
+}
+
+/// After a file changed: every tensor of it still reading through its (now stale) mapping
+/// moves to owned memory, read through the descriptor opened at load (a read past a shrunken
+/// end is a short read, never a fault).
+fn migrate_off_mapping(model: &Model, fi: usize, ours: &[usize], out: &mut Outcomes) {
+    let Some(devices) = model.devices.as_ref() else {
+        return;
+    };
+    let source = &model.files[fi];
+    for &i in ours {
+        let tensor = model.tensors.at(i);
+        let (layout, mapped) = {
+            let s = tensor.read();
+            (s.layout, matches!(s.data, TensorData::Mapped { .. }))
+        };
+        if !mapped {
+            continue;
+        }
+        let mut bytes = vec![0u8; layout.nbytes as usize];
+        let read =
+            read_exact_at_parallel(&source.file, &mut bytes, source.base + tensor.source.offset);
+        match read
+            .map_err(|e| e.to_string())
+            .and_then(|_| cpu_copy(devices, &bytes))
+        {
+            Ok(data) => {
+                let mut state = tensor.write();
+                if matches!(state.data, TensorData::Mapped { .. }) {
+                    state.data = data;
+                    out.relocated = true;
+                }
+            }
+            Err(e) => {
+                crate::log_error!(
+                    "hot-swap: tensor '{}': {} changed in place and its old bytes cannot be read \
+                     back ({e}); the tensor still reads through the old mapping, which faults if \
+                     the file shrank. Replace model files by renaming new files into place.",
+                    tensor.name,
+                    source.display_name()
+                );
+            }
+        }
+    }
+}
+
+/// The bytes of a tensor as it is now (for tests and tools).
+pub fn current_bytes(model: &Model, name: &str) -> Option<Vec<u8>> {
+    let t = model.tensors.get(name)?;
+    let s = t.read();
+    let mut b = vec![0u8; s.layout.nbytes as usize];
+    read_data(&s.layout, &s.data, &mut b).ok()?;
+    Some(b)
 }

@@ -134,3 +134,65 @@ pub fn alloc_pages(len: usize, populate: bool) -> io::Result<memmap2::MmapMut> {
     }
     options.map_anon()
 }
+
+/// Owned, page-aligned host memory holding the tensors of one file in the owned load modes.
+/// Each tensor owns a disjoint range, and every access to a range happens under that tensor's
+/// lock (readers under its read lock, hot-swap's writes under its write lock), so the arena
+/// hands out raw ranges rather than one slice over everything.
+#[derive(Debug)]
+pub struct HostArena {
+    raw: memmap2::MmapRaw,
+}
+
+impl HostArena {
+    pub fn new(map: memmap2::MmapMut) -> HostArena {
+        HostArena { raw: map.into() }
+    }
+
+    pub fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.raw.len() == 0
+    }
+
+    /// The bytes `offset .. offset + len`, or None when out of range. The caller holds the
+    /// owning tensor's lock (read or write) for as long as it uses the slice.
+    pub fn range(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        let end = offset.checked_add(len)?;
+        if end > self.raw.len() {
+            return None;
+        }
+        // SAFETY: the range is inside the live mapping (checked above); writes to it happen
+        // only through `write_range` under the owning tensor's write lock, which excludes
+        // every holder of this slice (they hold the read lock).
+        Some(unsafe { std::slice::from_raw_parts(self.raw.as_ptr().add(offset), len) })
+    }
+
+    /// Overwrites `offset .. offset + src.len()`.
+    ///
+    /// # Safety
+    /// The caller must hold the write lock of the tensor that owns this range, so that no
+    /// slice from [`HostArena::range`] over it is alive.
+    pub unsafe fn write_range(&self, offset: usize, src: &[u8]) -> io::Result<()> {
+        match offset.checked_add(src.len()) {
+            Some(end) if end <= self.raw.len() => {
+                // SAFETY: in range (checked); exclusive per this function's contract.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        src.as_ptr(),
+                        self.raw.as_mut_ptr().add(offset),
+                        src.len(),
+                    )
+                };
+                Ok(())
+            }
+            _ => Err(io::Error::other(format!(
+                "write of {} bytes at {offset} is outside an arena of {} bytes",
+                src.len(),
+                self.raw.len()
+            ))),
+        }
+    }
+}

@@ -16,9 +16,9 @@ use crate::model::tensors::{
     role_of, RowPiece, SplitGeometry, Tensor, TensorData, TensorLayout, TensorSource, TensorState,
     TensorStore,
 };
-use place::{granularity_for, Home, ModelDevices, PlacementParams};
 use crate::model::{arch, ftype, hparams, split, vocab::Vocab, LoadMode, Model};
 use file::SourceFile;
+use place::{granularity_for, Home, ModelDevices, PlacementParams};
 
 /// Why a load failed. The text names the file, tensor and reason.
 #[derive(Debug, thiserror::Error)]
@@ -504,7 +504,13 @@ fn log_buffer_sizes(tensors: &TensorStore, devices: &ModelDevices) {
         Some((_, total)) => *total += bytes,
         None => sizes.push((name, bytes)),
     };
-    let device_name = |i: usize| devices.registry.get(i).map_or("?", |d| d.name()).to_string();
+    let device_name = |i: usize| {
+        devices
+            .registry
+            .get(i)
+            .map_or("?", |d| d.name())
+            .to_string()
+    };
     for t in tensors.iter() {
         let state = t.read();
         match &state.data {
@@ -514,7 +520,10 @@ fn log_buffer_sizes(tensors: &TensorStore, devices: &ModelDevices) {
             TensorData::Device(a) => add(device_name(a.device_index()), a.len() as u64),
             TensorData::RowSplit { pieces, .. } => {
                 for p in pieces {
-                    add(format!("{}_Split", device_name(p.alloc.device_index())), p.alloc.len() as u64);
+                    add(
+                        format!("{}_Split", device_name(p.alloc.device_index())),
+                        p.alloc.len() as u64,
+                    );
                 }
             }
         }
@@ -759,7 +768,7 @@ fn load_data(
     let _ = cpu;
     let mut arenas = Vec::with_capacity(sources.len());
     for (s, r) in sources.iter().zip(readers) {
-        arenas.push(r.map(|r| Arc::new(r.finish(mode.uses_mlock(), s))));
+        arenas.push(r.map(|r| Arc::new(file::HostArena::new(r.finish(mode.uses_mlock(), s)))));
     }
     progress.report(1.0)?;
     Ok(placed

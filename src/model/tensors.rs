@@ -38,7 +38,7 @@ pub struct TensorSource {
 }
 
 /// Owned host memory shared by several tensors (one per file in owned load modes).
-pub type Arena = Arc<memmap2::MmapMut>;
+pub type Arena = Arc<crate::loader::file::HostArena>;
 
 /// Which dimension a row-split tensor is cut along: 1 (rows) for matrices and the MoE
 /// gate/up experts, 0 (columns, whole blocks) for the MoE down experts, so that the three
@@ -269,7 +269,7 @@ pub(crate) fn data_host_bytes(data: &TensorData, nbytes: u64) -> Option<&[u8]> {
     let len = usize::try_from(nbytes).ok()?;
     match data {
         TensorData::Mapped { map, offset } => map.get(*offset..offset.checked_add(len)?),
-        TensorData::Host { arena, offset } => arena.get(*offset..offset.checked_add(len)?),
+        TensorData::Host { arena, offset } => arena.range(*offset, len),
         TensorData::Device(a) => a.host_slice().and_then(|s| s.get(..len)),
         TensorData::Unallocated | TensorData::RowSplit { .. } => None,
     }
@@ -502,6 +502,12 @@ mod tests {
         let want: Vec<u8> = (8..24).chain(32..48).collect();
         assert_eq!(part, want);
         let g0 = SplitGeometry::of(&layout, 0).unwrap();
-        assert_eq!(g0.gather(&full, 1, 1), (0..6).flat_map(|r| 4 * (2 * r + 1)..4 * (2 * r + 1) + 4).map(|b| b as u8).collect::<Vec<_>>());
+        assert_eq!(
+            g0.gather(&full, 1, 1),
+            (0..6)
+                .flat_map(|r| 4 * (2 * r + 1)..4 * (2 * r + 1) + 4)
+                .map(|b| b as u8)
+                .collect::<Vec<_>>()
+        );
     }
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The C harness (ffi-tests/), built and run several ways:
-#   ours      each test against include/llama.h, linked with -lllama (rpath to target/release)
+#   ours      each test against include/llama.h, linked with -lllama (rpath to target/release);
+#             ffi-tests/ext_*.c (llama_ext_* extensions) are built this way only
 #   upstream  each test against UPSTREAM's llama.h (+ ggml headers), linked to our library:
 #             C code written for llama.cpp compiles and runs unchanged (the drop-in check)
 #   dlopen    the library loaded at run time, all upstream names resolved with dlsym
@@ -73,6 +74,17 @@ for t in "${TESTS[@]}"; do
     if build "upstream-header/$t" "${cflags[@]}" "${UPSTREAM_INCLUDES[@]}" "ffi-tests/$t.c" \
         -o "$out/$t-upstream" "${link_ours[@]}"; then
         run_case "upstream-header/$t" "$out/$t-upstream"
+    fi
+done
+
+# Extension tests (ffi-tests/ext_*.c) use llama_ext_* functions, which upstream's header lacks:
+# built against our header only.
+for f in ffi-tests/ext_*.c; do
+    [ -e "$f" ] || continue
+    t="$(basename "$f" .c)"
+    if build "ours/$t" "${cflags[@]}" -pedantic -I include "$f" -o "$out/$t-ours" \
+        "${link_ours[@]}" -lpthread; then
+        run_case "ours/$t" "$out/$t-ours"
     fi
 done
 

@@ -32,11 +32,12 @@
 //! use, and reused under a mutex), as upstream's loader does with its 4 pinned buffers. Each
 //! chunk is read with `pread` into a free buffer and copied with `cuMemcpyHtoDAsync` on the
 //! device's upload stream, and an event recorded after the copy marks when that buffer may be
-//! refilled. One thread per buffer does this for its share of the chunks, so the reads of
-//! the next chunks overlap the copy of the current one (one thread reading from the page
-//! cache is several times slower than a PCIe 5 copy). The call returns once the stream is
-//! idle. When page-locked memory cannot be had, uploads fall back to a pageable buffer and
-//! synchronous copies.
+//! refilled. One thread per buffer does this for its share of the chunks (chunks k, k + 4, …),
+//! so the reads of the next chunks overlap the copy of the current one; each chunk's read is
+//! itself split among up to 4 threads (a quarter of the cores each), since one thread copying
+//! from the page cache reaches only a fraction of a PCIe 5 link's speed. The call returns once
+//! the stream is idle, also after an error. When page-locked memory cannot be had, uploads
+//! fall back to a pageable buffer and synchronous copies.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::fs::File;
@@ -247,15 +248,14 @@ impl Ring {
 
     fn new_slot() -> Result<Slot, String> {
         let mut event: sys::CUevent = std::ptr::null_mut();
+        // Blocking sync: a thread waiting for its buffer sleeps instead of spinning on a core
+        // that the readers need.
+        let flags = sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32
+            | sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
         // SAFETY: `event` is a valid out pointer; the context is bound by the caller.
-        unsafe {
-            sys::cuEventCreate(
-                &mut event,
-                sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
-            )
-        }
-        .result()
-        .map_err(|e| format!("cuEventCreate: {}", describe(e)))?;
+        unsafe { sys::cuEventCreate(&mut event, flags) }
+            .result()
+            .map_err(|e| format!("cuEventCreate: {}", describe(e)))?;
         match alloc_pinned_bytes(STAGING_BYTES) {
             Ok(host) => Ok(Slot {
                 host,
@@ -583,6 +583,52 @@ pub struct CudaBuffer {
     len: usize,
 }
 
+/// Smallest piece of a chunk that gets a reader thread of its own.
+const MIN_READ_PART: usize = 2 << 20;
+
+/// Reader threads per chunk: the cores shared among the staging buffers' threads (1 to 4).
+fn read_parts() -> usize {
+    static PARTS: OnceLock<usize> = OnceLock::new();
+    *PARTS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cores / STAGING_BUFFERS).clamp(1, 4)
+    })
+}
+
+/// `read_exact_at`, split among [`read_parts`] threads for large reads: one thread copying
+/// from the page cache reaches a fraction of a PCIe 5 link's speed.
+fn read_split(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    let part = buf
+        .len()
+        .div_ceil(read_parts())
+        .next_multiple_of(4096)
+        .max(MIN_READ_PART);
+    if part >= buf.len() {
+        return file.read_exact_at(buf, offset);
+    }
+    std::thread::scope(|scope| {
+        let mut pieces = buf.chunks_mut(part);
+        let first = pieces.next().unwrap_or_default();
+        let helpers: Vec<_> = pieces
+            .enumerate()
+            .map(|(i, piece)| {
+                let at = offset + ((i + 1) * part) as u64;
+                scope.spawn(move || file.read_exact_at(piece, at))
+            })
+            .collect();
+        let mut result = file.read_exact_at(first, offset);
+        for helper in helpers {
+            let outcome = helper
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("reader thread panicked")));
+            if result.is_ok() {
+                result = outcome;
+            }
+        }
+        result
+    })
+}
+
 /// One upload from a file, shared by the upload threads.
 struct Upload<'a> {
     label: &'a str,
@@ -619,7 +665,7 @@ impl Upload<'_> {
             slot.wait(self.label).map_err(io::Error::other)?;
             let offset = self.file_offset + start as u64;
             let bytes = slot.bytes(n);
-            super::read_exact_at_parallel(self.file, bytes, offset).map_err(|e| {
+            read_split(self.file, bytes, offset).map_err(|e| {
                 io::Error::new(
                     e.kind(),
                     format!(
@@ -835,7 +881,7 @@ impl CudaBuffer {
         while done < len {
             let n = chunk.len().min(len - done);
             let offset = file_offset + done as u64;
-            file.read_exact_at(&mut chunk[..n], offset).map_err(|e| {
+            read_split(file, &mut chunk[..n], offset).map_err(|e| {
                 io::Error::new(
                     e.kind(),
                     format!("{label}: reading {n} bytes at file offset {offset}: {e}"),
@@ -996,20 +1042,20 @@ pub fn availability() -> Result<(), String> {
 /// there are none, logs one line saying why.
 pub fn probe() -> Vec<Arc<CudaDevice>> {
     if let Some(reason) = disabled_by_env() {
-        crate::log_info!("{reason}; no CUDA devices are used");
+        crate::log_info!("{reason}: no CUDA devices are used");
         return Vec::new();
     }
     match devices() {
         Ok(devices) => devices.clone(),
         Err(Unavailable { reason, warn: true }) => {
-            crate::log_warn!("CUDA unavailable: {reason}; no CUDA devices are used");
+            crate::log_warn!("CUDA not used: {reason}");
             Vec::new()
         }
         Err(Unavailable {
             reason,
             warn: false,
         }) => {
-            crate::log_info!("CUDA unavailable: {reason}; no CUDA devices are used");
+            crate::log_info!("CUDA not used: {reason}");
             Vec::new()
         }
     }

@@ -73,3 +73,9 @@ $(addprefix test-,$(TEST_PARTS)):
 .PHONY: bench-load
 bench-load:
 	bash scripts/bench-load.sh
+
+# Upload bandwidth to the first CUDA device: fill_from_file vs a raw pinned copy (skips without
+# a GPU); see examples/bench_upload.rs.
+.PHONY: bench-upload
+bench-upload:
+	$(CARGO) run --release --example bench_upload

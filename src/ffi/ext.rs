@@ -80,7 +80,8 @@ pub struct llama_ext_tensor_info {
     /// Bytes of the whole tensor in its current type.
     pub nbytes: u64,
     /// Index of the device holding it (as `ggml_backend_dev_get`); for a row split, the
-    /// device of its first slice; -1 without storage.
+    /// device of its first slice. Without storage (`no_alloc`, a dry run) the device the
+    /// placement chose (-1 for a row split).
     pub device: i32,
     /// `LLAMA_EXT_BUFFER_*`.
     pub buffer: i32,

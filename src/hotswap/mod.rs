@@ -720,11 +720,7 @@ fn stage_member(
     }
     let bytes = match bytes {
         Some(b) => b,
-        None => {
-            let mut b = vec![0u8; state.layout.nbytes as usize];
-            state.read_into(&mut b).map_err(|e| e.to_string())?;
-            b
-        }
+        None => current_bytes_safe(model, m, &state)?,
     };
     let resync = if is_job {
         String::new()
@@ -752,8 +748,7 @@ fn stage_member(
         )));
     }
     if current_matches && writable(&state.data) {
-        let mut current = vec![0u8; state.layout.nbytes as usize];
-        let same = state.read_into(&mut current).is_ok() && current == bytes;
+        let same = current_bytes_safe(model, m, &state).is_ok_and(|c| c == bytes);
         if same {
             return Ok(None);
         }
@@ -765,8 +760,7 @@ fn stage_member(
     }
     if current_matches && state.swap == SwapState::OnOriginal {
         // Still reading through a file mapping: the original becomes owned CPU memory.
-        let mut current = vec![0u8; state.layout.nbytes as usize];
-        let same = state.read_into(&mut current).is_ok() && current == bytes;
+        let same = current_bytes_safe(model, m, &state).is_ok_and(|c| c == bytes);
         let fresh = cpu_copy(devices, &bytes)?;
         return Ok(Some(staged(
             Action::Reattach {
@@ -807,6 +801,22 @@ fn stage_member(
     )))
 }
 
+/// A tensor's current bytes without touching a file mapping: a mapped tensor is read through
+/// the descriptor opened at load (a file that shrank gives a short read, never a fault).
+fn current_bytes_safe(model: &Model, m: usize, state: &TensorState) -> Result<Vec<u8>, String> {
+    let len = usize::try_from(state.layout.nbytes).map_err(|_| "tensor too large".to_string())?;
+    let mut bytes = vec![0u8; len];
+    if matches!(state.data, TensorData::Mapped { .. }) {
+        let tensor = model.tensors.at(m);
+        let source = &model.files[tensor.source.file_index];
+        read_exact_at_parallel(&source.file, &mut bytes, source.base + tensor.source.offset)
+            .map_err(|e| format!("cannot read the loaded bytes back: {e}"))?;
+    } else {
+        state.read_into(&mut bytes).map_err(|e| e.to_string())?;
+    }
+    Ok(bytes)
+}
+
 /// Stages a member onto the CPU (family fallback).
 fn stage_on_cpu(
     model: &Model,
@@ -821,11 +831,7 @@ fn stage_on_cpu(
         .ok_or_else(|| format!("shape cannot be stored as {}", target_type.name()))?;
     let bytes = match bytes {
         Some(b) => b,
-        None => {
-            let mut b = vec![0u8; state.layout.nbytes as usize];
-            state.read_into(&mut b).map_err(|e| e.to_string())?;
-            b
-        }
+        None => current_bytes_safe(model, m, &state)?,
     };
     let data = cpu_copy(devices, &bytes)?;
     Ok(Staged {

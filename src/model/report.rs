@@ -75,8 +75,14 @@ impl TensorInfo {
             type_name: state.layout.ggml_type.name(),
             ne: state.layout.ne,
             nbytes: state.layout.nbytes,
+            // Without storage (no_alloc: a dry run) the device is where the placement put it.
             device: state
                 .device_index(cpu_index)
+                .or(match tensor.home {
+                    crate::loader::place::Home::Cpu => Some(cpu_index),
+                    crate::loader::place::Home::Device(d) => Some(d),
+                    crate::loader::place::Home::Rows(_) => None,
+                })
                 .map_or(-1, |d| i32::try_from(d).unwrap_or(-1)),
             buffer: state.buffer_kind(cpu_index),
             rows,

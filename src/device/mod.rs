@@ -5,7 +5,7 @@
 //!
 //! [`Registry::global`] is created once per process, on first use, and never changes. Its
 //! order is upstream's registry order, where GPU backends register before the CPU backend
-//! (`ggml-backend-reg.cpp`): CUDA devices (none yet, see [`cuda`]), then the virtual GPUs,
+//! (`ggml-backend-reg.cpp`): CUDA devices (see [`cuda`]), then the virtual GPUs,
 //! then the CPU, which is always present and always last.
 //!
 //! * **CPU** — named "CPU", described by the first `model name` of /proc/cpuinfo (or "CPU"),
@@ -17,7 +17,8 @@
 //!   `used + bytes > capacity`, and [`Device::memory`] reports `(capacity - used, capacity)`.
 //!   An allocation owns its own buffer (never a view of a file mapping), and dropping it gives
 //!   its bytes back.
-//! * **CUDA** — not supported yet; [`cuda::probe`] is the hook and finds nothing.
+//! * **CUDA** — `CUDA0`, `CUDA1`, … from [`cuda::probe`] (cudarc, driver loaded at run time;
+//!   none without a driver or with `LLAMA_HOTSWAP_NO_CUDA=1`).
 //!
 //! # `LLAMA_VIRTUAL_GPUS`
 //!

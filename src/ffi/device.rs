@@ -3,7 +3,7 @@
 //!
 //! Devices are those of [`crate::device::Registry::global`]: the virtual GPUs of
 //! `LLAMA_VIRTUAL_GPUS` (`VGPU0`, …) first, then the CPU, as upstream registers GPU backends
-//! before the CPU backend. There are no CUDA devices yet. Device and buffer-type handles are
+//! before the CPU backend (CUDA devices, when present, come first). Device and buffer-type handles are
 //! created once and live as long as the process, like upstream's.
 //!
 //! Upstream asserts (aborts) on a NULL handle or an out-of-range index; here such a call logs

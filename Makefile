@@ -9,7 +9,7 @@ RELEASE_DIR := target/release
 LIB := $(RELEASE_DIR)/libllama.so
 # The llama.cpp version whose API this library mirrors (llama_version() reports the same).
 LLAMA_PC_VERSION := 0.5.0-dev
-TEST_PARTS := rust header abi symbols c asan valgrind python differential status
+TEST_PARTS := rust cuda-mock header abi symbols c asan valgrind python differential status
 
 .PHONY: all build header tools install demo test setup $(addprefix test-,$(TEST_PARTS))
 all: build
@@ -79,3 +79,9 @@ bench-load:
 .PHONY: bench-upload
 bench-upload:
 	$(CARGO) run --release --example bench_upload
+
+# Hot-swap reload path (poll, 64 MiB reload vs pread and vs a full reload, RSS over 1,000
+# oscillations); see scripts/bench-hotswap.sh.
+.PHONY: bench-hotswap
+bench-hotswap:
+	bash scripts/bench-hotswap.sh

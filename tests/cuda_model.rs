@@ -1,0 +1,82 @@
+//! A model on CUDA devices: load to GPU (LAYER and ROW across the CUDA devices), read back
+//! equal to the file, hot-swap a tensor's type and back. Skips (with the reason) where CUDA is
+//! not available; scripts/test-cuda-mock.sh runs it against a fake driver, a GPU machine
+//! against the real one.
+
+use llama::device::{cuda, Registry, SplitMode};
+use llama::gguf::fixtures::{tiny_llama, TinyLlamaOpts};
+use llama::gguf::{GgmlType, Gguf};
+use llama::hotswap;
+use llama::loader::place::PlacementParams;
+use llama::loader::{load, LoadOptions, ModelSource};
+use llama::model::LoadMode;
+
+fn skip() -> bool {
+    match cuda::availability() {
+        Ok(()) => false,
+        Err(reason) => {
+            eprintln!("skipping: {reason}");
+            true
+        }
+    }
+}
+
+#[test]
+fn model_on_cuda_reads_back_and_swaps() {
+    if skip() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("llama-hotswap-cuda-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("m.gguf");
+    let opts = TinyLlamaOpts {
+        n_embd: 256,
+        n_ff: 512,
+        ..TinyLlamaOpts::with_type(GgmlType::Q8_0)
+    };
+    let w = tiny_llama(&opts).unwrap();
+    w.write_to(&path).unwrap();
+    let file = std::fs::read(&path).unwrap();
+    let gguf = Gguf::parse(&file).unwrap();
+    let registry = Registry::global();
+    assert!(registry.devices()[0].name().starts_with("CUDA"));
+    for (split_mode, mode) in [
+        (SplitMode::Layer, LoadMode::Auto),
+        (SplitMode::Row, LoadMode::None),
+    ] {
+        let model = load(
+            ModelSource::Path(path.clone()),
+            LoadOptions {
+                load_mode: mode,
+                hotswap: true,
+                placement: PlacementParams {
+                    split_mode,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        for t in gguf.tensors() {
+            let off = t.abs_offset(&gguf) as usize;
+            assert_eq!(
+                hotswap::current_bytes(&model, t.name).unwrap(),
+                &file[off..off + t.nbytes as usize],
+                "{}",
+                t.name
+            );
+        }
+        let q = "blk.1.attn_q.weight";
+        let info = model.tensor_info(q).unwrap();
+        assert!(model.device_name(info.device as usize).starts_with("CUDA"), "{info:?}");
+        let original = hotswap::current_bytes(&model, q).unwrap();
+        let f16: Vec<u8> = (0..256 * 256 * 2).map(|i| (i * 7 % 251) as u8).collect();
+        let report = hotswap::tensor_set(&model, q, GgmlType::F16.id() as i32, &f16).unwrap();
+        assert!(report.entry(q).unwrap().outcome.reloaded(), "{report:?}");
+        assert_eq!(hotswap::current_bytes(&model, q).unwrap(), f16);
+        let report = hotswap::tensor_set(&model, q, GgmlType::Q8_0.id() as i32, &original).unwrap();
+        assert_eq!(report.entry(q).unwrap().outcome, hotswap::Outcome::ReturnedToOriginal);
+        assert_eq!(hotswap::current_bytes(&model, q).unwrap(), original);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -170,6 +170,26 @@ impl HostArena {
         Some(unsafe { std::slice::from_raw_parts(self.raw.as_ptr().add(offset), len) })
     }
 
+    /// Gives the whole pages inside `offset .. offset + len` back to the OS (the range will
+    /// never be read: its tensor lives on a device). Best effort; errors are ignored.
+    pub fn release_range(&self, offset: usize, len: usize) {
+        const PAGE: usize = 4096;
+        let start = offset.div_ceil(PAGE) * PAGE;
+        let end = (offset.saturating_add(len) / PAGE * PAGE).min(self.raw.len());
+        if end > start {
+            // SAFETY: the pages are inside our anonymous mapping, and no slice over them is
+            // alive or will be made (the tensor that owned them lives on a device); after
+            // MADV_DONTNEED they would read back as zeros, which nobody does.
+            unsafe {
+                libc::madvise(
+                    self.raw.as_mut_ptr().add(start).cast(),
+                    end - start,
+                    libc::MADV_DONTNEED,
+                );
+            }
+        }
+    }
+
     /// Overwrites `offset .. offset + src.len()`.
     ///
     /// # Safety

@@ -770,6 +770,13 @@ fn load_data(
     for (s, r) in sources.iter().zip(readers) {
         arenas.push(r.map(|r| Arc::new(file::HostArena::new(r.finish(mode.uses_mlock(), s)))));
     }
+    // The arena ranges of tensors that went to a device are never read again.
+    for (((_, layout, source), p), _) in infos.iter().zip(&placed).zip(homes) {
+        if let (Placed::Owned(_), Some(arena)) = (p, &arenas[source.file_index]) {
+            let base = sources[source.file_index].base;
+            arena.release_range((source.offset + base) as usize, layout.nbytes as usize);
+        }
+    }
     progress.report(1.0)?;
     Ok(placed
         .into_iter()

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # make demo: builds the library and the demo host, then runs it on a freshly written model.
+# The demo sets LLAMA_VIRTUAL_GPUS=48MiB,16MiB and LLAMA_HOTSWAP_ENABLED=1 itself (first thing
+# in main), loads the model across both virtual GPUs and hot-swaps one tensor's type.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --lib --quiet
 mkdir -p build/demo
 cc -std=c11 -Wall -Wextra -O2 -Iinclude ffi-tests/demo/demo.c -Ltarget/release -lllama \
-    -Wl,-rpath,"$PWD/target/release" -o build/demo/demo
+    -Wl,-rpath,"$PWD/target/release" -lm -o build/demo/demo
 cd build/demo && ./demo demo-model.gguf 2>demo.log || { cat demo.log >&2; exit 1; }

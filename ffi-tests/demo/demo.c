@@ -1,63 +1,338 @@
 /* The demo host: writes a small GGUF model, loads it through llama.h like any llama.cpp
- * host would, and prints what the library knows about it. It grows with each feature. */
+ * host would, and prints what the library knows about it. It grows with each feature.
+ *
+ * Hot-swap part: two virtual GPUs (48 MiB, 16 MiB) and LLAMA_HOTSWAP_ENABLED=1 are set first
+ * thing in main; the model is loaded across both GPUs (split mode LAYER, all layers
+ * offloaded), one tensor is quantized to Q8_0 in a new version of the file (renamed into
+ * place), and llama_reload_changed_tensors picks it up. Exits 1 if anything is off. */
+#define _POSIX_C_SOURCE 200809L
 #include "llama.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../tiny_gguf.h"
 
+#define SWAPPED "output.weight" /* on VGPU1 */
+
 static bool on_progress(float progress, void *user_data) {
-    int *calls = user_data;
-    (*calls)++;
-    if (progress == 1.0f) printf("  progress: %d callbacks, last = 1.0\n", *calls);
+    float *last = user_data;
+    last[0] += 1.0f; /* callbacks */
+    last[1] = progress;
     return true;
 }
 
+/* ---- a second version of tiny_gguf_write's file, with one tensor stored as Q8_0 ---- */
+
+static uint16_t f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
+    uint32_t mant = x & 0x7fffffu;
+    if (exp <= 0) return (uint16_t)sign; /* tiny scales flush to zero (not reached here) */
+    if (exp >= 31) return (uint16_t)(sign | 0x7c00u);
+    uint32_t h = sign | ((uint32_t)exp << 10) | (mant >> 13);
+    if (mant & 0x1000u) h++; /* round half up */
+    return (uint16_t)h;
+}
+
+static float f16_to_f32(uint16_t h) {
+    int exp = (h >> 10) & 0x1f;
+    float m = (float)(h & 0x3ff);
+    float v = exp == 0 ? ldexpf(m, -24) : ldexpf(1024.0f + m, exp - 25);
+    return (h & 0x8000u) ? -v : v;
+}
+
+/* Q8_0: blocks of 32 values, an f16 scale (max |x| / 127) and 32 int8 quants. */
+static void quantize_q8_0(const float *x, size_t n, uint8_t *out) {
+    for (size_t b = 0; b < n / 32; b++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
+        uint16_t d16 = f32_to_f16(amax / 127.0f);
+        float d = f16_to_f32(d16);
+        memcpy(out + b * 34, &d16, 2);
+        for (int i = 0; i < 32; i++) {
+            float q = d > 0.0f ? roundf(x[b * 32 + i] / d) : 0.0f;
+            out[b * 34 + 2 + i] = (uint8_t)(int8_t)fmaxf(-127.0f, fminf(127.0f, q));
+        }
+    }
+}
+
+/* Writes what tiny_gguf_write writes (same metadata, tensors and values), except that tensor
+ * `q8_name` is stored as Q8_0. Sets *q8_offset (absolute) and *q8_size. Returns 0 on success. */
+static int write_with_q8(const char *path, const char *q8_name, long *q8_offset, size_t *q8_size) {
+    struct tensor t[2 + 3 * N_LAYER + 1];
+    int n = 0;
+    snprintf(t[n].name, 64, "token_embd.weight"); t[n].n_dims = 2; t[n].ne[0] = N_EMBD; t[n].ne[1] = N_VOCAB; n++;
+    for (int l = 0; l < N_LAYER; l++) {
+        snprintf(t[n].name, 64, "blk.%d.attn_norm.weight", l); t[n].n_dims = 1; t[n].ne[0] = N_EMBD; t[n].ne[1] = 1; n++;
+        snprintf(t[n].name, 64, "blk.%d.attn_q.weight", l); t[n].n_dims = 2; t[n].ne[0] = N_EMBD; t[n].ne[1] = N_EMBD; n++;
+        snprintf(t[n].name, 64, "blk.%d.ffn_up.weight", l); t[n].n_dims = 2; t[n].ne[0] = N_EMBD; t[n].ne[1] = N_FF; n++;
+    }
+    snprintf(t[n].name, 64, "output.weight"); t[n].n_dims = 2; t[n].ne[0] = N_EMBD; t[n].ne[1] = N_VOCAB; n++;
+
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    fwrite("GGUF", 1, 4, f);
+    put_u32(f, 3);
+    put_u64(f, (uint64_t) n);
+    put_u64(f, 13);
+    kv_str(f, "general.architecture", "llama");
+    kv_str(f, "general.name", "demo");
+    kv_u32(f, "llama.context_length", 2048);
+    kv_u32(f, "llama.embedding_length", N_EMBD);
+    kv_u32(f, "llama.block_count", N_LAYER);
+    kv_u32(f, "llama.feed_forward_length", N_FF);
+    kv_u32(f, "llama.attention.head_count", 8);
+    kv_u32(f, "llama.attention.head_count_kv", 4);
+    kv_f32(f, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    kv_str(f, "tokenizer.ggml.model", "llama");
+    kv_str(f, "tokenizer.chat_template", "{% for m in messages %}{{ m.content }}{% endfor %}");
+    put_str(f, "tokenizer.ggml.tokens"); put_i32(f, 9); put_i32(f, 8); put_u64(f, N_VOCAB);
+    for (int i = 0; i < N_VOCAB; i++) {
+        char tok[16];
+        if (i == 0) strcpy(tok, "<unk>"); else if (i == 1) strcpy(tok, "<s>"); else if (i == 2) strcpy(tok, "</s>");
+        else snprintf(tok, sizeof tok, "tok%d", i);
+        put_str(f, tok);
+    }
+    put_str(f, "tokenizer.ggml.scores"); put_i32(f, 9); put_i32(f, 6); put_u64(f, N_VOCAB);
+    for (int i = 0; i < N_VOCAB; i++) put_f32(f, -(float) i);
+
+    uint64_t offset = 0, rel = 0;
+    for (int i = 0; i < n; i++) {
+        int q8 = strcmp(t[i].name, q8_name) == 0;
+        uint64_t count = (uint64_t) t[i].ne[0] * t[i].ne[1];
+        uint64_t bytes = q8 ? count / 32 * 34 : count * 4;
+        put_str(f, t[i].name);
+        put_u32(f, (uint32_t) t[i].n_dims);
+        for (int d = 0; d < t[i].n_dims; d++) put_u64(f, (uint64_t) t[i].ne[d]);
+        put_i32(f, q8 ? 8 : 0); /* GGML_TYPE_Q8_0 : GGML_TYPE_F32 */
+        put_u64(f, offset);
+        if (q8) { rel = offset; *q8_size = (size_t) bytes; }
+        offset += (bytes + ALIGN - 1) / ALIGN * ALIGN;
+    }
+    long pos = ftell(f);
+    while (pos % ALIGN) { fputc(0, f); pos++; }
+    *q8_offset = pos + (long) rel;
+    for (int i = 0; i < n; i++) {
+        uint64_t count = (uint64_t) t[i].ne[0] * t[i].ne[1];
+        float *values = malloc(count * sizeof *values);
+        for (uint64_t e = 0; e < count; e++) values[e] = (float) ((e * 7 + i) % 13) / 13.0f - 0.5f;
+        uint64_t bytes;
+        if (strcmp(t[i].name, q8_name) == 0) {
+            bytes = count / 32 * 34;
+            uint8_t *q = malloc(bytes);
+            quantize_q8_0(values, count, q);
+            fwrite(q, 1, bytes, f);
+            free(q);
+        } else {
+            bytes = count * 4;
+            fwrite(values, 4, count, f);
+        }
+        free(values);
+        for (uint64_t p = bytes; p % ALIGN; p++) fputc(0, f);
+    }
+    return fclose(f);
+}
+
+/* ---- placement table ---- */
+
+static const char *type_name(int32_t type) {
+    switch (type) {
+    case GGML_TYPE_F32: return "f32";
+    case GGML_TYPE_F16: return "f16";
+    case GGML_TYPE_Q4_0: return "q4_0";
+    case GGML_TYPE_Q8_0: return "q8_0";
+    default: return "?";
+    }
+}
+
+static const char *buffer_name(int32_t buffer) {
+    static const char *names[] = { "none", "mapped", "host", "device", "row_split" };
+    return buffer >= 0 && buffer <= 4 ? names[buffer] : "?";
+}
+
+static const char *device_name(int32_t device) {
+    return device < 0 ? "-" : ggml_backend_dev_name(ggml_backend_dev_get((size_t) device));
+}
+
+/* One line for a group of tensors (a layer, the input or the output): where they are and what
+ * types they have. */
+static void print_group(const struct llama_model *model, const char *label, const char *prefix,
+                        const char *const *names, int n) {
+    char types[160] = "";
+    uint64_t bytes = 0;
+    struct llama_ext_tensor_info info = { 0 };
+    for (int i = 0; i < n; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s%s", prefix, names[i]);
+        if (llama_ext_tensor_info(model, name, &info) != 0) continue;
+        bytes += info.nbytes;
+        size_t len = strlen(types);
+        snprintf(types + len, sizeof types - len, "%s%s:%s", i ? " " : "", names[i], type_name(info.type));
+    }
+    printf("  %-7s %-6s %-7s %7llu B  %s\n", label, device_name(info.device), buffer_name(info.buffer),
+           (unsigned long long) bytes, types);
+}
+
+static void print_layer(const struct llama_model *model, int layer) {
+    static const char *const blk[] = { "attn_norm.weight", "attn_q.weight", "ffn_up.weight" };
+    char label[16], prefix[16];
+    snprintf(label, sizeof label, "blk.%d", layer);
+    snprintf(prefix, sizeof prefix, "blk.%d.", layer);
+    print_group(model, label, prefix, blk, 3);
+}
+
+static const char *const in_names[] = { "token_embd.weight" }, *const out_names[] = { "output.weight" };
+
+static void print_placement(const struct llama_model *model) {
+    printf("  %-7s %-6s %-7s %9s  %s\n", "layer", "device", "buffer", "bytes", "tensors (type)");
+    print_group(model, "input", "", in_names, 1);
+    for (int l = 0; l < N_LAYER; l++) print_layer(model, l);
+    print_group(model, "output", "", out_names, 1);
+}
+
+static void print_devices(void) {
+    printf("  devices:");
+    for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
+        ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+        size_t free_b = 0, total = 0;
+        ggml_backend_dev_memory(dev, &free_b, &total);
+        if (ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU) continue;
+        printf("%s %s %zu B used of %zu MiB", i ? "," : "", ggml_backend_dev_name(dev), total - free_b, total >> 20);
+    }
+    printf("\n");
+}
+
+static int hotswap_demo(const char *path) {
+    /* Across both virtual GPUs: split mode LAYER, every layer offloaded (the defaults, spelled
+     * out). */
+    struct llama_model_params params = llama_model_default_params();
+    params.split_mode = LLAMA_SPLIT_MODE_LAYER;
+    params.n_gpu_layers = -1;
+    struct llama_model *model = llama_model_load_from_file(path, params);
+    if (!model) { fprintf(stderr, "load failed\n"); return 1; }
+    struct llama_context *ctx = llama_init_from_model(model, llama_context_default_params());
+    if (!ctx || llama_get_model(ctx) != model) { fprintf(stderr, "context failed\n"); return 1; }
+    printf("\nhot-swap: LLAMA_HOTSWAP_ENABLED=%s, LLAMA_VIRTUAL_GPUS=%s, split LAYER, all layers offloaded\n",
+           getenv("LLAMA_HOTSWAP_ENABLED"), getenv("LLAMA_VIRTUAL_GPUS"));
+    print_placement(model);
+    print_devices();
+
+    /* A new version of the file with one tensor quantized, written beside it and renamed over
+     * it (the mapping of the old file stays valid). */
+    char tmp[512];
+    long q8_offset = 0;
+    size_t q8_size = 0;
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    if (write_with_q8(tmp, SWAPPED, &q8_offset, &q8_size) != 0 || rename(tmp, path) != 0) {
+        fprintf(stderr, "cannot write the new version\n");
+        return 1;
+    }
+    printf("\nwrote a new %s with %s as q8_0 (renamed into place)\n", path, SWAPPED);
+    uint64_t gen = llama_ext_model_generation(model);
+    bool reloaded = llama_reload_changed_tensors(ctx);
+    printf("llama_reload_changed_tensors(ctx) = %s; generation %llu -> %llu; graph stale: %s\n",
+           reloaded ? "true" : "false", (unsigned long long) gen,
+           (unsigned long long) llama_ext_model_generation(model),
+           llama_ext_context_graph_is_stale(ctx) ? "yes" : "no");
+    char json[1024];
+    llama_ext_reload_report_json(model, json, sizeof json);
+    printf("  report: %s\n", json);
+    int32_t entries = llama_ext_reload_report_count(model);
+    for (int32_t i = 0; i < entries; i++) {
+        struct llama_ext_reload_entry e;
+        if (llama_ext_reload_report_entry(model, i, &e) != 0) continue;
+        static const char *const outcomes[] = { "IN_PLACE", "RELOCATED", "RETURNED_TO_ORIGINAL",
+                                                "CPU_FALLBACK", "REFUSED", "FAILED" };
+        printf("  entry %d: %s LLAMA_EXT_RELOAD_%s, %s -> %s, now on %s%s%s\n", (int) i, e.name,
+               e.outcome >= 0 && e.outcome < 6 ? outcomes[e.outcome] : "?", type_name(e.old_type),
+               type_name(e.new_type), e.device, e.reason[0] ? ": " : "", e.reason);
+    }
+    printf("  placement now (the f32 original stays allocated on its GPU for a return to it):\n");
+    print_group(model, "output", "", out_names, 1);
+    print_devices();
+
+    /* The bytes the model holds now are the new file's bytes. */
+    struct llama_ext_tensor_info info;
+    uint8_t *from_file = malloc(q8_size), *from_model = malloc(q8_size);
+    FILE *f = fopen(path, "rb");
+    int ok = f && fseek(f, q8_offset, SEEK_SET) == 0 && fread(from_file, 1, q8_size, f) == q8_size;
+    if (f) fclose(f);
+    ok = ok && llama_ext_tensor_read(model, SWAPPED, from_model, q8_size) == (int64_t) q8_size &&
+         memcmp(from_file, from_model, q8_size) == 0;
+    ok = ok && llama_ext_tensor_info(model, SWAPPED, &info) == 0 && info.type == GGML_TYPE_Q8_0;
+    ok = ok && reloaded && entries == 1;
+    printf("%s: %zu bytes of %s read back from the model equal the new file's bytes at offset %ld\n",
+           ok ? "verified" : "MISMATCH", q8_size, SWAPPED, q8_offset);
+    free(from_file);
+    free(from_model);
+    llama_free(ctx);
+    llama_model_free(model);
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
+    /* First thing: the library reads these on first use (GPUs) and at load (hot-swap). */
+    setenv("LLAMA_VIRTUAL_GPUS", "48MiB,16MiB", 1);
+    setenv("LLAMA_HOTSWAP_ENABLED", "1", 1);
     const char *path = argc > 1 ? argv[1] : "demo-model.gguf";
     if (tiny_gguf_write(path) != 0) { fprintf(stderr, "cannot write %s\n", path); return 1; }
     printf("llama-hotswap demo (llama.cpp API %s)\n", llama_version());
-    printf("wrote %s\n", path);
+    printf("wrote %s (%d tensors, all f32)\n", path, TINY_GGUF_N_TENSORS);
 
     llama_backend_init();
     const enum llama_load_mode modes[] = { LLAMA_LOAD_MODE_MMAP, LLAMA_LOAD_MODE_NONE, LLAMA_LOAD_MODE_DIRECT_IO };
+    struct llama_model *first = NULL;
+    float last = 0.0f;
+    int calls[3] = { 0, 0, 0 };
+    printf("loaded in");
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
         struct llama_model_params params = llama_model_default_params();
-        int calls = 0;
+        float progress[2] = { 0.0f, 0.0f };
         params.load_mode = modes[i];
         params.progress_callback = on_progress;
-        params.progress_callback_user_data = &calls;
+        params.progress_callback_user_data = progress;
         int64_t t0 = llama_time_us();
         struct llama_model *model = llama_model_load_from_file(path, params);
         if (!model) { fprintf(stderr, "load failed (mode %s)\n", llama_load_mode_name(modes[i])); return 1; }
-        printf("\nloaded with load_mode=%s in %.2f ms\n", llama_load_mode_name(modes[i]), (llama_time_us() - t0) / 1000.0);
-        char buf[256];
-        llama_model_desc(model, buf, sizeof buf);
-        printf("  desc: %s\n", buf);
-        printf("  n_ctx_train=%d n_embd=%d n_layer=%d n_head=%d n_head_kv=%d rope_type=%d\n",
-               llama_model_n_ctx_train(model), llama_model_n_embd(model), llama_model_n_layer(model),
-               llama_model_n_head(model), llama_model_n_head_kv(model), (int) llama_model_rope_type(model));
-        printf("  size=%llu bytes, n_params=%llu, ftype=%s\n", (unsigned long long) llama_model_size(model),
-               (unsigned long long) llama_model_n_params(model), llama_ftype_name(llama_model_ftype(model)));
-        if (i == 0) {
-            printf("  metadata (%d keys):\n", llama_model_meta_count(model));
-            for (int k = 0; k < llama_model_meta_count(model); k++) {
-                char key[128], val[128];
-                llama_model_meta_key_by_index(model, k, key, sizeof key);
-                llama_model_meta_val_str_by_index(model, k, val, sizeof val);
-                printf("    %-40s = %s\n", key, val);
-            }
-            const struct llama_vocab *vocab = llama_model_get_vocab(model);
-            printf("  vocab: type=%d n_tokens=%d bos=%d '%s' eos=%d '%s'\n", (int) llama_vocab_type(vocab),
-                   llama_vocab_n_tokens(vocab), llama_vocab_bos(vocab), llama_vocab_get_text(vocab, llama_vocab_bos(vocab)),
-                   llama_vocab_eos(vocab), llama_vocab_get_text(vocab, llama_vocab_eos(vocab)));
-            printf("  chat template: %s\n", llama_model_chat_template(model, NULL));
-        }
-        llama_model_free(model);
+        printf("%s %.2f ms (%s)", i ? "," : "", (llama_time_us() - t0) / 1000.0, llama_load_mode_name(modes[i]));
+        calls[i] = (int) progress[0];
+        last = progress[1];
+        if (i == 0) first = model;
+        else llama_model_free(model);
     }
+    printf("; progress callbacks %d/%d/%d, last = %.1f\n", calls[0], calls[1], calls[2], last);
+    char buf[256];
+    llama_model_desc(first, buf, sizeof buf);
+    printf("  desc: %s; size=%llu bytes, n_params=%llu, ftype=%s\n", buf,
+           (unsigned long long) llama_model_size(first), (unsigned long long) llama_model_n_params(first),
+           llama_ftype_name(llama_model_ftype(first)));
+    printf("  n_ctx_train=%d n_embd=%d n_layer=%d n_head=%d n_head_kv=%d rope_type=%d\n",
+           llama_model_n_ctx_train(first), llama_model_n_embd(first), llama_model_n_layer(first),
+           llama_model_n_head(first), llama_model_n_head_kv(first), (int) llama_model_rope_type(first));
+    printf("  metadata (%d keys):", llama_model_meta_count(first));
+    int col = 22;
+    for (int k = 0; k < llama_model_meta_count(first); k++) {
+        char key[128], val[128], item[260];
+        llama_model_meta_key_by_index(first, k, key, sizeof key);
+        llama_model_meta_val_str_by_index(first, k, val, sizeof val);
+        int len = snprintf(item, sizeof item, " %s=%s", key, val);
+        if (col + len > 100) { printf("\n   "); col = 3; }
+        printf("%s", item);
+        col += len;
+    }
+    const struct llama_vocab *vocab = llama_model_get_vocab(first);
+    printf("\n  vocab: type=%d n_tokens=%d bos=%d '%s' eos=%d '%s'; chat template: %s\n",
+           (int) llama_vocab_type(vocab), llama_vocab_n_tokens(vocab), llama_vocab_bos(vocab),
+           llama_vocab_get_text(vocab, llama_vocab_bos(vocab)), llama_vocab_eos(vocab),
+           llama_vocab_get_text(vocab, llama_vocab_eos(vocab)), llama_model_chat_template(first, NULL));
+    llama_model_free(first);
+    int rc = hotswap_demo(path);
     llama_backend_free();
-    printf("\ndone\n");
-    return 0;
+    printf("\n%s\n", rc == 0 ? "done" : "FAILED");
+    return rc;
 }

@@ -1272,7 +1272,8 @@ void ggml_backend_load_all(void);
 //
 // Copies the current bytes of tensor `name` (from wherever they live) into `dst`.
 // Returns the tensor's byte count, or -1 when the model or name is NULL, the tensor does not
-// exist, holds no data (`no_alloc`), or `dst_size` is smaller than the tensor (nothing is
+// exist, holds no data (`no_alloc`, or bytes lost to an in-place truncation of its mapped file,
+// until a reload brings them back), or `dst_size` is smaller than the tensor (nothing is
 // written then).
 int64_t llama_ext_tensor_read(const struct llama_model *model,
                               const char *name,

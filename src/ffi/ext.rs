@@ -11,7 +11,8 @@ use super::{c_str, write_snprintf, FfiError};
 ///
 /// Copies the current bytes of tensor `name` (from wherever they live) into `dst`.
 /// Returns the tensor's byte count, or -1 when the model or name is NULL, the tensor does not
-/// exist, holds no data (`no_alloc`), or `dst_size` is smaller than the tensor (nothing is
+/// exist, holds no data (`no_alloc`, or bytes lost to an in-place truncation of its mapped file,
+/// until a reload brings them back), or `dst_size` is smaller than the tensor (nothing is
 /// written then).
 #[no_mangle]
 pub unsafe extern "C" fn llama_ext_tensor_read(
@@ -32,6 +33,12 @@ pub unsafe extern "C" fn llama_ext_tensor_read(
         let state = tensor.read();
         let len = usize::try_from(state.layout.nbytes)
             .map_err(|_| FfiError::Invalid(format!("tensor '{name}' is too large")))?;
+        if state.lost {
+            return Err(FfiError::Invalid(format!(
+                "tensor '{name}' lost its bytes (its mapped file was truncated in place); \
+                 reload a complete file"
+            )));
+        }
         if matches!(state.data, crate::model::tensors::TensorData::Unallocated) {
             return Err(FfiError::Invalid(format!(
                 "tensor '{name}' holds no data (no_alloc)"

@@ -11,9 +11,10 @@
 //! * **Detection** (each call): one `stat` per file; a file changed when any identity field
 //!   differs. A changed file is opened once; its header and its data are read through that
 //!   one descriptor, so a rename in between cannot pair one file's header with another's bytes.
-//!   Shape changes and missing tensors are refused; a data range past the end of the file is a
-//!   failure. The file's new identity is recorded either way, so a refused tensor is looked at
-//!   again the next time its file changes (not on every call).
+//!   Shape changes and missing tensors are refused; a file whose data ends early (truncated or
+//!   still being written) fails as a whole (its header does not validate). The file's new
+//!   identity is recorded either way, so a refused tensor is looked at again the next time
+//!   its file changes (not on every call).
 //! * **Jobs** run tensors returning to their original type first (their private buffers are
 //!   freed before new ones are allocated).
 //! * **Transactional per tensor.** Bytes are read into a staging buffer and every new buffer is
@@ -387,6 +388,16 @@ pub fn tensor_set(
                 source: Bytes::Memory(data),
             };
             run_jobs(model, vec![job], &mut out);
+            if out.entries.iter().all(|e| e.name != name) {
+                // The tensor already held exactly these bytes: done, nothing to move.
+                out.push(
+                    model,
+                    i,
+                    Outcome::ReloadedInPlace,
+                    Some(new_type),
+                    "bytes unchanged".into(),
+                );
+            }
         }
         Some(n) if ne[0] % blck == 0 => out.refuse(
             model,
@@ -856,7 +867,10 @@ fn run_job(model: &Model, job: Job<'_>, out: &mut Outcomes) {
     };
     let (ne, unallocated) = {
         let s = tensor.read();
-        (s.layout.ne, matches!(s.data, TensorData::Unallocated))
+        (
+            s.layout.ne,
+            matches!(s.data, TensorData::Unallocated) && !s.lost,
+        )
     };
     if unallocated {
         out.refuse(
@@ -1021,6 +1035,9 @@ fn commit(model: &Model, mut staged: Vec<Staged>, out: &mut Outcomes) {
         if relocated {
             out.relocated = true;
         }
+        if result.is_ok() && !matches!(state.data, TensorData::Unallocated) {
+            state.lost = false;
+        }
         results.push((s.tensor, s.outcome, s.reason, old_type, s.new_type, result));
     }
     drop(guards);
@@ -1077,13 +1094,25 @@ fn migrate_off_mapping(model: &Model, fi: usize, ours: &[usize], out: &mut Outco
                 }
             }
             Err(e) => {
+                // The file was cut under its mapping: reading it would fault. The bytes are
+                // gone; the tensor reads as an error until a complete file reloads it.
+                let mut state = tensor.write();
+                if matches!(state.data, TensorData::Mapped { .. }) {
+                    state.data = TensorData::Unallocated;
+                    state.lost = true;
+                    out.relocated = true;
+                }
+                drop(state);
                 crate::log_error!(
-                    "hot-swap: tensor '{}': {} changed in place and its old bytes cannot be read \
-                     back ({e}); the tensor still reads through the old mapping, which faults if \
-                     the file shrank. Replace model files by renaming new files into place.",
+                    "hot-swap: tensor '{}': {} was changed in place and its bytes cannot be \
+                     read back ({e}); the tensor has no data until a complete file is reloaded. \
+                     Replace model files by renaming new files into place.",
                     tensor.name,
                     source.display_name()
                 );
+                if out.entries.iter().all(|x| x.name != tensor.name) {
+                    out.fail(model, i, None, format!("bytes lost: {e}"));
+                }
             }
         }
     }

@@ -217,6 +217,10 @@ pub struct TensorState {
     /// The device the placement asked for, when the tensor had to fall back to the CPU at
     /// load (registry index).
     pub load_fallback_from: Option<usize>,
+    /// The bytes were destroyed: the tensor read through a file mapping whose file was
+    /// truncated in place, and they could not be read back. `data` is `Unallocated`; reads
+    /// fail until a reload brings complete bytes.
+    pub lost: bool,
 }
 
 impl TensorState {
@@ -227,6 +231,7 @@ impl TensorState {
             swap: SwapState::OnOriginal,
             original: None,
             load_fallback_from: None,
+            lost: false,
         }
     }
 

@@ -68,14 +68,20 @@ fn model_on_cuda_reads_back_and_swaps() {
         }
         let q = "blk.1.attn_q.weight";
         let info = model.tensor_info(q).unwrap();
-        assert!(model.device_name(info.device as usize).starts_with("CUDA"), "{info:?}");
+        assert!(
+            model.device_name(info.device as usize).starts_with("CUDA"),
+            "{info:?}"
+        );
         let original = hotswap::current_bytes(&model, q).unwrap();
         let f16: Vec<u8> = (0..256 * 256 * 2).map(|i| (i * 7 % 251) as u8).collect();
         let report = hotswap::tensor_set(&model, q, GgmlType::F16.id() as i32, &f16).unwrap();
         assert!(report.entry(q).unwrap().outcome.reloaded(), "{report:?}");
         assert_eq!(hotswap::current_bytes(&model, q).unwrap(), f16);
         let report = hotswap::tensor_set(&model, q, GgmlType::Q8_0.id() as i32, &original).unwrap();
-        assert_eq!(report.entry(q).unwrap().outcome, hotswap::Outcome::ReturnedToOriginal);
+        assert_eq!(
+            report.entry(q).unwrap().outcome,
+            hotswap::Outcome::ReturnedToOriginal
+        );
         assert_eq!(hotswap::current_bytes(&model, q).unwrap(), original);
     }
     let _ = std::fs::remove_dir_all(&dir);

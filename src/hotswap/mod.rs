@@ -96,6 +96,9 @@ struct WatchedFile {
 pub struct HotSwap {
     watch: Mutex<Vec<WatchedFile>>,
     report: Mutex<Arc<Report>>,
+    /// A staging buffer kept between calls (the largest tensor staged so far), so that a
+    /// reload does not pay page faults for a fresh buffer every time.
+    staging: Mutex<Vec<u8>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -129,6 +132,7 @@ impl HotSwap {
         HotSwap {
             watch: Mutex::new(files),
             report: Mutex::new(Arc::new(Report::default())),
+            staging: Mutex::new(Vec::new()),
         }
     }
 
@@ -516,10 +520,26 @@ fn run_jobs(model: &Model, mut jobs: Vec<Job<'_>>, out: &mut Outcomes) {
     }
 }
 
-/// Reads a job's bytes into a staging buffer (nothing live is touched).
-fn stage_bytes(job: &Job<'_>, nbytes: u64) -> Result<Vec<u8>, String> {
+/// Gives a staging buffer back to the model's pool (the larger one is kept).
+fn recycle(model: &Model, buf: Vec<u8>) {
+    if let Some(hs) = &model.hotswap {
+        let mut pool = lock(&hs.staging);
+        if buf.capacity() > pool.capacity() {
+            *pool = buf;
+        }
+    }
+}
+
+/// Reads a job's bytes into a staging buffer (nothing live is touched). The buffer comes
+/// from the model's pool when it is large enough (its pages are already resident).
+fn stage_bytes(model: &Model, job: &Job<'_>, nbytes: u64) -> Result<Vec<u8>, String> {
     let len = usize::try_from(nbytes).map_err(|_| "tensor too large".to_string())?;
-    let mut buf = Vec::new();
+    let mut buf = model
+        .hotswap
+        .as_ref()
+        .map(|hs| std::mem::take(&mut *lock(&hs.staging)))
+        .unwrap_or_default();
+    buf.clear();
     buf.try_reserve_exact(len)
         .map_err(|_| format!("cannot allocate a {len}-byte staging buffer"))?;
     match job.source {
@@ -759,8 +779,8 @@ fn stage_member(
         )));
     }
     if current_matches && writable(&state.data) {
-        let same = current_bytes_safe(model, m, &state).is_ok_and(|c| c == bytes);
-        if same {
+        if same_as_current(model, m, &state, &bytes) {
+            recycle(model, bytes);
             return Ok(None);
         }
         return Ok(Some(staged(
@@ -771,7 +791,7 @@ fn stage_member(
     }
     if current_matches && state.swap == SwapState::OnOriginal {
         // Still reading through a file mapping: the original becomes owned CPU memory.
-        let same = current_bytes_safe(model, m, &state).is_ok_and(|c| c == bytes);
+        let same = same_as_current(model, m, &state, &bytes);
         let fresh = cpu_copy(devices, &bytes)?;
         return Ok(Some(staged(
             Action::Reattach {
@@ -805,6 +825,7 @@ fn stage_member(
                 )
             }
         };
+    recycle(model, bytes);
     Ok(Some(staged(
         Action::Replace { layout, data, swap },
         Some(outcome),
@@ -826,6 +847,17 @@ fn current_bytes_safe(model: &Model, m: usize, state: &TensorState) -> Result<Ve
         state.read_into(&mut bytes).map_err(|e| e.to_string())?;
     }
     Ok(bytes)
+}
+
+/// Whether the tensor already holds exactly `bytes`, compared in place when its storage is
+/// host memory (no copy), else through a copy read without touching a mapping.
+fn same_as_current(model: &Model, m: usize, state: &TensorState, bytes: &[u8]) -> bool {
+    if !matches!(state.data, TensorData::Mapped { .. }) {
+        if let Some(current) = state.host_bytes() {
+            return current == bytes;
+        }
+    }
+    current_bytes_safe(model, m, state).is_ok_and(|c| c == bytes)
 }
 
 /// Stages a member onto the CPU (family fallback).
@@ -890,7 +922,7 @@ fn run_job(model: &Model, job: Job<'_>, out: &mut Outcomes) {
         );
         return;
     };
-    let bytes = match stage_bytes(&job, new_layout.nbytes) {
+    let bytes = match stage_bytes(model, &job, new_layout.nbytes) {
         Ok(b) => b,
         Err(reason) => {
             out.fail(model, i, Some(job.new_type), reason);
@@ -945,7 +977,7 @@ fn run_job(model: &Model, job: Job<'_>, out: &mut Outcomes) {
         staged.clear();
         let bytes = match own_bytes.take() {
             Some(b) => b,
-            None => match stage_bytes(&job, new_layout.nbytes) {
+            None => match stage_bytes(model, &job, new_layout.nbytes) {
                 Ok(b) => b,
                 Err(reason) => {
                     out.fail(model, i, Some(job.new_type), reason);
@@ -988,7 +1020,9 @@ fn commit(model: &Model, mut staged: Vec<Staged>, out: &mut Outcomes) {
         let result: Result<(), String> = match s.action {
             Action::WriteCurrent(bytes) => {
                 let layout = state.layout;
-                write_storage(&layout, &mut state.data, &bytes)
+                let written = write_storage(&layout, &mut state.data, &bytes);
+                recycle(model, bytes);
+                written
             }
             Action::Reattach { bytes, fresh } => {
                 relocated = true;
@@ -1007,6 +1041,7 @@ fn commit(model: &Model, mut staged: Vec<Staged>, out: &mut Outcomes) {
                     }
                     None => write_storage(&layout, &mut data, &bytes),
                 };
+                recycle(model, bytes);
                 state.layout = layout;
                 state.data = data; // the private buffer (if any) was replaced by `original`
                 state.swap = SwapState::OnOriginal;

@@ -539,16 +539,24 @@ fn stage_bytes(model: &Model, job: &Job<'_>, nbytes: u64) -> Result<Vec<u8>, Str
         .as_ref()
         .map(|hs| std::mem::take(&mut *lock(&hs.staging)))
         .unwrap_or_default();
-    buf.clear();
-    buf.try_reserve_exact(len)
-        .map_err(|_| format!("cannot allocate a {len}-byte staging buffer"))?;
     match job.source {
         Bytes::Memory(data) => {
+            buf.clear();
+            buf.try_reserve_exact(len)
+                .map_err(|_| format!("cannot allocate a {len}-byte staging buffer"))?;
             buf.extend_from_slice(data);
             Ok(buf)
         }
         Bytes::File { file, offset } => {
-            buf.resize(len, 0);
+            // Only a grown part is zero-filled; a buffer reused for the same size is read
+            // into as it is (every byte is overwritten by the read, or the job fails).
+            if buf.len() < len {
+                buf.try_reserve_exact(len - buf.len())
+                    .map_err(|_| format!("cannot allocate a {len}-byte staging buffer"))?;
+                buf.resize(len, 0);
+            } else {
+                buf.truncate(len);
+            }
             read_exact_at_parallel(file, &mut buf, offset).map_err(|e| {
                 if e.kind() == std::io::ErrorKind::UnexpectedEof {
                     format!("short read: the file ends inside the tensor's data (offset {offset}, {len} bytes)")

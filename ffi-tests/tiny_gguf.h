@@ -1,11 +1,14 @@
 /* A tiny GGUF writer for the C harness and the demo: a llama-family model with F32 weights
  * and a small SPM-style vocabulary, written byte by byte as the GGUF v3 format lays it out.
- * tiny_gguf_write() returns 0 on success; TINY_GGUF_N_TENSORS tensors are written. */
+ * tiny_gguf_write() returns 0 on success; TINY_GGUF_N_TENSORS tensors are written;
+ * tiny_gguf_write_q8() writes the same file with one tensor stored as Q8_0. */
 #ifndef FFI_TESTS_TINY_GGUF_H
 #define FFI_TESTS_TINY_GGUF_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { N_EMBD = 64, N_VOCAB = 16, N_LAYER = 4, N_FF = 128, ALIGN = 32, TINY_GGUF_N_TENSORS = 2 + 3 * N_LAYER };
@@ -21,8 +24,45 @@ static void kv_f32(FILE *f, const char *k, float v) { put_str(f, k); put_i32(f, 
 
 struct tensor { char name[64]; int n_dims; int64_t ne[2]; };
 
-/* Writes a GGUF v3 file: llama metadata, a tiny SPM-style vocabulary, F32 weights. */
-static int tiny_gguf_write(const char *path) {
+static uint16_t f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
+    uint32_t mant = x & 0x7fffffu;
+    if (exp <= 0) return (uint16_t)sign; /* tiny scales flush to zero (not reached here) */
+    if (exp >= 31) return (uint16_t)(sign | 0x7c00u);
+    uint32_t h = sign | ((uint32_t)exp << 10) | (mant >> 13);
+    if (mant & 0x1000u) h++; /* round half up */
+    return (uint16_t)h;
+}
+
+static float f16_to_f32(uint16_t h) {
+    int exp = (h >> 10) & 0x1f;
+    float m = (float)(h & 0x3ff);
+    float v = exp == 0 ? ldexpf(m, -24) : ldexpf(1024.0f + m, exp - 25);
+    return (h & 0x8000u) ? -v : v;
+}
+
+/* Q8_0: blocks of 32 values, an f16 scale (max |x| / 127) and 32 int8 quants. */
+static void quantize_q8_0(const float *x, size_t n, uint8_t *out) {
+    for (size_t b = 0; b < n / 32; b++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
+        uint16_t d16 = f32_to_f16(amax / 127.0f);
+        float d = f16_to_f32(d16);
+        memcpy(out + b * 34, &d16, 2);
+        for (int i = 0; i < 32; i++) {
+            float q = d > 0.0f ? roundf(x[b * 32 + i] / d) : 0.0f;
+            out[b * 34 + 2 + i] = (uint8_t)(int8_t)fmaxf(-127.0f, fminf(127.0f, q));
+        }
+    }
+}
+
+/* Writes a GGUF v3 file: llama metadata, a tiny SPM-style vocabulary, F32 weights — except
+ * tensor `q8_name` (NULL: none), stored as Q8_0; then *q8_offset (absolute) and *q8_size say
+ * where its bytes are. Returns 0 on success. */
+static int tiny_gguf_write_q8(const char *path, const char *q8_name, long *q8_offset, size_t *q8_size) {
     struct tensor t[2 + 3 * N_LAYER + 1];
     int n = 0;
     snprintf(t[n].name, 64, "token_embd.weight"); t[n].n_dims = 2; t[n].ne[0] = N_EMBD; t[n].ne[1] = N_VOCAB; n++;
@@ -60,25 +100,44 @@ static int tiny_gguf_write(const char *path) {
     put_str(f, "tokenizer.ggml.scores"); put_i32(f, 9); put_i32(f, 6); put_u64(f, N_VOCAB);
     for (int i = 0; i < N_VOCAB; i++) put_f32(f, -(float) i);
 
-    uint64_t offset = 0;
+    uint64_t offset = 0, rel = 0;
     for (int i = 0; i < n; i++) {
+        int q8 = q8_name != NULL && strcmp(t[i].name, q8_name) == 0;
+        uint64_t count = (uint64_t) t[i].ne[0] * t[i].ne[1];
+        uint64_t bytes = q8 ? count / 32 * 34 : count * 4;
         put_str(f, t[i].name);
         put_u32(f, (uint32_t) t[i].n_dims);
         for (int d = 0; d < t[i].n_dims; d++) put_u64(f, (uint64_t) t[i].ne[d]);
-        put_i32(f, 0); /* GGML_TYPE_F32 */
+        put_i32(f, q8 ? 8 : 0); /* GGML_TYPE_Q8_0 : GGML_TYPE_F32 */
         put_u64(f, offset);
-        uint64_t bytes = (uint64_t) t[i].ne[0] * t[i].ne[1] * 4;
+        if (q8 && q8_size) { rel = offset; *q8_size = (size_t) bytes; }
         offset += (bytes + ALIGN - 1) / ALIGN * ALIGN;
     }
     long pos = ftell(f);
     while (pos % ALIGN) { fputc(0, f); pos++; }
+    if (q8_offset) *q8_offset = pos + (long) rel;
     for (int i = 0; i < n; i++) {
         uint64_t count = (uint64_t) t[i].ne[0] * t[i].ne[1];
-        for (uint64_t e = 0; e < count; e++) put_f32(f, (float) ((e * 7 + i) % 13) / 13.0f - 0.5f);
-        uint64_t bytes = count * 4;
+        float *values = malloc(count * sizeof *values);
+        for (uint64_t e = 0; e < count; e++) values[e] = (float) ((e * 7 + i) % 13) / 13.0f - 0.5f;
+        uint64_t bytes;
+        if (q8_name != NULL && strcmp(t[i].name, q8_name) == 0) {
+            bytes = count / 32 * 34;
+            uint8_t *q = malloc(bytes);
+            quantize_q8_0(values, count, q);
+            fwrite(q, 1, bytes, f);
+            free(q);
+        } else {
+            bytes = count * 4;
+            fwrite(values, 4, count, f);
+        }
+        free(values);
         for (uint64_t p = bytes; p % ALIGN; p++) fputc(0, f);
     }
     return fclose(f);
 }
+
+/* Writes a GGUF v3 file: llama metadata, a tiny SPM-style vocabulary, F32 weights. */
+static int tiny_gguf_write(const char *path) { return tiny_gguf_write_q8(path, NULL, NULL, NULL); }
 
 #endif

@@ -46,38 +46,46 @@ fn noise(seed: u64, n: usize) -> Vec<u8> {
         .collect()
 }
 
-/// The writer's tensors as (name, dims, type, bytes).
-fn tensors_of(w: &GgufWriter) -> Vec<(String, Vec<i64>, GgmlType, Vec<u8>)> {
-    w.tensors()
-        .iter()
-        .map(|t| {
-            let bytes = match &t.data {
-                WriterData::Bytes(b) => b.clone(),
-                WriterData::Deferred => panic!("deferred"),
-            };
-            (t.name.clone(), t.dims.clone(), t.ggml_type, bytes)
-        })
-        .collect()
-}
+/// One tensor of a writer: name, dims, type, bytes.
+type Spec = (String, Vec<i64>, GgmlType, Vec<u8>);
 
-/// A copy of `base` where the named tensors get new types and bytes (None: drop the tensor).
-fn variant(base: &GgufWriter, changes: &[(&str, Option<(GgmlType, Vec<u8>)>)]) -> GgufWriter {
+/// A copy of `base` (same metadata) with each tensor passed through `edit` (None drops it).
+fn rewrite(base: &GgufWriter, edit: impl Fn(Spec) -> Option<Spec>) -> GgufWriter {
     let mut w = GgufWriter::new();
     for (k, v) in base.kvs() {
         w.set(k, v.clone());
     }
-    for (name, dims, ty, bytes) in tensors_of(base) {
-        match changes.iter().find(|(n, _)| *n == name) {
-            Some((_, None)) => {}
-            Some((_, Some((t, b)))) => {
-                w.add_tensor(&name, &dims, *t, b.clone()).unwrap();
-            }
-            None => {
-                w.add_tensor(&name, &dims, ty, bytes).unwrap();
-            }
+    for t in base.tensors() {
+        let bytes = match &t.data {
+            WriterData::Bytes(b) => b.clone(),
+            WriterData::Deferred => panic!("deferred"),
+        };
+        if let Some((name, dims, ty, bytes)) =
+            edit((t.name.clone(), t.dims.clone(), t.ggml_type, bytes))
+        {
+            w.add_tensor(&name, &dims, ty, bytes).unwrap();
         }
     }
     w
+}
+
+/// A copy of `base` where the named tensors get new types and bytes (None: drop the tensor).
+fn variant(base: &GgufWriter, changes: &[(&str, Option<(GgmlType, Vec<u8>)>)]) -> GgufWriter {
+    rewrite(base, |(name, dims, ty, bytes)| {
+        match changes.iter().find(|(n, _)| *n == name) {
+            Some((_, None)) => None,
+            Some((_, Some((t, b)))) => Some((name, dims, *t, b.clone())),
+            None => Some((name, dims, ty, bytes)),
+        }
+    })
+}
+
+/// A fresh directory with `base` written as `m.gguf`.
+fn setup(tag: &str, base: &GgufWriter) -> (Dir, PathBuf) {
+    let dir = tempdir(tag);
+    let path = dir.0.join("m.gguf");
+    base.write_to(&path).unwrap();
+    (dir, path)
 }
 
 /// Random bytes of the right size for `name` stored as `ty`.
@@ -239,10 +247,8 @@ fn a_b_a_on_every_placement_and_mode() {
 
 #[test]
 fn same_type_new_bytes_is_written_in_place_without_a_new_generation() {
-    let dir = tempdir("inplace");
-    let path = dir.0.join("m.gguf");
     let base = tiny_llama(&TinyLlamaOpts::with_type(GgmlType::Q8_0)).unwrap();
-    base.write_to(&path).unwrap();
+    let (_dir, path) = setup("inplace", &base);
     let model = load_model(&path, two_gpus(), LoadMode::None);
     let new = bytes_for(&base, Q, GgmlType::Q8_0, 99);
     replace(
@@ -263,10 +269,8 @@ fn same_type_new_bytes_is_written_in_place_without_a_new_generation() {
 
 #[test]
 fn type_chain_and_back() {
-    let dir = tempdir("chain");
-    let path = dir.0.join("m.gguf");
     let base = tiny_llama(&TinyLlamaOpts::with_type(GgmlType::Q8_0)).unwrap();
-    base.write_to(&path).unwrap();
+    let (_dir, path) = setup("chain", &base);
     let model = load_model(&path, two_gpus(), LoadMode::Auto);
     let original = current(&model, Q);
     for (i, ty) in [GgmlType::Q4_0, GgmlType::F16, GgmlType::F32, GgmlType::Q8_0]
@@ -288,27 +292,20 @@ fn type_chain_and_back() {
 
 #[test]
 fn refused_and_failed_leave_the_tensor_untouched() {
-    let dir = tempdir("refuse");
-    let path = dir.0.join("m.gguf");
     let base = tiny_llama(&TinyLlamaOpts::with_type(GgmlType::Q8_0)).unwrap();
-    base.write_to(&path).unwrap();
+    let (_dir, path) = setup("refuse", &base);
     let model = load_model(&path, two_gpus(), LoadMode::Auto);
     let before = current(&model, Q);
 
     // Shape change: refused; looked at again when the file changes next.
-    let mut w = GgufWriter::new();
-    for (k, v) in base.kvs() {
-        w.set(k, v.clone());
-    }
-    for (name, dims, ty, bytes) in tensors_of(&base) {
+    let w = rewrite(&base, |(name, dims, ty, bytes)| {
         if name == Q {
-            let d = vec![dims[0], dims[1] / 2];
-            w.add_tensor(&name, &d, ty, bytes[..bytes.len() / 2].to_vec())
-                .unwrap();
+            let half = bytes[..bytes.len() / 2].to_vec();
+            Some((name, vec![dims[0], dims[1] / 2], ty, half))
         } else {
-            w.add_tensor(&name, &dims, ty, bytes).unwrap();
+            Some((name, dims, ty, bytes))
         }
-    }
+    });
     replace(&path, &w);
     let report = hotswap::reload_changed(&model).unwrap();
     assert_eq!(outcome(&report, Q), Outcome::Refused);
@@ -401,10 +398,8 @@ fn refused_and_failed_leave_the_tensor_untouched() {
 
 #[test]
 fn same_mtime_replacement_is_detected() {
-    let dir = tempdir("mtime");
-    let path = dir.0.join("m.gguf");
     let base = tiny_llama(&TinyLlamaOpts::with_type(GgmlType::Q8_0)).unwrap();
-    base.write_to(&path).unwrap();
+    let (_dir, path) = setup("mtime", &base);
     let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
     let model = load_model(&path, two_gpus(), LoadMode::None);
     let new = bytes_for(&base, Q, GgmlType::Q8_0, 5);
@@ -428,10 +423,8 @@ fn same_mtime_replacement_is_detected() {
 
 #[test]
 fn mapped_tensors_survive_in_place_overwrite_and_truncation() {
-    let dir = tempdir("mapped");
-    let path = dir.0.join("m.gguf");
     let base = tiny_llama(&TinyLlamaOpts::with_type(GgmlType::Q8_0)).unwrap();
-    base.write_to(&path).unwrap();
+    let (_dir, path) = setup("mapped", &base);
     let model = load_model(
         &path,
         PlacementParams {
@@ -579,11 +572,9 @@ fn row_split_moe_family_resyncs_on_block_size_change() {
 
 #[test]
 fn full_virtual_gpu_falls_back_to_cpu_and_returns() {
-    let dir = tempdir("full");
-    let path = dir.0.join("m.gguf");
     let base = tiny_llama(&TinyLlamaOpts::with_type(GgmlType::Q4_0)).unwrap();
-    base.write_to(&path).unwrap();
-    let total: u64 = tensors_of(&base).iter().map(|t| t.3.len() as u64).sum();
+    let (_dir, path) = setup("full", &base);
+    let total: u64 = base.tensors().iter().map(|t| t.nbytes).sum();
     // Room for the model plus a little: an F32 copy of one matrix does not fit.
     let placement = PlacementParams {
         registry: registry(&[total + 1024]),
@@ -614,10 +605,8 @@ fn full_virtual_gpu_falls_back_to_cpu_and_returns() {
 
 #[test]
 fn tensor_set_and_reload_from_file() {
-    let dir = tempdir("set");
-    let path = dir.0.join("m.gguf");
     let base = tiny_llama(&TinyLlamaOpts::with_type(GgmlType::Q8_0)).unwrap();
-    base.write_to(&path).unwrap();
+    let (dir, path) = setup("set", &base);
     let model = load_model(&path, two_gpus(), LoadMode::None);
     let data = bytes_for(&base, Q, GgmlType::F16, 8);
     let report = hotswap::tensor_set(&model, Q, GgmlType::F16.id() as i32, &data).unwrap();
@@ -647,10 +636,8 @@ fn tensor_set_and_reload_from_file() {
 
 #[test]
 fn disabled_gate_is_a_no_op() {
-    let dir = tempdir("gate");
-    let path = dir.0.join("m.gguf");
     let base = tiny_llama(&TinyLlamaOpts::default()).unwrap();
-    base.write_to(&path).unwrap();
+    let (_dir, path) = setup("gate", &base);
     let model = load(
         ModelSource::Path(path.clone()),
         LoadOptions {
@@ -674,15 +661,13 @@ fn disabled_gate_is_a_no_op() {
 
 #[test]
 fn readers_never_see_a_torn_tensor() {
-    let dir = tempdir("threads");
-    let path = dir.0.join("m.gguf");
     let base = tiny_llama(&TinyLlamaOpts {
         n_embd: 256,
         n_ff: 512,
         ..TinyLlamaOpts::with_type(GgmlType::Q8_0)
     })
     .unwrap();
-    base.write_to(&path).unwrap();
+    let (_dir, path) = setup("threads", &base);
     let placement = PlacementParams {
         split_mode: SplitMode::Row,
         ..two_gpus()

@@ -24,120 +24,6 @@ static bool on_progress(float progress, void *user_data) {
     return true;
 }
 
-/* ---- a second version of tiny_gguf_write's file, with one tensor stored as Q8_0 ---- */
-
-static uint16_t f32_to_f16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000u;
-    int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
-    uint32_t mant = x & 0x7fffffu;
-    if (exp <= 0) return (uint16_t)sign; /* tiny scales flush to zero (not reached here) */
-    if (exp >= 31) return (uint16_t)(sign | 0x7c00u);
-    uint32_t h = sign | ((uint32_t)exp << 10) | (mant >> 13);
-    if (mant & 0x1000u) h++; /* round half up */
-    return (uint16_t)h;
-}
-
-static float f16_to_f32(uint16_t h) {
-    int exp = (h >> 10) & 0x1f;
-    float m = (float)(h & 0x3ff);
-    float v = exp == 0 ? ldexpf(m, -24) : ldexpf(1024.0f + m, exp - 25);
-    return (h & 0x8000u) ? -v : v;
-}
-
-/* Q8_0: blocks of 32 values, an f16 scale (max |x| / 127) and 32 int8 quants. */
-static void quantize_q8_0(const float *x, size_t n, uint8_t *out) {
-    for (size_t b = 0; b < n / 32; b++) {
-        float amax = 0.0f;
-        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
-        uint16_t d16 = f32_to_f16(amax / 127.0f);
-        float d = f16_to_f32(d16);
-        memcpy(out + b * 34, &d16, 2);
-        for (int i = 0; i < 32; i++) {
-            float q = d > 0.0f ? roundf(x[b * 32 + i] / d) : 0.0f;
-            out[b * 34 + 2 + i] = (uint8_t)(int8_t)fmaxf(-127.0f, fminf(127.0f, q));
-        }
-    }
-}
-
-/* Writes what tiny_gguf_write writes (same metadata, tensors and values), except that tensor
- * `q8_name` is stored as Q8_0. Sets *q8_offset (absolute) and *q8_size. Returns 0 on success. */
-static int write_with_q8(const char *path, const char *q8_name, long *q8_offset, size_t *q8_size) {
-    struct tensor t[2 + 3 * N_LAYER + 1];
-    int n = 0;
-    snprintf(t[n].name, 64, "token_embd.weight"); t[n].n_dims = 2; t[n].ne[0] = N_EMBD; t[n].ne[1] = N_VOCAB; n++;
-    for (int l = 0; l < N_LAYER; l++) {
-        snprintf(t[n].name, 64, "blk.%d.attn_norm.weight", l); t[n].n_dims = 1; t[n].ne[0] = N_EMBD; t[n].ne[1] = 1; n++;
-        snprintf(t[n].name, 64, "blk.%d.attn_q.weight", l); t[n].n_dims = 2; t[n].ne[0] = N_EMBD; t[n].ne[1] = N_EMBD; n++;
-        snprintf(t[n].name, 64, "blk.%d.ffn_up.weight", l); t[n].n_dims = 2; t[n].ne[0] = N_EMBD; t[n].ne[1] = N_FF; n++;
-    }
-    snprintf(t[n].name, 64, "output.weight"); t[n].n_dims = 2; t[n].ne[0] = N_EMBD; t[n].ne[1] = N_VOCAB; n++;
-
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    fwrite("GGUF", 1, 4, f);
-    put_u32(f, 3);
-    put_u64(f, (uint64_t) n);
-    put_u64(f, 13);
-    kv_str(f, "general.architecture", "llama");
-    kv_str(f, "general.name", "demo");
-    kv_u32(f, "llama.context_length", 2048);
-    kv_u32(f, "llama.embedding_length", N_EMBD);
-    kv_u32(f, "llama.block_count", N_LAYER);
-    kv_u32(f, "llama.feed_forward_length", N_FF);
-    kv_u32(f, "llama.attention.head_count", 8);
-    kv_u32(f, "llama.attention.head_count_kv", 4);
-    kv_f32(f, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    kv_str(f, "tokenizer.ggml.model", "llama");
-    kv_str(f, "tokenizer.chat_template", "{% for m in messages %}{{ m.content }}{% endfor %}");
-    put_str(f, "tokenizer.ggml.tokens"); put_i32(f, 9); put_i32(f, 8); put_u64(f, N_VOCAB);
-    for (int i = 0; i < N_VOCAB; i++) {
-        char tok[16];
-        if (i == 0) strcpy(tok, "<unk>"); else if (i == 1) strcpy(tok, "<s>"); else if (i == 2) strcpy(tok, "</s>");
-        else snprintf(tok, sizeof tok, "tok%d", i);
-        put_str(f, tok);
-    }
-    put_str(f, "tokenizer.ggml.scores"); put_i32(f, 9); put_i32(f, 6); put_u64(f, N_VOCAB);
-    for (int i = 0; i < N_VOCAB; i++) put_f32(f, -(float) i);
-
-    uint64_t offset = 0, rel = 0;
-    for (int i = 0; i < n; i++) {
-        int q8 = strcmp(t[i].name, q8_name) == 0;
-        uint64_t count = (uint64_t) t[i].ne[0] * t[i].ne[1];
-        uint64_t bytes = q8 ? count / 32 * 34 : count * 4;
-        put_str(f, t[i].name);
-        put_u32(f, (uint32_t) t[i].n_dims);
-        for (int d = 0; d < t[i].n_dims; d++) put_u64(f, (uint64_t) t[i].ne[d]);
-        put_i32(f, q8 ? 8 : 0); /* GGML_TYPE_Q8_0 : GGML_TYPE_F32 */
-        put_u64(f, offset);
-        if (q8) { rel = offset; *q8_size = (size_t) bytes; }
-        offset += (bytes + ALIGN - 1) / ALIGN * ALIGN;
-    }
-    long pos = ftell(f);
-    while (pos % ALIGN) { fputc(0, f); pos++; }
-    *q8_offset = pos + (long) rel;
-    for (int i = 0; i < n; i++) {
-        uint64_t count = (uint64_t) t[i].ne[0] * t[i].ne[1];
-        float *values = malloc(count * sizeof *values);
-        for (uint64_t e = 0; e < count; e++) values[e] = (float) ((e * 7 + i) % 13) / 13.0f - 0.5f;
-        uint64_t bytes;
-        if (strcmp(t[i].name, q8_name) == 0) {
-            bytes = count / 32 * 34;
-            uint8_t *q = malloc(bytes);
-            quantize_q8_0(values, count, q);
-            fwrite(q, 1, bytes, f);
-            free(q);
-        } else {
-            bytes = count * 4;
-            fwrite(values, 4, count, f);
-        }
-        free(values);
-        for (uint64_t p = bytes; p % ALIGN; p++) fputc(0, f);
-    }
-    return fclose(f);
-}
-
 /* ---- placement table ---- */
 
 static const char *type_name(int32_t type) {
@@ -228,7 +114,7 @@ static int hotswap_demo(const char *path) {
     long q8_offset = 0;
     size_t q8_size = 0;
     snprintf(tmp, sizeof tmp, "%s.new", path);
-    if (write_with_q8(tmp, SWAPPED, &q8_offset, &q8_size) != 0 || rename(tmp, path) != 0) {
+    if (tiny_gguf_write_q8(tmp, SWAPPED, &q8_offset, &q8_size) != 0 || rename(tmp, path) != 0) {
         fprintf(stderr, "cannot write the new version\n");
         return 1;
     }

@@ -35,6 +35,7 @@
 
 mod report;
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -43,12 +44,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use thiserror::Error;
 
 use crate::device::read_exact_at_parallel;
-use crate::gguf::{GgmlType, Gguf};
+use crate::gguf::{GgmlType, Gguf, TensorInfo};
 use crate::loader::file::FileIdentity;
 use crate::loader::place::{lcm_block, Home, ModelDevices};
 use crate::model::tensors::{
-    moe_siblings, read_data, Original, RowPiece, SplitGeometry, SwapState, TensorData,
-    TensorLayout, TensorState,
+    moe_siblings, read_data, Original, SplitGeometry, SwapState, TensorData, TensorLayout,
+    TensorState,
 };
 use crate::model::Model;
 
@@ -89,6 +90,8 @@ struct WatchedFile {
     path: Option<PathBuf>,
     /// As of the last look (None: the path did not exist).
     identity: Option<FileIdentity>,
+    /// The model's tensors whose bytes came from this file (indices, file order).
+    tensors: Vec<usize>,
 }
 
 /// Registration and the last report; the mutex serializes reload calls.
@@ -108,7 +111,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl HotSwap {
     /// Records every shard's path and identity (tensor offsets stay on the tensors).
     pub fn register(model: &Model) -> HotSwap {
-        let files = model
+        let mut files: Vec<WatchedFile> = model
             .files
             .iter()
             .map(|f| {
@@ -121,9 +124,13 @@ impl HotSwap {
                 WatchedFile {
                     path: f.path.clone(),
                     identity: Some(f.identity),
+                    tensors: Vec::new(),
                 }
             })
             .collect();
+        for (i, t) in model.tensors.iter().enumerate() {
+            files[t.source.file_index].tensors.push(i);
+        }
         crate::log_info!(
             "hot-swap: enabled, watching {} file(s) for {} tensors",
             model.files.len(),
@@ -170,67 +177,66 @@ pub fn reload_changed(model: &Model) -> Result<Arc<Report>, HotSwapError> {
     let hs = hotswap_of(model)?;
     let mut watch = lock(&hs.watch);
     let mut out = Outcomes::default();
-    for fi in 0..watch.len() {
-        let Some(path) = watch[fi].path.clone() else {
+    for (fi, watched) in watch.iter_mut().enumerate() {
+        let Some(path) = watched.path.as_deref() else {
             continue;
         };
-        let now = std::fs::metadata(&path).ok().map(|m| FileIdentity::of(&m));
-        if now == watch[fi].identity {
+        let now = std::fs::metadata(path).ok().map(|m| FileIdentity::of(&m));
+        if now == watched.identity {
             continue;
         }
-        watch[fi].identity = now;
-        reload_file(model, fi, &path, &mut watch[fi], &mut out);
+        watched.identity = now;
+        reload_file(model, fi, watched, &mut out);
     }
     drop(watch);
     Ok(finish(model, hs, out))
 }
 
 /// Handles one changed shard: parse its header once, reload its tensors from it.
-fn reload_file(
-    model: &Model,
-    fi: usize,
-    path: &Path,
-    watched: &mut WatchedFile,
-    out: &mut Outcomes,
-) {
-    let ours: Vec<usize> = (0..model.tensors.len())
-        .filter(|&i| model.tensors.at(i).source.file_index == fi)
-        .collect();
+fn reload_file(model: &Model, fi: usize, watched: &mut WatchedFile, out: &mut Outcomes) {
+    let ours = &watched.tensors;
+    let Some(path) = watched.path.as_deref() else {
+        return;
+    };
     let opened = open_gguf(path);
     let (file, header) = match opened {
         Ok(x) => x,
         Err(reason) => {
             crate::log_warn!("hot-swap: {}: {reason}", path.display());
-            for &i in &ours {
+            for &i in ours {
                 out.fail(model, i, None, format!("{}: {reason}", path.display()));
             }
-            migrate_off_mapping(model, fi, &ours, out);
+            migrate_off_mapping(model, fi, ours, out);
             return;
         }
     };
     // The identity of what we actually opened (the path may have moved on since the stat).
-    if let Ok(meta) = file.metadata() {
-        watched.identity = Some(FileIdentity::of(&meta));
-    }
-    let file_size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let meta = file.metadata().ok();
+    let file_size = meta.as_ref().map_or(0, |m| m.len());
+    let opened_identity = meta.map(|m| FileIdentity::of(&m));
     let gguf = match header.gguf() {
         Ok(g) => g,
         Err(e) => {
-            for &i in &ours {
+            for &i in ours {
                 out.fail(model, i, None, format!("{}: {e}", path.display()));
             }
-            migrate_off_mapping(model, fi, &ours, out);
+            migrate_off_mapping(model, fi, ours, out);
+            watched.identity = opened_identity.or(watched.identity);
             return;
         }
     };
+    let by_name: HashMap<&str, &TensorInfo<'_>> =
+        gguf.tensors().iter().map(|t| (t.name, t)).collect();
     let mut jobs = Vec::new();
-    for &i in &ours {
-        if let Some(job) = plan(model, i, &gguf, &file, file_size, path, out) {
+    for &i in ours {
+        let info = by_name.get(model.tensors.at(i).name.as_str()).copied();
+        if let Some(job) = plan(model, i, info, &gguf, &file, file_size, path, out) {
             jobs.push(job);
         }
     }
     run_jobs(model, jobs, out);
-    migrate_off_mapping(model, fi, &ours, out);
+    migrate_off_mapping(model, fi, ours, out);
+    watched.identity = opened_identity.or(watched.identity);
 }
 
 /// Opens a GGUF and reads its header through the returned descriptor.
@@ -247,9 +253,11 @@ fn open_gguf(path: &Path) -> Result<(File, crate::gguf::GgufHeader), String> {
 }
 
 /// Checks tensor `i` against a new header; returns its job, or reports why not.
+#[allow(clippy::too_many_arguments)]
 fn plan<'a>(
     model: &Model,
     i: usize,
+    info: Option<&TensorInfo<'_>>,
     gguf: &Gguf<'_>,
     file: &'a File,
     file_size: u64,
@@ -257,7 +265,7 @@ fn plan<'a>(
     out: &mut Outcomes,
 ) -> Option<Job<'a>> {
     let tensor = model.tensors.at(i);
-    let Some(info) = gguf.tensors().iter().find(|t| t.name == tensor.name) else {
+    let Some(info) = info else {
         out.refuse(
             model,
             i,
@@ -346,7 +354,7 @@ pub fn reload_from_file(model: &Model, path: &Path) -> Result<Arc<Report>, HotSw
                 continue;
             };
             found[i] = true;
-            if let Some(job) = plan(model, i, gguf, file, size, shard_path, &mut out) {
+            if let Some(job) = plan(model, i, Some(info), gguf, file, size, shard_path, &mut out) {
                 jobs.push(job);
             }
         }
@@ -569,19 +577,6 @@ fn stage_bytes(model: &Model, job: &Job<'_>, nbytes: u64) -> Result<Vec<u8>, Str
     }
 }
 
-/// The (device, first, count) of each piece of a row-split storage, or None.
-fn partition_of(data: &TensorData) -> Option<Vec<(usize, u64, u64)>> {
-    match data {
-        TensorData::RowSplit { pieces, .. } => Some(
-            pieces
-                .iter()
-                .map(|p| (p.alloc.device_index(), p.first, p.count))
-                .collect(),
-        ),
-        _ => None,
-    }
-}
-
 fn layout_for(ne: [i64; 4], ggml_type: GgmlType) -> Option<TensorLayout> {
     Some(TensorLayout {
         ggml_type,
@@ -616,73 +611,26 @@ struct Staged {
     new_type: GgmlType,
 }
 
-/// Allocates `bytes` on the CPU.
+/// A copy of `bytes` in CPU memory.
 fn cpu_copy(devices: &ModelDevices, bytes: &[u8]) -> Result<TensorData, String> {
     devices
-        .registry
-        .cpu()
-        .allocate_copy(bytes)
+        .store_on(devices.cpu(), bytes)
         .map(TensorData::Device)
-        .map_err(|e| e.to_string())
-}
-
-/// New storage for `bytes` (laid out as `layout`) at a home: the device, or the row
-/// partition `slices`. Err names the failing device.
-fn allocate_home(
-    devices: &ModelDevices,
-    home: Home,
-    layout: &TensorLayout,
-    slices: &[(usize, u64, u64)],
-    bytes: &[u8],
-) -> Result<TensorData, String> {
-    match home {
-        Home::Cpu => cpu_copy(devices, bytes),
-        Home::Device(d) => devices
-            .registry
-            .get(d)
-            .ok_or_else(|| format!("no device {d}"))?
-            .allocate_copy(bytes)
-            .map(TensorData::Device)
-            .map_err(|e| e.to_string()),
-        Home::Rows(dim) => {
-            let geometry = SplitGeometry::of(layout, dim)
-                .ok_or_else(|| "the shape cannot be split for this type".to_string())?;
-            let mut pieces = Vec::with_capacity(slices.len());
-            for &(d, first, count) in slices {
-                let part = geometry.gather(bytes, first, count);
-                let alloc = devices
-                    .registry
-                    .get(d)
-                    .ok_or_else(|| format!("no device {d}"))?
-                    .allocate_copy(&part)
-                    .map_err(|e| e.to_string())?;
-                pieces.push(RowPiece {
-                    first,
-                    count,
-                    alloc,
-                });
-            }
-            Ok(TensorData::RowSplit { dim, pieces })
-        }
-    }
+        .map_err(|e| e.reason)
 }
 
 /// Whether storage can be written in place (it is ours, not a file mapping).
 fn writable(data: &TensorData) -> bool {
     matches!(
         data,
-        TensorData::Host { .. } | TensorData::Device(_) | TensorData::RowSplit { .. }
+        TensorData::Host(_) | TensorData::Device(_) | TensorData::RowSplit { .. }
     )
 }
 
 /// Writes the whole tensor's bytes into existing storage. The caller holds the write lock.
 fn write_storage(layout: &TensorLayout, data: &mut TensorData, bytes: &[u8]) -> Result<(), String> {
     match data {
-        TensorData::Host { arena, offset } => {
-            // SAFETY: we hold the owning tensor's write lock (commit step), so no reader holds
-            // a slice of this range.
-            unsafe { arena.write_range(*offset, bytes) }.map_err(|e| e.to_string())
-        }
+        TensorData::Host(range) => range.write(bytes).map_err(|e| e.to_string()),
         TensorData::Device(a) => a.write(0, bytes).map_err(|e| e.to_string()),
         TensorData::RowSplit { dim, pieces } => {
             let geometry =
@@ -731,27 +679,23 @@ fn stage_member(
     let layout = layout_for(state.layout.ne, target_type)
         .ok_or_else(|| format!("shape cannot be stored as {}", target_type.name()))?;
     let target: Vec<(usize, u64, u64)> = match tensor.home {
-        Home::Rows(dim) => {
-            let g = SplitGeometry::of(&layout, dim)
-                .ok_or_else(|| format!("shape cannot be split as {}", target_type.name()))?;
-            devices
-                .row_slices(g.len(), granularity)
-                .into_iter()
-                .map(|s| (s.device, s.first, s.count))
-                .collect()
-        }
+        Home::Rows(dim) => devices
+            .partition(&layout, dim, granularity)
+            .ok_or_else(|| format!("shape cannot be split as {}", target_type.name()))?,
         _ => Vec::new(),
     };
     let rows = matches!(tensor.home, Home::Rows(_));
-    let current_matches = state.layout.ggml_type == target_type
-        && (!rows || partition_of(&state.data).as_deref() == Some(&target[..]));
+    // Storage already holds the target type (and, for a row split, the target partition).
+    let fits = |layout: &TensorLayout, data: &TensorData| {
+        layout.ggml_type == target_type
+            && (!rows || data.row_partition().as_deref() == Some(&target[..]))
+    };
+    let current_matches = fits(&state.layout, &state.data);
     let (orig_layout, orig_data) = match &state.original {
         Some(o) => (o.layout, &o.data),
         None => (state.layout, &state.data),
     };
-    let original_matches = orig_layout.ggml_type == target_type
-        && (!rows || partition_of(orig_data).as_deref() == Some(&target[..]))
-        && !(rows && !matches!(orig_data, TensorData::RowSplit { .. }));
+    let original_matches = fits(&orig_layout, orig_data);
 
     // A sibling already laid out right needs nothing.
     if !is_job && current_matches {
@@ -814,25 +758,27 @@ fn stage_member(
             },
         )));
     }
-    let (data, swap, outcome, reason) =
-        match allocate_home(devices, tensor.home, &layout, &target, &bytes) {
-            Ok(data) => (data, SwapState::Detached, Outcome::Relocated, resync),
-            Err(e) if tensor.home == Home::Cpu => return Err(StageError::Failed(e)),
-            Err(e) => {
-                if rows {
-                    // The family moves to the CPU together; the caller handles it.
-                    return Err(StageError::FamilyFallback(e, is_job.then_some(bytes)));
-                }
-                let data = cpu_copy(devices, &bytes)
-                    .map_err(|c| format!("{e}; CPU fallback failed too: {c}"))?;
-                (
-                    data,
-                    SwapState::FallbackCpu,
-                    Outcome::CpuFallback,
-                    format!("{e}; placed on CPU"),
-                )
+    let (data, swap, outcome, reason) = match devices
+        .store(tensor.home, &layout, granularity, &bytes)
+        .map_err(|e| e.reason)
+    {
+        Ok(data) => (data, SwapState::Detached, Outcome::Relocated, resync),
+        Err(e) if tensor.home == Home::Cpu => return Err(StageError::Failed(e)),
+        Err(e) => {
+            if rows {
+                // The family moves to the CPU together; the caller handles it.
+                return Err(StageError::FamilyFallback(e, is_job.then_some(bytes)));
             }
-        };
+            let data = cpu_copy(devices, &bytes)
+                .map_err(|c| format!("{e}; CPU fallback failed too: {c}"))?;
+            (
+                data,
+                SwapState::FallbackCpu,
+                Outcome::CpuFallback,
+                format!("{e}; placed on CPU"),
+            )
+        }
+    };
     recycle(model, bytes);
     Ok(Some(staged(
         Action::Replace { layout, data, swap },

@@ -136,9 +136,7 @@ pub fn alloc_pages(len: usize, populate: bool) -> io::Result<memmap2::MmapMut> {
 }
 
 /// Owned, page-aligned host memory holding the tensors of one file in the owned load modes.
-/// Each tensor owns a disjoint range, and every access to a range happens under that tensor's
-/// lock (readers under its read lock, hot-swap's writes under its write lock), so the arena
-/// hands out raw ranges rather than one slice over everything.
+/// It is only ever used through [`split_arena`], which cuts it into disjoint [`HostRange`]s.
 #[derive(Debug)]
 pub struct HostArena {
     raw: memmap2::MmapRaw,
@@ -148,71 +146,103 @@ impl HostArena {
     pub fn new(map: memmap2::MmapMut) -> HostArena {
         HostArena { raw: map.into() }
     }
+}
 
+/// One tensor's bytes inside an arena. Ranges of one arena never overlap ([`split_arena`]
+/// checks it) and a range is not `Clone`, so `&self` / `&mut self` on the range is exactly
+/// shared / exclusive access to its bytes.
+#[derive(Debug)]
+pub struct HostRange {
+    arena: std::sync::Arc<HostArena>,
+    offset: usize,
+    len: usize,
+}
+
+impl HostRange {
     pub fn len(&self) -> usize {
-        self.raw.len()
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.raw.len() == 0
+        self.len == 0
     }
 
-    /// The bytes `offset .. offset + len`, or None when out of range. The caller holds the
-    /// owning tensor's lock (read or write) for as long as it uses the slice.
-    pub fn range(&self, offset: usize, len: usize) -> Option<&[u8]> {
-        let end = offset.checked_add(len)?;
-        if end > self.raw.len() {
-            return None;
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the range lies inside the live mapping (checked by `split_arena`, and the
+        // Arc keeps the mapping alive); no other range overlaps it, and writes need
+        // `&mut self`, which cannot coexist with this shared borrow.
+        unsafe { std::slice::from_raw_parts(self.arena.raw.as_ptr().add(self.offset), self.len) }
+    }
+
+    /// Overwrites the range with `src` (which must have the range's length).
+    pub fn write(&mut self, src: &[u8]) -> io::Result<()> {
+        if src.len() != self.len {
+            return Err(io::Error::other(format!(
+                "write of {} bytes into a {}-byte range",
+                src.len(),
+                self.len
+            )));
         }
-        // SAFETY: the range is inside the live mapping (checked above); writes to it happen
-        // only through `write_range` under the owning tensor's write lock, which excludes
-        // every holder of this slice (they hold the read lock).
-        Some(unsafe { std::slice::from_raw_parts(self.raw.as_ptr().add(offset), len) })
+        // SAFETY: inside the mapping and disjoint from every other range (as in `bytes`);
+        // `&mut self` means no slice from `bytes` is alive.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.as_ptr(),
+                self.arena.raw.as_mut_ptr().add(self.offset),
+                self.len,
+            )
+        };
+        Ok(())
     }
+}
 
-    /// Gives the whole pages inside `offset .. offset + len` back to the OS (the range will
-    /// never be read: its tensor lives on a device). Best effort; errors are ignored.
-    pub fn release_range(&self, offset: usize, len: usize) {
-        const PAGE: usize = 4096;
+/// Cuts an arena into the ranges `keep` (returned in order) and gives the whole pages of the
+/// ranges `release` back to the OS (their tensors went to a device and are never read from
+/// here). Fails when a range leaves the arena or two ranges overlap.
+pub fn split_arena(
+    arena: HostArena,
+    keep: &[(usize, usize)],
+    release: &[(usize, usize)],
+) -> io::Result<Vec<HostRange>> {
+    let size = arena.raw.len();
+    let mut all: Vec<(usize, usize)> = keep.iter().chain(release).copied().collect();
+    all.sort_unstable();
+    let mut end_so_far = 0usize;
+    for &(offset, len) in &all {
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= size)
+            .ok_or_else(|| io::Error::other(format!("range {offset}+{len} outside the arena")))?;
+        if len > 0 && offset < end_so_far {
+            return Err(io::Error::other(format!(
+                "range at {offset} overlaps another"
+            )));
+        }
+        end_so_far = end_so_far.max(end);
+    }
+    const PAGE: usize = 4096;
+    for &(offset, len) in release {
         let start = offset.div_ceil(PAGE) * PAGE;
-        let end = (offset.saturating_add(len) / PAGE * PAGE).min(self.raw.len());
+        let end = (offset + len) / PAGE * PAGE;
         if end > start {
-            // SAFETY: the pages are inside our anonymous mapping, and no slice over them is
-            // alive or will be made (the tensor that owned them lives on a device); after
-            // MADV_DONTNEED they would read back as zeros, which nobody does.
+            // SAFETY: whole pages inside our anonymous mapping and inside a released range,
+            // which overlaps no kept range (checked above): nothing reads them again.
             unsafe {
                 libc::madvise(
-                    self.raw.as_mut_ptr().add(start).cast(),
+                    arena.raw.as_mut_ptr().add(start).cast(),
                     end - start,
                     libc::MADV_DONTNEED,
                 );
             }
         }
     }
-
-    /// Overwrites `offset .. offset + src.len()`.
-    ///
-    /// # Safety
-    /// The caller must hold the write lock of the tensor that owns this range, so that no
-    /// slice from [`HostArena::range`] over it is alive.
-    pub unsafe fn write_range(&self, offset: usize, src: &[u8]) -> io::Result<()> {
-        match offset.checked_add(src.len()) {
-            Some(end) if end <= self.raw.len() => {
-                // SAFETY: in range (checked); exclusive per this function's contract.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        src.as_ptr(),
-                        self.raw.as_mut_ptr().add(offset),
-                        src.len(),
-                    )
-                };
-                Ok(())
-            }
-            _ => Err(io::Error::other(format!(
-                "write of {} bytes at {offset} is outside an arena of {} bytes",
-                src.len(),
-                self.raw.len()
-            ))),
-        }
-    }
+    let arena = std::sync::Arc::new(arena);
+    Ok(keep
+        .iter()
+        .map(|&(offset, len)| HostRange {
+            arena: std::sync::Arc::clone(&arena),
+            offset,
+            len,
+        })
+        .collect())
 }

@@ -13,12 +13,11 @@ use std::sync::Arc;
 use crate::gguf::{ArrayValue, GgmlType, Gguf, GgufHeader, GgufValueType, Value};
 use crate::model::meta::{FloatWidth, KvOverride, MetaArray, MetaValue, Metadata};
 use crate::model::tensors::{
-    role_of, RowPiece, SplitGeometry, Tensor, TensorData, TensorLayout, TensorSource, TensorState,
-    TensorStore,
+    role_of, Tensor, TensorData, TensorLayout, TensorSource, TensorState, TensorStore,
 };
 use crate::model::{arch, ftype, hparams, split, vocab::Vocab, LoadMode, Model};
 use file::SourceFile;
-use place::{granularity_for, Home, ModelDevices, PlacementParams};
+use place::{granularity_for, AllocFailure, Home, ModelDevices, PlacementParams};
 
 /// Why a load failed. The text names the file, tensor and reason.
 #[derive(Debug, thiserror::Error)]
@@ -516,7 +515,7 @@ fn log_buffer_sizes(tensors: &TensorStore, devices: &ModelDevices) {
         match &state.data {
             TensorData::Unallocated => {}
             TensorData::Mapped { .. } => add("CPU_Mapped".into(), state.layout.nbytes),
-            TensorData::Host { .. } => add("CPU".into(), state.layout.nbytes),
+            TensorData::Host(_) => add("CPU".into(), state.layout.nbytes),
             TensorData::Device(a) => add(device_name(a.device_index()), a.len() as u64),
             TensorData::RowSplit { pieces, .. } => {
                 for p in pieces {
@@ -583,7 +582,7 @@ impl Progress<'_, '_> {
 /// the arenas are no longer written).
 enum Placed {
     Mapped(usize, usize),
-    Arena(usize, usize),
+    Arena(usize),
     Owned(TensorData),
 }
 
@@ -591,47 +590,6 @@ enum Placed {
 pub(crate) struct LoadedTensor {
     pub data: TensorData,
     pub fallback_from: Option<usize>,
-}
-
-/// Copies `bytes` onto a tensor's home device(s). Err carries the device that failed and why.
-fn upload(
-    devices: &ModelDevices,
-    home: Home,
-    layout: &TensorLayout,
-    granularity: u64,
-    bytes: &[u8],
-) -> Result<TensorData, (usize, String)> {
-    let registry = devices.registry;
-    match home {
-        Home::Cpu => unreachable!("CPU tensors are not uploaded"),
-        Home::Device(d) => {
-            let device = registry.get(d).ok_or((d, "no such device".to_string()))?;
-            device
-                .allocate_copy(bytes)
-                .map(TensorData::Device)
-                .map_err(|e| (d, e.to_string()))
-        }
-        Home::Rows(dim) => {
-            let geometry = SplitGeometry::of(layout, dim)
-                .ok_or((devices.cpu(), "shape cannot be split".to_string()))?;
-            let mut pieces = Vec::new();
-            for slice in devices.row_slices(geometry.len(), granularity) {
-                let part = geometry.gather(bytes, slice.first, slice.count);
-                let device = registry
-                    .get(slice.device)
-                    .ok_or((slice.device, "no such device".to_string()))?;
-                let alloc = device
-                    .allocate_copy(&part)
-                    .map_err(|e| (slice.device, e.to_string()))?;
-                pieces.push(RowPiece {
-                    first: slice.first,
-                    count: slice.count,
-                    alloc,
-                });
-            }
-            Ok(TensorData::RowSplit { dim, pieces })
-        }
-    }
 }
 
 /// Reads (or maps) every tensor's bytes according to the load mode and puts them on their
@@ -656,8 +614,6 @@ fn load_data(
         .iter()
         .map(|(n, l, _)| (n.as_str(), l.ggml_type))
         .collect();
-    let cpu = devices.cpu();
-
     // One backing store per file: a read-only mapping, or an owned arena mirroring the file
     // (only for files with CPU tensors; device tensors of other files are read directly).
     let mut maps: Vec<Option<Arc<memmap2::Mmap>>> = Vec::with_capacity(sources.len());
@@ -733,7 +689,7 @@ fn load_data(
             if maps[fi].is_some() {
                 Ok(Placed::Mapped(fi, offset))
             } else if has_arena {
-                Ok(Placed::Arena(fi, offset))
+                Ok(Placed::Arena(fi))
             } else {
                 let alloc = devices
                     .registry
@@ -749,12 +705,12 @@ fn load_data(
             continue;
         }
         let granularity = granularity_for(name, layout.ggml_type, |n| types.get(n).copied());
-        match upload(devices, home, layout, granularity, bytes) {
+        match devices.store(home, layout, granularity, bytes) {
             Ok(data) => {
                 placed.push(Placed::Owned(data));
                 fallbacks.push(None);
             }
-            Err((device, reason)) => {
+            Err(AllocFailure { device, reason }) => {
                 crate::log_warn!(
                     "tensor '{name}' ({} bytes) does not fit on {}: {reason}; falling back to CPU",
                     layout.nbytes,
@@ -765,17 +721,33 @@ fn load_data(
             }
         }
     }
-    let _ = cpu;
-    let mut arenas = Vec::with_capacity(sources.len());
-    for (s, r) in sources.iter().zip(readers) {
-        arenas.push(r.map(|r| Arc::new(file::HostArena::new(r.finish(mode.uses_mlock(), s)))));
-    }
-    // The arena ranges of tensors that went to a device are never read again.
-    for (((_, layout, source), p), _) in infos.iter().zip(&placed).zip(homes) {
-        if let (Placed::Owned(_), Some(arena)) = (p, &arenas[source.file_index]) {
-            let base = sources[source.file_index].base;
-            arena.release_range((source.offset + base) as usize, layout.nbytes as usize);
+    // Cut each arena into its CPU tensors' ranges; the pages of tensors that went to a
+    // device are given back.
+    let mut keep: Vec<Vec<(usize, usize)>> = vec![Vec::new(); sources.len()];
+    let mut release: Vec<Vec<(usize, usize)>> = vec![Vec::new(); sources.len()];
+    for ((_, layout, source), p) in infos.iter().zip(&placed) {
+        let range = (
+            (source.offset + sources[source.file_index].base) as usize,
+            layout.nbytes as usize,
+        );
+        match p {
+            Placed::Arena(f) => keep[*f].push(range),
+            Placed::Owned(_) if readers[source.file_index].is_some() => {
+                release[source.file_index].push(range)
+            }
+            _ => {}
         }
+    }
+    let mut ranges: Vec<std::vec::IntoIter<file::HostRange>> = Vec::with_capacity(sources.len());
+    for (fi, (s, r)) in sources.iter().zip(readers).enumerate() {
+        let cut = match r {
+            Some(r) => {
+                let arena = file::HostArena::new(r.finish(mode.uses_mlock(), s));
+                file::split_arena(arena, &keep[fi], &release[fi]).map_err(|e| file_error(s, e))?
+            }
+            None => Vec::new(),
+        };
+        ranges.push(cut.into_iter());
     }
     progress.report(1.0)?;
     Ok(placed
@@ -787,10 +759,8 @@ fn load_data(
                     map: maps[f].clone().expect("mapped file"),
                     offset,
                 },
-                Placed::Arena(f, offset) => TensorData::Host {
-                    arena: arenas[f].clone().expect("arena file"),
-                    offset,
-                },
+                // Ranges come back in the order they were kept: file order.
+                Placed::Arena(f) => TensorData::Host(ranges[f].next().expect("a range per tensor")),
                 Placed::Owned(data) => data,
             },
             fallback_from,

@@ -3,11 +3,15 @@
 //! to later.
 
 use crate::device::placement::MAX_DEVICES;
+use crate::device::DeviceAllocation;
 use crate::device::{
     compute_placement, LayerDevice, MemoryInfo, PlacementRequest, Registry, SplitMode,
 };
 use crate::gguf::GgmlType;
-use crate::model::tensors::{moe_member, moe_siblings, row_split_dim, LayerRole, SplitDim};
+use crate::model::tensors::{
+    moe_member, moe_siblings, row_split_dim, LayerRole, RowPiece, SplitDim, SplitGeometry,
+    TensorData, TensorLayout,
+};
 
 use super::LoadError;
 
@@ -167,6 +171,80 @@ impl ModelDevices {
     /// The registry index of the CPU.
     pub fn cpu(&self) -> usize {
         self.registry.cpu().index()
+    }
+
+    /// The row partition of a tensor laid out as `layout`, cut along `dim`, as
+    /// (device, first, count) — the form [`TensorData::row_partition`] reports.
+    pub fn partition(
+        &self,
+        layout: &TensorLayout,
+        dim: SplitDim,
+        granularity: u64,
+    ) -> Option<Vec<(usize, u64, u64)>> {
+        let geometry = SplitGeometry::of(layout, dim)?;
+        Some(
+            self.row_slices(geometry.len(), granularity)
+                .into_iter()
+                .map(|s| (s.device, s.first, s.count))
+                .collect(),
+        )
+    }
+
+    /// A copy of `bytes` on registry device `device`.
+    pub fn store_on(&self, device: usize, bytes: &[u8]) -> Result<DeviceAllocation, AllocFailure> {
+        let target = self.registry.get(device).ok_or_else(|| AllocFailure {
+            device,
+            reason: "no such device".to_string(),
+        })?;
+        target.allocate_copy(bytes).map_err(|e| AllocFailure {
+            device,
+            reason: e.to_string(),
+        })
+    }
+
+    /// New storage holding a copy of `bytes` (laid out as `layout`) at `home`: on the CPU, on
+    /// one device, or as row slices rounded to `granularity`. Used by loading and hot-swap.
+    pub fn store(
+        &self,
+        home: Home,
+        layout: &TensorLayout,
+        granularity: u64,
+        bytes: &[u8],
+    ) -> Result<TensorData, AllocFailure> {
+        let copy_on = |d: usize, part: &[u8]| self.store_on(d, part);
+        match home {
+            Home::Cpu => copy_on(self.cpu(), bytes).map(TensorData::Device),
+            Home::Device(d) => copy_on(d, bytes).map(TensorData::Device),
+            Home::Rows(dim) => {
+                let geometry = SplitGeometry::of(layout, dim).ok_or_else(|| AllocFailure {
+                    device: self.cpu(),
+                    reason: format!("shape cannot be split as {}", layout.ggml_type.name()),
+                })?;
+                let mut pieces = Vec::new();
+                for slice in self.row_slices(geometry.len(), granularity) {
+                    let part = geometry.gather(bytes, slice.first, slice.count);
+                    pieces.push(RowPiece {
+                        first: slice.first,
+                        count: slice.count,
+                        alloc: copy_on(slice.device, &part)?,
+                    });
+                }
+                Ok(TensorData::RowSplit { dim, pieces })
+            }
+        }
+    }
+}
+
+/// Why [`ModelDevices::store`] failed: the device that had no room (or was missing), and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllocFailure {
+    pub device: usize,
+    pub reason: String,
+}
+
+impl std::fmt::Display for AllocFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
     }
 }
 

@@ -61,13 +61,7 @@ pub struct TensorInfo {
 impl TensorInfo {
     pub fn of(tensor: &Tensor, cpu_index: usize) -> TensorInfo {
         let state = tensor.read();
-        let rows = match &state.data {
-            TensorData::RowSplit { pieces, .. } => pieces
-                .iter()
-                .map(|p| (p.alloc.device_index(), p.first, p.count))
-                .collect(),
-            _ => Vec::new(),
-        };
+        let rows = state.data.row_partition().unwrap_or_default();
         TensorInfo {
             name: tensor.name.clone(),
             layer: tensor.layer,
@@ -132,9 +126,7 @@ impl Model {
             let state = t.read();
             match &state.data {
                 TensorData::Unallocated => {}
-                TensorData::Mapped { .. } | TensorData::Host { .. } => {
-                    used[cpu] += state.layout.nbytes
-                }
+                TensorData::Mapped { .. } | TensorData::Host(_) => used[cpu] += state.layout.nbytes,
                 TensorData::Device(a) => used[a.device_index()] += a.len() as u64,
                 TensorData::RowSplit { pieces, .. } => {
                     for p in pieces {

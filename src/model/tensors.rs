@@ -37,9 +37,6 @@ pub struct TensorSource {
     pub offset: u64,
 }
 
-/// Owned host memory shared by several tensors (one per file in owned load modes).
-pub type Arena = Arc<crate::loader::file::HostArena>;
-
 /// Which dimension a row-split tensor is cut along: 1 (rows) for matrices and the MoE
 /// gate/up experts, 0 (columns, whole blocks) for the MoE down experts, so that the three
 /// share one partition of the expert FFN dimension.
@@ -65,7 +62,7 @@ pub enum TensorData {
         offset: usize,
     },
     /// A range of an owned arena (CPU, owned load modes).
-    Host { arena: Arena, offset: usize },
+    Host(crate::loader::file::HostRange),
     /// A buffer of its own on one device (a GPU, or the CPU after a fallback or a swap).
     Device(DeviceAllocation),
     /// Split by rows across devices (split mode ROW).
@@ -73,6 +70,21 @@ pub enum TensorData {
         dim: SplitDim,
         pieces: Vec<RowPiece>,
     },
+}
+
+impl TensorData {
+    /// For row-split storage, each piece's (registry device, first, count); else None.
+    pub fn row_partition(&self) -> Option<Vec<(usize, u64, u64)>> {
+        match self {
+            TensorData::RowSplit { pieces, .. } => Some(
+                pieces
+                    .iter()
+                    .map(|p| (p.alloc.device_index(), p.first, p.count))
+                    .collect(),
+            ),
+            _ => None,
+        }
+    }
 }
 
 /// The buffer kinds of the placement report.
@@ -251,7 +263,7 @@ impl TensorState {
         match &self.data {
             TensorData::Unallocated => BufferKind::None,
             TensorData::Mapped { .. } => BufferKind::Mapped,
-            TensorData::Host { .. } => BufferKind::Host,
+            TensorData::Host(_) => BufferKind::Host,
             TensorData::Device(a) if a.device_index() == cpu_index => BufferKind::Host,
             TensorData::Device(_) => BufferKind::Device,
             TensorData::RowSplit { .. } => BufferKind::RowSplit,
@@ -263,7 +275,7 @@ impl TensorState {
     pub fn device_index(&self, cpu_index: usize) -> Option<usize> {
         match &self.data {
             TensorData::Unallocated => None,
-            TensorData::Mapped { .. } | TensorData::Host { .. } => Some(cpu_index),
+            TensorData::Mapped { .. } | TensorData::Host(_) => Some(cpu_index),
             TensorData::Device(a) => Some(a.device_index()),
             TensorData::RowSplit { pieces, .. } => pieces.first().map(|p| p.alloc.device_index()),
         }
@@ -274,7 +286,7 @@ pub(crate) fn data_host_bytes(data: &TensorData, nbytes: u64) -> Option<&[u8]> {
     let len = usize::try_from(nbytes).ok()?;
     match data {
         TensorData::Mapped { map, offset } => map.get(*offset..offset.checked_add(len)?),
-        TensorData::Host { arena, offset } => arena.range(*offset, len),
+        TensorData::Host(range) => range.bytes().get(..len),
         TensorData::Device(a) => a.host_slice().and_then(|s| s.get(..len)),
         TensorData::Unallocated | TensorData::RowSplit { .. } => None,
     }
@@ -355,16 +367,11 @@ impl Tensor {
     pub fn write(&self) -> RwLockWriteGuard<'_, TensorState> {
         self.state.write().unwrap_or_else(|e| e.into_inner())
     }
-
-    /// The tensor's role for placement: `blk.N.*` is repeating layer N; the token, token
-    /// type and position embeddings are the input layer; every other tensor belongs to the
-    /// output layer (`output.weight`, `output_norm.weight`, classifier heads, …).
-    pub fn role(&self) -> LayerRole {
-        role_of(&self.name)
-    }
 }
 
-/// See [`Tensor::role`].
+/// A tensor's role for placement, from its name: `blk.N.*` is repeating layer N; the token,
+/// token type and position embeddings are the input layer; every other tensor belongs to the
+/// output layer (`output.weight`, `output_norm.weight`, classifier heads, …).
 pub fn role_of(name: &str) -> LayerRole {
     let layer = layer_of(name);
     if layer >= 0 {

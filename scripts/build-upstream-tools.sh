@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds upstream programs the tests and benchmarks use as oracles or fixture makers
+# (llama-quantize, llama-perplexity, test-llama-archs, ...), in a build directory of their
+# own beside the library's (tools need upstream's `common` library). Cached: a target that
+# is already built is not rebuilt.  Usage: build-upstream-tools.sh TARGET...  Prints the bin dir.
+set -euo pipefail
+here="$(dirname "$0")"
+. "$here/env.sh"
+"$here/fetch-upstream.sh" >/dev/null
+"$here/setup-venv.sh" >/dev/null
+tools_build="$LLAMA_HOTSWAP_CACHE/upstream-tools-$UPSTREAM_VERSION"
+missing=()
+for target in "$@"; do
+    [ -x "$tools_build/bin/$target" ] || missing+=("$target")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    # One builder at a time: parallel test parts may ask for tools together.
+    exec 9>"$LLAMA_HOTSWAP_CACHE/.upstream-tools.lock"
+    flock 9
+    if [ ! -f "$tools_build/build.ninja" ]; then
+        "$VENV/bin/cmake" -S "$UPSTREAM_LLAMA" -B "$tools_build" -G Ninja \
+            -DCMAKE_MAKE_PROGRAM="$VENV/bin/ninja" \
+            -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=OFF \
+            -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
+            -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_COMMON=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+            -DLLAMA_LLGUIDANCE=OFF -DGGML_OPENMP=OFF >/dev/null
+    fi
+    "$VENV/bin/cmake" --build "$tools_build" --target "${missing[@]}" -j"$(nproc)" >/dev/null
+fi
+echo "$tools_build/bin"

@@ -1,0 +1,3 @@
+//! Samplers. (Placeholder until the sampler API lands from the `sampling` branch.)
+
+pub mod grammar;

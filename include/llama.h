@@ -1631,63 +1631,67 @@ uint32_t llama_model_quantize(const char *fname_inp,
                               const char *fname_out,
                               const struct llama_model_quantize_params *params);
 
-// Upstream: wraps a host-implemented interface and its state `ctx` into a new sampler,
-// freed with `llama_sampler_free`.
-// Not supported by llama-hotswap yet: logs once and returns NULL. `iface` and `ctx` stay
-// owned by the caller (nothing will call `iface->free`).
+// Wraps a caller-implemented interface and its state `ctx` into a new sampler, freed with
+// `llama_sampler_free` (which calls `iface->free`). The sampler works everywhere one of ours
+// does, inside our chains included; `iface` must outlive it.
 struct llama_sampler *llama_sampler_init(struct llama_sampler_i *iface,
                                          llama_sampler_context_t ctx);
 
-// Upstream: the sampler's name (from `iface->name`), owned by the sampler.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// The sampler's name (from `iface->name`), owned by the sampler; "(null)" for a sampler
+// without an interface. NULL (and a log line) for NULL or a pointer that is not a live
+// sampler (upstream crashes).
 const char *llama_sampler_name(const struct llama_sampler *smpl);
 
-// Upstream: tells the sampler that `token` was chosen, updating its state.
-// Not supported by llama-hotswap yet: logs once and returns.
+// Tells the sampler that `token` was chosen, updating its state (`iface->accept`, if any).
+// NULL is a no-op; a pointer that is not a live sampler is logged and ignored.
 void llama_sampler_accept(struct llama_sampler *smpl, llama_token token);
 
-// Upstream: applies the sampler to the candidates in `cur_p` (reordering, filtering or
-// selecting).
-// Not supported by llama-hotswap yet: logs once and returns; `cur_p` is left untouched.
+// Applies the sampler to the candidates in `cur_p` (`iface->apply`): it may reorder and
+// filter `cur_p->data[0..size]` in place, shrink `size`, set `selected` and `sorted`.
+// NULL `smpl` is a no-op; NULL `cur_p`, a NULL `data` with a non-zero size, a sampler
+// without `apply` or a pointer that is not a live sampler are logged and `cur_p` is left
+// untouched (upstream aborts or crashes).
 void llama_sampler_apply(struct llama_sampler *smpl, struct llama_token_data_array *cur_p);
 
-// Upstream: resets the sampler's state.
-// Not supported by llama-hotswap yet: logs once and returns.
+// Resets the sampler's state (`iface->reset`, if any). NULL is a no-op; a pointer that is
+// not a live sampler is logged and ignored.
 void llama_sampler_reset(struct llama_sampler *smpl);
 
-// Upstream: a copy of the sampler with its state, freed with `llama_sampler_free`.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// A copy of the sampler with its state (`iface->clone`; a sampler without `clone` and
+// without `ctx` is copied as `{iface, NULL}`), freed with `llama_sampler_free`. NULL for
+// NULL, a sampler that cannot be cloned (upstream aborts) or a pointer that is not a live
+// sampler (the last two with a log line).
 struct llama_sampler *llama_sampler_clone(const struct llama_sampler *smpl);
 
-// Upstream: copies the mutable state of `src` into `dst` (same type and configuration).
-// Not supported by llama-hotswap yet: logs once and returns; `dst` is left untouched.
+// Copies the mutable state of `src` into `dst`, samplers of the same type and
+// configuration (`iface->copy_state`, or a clone of `src` transplanted into `dst`). NULL or
+// equal pointers are a no-op; different types are logged and `dst` is left untouched
+// (upstream aborts).
 void llama_sampler_copy(const struct llama_sampler *src, struct llama_sampler *dst);
 
-// Upstream: frees a sampler (not one owned by a chain); NULL is a no-op.
-// Not supported by llama-hotswap yet: logs once and returns. No sampler of this library can
-// exist; a host-built sampler is not freed and its `iface->free` is not called.
+// Frees a sampler (`iface->free`, then the struct); a chain frees its samplers. NULL is a
+// no-op. A sampler a chain owns, a sampler already freed and a pointer this library did not
+// create are logged and left alone (upstream frees twice or crashes).
 void llama_sampler_free(struct llama_sampler *smpl);
 
-// Upstream: creates an empty sampler chain, itself a sampler.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Creates an empty sampler chain, itself a sampler: `apply` runs its samplers in order,
+// `accept`/`reset` reach all of them; it frees them when freed.
 struct llama_sampler *llama_sampler_chain_init(struct llama_sampler_chain_params params);
 
-// Upstream: appends `smpl` to the chain, which takes ownership of it.
-// Not supported by llama-hotswap yet: logs once and returns. Ownership of `smpl` is NOT
-// taken: it stays with the caller.
+// Appends `smpl` to the chain, which takes ownership of it. Refused with a log line (and
+// `smpl` stays the caller's): NULL or non-chain `chain`, a `smpl` that is not a live
+// sampler, already belongs to a chain, or is the chain itself or one of its ancestors.
 void llama_sampler_chain_add(struct llama_sampler *chain, struct llama_sampler *smpl);
 
-// Upstream: sampler `i` of the chain (the chain itself for -1); NULL if `chain` is not a
-// chain or `i` is out of range.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Sampler `i` of the chain (still owned by it), the chain itself for -1; NULL for NULL,
+// a sampler that is not a chain or `i` out of range (the last two with a log line).
 struct llama_sampler *llama_sampler_chain_get(struct llama_sampler *chain, int32_t i);
 
-// Upstream: the number of samplers in the chain.
-// Not supported by llama-hotswap yet: logs once and returns -1.
+// The number of samplers in the chain; -1 (and a log line) when `chain` is not a live chain.
 int32_t llama_sampler_chain_n(const struct llama_sampler *chain);
 
-// Upstream: removes sampler `i` from the chain and returns it, now owned by the caller.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Removes sampler `i` from the chain and returns it, now owned by the caller; NULL (and a
+// log line) when `chain` is not a live chain or `i` is out of range.
 struct llama_sampler *llama_sampler_chain_remove(struct llama_sampler *chain, int32_t i);
 
 // Upstream: a sampler that selects the most probable token.

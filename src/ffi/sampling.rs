@@ -896,47 +896,6 @@ pub extern "C" fn llama_sampler_init_mirostat_v2(
     unsupported!("llama_sampler_init_mirostat_v2", null_mut())
 }
 
-/// Upstream: constrains sampling to a GBNF grammar (NULL if the grammar does not parse).
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
-#[no_mangle]
-pub unsafe extern "C" fn llama_sampler_init_grammar(
-    vocab: *const llama_vocab,
-    grammar_str: *const c_char,
-    grammar_root: *const c_char,
-) -> *mut llama_sampler {
-    unsupported!("llama_sampler_init_grammar", null_mut())
-}
-
-/// Upstream (deprecated): a grammar sampler activated by trigger words or tokens.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
-#[no_mangle]
-pub unsafe extern "C" fn llama_sampler_init_grammar_lazy(
-    vocab: *const llama_vocab,
-    grammar_str: *const c_char,
-    grammar_root: *const c_char,
-    trigger_words: *mut *const c_char,
-    num_trigger_words: usize,
-    trigger_tokens: *const llama_token,
-    num_trigger_tokens: usize,
-) -> *mut llama_sampler {
-    unsupported!("llama_sampler_init_grammar_lazy", null_mut())
-}
-
-/// Upstream: a grammar sampler activated by trigger patterns or tokens.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
-#[no_mangle]
-pub unsafe extern "C" fn llama_sampler_init_grammar_lazy_patterns(
-    vocab: *const llama_vocab,
-    grammar_str: *const c_char,
-    grammar_root: *const c_char,
-    trigger_patterns: *mut *const c_char,
-    num_trigger_patterns: usize,
-    trigger_tokens: *const llama_token,
-    num_trigger_tokens: usize,
-) -> *mut llama_sampler {
-    unsupported!("llama_sampler_init_grammar_lazy_patterns", null_mut())
-}
-
 /// Upstream: repetition, frequency and presence penalties over the last tokens.
 /// Not supported by llama-hotswap yet: logs once and returns NULL.
 #[no_mangle]

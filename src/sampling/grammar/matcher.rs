@@ -220,7 +220,12 @@ pub fn accept(rules: &Rules, stacks: &[Stack], chr: u32) -> Vec<Stack> {
 
 /// Stacks after accepting a token: token elements match by id, char elements by the
 /// piece's code points (`code_points` ends with upstream's terminating 0).
-pub fn accept_token(rules: &Rules, stacks: &[Stack], token: i32, code_points: &[u32]) -> Vec<Stack> {
+pub fn accept_token(
+    rules: &Rules,
+    stacks: &[Stack],
+    token: i32,
+    code_points: &[u32],
+) -> Vec<Stack> {
     let chars = &code_points[..code_points.len().saturating_sub(1)];
     let mut stacks_new: Vec<Stack> = Vec::with_capacity(stacks.len());
     for stack in stacks {

@@ -18,6 +18,7 @@
 
 pub mod matcher;
 pub mod parser;
+pub mod sampler;
 pub mod trigger;
 pub mod utf8;
 pub mod vocab;
@@ -26,6 +27,7 @@ use std::sync::Arc;
 
 use matcher::{Candidate, Rules, Stack};
 use parser::{Element, ElementType, ParsedGrammar, Rule};
+pub use sampler::{GrammarSampler, GrammarSpec};
 use trigger::TriggerPattern;
 use utf8::{decode_utf8, PartialUtf8};
 pub use vocab::GrammarVocab;
@@ -42,7 +44,9 @@ pub enum GrammarError {
     NoRoot(String),
     #[error("invalid grammar: rule {rule} references undefined rule {target}")]
     UndefinedRule { rule: usize, target: u32 },
-    #[error("invalid grammar: rule {0} is malformed (missing END, or a char-set element out of place)")]
+    #[error(
+        "invalid grammar: rule {0} is malformed (missing END, or a char-set element out of place)"
+    )]
     MalformedRule(usize),
     #[error("unsupported grammar, left recursion detected for nonterminal at index {0}")]
     LeftRecursion(usize),
@@ -139,7 +143,9 @@ impl Grammar {
             }
             for (k, elem) in rule.iter().enumerate() {
                 if elem.kind == ElementType::RuleRef
-                    && rules.get(elem.value as usize).map_or(true, |r| r.is_empty())
+                    && rules
+                        .get(elem.value as usize)
+                        .map_or(true, |r| r.is_empty())
                 {
                     return Err(GrammarError::UndefinedRule {
                         rule: i,

@@ -92,8 +92,11 @@ pub struct ParsedGrammar {
 impl ParsedGrammar {
     /// Upstream's `llama_grammar_parser::print`: one line per rule, `name ::= ...`.
     pub fn print(&self) -> Result<String, GrammarError> {
-        let names: BTreeMap<u32, &str> =
-            self.symbol_ids.iter().map(|(k, &v)| (v, k.as_str())).collect();
+        let names: BTreeMap<u32, &str> = self
+            .symbol_ids
+            .iter()
+            .map(|(k, &v)| (v, k.as_str()))
+            .collect();
         let mut out = String::new();
         for (id, rule) in self.rules.iter().enumerate() {
             print_rule(&mut out, id as u32, rule, &names)?;
@@ -326,7 +329,8 @@ impl<'a> Parser<'a> {
         // Upstream assigns (overwrites) the generated name; it cannot collide with a named
         // symbol of a different id unless the user wrote `name_N` themselves, and then upstream
         // overwrites that entry too, so we do the same.
-        self.symbol_ids.insert(format!("{base_name}_{next_id}"), next_id);
+        self.symbol_ids
+            .insert(format!("{base_name}_{next_id}"), next_id);
         next_id
     }
 
@@ -419,7 +423,11 @@ impl<'a> Parser<'a> {
             rec_rule.truncate(prev_rule.len());
             let rec_rule_id = self.generate_symbol_id(rule_name);
             if i > 0 || no_max {
-                let target = if no_max { rec_rule_id } else { last_rec_rule_id };
+                let target = if no_max {
+                    rec_rule_id
+                } else {
+                    last_rec_rule_id
+                };
                 rec_rule.push(Element::new(ElementType::RuleRef, target));
             }
             rec_rule.push(Element::new(ElementType::Alt, 0));

@@ -122,7 +122,9 @@ impl OffsetMap {
             OffsetMap::Marks(marks) => {
                 // the last mark at or before `offset`; inside a valid run offsets are linear,
                 // inside a replacement char they map to its first raw byte
-                let k = marks.partition_point(|&(t, _)| t <= offset).saturating_sub(1);
+                let k = marks
+                    .partition_point(|&(t, _)| t <= offset)
+                    .saturating_sub(1);
                 let (t, r) = marks[k];
                 let next_raw = marks.get(k + 1).map_or(usize::MAX, |m| m.1);
                 (r + (offset - t)).min(next_raw)

@@ -107,7 +107,13 @@ mod tests {
         let (_, p) = decode_utf8(b"\xE2", FRESH);
         let (cps, p) = decode_utf8(b"a", p);
         assert_eq!(cps, vec![0]);
-        assert_eq!(p, PartialUtf8 { value: 0, n_remain: -1 });
+        assert_eq!(
+            p,
+            PartialUtf8 {
+                value: 0,
+                n_remain: -1
+            }
+        );
         // NUL ends the input
         let (cps, _) = decode_utf8(b"a\0b", FRESH);
         assert_eq!(cps, vec![0x61, 0]);

@@ -1747,32 +1747,6 @@ struct llama_sampler *llama_sampler_init_mirostat(int32_t n_vocab,
 // Not supported by llama-hotswap yet: logs once and returns NULL.
 struct llama_sampler *llama_sampler_init_mirostat_v2(uint32_t seed, float tau, float eta);
 
-// Upstream: constrains sampling to a GBNF grammar (NULL if the grammar does not parse).
-// Not supported by llama-hotswap yet: logs once and returns NULL.
-struct llama_sampler *llama_sampler_init_grammar(const struct llama_vocab *vocab,
-                                                 const char *grammar_str,
-                                                 const char *grammar_root);
-
-// Upstream (deprecated): a grammar sampler activated by trigger words or tokens.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
-struct llama_sampler *llama_sampler_init_grammar_lazy(const struct llama_vocab *vocab,
-                                                      const char *grammar_str,
-                                                      const char *grammar_root,
-                                                      const char **trigger_words,
-                                                      size_t num_trigger_words,
-                                                      const llama_token *trigger_tokens,
-                                                      size_t num_trigger_tokens);
-
-// Upstream: a grammar sampler activated by trigger patterns or tokens.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
-struct llama_sampler *llama_sampler_init_grammar_lazy_patterns(const struct llama_vocab *vocab,
-                                                               const char *grammar_str,
-                                                               const char *grammar_root,
-                                                               const char **trigger_patterns,
-                                                               size_t num_trigger_patterns,
-                                                               const llama_token *trigger_tokens,
-                                                               size_t num_trigger_tokens);
-
 // Upstream: repetition, frequency and presence penalties over the last tokens.
 // Not supported by llama-hotswap yet: logs once and returns NULL.
 struct llama_sampler *llama_sampler_init_penalties(int32_t n_vocab,
@@ -1815,6 +1789,39 @@ uint32_t llama_sampler_get_seed(const struct llama_sampler *smpl);
 llama_token llama_sampler_sample(struct llama_sampler *smpl,
                                  struct llama_context *ctx,
                                  int32_t idx);
+
+// Constrains sampling to a GBNF grammar (see upstream's grammars/README.md): tokens the
+// grammar does not allow next get logit -inf. An empty or NULL `grammar_str` gives a sampler
+// that does nothing. NULL (and a log line saying why) when the grammar does not parse, has
+// no `grammar_root` symbol, is left-recursive, is not UTF-8, or `vocab` is NULL.
+struct llama_sampler *llama_sampler_init_grammar(const struct llama_vocab *vocab,
+                                                 const char *grammar_str,
+                                                 const char *grammar_root);
+
+// Deprecated upstream (use `llama_sampler_init_grammar_lazy_patterns`): a grammar sampler
+// that constrains nothing until one of `trigger_words` appears in the generated text or one
+// of `trigger_tokens` is accepted. NULL and a log line on the errors of
+// `llama_sampler_init_grammar`, and for NULL array entries.
+struct llama_sampler *llama_sampler_init_grammar_lazy(const struct llama_vocab *vocab,
+                                                      const char *grammar_str,
+                                                      const char *grammar_root,
+                                                      const char **trigger_words,
+                                                      size_t num_trigger_words,
+                                                      const llama_token *trigger_tokens,
+                                                      size_t num_trigger_tokens);
+
+// A grammar sampler that constrains nothing until a trigger: one of `trigger_tokens` is
+// accepted, or one of `trigger_patterns` (regexes) matches the generated text; the grammar
+// is then fed the text from the pattern's first non-empty capture group on. NULL and a log
+// line on the errors of `llama_sampler_init_grammar`, for an invalid pattern (upstream
+// aborts) and for NULL array entries.
+struct llama_sampler *llama_sampler_init_grammar_lazy_patterns(const struct llama_vocab *vocab,
+                                                               const char *grammar_str,
+                                                               const char *grammar_root,
+                                                               const char **trigger_patterns,
+                                                               size_t num_trigger_patterns,
+                                                               const llama_token *trigger_tokens,
+                                                               size_t num_trigger_tokens);
 
 // Upstream: the size in bytes of the context's whole state, for saving.
 // Not supported by llama-hotswap yet: logs once and returns 0.

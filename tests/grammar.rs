@@ -1191,3 +1191,56 @@ fn hostile_grammars_fail_cleanly() {
     let parsed = parse_grammar(text.as_bytes(), None).unwrap();
     assert_eq!(matcher::find_left_recursion(&parsed.rules), None);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The fuzz harness: the committed corpus (fuzz/corpus/grammar_parser) and seeded mutations of it
+// ---------------------------------------------------------------------------------------------
+
+fn corpus() -> Vec<Vec<u8>> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/grammar_parser");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files.iter().map(|f| std::fs::read(f).unwrap()).collect()
+}
+
+#[test]
+fn fuzz_corpus_never_panics() {
+    let seeds = corpus();
+    assert!(seeds.len() >= 5);
+    for seed in &seeds {
+        llama::sampling::grammar::harness::check_input(seed);
+    }
+}
+
+#[test]
+fn mutated_grammars_never_panic() {
+    // GBNF's own characters make mutations reach deeper than random bytes would
+    const ALPHABET: &[u8] = b"\"[]()^-|*+?{},.:=<>!\\ \n#0123456789abxyz\x00\xc3\xa9";
+    let seeds = corpus();
+    let mut state = 0x2545F4914F6CDD1Du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for _ in 0..3000 {
+        let mut data = seeds[(next() % seeds.len() as u64) as usize].clone();
+        for _ in 0..1 + next() % 4 {
+            let pos = (next() % (data.len() as u64 + 1)) as usize;
+            let c = ALPHABET[(next() % ALPHABET.len() as u64) as usize];
+            match next() % 3 {
+                0 => data.insert(pos, c),
+                1 if pos < data.len() => data[pos] = c,
+                _ if pos < data.len() => {
+                    data.remove(pos);
+                }
+                _ => data.push(c),
+            }
+        }
+        llama::sampling::grammar::harness::check_input(&data);
+    }
+}

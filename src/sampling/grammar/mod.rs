@@ -16,6 +16,8 @@
 //! Grammar text must be valid UTF-8 ([`GrammarError::InvalidUtf8`]); upstream decodes invalid
 //! bytes into arbitrary code points without complaint.
 
+#[doc(hidden)]
+pub mod harness;
 pub mod matcher;
 pub mod parser;
 pub mod sampler;

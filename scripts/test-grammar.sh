@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Grammar samplers, differential: ffi-tests/probe_grammar.c, compiled once against upstream's
-# llama.h, runs on upstream's libllama.so and ours with the vocab-only llama-bpe model: every
+# llama.h, runs on upstream's libllama.so and ours with the vocab-only llama-bpe model (and the
+# llama-spm one for the sample grammars): every
 # grammars/*.gbnf of the pinned llama.cpp, upstream's integration-test grammars, token
 # references, lazy samplers (word, pattern, token), invalid grammars. Outputs must be
 # identical. Then input upstream aborts on ("hostile"), on ours only: every sampler NULL.
@@ -12,14 +13,20 @@ out="$WORK/grammar"
 rm -rf "$out" && mkdir -p "$out"
 "$CC" -std=c11 -O1 -Wall -Wno-deprecated-declarations -I"$UPSTREAM_LLAMA/include" -I"$UPSTREAM_LLAMA/ggml/include" \
     ffi-tests/probe_grammar.c -L"$UPSTREAM_BUILD/bin" -lllama -o "$out/probe_grammar"
-model="$UPSTREAM_LLAMA/models/ggml-vocab-llama-bpe.gguf"
 ours="$RELEASE_DIR"
 passed=0; failed=0
-for mode in files builtin invalid; do
+# The llama-bpe vocab (GPT-2 byte-level pieces) for everything; the llama-spm vocab (▁ for
+# spaces, <0xXX> byte tokens) for the sample grammars too.
+for mode in files builtin invalid files-spm; do
     args=()
-    [ "$mode" = files ] && args=("$UPSTREAM_LLAMA"/grammars/*.gbnf)
-    LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/probe_grammar" "$model" "$mode" "${args[@]}" > "$out/$mode.upstream" 2> "$out/$mode.upstream.log" || true
-    LD_LIBRARY_PATH="$ours" "$out/probe_grammar" "$model" "$mode" "${args[@]}" > "$out/$mode.ours" 2> "$out/$mode.ours.log" || true
+    model="$UPSTREAM_LLAMA/models/ggml-vocab-llama-bpe.gguf"
+    case "$mode" in
+        files) args=(files "$UPSTREAM_LLAMA"/grammars/*.gbnf) ;;
+        files-spm) args=(files "$UPSTREAM_LLAMA"/grammars/*.gbnf); model="$UPSTREAM_LLAMA/models/ggml-vocab-llama-spm.gguf" ;;
+        *) args=("$mode") ;;
+    esac
+    LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/probe_grammar" "$model" "${args[@]}" > "$out/$mode.upstream" 2> "$out/$mode.upstream.log" || true
+    LD_LIBRARY_PATH="$ours" "$out/probe_grammar" "$model" "${args[@]}" > "$out/$mode.ours" 2> "$out/$mode.ours.log" || true
     n=$(grep -c '^grammar ' "$out/$mode.upstream" || true)
     if [ "$n" -eq 0 ]; then
         echo "FAIL $mode: upstream printed no grammar (see $out/$mode.upstream)"; failed=$((failed + 1)); continue
@@ -30,7 +37,7 @@ for mode in files builtin invalid; do
         echo "FAIL $mode:"; head -30 "$out/$mode.diff"; failed=$((failed + 1))
     fi
 done
-LD_LIBRARY_PATH="$ours" "$out/probe_grammar" "$model" hostile > "$out/hostile.ours" 2> "$out/hostile.ours.log" || true
+LD_LIBRARY_PATH="$ours" "$out/probe_grammar" "$UPSTREAM_LLAMA/models/ggml-vocab-llama-bpe.gguf" hostile > "$out/hostile.ours" 2> "$out/hostile.ours.log" || true
 if [ "$(grep -c ': NULL$' "$out/hostile.ours" || true)" -eq 8 ]; then
     echo "ok   hostile: 8 cases NULL on ours"; passed=$((passed + 1))
 else

@@ -175,13 +175,12 @@ pub fn advance_stack(rules: &Rules, stack: Stack, new_stacks: &mut Vec<Stack>) {
                     }
                 }
             }
-            kind if is_terminal(kind) => {
-                if !new_stacks.contains(&curr) {
-                    new_stacks.push(curr.clone());
-                }
+            // a terminal on top: done, unless an equal stack is already there
+            kind if is_terminal(kind) && !new_stacks.contains(&curr) => {
+                new_stacks.push(curr.clone());
             }
-            // End/Alt/CharAlt/CharRngUpper never sit on top of a stack (upstream aborts);
-            // the parser cannot produce such a stack, so there is nothing to expand.
+            // a duplicate terminal stack; or End/Alt/CharAlt/CharRngUpper, which never sit on
+            // top of a stack (upstream aborts; validated rules cannot produce one)
             _ => {}
         }
         seen.insert(curr);

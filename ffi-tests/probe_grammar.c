@@ -202,6 +202,23 @@ int main(int argc, char **argv) {
         s = llama_sampler_init_grammar_lazy_patterns(vocab, tool_grammar, "root", patterns, 2, NULL, 0);
         printf("grammar lazy-pattern: %s\n", s ? "ok" : "NULL");
         if (s) { walk(s, prefix, 4); llama_sampler_free(s); }
+        /* pattern edge cases: anchored (upstream's regex_match path), an empty first group
+         * (the second one counts), a start inside a token (its piece is cut) */
+        const char *edge_patterns[][2] = {
+            { "anchored", "^[\\s\\S]*?(<tool>)$" },
+            { "empty-group", "[\\s\\S]*?()(<tool>)[\\s\\S]*" },
+            { "no-group", "<tool>" },
+        };
+        for (size_t i = 0; i < sizeof edge_patterns / sizeof edge_patterns[0]; i++) {
+            const char *one[] = { edge_patterns[i][1] };
+            s = llama_sampler_init_grammar_lazy_patterns(vocab, tool_grammar, "root", one, 1, NULL, 0);
+            printf("grammar lazy-%s: %s\n", edge_patterns[i][0], s ? "ok" : "NULL");
+            if (s) { walk(s, prefix, 4); llama_sampler_free(s); }
+        }
+        const char *mid_patterns[] = { "[\\s\\S]*?(ol>)[\\s\\S]*" };
+        s = llama_sampler_init_grammar_lazy_patterns(vocab, "root ::= \"ol>\" \"{\" [a-z]* \"}\"", "root", mid_patterns, 1, NULL, 0);
+        printf("grammar lazy-midtoken: %s\n", s ? "ok" : "NULL");
+        if (s) { walk(s, prefix, 4); llama_sampler_free(s); }
         const char *tok_grammar = "root ::= <|begin_of_text|> [a-z]+";
         llama_token bot = 128000;
         llama_token tok_prefix[] = { hello, bot };

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Samplers, differentially: ffi-tests/diff_sampling.c, compiled once against UPSTREAM's
+# llama.h, runs thousands of seeded random candidate arrays through every built-in sampler
+# (and chains, clones, resets, a C sampler inside our chain and ours inside a C chain) on
+# upstream's libllama.so and on ours; stdout must be identical (hashes of the whole caller
+# buffer bit for bit, sizes, selections, sorted flags, picks over many draws). Then the
+# hostile cases (ffi-tests/test_sampling.c) against our library.
+. "$(dirname "$0")/test-common.sh"
+need_upstream_source
+need_upstream_lib
+need_library
+out="$WORK/sampling"
+rm -rf "$out" && mkdir -p "$out"
+vocab="$UPSTREAM_LLAMA/models/ggml-vocab-llama-bpe.gguf"
+[ -f "$vocab" ] || fail "$vocab is missing (upstream sources incomplete?)"
+"$CC" -std=c11 -O1 "${UPSTREAM_INCLUDES[@]}" ffi-tests/diff_sampling.c \
+    -L"$UPSTREAM_BUILD/bin" -lllama -lm -o "$out/diff_sampling"
+cases="${SAMPLING_CASES:-4000}"
+LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/diff_sampling" "$vocab" "$cases" >"$out/upstream.txt" 2>"$out/upstream.err" \
+    || fail "the probe failed on upstream's library (see $out/upstream.err)"
+LD_LIBRARY_PATH="$RELEASE_DIR" "$out/diff_sampling" "$vocab" "$cases" >"$out/ours.txt" 2>"$out/ours.err" \
+    || fail "the probe failed on our library (see $out/ours.err)"
+grep -q '^done$' "$out/upstream.txt" || fail "upstream's run did not finish"
+if ! diff -u "$out/upstream.txt" "$out/ours.txt" >"$out/diff.txt"; then
+    head -40 "$out/diff.txt"
+    fail "sampler outputs differ ($(grep -c '^-c' "$out/diff.txt") lines; full diff: $out/diff.txt; DUMP=<case> prints a case's arrays)"
+fi
+say "sampling differential: $(grep -c '^c' "$out/ours.txt") lines identical over $cases cases"
+
+"$CC" -std=c11 -O1 -Wall -Wextra -Iinclude ffi-tests/test_sampling.c -L"$RELEASE_DIR" -lllama -lm \
+    -Wl,-rpath,"$RELEASE_DIR" -o "$out/test_sampling"
+"$out/test_sampling" "$vocab" || fail "test_sampling failed"
+say "sampling: passed"

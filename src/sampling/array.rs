@@ -179,3 +179,95 @@ pub fn top_k(cur: &mut Candidates, k: i32) {
 pub fn sample_dist(cur: &Candidates, rng: &mut Mt19937) -> i32 {
     cpp::discrete(rng, cur.data().iter().map(|t| t.p))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidates(seed: u32, n: usize, spread: f32) -> Vec<TokenData> {
+        let mut rng = Mt19937::new(seed);
+        (0..n)
+            .map(|i| TokenData {
+                id: i as i32,
+                // distinct values, some far outside the bucket range [-10, 10)
+                logit: (cpp::canonical_f64(&mut rng) as f32 - 0.5) * spread + i as f32 * 1e-6,
+                p: 0.0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn partial_sorts_keep_the_top_k_in_order() {
+        for (seed, n, k, spread) in [
+            (1, 10, 3, 4.0),
+            (2, 300, 128, 30.0),
+            (3, 3000, 129, 30.0),
+            (4, 3000, 3000, 2.0),
+            (5, 5000, 700, 1e6),
+        ] {
+            let mut v = candidates(seed, n, spread);
+            let mut expected = v.clone();
+            expected.sort_by(|a, b| b.logit.total_cmp(&a.logit));
+            let mut cur = Candidates::new(&mut v, -1, false);
+            partial_sort_inplace(&mut cur, k);
+            assert!(cur.sorted);
+            assert_eq!(cur.len(), k);
+            let got: Vec<i32> = cur.data().iter().map(|t| t.id).collect();
+            let want: Vec<i32> = expected[..k].iter().map(|t| t.id).collect();
+            assert_eq!(got, want, "n={n} k={k}");
+        }
+    }
+
+    #[test]
+    fn softmax_sums_to_one_and_top_k_truncates() {
+        let mut v = candidates(9, 1000, 8.0);
+        let mut cur = Candidates::new(&mut v, -1, false);
+        softmax(&mut cur, true);
+        let sum: f64 = cur.data().iter().map(|t| t.p as f64).sum();
+        assert!((sum - 1.0).abs() < 1e-4, "sum {sum}");
+        assert!(cur.data().windows(2).all(|w| w[0].p >= w[1].p));
+        top_k(&mut cur, 10);
+        assert_eq!(cur.len(), 10);
+    }
+
+    #[test]
+    fn temperature_zero_keeps_the_first_maximum() {
+        let mut v: Vec<TokenData> = [1.0f32, 3.0, 3.0, 2.0]
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| TokenData {
+                id: i as i32,
+                logit: l,
+                p: 0.0,
+            })
+            .collect();
+        let mut cur = Candidates::new(&mut v, -1, false);
+        temp(&mut cur, 0.0);
+        let finite: Vec<i32> = cur
+            .data()
+            .iter()
+            .filter(|t| t.logit.is_finite())
+            .map(|t| t.id)
+            .collect();
+        assert_eq!(finite, vec![1]);
+    }
+
+    #[test]
+    fn discrete_distribution_follows_the_weights() {
+        let mut rng = Mt19937::new(3);
+        let mut counts = [0usize; 3];
+        for _ in 0..30000 {
+            counts[cpp::discrete(&mut rng, [0.2f32, 0.0, 0.8].into_iter()) as usize] += 1;
+        }
+        assert_eq!(counts[1], 0);
+        assert!(
+            (counts[2] as f64 / 30000.0 - 0.8).abs() < 0.02,
+            "{counts:?}"
+        );
+        // fewer than two weights: index 0 without a draw
+        let mut a = Mt19937::new(5);
+        let b = a.clone();
+        assert_eq!(cpp::discrete(&mut a, [1.0f32].into_iter()), 0);
+        assert_eq!(a.clone().next_u32(), b.clone().next_u32());
+    }
+}

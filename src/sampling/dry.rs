@@ -213,7 +213,7 @@ impl Sampler for Dry {
         }
 
         // Step 4: penalties, the exponent clamped so pow stays finite.
-        const FLOAT_MAX_LOG: f32 = 88.722_839_1;
+        const FLOAT_MAX_LOG: f32 = 88.722_84; // upstream: 88.7228391f, the same float
         let mut max_exponent = 0i32;
         if self.base > 1.000_001 {
             max_exponent = super::cpp::f32_to_int(FLOAT_MAX_LOG / self.base.ln());

@@ -10,7 +10,8 @@
  * samplers print their picks over many draws. A C-implemented sampler runs inside a chain of
  * the library, and the library's samplers inside a C-implemented chain.
  *
- * usage: diff_sampling VOCAB.gguf [CASES]   (env DUMP=<case> prints that case's arrays)
+ * usage: diff_sampling VOCAB.gguf [CASES [breakers]]   (env DUMP=<case> prints that case's arrays)
+ * With "breakers": DRY with text sequence breakers only (needs tokenization).
  * Empty arrays only go to samplers that upstream handles without aborting.
  */
 #include <float.h>
@@ -273,6 +274,9 @@ static void run_case(int kind, size_t n, int shape, int variant) {
     printf("c%ld %s v%d n=%zu shape=%d name=%s seed=%u\n", case_no, kind_names[kind], variant, n, shape,
            llama_sampler_name(s), llama_sampler_get_seed(s) == LLAMA_DEFAULT_SEED ? 0u : 1u);
     int steps = 1 + below(4);
+    int repeat = below(2), clen = 3 + below(3), pos = 0;
+    llama_token cycle[5];
+    for (int r = 0; r < 5; r++) cycle[r] = (llama_token)below(n < 8 ? (n ? (int)n : 1) : 8);
     for (int step = 0; step < steps; step++) {
         fill(n, shape, shuffle);
         int sorted = 0;
@@ -290,7 +294,11 @@ static void run_case(int kind, size_t n, int shape, int variant) {
         llama_token t;
         if (a.selected >= 0 && (size_t)a.selected < a.size) t = a.data[a.selected].id;
         else t = n > 0 ? (llama_token)below((int)(n < 50 ? n : 50)) : 0;
-        for (int r = 0; r < 1 + below(6); r++) llama_sampler_accept(s, (llama_token)((t + r * (r % 2)) % (n ? n : 1)));
+        if (repeat) { /* a cycle, so that DRY and the penalties see repeated sequences */
+            for (int r = 0; r < 6; r++, pos++) llama_sampler_accept(s, cycle[pos % clen]);
+        } else {
+            for (int r = 0; r < 1 + below(6); r++) llama_sampler_accept(s, (llama_token)((t + r * (r % 2)) % (n ? n : 1)));
+        }
     }
     llama_sampler_free(s);
 }
@@ -342,6 +350,31 @@ int main(int argc, char **argv) {
     buf_base = malloc(buf_len * sizeof *buf_base);
 
     rng_state = 42;
+    if (argc > 3 && strcmp(argv[3], "breakers") == 0) {
+        /* DRY with text sequence breakers (tokenized through the vocabulary) */
+        const char *breakers[] = { "\n", ":", "\"", "*", "", NULL, "The quick brown fox jumps over the lazy dog again" };
+        struct llama_sampler *s = llama_sampler_init_dry(g_vocab, 0.8f, 1.75f, 2, 64, (const char **)breakers, 7);
+        if (!s) { printf("dry-breakers NULL\n"); return 0; }
+        for (case_no = 0; case_no < cases; case_no++) {
+            size_t n = 1 + (size_t)below(300);
+            buf_len = n;
+            fill(n, below(11), below(2));
+            llama_token_data_array a = { buf_base, n, -1, false };
+            llama_sampler_apply(s, &a);
+            report("dry-breakers", &a);
+            /* accept repeating text (a cycle of 6 tokens, among them ":" = 25 and "\n" = 198,
+               breakers) so that repeats build up, are penalized and are cut by breakers */
+            static llama_token cycle[6];
+            if (case_no % 50 == 0)
+                for (int r = 0; r < 6; r++) cycle[r] = (llama_token)(below(4) == 0 ? (below(2) ? 25 : 198) : below(10));
+            for (int r = 0; r < 4; r++) llama_sampler_accept(s, cycle[(case_no * 4 + r) % 6]);
+            if (case_no % 50 == 49) llama_sampler_reset(s);
+        }
+        llama_sampler_free(s);
+        llama_model_free(model);
+        printf("done\n");
+        return 0;
+    }
     for (case_no = 0; case_no < cases; case_no++) {
         int kind = (int)(case_no % N_KINDS);
         size_t n = sizes[below((int)n_sizes)];

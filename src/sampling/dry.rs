@@ -247,3 +247,168 @@ impl Sampler for Dry {
         Some(Box::new(self.clone()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampling::basic::Dist;
+    use crate::sampling::TokenData;
+
+    /// Upstream's tests/test-sampling.cpp `test_dry`: probabilities in, DRY with token
+    /// breakers (head, tail...), then `dist` to renormalize; expected probabilities out.
+    #[allow(clippy::too_many_arguments)]
+    fn check(
+        probs: &[f32],
+        last: &[i32],
+        expected: &[f32],
+        mult: f32,
+        base: f32,
+        allowed: i32,
+        last_n: i32,
+        breakers: &[&[i32]],
+    ) {
+        let mut map = Breakers::new();
+        for b in breakers {
+            map.entry(b[0]).or_default().push(b[1..].to_vec());
+        }
+        let mut dry = Dry::new(mult, base, allowed, last_n, map);
+        for &t in last {
+            dry.accept(t);
+        }
+        let mut data: Vec<TokenData> = probs
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| TokenData {
+                id: i as i32,
+                logit: p.ln(),
+                p,
+            })
+            .collect();
+        let mut cur = Candidates::new(&mut data, -1, false);
+        dry.apply(&mut cur);
+        Dist::new(0).apply(&mut cur);
+        for (t, &want) in cur.data().iter().zip(expected) {
+            assert!(
+                (t.p - want).abs() < 1e-5,
+                "{:?} vs {expected:?}",
+                cur.data()
+            );
+        }
+    }
+
+    #[test]
+    fn upstream_dry_cases() {
+        check(&[0.25; 4], &[0, 1], &[0.25; 4], 1.0, 1.1, 2, 4, &[]);
+        check(
+            &[0.25; 4],
+            &[0, 1, 2, 0, 1],
+            &[0.296923, 0.296923, 0.109232, 0.296923],
+            1.0,
+            1.1,
+            2,
+            5,
+            &[],
+        );
+        check(
+            &[0.2; 5],
+            &[0, 1, 3, 4, 0, 1],
+            &[0.2; 5],
+            1.0,
+            1.1,
+            2,
+            6,
+            &[&[3]],
+        );
+        check(
+            &[0.2; 5],
+            &[0, 1, 2, 0, 1],
+            &[0.241818, 0.241818, 0.032727, 0.241818, 0.241818],
+            2.0,
+            1.1,
+            2,
+            5,
+            &[],
+        );
+        check(
+            &[0.2; 5],
+            &[0, 1, 2, 3, 4, 0, 1],
+            &[0.2; 5],
+            1.0,
+            1.1,
+            4,
+            7,
+            &[],
+        );
+    }
+
+    /// A vocabulary of single characters plus a few words, tokenized one byte at a time.
+    struct Toy(Vec<&'static str>);
+    impl VocabAccess for Toy {
+        fn n_tokens(&self) -> i32 {
+            self.0.len() as i32
+        }
+        fn is_eog(&self, _: i32) -> bool {
+            false
+        }
+        fn eot(&self) -> i32 {
+            -1
+        }
+        fn eos(&self) -> i32 {
+            -1
+        }
+        fn piece(&self, id: i32) -> Vec<u8> {
+            self.0[id as usize].as_bytes().to_vec()
+        }
+        fn detokenize_one(&self, id: i32) -> Option<Vec<u8>> {
+            Some(self.piece(id))
+        }
+        fn tokenize(&self, text: &[u8]) -> Option<Vec<i32>> {
+            text.iter()
+                .map(|&b| {
+                    self.0
+                        .iter()
+                        .position(|t| t.as_bytes() == [b])
+                        .map(|i| i as i32)
+                })
+                .collect()
+        }
+    }
+
+    #[test]
+    fn breakers_from_text() {
+        let vocab = Toy(vec!["a", "b", ":", "x:", "ab", "zab:c"]);
+        let map = process_breakers(&vocab, &[b"ab:".to_vec(), Vec::new()]).unwrap();
+        // "zab:c" contains the breaker: a single-token breaker
+        assert_eq!(map[&5], vec![Vec::<i32>::new()]);
+        // "a" starts it: the rest "b:" tokenized; "ab" ends with "ab": the rest ":"
+        assert_eq!(map[&0], vec![vec![1, 2]]);
+        assert_eq!(map[&4], vec![vec![2]]);
+        assert!(!map.contains_key(&3) && !map.contains_key(&1));
+        // no tokenizer: an error, not a silent empty set
+        struct NoTok;
+        impl VocabAccess for NoTok {
+            fn n_tokens(&self) -> i32 {
+                1
+            }
+            fn is_eog(&self, _: i32) -> bool {
+                false
+            }
+            fn eot(&self) -> i32 {
+                -1
+            }
+            fn eos(&self) -> i32 {
+                -1
+            }
+            fn piece(&self, _: i32) -> Vec<u8> {
+                b"a".to_vec()
+            }
+            fn detokenize_one(&self, _: i32) -> Option<Vec<u8>> {
+                Some(b"a".to_vec())
+            }
+            fn tokenize(&self, _: &[u8]) -> Option<Vec<i32>> {
+                None
+            }
+        }
+        assert!(process_breakers(&NoTok, &[b"ab".to_vec()]).is_err());
+    }
+}

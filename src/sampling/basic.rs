@@ -451,3 +451,188 @@ impl Sampler for LogitBias {
     }
     clone_self!();
 }
+
+/// Upstream's own expectations (tests/test-sampling.cpp): probabilities in, the sampler, then
+/// `dist` to renormalize, probabilities out (within 1e-5).
+#[cfg(test)]
+mod upstream_cases {
+    use super::*;
+    use crate::sampling::mirostat::Xtc;
+    use crate::sampling::penalties::Penalties;
+
+    fn run(probs: &[f32], samplers: Vec<Box<dyn Sampler>>) -> Vec<f32> {
+        let mut data: Vec<TokenData> = probs
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| TokenData {
+                id: i as i32,
+                logit: p.ln(),
+                p,
+            })
+            .collect();
+        let mut cur = Candidates::new(&mut data, -1, false);
+        for mut s in samplers {
+            s.apply(&mut cur);
+        }
+        cur.data().iter().map(|t| t.p).collect()
+    }
+
+    fn check(probs: &[f32], s: impl Sampler + 'static, expected: &[f32]) {
+        let got = run(probs, vec![Box::new(s), Box::new(Dist::new(0))]);
+        assert_eq!(got.len(), expected.len(), "{got:?} vs {expected:?}");
+        for (g, e) in got.iter().zip(expected) {
+            assert!((g - e).abs() < 1e-5, "{got:?} vs {expected:?}");
+        }
+    }
+
+    const P: [f32; 4] = [0.1, 0.2, 0.3, 0.4];
+
+    #[test]
+    fn dist_draws_once_for_a_single_candidate() {
+        let pick = |s: &mut Dist, n: usize| {
+            let mut data: Vec<TokenData> = (0..n)
+                .map(|i| TokenData {
+                    id: i as i32,
+                    logit: 0.0,
+                    p: 0.0,
+                })
+                .collect();
+            let mut cur = Candidates::new(&mut data, -1, false);
+            s.apply(&mut cur);
+            cur.selected
+        };
+        let (mut single, mut control) = (Dist::new(4242), Dist::new(4242));
+        assert_eq!(pick(&mut single, 1), 0);
+        pick(&mut control, 2);
+        for _ in 0..4 {
+            assert_eq!(pick(&mut single, 256), pick(&mut control, 256));
+        }
+    }
+
+    #[test]
+    fn temperature_top_k_top_p_min_p() {
+        check(&P, Temp { temp: 1.0 }, &P);
+        check(&P, Temp { temp: 0.0 }, &[0.0, 0.0, 0.0, 1.0]);
+        check(
+            &P,
+            TempExt {
+                temp: 0.0,
+                delta: 0.0,
+                exponent: 1.0,
+            },
+            &[0.0, 0.0, 0.0, 1.0],
+        );
+        check(&P, TopK { k: 1 }, &[1.0]);
+        check(&P, TopK { k: 3 }, &[0.44444, 0.33333, 0.22222]);
+        check(&P, TopK { k: 4 }, &[0.4, 0.3, 0.2, 0.1]);
+        check(&P, TopK { k: 0 }, &P);
+        check(&P, TopP::new(0.0, 0), &[1.0]);
+        check(&P, TopP::new(0.7, 0), &[0.571429, 0.428571]);
+        check(&P, TopP::new(0.8, 0), &[0.44444, 0.33333, 0.22222]);
+        check(
+            &P,
+            MinP {
+                p: 0.24,
+                min_keep: 0,
+            },
+            &P,
+        );
+        check(
+            &P,
+            MinP {
+                p: 0.26,
+                min_keep: 0,
+            },
+            &[0.2 / 0.9, 0.3 / 0.9, 0.4 / 0.9],
+        );
+        check(
+            &P,
+            MinP {
+                p: 0.51,
+                min_keep: 0,
+            },
+            &[0.3 / 0.7, 0.4 / 0.7],
+        );
+        check(
+            &P,
+            MinP {
+                p: 0.76,
+                min_keep: 0,
+            },
+            &[1.0],
+        );
+        check(
+            &P,
+            MinP {
+                p: 1.05,
+                min_keep: 0,
+            },
+            &[1.0],
+        );
+    }
+
+    #[test]
+    fn xtc_typical_top_n_sigma() {
+        let xtc = |t: f32| {
+            run(
+                &[0.4, 0.3, 0.2, 0.1],
+                vec![Box::new(Xtc::new(0.99, t, 0, 0))],
+            )
+        };
+        let close = |a: Vec<f32>, b: &[f32]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-5)
+        };
+        assert!(close(xtc(0.09), &[0.1]));
+        assert!(close(xtc(0.19), &[0.2, 0.1]));
+        assert!(close(xtc(0.29), &[0.3, 0.2, 0.1]));
+        assert!(close(xtc(0.39), &[0.4, 0.3, 0.2, 0.1]));
+        let typical = |probs: &[f32]| {
+            run(
+                probs,
+                vec![Box::new(Typical {
+                    p: 0.5,
+                    min_keep: 0,
+                })],
+            )
+        };
+        assert!(close(typical(&[0.97, 0.01, 0.01, 0.01]), &[0.97]));
+        assert!(close(typical(&[0.4, 0.2, 0.2, 0.2]), &[0.2, 0.2, 0.2]));
+        check(&P, TopNSigma { n: 1.0 }, &[0.0, 0.0, 0.428571, 0.571429]);
+        check(&P, TopNSigma { n: 3.0 }, &P);
+    }
+
+    #[test]
+    fn penalties() {
+        let case = |last: &[i32], repeat: f32, freq: f32, present: f32, expected: &[f32]| {
+            let mut s = Penalties::new(last.len() as i32, repeat, freq, present);
+            for &t in last {
+                s.accept(t);
+            }
+            check(&[0.2; 5], s, expected);
+        };
+        case(&[0], 50.0, 0.0, 0.0, &[0.0, 0.25, 0.25, 0.25, 0.25]);
+        case(&[0, 1, 2], 50.0, 0.0, 0.0, &[0.0, 0.0, 0.0, 0.5, 0.5]);
+        case(&[0, 1, 2, 0, 0], 50.0, 0.0, 0.0, &[0.0, 0.0, 0.0, 0.5, 0.5]);
+        case(
+            &[0],
+            1.0,
+            5.0,
+            5.0,
+            &[0.000011, 0.249997, 0.249997, 0.249997, 0.249997],
+        );
+        case(
+            &[0, 1, 2],
+            1.0,
+            5.0,
+            5.0,
+            &[0.000023, 0.000023, 0.000023, 0.499966, 0.499966],
+        );
+        case(
+            &[0, 1, 2, 0, 0],
+            1.0,
+            5.0,
+            5.0,
+            &[0.0, 0.000023, 0.000023, 0.499977, 0.499977],
+        );
+    }
+}

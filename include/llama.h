@@ -1611,16 +1611,17 @@ void llama_perf_context_print(const struct llama_context *ctx);
 // Not supported by llama-hotswap yet: logs once and returns.
 void llama_perf_context_reset(struct llama_context *ctx);
 
-// Upstream: the sampling time and count of a sampler chain (`llama_sampler_chain_init`).
-// Not supported by llama-hotswap yet: logs once and returns an all-zero struct.
+// The sampling time and count of a sampler chain (`llama_sampler_chain_init`): time spent
+// in its `apply` and `accept` (unless created with `no_perf`) and the number of accepted
+// tokens. An all-zero struct (and a log line) for anything but a live chain (upstream
+// aborts).
 struct llama_perf_sampler_data llama_perf_sampler(const struct llama_sampler *chain);
 
-// Upstream: logs a sampler chain's timings (`llama_perf_sampler`).
-// Not supported by llama-hotswap yet: logs once and returns.
+// Logs a sampler chain's timings (`llama_perf_sampler`) at info level, as upstream.
 void llama_perf_sampler_print(const struct llama_sampler *chain);
 
-// Upstream: resets a sampler chain's timings and count.
-// Not supported by llama-hotswap yet: logs once and returns.
+// Resets a sampler chain's timings and count; anything but a live chain is logged and
+// ignored (upstream aborts).
 void llama_perf_sampler_reset(struct llama_sampler *chain);
 
 // Upstream: quantizes the GGUF model `fname_inp` into `fname_out` as `params` says; returns
@@ -1694,69 +1695,67 @@ int32_t llama_sampler_chain_n(const struct llama_sampler *chain);
 // log line) when `chain` is not a live chain or `i` is out of range.
 struct llama_sampler *llama_sampler_chain_remove(struct llama_sampler *chain, int32_t i);
 
-// Upstream: a sampler that selects the most probable token.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// A sampler that selects the token with the highest logit (the first of equal ones).
 struct llama_sampler *llama_sampler_init_greedy(void);
 
-// Upstream: a sampler that draws a token from the distribution (random seed for
-// LLAMA_DEFAULT_SEED).
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// A sampler that draws a token from the softmax of the logits. Its random stream is
+// upstream's (`std::mt19937` seeded with `seed`, libstdc++'s distributions), so the same
+// seed draws the same tokens with either library; LLAMA_DEFAULT_SEED picks a random seed.
 struct llama_sampler *llama_sampler_init_dist(uint32_t seed);
 
-// Upstream: top-k filtering (k <= 0 keeps everything).
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Top-k filtering: keeps the `k` highest logits, sorted ("?top-k", a no-op, for k <= 0).
 struct llama_sampler *llama_sampler_init_top_k(int32_t k);
 
-// Upstream: nucleus (top-p) filtering, keeping at least `min_keep` tokens.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Nucleus (top-p) filtering, keeping at least `min_keep` tokens ("?top-p", a no-op, for
+// p >= 1).
 struct llama_sampler *llama_sampler_init_top_p(float p, size_t min_keep);
 
-// Upstream: min-p filtering, keeping at least `min_keep` tokens.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Min-p filtering, keeping at least `min_keep` tokens ("?min-p", a no-op, for p <= 0).
 struct llama_sampler *llama_sampler_init_min_p(float p, size_t min_keep);
 
-// Upstream: locally typical sampling, keeping at least `min_keep` tokens.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Locally typical sampling, keeping at least `min_keep` tokens ("?typical", a no-op, for
+// p >= 1).
 struct llama_sampler *llama_sampler_init_typical(float p, size_t min_keep);
 
-// Upstream: temperature scaling of the logits (t <= 0 keeps only the maximum).
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Temperature: divides the logits by `t`; t <= 0 keeps only the highest ("?temp", a
+// no-op, for t == 1).
 struct llama_sampler *llama_sampler_init_temp(float t);
 
-// Upstream: dynamic (entropy-based) temperature.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Dynamic (entropy-based) temperature in [t - delta, t + delta] ("?temp-ext", a no-op,
+// for t == 1 and delta <= 0).
 struct llama_sampler *llama_sampler_init_temp_ext(float t, float delta, float exponent);
 
-// Upstream: XTC (exclude top choices) sampling.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// XTC (exclude top choices) with upstream's random stream for `seed` ("?xtc", a no-op,
+// for p <= 0 or t > 0.5).
 struct llama_sampler *llama_sampler_init_xtc(float p, float t, size_t min_keep, uint32_t seed);
 
-// Upstream: top-n-sigma filtering.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Top-n-sigma: masks logits more than `n` standard deviations below the highest
+// ("?top-n-sigma", a no-op, for n <= 0).
 struct llama_sampler *llama_sampler_init_top_n_sigma(float n);
 
-// Upstream: Mirostat 1.0 sampling.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Mirostat 1.0, selecting a token with upstream's random stream for `seed`.
 struct llama_sampler *llama_sampler_init_mirostat(int32_t n_vocab,
                                                   uint32_t seed,
                                                   float tau,
                                                   float eta,
                                                   int32_t m);
 
-// Upstream: Mirostat 2.0 sampling.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Mirostat 2.0, selecting a token with upstream's random stream for `seed`.
 struct llama_sampler *llama_sampler_init_mirostat_v2(uint32_t seed, float tau, float eta);
 
-// Upstream: repetition, frequency and presence penalties over the last tokens.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Repetition, frequency and presence penalties over the last `penalty_last_n` accepted
+// tokens ("?penalties", a no-op, when disabled: last_n == 0 or neutral values).
 struct llama_sampler *llama_sampler_init_penalties(int32_t n_vocab,
                                                    int32_t penalty_last_n,
                                                    float penalty_repeat,
                                                    float penalty_freq,
                                                    float penalty_present);
 
-// Upstream: the DRY ("don't repeat yourself") sampler.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// The DRY ("don't repeat yourself") sampler ("?dry", a no-op, when disabled: multiplier 0,
+// base < 1 or last_n 0). Sequence breakers are matched through the vocabulary: they need
+// detokenization and tokenization, and NULL (with a log line) is returned for breakers
+// while those are unavailable. NULL or empty breakers are skipped with a warning, as
+// upstream; a NULL `vocab` with breakers is refused (upstream crashes).
 struct llama_sampler *llama_sampler_init_dry(const struct llama_vocab *vocab,
                                              float dry_multiplier,
                                              float dry_base,
@@ -1765,27 +1764,32 @@ struct llama_sampler *llama_sampler_init_dry(const struct llama_vocab *vocab,
                                              const char **seq_breakers,
                                              size_t num_breakers);
 
-// Upstream: adaptive-p, selecting tokens near a target probability over time.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Adaptive-p: selects tokens near a target probability adapted over time, with upstream's
+// random stream for `seed` (a negative target draws from the distribution unchanged).
 struct llama_sampler *llama_sampler_init_adaptive_p(float target, float decay, uint32_t seed);
 
-// Upstream: adds fixed biases to the logits of given tokens.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Adds fixed biases to the logits of given tokens ("?logit-bias", a no-op, for
+// n_logit_bias <= 0). NULL `logit_bias` with a positive count: NULL and a log line.
 struct llama_sampler *llama_sampler_init_logit_bias(int32_t n_vocab,
                                                     int32_t n_logit_bias,
                                                     const struct llama_logit_bias *logit_bias);
 
-// Upstream: the fill-in-the-middle sampler (merges same-prefix tokens, prefers EOG).
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// The fill-in-the-middle sampler: prefers end-of-generation when text is unlikely, merges
+// tokens whose pieces are prefixes of each other, thresholds. Pieces come from
+// `llama_token_to_piece` (the token's text while that is unavailable). The model must
+// outlive the sampler, as upstream. NULL (and a log line) for a NULL or freed vocab.
 struct llama_sampler *llama_sampler_init_infill(const struct llama_vocab *vocab);
 
-// Upstream: the seed a sampler uses, or LLAMA_DEFAULT_SEED if it has none.
-// Not supported by llama-hotswap yet: logs once and returns LLAMA_DEFAULT_SEED (upstream's
-// "no seed" value).
+// The seed a sampler draws with (dist, mirostat, mirostat-v2; for a chain the last such
+// sampler's), or LLAMA_DEFAULT_SEED if it has none. LLAMA_DEFAULT_SEED (and a log line)
+// for NULL or a pointer that is not a live sampler (upstream crashes).
 uint32_t llama_sampler_get_seed(const struct llama_sampler *smpl);
 
-// Upstream: samples and accepts a token from output `idx` of the last evaluation.
-// Not supported by llama-hotswap yet: logs once and returns LLAMA_TOKEN_NULL (-1).
+// Samples a token from output `idx` of the last evaluation: the candidates are all
+// `n_vocab` logits of `llama_get_logits_ith(ctx, idx)`, `smpl` is applied and the selected
+// token accepted and returned. LLAMA_TOKEN_NULL (-1) and a log line when `smpl` or `ctx` is
+// not live, there are no logits for `idx`, or the sampler selected nothing (upstream
+// aborts). Backend samplers never pre-select a token here (they run on the CPU, here).
 llama_token llama_sampler_sample(struct llama_sampler *smpl,
                                  struct llama_context *ctx,
                                  int32_t idx);

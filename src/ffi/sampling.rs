@@ -14,8 +14,6 @@
 //! log and return the failure value instead of touching it; freeing a sampler a chain owns is
 //! refused (upstream would free it twice later).
 
-#![allow(unused_variables)] // stub parameters keep upstream's names, which the header shows
-
 use std::collections::HashMap;
 use std::ffi::{c_char, CString};
 use std::ptr::null_mut;
@@ -25,7 +23,8 @@ use std::time::Instant;
 use super::handles::{llama_context, llama_vocab};
 use super::types::*;
 use super::FfiError;
-use crate::sampling::{Candidates, Sampler, TokenData};
+use crate::sampling::{basic, dry, infill, mirostat, penalties};
+use crate::sampling::{Candidates, Sampler, TokenData, VocabAccess};
 
 // ---------------------------------------------------------------------------------------------
 // Registry of live samplers
@@ -192,6 +191,10 @@ unsafe fn apply_to_array(
     };
     let mut cur = Candidates::new(buf, arr.selected, arr.sorted);
     sampler.apply(&mut cur);
+    if cur.offset() > 0 {
+        // SAFETY: `offset <= size`: still inside the caller's array (XTC moves the start).
+        arr.data = unsafe { arr.data.add(cur.offset()) };
+    }
     arr.size = cur.len();
     arr.selected = cur.selected;
     arr.sorted = cur.sorted;
@@ -792,69 +795,112 @@ pub unsafe extern "C" fn llama_sampler_chain_remove(
 // Built-in samplers
 // ---------------------------------------------------------------------------------------------
 
-/// Upstream: a sampler that selects the most probable token.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+fn boxed(s: impl Sampler + 'static) -> Result<*mut llama_sampler, FfiError> {
+    Ok(sampler_into_raw(Box::new(s)))
+}
+
+fn empty(name: &'static str) -> Result<*mut llama_sampler, FfiError> {
+    boxed(basic::Empty { name })
+}
+
+/// A sampler that selects the token with the highest logit (the first of equal ones).
 #[no_mangle]
 pub extern "C" fn llama_sampler_init_greedy() -> *mut llama_sampler {
-    unsupported!("llama_sampler_init_greedy", null_mut())
+    boundary!("llama_sampler_init_greedy", null_mut(), {
+        boxed(basic::Greedy)
+    })
 }
 
-/// Upstream: a sampler that draws a token from the distribution (random seed for
-/// LLAMA_DEFAULT_SEED).
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// A sampler that draws a token from the softmax of the logits. Its random stream is
+/// upstream's (`std::mt19937` seeded with `seed`, libstdc++'s distributions), so the same
+/// seed draws the same tokens with either library; LLAMA_DEFAULT_SEED picks a random seed.
 #[no_mangle]
 pub extern "C" fn llama_sampler_init_dist(seed: u32) -> *mut llama_sampler {
-    unsupported!("llama_sampler_init_dist", null_mut())
+    boundary!("llama_sampler_init_dist", null_mut(), {
+        boxed(basic::Dist::new(seed))
+    })
 }
 
-/// Upstream: top-k filtering (k <= 0 keeps everything).
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// Top-k filtering: keeps the `k` highest logits, sorted ("?top-k", a no-op, for k <= 0).
 #[no_mangle]
 pub extern "C" fn llama_sampler_init_top_k(k: i32) -> *mut llama_sampler {
-    unsupported!("llama_sampler_init_top_k", null_mut())
+    boundary!("llama_sampler_init_top_k", null_mut(), {
+        if k <= 0 {
+            return empty("?top-k");
+        }
+        boxed(basic::TopK { k })
+    })
 }
 
-/// Upstream: nucleus (top-p) filtering, keeping at least `min_keep` tokens.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// Nucleus (top-p) filtering, keeping at least `min_keep` tokens ("?top-p", a no-op, for
+/// p >= 1).
 #[no_mangle]
 pub extern "C" fn llama_sampler_init_top_p(p: f32, min_keep: usize) -> *mut llama_sampler {
-    unsupported!("llama_sampler_init_top_p", null_mut())
+    boundary!("llama_sampler_init_top_p", null_mut(), {
+        if p >= 1.0 {
+            return empty("?top-p");
+        }
+        boxed(basic::TopP::new(p, min_keep))
+    })
 }
 
-/// Upstream: min-p filtering, keeping at least `min_keep` tokens.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// Min-p filtering, keeping at least `min_keep` tokens ("?min-p", a no-op, for p <= 0).
 #[no_mangle]
 pub extern "C" fn llama_sampler_init_min_p(p: f32, min_keep: usize) -> *mut llama_sampler {
-    unsupported!("llama_sampler_init_min_p", null_mut())
+    boundary!("llama_sampler_init_min_p", null_mut(), {
+        if p <= 0.0 {
+            return empty("?min-p");
+        }
+        boxed(basic::MinP { p, min_keep })
+    })
 }
 
-/// Upstream: locally typical sampling, keeping at least `min_keep` tokens.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// Locally typical sampling, keeping at least `min_keep` tokens ("?typical", a no-op, for
+/// p >= 1).
 #[no_mangle]
 pub extern "C" fn llama_sampler_init_typical(p: f32, min_keep: usize) -> *mut llama_sampler {
-    unsupported!("llama_sampler_init_typical", null_mut())
+    boundary!("llama_sampler_init_typical", null_mut(), {
+        if p >= 1.0 {
+            return empty("?typical");
+        }
+        boxed(basic::Typical { p, min_keep })
+    })
 }
 
-/// Upstream: temperature scaling of the logits (t <= 0 keeps only the maximum).
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// Temperature: divides the logits by `t`; t <= 0 keeps only the highest ("?temp", a
+/// no-op, for t == 1).
 #[no_mangle]
 pub extern "C" fn llama_sampler_init_temp(t: f32) -> *mut llama_sampler {
-    unsupported!("llama_sampler_init_temp", null_mut())
+    boundary!("llama_sampler_init_temp", null_mut(), {
+        if t == 1.0 {
+            return empty("?temp");
+        }
+        boxed(basic::Temp { temp: t })
+    })
 }
 
-/// Upstream: dynamic (entropy-based) temperature.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// Dynamic (entropy-based) temperature in [t - delta, t + delta] ("?temp-ext", a no-op,
+/// for t == 1 and delta <= 0).
 #[no_mangle]
 pub extern "C" fn llama_sampler_init_temp_ext(
     t: f32,
     delta: f32,
     exponent: f32,
 ) -> *mut llama_sampler {
-    unsupported!("llama_sampler_init_temp_ext", null_mut())
+    boundary!("llama_sampler_init_temp_ext", null_mut(), {
+        if t == 1.0 && delta <= 0.0 {
+            return empty("?temp-ext");
+        }
+        boxed(basic::TempExt {
+            temp: t,
+            delta,
+            exponent,
+        })
+    })
 }
 
-/// Upstream: XTC (exclude top choices) sampling.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// XTC (exclude top choices) with upstream's random stream for `seed` ("?xtc", a no-op,
+/// for p <= 0 or t > 0.5).
 #[no_mangle]
 pub extern "C" fn llama_sampler_init_xtc(
     p: f32,
@@ -862,18 +908,27 @@ pub extern "C" fn llama_sampler_init_xtc(
     min_keep: usize,
     seed: u32,
 ) -> *mut llama_sampler {
-    unsupported!("llama_sampler_init_xtc", null_mut())
+    boundary!("llama_sampler_init_xtc", null_mut(), {
+        if p <= 0.0 || t > 0.5 {
+            return empty("?xtc");
+        }
+        boxed(mirostat::Xtc::new(p, t, min_keep, seed))
+    })
 }
 
-/// Upstream: top-n-sigma filtering.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// Top-n-sigma: masks logits more than `n` standard deviations below the highest
+/// ("?top-n-sigma", a no-op, for n <= 0).
 #[no_mangle]
 pub extern "C" fn llama_sampler_init_top_n_sigma(n: f32) -> *mut llama_sampler {
-    unsupported!("llama_sampler_init_top_n_sigma", null_mut())
+    boundary!("llama_sampler_init_top_n_sigma", null_mut(), {
+        if n <= 0.0 {
+            return empty("?top-n-sigma");
+        }
+        boxed(basic::TopNSigma { n })
+    })
 }
 
-/// Upstream: Mirostat 1.0 sampling.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// Mirostat 1.0, selecting a token with upstream's random stream for `seed`.
 #[no_mangle]
 pub extern "C" fn llama_sampler_init_mirostat(
     n_vocab: i32,
@@ -882,22 +937,25 @@ pub extern "C" fn llama_sampler_init_mirostat(
     eta: f32,
     m: i32,
 ) -> *mut llama_sampler {
-    unsupported!("llama_sampler_init_mirostat", null_mut())
+    boundary!("llama_sampler_init_mirostat", null_mut(), {
+        boxed(mirostat::Mirostat::new(n_vocab, seed, tau, eta, m))
+    })
 }
 
-/// Upstream: Mirostat 2.0 sampling.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// Mirostat 2.0, selecting a token with upstream's random stream for `seed`.
 #[no_mangle]
 pub extern "C" fn llama_sampler_init_mirostat_v2(
     seed: u32,
     tau: f32,
     eta: f32,
 ) -> *mut llama_sampler {
-    unsupported!("llama_sampler_init_mirostat_v2", null_mut())
+    boundary!("llama_sampler_init_mirostat_v2", null_mut(), {
+        boxed(mirostat::MirostatV2::new(seed, tau, eta))
+    })
 }
 
-/// Upstream: repetition, frequency and presence penalties over the last tokens.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// Repetition, frequency and presence penalties over the last `penalty_last_n` accepted
+/// tokens ("?penalties", a no-op, when disabled: last_n == 0 or neutral values).
 #[no_mangle]
 pub extern "C" fn llama_sampler_init_penalties(
     n_vocab: i32,
@@ -906,11 +964,152 @@ pub extern "C" fn llama_sampler_init_penalties(
     penalty_freq: f32,
     penalty_present: f32,
 ) -> *mut llama_sampler {
-    unsupported!("llama_sampler_init_penalties", null_mut())
+    let _ = n_vocab; // upstream keeps it for backend sampling only
+    boundary!("llama_sampler_init_penalties", null_mut(), {
+        let last_n = penalty_last_n.max(0);
+        if penalties::Penalties::is_disabled(last_n, penalty_repeat, penalty_freq, penalty_present)
+        {
+            return empty("?penalties");
+        }
+        boxed(penalties::Penalties::new(
+            last_n,
+            penalty_repeat,
+            penalty_freq,
+            penalty_present,
+        ))
+    })
 }
 
-/// Upstream: the DRY ("don't repeat yourself") sampler.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// The vocabulary access the DRY and infill samplers use: the model's token table, and the
+/// tokenizer exports for pieces and tokenization (token text when `llama_token_to_piece` is
+/// unavailable).
+struct FfiVocab {
+    /// The `llama_vocab` handle (checked on every use: upstream's samplers also keep it).
+    handle: usize,
+    model: std::sync::Arc<crate::model::Model>,
+}
+
+impl FfiVocab {
+    /// # Safety
+    /// `vocab` must be NULL or a live vocab handle.
+    unsafe fn new(vocab: *const llama_vocab) -> Result<FfiVocab, FfiError> {
+        // SAFETY: per the contract.
+        let v = unsafe { super::handles::vocab(vocab) }?;
+        Ok(FfiVocab {
+            handle: vocab as usize,
+            model: v.inner.clone(),
+        })
+    }
+
+    fn ptr(&self) -> *const llama_vocab {
+        self.handle as *const llama_vocab
+    }
+
+    /// Calls a length-returning export with a growing buffer (negative: the size needed).
+    fn with_buffer(f: impl Fn(&mut Vec<u8>) -> i32) -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; 256];
+        for _ in 0..2 {
+            let n = f(&mut buf);
+            if n >= 0 {
+                buf.truncate(n as usize);
+                return Some(buf);
+            }
+            buf.resize(n.unsigned_abs() as usize, 0);
+        }
+        None
+    }
+}
+
+impl VocabAccess for FfiVocab {
+    fn n_tokens(&self) -> i32 {
+        self.model.vocab.tokens.len() as i32
+    }
+    fn is_eog(&self, id: i32) -> bool {
+        self.model.vocab.eog.contains(&id)
+    }
+    fn eot(&self) -> i32 {
+        self.model.vocab.specials.eot
+    }
+    fn eos(&self) -> i32 {
+        self.model.vocab.specials.eos
+    }
+    fn piece(&self, id: i32) -> Vec<u8> {
+        let vocab = self.ptr();
+        let piece = Self::with_buffer(|buf| {
+            // SAFETY: `buf` is valid for its length; the handle is checked by the export.
+            unsafe {
+                super::tokenize::llama_token_to_piece(
+                    vocab,
+                    id,
+                    buf.as_mut_ptr().cast(),
+                    buf.len() as i32,
+                    0,
+                    false,
+                )
+            }
+        });
+        if let Some(piece) = piece {
+            return piece;
+        }
+        // Until the tokenizer lands: the token's text; control tokens have no piece.
+        match usize::try_from(id)
+            .ok()
+            .and_then(|i| self.model.vocab.tokens.get(i))
+        {
+            Some(t) if t.attr & crate::model::vocab::ATTR_CONTROL == 0 => {
+                t.text.as_bytes().to_vec()
+            }
+            _ => Vec::new(),
+        }
+    }
+    fn detokenize_one(&self, id: i32) -> Option<Vec<u8>> {
+        let vocab = self.ptr();
+        Self::with_buffer(|buf| {
+            // SAFETY: one token; `buf` is valid for its length.
+            unsafe {
+                super::tokenize::llama_detokenize(
+                    vocab,
+                    &id,
+                    1,
+                    buf.as_mut_ptr().cast(),
+                    buf.len() as i32,
+                    false,
+                    true,
+                )
+            }
+        })
+    }
+    fn tokenize(&self, text: &[u8]) -> Option<Vec<i32>> {
+        let vocab = self.ptr();
+        let mut tokens = vec![0i32; text.len() + 8];
+        for _ in 0..2 {
+            // SAFETY: `text` and `tokens` are valid for the lengths passed.
+            let n = unsafe {
+                super::tokenize::llama_tokenize(
+                    vocab,
+                    text.as_ptr().cast(),
+                    text.len() as i32,
+                    tokens.as_mut_ptr(),
+                    tokens.len() as i32,
+                    false,
+                    false,
+                )
+            };
+            if n >= 0 {
+                tokens.truncate(n as usize);
+                return Some(tokens);
+            }
+            tokens.resize(n.unsigned_abs() as usize, 0);
+        }
+        None
+    }
+}
+
+/// The DRY ("don't repeat yourself") sampler ("?dry", a no-op, when disabled: multiplier 0,
+/// base < 1 or last_n 0). Sequence breakers are matched through the vocabulary: they need
+/// detokenization and tokenization, and NULL (with a log line) is returned for breakers
+/// while those are unavailable. NULL or empty breakers are skipped with a warning, as
+/// upstream; a NULL `vocab` with breakers is refused (upstream crashes).
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_init_dry(
     vocab: *const llama_vocab,
@@ -921,55 +1120,184 @@ pub unsafe extern "C" fn llama_sampler_init_dry(
     seq_breakers: *mut *const c_char,
     num_breakers: usize,
 ) -> *mut llama_sampler {
-    unsupported!("llama_sampler_init_dry", null_mut())
+    boundary!("llama_sampler_init_dry", null_mut(), {
+        if !dry::Dry::enabled(dry_multiplier, dry_base, dry_penalty_last_n) {
+            return empty("?dry");
+        }
+        let mut breakers = dry::Breakers::new();
+        if !seq_breakers.is_null() && num_breakers > 0 {
+            let mut texts = Vec::with_capacity(num_breakers);
+            for i in 0..num_breakers {
+                // SAFETY: the caller passes `num_breakers` string pointers.
+                let p = unsafe { *seq_breakers.add(i) };
+                if p.is_null() {
+                    texts.push(Vec::new());
+                } else {
+                    // SAFETY: NUL-terminated per the contract.
+                    texts.push(unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes().to_vec());
+                }
+            }
+            if texts.iter().any(|t| !t.is_empty()) {
+                // SAFETY: NULL or a live vocab per the contract.
+                let v = unsafe { FfiVocab::new(vocab) }?;
+                breakers = dry::process_breakers(&v, &texts).map_err(FfiError::Invalid)?;
+            } else {
+                for i in 0..texts.len() {
+                    crate::log_warn!("skipping null or empty DRY sequence breaker at index {i}");
+                }
+            }
+        }
+        boxed(dry::Dry::new(
+            dry_multiplier,
+            dry_base,
+            dry_allowed_length,
+            dry_penalty_last_n,
+            breakers,
+        ))
+    })
 }
 
-/// Upstream: adaptive-p, selecting tokens near a target probability over time.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// Adaptive-p: selects tokens near a target probability adapted over time, with upstream's
+/// random stream for `seed` (a negative target draws from the distribution unchanged).
 #[no_mangle]
 pub extern "C" fn llama_sampler_init_adaptive_p(
     target: f32,
     decay: f32,
     seed: u32,
 ) -> *mut llama_sampler {
-    unsupported!("llama_sampler_init_adaptive_p", null_mut())
+    boundary!("llama_sampler_init_adaptive_p", null_mut(), {
+        boxed(mirostat::AdaptiveP::new(target, decay, seed))
+    })
 }
 
-/// Upstream: adds fixed biases to the logits of given tokens.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// Adds fixed biases to the logits of given tokens ("?logit-bias", a no-op, for
+/// n_logit_bias <= 0). NULL `logit_bias` with a positive count: NULL and a log line.
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_init_logit_bias(
     n_vocab: i32,
     n_logit_bias: i32,
     logit_bias: *const llama_logit_bias,
 ) -> *mut llama_sampler {
-    unsupported!("llama_sampler_init_logit_bias", null_mut())
+    let _ = n_vocab;
+    boundary!("llama_sampler_init_logit_bias", null_mut(), {
+        if n_logit_bias <= 0 {
+            return empty("?logit-bias");
+        }
+        if logit_bias.is_null() {
+            return Err(FfiError::Null("logit_bias"));
+        }
+        // SAFETY: the caller passes `n_logit_bias` entries.
+        let biases = unsafe { std::slice::from_raw_parts(logit_bias, n_logit_bias as usize) };
+        boxed(basic::LogitBias {
+            biases: biases.iter().map(|b| (b.token, b.bias)).collect(),
+        })
+    })
 }
 
-/// Upstream: the fill-in-the-middle sampler (merges same-prefix tokens, prefers EOG).
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// The fill-in-the-middle sampler: prefers end-of-generation when text is unlikely, merges
+/// tokens whose pieces are prefixes of each other, thresholds. Pieces come from
+/// `llama_token_to_piece` (the token's text while that is unavailable). The model must
+/// outlive the sampler, as upstream. NULL (and a log line) for a NULL or freed vocab.
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_init_infill(
     vocab: *const llama_vocab,
 ) -> *mut llama_sampler {
-    unsupported!("llama_sampler_init_infill", null_mut())
+    boundary!("llama_sampler_init_infill", null_mut(), {
+        // SAFETY: NULL or a live vocab per the contract.
+        let v = unsafe { FfiVocab::new(vocab) }?;
+        boxed(infill::Infill::new(std::sync::Arc::new(v)))
+    })
 }
 
-/// Upstream: the seed a sampler uses, or LLAMA_DEFAULT_SEED if it has none.
-/// Not supported by llama-hotswap yet: logs once and returns LLAMA_DEFAULT_SEED (upstream's
-/// "no seed" value).
+/// The seed a sampler draws with (dist, mirostat, mirostat-v2; for a chain the last such
+/// sampler's), or LLAMA_DEFAULT_SEED if it has none. LLAMA_DEFAULT_SEED (and a log line)
+/// for NULL or a pointer that is not a live sampler (upstream crashes).
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_get_seed(smpl: *const llama_sampler) -> u32 {
-    unsupported!("llama_sampler_get_seed", LLAMA_DEFAULT_SEED)
+    boundary!("llama_sampler_get_seed", LLAMA_DEFAULT_SEED, {
+        live(smpl, "smpl")?;
+        // SAFETY: live per the check.
+        Ok(unsafe { seed_of(smpl) })
+    })
 }
 
-/// Upstream: samples and accepts a token from output `idx` of the last evaluation.
-/// Not supported by llama-hotswap yet: logs once and returns LLAMA_TOKEN_NULL (-1).
+/// # Safety
+/// `smpl` must be a live sampler.
+unsafe fn seed_of(smpl: *const llama_sampler) -> u32 {
+    // SAFETY: live per the contract; chains own live samplers.
+    unsafe {
+        if let Some(s) = rust_sampler(smpl) {
+            // upstream reports seeds for dist and the mirostats only
+            return match s.inner.name() {
+                "dist" | "mirostat" | "mirostat-v2" => s.inner.seed().unwrap_or(LLAMA_DEFAULT_SEED),
+                _ => LLAMA_DEFAULT_SEED,
+            };
+        }
+        if let Some(chain) = chain_of(smpl) {
+            for &s in chain.samplers.iter().rev() {
+                let seed = seed_of(s);
+                if seed != LLAMA_DEFAULT_SEED {
+                    return seed;
+                }
+            }
+        }
+    }
+    LLAMA_DEFAULT_SEED
+}
+
+/// Samples a token from output `idx` of the last evaluation: the candidates are all
+/// `n_vocab` logits of `llama_get_logits_ith(ctx, idx)`, `smpl` is applied and the selected
+/// token accepted and returned. LLAMA_TOKEN_NULL (-1) and a log line when `smpl` or `ctx` is
+/// not live, there are no logits for `idx`, or the sampler selected nothing (upstream
+/// aborts). Backend samplers never pre-select a token here (they run on the CPU, here).
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_sample(
     smpl: *mut llama_sampler,
     ctx: *mut llama_context,
     idx: i32,
 ) -> llama_token {
-    unsupported!("llama_sampler_sample", LLAMA_TOKEN_NULL)
+    boundary!("llama_sampler_sample", LLAMA_TOKEN_NULL, {
+        live(smpl, "smpl")?;
+        // SAFETY: NULL or a live context per the contract.
+        let c = unsafe { super::handles::context(ctx) }?;
+        // SAFETY: a live context keeps its model handle (upstream's rule: model outlives it).
+        let model = unsafe { super::handles::model(c.model) }?;
+        let n_vocab = model.inner.vocab.tokens.len();
+        // SAFETY: a live context.
+        let logits = unsafe { super::context::llama_get_logits_ith(ctx, idx) };
+        if logits.is_null() {
+            return Err(FfiError::Invalid(format!("no logits for output {idx}")));
+        }
+        // SAFETY: a row of n_vocab logits owned by the context.
+        let row = unsafe { std::slice::from_raw_parts(logits, n_vocab) };
+        let mut cur: Vec<llama_token_data> = row
+            .iter()
+            .enumerate()
+            .map(|(id, &logit)| llama_token_data {
+                id: id as llama_token,
+                logit,
+                p: 0.0,
+            })
+            .collect();
+        let mut arr = llama_token_data_array {
+            data: cur.as_mut_ptr(),
+            size: cur.len(),
+            selected: -1,
+            sorted: false,
+        };
+        // SAFETY: live sampler, array over `cur`.
+        unsafe { llama_sampler_apply(smpl, &mut arr) };
+        if arr.selected < 0 || arr.selected as usize >= arr.size || arr.data.is_null() {
+            return Err(FfiError::Invalid(format!(
+                "the sampler selected no token (selected {} of {} candidates); add a \
+                 selecting sampler (greedy, dist, mirostat...) at the end of the chain",
+                arr.selected, arr.size
+            )));
+        }
+        // SAFETY: `selected < size` over the (possibly advanced) array.
+        let token = unsafe { (*arr.data.add(arr.selected as usize)).id };
+        // SAFETY: live sampler.
+        unsafe { llama_sampler_accept(smpl, token) };
+        Ok(token)
+    })
 }

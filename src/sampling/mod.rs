@@ -10,7 +10,14 @@
 //! One file per sampler family; [`Sampler`] is the contract the C wrapper (and the grammar
 //! sampler) implement.
 
+pub mod array;
+pub mod basic;
+pub mod cpp;
+pub mod dry;
 pub mod grammar;
+pub mod infill;
+pub mod mirostat;
+pub mod penalties;
 
 /// One candidate token: id, logit and probability (layout of upstream's `llama_token_data`).
 #[repr(C)]
@@ -29,6 +36,7 @@ pub struct TokenData {
 pub struct Candidates<'a> {
     buf: &'a mut [TokenData],
     len: usize,
+    offset: usize,
     /// Index into the current data (not a token id), -1 when nothing is selected.
     pub selected: i64,
     /// Whether the data is sorted by descending logit.
@@ -42,6 +50,7 @@ impl<'a> Candidates<'a> {
         Candidates {
             buf,
             len,
+            offset: 0,
             selected,
             sorted,
         }
@@ -77,6 +86,21 @@ impl<'a> Candidates<'a> {
         self.len = n.min(self.buf.len());
     }
 
+    /// Moves the start of the array `n` elements forward (`cur_p->data += n`, as upstream's
+    /// XTC does) and shrinks `size` by `n`.
+    pub fn advance(&mut self, n: usize) {
+        let n = n.min(self.len);
+        let buf = std::mem::take(&mut self.buf);
+        self.buf = &mut buf[n..];
+        self.len -= n;
+        self.offset += n;
+    }
+
+    /// How far [`Candidates::advance`] moved the start, for writing `data` back.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
     /// Sets `size` to `n`, which may grow it back up to the caller's original array length
     /// (upstream samplers only grow back to a size they had before).
     pub fn set_len(&mut self, n: usize) {
@@ -102,4 +126,22 @@ pub trait Sampler: Send {
     fn seed(&self) -> Option<u32> {
         None
     }
+}
+
+/// What the vocabulary-dependent samplers (DRY's sequence breakers, infill) need from a
+/// model's vocabulary; the C layer implements it over a `llama_vocab`.
+pub trait VocabAccess: Send + Sync {
+    fn n_tokens(&self) -> i32;
+    fn is_eog(&self, id: i32) -> bool;
+    /// The end-of-turn token, or -1.
+    fn eot(&self) -> i32;
+    /// The end-of-sequence token, or -1.
+    fn eos(&self) -> i32;
+    /// `token_to_piece(id, lstrip = 0, special = false)`.
+    fn piece(&self, id: i32) -> Vec<u8>;
+    /// `detokenize({id}, special = true)`; `None` when detokenization is unavailable.
+    fn detokenize_one(&self, id: i32) -> Option<Vec<u8>>;
+    /// `tokenize(text, add_special = false, parse_special = false)`; `None` when
+    /// tokenization is unavailable.
+    fn tokenize(&self, text: &[u8]) -> Option<Vec<i32>>;
 }

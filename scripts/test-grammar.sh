@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Grammar samplers, differential: ffi-tests/probe_grammar.c, compiled once against upstream's
 # llama.h, runs on upstream's libllama.so and ours with the vocab-only llama-bpe model (and the
-# llama-spm one for the sample grammars): every
-# grammars/*.gbnf of the pinned llama.cpp, upstream's integration-test grammars, token
-# references, lazy samplers (word, pattern, token), invalid grammars. Outputs must be
-# identical. Then input upstream aborts on ("hostile"), on ours only: every sampler NULL.
+# llama-spm one for the sample grammars): every grammars/*.gbnf of the pinned llama.cpp,
+# upstream's integration-test grammars, token references, lazy samplers (word, pattern,
+# token), JSON-schema grammars, invalid grammars. Outputs must be identical. Then input
+# upstream aborts on ("hostile"), on ours only: every sampler NULL.
 . "$(dirname "$0")/test-common.sh"
 need_upstream_source
 need_upstream_lib
@@ -17,12 +17,15 @@ ours="$RELEASE_DIR"
 passed=0; failed=0
 # The llama-bpe vocab (GPT-2 byte-level pieces) for everything; the llama-spm vocab (▁ for
 # spaces, <0xXX> byte tokens) for the sample grammars too.
-for mode in files builtin invalid files-spm; do
+# JSON-schema grammars from llama-cpp-python's own converter (what `response_format` sends).
+python3 scripts/grammar_schemas.py "$UPSTREAM_DIR/llama_cpp/llama_grammar.py" "$out/schemas"
+for mode in files builtin invalid files-spm schemas; do
     args=()
     model="$UPSTREAM_LLAMA/models/ggml-vocab-llama-bpe.gguf"
     case "$mode" in
         files) args=(files "$UPSTREAM_LLAMA"/grammars/*.gbnf) ;;
         files-spm) args=(files "$UPSTREAM_LLAMA"/grammars/*.gbnf); model="$UPSTREAM_LLAMA/models/ggml-vocab-llama-spm.gguf" ;;
+        schemas) args=(files "$out"/schemas/*.gbnf) ;;
         *) args=("$mode") ;;
     esac
     LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/probe_grammar" "$model" "${args[@]}" > "$out/$mode.upstream" 2> "$out/$mode.upstream.log" || true

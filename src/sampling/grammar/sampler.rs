@@ -74,7 +74,8 @@ impl Sampler for GrammarSampler {
     fn accept(&mut self, token: i32) {
         if let Some(grammar) = &mut self.grammar {
             if let Err(e) = grammar.accept(token) {
-                crate::log_error!("grammar sampler: {e}; the grammar state is unchanged");
+                // upstream aborts here; we keep the grammar as it was before this token
+                crate::log_error!("grammar sampler: {e}; token not accepted");
             }
         }
     }

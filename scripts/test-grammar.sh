@@ -19,12 +19,18 @@ passed=0; failed=0
 # spaces, <0xXX> byte tokens) for the sample grammars too.
 # JSON-schema grammars from llama-cpp-python's own converter (what `response_format` sends).
 python3 scripts/grammar_schemas.py "$UPSTREAM_DIR/llama_cpp/llama_grammar.py" "$out/schemas"
+# `<text>` token references on the SPM vocab: BOS/EOS (control), <unk> (unknown), and a byte
+# token, which is no special token (NULL on both).
+mkdir -p "$out/spm"
+printf 'root ::= <s> [a-c]+ </s>\n' > "$out/spm/token-s.gbnf"
+printf 'root ::= <unk> "x"\n' > "$out/spm/token-unk.gbnf"
+printf 'root ::= "a" <0x0A>\n' > "$out/spm/token-byte.gbnf"
 for mode in files builtin invalid files-spm schemas; do
     args=()
     model="$UPSTREAM_LLAMA/models/ggml-vocab-llama-bpe.gguf"
     case "$mode" in
         files) args=(files "$UPSTREAM_LLAMA"/grammars/*.gbnf) ;;
-        files-spm) args=(files "$UPSTREAM_LLAMA"/grammars/*.gbnf); model="$UPSTREAM_LLAMA/models/ggml-vocab-llama-spm.gguf" ;;
+        files-spm) args=(files "$UPSTREAM_LLAMA"/grammars/*.gbnf "$out"/spm/*.gbnf); model="$UPSTREAM_LLAMA/models/ggml-vocab-llama-spm.gguf" ;;
         schemas) args=(files "$out"/schemas/*.gbnf) ;;
         *) args=("$mode") ;;
     esac

@@ -22,7 +22,8 @@ use crate::model::vocab::{
 pub struct GrammarVocab {
     pieces: Vec<Vec<u8>>,
     eog: HashSet<i32>,
-    /// Text of control and user-defined tokens → id, for `<text>` references.
+    /// Text of unknown, control and user-defined tokens (upstream's special tokens) → id, for
+    /// `<text>` references.
     special: HashMap<Vec<u8>, i32>,
 }
 
@@ -51,7 +52,7 @@ impl GrammarVocab {
             .tokens
             .iter()
             .enumerate()
-            .filter(|(_, t)| t.attr & (ATTR_CONTROL | ATTR_USER_DEFINED) != 0)
+            .filter(|(_, t)| t.attr & (ATTR_UNKNOWN | ATTR_CONTROL | ATTR_USER_DEFINED) != 0)
             .map(|(i, t)| (t.text.as_bytes().to_vec(), i as i32))
             .collect();
         GrammarVocab {

@@ -221,6 +221,11 @@ impl Grammar {
         self.stacks.iter().any(Vec::is_empty)
     }
 
+    /// The unfinished UTF-8 sequence at the end of the accepted text.
+    pub fn partial_utf8(&self) -> PartialUtf8 {
+        self.partial_utf8
+    }
+
     pub fn is_awaiting_trigger(&self) -> bool {
         self.awaiting_trigger
     }

@@ -33,45 +33,26 @@
 //!   (from the new file when it reloads, else from the descriptor opened at load, which reads
 //!   safely even if the file shrank).
 
-mod report;
-
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use thiserror::Error;
 
-use crate::device::read_exact_at_parallel;
 use crate::gguf::{GgmlType, Gguf, TensorInfo};
-use crate::loader::file::FileIdentity;
-use crate::loader::place::{lcm_block, Home, ModelDevices};
-use crate::model::tensors::{
-    moe_siblings, read_data, Original, SplitGeometry, SwapState, TensorData, TensorLayout,
-    TensorState,
-};
+use crate::model::swap::{lock, WatchedFile};
+use crate::model::tensors::{moe_siblings, Original, SwapState, TensorState};
 use crate::model::Model;
+use crate::storage::data::{read_data, writable, write_storage};
+use crate::storage::place::lcm_block;
+use crate::storage::{
+    read_exact_at_parallel, FileIdentity, Home, ModelDevices, TensorData, TensorLayout,
+};
 
-pub use report::{Outcome, Report, ReportEntry};
-
-/// The environment variable read at model load.
-pub const ENV: &str = "LLAMA_HOTSWAP_ENABLED";
-
-/// Whether `LLAMA_HOTSWAP_ENABLED` turns hot-swap on: set to anything but empty, `0`,
-/// `false` or `off` (case-insensitive, surrounding whitespace ignored).
-pub fn enabled_by_env() -> bool {
-    match std::env::var_os(ENV) {
-        None => false,
-        Some(v) => is_enabling_value(&v.to_string_lossy()),
-    }
-}
-
-/// See [`enabled_by_env`].
-pub fn is_enabling_value(value: &str) -> bool {
-    let v = value.trim().to_ascii_lowercase();
-    !(v.is_empty() || v == "0" || v == "false" || v == "off")
-}
+pub use crate::model::swap::report::{Outcome, Report, ReportEntry};
+pub use crate::model::swap::{enabled_by_env, is_enabling_value, HotSwap, ENV};
 
 /// Why a reload call as a whole did not run (per-tensor problems go into the report).
 #[derive(Debug, Error)]
@@ -82,71 +63,6 @@ pub enum HotSwapError {
     File { path: String, reason: String },
     #[error("{0}")]
     Invalid(String),
-}
-
-/// One watched shard.
-#[derive(Debug)]
-struct WatchedFile {
-    path: Option<PathBuf>,
-    /// As of the last look (None: the path did not exist).
-    identity: Option<FileIdentity>,
-    /// The model's tensors whose bytes came from this file (indices, file order).
-    tensors: Vec<usize>,
-}
-
-/// Registration and the last report; the mutex serializes reload calls.
-#[derive(Debug)]
-pub struct HotSwap {
-    watch: Mutex<Vec<WatchedFile>>,
-    report: Mutex<Arc<Report>>,
-    /// A staging buffer kept between calls (the largest tensor staged so far), so that a
-    /// reload does not pay page faults for a fresh buffer every time.
-    staging: Mutex<Vec<u8>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl HotSwap {
-    /// Records every shard's path and identity (tensor offsets stay on the tensors).
-    pub fn register(model: &Model) -> HotSwap {
-        let mut files: Vec<WatchedFile> = model
-            .files
-            .iter()
-            .map(|f| {
-                if f.path.is_none() {
-                    crate::log_warn!(
-                        "hot-swap: a model loaded from a FILE * has no path to watch; \
-                         llama_ext_tensor_set and llama_ext_model_reload_from_file still work"
-                    );
-                }
-                WatchedFile {
-                    path: f.path.clone(),
-                    identity: Some(f.identity),
-                    tensors: Vec::new(),
-                }
-            })
-            .collect();
-        for (i, t) in model.tensors.iter().enumerate() {
-            files[t.source.file_index].tensors.push(i);
-        }
-        crate::log_info!(
-            "hot-swap: enabled, watching {} file(s) for {} tensors",
-            model.files.len(),
-            model.tensors.len()
-        );
-        HotSwap {
-            watch: Mutex::new(files),
-            report: Mutex::new(Arc::new(Report::default())),
-            staging: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// The last reload call's report.
-    pub fn last_report(&self) -> Arc<Report> {
-        Arc::clone(&lock(&self.report))
-    }
 }
 
 /// Where a job's bytes come from.
@@ -617,34 +533,6 @@ fn cpu_copy(devices: &ModelDevices, bytes: &[u8]) -> Result<TensorData, String> 
         .store_on(devices.cpu(), bytes)
         .map(TensorData::Device)
         .map_err(|e| e.reason)
-}
-
-/// Whether storage can be written in place (it is ours, not a file mapping).
-fn writable(data: &TensorData) -> bool {
-    matches!(
-        data,
-        TensorData::Host(_) | TensorData::Device(_) | TensorData::RowSplit { .. }
-    )
-}
-
-/// Writes the whole tensor's bytes into existing storage. The caller holds the write lock.
-fn write_storage(layout: &TensorLayout, data: &mut TensorData, bytes: &[u8]) -> Result<(), String> {
-    match data {
-        TensorData::Host(range) => range.write(bytes).map_err(|e| e.to_string()),
-        TensorData::Device(a) => a.write(0, bytes).map_err(|e| e.to_string()),
-        TensorData::RowSplit { dim, pieces } => {
-            let geometry =
-                SplitGeometry::of(layout, *dim).ok_or_else(|| "unsplittable shape".to_string())?;
-            for p in pieces.iter_mut() {
-                let part = geometry.gather(bytes, p.first, p.count);
-                p.alloc.write(0, &part).map_err(|e| e.to_string())?;
-            }
-            Ok(())
-        }
-        TensorData::Mapped { .. } | TensorData::Unallocated => {
-            Err("storage is not writable".to_string())
-        }
-    }
 }
 
 /// Why a member could not be staged.

@@ -34,6 +34,9 @@ pub enum LoadError {
     },
     #[error("cancelled model load")]
     Cancelled,
+    /// The devices and layer offload asked for cannot be placed.
+    #[error("{0}")]
+    Placement(#[from] crate::device::PlacementError),
 }
 
 fn file_error(source: &SourceFile, reason: impl std::fmt::Display) -> LoadError {
@@ -78,7 +81,7 @@ impl Default for LoadOptions<'_> {
             overrides: Vec::new(),
             progress: None,
             placement: PlacementParams::default(),
-            hotswap: crate::hotswap::enabled_by_env(),
+            hotswap: crate::model::swap::enabled_by_env(),
         }
     }
 }
@@ -453,7 +456,7 @@ pub fn load(source: ModelSource, mut options: LoadOptions<'_>) -> Result<Model, 
     model.files = sources;
     model.devices = Some(devices);
     if options.hotswap {
-        model.hotswap = Some(crate::hotswap::HotSwap::register(&model));
+        model.hotswap = Some(crate::model::swap::HotSwap::register(&model));
     }
     Ok(model)
 }
@@ -672,7 +675,7 @@ fn load_data(
             (None, None) => {
                 staging.clear();
                 staging.resize(len, 0);
-                crate::device::read_exact_at_parallel(&s.file, &mut staging, start)
+                crate::storage::read_exact_at_parallel(&s.file, &mut staging, start)
                     .map_err(|e| tensor_error(format!("read error: {e}")))?;
                 &staging
             }

@@ -106,7 +106,12 @@ fn dependency_graph(src: &Path) -> (Graph, Evidence) {
     let mut evidence = Evidence::new();
     for file in files {
         let rel = file.strip_prefix(src).unwrap();
-        let first = rel.components().next().unwrap().as_os_str().to_string_lossy();
+        let first = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
         let owner = first.strip_suffix(".rs").unwrap_or(&first).to_string();
         if !modules.contains(&owner) {
             continue; // lib.rs itself, build helpers
@@ -171,7 +176,10 @@ fn no_cycle_between_top_level_modules() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let (graph, evidence) = dependency_graph(&src);
     for (from, tos) in &graph {
-        eprintln!("{from} -> {}", tos.iter().cloned().collect::<Vec<_>>().join(", "));
+        eprintln!(
+            "{from} -> {}",
+            tos.iter().cloned().collect::<Vec<_>>().join(", ")
+        );
     }
     if let Some(cycle) = find_cycle(&graph) {
         let steps: Vec<String> = cycle
@@ -198,7 +206,10 @@ fn ffi_is_the_top_and_nothing_imports_it() {
         .filter(|(from, tos)| *from != "ffi" && tos.contains("ffi"))
         .map(|(from, _)| evidence[&(from.clone(), "ffi".to_string())].clone())
         .collect();
-    assert!(importers.is_empty(), "modules below ffi import it: {importers:?}");
+    assert!(
+        importers.is_empty(),
+        "modules below ffi import it: {importers:?}"
+    );
 }
 
 #[test]

@@ -19,13 +19,28 @@ use crate::model::{arch, ftype, hparams, split, vocab::Vocab, LoadMode, Model};
 use file::SourceFile;
 use place::{granularity_for, AllocFailure, Home, ModelDevices, PlacementParams};
 
-/// Why a load failed. The text names the file, tensor and reason.
+/// Why a load failed: each variant carries what failed (file, tensor) and the cause; the C
+/// boundary turns it into one log line (its `Display`).
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    /// A file could not be opened or read, or its content is not a valid model.
     #[error("{file}: {reason}")]
     File { file: String, reason: String },
+    /// `llama_model_load_from_splits` was given no paths.
+    #[error("list of splits is empty")]
+    NoSplits,
+    /// The host's `FILE *` could not be examined.
+    #[error("{file}: failed to stat: {source}")]
+    Stat {
+        file: String,
+        source: std::io::Error,
+    },
+    /// Two tensors of the model share a name (across all shards).
+    #[error("tensor '{tensor}' is duplicated")]
+    DuplicateTensor { tensor: String },
+    /// A `tensor_buft_overrides` pattern is invalid.
     #[error("{0}")]
-    Model(String),
+    Override(#[from] crate::device::OverrideError),
     #[error("tensor '{tensor}' in {file}: {reason}")]
     Tensor {
         file: String,
@@ -131,14 +146,14 @@ fn open_files(source: ModelSource) -> Result<Vec<OpenedFile>, LoadError> {
     let (main, explicit) = match source {
         ModelSource::Path(path) => (open_path(&path)?, None),
         ModelSource::Splits(paths) => {
-            let first = paths
-                .first()
-                .ok_or_else(|| LoadError::Model("list of splits is empty".into()))?;
+            let first = paths.first().ok_or(LoadError::NoSplits)?;
             (open_path(first)?, Some(paths))
         }
         ModelSource::File { file, base } => {
-            let source = SourceFile::from_file(file, base)
-                .map_err(|e| LoadError::Model(format!("<FILE *>: failed to stat: {e}")))?;
+            let source = SourceFile::from_file(file, base).map_err(|source| LoadError::Stat {
+                file: "<FILE *>".to_string(),
+                source,
+            })?;
             (OpenedFile::open(source)?, None)
         }
     };
@@ -448,7 +463,7 @@ pub fn load(source: ModelSource, mut options: LoadOptions<'_>) -> Result<Model, 
         model
             .tensors
             .push(Tensor::new(name, source, home, state))
-            .map_err(LoadError::Model)?;
+            .map_err(|tensor| LoadError::DuplicateTensor { tensor })?;
     }
     if !options.no_alloc {
         log_buffer_sizes(&model.tensors, &devices);
@@ -468,8 +483,7 @@ fn tensor_homes(
     infos: &[(String, TensorLayout, TensorSource)],
 ) -> Result<Vec<Home>, LoadError> {
     let overrides =
-        crate::device::BuftOverrides::new(params.overrides.iter().map(|(p, d)| (p.as_str(), *d)))
-            .map_err(|e| LoadError::Model(e.to_string()))?;
+        crate::device::BuftOverrides::new(params.overrides.iter().map(|(p, d)| (p.as_str(), *d)))?;
     let cpu = devices.cpu();
     Ok(infos
         .iter()

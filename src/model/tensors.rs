@@ -185,10 +185,10 @@ pub struct TensorStore {
 }
 
 impl TensorStore {
-    /// Adds a tensor; a duplicate name is an error (as upstream).
+    /// Adds a tensor; a duplicate name is an error (as upstream), which returns the name.
     pub fn push(&mut self, tensor: Tensor) -> Result<(), String> {
         if self.by_name.contains_key(&tensor.name) {
-            return Err(format!("tensor '{}' is duplicated", tensor.name));
+            return Err(tensor.name);
         }
         self.by_name.insert(tensor.name.clone(), self.tensors.len());
         self.tensors.push(tensor);

@@ -49,6 +49,7 @@ use std::sync::{Arc, OnceLock};
 use thiserror::Error;
 
 pub use capacity::{format_capacity, parse_capacity, parse_virtual_gpus, CapacityError};
+pub use host::page_size;
 pub use overrides::{parse_override_list, BuftOverrides, OverrideError};
 pub use placement::{
     compute_placement, row_split, LayerDevice, MemoryInfo, Placement, PlacementError,

@@ -10,6 +10,7 @@
 //! * [`fixtures`]: tiny llama-family models and corrupt files for tests and demos.
 //!
 //! Nothing here maps memory or uses `unsafe`; the loader decides how to reach tensor data.
+#![forbid(unsafe_code)]
 
 pub mod error;
 pub mod file;

@@ -39,6 +39,7 @@
 //! write locks · `mapping.rs`: moving tensors off a changed file's mapping. The registration and
 //! the report are the model's ([`crate::model::swap`]); storage operations are
 //! [`crate::storage`]'s.
+#![forbid(unsafe_code)]
 
 mod commit;
 mod mapping;

@@ -1,5 +1,6 @@
 //! Loading a model from GGUF files: split discovery, metadata, hyperparameters, vocabulary,
 //! tensor registry and tensor data in every load mode, with progress and cancellation.
+#![forbid(unsafe_code)]
 
 pub mod file;
 pub mod place;

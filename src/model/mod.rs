@@ -1,4 +1,5 @@
 //! The loaded model: metadata, hyperparameters, vocabulary and tensors.
+#![forbid(unsafe_code)]
 
 pub mod arch;
 pub mod ftype;

@@ -116,7 +116,7 @@ pub fn read_exact_at_parallel(
     if dst.len() < PARALLEL_MIN {
         return file.read_exact_at(dst, offset);
     }
-    let half = (dst.len() / 2) & !4095;
+    let half = (dst.len() / 2) & !(crate::device::page_size() - 1);
     let (a, b) = dst.split_at_mut(half);
     std::thread::scope(|scope| {
         let second = scope.spawn(|| file.read_exact_at(b, offset + half as u64));

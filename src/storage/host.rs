@@ -120,10 +120,10 @@ pub fn split_arena(
         }
         end_so_far = end_so_far.max(end);
     }
-    const PAGE: usize = 4096;
+    let page = crate::device::page_size();
     for &(offset, len) in release {
-        let start = offset.div_ceil(PAGE) * PAGE;
-        let end = (offset + len) / PAGE * PAGE;
+        let start = offset.div_ceil(page) * page;
+        let end = (offset + len) / page * page;
         if end > start {
             // SAFETY: whole pages inside our anonymous mapping and inside a released range,
             // which overlaps no kept range (checked above): nothing reads them again.

@@ -158,7 +158,7 @@ pub(super) fn devices() -> &'static Result<Vec<Arc<CudaDevice>>, Unavailable> {
             // no other preconditions.
             unsafe { sys::cuInit(0) }
                 .result()
-                .map_err(|e| CudaError::driver(format!("cuInit failed"), e))
+                .map_err(|e| CudaError::driver("cuInit failed", e))
         })
         .map_err(|e| Unavailable::warn(e.to_string()))?;
         let mut count: c_int = 0;
@@ -166,7 +166,7 @@ pub(super) fn devices() -> &'static Result<Vec<Arc<CudaDevice>>, Unavailable> {
             // SAFETY: `count` is a valid out pointer; the driver is initialized.
             unsafe { sys::cuDeviceGetCount(&mut count) }
                 .result()
-                .map_err(|e| CudaError::driver(format!("cuDeviceGetCount failed"), e))
+                .map_err(|e| CudaError::driver("cuDeviceGetCount failed", e))
         })
         .map_err(|e| Unavailable::warn(e.to_string()))?;
         if count <= 0 {

@@ -72,7 +72,7 @@ impl Ring {
         // on the legacy stream (whose DMA may still be running when they return).
         unsafe { sys::cuStreamCreate(&mut stream, sys::CUstream_flags::CU_STREAM_DEFAULT as u32) }
             .result()
-            .map_err(|e| CudaError::driver(format!("cuStreamCreate"), e))?;
+            .map_err(|e| CudaError::driver("cuStreamCreate", e))?;
         let mut ring = Ring {
             stream: Stream(stream),
             slots: Vec::with_capacity(STAGING_BUFFERS),
@@ -98,7 +98,7 @@ impl Ring {
         // SAFETY: `event` is a valid out pointer; the context is bound by the caller.
         unsafe { sys::cuEventCreate(&mut event, flags) }
             .result()
-            .map_err(|e| CudaError::driver(format!("cuEventCreate"), e))?;
+            .map_err(|e| CudaError::driver("cuEventCreate", e))?;
         match alloc_pinned_bytes(STAGING_BYTES) {
             Ok(host) => Ok(Slot {
                 host,

@@ -34,7 +34,7 @@ pub(super) fn read_split(file: &File, buf: &mut [u8], offset: u64) -> io::Result
     let part = buf
         .len()
         .div_ceil(read_parts())
-        .next_multiple_of(4096)
+        .next_multiple_of(crate::device::page_size())
         .max(MIN_READ_PART);
     if part >= buf.len() {
         return file.read_exact_at(buf, offset);

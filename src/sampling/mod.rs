@@ -10,6 +10,8 @@
 //! One file per sampler family; [`Sampler`] is the contract the C wrapper (and the grammar
 //! sampler) implement.
 
+#![forbid(unsafe_code)]
+
 pub mod array;
 pub mod basic;
 pub mod cpp;

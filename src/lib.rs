@@ -5,6 +5,8 @@
 //! safe Rust with `thiserror` errors. `gguf` parses bytes and never sees a mapping.
 
 /// cbindgen:ignore
+pub mod chat;
+/// cbindgen:ignore
 pub mod device;
 /// cbindgen:ignore
 pub mod gguf;

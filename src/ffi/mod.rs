@@ -142,4 +142,5 @@ pub mod sampling;
 pub mod state;
 pub mod threadpool;
 pub mod tokenize;
+pub mod chat;
 pub mod vocab;

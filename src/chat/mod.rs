@@ -309,7 +309,10 @@ fn is_c_space(b: u8) -> bool {
 /// Upstream's `trim`: C whitespace off both ends.
 fn trim(s: &[u8]) -> &[u8] {
     let start = s.iter().position(|&b| !is_c_space(b)).unwrap_or(s.len());
-    let end = s.iter().rposition(|&b| !is_c_space(b)).map_or(start, |i| i + 1);
+    let end = s
+        .iter()
+        .rposition(|&b| !is_c_space(b))
+        .map_or(start, |i| i + 1);
     &s[start..end]
 }
 
@@ -332,12 +335,19 @@ impl Out {
 pub fn apply(tmpl: Template, chat: &[Message<'_>], add_ass: bool) -> Vec<u8> {
     use Template as T;
     let mut o = Out(Vec::with_capacity(
-        chat.iter().map(|m| m.role.len() + m.content.len() + 32).sum::<usize>() + 32,
+        chat.iter()
+            .map(|m| m.role.len() + m.content.len() + 32)
+            .sum::<usize>()
+            + 32,
     ));
     match tmpl {
         T::Chatml => {
             for m in chat {
-                o.s("<|im_start|>").b(m.role).s("\n").b(m.content).s("<|im_end|>\n");
+                o.s("<|im_start|>")
+                    .b(m.role)
+                    .s("\n")
+                    .b(m.content)
+                    .s("<|im_end|>\n");
             }
             if add_ass {
                 o.s("<|im_start|>assistant\n");
@@ -347,7 +357,11 @@ pub fn apply(tmpl: Template, chat: &[Message<'_>], add_ass: bool) -> Vec<u8> {
             let space = if tmpl == T::MistralV7 { " " } else { "" };
             for m in chat {
                 match m.role {
-                    b"system" => o.s("[SYSTEM_PROMPT]").s(space).b(m.content).s("[/SYSTEM_PROMPT]"),
+                    b"system" => o
+                        .s("[SYSTEM_PROMPT]")
+                        .s(space)
+                        .b(m.content)
+                        .s("[/SYSTEM_PROMPT]"),
                     b"user" => o.s("[INST]").s(space).b(m.content).s("[/INST]"),
                     _ => o.s(space).b(m.content).s("</s>"),
                 };
@@ -367,7 +381,11 @@ pub fn apply(tmpl: Template, chat: &[Message<'_>], add_ass: bool) -> Vec<u8> {
                     b"system" => o.b(m.content).s("\n\n"),
                     b"user" => o.b(m.content).s(leading).s("[/INST]"),
                     _ => {
-                        let content = if trim_assistant { trim(m.content) } else { m.content };
+                        let content = if trim_assistant {
+                            trim(m.content)
+                        } else {
+                            m.content
+                        };
                         inside_turn = false;
                         o.s(trailing).b(content).s("</s>")
                     }
@@ -385,7 +403,11 @@ pub fn apply(tmpl: Template, chat: &[Message<'_>], add_ass: bool) -> Vec<u8> {
                 let content = if strip { trim(m.content) } else { m.content };
                 if !inside_turn {
                     inside_turn = true;
-                    o.s(if bos_inside_history { "<s>[INST] " } else { "[INST] " });
+                    o.s(if bos_inside_history {
+                        "<s>[INST] "
+                    } else {
+                        "[INST] "
+                    });
                 }
                 match m.role {
                     b"system" if system_supported => {
@@ -411,7 +433,11 @@ pub fn apply(tmpl: Template, chat: &[Message<'_>], add_ass: bool) -> Vec<u8> {
         }
         T::Phi4 => {
             for m in chat {
-                o.s("<|im_start|>").b(m.role).s("<|im_sep|>").b(m.content).s("<|im_end|>");
+                o.s("<|im_start|>")
+                    .b(m.role)
+                    .s("<|im_sep|>")
+                    .b(m.content)
+                    .s("<|im_end|>");
             }
             if add_ass {
                 o.s("<|im_start|>assistant<|im_sep|>");
@@ -427,7 +453,11 @@ pub fn apply(tmpl: Template, chat: &[Message<'_>], add_ass: bool) -> Vec<u8> {
         }
         T::Zephyr => {
             for m in chat {
-                o.s("<|").b(m.role).s("|>\n").b(m.content).s("<|endoftext|>\n");
+                o.s("<|")
+                    .b(m.role)
+                    .s("|>\n")
+                    .b(m.content)
+                    .s("<|endoftext|>\n");
             }
             if add_ass {
                 o.s("<|assistant|>\n");
@@ -453,7 +483,11 @@ pub fn apply(tmpl: Template, chat: &[Message<'_>], add_ass: bool) -> Vec<u8> {
                     system.extend_from_slice(trim(m.content));
                     continue;
                 }
-                let role: &[u8] = if m.role == b"assistant" { b"model" } else { m.role };
+                let role: &[u8] = if m.role == b"assistant" {
+                    b"model"
+                } else {
+                    m.role
+                };
                 o.s("<start_of_turn>").b(role).s("\n");
                 if !system.is_empty() && role != b"model" {
                     o.b(&system).s("\n\n");
@@ -493,7 +527,11 @@ pub fn apply(tmpl: Template, chat: &[Message<'_>], add_ass: bool) -> Vec<u8> {
                     if let Some(first) = role.first_mut() {
                         first.make_ascii_uppercase();
                     }
-                    o.s("GPT4 Correct ").b(&role).s(": ").b(m.content).s("<|end_of_turn|>");
+                    o.s("GPT4 Correct ")
+                        .b(&role)
+                        .s(": ")
+                        .b(m.content)
+                        .s("<|end_of_turn|>");
                 }
             }
             if add_ass {
@@ -543,7 +581,9 @@ pub fn apply(tmpl: Template, chat: &[Message<'_>], add_ass: bool) -> Vec<u8> {
         }
         T::Llama3 => {
             for m in chat {
-                o.s("<|start_header_id|>").b(m.role).s("<|end_header_id|>\n\n");
+                o.s("<|start_header_id|>")
+                    .b(m.role)
+                    .s("<|end_header_id|>\n\n");
                 o.b(trim(m.content)).s("<|eot_id|>");
             }
             if add_ass {
@@ -603,7 +643,10 @@ pub fn apply(tmpl: Template, chat: &[Message<'_>], add_ass: bool) -> Vec<u8> {
                 match m.role {
                     b"system" => o.b(m.content).s("\n\n"),
                     b"user" => o.s("<｜User｜>").b(m.content),
-                    b"assistant" => o.s("<｜Assistant｜>").b(m.content).s("<｜end▁of▁sentence｜>"),
+                    b"assistant" => o
+                        .s("<｜Assistant｜>")
+                        .b(m.content)
+                        .s("<｜end▁of▁sentence｜>"),
                     _ => &mut o,
                 };
             }
@@ -707,7 +750,10 @@ pub fn apply(tmpl: Template, chat: &[Message<'_>], add_ass: bool) -> Vec<u8> {
                         .s("user<|role_sep|>")
                         .b(m.content)
                         .s("<|message_sep|>available functions<|role_sep|>[]<|message_sep|>"),
-                    b"assistant" => o.s("assistant<|role_sep|>").b(m.content).s("<|message_sep|>"),
+                    b"assistant" => o
+                        .s("assistant<|role_sep|>")
+                        .b(m.content)
+                        .s("<|message_sep|>"),
                     _ => &mut o,
                 };
             }
@@ -717,7 +763,11 @@ pub fn apply(tmpl: Template, chat: &[Message<'_>], add_ass: bool) -> Vec<u8> {
         }
         T::Megrez => {
             for m in chat {
-                o.s("<|role_start|>").b(m.role).s("<|role_end|>").b(m.content).s("<|turn_end|>");
+                o.s("<|role_start|>")
+                    .b(m.role)
+                    .s("<|role_end|>")
+                    .b(m.content)
+                    .s("<|turn_end|>");
             }
             if add_ass {
                 o.s("<|role_start|>assistant<|role_end|>");
@@ -805,7 +855,11 @@ pub fn apply(tmpl: Template, chat: &[Message<'_>], add_ass: bool) -> Vec<u8> {
         T::OpenaiMoe => {
             for m in chat {
                 o.s("<|start|>").b(m.role).s("<|message|>").b(m.content);
-                o.s(if m.role == b"assistant" { "<|return|>" } else { "<|end|>" });
+                o.s(if m.role == b"assistant" {
+                    "<|return|>"
+                } else {
+                    "<|end|>"
+                });
             }
             if add_ass {
                 o.s("<|start|>assistant");
@@ -817,9 +871,10 @@ pub fn apply(tmpl: Template, chat: &[Message<'_>], add_ass: bool) -> Vec<u8> {
                     o.b(m.content).s("<｜hy_place▁holder▁no▁3｜>");
                 }
                 match m.role {
-                    b"assistant" => {
-                        o.s("<｜hy_Assistant｜>").b(m.content).s("<｜hy_place▁holder▁no▁2｜>")
-                    }
+                    b"assistant" => o
+                        .s("<｜hy_Assistant｜>")
+                        .b(m.content)
+                        .s("<｜hy_place▁holder▁no▁2｜>"),
                     b"user" => o.s("<｜hy_User｜>").b(m.content).s("<｜hy_Assistant｜>"),
                     _ => &mut o,
                 };
@@ -856,8 +911,16 @@ pub fn apply(tmpl: Template, chat: &[Message<'_>], add_ass: bool) -> Vec<u8> {
         }
         T::SeedOss => {
             for m in chat {
-                let content = if m.role == b"assistant" { trim(m.content) } else { m.content };
-                o.s("<seed:bos>").b(m.role).s("\n").b(content).s("<seed:eos>");
+                let content = if m.role == b"assistant" {
+                    trim(m.content)
+                } else {
+                    m.content
+                };
+                o.s("<seed:bos>")
+                    .b(m.role)
+                    .s("\n")
+                    .b(content)
+                    .s("<seed:eos>");
             }
             if add_ass {
                 o.s("<seed:bos>assistant\n");
@@ -897,7 +960,11 @@ pub fn apply(tmpl: Template, chat: &[Message<'_>], add_ass: bool) -> Vec<u8> {
         }
         T::SolarOpen => {
             for m in chat {
-                o.s("<|begin|>").b(m.role).s("<|content|>").b(m.content).s("<|end|>");
+                o.s("<|begin|>")
+                    .b(m.role)
+                    .s("<|content|>")
+                    .b(m.content)
+                    .s("<|end|>");
             }
             if add_ass {
                 o.s("<|begin|>assistant");

@@ -21,7 +21,11 @@ fn render(name: &str, chat: &[Message<'_>], add_ass: bool) -> String {
 
 #[track_caller]
 fn check(name: &str, expected: &str) {
-    assert_eq!(render(name, &conversation(), true), expected, "template {name}");
+    assert_eq!(
+        render(name, &conversation(), true),
+        expected,
+        "template {name}"
+    );
 }
 
 #[test]
@@ -32,7 +36,11 @@ fn builtin_list_is_upstreams_map_order() {
     }
     for (name, t) in &BUILTIN_TEMPLATES {
         assert_eq!(from_name(name.to_bytes()), Some(*t));
-        assert_eq!(detect(name.to_bytes()), Some(*t), "exact name wins: {name:?}");
+        assert_eq!(
+            detect(name.to_bytes()),
+            Some(*t),
+            "exact name wins: {name:?}"
+        );
     }
     assert_eq!(from_name(b"dots1"), None, "upstream has no name for dots1");
     assert_eq!(from_name(b"chatml "), None);
@@ -252,7 +260,8 @@ fn granite_tool_calls() {
         <|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>   I am an assistant   \
         <|end_of_text|>\n<|start_of_role|>user<|end_of_role|>Another question<|end_of_text|>\n\
         <|start_of_role|>user<|end_of_role|>What is the weather?<|end_of_text|>\n";
-    let tail = "<|start_of_role|>tool_response<|end_of_role|>{\"temperature\": 72}<|end_of_text|>\n\
+    let tail =
+        "<|start_of_role|>tool_response<|end_of_role|>{\"temperature\": 72}<|end_of_text|>\n\
         <|start_of_role|>assistant<|end_of_role|>";
     let call3 = "[{\"name\": \"get_weather\", \"arguments\": {\"location\": \"NYC\"}}]";
     let call4 = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"NYC\"}}\
@@ -286,7 +295,14 @@ fn granite_tool_calls() {
 #[test]
 fn add_ass_and_empty_conversations() {
     // Templates without an assistant prefix ignore add_ass; an empty chat keeps fixed prefixes.
-    for name in ["llama2", "mistral-v7", "orion", "minicpm", "hunyuan-moe", "rwkv-world"] {
+    for name in [
+        "llama2",
+        "mistral-v7",
+        "orion",
+        "minicpm",
+        "hunyuan-moe",
+        "rwkv-world",
+    ] {
         assert_eq!(
             render(name, &conversation(), true),
             render(name, &conversation(), false),
@@ -302,7 +318,10 @@ fn add_ass_and_empty_conversations() {
         "<role>SYSTEM</role>detailed thinking off<|role_end|><role>ASSISTANT</role>"
     );
     assert_eq!(render("gigachat", &[], false), "<s>");
-    assert_eq!(render("hunyuan-vl", &[], false), "<｜hy_begin▁of▁sentence｜>");
+    assert_eq!(
+        render("hunyuan-vl", &[], false),
+        "<｜hy_begin▁of▁sentence｜>"
+    );
     assert_eq!(render("smolvlm", &[], true), "<|im_start|>Assistant:");
 }
 
@@ -315,12 +334,19 @@ fn trim_is_c_isspace() {
         "<|start_header_id|>user<|end_header_id|>\n\nx \u{a0}<|eot_id|>"
     );
     let blank = [Message::new("system", " \t\n")];
-    assert_eq!(render("command-r", &blank, false), "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|><|END_OF_TURN_TOKEN|>");
+    assert_eq!(
+        render("command-r", &blank, false),
+        "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|><|END_OF_TURN_TOKEN|>"
+    );
 }
 
 #[test]
 fn role_case_mapping_is_ascii_only() {
-    let chat = [Message::new("tool", "t"), Message::new("ärole", "x"), Message::new("", "e")];
+    let chat = [
+        Message::new("tool", "t"),
+        Message::new("ärole", "x"),
+        Message::new("", "e"),
+    ];
     assert_eq!(
         render("bailing", &chat, false),
         "<role>TOOL</role>t<role>äROLE</role>x<role></role>e"
@@ -354,24 +380,48 @@ fn detection_follows_upstreams_order() {
         ("xmistral", None),
         ("[INST] <<SYS>>", Some(T::Llama2Sys)),
         ("bos_token + '[INST] ' <<SYS>>", Some(T::Llama2SysBos)),
-        ("[INST] content.strip() bos_token + '[INST]", Some(T::Llama2SysStrip)),
-        ("[INST] [SYSTEM_PROMPT] [AVAILABLE_TOOLS]", Some(T::MistralV7)),
+        (
+            "[INST] content.strip() bos_token + '[INST]",
+            Some(T::Llama2SysStrip),
+        ),
+        (
+            "[INST] [SYSTEM_PROMPT] [AVAILABLE_TOOLS]",
+            Some(T::MistralV7),
+        ),
         ("{{ ' [INST] ' + system_message }}", Some(T::MistralV1)),
-        ("{{ \"[INST]\" }}[AVAILABLE_TOOLS]", Some(T::MistralV3Tekken)),
+        (
+            "{{ \"[INST]\" }}[AVAILABLE_TOOLS]",
+            Some(T::MistralV3Tekken),
+        ),
         ("{{'[INST]'}}[AVAILABLE_TOOLS]", Some(T::MistralV3)),
         ("<|assistant|><|end|>", Some(T::Phi3)),
         ("<|assistant|><|user|></s>", Some(T::Falcon3)),
         ("<|assistant|><|user|>", Some(T::Glmedge)),
-        ("<|assistant|><|user|><|tool_declare|></s>", Some(T::ExaoneMoe)),
+        (
+            "<|assistant|><|user|><|tool_declare|></s>",
+            Some(T::ExaoneMoe),
+        ),
         ("<|user|><|endoftext|>", Some(T::Zephyr)),
         ("USER: ASSISTANT: SYSTEM: ", Some(T::VicunaOrca)),
-        ("[|system|][|assistant|][|endofturn|][|tool|]", Some(T::Exaone4)),
-        ("<|start_of_role|><tools>g4_default_system_message", Some(T::Granite40)),
+        (
+            "[|system|][|assistant|][|endofturn|][|tool|]",
+            Some(T::Exaone4),
+        ),
+        (
+            "<|start_of_role|><tools>g4_default_system_message",
+            Some(T::Granite40),
+        ),
         ("<|start_of_role|><tool_call>", Some(T::Granite41)),
         ("<|start_of_role|>", Some(T::Granite3x)),
-        ("<role>ASSISTANT</role>\"HUMAN\"<think>", Some(T::BailingThink)),
+        (
+            "<role>ASSISTANT</role>\"HUMAN\"<think>",
+            Some(T::BailingThink),
+        ),
         ("<|endofuserprompt|>", Some(T::Dots1)),
-        ("<｜hy_Assistant｜><｜hy_begin▁of▁sentence｜>", Some(T::HunyuanVl)),
+        (
+            "<｜hy_Assistant｜><｜hy_begin▁of▁sentence｜>",
+            Some(T::HunyuanVl),
+        ),
         ("[unused9]系统：[unused10]", Some(T::PanguEmbed)),
         ("<|begin|><|end|><|content|>", Some(T::SolarOpen)),
         ("", None),
@@ -381,5 +431,70 @@ fn detection_follows_upstreams_order() {
     for (tmpl, expected) in cases {
         assert_eq!(detect(tmpl.as_bytes()), *expected, "{tmpl:?}");
     }
-    assert_eq!(apply_detected(b"INVALID TEMPLATE", &conversation(), true), None);
+    assert_eq!(
+        apply_detected(b"INVALID TEMPLATE", &conversation(), true),
+        None
+    );
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn bytes() -> impl Strategy<Value = Vec<u8>> {
+        // Markers and roles appear often enough to reach every branch; any byte but NUL.
+        prop_oneof![
+            proptest::collection::vec(1u8..=255, 0..24),
+            proptest::sample::select(vec![
+                "system",
+                "user",
+                "assistant",
+                "tool",
+                "<|im_start|>",
+                "[INST]",
+                "mistral",
+                "<|assistant|>",
+                "<|user|>",
+                "<|end|>",
+                "<start_of_turn>",
+                " \t\u{b}",
+            ])
+            .prop_map(|s| s.as_bytes().to_vec()),
+        ]
+    }
+
+    proptest! {
+        /// Any template and conversation: detection and formatting never panic; the exact
+        /// name of a built-in template always wins; chatml keeps every byte of every message.
+        #[test]
+        fn any_input_is_formatted(
+            tmpl in proptest::collection::vec(bytes(), 0..4),
+            raw in proptest::collection::vec((bytes(), bytes()), 0..6),
+            add_ass: bool,
+        ) {
+            let tmpl = tmpl.concat();
+            let chat: Vec<Message<'_>> =
+                raw.iter().map(|(r, c)| Message { role: r, content: c }).collect();
+            if let Some(t) = detect(&tmpl) {
+                let out = apply(t, &chat, add_ass);
+                prop_assert_eq!(apply_detected(&tmpl, &chat, add_ass), Some(out));
+            }
+            for (name, t) in &BUILTIN_TEMPLATES {
+                let _ = apply(*t, &chat, add_ass);
+                prop_assert_eq!(detect(name.to_bytes()), Some(*t));
+            }
+            let mut want = Vec::new();
+            for m in &chat {
+                want.extend_from_slice(b"<|im_start|>");
+                want.extend_from_slice(m.role);
+                want.push(b'\n');
+                want.extend_from_slice(m.content);
+                want.extend_from_slice(b"<|im_end|>\n");
+            }
+            if add_ass {
+                want.extend_from_slice(b"<|im_start|>assistant\n");
+            }
+            prop_assert_eq!(apply(Template::Chatml, &chat, add_ass), want);
+        }
+    }
 }

@@ -18,8 +18,9 @@ use crate::chat::{self, Message};
 /// assistant's turn prefix. Writes up to `length` bytes of the formatted prompt to `buf` as
 /// `strncpy` does (NUL-terminated and zero-padded only when it fits).
 /// Returns the total length of the formatted prompt, also when `buf` is too small (then call
-/// again with a larger buffer), or -1 when no built-in template matches `tmpl`, a message,
-/// role or content pointer is NULL, or the prompt would exceed INT32_MAX bytes.
+/// again with a larger buffer), or -1 when no built-in template matches `tmpl`, `chat` or a
+/// role or content pointer is NULL, `n_msg` is larger than any array can be, or the prompt
+/// would exceed INT32_MAX bytes (upstream crashes or aborts on these).
 #[no_mangle]
 pub unsafe extern "C" fn llama_chat_apply_template(
     tmpl: *const c_char,
@@ -78,7 +79,9 @@ unsafe fn borrow_messages<'a>(
         return Ok(Vec::new());
     }
     if chat.is_null() {
-        return Err(FfiError::Invalid(format!("chat is NULL but n_msg is {n_msg}")));
+        return Err(FfiError::Invalid(format!(
+            "chat is NULL but n_msg is {n_msg}"
+        )));
     }
     if n_msg > isize::MAX as usize / std::mem::size_of::<llama_chat_message>() {
         return Err(FfiError::Invalid(format!(
@@ -97,8 +100,12 @@ unsafe fn borrow_messages<'a>(
                 return Err(FfiError::Invalid(format!("message {i}: content is NULL")));
             }
             // SAFETY: non-NULL and NUL-terminated per the caller's contract.
-            let (role, content) =
-                unsafe { (CStr::from_ptr(m.role).to_bytes(), CStr::from_ptr(m.content).to_bytes()) };
+            let (role, content) = unsafe {
+                (
+                    CStr::from_ptr(m.role).to_bytes(),
+                    CStr::from_ptr(m.content).to_bytes(),
+                )
+            };
             Ok(Message { role, content })
         })
         .collect()
@@ -119,7 +126,9 @@ pub unsafe extern "C" fn llama_chat_builtin_templates(
         let n = len.min(names.len());
         if n > 0 {
             if output.is_null() {
-                return Err(FfiError::Invalid(format!("output is NULL but len is {len}")));
+                return Err(FfiError::Invalid(format!(
+                    "output is NULL but len is {len}"
+                )));
             }
             // SAFETY: `output` is valid for `len` >= n pointer writes per the API contract.
             let out = unsafe { std::slice::from_raw_parts_mut(output, n) };

@@ -6,6 +6,8 @@
 //! Everything works on bytes, so content that is not UTF-8 passes through unchanged, exactly
 //! as upstream's `std::string` does. Depends on nothing but std.
 
+#![forbid(unsafe_code)]
+
 use std::ffi::CStr;
 
 /// One message of a conversation: role and content as raw bytes (no NUL inside).

@@ -44,6 +44,7 @@ pub unsafe extern "C" fn llama_chat_apply_template(
                 String::from_utf8_lossy(&tmpl_bytes[..tmpl_bytes.len().min(40)])
             )));
         };
+        // SAFETY: `chat` is NULL or holds `n_msg` messages of C strings per the API contract.
         let messages = unsafe { borrow_messages(chat, n_msg) }?;
         let formatted = chat::apply(template, &messages, add_ass);
         let total = i32::try_from(formatted.len()).map_err(|_| {

@@ -11,6 +11,8 @@ pub mod gguf;
 /// cbindgen:ignore
 pub mod hotswap;
 /// cbindgen:ignore
+pub mod kernels;
+/// cbindgen:ignore
 pub mod loader;
 /// cbindgen:ignore
 pub mod log;

@@ -399,3 +399,114 @@ fn scratch_stops_growing() {
         assert_eq!(scratch.capacity(), cap);
     }
 }
+
+/// Attention-shaped batched products: a KV-cache-like F16/F32 tensor [head_dim, n_kv_head,
+/// n_kv] read in place with strides, query heads sharing KV heads (GQA broadcast), Q permuted
+/// and strided, dst with gaps. Each batch must equal a plain `mul_mat` of copied-out
+/// contiguous operands, bit for bit, and the gaps in dst stay untouched.
+#[test]
+fn mul_mat_batched_matches_per_batch_products() {
+    let mut rng = Rng::new(21);
+    let pool = ThreadPool::new(3);
+    let mut scratch = Scratch::new();
+    for t in [GgmlType::F16, GgmlType::F32, GgmlType::Q8_0] {
+        let (head_dim, n_kv_head, n_head, n_kv, n_tok) = (64usize, 3usize, 9usize, 37usize, 5usize);
+        let elem = cpu::row_bytes(t, head_dim);
+        // Cache: position p, kv head h at byte (p * n_kv_head + h) * elem.
+        let cache = random_weights(&mut rng, t, n_kv * n_kv_head, head_dim);
+        // Q as [head_dim, n_head, n_tok] (token-major), read per head with strides.
+        let q: Vec<f32> = (0..n_tok * n_head)
+            .flat_map(|_| random_activations(&mut rng, head_dim))
+            .collect();
+        let layout = cpu::BatchedLayout {
+            n_rows: n_kv,
+            k: head_dim,
+            m: n_tok,
+            n_batch: n_head,
+            n_w_batch: n_kv_head,
+            w_row_stride: n_kv_head * elem,
+            w_batch_stride: elem,
+            x_row_stride: n_head * head_dim,
+            x_batch_stride: head_dim,
+            dst_row_stride: n_kv + 3,
+            dst_batch_stride: (n_kv + 3) * n_tok + 1,
+        };
+        let mut dst = vec![f32::NAN; layout.dst_batch_stride * n_head];
+        cpu::mul_mat_batched(t, &cache, &q, &layout, &mut dst, &pool, &mut scratch);
+        for b in 0..n_head {
+            let kvh = b / (n_head / n_kv_head);
+            let w: Vec<u8> = (0..n_kv)
+                .flat_map(|p| {
+                    let at = (p * n_kv_head + kvh) * elem;
+                    cache[at..at + elem].to_vec()
+                })
+                .collect();
+            let x: Vec<f32> = (0..n_tok)
+                .flat_map(|j| {
+                    let at = j * n_head * head_dim + b * head_dim;
+                    q[at..at + head_dim].to_vec()
+                })
+                .collect();
+            let mut want = vec![0f32; n_kv * n_tok];
+            cpu::mul_mat(
+                t,
+                &w,
+                n_kv,
+                head_dim,
+                &x,
+                n_tok,
+                &mut want,
+                &pool,
+                &mut scratch,
+            );
+            for j in 0..n_tok {
+                for i in 0..n_kv + 3 {
+                    let got = dst[b * layout.dst_batch_stride + j * layout.dst_row_stride + i];
+                    if i < n_kv {
+                        assert_eq!(
+                            got.to_bits(),
+                            want[j * n_kv + i].to_bits(),
+                            "{t} head {b} [{i},{j}]"
+                        );
+                    } else {
+                        assert!(got.is_nan(), "{t}: gap written at head {b} [{i},{j}]");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Layouts whose destination elements would overlap are refused (two threads could write one
+/// element).
+#[test]
+#[should_panic(expected = "dst rows overlap")]
+fn mul_mat_batched_rejects_overlapping_dst() {
+    let pool = ThreadPool::new(2);
+    let mut scratch = Scratch::new();
+    let w = vec![0u8; 4 * 32 * 4];
+    let x = vec![0f32; 2 * 32];
+    let layout = cpu::BatchedLayout {
+        n_rows: 4,
+        k: 32,
+        m: 2,
+        n_batch: 1,
+        n_w_batch: 1,
+        w_row_stride: 128,
+        w_batch_stride: 0,
+        x_row_stride: 32,
+        x_batch_stride: 0,
+        dst_row_stride: 2,
+        dst_batch_stride: 0,
+    };
+    let mut dst = vec![0f32; 16];
+    cpu::mul_mat_batched(
+        GgmlType::F32,
+        &w,
+        &x,
+        &layout,
+        &mut dst,
+        &pool,
+        &mut scratch,
+    );
+}

@@ -220,9 +220,9 @@ impl Scratch {
     }
 }
 
-/// Activations converted to a weight type's vec_dot type: `m` rows of `k` elements, ready for
-/// any number of [`mul_mat_prepared`] calls with weights of that type (for example the row
-/// pieces of one split weight).
+/// Activations converted to a weight type's vec_dot type: `m` rows of `k` elements (times
+/// `n_batch` for [`mul_mat_batched`]), ready for any number of [`mul_mat_prepared`] calls with
+/// weights of that type (for example the row pieces of one split weight).
 #[derive(Debug)]
 pub struct Activations<'a> {
     vec_dot_type: GgmlType,
@@ -242,6 +242,7 @@ impl Activations<'_> {
     pub fn m(&self) -> usize {
         self.m
     }
+    #[inline(always)]
     fn row(&self, j: usize) -> &[u8] {
         &self.bytes[j * self.row_bytes..(j + 1) * self.row_bytes]
     }
@@ -254,6 +255,40 @@ struct SharedOut<T>(*mut T);
 // borrow is held by the function that spawned the tasks and waits for them.
 unsafe impl<T: Send> Sync for SharedOut<T> {}
 unsafe impl<T: Send> Send for SharedOut<T> {}
+
+/// Converts `n` activation rows of `k` f32 (row `r` starts at `x[row_start(r)]`) into `vt`
+/// in `scratch`, in parallel when there is enough work.
+fn convert_rows<'a>(
+    vt: GgmlType,
+    x: &[f32],
+    k: usize,
+    n: usize,
+    row_start: impl Fn(usize) -> usize + Sync,
+    pool: &ThreadPool,
+    scratch: &'a mut Scratch,
+) -> &'a [u8] {
+    let row = row_bytes(vt, k);
+    let total = row * n;
+    if scratch.activations.len() < total {
+        scratch.activations.resize(total, 0);
+    }
+    let buf = &mut scratch.activations[..total];
+    if n <= 1 || k * n < 8192 {
+        for (r, out) in buf.chunks_exact_mut(row.max(1)).enumerate().take(n) {
+            quantize_row(vt, &x[row_start(r)..row_start(r) + k], out);
+        }
+    } else {
+        let out = SharedOut(buf.as_mut_ptr());
+        pool.parallel_for(n, &|r, _| {
+            let out = out;
+            // SAFETY: task r writes only bytes r*row..(r+1)*row of `buf`, which is borrowed
+            // mutably for this whole call; tasks have distinct r.
+            let dst = unsafe { std::slice::from_raw_parts_mut(out.0.add(r * row), row) };
+            quantize_row(vt, &x[row_start(r)..row_start(r) + k], dst);
+        });
+    }
+    &scratch.activations[..total]
+}
 
 /// Converts `m` rows of `k` f32 (`x`, row-major) into `vec_dot_type(t)` for weights of type
 /// `t`, in `scratch` (F32 weights borrow `x` as is). Rows are converted in parallel on `pool`.
@@ -286,31 +321,13 @@ pub fn prepare_activations<'a>(
             bytes,
         };
     }
-    let total = row * m;
-    if scratch.activations.len() < total {
-        scratch.activations.resize(total, 0);
-    }
-    let buf = &mut scratch.activations[..total];
-    if m <= 1 || k * m < 4096 {
-        for (j, out) in buf.chunks_exact_mut(row.max(1)).enumerate().take(m) {
-            quantize_row(vt, &x[j * k..(j + 1) * k], out);
-        }
-    } else {
-        let out = SharedOut(buf.as_mut_ptr());
-        pool.parallel_for(m, &|j, _| {
-            let out = out;
-            // SAFETY: task j writes only bytes j*row..(j+1)*row of `buf`, which is borrowed
-            // mutably for this whole call; tasks have distinct j.
-            let dst = unsafe { std::slice::from_raw_parts_mut(out.0.add(j * row), row) };
-            quantize_row(vt, &x[j * k..(j + 1) * k], dst);
-        });
-    }
+    let bytes = convert_rows(vt, x, k, m, |r| r * k, pool, scratch);
     Activations {
         vec_dot_type: vt,
         k,
         m,
         row_bytes: row,
-        bytes: &scratch.activations[..total],
+        bytes,
     }
 }
 
@@ -357,15 +374,6 @@ pub fn mul_mat_rows(
     mul_mat_prepared(t, w, n_rows, &act, dst, dst_stride, dst_row_offset, pool);
 }
 
-/// Rows per chunk as ggml: 16, or 64 for a matrix-vector product.
-fn chunk_rows(m: usize) -> usize {
-    if m == 1 {
-        64
-    } else {
-        16
-    }
-}
-
 /// The weight rows (`n_rows`) times activation rows (`act.m()`) product of [`mul_mat_rows`],
 /// with activations already converted. `act` must come from [`prepare_activations`] for the
 /// same `t`.
@@ -380,61 +388,195 @@ pub fn mul_mat_prepared(
     dst_row_offset: usize,
     pool: &ThreadPool,
 ) {
-    let (k, m) = (act.k, act.m);
     assert_eq!(
         act.vec_dot_type,
         vec_dot_type(t),
         "activations prepared for another type"
     );
-    let w_row = row_bytes(t, k);
+    let w_row = row_bytes(t, act.k);
+    let layout = BatchedLayout {
+        n_rows,
+        k: act.k,
+        m: act.m,
+        n_batch: 1,
+        n_w_batch: 1,
+        w_row_stride: w_row,
+        w_batch_stride: 0,
+        x_row_stride: act.k,
+        x_batch_stride: 0,
+        dst_row_stride: dst_stride,
+        dst_batch_stride: 0,
+    };
     assert!(
-        w.len() >= n_rows * w_row,
-        "{t} weight: {} bytes for {n_rows} rows of {k}",
-        w.len()
+        dst_row_offset + n_rows <= dst_stride || act.m <= 1,
+        "dst rows out of the stride"
     );
-    if n_rows == 0 || m == 0 {
+    let end = dst.len();
+    let dst = &mut dst[dst_row_offset.min(end)..];
+    run_mul_mat(t, w, act, &layout, dst, pool);
+}
+
+/// Shapes and strides of ggml's MUL_MAT over a batch of 2-D products (its dims 2 and 3
+/// flattened): for `b` in `0..n_batch`, `j` in `0..m`, `i` in `0..n_rows`,
+/// `dst[b * dst_batch_stride + j * dst_row_stride + i] = dot(W[b / (n_batch / n_w_batch)] row i,
+/// X[b] row j)`, where weight batch `wb` row `i` starts at byte `wb * w_batch_stride +
+/// i * w_row_stride` of `w`, and activation row `j` of batch `b` at element
+/// `b * x_batch_stride + j * x_row_stride` of `x`. The weight batches are broadcast as ggml
+/// does (grouped-query attention: several query heads share one KV head). Strides let
+/// attention read the KV cache and permuted Q in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchedLayout {
+    pub n_rows: usize,
+    pub k: usize,
+    pub m: usize,
+    pub n_batch: usize,
+    pub n_w_batch: usize,
+    /// Bytes.
+    pub w_row_stride: usize,
+    /// Bytes.
+    pub w_batch_stride: usize,
+    /// f32 elements.
+    pub x_row_stride: usize,
+    /// f32 elements.
+    pub x_batch_stride: usize,
+    /// f32 elements; at least `n_rows` when `m > 1`.
+    pub dst_row_stride: usize,
+    /// f32 elements; past the last row of the previous batch when `n_batch > 1`.
+    pub dst_batch_stride: usize,
+}
+
+/// ggml's MUL_MAT over a batch of strided 2-D products (see [`BatchedLayout`]), in one
+/// parallel job: used for attention (K·Q and V·softmax over all heads at once), with `t` F32
+/// or F16 (the KV cache) or any supported weight type.
+pub fn mul_mat_batched(
+    t: GgmlType,
+    w: &[u8],
+    x: &[f32],
+    layout: &BatchedLayout,
+    dst: &mut [f32],
+    pool: &ThreadPool,
+    scratch: &mut Scratch,
+) {
+    let l = *layout;
+    if l.n_rows == 0 || l.m == 0 || l.n_batch == 0 {
+        return;
+    }
+    let row_start = |r: usize| (r / l.m) * l.x_batch_stride + (r % l.m) * l.x_row_stride;
+    let last = row_start(l.n_batch * l.m - 1);
+    assert!(
+        last + l.k <= x.len(),
+        "activations: {} values, layout needs {}",
+        x.len(),
+        last + l.k
+    );
+    let vt = vec_dot_type(t);
+    let bytes = convert_rows(vt, x, l.k, l.n_batch * l.m, row_start, pool, scratch);
+    let act = Activations {
+        vec_dot_type: vt,
+        k: l.k,
+        m: l.m,
+        row_bytes: row_bytes(vt, l.k),
+        bytes,
+    };
+    run_mul_mat(t, w, &act, &l, dst, pool);
+}
+
+/// Rows per chunk as ggml: 16, or 64 for a matrix-vector product.
+fn chunk_rows(cols: usize) -> usize {
+    if cols == 1 {
+        64
+    } else {
+        16
+    }
+}
+
+/// The threaded product over converted activations (`act` holds `n_batch * m` rows, batch-major).
+fn run_mul_mat(
+    t: GgmlType,
+    w: &[u8],
+    act: &Activations<'_>,
+    l: &BatchedLayout,
+    dst: &mut [f32],
+    pool: &ThreadPool,
+) {
+    let BatchedLayout {
+        n_rows,
+        k,
+        m,
+        n_batch,
+        n_w_batch,
+        ..
+    } = *l;
+    if n_rows == 0 || m == 0 || n_batch == 0 {
         return;
     }
     assert!(
-        dst_row_offset + n_rows <= dst_stride,
-        "dst rows out of the stride"
+        n_w_batch > 0 && n_batch % n_w_batch == 0,
+        "{n_batch} batches over {n_w_batch} weights"
+    );
+    let w_row = row_bytes(t, k);
+    let w_end = (n_w_batch - 1) * l.w_batch_stride + (n_rows - 1) * l.w_row_stride + w_row;
+    assert!(
+        w.len() >= w_end,
+        "{t} weight: {} bytes, layout needs {w_end}",
+        w.len()
+    );
+    assert!(m == 1 || l.dst_row_stride >= n_rows, "dst rows overlap");
+    let batch_extent = (m - 1) * l.dst_row_stride + n_rows;
+    assert!(
+        n_batch == 1 || l.dst_batch_stride >= batch_extent,
+        "dst batches overlap"
+    );
+    let d_end = (n_batch - 1) * l.dst_batch_stride + batch_extent;
+    assert!(
+        dst.len() >= d_end,
+        "dst: {} values, layout needs {d_end}",
+        dst.len()
     );
     assert!(
-        dst.len() >= (m - 1) * dst_stride + dst_row_offset + n_rows,
-        "dst too small"
+        act.bytes.len() >= n_batch * m * act.row_bytes,
+        "activations too short"
     );
     let dot = dot_fn(t);
+    let broadcast = n_batch / n_w_batch;
 
-    // ggml's split: chunks of rows x columns claimed from a counter; with fewer than four
-    // chunks per thread, one chunk per thread along the longer side.
+    // ggml's split: chunks of weight rows x activation columns (all batches' columns in a row)
+    // claimed from a counter; with fewer than four chunks per thread, one chunk per thread
+    // along the longer side.
+    let cols = n_batch * m;
     let nth = pool.n_threads();
-    let chunk = chunk_rows(m);
-    let (mut nchunk0, mut nchunk1) = (n_rows.div_ceil(chunk), m.div_ceil(chunk));
+    let chunk = chunk_rows(cols);
+    let (mut nchunk0, mut nchunk1) = (n_rows.div_ceil(chunk), cols.div_ceil(chunk));
     if nchunk0 * nchunk1 < nth * 4 {
-        if n_rows > m {
+        if n_rows > cols {
             (nchunk0, nchunk1) = (nth.min(n_rows), 1);
         } else {
-            (nchunk0, nchunk1) = (1, nth.min(m));
+            (nchunk0, nchunk1) = (1, nth.min(cols));
         }
     }
-    let (dr0, dr1) = (n_rows.div_ceil(nchunk0), m.div_ceil(nchunk1));
+    let (dr0, dr1) = (n_rows.div_ceil(nchunk0), cols.div_ceil(nchunk1));
     let out = SharedOut(dst.as_mut_ptr());
     let run = |task: usize, _thread: usize| {
         let out = out;
         let (c0, c1) = (task % nchunk0, task / nchunk0);
         let (r0, r1) = (c0 * dr0, c1 * dr1);
-        let (r0_end, r1_end) = ((r0 + dr0).min(n_rows), (r1 + dr1).min(m));
+        let (r0_end, r1_end) = ((r0 + dr0).min(n_rows), (r1 + dr1).min(cols));
         // 16x16 tiles: a few weight rows stay in L1 while the activation rows stream.
         for tile1 in (r1..r1_end).step_by(16) {
             for tile0 in (r0..r0_end).step_by(16) {
-                for j in tile1..(tile1 + 16).min(r1_end) {
-                    let xr = act.row(j);
+                for col in tile1..(tile1 + 16).min(r1_end) {
+                    let (b, j) = (col / m, col % m);
+                    let xr = act.row(col);
+                    let w_batch = (b / broadcast) * l.w_batch_stride;
+                    let d_base = b * l.dst_batch_stride + j * l.dst_row_stride;
                     for i in tile0..(tile0 + 16).min(r0_end) {
-                        let v = dot(k, &w[i * w_row..(i + 1) * w_row], xr);
-                        // SAFETY: (i, j) lies in exactly one task's chunk, so each element is
-                        // written once; the index is in bounds by the asserts above, and `dst`
-                        // stays mutably borrowed until parallel_for returns.
-                        unsafe { *out.0.add(j * dst_stride + dst_row_offset + i) = v };
+                        let at = w_batch + i * l.w_row_stride;
+                        let v = dot(k, &w[at..at + w_row], xr);
+                        // SAFETY: (b, j, i) lies in exactly one task's chunk, and the layout
+                        // asserts above make (b, j, i) -> index injective and in bounds, so each
+                        // element is written once by one thread; `dst` stays mutably borrowed
+                        // until parallel_for returns.
+                        unsafe { *out.0.add(d_base + i) = v };
                     }
                 }
             }

@@ -171,6 +171,34 @@ pub fn dot_fn(t: GgmlType) -> DotFn {
     scalar_dot_fn(t)
 }
 
+/// A batched-product kernel: `out[c * rows + r] = dot(w row r, x row c)` for `r < rows`,
+/// `c < cols` (at most 2 × 4), weight rows `w_stride` bytes apart, activation rows `x_stride`
+/// bytes apart. Reusing each loaded weight block for several activation rows is what makes
+/// batched products (prompt processing, attention) faster than one dot at a time.
+pub type TileFn =
+    fn(k: usize, w: &[u8], w_stride: usize, x: &[u8], x_stride: usize, out: &mut [f32; 8]);
+
+/// A tile kernel and its shape.
+#[derive(Clone, Copy)]
+pub struct Tile {
+    pub rows: usize,
+    pub cols: usize,
+    pub f: TileFn,
+}
+
+/// The tile kernel for `t` on this machine, if one exists (AVX2: F32, F16 2×4; Q4_0, Q4_1,
+/// Q8_0 1×4). The quantized ones give bit-identical results to [`dot_fn`]; the float ones
+/// differ from it only in summation order.
+pub fn tile_fn(t: GgmlType) -> Option<Tile> {
+    #[cfg(target_arch = "x86_64")]
+    return x86::tile_fn(t);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = t;
+        None
+    }
+}
+
 /// Which SIMD level [`dot_fn`] uses: "avx2" or "scalar".
 pub fn simd_level() -> &'static str {
     #[cfg(target_arch = "x86_64")]
@@ -542,8 +570,11 @@ fn run_mul_mat(
 
     // ggml's split: chunks of weight rows x activation columns (all batches' columns in a row)
     // claimed from a counter; with fewer than four chunks per thread, one chunk per thread
-    // along the longer side.
+    // along the longer side. Chunk edges are multiples of the tile shape, so which outputs a
+    // tile computes depends on their position only, never on the thread count.
     let cols = n_batch * m;
+    let tile = tile_fn(t).filter(|_| cols >= 4);
+    let (ra, ca) = tile.map_or((1, 1), |t| (t.rows, t.cols));
     let nth = pool.n_threads();
     let chunk = chunk_rows(cols);
     let (mut nchunk0, mut nchunk1) = (n_rows.div_ceil(chunk), cols.div_ceil(chunk));
@@ -554,8 +585,22 @@ fn run_mul_mat(
             (nchunk0, nchunk1) = (1, nth.min(cols));
         }
     }
-    let (dr0, dr1) = (n_rows.div_ceil(nchunk0), cols.div_ceil(nchunk1));
+    let dr0 = n_rows.div_ceil(nchunk0).next_multiple_of(ra);
+    let dr1 = cols.div_ceil(nchunk1).next_multiple_of(ca);
+    let (nchunk0, nchunk1) = (n_rows.div_ceil(dr0), cols.div_ceil(dr1));
     let out = SharedOut(dst.as_mut_ptr());
+    let w_at = |b: usize, i: usize| (b / broadcast) * l.w_batch_stride + i * l.w_row_stride;
+    let d_at =
+        |col: usize, i: usize| (col / m) * l.dst_batch_stride + (col % m) * l.dst_row_stride + i;
+    let single = |col: usize, i: usize| {
+        let out = out; // the whole Sync wrapper, not its raw-pointer field
+        let at = w_at(col / m, i);
+        let v = dot(k, &w[at..at + w_row], act.row(col));
+        // SAFETY: (col, i) lies in exactly one task's chunk, and the layout asserts above make
+        // (col, i) -> index injective and in bounds, so each element is written once by one
+        // thread; `dst` stays mutably borrowed until parallel_for returns.
+        unsafe { *out.0.add(d_at(col, i)) = v };
+    };
     let run = |task: usize, _thread: usize| {
         let out = out;
         let (c0, c1) = (task % nchunk0, task / nchunk0);
@@ -563,21 +608,42 @@ fn run_mul_mat(
         let (r0_end, r1_end) = ((r0 + dr0).min(n_rows), (r1 + dr1).min(cols));
         // 16x16 tiles: a few weight rows stay in L1 while the activation rows stream.
         for tile1 in (r1..r1_end).step_by(16) {
+            let cols_end = (tile1 + 16).min(r1_end);
             for tile0 in (r0..r0_end).step_by(16) {
-                for col in tile1..(tile1 + 16).min(r1_end) {
-                    let (b, j) = (col / m, col % m);
-                    let xr = act.row(col);
-                    let w_batch = (b / broadcast) * l.w_batch_stride;
-                    let d_base = b * l.dst_batch_stride + j * l.dst_row_stride;
-                    for i in tile0..(tile0 + 16).min(r0_end) {
-                        let at = w_batch + i * l.w_row_stride;
-                        let v = dot(k, &w[at..at + w_row], xr);
-                        // SAFETY: (b, j, i) lies in exactly one task's chunk, and the layout
-                        // asserts above make (b, j, i) -> index injective and in bounds, so each
-                        // element is written once by one thread; `dst` stays mutably borrowed
-                        // until parallel_for returns.
-                        unsafe { *out.0.add(d_base + i) = v };
+                let rows_end = (tile0 + 16).min(r0_end);
+                let mut col = tile1;
+                while col < cols_end {
+                    let group =
+                        tile.filter(|_| col + ca <= cols_end && col / m == (col + ca - 1) / m);
+                    let Some(tl) = group else {
+                        (tile0..rows_end).for_each(|i| single(col, i));
+                        col += 1;
+                        continue;
+                    };
+                    let mut i = tile0;
+                    let mut vals = [0f32; 8];
+                    while i + ra <= rows_end {
+                        let x = &act.bytes[col * act.row_bytes..];
+                        (tl.f)(
+                            k,
+                            &w[w_at(col / m, i)..],
+                            l.w_row_stride,
+                            x,
+                            act.row_bytes,
+                            &mut vals,
+                        );
+                        for c in 0..ca {
+                            for r in 0..ra {
+                                // SAFETY: as in `single`: (col + c, i + r) is in this chunk.
+                                unsafe { *out.0.add(d_at(col + c, i + r)) = vals[c * ra + r] };
+                            }
+                        }
+                        i += ra;
                     }
+                    for c in 0..ca {
+                        (i..rows_end).for_each(|ii| single(col + c, ii));
+                    }
+                    col += ca;
                 }
             }
         }

@@ -13,7 +13,7 @@ use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
 use super::blocks::*;
-use super::DotFn;
+use super::{DotFn, Tile};
 use crate::gguf::GgmlType;
 
 /// Whether this CPU has AVX2, FMA and F16C (checked once).
@@ -645,4 +645,282 @@ unsafe fn iq4_xs_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum_f32x8(acc)
+}
+
+// ------------------------------------------------------------------ tiles (batched products)
+
+/// The tile kernel for `t`: `ROWS` weight rows × `COLS` activation rows per call, when this
+/// CPU has AVX2 and one is written for `t`.
+pub fn tile_fn(t: GgmlType) -> Option<Tile> {
+    if !available() {
+        return None;
+    }
+    Some(match t {
+        GgmlType::F32 => Tile {
+            rows: 2,
+            cols: 4,
+            f: f32_tile,
+        },
+        GgmlType::F16 => Tile {
+            rows: 2,
+            cols: 4,
+            f: f16_tile,
+        },
+        GgmlType::Q4_0 => Tile {
+            rows: 1,
+            cols: 4,
+            f: q4_0_tile,
+        },
+        GgmlType::Q4_1 => Tile {
+            rows: 1,
+            cols: 4,
+            f: q4_1_tile,
+        },
+        GgmlType::Q8_0 => Tile {
+            rows: 1,
+            cols: 4,
+            f: q8_0_tile,
+        },
+        _ => return None,
+    })
+}
+
+/// Safe entry points of the tile kernels: check that every row the kernel reads is inside
+/// the slices.
+macro_rules! tile_entry {
+    ($name:ident, $kernel:ident, $rows:expr, $elems_per_block:expr, $w_bytes:expr, $x_bytes:expr) => {
+        fn $name(
+            k: usize,
+            w: &[u8],
+            w_stride: usize,
+            x: &[u8],
+            x_stride: usize,
+            out: &mut [f32; 8],
+        ) {
+            let nb = k / $elems_per_block;
+            assert!(
+                w.len() >= ($rows - 1) * w_stride + nb * $w_bytes
+                    && x.len() >= 3 * x_stride + nb * $x_bytes,
+                "tile of {k}: {} / {} bytes",
+                w.len(),
+                x.len()
+            );
+            // SAFETY: reachable only through `tile_fn`, which hands it out when `available()`
+            // saw AVX2, FMA and F16C; the kernel reads `nb` blocks of `$rows` weight rows and 4
+            // activation rows at the given strides, all inside the slices as checked above.
+            unsafe { $kernel(nb, w.as_ptr(), w_stride, x.as_ptr(), x_stride, out) }
+        }
+    };
+}
+
+tile_entry!(f32_tile, f32_tile_avx2, 2, 1, 4, 4);
+tile_entry!(f16_tile, f16_tile_avx2, 2, 1, 2, 2);
+tile_entry!(q4_0_tile, q4_0_tile_avx2, 1, QK, Q4_0_BYTES, Q8_0_BYTES);
+tile_entry!(q4_1_tile, q4_1_tile_avx2, 1, QK, Q4_1_BYTES, Q8_1_BYTES);
+tile_entry!(q8_0_tile, q8_0_tile_avx2, 1, QK, Q8_0_BYTES, Q8_0_BYTES);
+
+/// 2 × 4 outputs of an f32/f16 product: 8 accumulators, each weight vector used 4 times and
+/// each activation vector twice. `load(p, i)` gives 8 values starting at element `i`.
+#[inline(always)]
+unsafe fn float_tile(
+    n: usize,
+    w: *const u8,
+    ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+    load: impl Fn(*const u8, usize) -> __m256,
+    scalar: impl Fn(*const u8, usize) -> f32,
+) {
+    let mut acc = [_mm256_setzero_ps(); 8];
+    let w1 = w.add(ws);
+    let mut i = 0;
+    while i + 8 <= n {
+        let a0 = load(w, i);
+        let a1 = load(w1, i);
+        for c in 0..4 {
+            let b = load(x.add(c * xs), i);
+            acc[c * 2] = _mm256_fmadd_ps(a0, b, acc[c * 2]);
+            acc[c * 2 + 1] = _mm256_fmadd_ps(a1, b, acc[c * 2 + 1]);
+        }
+        i += 8;
+    }
+    for c in 0..4 {
+        for r in 0..2 {
+            let mut s = hsum_f32x8(acc[c * 2 + r]);
+            for e in i..n {
+                s += scalar(w.add(r * ws), e) * scalar(x.add(c * xs), e);
+            }
+            out[c * 2 + r] = s;
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f32_tile_avx2(
+    n: usize,
+    w: *const u8,
+    ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    float_tile(
+        n,
+        w,
+        ws,
+        x,
+        xs,
+        out,
+        |p, i| _mm256_loadu_ps(p.cast::<f32>().add(i)),
+        |p, i| p.cast::<f32>().add(i).read_unaligned(),
+    )
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_tile_avx2(
+    n: usize,
+    w: *const u8,
+    ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    float_tile(
+        n,
+        w,
+        ws,
+        x,
+        xs,
+        out,
+        |p, i| _mm256_cvtph_ps(load128(p.add(2 * i))),
+        |p, i| f16_load(p.add(2 * i)),
+    )
+}
+
+/// 1 × 4 outputs of a Q8_0-activation product: each weight block is unpacked once
+/// (`prepare`) and used for 4 activation blocks (`dot`). Per column the arithmetic is exactly
+/// the 1 × 1 kernel's (same two-accumulator order), so results do not depend on the tiling.
+#[inline(always)]
+unsafe fn tile_q8_0<P: Copy>(
+    nb: usize,
+    w: *const u8,
+    wbytes: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+    prepare: impl Fn(*const u8) -> P,
+    dot: impl Fn(P, *const u8) -> __m256i,
+) {
+    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+    let mut ib = 0;
+    while ib < nb {
+        let pair = (ib + 1 < nb) as usize + 1;
+        for h in 0..pair {
+            let wb = w.add((ib + h) * wbytes);
+            let q = prepare(wb);
+            for (c, acc) in acc.iter_mut().enumerate() {
+                let xb = x.add(c * xs + (ib + h) * Q8_0_BYTES);
+                acc[h] =
+                    _mm256_fmadd_ps(scale_q8_0(wb, xb), _mm256_cvtepi32_ps(dot(q, xb)), acc[h]);
+            }
+        }
+        ib += 2;
+    }
+    for (c, acc) in acc.iter().enumerate() {
+        out[c] = hsum_f32x8(_mm256_add_ps(acc[0], acc[1]));
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_0_tile_avx2(
+    nb: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    tile_q8_0(
+        nb,
+        w,
+        Q4_0_BYTES,
+        x,
+        xs,
+        out,
+        |wb| {
+            let q = _mm256_sub_epi8(nibbles_32(wb.add(2)), _mm256_set1_epi8(8));
+            (_mm256_sign_epi8(q, q), q)
+        },
+        |(aq, q), xb| dot_u8_i8(aq, _mm256_sign_epi8(load256(xb.add(2)), q)),
+    )
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0_tile_avx2(
+    nb: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    tile_q8_0(
+        nb,
+        w,
+        Q8_0_BYTES,
+        x,
+        xs,
+        out,
+        |wb| {
+            let q = load256(wb.add(2));
+            (_mm256_sign_epi8(q, q), q)
+        },
+        |(aq, q), xb| dot_u8_i8(aq, _mm256_sign_epi8(load256(xb.add(2)), q)),
+    )
+}
+
+/// 1 × 4 outputs of Q4_1 · Q8_1, per column the same arithmetic as the 1 × 1 kernel.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_1_tile_avx2(
+    nb: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+    let mut acc_ms = [_mm_setzero_ps(); 4];
+    let mut ib = 0;
+    while ib < nb {
+        let pair = (ib + 1 < nb) as usize + 1;
+        let mut s_pair = [[_mm_setzero_ps(); 2]; 4];
+        for h in 0..pair {
+            let wb = w.add((ib + h) * Q4_1_BYTES);
+            let q = nibbles_32(wb.add(4));
+            for c in 0..4 {
+                let xb = x.add(c * xs + (ib + h) * Q8_1_BYTES);
+                let s = scales_q8_1(wb, xb);
+                s_pair[c][h] = s;
+                let p = dot_u8_i8(q, load256(xb.add(4)));
+                acc[c][h] =
+                    _mm256_fmadd_ps(_mm256_broadcastss_ps(s), _mm256_cvtepi32_ps(p), acc[c][h]);
+            }
+        }
+        for c in 0..4 {
+            // The 1 × 1 kernel adds the pair's sum (or the lone last block) to the running total.
+            let add = if pair == 2 {
+                _mm_add_ps(s_pair[c][0], s_pair[c][1])
+            } else {
+                s_pair[c][0]
+            };
+            acc_ms[c] = _mm_add_ps(acc_ms[c], add);
+        }
+        ib += 2;
+    }
+    for c in 0..4 {
+        out[c] = hsum_f32x8(_mm256_add_ps(acc[c][0], acc[c][1]))
+            + _mm_cvtss_f32(_mm_movehdup_ps(acc_ms[c]));
+    }
 }

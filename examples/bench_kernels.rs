@@ -60,7 +60,10 @@ impl Upstream {
             );
             std::mem::transmute::<*mut libc::c_void, unsafe extern "C" fn()>(init)();
             Upstream {
-                traits: std::mem::transmute::<*mut libc::c_void, _>(traits),
+                traits: std::mem::transmute::<
+                    *mut libc::c_void,
+                    unsafe extern "C" fn(i32) -> *const TypeTraitsCpu,
+                >(traits),
             }
         }
     }

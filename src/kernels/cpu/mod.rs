@@ -284,6 +284,13 @@ struct SharedOut<T>(*mut T);
 unsafe impl<T: Send> Sync for SharedOut<T> {}
 unsafe impl<T: Send> Send for SharedOut<T> {}
 
+impl<T> SharedOut<T> {
+    /// The pointer (a method, so closures capture the whole `Sync` wrapper, not the field).
+    fn ptr(&self) -> *mut T {
+        self.0
+    }
+}
+
 /// Converts `n` activation rows of `k` f32 (row `r` starts at `x[row_start(r)]`) into `vt`
 /// in `scratch`, in parallel when there is enough work.
 fn convert_rows<'a>(
@@ -308,10 +315,9 @@ fn convert_rows<'a>(
     } else {
         let out = SharedOut(buf.as_mut_ptr());
         pool.parallel_for(n, &|r, _| {
-            let out = out;
             // SAFETY: task r writes only bytes r*row..(r+1)*row of `buf`, which is borrowed
             // mutably for this whole call; tasks have distinct r.
-            let dst = unsafe { std::slice::from_raw_parts_mut(out.0.add(r * row), row) };
+            let dst = unsafe { std::slice::from_raw_parts_mut(out.ptr().add(r * row), row) };
             quantize_row(vt, &x[row_start(r)..row_start(r) + k], dst);
         });
     }
@@ -593,16 +599,14 @@ fn run_mul_mat(
     let d_at =
         |col: usize, i: usize| (col / m) * l.dst_batch_stride + (col % m) * l.dst_row_stride + i;
     let single = |col: usize, i: usize| {
-        let out = out; // the whole Sync wrapper, not its raw-pointer field
         let at = w_at(col / m, i);
         let v = dot(k, &w[at..at + w_row], act.row(col));
         // SAFETY: (col, i) lies in exactly one task's chunk, and the layout asserts above make
         // (col, i) -> index injective and in bounds, so each element is written once by one
         // thread; `dst` stays mutably borrowed until parallel_for returns.
-        unsafe { *out.0.add(d_at(col, i)) = v };
+        unsafe { *out.ptr().add(d_at(col, i)) = v };
     };
     let run = |task: usize, _thread: usize| {
-        let out = out;
         let (c0, c1) = (task % nchunk0, task / nchunk0);
         let (r0, r1) = (c0 * dr0, c1 * dr1);
         let (r0_end, r1_end) = ((r0 + dr0).min(n_rows), (r1 + dr1).min(cols));
@@ -635,7 +639,7 @@ fn run_mul_mat(
                         for c in 0..ca {
                             for r in 0..ra {
                                 // SAFETY: as in `single`: (col + c, i + r) is in this chunk.
-                                unsafe { *out.0.add(d_at(col + c, i + r)) = vals[c * ra + r] };
+                                unsafe { *out.ptr().add(d_at(col + c, i + r)) = vals[c * ra + r] };
                             }
                         }
                         i += ra;

@@ -722,6 +722,7 @@ tile_entry!(q8_0_tile, q8_0_tile_avx2, 1, QK, Q8_0_BYTES, Q8_0_BYTES);
 /// 2 × 4 outputs of an f32/f16 product: 8 accumulators, each weight vector used 4 times and
 /// each activation vector twice. `load(p, i)` gives 8 values starting at element `i`.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn float_tile(
     n: usize,
     w: *const u8,
@@ -802,6 +803,7 @@ unsafe fn f16_tile_avx2(
 /// (`prepare`) and used for 4 activation blocks (`dot`). Per column the arithmetic is exactly
 /// the 1 × 1 kernel's (same two-accumulator order), so results do not depend on the tiling.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn tile_q8_0<P: Copy>(
     nb: usize,
     w: *const u8,

@@ -509,38 +509,59 @@ unsafe fn k4_scales(wb: *const u8) -> ([i32; 8], [i32; 16]) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
+    let mut out = [0f32; 1];
+    q4_k_cols::<1>(nb, w, x, 0, &mut out);
+    out[0]
+}
+
+/// Q4_K against `C` activation rows `xs` bytes apart: the weight block's scales and nibbles
+/// are unpacked once for all columns; each column's arithmetic is the same for any `C`.
+#[inline(always)]
+unsafe fn q4_k_cols<const C: usize>(
+    nb: usize,
+    w: *const u8,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; C],
+) {
     let m4 = _mm256_set1_epi8(0xF);
-    let mut acc = _mm256_setzero_ps();
-    let mut acc_min = 0.0f32;
+    let mut acc = [_mm256_setzero_ps(); C];
+    let mut acc_min = [0.0f32; C];
     for i in 0..nb {
-        let (wb, xb) = (w.add(i * Q4_K_BYTES), x.add(i * Q8_K_BYTES));
-        let yd = f32_load(xb);
+        let wb = w.add(i * Q4_K_BYTES);
         let (sc, mins) = k4_scales(wb);
-        acc_min += yd * f16_load(wb.add(2)) * bsums_dot(xb, &mins) as f32;
-        let mut sumi = _mm256_setzero_si256();
+        let (d, dmin) = (f16_load(wb), f16_load(wb.add(2)));
+        let mut q = [[_mm256_setzero_si256(); 2]; 4];
+        let mut scv = [[_mm256_setzero_si256(); 2]; 4];
         for j in 0..4 {
             let qbits = load256(wb.add(16 + 32 * j));
-            let ql = _mm256_and_si256(qbits, m4);
-            let qh = _mm256_and_si256(_mm256_srli_epi16(qbits, 4), m4);
-            let yl = load256(xb.add(4 + 64 * j));
-            let yh = load256(xb.add(4 + 64 * j + 32));
-            let pl = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(ql, yl),
+            q[j] = [
+                _mm256_and_si256(qbits, m4),
+                _mm256_and_si256(_mm256_srli_epi16(qbits, 4), m4),
+            ];
+            scv[j] = [
                 _mm256_set1_epi16(sc[2 * j] as i16),
-            );
-            let ph = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(qh, yh),
                 _mm256_set1_epi16(sc[2 * j + 1] as i16),
-            );
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+            ];
         }
-        acc = _mm256_fmadd_ps(
-            _mm256_set1_ps(yd * f16_load(wb)),
-            _mm256_cvtepi32_ps(sumi),
-            acc,
-        );
+        for c in 0..C {
+            let xb = x.add(c * xs + i * Q8_K_BYTES);
+            let yd = f32_load(xb);
+            acc_min[c] += yd * dmin * bsums_dot(xb, &mins) as f32;
+            let mut sumi = _mm256_setzero_si256();
+            for j in 0..4 {
+                let yl = load256(xb.add(4 + 64 * j));
+                let yh = load256(xb.add(4 + 64 * j + 32));
+                let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(q[j][0], yl), scv[j][0]);
+                let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(q[j][1], yh), scv[j][1]);
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+            }
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(yd * d), _mm256_cvtepi32_ps(sumi), acc[c]);
+        }
     }
-    hsum_f32x8(acc) - acc_min
+    for c in 0..C {
+        out[c] = hsum_f32x8(acc[c]) - acc_min[c];
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -590,14 +611,29 @@ unsafe fn q5_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
+    let mut out = [0f32; 1];
+    q6_k_cols::<1>(nb, w, x, 0, &mut out);
+    out[0]
+}
+
+/// Q6_K against `C` activation rows `xs` bytes apart (weights unpacked once per block).
+#[inline(always)]
+unsafe fn q6_k_cols<const C: usize>(
+    nb: usize,
+    w: *const u8,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; C],
+) {
     let m4 = _mm256_set1_epi8(0xF);
     let m2 = _mm256_set1_epi8(3);
     let m32 = _mm256_set1_epi8(32);
-    let mut acc = _mm256_setzero_ps();
+    let mut acc = [_mm256_setzero_ps(); C];
     for i in 0..nb {
-        let (wb, xb) = (w.add(i * Q6_K_BYTES), x.add(i * Q8_K_BYTES));
+        let wb = w.add(i * Q6_K_BYTES);
         let sc = std::slice::from_raw_parts(wb.add(192), 16);
-        let mut sumi = _mm256_setzero_si256();
+        let mut q = [_mm256_setzero_si256(); 8];
+        let mut scv = [_mm256_setzero_si256(); 8];
         for n in 0..2 {
             let ql0 = load256(wb.add(64 * n));
             let ql1 = load256(wb.add(64 * n + 32));
@@ -606,26 +642,35 @@ unsafe fn q6_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
                 let h = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(s)), m2);
                 _mm256_slli_epi16(h, 4)
             };
-            let q = [
-                _mm256_or_si256(_mm256_and_si256(ql0, m4), high(0)),
-                _mm256_or_si256(_mm256_and_si256(ql1, m4), high(2)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), high(4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), high(6)),
-            ];
-            for (p, qp) in q.iter().enumerate() {
-                let y = load256(xb.add(4 + 128 * n + 32 * p));
-                // (q - 32)·y as q·y - 32·y, both through maddubs (q is 0..63).
-                let p16 =
-                    _mm256_sub_epi16(_mm256_maddubs_epi16(*qp, y), _mm256_maddubs_epi16(m32, y));
+            q[4 * n] = _mm256_or_si256(_mm256_and_si256(ql0, m4), high(0));
+            q[4 * n + 1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), high(2));
+            q[4 * n + 2] =
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), high(4));
+            q[4 * n + 3] =
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), high(6));
+            for p in 0..4 {
                 let s = &sc[8 * n + 2 * p..];
-                let scv = scales_2x16(i32::from(s[0] as i8), i32::from(s[1] as i8));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scv));
+                scv[4 * n + p] = scales_2x16(i32::from(s[0] as i8), i32::from(s[1] as i8));
             }
         }
-        let d = f32_load(xb) * f16_load(wb.add(208));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        let d = f16_load(wb.add(208));
+        for c in 0..C {
+            let xb = x.add(c * xs + i * Q8_K_BYTES);
+            let mut sumi = _mm256_setzero_si256();
+            for g in 0..8 {
+                let y = load256(xb.add(4 + 32 * g));
+                // (q - 32)·y as q·y - 32·y, both through maddubs (q is 0..63).
+                let p16 =
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(q[g], y), _mm256_maddubs_epi16(m32, y));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scv[g]));
+            }
+            let dd = f32_load(xb) * d;
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(sumi), acc[c]);
+        }
     }
-    hsum_f32x8(acc)
+    for c in 0..C {
+        out[c] = hsum_f32x8(acc[c]);
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -681,6 +726,16 @@ pub fn tile_fn(t: GgmlType) -> Option<Tile> {
             cols: 4,
             f: q8_0_tile,
         },
+        GgmlType::Q4_K => Tile {
+            rows: 1,
+            cols: 4,
+            f: q4_k_tile,
+        },
+        GgmlType::Q6_K => Tile {
+            rows: 1,
+            cols: 4,
+            f: q6_k_tile,
+        },
         _ => return None,
     })
 }
@@ -718,6 +773,36 @@ tile_entry!(f16_tile, f16_tile_avx2, 2, 1, 2, 2);
 tile_entry!(q4_0_tile, q4_0_tile_avx2, 1, QK, Q4_0_BYTES, Q8_0_BYTES);
 tile_entry!(q4_1_tile, q4_1_tile_avx2, 1, QK, Q4_1_BYTES, Q8_1_BYTES);
 tile_entry!(q8_0_tile, q8_0_tile_avx2, 1, QK, Q8_0_BYTES, Q8_0_BYTES);
+tile_entry!(q4_k_tile, q4_k_tile_avx2, 1, QK_K, Q4_K_BYTES, Q8_K_BYTES);
+tile_entry!(q6_k_tile, q6_k_tile_avx2, 1, QK_K, Q6_K_BYTES, Q8_K_BYTES);
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_tile_avx2(
+    nb: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    let mut four = [0f32; 4];
+    q4_k_cols::<4>(nb, w, x, xs, &mut four);
+    out[..4].copy_from_slice(&four);
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6_k_tile_avx2(
+    nb: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    let mut four = [0f32; 4];
+    q6_k_cols::<4>(nb, w, x, xs, &mut four);
+    out[..4].copy_from_slice(&four);
+}
 
 /// 2 × 4 outputs of an f32/f16 product: 8 accumulators, each weight vector used 4 times and
 /// each activation vector twice. `load(p, i)` gives 8 values starting at element `i`.

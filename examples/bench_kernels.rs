@@ -111,6 +111,42 @@ impl Upstream {
     }
 }
 
+/// SmolLM2-135M's mat-vec shapes (Q4_1 layers, Q8_0 output): per-call time at 1 and 2
+/// threads, where pool wake-up and chunking overheads show.
+fn small_shapes() {
+    println!("small mat-vecs (SmolLM2-135M shapes), microseconds per call, median of 201:");
+    for (t, n_rows, k) in [
+        (GgmlType::Q4_1, 576usize, 576usize),
+        (GgmlType::Q4_1, 1536, 576),
+        (GgmlType::Q4_1, 576, 1536),
+        (GgmlType::Q8_0, 49152, 576),
+    ] {
+        let row = cpu::row_bytes(t, k);
+        let mut w = vec![0u8; n_rows * row];
+        for (i, b) in w.iter_mut().enumerate() {
+            *b = (i * 7 % 251) as u8;
+        }
+        for block in w.chunks_exact_mut(t.type_size() as usize) {
+            block[0..2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
+        }
+        let x: Vec<f32> = (0..k).map(|i| (i % 13) as f32 / 13.0 - 0.5).collect();
+        let mut dst = vec![0f32; n_rows];
+        let mut scratch = Scratch::new();
+        let mut line = format!("  {:<5} {n_rows:>6} x {k:<5}", t.name());
+        for threads in [1, 2] {
+            let pool = ThreadPool::new(threads);
+            let mut times = Vec::new();
+            for _ in 0..201 {
+                let start = Instant::now();
+                cpu::mul_mat(t, &w, n_rows, k, &x, 1, &mut dst, &pool, &mut scratch);
+                times.push(start.elapsed().as_secs_f64() * 1e6);
+            }
+            line += &format!("  {threads} th {:>8.1}", median(times));
+        }
+        println!("{line}");
+    }
+}
+
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let upstream = args.iter().position(|a| a == "--upstream").map(|i| {
@@ -119,6 +155,10 @@ fn main() {
         Upstream::open(&path)
     });
     let filter = args;
+    if filter.iter().any(|f| f == "small") {
+        small_shapes();
+        return;
+    }
     let (n_rows, k) = (14336usize, 4096usize);
     println!("SIMD: {}; weight {n_rows} x {k}", cpu::simd_level());
     println!(

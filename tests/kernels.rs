@@ -49,6 +49,16 @@ fn pool_runs_every_task_exactly_once() {
     }
 }
 
+/// Many small jobs on an oversubscribed pool (8 threads on a 2-core machine): workers are often
+/// descheduled mid-protocol, late to a job or early for the next; every task still runs once.
+#[test]
+fn pool_stress_oversubscribed() {
+    let pool = ThreadPool::new(8);
+    for round in 0..3000 {
+        check_runs_once(&pool, 1 + round % 37);
+    }
+}
+
 #[test]
 fn pool_uses_several_threads() {
     let pool = ThreadPool::new(3);

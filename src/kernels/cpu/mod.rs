@@ -187,7 +187,7 @@ pub struct Tile {
 }
 
 /// The tile kernel for `t` on this machine, if one exists (AVX2: F32, F16 2×4; Q4_0, Q4_1,
-/// Q8_0, Q4_K, Q6_K 1×4). The quantized ones give bit-identical results to [`dot_fn`]; the float ones
+/// Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q6_K 1×4). The quantized ones give bit-identical results to [`dot_fn`]; the float ones
 /// differ from it only in summation order.
 pub fn tile_fn(t: GgmlType) -> Option<Tile> {
     #[cfg(target_arch = "x86_64")]

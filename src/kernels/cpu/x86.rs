@@ -726,6 +726,21 @@ pub fn tile_fn(t: GgmlType) -> Option<Tile> {
             cols: 4,
             f: q8_0_tile,
         },
+        GgmlType::Q5_0 => Tile {
+            rows: 1,
+            cols: 4,
+            f: q5_0_tile,
+        },
+        GgmlType::Q5_1 => Tile {
+            rows: 1,
+            cols: 4,
+            f: q5_1_tile,
+        },
+        GgmlType::IQ4_NL => Tile {
+            rows: 1,
+            cols: 4,
+            f: iq4_nl_tile,
+        },
         GgmlType::Q4_K => Tile {
             rows: 1,
             cols: 4,
@@ -773,6 +788,16 @@ tile_entry!(f16_tile, f16_tile_avx2, 2, 1, 2, 2);
 tile_entry!(q4_0_tile, q4_0_tile_avx2, 1, QK, Q4_0_BYTES, Q8_0_BYTES);
 tile_entry!(q4_1_tile, q4_1_tile_avx2, 1, QK, Q4_1_BYTES, Q8_1_BYTES);
 tile_entry!(q8_0_tile, q8_0_tile_avx2, 1, QK, Q8_0_BYTES, Q8_0_BYTES);
+tile_entry!(q5_0_tile, q5_0_tile_avx2, 1, QK, Q5_0_BYTES, Q8_0_BYTES);
+tile_entry!(q5_1_tile, q5_1_tile_avx2, 1, QK, Q5_1_BYTES, Q8_1_BYTES);
+tile_entry!(
+    iq4_nl_tile,
+    iq4_nl_tile_avx2,
+    1,
+    QK,
+    IQ4_NL_BYTES,
+    Q8_0_BYTES
+);
 tile_entry!(q4_k_tile, q4_k_tile_avx2, 1, QK_K, Q4_K_BYTES, Q8_K_BYTES);
 tile_entry!(q6_k_tile, q6_k_tile_avx2, 1, QK_K, Q6_K_BYTES, Q8_K_BYTES);
 
@@ -967,15 +992,17 @@ unsafe fn q8_0_tile_avx2(
     )
 }
 
-/// 1 × 4 outputs of Q4_1 · Q8_1, per column the same arithmetic as the 1 × 1 kernel.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_1_tile_avx2(
+/// 1 × 4 outputs of a Q8_1-activation product (Q4_1, Q5_1): each weight block unpacked once
+/// (`unpack` gives its 32 unsigned quants); per column the same arithmetic as the 1 × 1 kernel.
+#[inline(always)]
+unsafe fn tile_q8_1(
     nb: usize,
     w: *const u8,
-    _ws: usize,
+    wbytes: usize,
     x: *const u8,
     xs: usize,
     out: &mut [f32; 8],
+    unpack: impl Fn(*const u8) -> __m256i,
 ) {
     let mut acc = [[_mm256_setzero_ps(); 2]; 4];
     let mut acc_ms = [_mm_setzero_ps(); 4];
@@ -984,8 +1011,8 @@ unsafe fn q4_1_tile_avx2(
         let pair = (ib + 1 < nb) as usize + 1;
         let mut s_pair = [[_mm_setzero_ps(); 2]; 4];
         for h in 0..pair {
-            let wb = w.add((ib + h) * Q4_1_BYTES);
-            let q = nibbles_32(wb.add(4));
+            let wb = w.add((ib + h) * wbytes);
+            let q = unpack(wb);
             for c in 0..4 {
                 let xb = x.add(c * xs + (ib + h) * Q8_1_BYTES);
                 let s = scales_q8_1(wb, xb);
@@ -1010,4 +1037,80 @@ unsafe fn q4_1_tile_avx2(
         out[c] = hsum_f32x8(_mm256_add_ps(acc[c][0], acc[c][1]))
             + _mm_cvtss_f32(_mm_movehdup_ps(acc_ms[c]));
     }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_1_tile_avx2(
+    nb: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    tile_q8_1(nb, w, Q4_1_BYTES, x, xs, out, |wb| nibbles_32(wb.add(4)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_1_tile_avx2(
+    nb: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    tile_q8_1(nb, w, Q5_1_BYTES, x, xs, out, |wb| {
+        let hi = _mm256_and_si256(bits_32(wb.add(4)), _mm256_set1_epi8(0x10));
+        _mm256_or_si256(nibbles_32(wb.add(8)), hi)
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_0_tile_avx2(
+    nb: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    tile_q8_0(
+        nb,
+        w,
+        Q5_0_BYTES,
+        x,
+        xs,
+        out,
+        |wb| {
+            let hi = _mm256_andnot_si256(bits_32(wb.add(2)), _mm256_set1_epi8(0xF0u8 as i8));
+            let q = _mm256_or_si256(nibbles_32(wb.add(6)), hi);
+            (_mm256_sign_epi8(q, q), q)
+        },
+        |(aq, q), xb| dot_u8_i8(aq, _mm256_sign_epi8(load256(xb.add(2)), q)),
+    )
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4_nl_tile_avx2(
+    nb: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    tile_q8_0(
+        nb,
+        w,
+        IQ4_NL_BYTES,
+        x,
+        xs,
+        out,
+        |wb| {
+            let q = iq4_lookup(wb.add(2));
+            (_mm256_sign_epi8(q, q), q)
+        },
+        |(aq, q), xb| dot_u8_i8(aq, _mm256_sign_epi8(load256(xb.add(2)), q)),
+    )
 }

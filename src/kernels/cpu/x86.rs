@@ -491,20 +491,69 @@ unsafe fn q3_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
     hsum_f32x8(acc)
 }
 
-/// The 8 scales and 8 mins of a Q4_K/Q5_K block.
-#[inline(always)]
-unsafe fn k4_scales(wb: *const u8) -> ([i32; 8], [i32; 16]) {
-    let packed = std::slice::from_raw_parts(wb.add(4), 12);
-    let mut sc = [0i32; 8];
-    let mut mins = [0i32; 16];
-    for j in 0..8 {
-        let (s, m) = scale_min_k4(j, packed);
-        sc[j] = i32::from(s);
-        // Each min covers 32 values = two bsums.
-        mins[2 * j] = i32::from(m);
-        mins[2 * j + 1] = i32::from(m);
+/// `_mm256_shuffle_epi8` masks broadcasting 16-bit lane `i` (of a 128-bit half) to all lanes.
+static BROADCAST_I16: [[u8; 32]; 8] = {
+    let mut masks = [[0u8; 32]; 8];
+    let mut i = 0;
+    while i < 8 {
+        let mut b = 0;
+        while b < 32 {
+            masks[i][b] = (2 * i + b % 2) as u8;
+            b += 1;
+        }
+        i += 1;
     }
-    (sc, mins)
+    masks
+};
+
+/// The 8 scales of a Q4_K/Q5_K block, each broadcast to 16 i16 lanes, and its 8 mins as
+/// 8 i16 lanes: the 12 packed bytes unpacked with ggml's `utmp` shuffles (one u32 pass instead
+/// of eight `get_scale_min_k4` calls).
+#[inline(always)]
+unsafe fn k4_scales(wb: *const u8) -> ([__m256i; 8], __m128i) {
+    const KMASK1: u32 = 0x3f3f_3f3f;
+    const KMASK2: u32 = 0x0f0f_0f0f;
+    const KMASK3: u32 = 0x0303_0303;
+    let p = wb.add(4).cast::<u32>();
+    let (u0, u1, u2) = (
+        p.read_unaligned(),
+        p.add(1).read_unaligned(),
+        p.add(2).read_unaligned(),
+    );
+    let scales_lo = u0 & KMASK1;
+    let scales_hi = (u2 & KMASK2) | (((u0 >> 6) & KMASK3) << 4);
+    let mins_lo = u1 & KMASK1;
+    let mins_hi = ((u2 >> 4) & KMASK2) | (((u1 >> 6) & KMASK3) << 4);
+    let both = _mm256_cvtepu8_epi16(_mm_set_epi32(
+        mins_hi as i32,
+        mins_lo as i32,
+        scales_hi as i32,
+        scales_lo as i32,
+    ));
+    let sc128 = _mm256_castsi256_si128(both);
+    let scales = _mm256_set_m128i(sc128, sc128);
+    let mut out = [_mm256_setzero_si256(); 8];
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = _mm256_shuffle_epi8(scales, _mm256_loadu_si256(BROADCAST_I16[j].as_ptr().cast()));
+    }
+    (out, _mm256_extracti128_si256(both, 1))
+}
+
+/// Σⱼ minⱼ · (bsum₂ⱼ + bsum₂ⱼ₊₁) of a Q8_K block as 4 i32 lanes (ggml's hadd + madd).
+#[inline(always)]
+unsafe fn k4_mins_dot(xb: *const u8, mins: __m128i) -> __m128i {
+    let bsums = load256(xb.add(4 + QK_K));
+    let pairs = _mm_hadd_epi16(
+        _mm256_castsi256_si128(bsums),
+        _mm256_extracti128_si256(bsums, 1),
+    );
+    _mm_madd_epi16(mins, pairs)
+}
+
+#[inline(always)]
+unsafe fn hsum_f32x4(x: __m128) -> f32 {
+    let r = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -526,41 +575,33 @@ unsafe fn q4_k_cols<const C: usize>(
 ) {
     let m4 = _mm256_set1_epi8(0xF);
     let mut acc = [_mm256_setzero_ps(); C];
-    let mut acc_min = [0.0f32; C];
+    let mut acc_min = [_mm_setzero_ps(); C];
     for i in 0..nb {
         let wb = w.add(i * Q4_K_BYTES);
-        let (sc, mins) = k4_scales(wb);
+        let (scv, mins) = k4_scales(wb);
         let (d, dmin) = (f16_load(wb), f16_load(wb.add(2)));
-        let mut q = [[_mm256_setzero_si256(); 2]; 4];
-        let mut scv = [[_mm256_setzero_si256(); 2]; 4];
+        let mut q = [_mm256_setzero_si256(); 8];
         for j in 0..4 {
             let qbits = load256(wb.add(16 + 32 * j));
-            q[j] = [
-                _mm256_and_si256(qbits, m4),
-                _mm256_and_si256(_mm256_srli_epi16(qbits, 4), m4),
-            ];
-            scv[j] = [
-                _mm256_set1_epi16(sc[2 * j] as i16),
-                _mm256_set1_epi16(sc[2 * j + 1] as i16),
-            ];
+            q[2 * j] = _mm256_and_si256(qbits, m4);
+            q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(qbits, 4), m4);
         }
         for c in 0..C {
             let xb = x.add(c * xs + i * Q8_K_BYTES);
             let yd = f32_load(xb);
-            acc_min[c] += yd * dmin * bsums_dot(xb, &mins) as f32;
+            let m = _mm_cvtepi32_ps(k4_mins_dot(xb, mins));
+            acc_min[c] = _mm_fmadd_ps(_mm_set1_ps(yd * dmin), m, acc_min[c]);
             let mut sumi = _mm256_setzero_si256();
-            for j in 0..4 {
-                let yl = load256(xb.add(4 + 64 * j));
-                let yh = load256(xb.add(4 + 64 * j + 32));
-                let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(q[j][0], yl), scv[j][0]);
-                let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(q[j][1], yh), scv[j][1]);
-                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+            for g in 0..8 {
+                let y = load256(xb.add(4 + 32 * g));
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(q[g], y), scv[g]);
+                sumi = _mm256_add_epi32(sumi, p);
             }
             acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(yd * d), _mm256_cvtepi32_ps(sumi), acc[c]);
         }
     }
     for c in 0..C {
-        out[c] = hsum_f32x8(acc[c]) - acc_min[c];
+        out[c] = hsum_f32x8(acc[c]) - hsum_f32x4(acc_min[c]);
     }
 }
 
@@ -569,12 +610,13 @@ unsafe fn q5_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
     let m4 = _mm256_set1_epi8(0xF);
     let sixteen = _mm256_set1_epi8(16);
     let mut acc = _mm256_setzero_ps();
-    let mut acc_min = 0.0f32;
+    let mut acc_min = _mm_setzero_ps();
     for i in 0..nb {
         let (wb, xb) = (w.add(i * Q5_K_BYTES), x.add(i * Q8_K_BYTES));
         let yd = f32_load(xb);
-        let (sc, mins) = k4_scales(wb);
-        acc_min += yd * f16_load(wb.add(2)) * bsums_dot(xb, &mins) as f32;
+        let (scv, mins) = k4_scales(wb);
+        let m = _mm_cvtepi32_ps(k4_mins_dot(xb, mins));
+        acc_min = _mm_fmadd_ps(_mm_set1_ps(yd * f16_load(wb.add(2))), m, acc_min);
         let hbits = load256(wb.add(16));
         let high = |bit: usize| {
             let b = _mm256_set1_epi8((1u8 << bit) as i8);
@@ -590,14 +632,8 @@ unsafe fn q5_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
             );
             let yl = load256(xb.add(4 + 64 * j));
             let yh = load256(xb.add(4 + 64 * j + 32));
-            let pl = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(ql, yl),
-                _mm256_set1_epi16(sc[2 * j] as i16),
-            );
-            let ph = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(qh, yh),
-                _mm256_set1_epi16(sc[2 * j + 1] as i16),
-            );
+            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(ql, yl), scv[2 * j]);
+            let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(qh, yh), scv[2 * j + 1]);
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
         acc = _mm256_fmadd_ps(
@@ -606,7 +642,7 @@ unsafe fn q5_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
             acc,
         );
     }
-    hsum_f32x8(acc) - acc_min
+    hsum_f32x8(acc) - hsum_f32x4(acc_min)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

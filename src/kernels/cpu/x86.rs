@@ -170,11 +170,36 @@ unsafe fn mul_i8_pairs_i16(x: __m256i, y: __m256i) -> __m256i {
     _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
 }
 
-/// A 16 × i16 vector: `lo` in lanes 0..8 (elements 0..16 of a 32-byte product), `hi` in 8..16.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scales_2x16(lo: i32, hi: i32) -> __m256i {
-    _mm256_set_m128i(_mm_set1_epi16(hi as i16), _mm_set1_epi16(lo as i16))
+/// `_mm256_shuffle_epi8` masks for [`pair_scales`]: from 8 i16 (duplicated in both halves),
+/// lane 2h to the low half and lane 2h + 1 to the high half.
+static PAIR_MASKS: [[u8; 32]; 4] = {
+    let mut masks = [[0u8; 32]; 4];
+    let mut h = 0;
+    while h < 4 {
+        let mut b = 0;
+        while b < 32 {
+            let lane = 2 * h + b / 16;
+            masks[h][b] = (2 * lane + b % 2) as u8;
+            b += 1;
+        }
+        h += 1;
+    }
+    masks
+};
+
+/// 16 i8 sub-block scales (of 16 values each) as 8 vectors: vector g holds scale 2g in its
+/// low 8 i16 lanes and scale 2g + 1 in its high 8, matching a 32-byte `maddubs` product.
+#[inline(always)]
+unsafe fn pair_scales(sc: __m128i) -> [__m256i; 8] {
+    let lo = _mm_cvtepi8_epi16(sc);
+    let hi = _mm_cvtepi8_epi16(_mm_srli_si128(sc, 8));
+    let (vlo, vhi) = (_mm256_set_m128i(lo, lo), _mm256_set_m128i(hi, hi));
+    let mut out = [_mm256_setzero_si256(); 8];
+    for (g, o) in out.iter_mut().enumerate() {
+        let mask = _mm256_loadu_si256(PAIR_MASKS[g % 4].as_ptr().cast());
+        *o = _mm256_shuffle_epi8(if g < 4 { vlo } else { vhi }, mask);
+    }
+    out
 }
 
 // ------------------------------------------------------------------ float types
@@ -416,37 +441,38 @@ unsafe fn iq4_nl_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
 
 // ------------------------------------------------------------------ K-quants (Q8_K activations)
 
-/// Σ over the 16 activation bsums weighted by 16 i32 weights (the K-quant mins).
-#[inline(always)]
-unsafe fn bsums_dot(xb: *const u8, weights: &[i32; 16]) -> i32 {
-    let mut s = 0;
-    for (j, wgt) in weights.iter().enumerate() {
-        s += i32::from(xb.add(4 + QK_K + 2 * j).cast::<i16>().read_unaligned()) * wgt;
-    }
-    s
-}
-
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q2_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
     let m3 = _mm256_set1_epi8(3);
+    let m4 = _mm_set1_epi8(0xF);
     let mut acc = _mm256_setzero_ps();
-    let mut acc_min = 0.0f32;
+    let mut acc_min = _mm256_setzero_ps();
     for i in 0..nb {
         let (wb, xb) = (w.add(i * Q2_K_BYTES), x.add(i * Q8_K_BYTES));
         let yd = f32_load(xb);
-        let scales = std::slice::from_raw_parts(wb, 16);
-        let mins: [i32; 16] = std::array::from_fn(|j| i32::from(scales[j] >> 4));
-        acc_min += yd * f16_load(wb.add(82)) * bsums_dot(xb, &mins) as f32;
+        let packed = load128(wb);
+        // Mins (high nibbles) against the 16 bsums, in one madd.
+        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
+        let m = _mm256_madd_epi16(mins, load256(xb.add(4 + QK_K)));
+        acc_min = _mm256_fmadd_ps(
+            _mm256_set1_ps(yd * f16_load(wb.add(82))),
+            _mm256_cvtepi32_ps(m),
+            acc_min,
+        );
+        let scv = pair_scales(_mm_and_si128(packed, m4));
         let mut sumi = _mm256_setzero_si256();
         for n in 0..2 {
             let qbits = load256(wb.add(16 + 32 * n));
-            for j in 0..4 {
-                let q =
-                    _mm256_and_si256(_mm256_srl_epi16(qbits, _mm_cvtsi32_si128(2 * j as i32)), m3);
+            let q = [
+                _mm256_and_si256(qbits, m3),
+                _mm256_and_si256(_mm256_srli_epi16(qbits, 2), m3),
+                _mm256_and_si256(_mm256_srli_epi16(qbits, 4), m3),
+                _mm256_and_si256(_mm256_srli_epi16(qbits, 6), m3),
+            ];
+            for (j, q) in q.iter().enumerate() {
                 let y = load256(xb.add(4 + 128 * n + 32 * j));
-                let is = 8 * n + 2 * j;
-                let sc = scales_2x16(i32::from(scales[is] & 0xF), i32::from(scales[is + 1] & 0xF));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), sc));
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(*q, y), scv[4 * n + j]);
+                sumi = _mm256_add_epi32(sumi, p);
             }
         }
         acc = _mm256_fmadd_ps(
@@ -455,7 +481,7 @@ unsafe fn q2_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
             acc,
         );
     }
-    hsum_f32x8(acc) - acc_min
+    hsum_f32x8(acc) - hsum_f32x8(acc_min)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -466,23 +492,26 @@ unsafe fn q3_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
     for i in 0..nb {
         let (wb, xb) = (w.add(i * Q3_K_BYTES), x.add(i * Q8_K_BYTES));
         let scales = q3_k_scales(std::slice::from_raw_parts(wb.add(96), 12));
+        let scv = pair_scales(_mm_loadu_si128(scales.as_ptr().cast()));
         let hmask = load256(wb);
         let mut sumi = _mm256_setzero_si256();
         for n in 0..2 {
             let qbits = load256(wb.add(32 + 32 * n));
-            for j in 0..4 {
-                let shift = _mm_cvtsi32_si128(2 * j as i32);
-                let q = _mm256_and_si256(_mm256_srl_epi16(qbits, shift), m3);
+            let q = [
+                _mm256_and_si256(qbits, m3),
+                _mm256_and_si256(_mm256_srli_epi16(qbits, 2), m3),
+                _mm256_and_si256(_mm256_srli_epi16(qbits, 4), m3),
+                _mm256_and_si256(_mm256_srli_epi16(qbits, 6), m3),
+            ];
+            for (j, q) in q.iter().enumerate() {
                 let bit = _mm256_set1_epi8((1u8 << (4 * n + j)) as i8);
                 // 4 where the high bit is clear: those values are q - 4.
                 let clear = _mm256_cmpeq_epi8(_mm256_and_si256(hmask, bit), _mm256_setzero_si256());
                 let sub = _mm256_and_si256(clear, four);
                 let y = load256(xb.add(4 + 128 * n + 32 * j));
                 let p16 =
-                    _mm256_sub_epi16(_mm256_maddubs_epi16(q, y), _mm256_maddubs_epi16(sub, y));
-                let is = 8 * n + 2 * j;
-                let sc = scales_2x16(i32::from(scales[is]), i32::from(scales[is + 1]));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, sc));
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(*q, y), _mm256_maddubs_epi16(sub, y));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scv[4 * n + j]));
             }
         }
         let d = f32_load(xb) * f16_load(wb.add(108));
@@ -667,9 +696,8 @@ unsafe fn q6_k_cols<const C: usize>(
     let mut acc = [_mm256_setzero_ps(); C];
     for i in 0..nb {
         let wb = w.add(i * Q6_K_BYTES);
-        let sc = std::slice::from_raw_parts(wb.add(192), 16);
+        let scv = pair_scales(load128(wb.add(192)));
         let mut q = [_mm256_setzero_si256(); 8];
-        let mut scv = [_mm256_setzero_si256(); 8];
         for n in 0..2 {
             let ql0 = load256(wb.add(64 * n));
             let ql1 = load256(wb.add(64 * n + 32));
@@ -684,10 +712,6 @@ unsafe fn q6_k_cols<const C: usize>(
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), high(4));
             q[4 * n + 3] =
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), high(6));
-            for p in 0..4 {
-                let s = &sc[8 * n + 2 * p..];
-                scv[4 * n + p] = scales_2x16(i32::from(s[0] as i8), i32::from(s[1] as i8));
-            }
         }
         let d = f16_load(wb.add(208));
         for c in 0..C {

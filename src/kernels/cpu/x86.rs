@@ -16,11 +16,16 @@ use super::blocks::*;
 use super::{DotFn, Tile};
 use crate::gguf::GgmlType;
 
-/// Whether this CPU has AVX2, FMA and F16C (checked once).
+/// Whether this CPU has AVX2, FMA and F16C (checked once), and the SIMD kernels are not
+/// turned off with `LLAMA_HOTSWAP_KERNELS=scalar` (to run the scalar reference end to end, as
+/// on a CPU without AVX2).
 pub fn available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(|| {
-        is_x86_feature_detected!("avx2")
+        let forced_scalar =
+            std::env::var_os("LLAMA_HOTSWAP_KERNELS").is_some_and(|v| v == "scalar");
+        !forced_scalar
+            && is_x86_feature_detected!("avx2")
             && is_x86_feature_detected!("fma")
             && is_x86_feature_detected!("f16c")
     })

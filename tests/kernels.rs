@@ -561,3 +561,47 @@ fn batched_product_equals_column_mat_vecs() {
         }
     }
 }
+
+/// Float rows of any length (not a multiple of the 8-lane vectors: the tiles' scalar tails),
+/// batched and mat-vec, against the f64 dot of the converted operands (1e-5 × Σ|wᵢ·x'ᵢ|).
+#[test]
+fn float_rows_of_any_length() {
+    let mut rng = Rng::new(41);
+    let pool = ThreadPool::new(2);
+    let mut scratch = Scratch::new();
+    for t in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+        for k in [1usize, 7, 37, 64, 71] {
+            let (n_rows, m) = (7usize, 6usize);
+            let w = random_weights(&mut rng, t, n_rows, k);
+            let x: Vec<f32> = (0..m)
+                .flat_map(|_| random_activations(&mut rng, k))
+                .collect();
+            let mut dst = vec![f32::NAN; n_rows * m];
+            cpu::mul_mat(t, &w, n_rows, k, &x, m, &mut dst, &pool, &mut scratch);
+            let vt = cpu::vec_dot_type(t);
+            let wrow = cpu::row_bytes(t, k);
+            for j in 0..m {
+                let mut xq = vec![0u8; cpu::row_bytes(vt, k)];
+                cpu::quantize_row(vt, &x[j * k..(j + 1) * k], &mut xq);
+                for i in 0..n_rows {
+                    let (wf, xf) = dequantized(t, &w[i * wrow..(i + 1) * wrow], &xq, k);
+                    let exact: f64 = wf
+                        .iter()
+                        .zip(&xf)
+                        .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                        .sum();
+                    let scale: f64 = wf
+                        .iter()
+                        .zip(&xf)
+                        .map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs())
+                        .sum();
+                    let got = f64::from(dst[j * n_rows + i]);
+                    assert!(
+                        (got - exact).abs() <= 1e-5 * scale + 1e-6,
+                        "{t} k={k} [{i},{j}]: {got} vs {exact}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -489,6 +489,27 @@ unsafe fn q2_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
     hsum_f32x8(acc) - hsum_f32x8(acc_min)
 }
 
+/// The 16 Q3_K scales (minus 32) as i8 lanes, unpacked in registers (`q3_k_scales` goes
+/// through memory, and its four u32 stores read back as one vector stall store forwarding).
+#[inline(always)]
+unsafe fn q3_k_scales_simd(p: *const u8) -> __m128i {
+    const KMASK1: u32 = 0x0303_0303;
+    const KMASK2: u32 = 0x0f0f_0f0f;
+    let p = p.cast::<u32>();
+    let (a0, a1, tmp) = (
+        p.read_unaligned(),
+        p.add(1).read_unaligned(),
+        p.add(2).read_unaligned(),
+    );
+    let v = _mm_set_epi32(
+        (((a1 >> 4) & KMASK2) | (((tmp >> 6) & KMASK1) << 4)) as i32,
+        (((a0 >> 4) & KMASK2) | (((tmp >> 4) & KMASK1) << 4)) as i32,
+        ((a1 & KMASK2) | (((tmp >> 2) & KMASK1) << 4)) as i32,
+        ((a0 & KMASK2) | ((tmp & KMASK1) << 4)) as i32,
+    );
+    _mm_sub_epi8(v, _mm_set1_epi8(32))
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q3_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
     let m3 = _mm256_set1_epi8(3);
@@ -496,8 +517,7 @@ unsafe fn q3_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for i in 0..nb {
         let (wb, xb) = (w.add(i * Q3_K_BYTES), x.add(i * Q8_K_BYTES));
-        let scales = q3_k_scales(std::slice::from_raw_parts(wb.add(96), 12));
-        let scv = pair_scales(_mm_loadu_si128(scales.as_ptr().cast()));
+        let scv = pair_scales(q3_k_scales_simd(wb.add(96)));
         let hmask = load256(wb);
         let mut sumi = _mm256_setzero_si256();
         for n in 0..2 {
@@ -921,13 +941,25 @@ unsafe fn float_tile(
         }
         i += 8;
     }
-    for c in 0..4 {
-        for r in 0..2 {
-            let mut s = hsum_f32x8(acc[c * 2 + r]);
-            for e in i..n {
-                s += scalar(w.add(r * ws), e) * scalar(x.add(c * xs), e);
+    // The 8 horizontal sums at once (hadd tree), in output order c * 2 + r.
+    let t0 = _mm256_hadd_ps(acc[0], acc[1]);
+    let t1 = _mm256_hadd_ps(acc[2], acc[3]);
+    let t2 = _mm256_hadd_ps(acc[4], acc[5]);
+    let t3 = _mm256_hadd_ps(acc[6], acc[7]);
+    let u0 = _mm256_hadd_ps(t0, t1);
+    let u1 = _mm256_hadd_ps(t2, t3);
+    let sums = _mm256_add_ps(
+        _mm256_permute2f128_ps(u0, u1, 0x20),
+        _mm256_permute2f128_ps(u0, u1, 0x31),
+    );
+    _mm256_storeu_ps(out.as_mut_ptr(), sums);
+    if i < n {
+        for c in 0..4 {
+            for r in 0..2 {
+                for e in i..n {
+                    out[c * 2 + r] += scalar(w.add(r * ws), e) * scalar(x.add(c * xs), e);
+                }
             }
-            out[c * 2 + r] = s;
         }
     }
 }

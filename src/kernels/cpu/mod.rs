@@ -595,16 +595,27 @@ fn run_mul_mat(
     let dr1 = cols.div_ceil(nchunk1).next_multiple_of(ca);
     let (nchunk0, nchunk1) = (n_rows.div_ceil(dr0), cols.div_ceil(dr1));
     let out = SharedOut(dst.as_mut_ptr());
-    let w_at = |b: usize, i: usize| (b / broadcast) * l.w_batch_stride + i * l.w_row_stride;
-    let d_at =
-        |col: usize, i: usize| (col / m) * l.dst_batch_stride + (col % m) * l.dst_row_stride + i;
-    let single = |col: usize, i: usize| {
-        let at = w_at(col / m, i);
-        let v = dot(k, &w[at..at + w_row], act.row(col));
-        // SAFETY: (col, i) lies in exactly one task's chunk, and the layout asserts above make
-        // (col, i) -> index injective and in bounds, so each element is written once by one
-        // thread; `dst` stays mutably borrowed until parallel_for returns.
-        unsafe { *out.ptr().add(d_at(col, i)) = v };
+    // Per activation column: where its outputs start in dst and where its weight batch starts
+    // in w (divisions once per column, not per output).
+    let bases = |col: usize| {
+        let (b, j) = (col / m, col % m);
+        (
+            b * l.dst_batch_stride + j * l.dst_row_stride,
+            (b / broadcast) * l.w_batch_stride,
+        )
+    };
+    // The outputs of column `col` for weight rows `rows`, one dot product each.
+    let singles = |col: usize, rows: std::ops::Range<usize>| {
+        let (d_base, w_base) = bases(col);
+        let xr = act.row(col);
+        for i in rows {
+            let at = w_base + i * l.w_row_stride;
+            let v = dot(k, &w[at..at + w_row], xr);
+            // SAFETY: (col, i) lies in exactly one task's chunk, and the layout asserts above
+            // make (col, i) -> index injective and in bounds, so each element is written once by
+            // one thread; `dst` stays mutably borrowed until parallel_for returns.
+            unsafe { *out.ptr().add(d_base + i) = v };
+        }
     };
     let run = |task: usize, _thread: usize| {
         let (c0, c1) = (task % nchunk0, task / nchunk0);
@@ -620,32 +631,31 @@ fn run_mul_mat(
                     let group =
                         tile.filter(|_| col + ca <= cols_end && col / m == (col + ca - 1) / m);
                     let Some(tl) = group else {
-                        (tile0..rows_end).for_each(|i| single(col, i));
+                        singles(col, tile0..rows_end);
                         col += 1;
                         continue;
                     };
+                    let (_, w_base) = bases(col);
+                    let mut d_bases = [0usize; 4];
+                    for (c, d) in d_bases.iter_mut().enumerate().take(ca) {
+                        *d = bases(col + c).0;
+                    }
+                    let x = &act.bytes[col * act.row_bytes..];
                     let mut i = tile0;
                     let mut vals = [0f32; 8];
                     while i + ra <= rows_end {
-                        let x = &act.bytes[col * act.row_bytes..];
-                        (tl.f)(
-                            k,
-                            &w[w_at(col / m, i)..],
-                            l.w_row_stride,
-                            x,
-                            act.row_bytes,
-                            &mut vals,
-                        );
-                        for c in 0..ca {
+                        let wr = &w[w_base + i * l.w_row_stride..];
+                        (tl.f)(k, wr, l.w_row_stride, x, act.row_bytes, &mut vals);
+                        for (c, d_base) in d_bases.iter().enumerate().take(ca) {
                             for r in 0..ra {
-                                // SAFETY: as in `single`: (col + c, i + r) is in this chunk.
-                                unsafe { *out.ptr().add(d_at(col + c, i + r)) = vals[c * ra + r] };
+                                // SAFETY: as in `singles`: (col + c, i + r) is in this chunk.
+                                unsafe { *out.ptr().add(d_base + i + r) = vals[c * ra + r] };
                             }
                         }
                         i += ra;
                     }
                     for c in 0..ca {
-                        (i..rows_end).for_each(|ii| single(col + c, ii));
+                        singles(col + c, i..rows_end);
                     }
                     col += ca;
                 }

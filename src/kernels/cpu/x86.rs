@@ -739,7 +739,7 @@ unsafe fn q6_k_cols<const C: usize>(
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), high(6));
         }
         let d = f16_load(wb.add(208));
-        for c in 0..C {
+        for (c, acc) in acc.iter_mut().enumerate() {
             let xb = x.add(c * xs + i * Q8_K_BYTES);
             let mut sumi = _mm256_setzero_si256();
             for g in 0..8 {
@@ -750,7 +750,7 @@ unsafe fn q6_k_cols<const C: usize>(
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scv[g]));
             }
             let dd = f32_load(xb) * d;
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(sumi), acc[c]);
+            *acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(sumi), *acc);
         }
     }
     for c in 0..C {

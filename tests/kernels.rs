@@ -605,3 +605,70 @@ fn float_rows_of_any_length() {
         }
     }
 }
+
+/// The dispatched activation quantizers (AVX2 for Q8_0/Q8_1) equal the scalar reference bit
+/// for bit, on random rows with outliers, all-zero blocks and exact ties (x·127/amax = n + ½).
+#[test]
+fn simd_quantizers_match_scalar() {
+    let mut rng = Rng::new(51);
+    for vt in [
+        GgmlType::Q8_0,
+        GgmlType::Q8_1,
+        GgmlType::Q8_K,
+        GgmlType::F16,
+        GgmlType::BF16,
+    ] {
+        for case in 0..40 {
+            let k = 256 * (1 + case % 3);
+            let mut x = random_activations(&mut rng, k);
+            if case % 4 == 1 {
+                x[..32].fill(0.0);
+            }
+            if case % 4 == 2 {
+                // amax 127 makes the multiplier 1: halves are exact ties.
+                for (i, v) in x.iter_mut().enumerate() {
+                    *v = if i % 32 == 0 {
+                        127.0
+                    } else {
+                        (i % 50) as f32 - 24.5
+                    };
+                }
+            }
+            let n = cpu::row_bytes(vt, k);
+            let (mut a, mut b) = (vec![0u8; n], vec![0u8; n]);
+            cpu::quantize_row(vt, &x, &mut a);
+            cpu::quantize_row_scalar(vt, &x, &mut b);
+            assert!(
+                a == b,
+                "{vt} case {case}: SIMD and scalar quantizers differ"
+            );
+        }
+    }
+}
+
+/// F16 conversion (F16C, 8 at a time, scalar tail) equals `half` for odd lengths and for
+/// values that round to subnormals, overflow to infinity or sit on ties.
+#[test]
+fn f16_conversion_matches_half() {
+    let specials = [
+        0.0f32,
+        -0.0,
+        1e-7,
+        -3e-6,
+        65504.0,
+        65520.0,
+        1e6,
+        -1e6,
+        1.0 + 1.0 / 2048.0,
+        2049.0,
+    ];
+    for k in [1usize, 7, 8, 9, 37] {
+        let x: Vec<f32> = (0..k)
+            .map(|i| specials[i % specials.len()] * if i % 3 == 0 { 1.0 } else { 0.37 })
+            .collect();
+        let (mut a, mut b) = (vec![0u8; 2 * k], vec![0u8; 2 * k]);
+        cpu::quantize_row(GgmlType::F16, &x, &mut a);
+        cpu::quantize_row_scalar(GgmlType::F16, &x, &mut b);
+        assert_eq!(a, b, "k={k}");
+    }
+}

@@ -125,6 +125,25 @@ pub fn quantize_row(vt: GgmlType, x: &[f32], dst: &mut [u8]) {
     );
     let dst = &mut dst[..n];
     match vt {
+        #[cfg(target_arch = "x86_64")]
+        GgmlType::Q8_0 | GgmlType::Q8_1 if x86::quantize_q8(x, dst, vt == GgmlType::Q8_1) => {}
+        #[cfg(target_arch = "x86_64")]
+        GgmlType::F16 if x86::convert_f16(x, dst) => {}
+        _ => quantize_row_scalar(vt, x, dst),
+    }
+}
+
+/// [`quantize_row`] with the scalar reference only (the SIMD quantizers are tested against it,
+/// bit for bit).
+pub fn quantize_row_scalar(vt: GgmlType, x: &[f32], dst: &mut [u8]) {
+    let n = row_bytes(vt, x.len());
+    assert!(
+        dst.len() >= n,
+        "{vt} row of {} values needs {n} bytes",
+        x.len()
+    );
+    let dst = &mut dst[..n];
+    match vt {
         GgmlType::F32 => quantize::f32_row(x, dst),
         GgmlType::F16 => quantize::f16_row(x, dst),
         GgmlType::BF16 => quantize::bf16_row(x, dst),

@@ -1,12 +1,23 @@
 //! CPU kernels: dequantization, activation quantization, per-type dot products and `mul_mat`,
 //! following upstream's CPU backend (`ggml/src/ggml-cpu`) so results match it closely.
 //!
-//! A weight is a byte slice in ggml's layout (rows of `row_size(t, k)` bytes, any alignment:
-//! mmap'd or owned storage is read in place). `mul_mat` quantizes the f32 activations once into
-//! the weight type's vec_dot type ([`vec_dot_type`]), as ggml does, then splits the rows into
-//! chunks that the pool's threads claim from an atomic counter. Each dot product has a scalar
-//! reference ([`vec_dot_scalar`]) and, on x86-64 with AVX2+FMA+F16C detected at run time, a SIMD
-//! version ([`vec_dot`] picks it).
+//! A weight is a byte slice in ggml's layout (rows of `row_bytes(t, k)` bytes, any alignment:
+//! mmap'd or owned storage is read in place, never copied). `mul_mat` converts the f32
+//! activations once into the weight type's vec_dot type ([`vec_dot_type`]), bit-exact with the
+//! conversion upstream's CPU backend runs, then splits the output into chunks of rows x columns
+//! that the pool's threads claim from an atomic counter (ggml's chunking).
+//!
+//! Entry points: [`mul_mat`] (one 2-D weight), [`mul_mat_rows`] (a row piece of a split weight
+//! into a strided destination), [`prepare_activations`] + [`mul_mat_prepared`] (convert once,
+//! multiply several weights or pieces), [`mul_mat_batched`] (ggml's batch dims with GQA
+//! broadcast and strides: attention over the KV cache in place), [`dequantize_row`],
+//! [`quantize_row`]. All panic on inconsistent sizes (the engine checks shapes when it builds
+//! its graph).
+//!
+//! Kernels: each type has a scalar reference dot product ([`vec_dot_scalar`]); on x86-64 with
+//! AVX2+FMA+F16C (detected once at run time) [`dot_fn`] hands out the SIMD version, and
+//! [`tile_fn`] a kernel for several activation rows at once (batched products).
+//! `LLAMA_HOTSWAP_KERNELS=scalar` forces the scalar path (as on a CPU without AVX2).
 
 mod blocks;
 mod dequant;

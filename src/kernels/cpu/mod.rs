@@ -216,9 +216,10 @@ pub struct Tile {
     pub f: TileFn,
 }
 
-/// The tile kernel for `t` on this machine, if one exists (AVX2: F32, F16 2×4; Q4_0, Q4_1,
-/// Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q6_K 1×4). The quantized ones give bit-identical results to [`dot_fn`]; the float ones
-/// differ from it only in summation order.
+/// The tile kernel for `t` on this machine, if one exists (AVX2: 1 weight row × 4 activation
+/// rows for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q6_K). Every tile
+/// computes each output with exactly the arithmetic of [`dot_fn`], so results never depend on
+/// the batch size (nor, through the aligned chunking, on the thread count).
 pub fn tile_fn(t: GgmlType) -> Option<Tile> {
     #[cfg(target_arch = "x86_64")]
     return x86::tile_fn(t);

@@ -209,85 +209,125 @@ unsafe fn pair_scales(sc: __m128i) -> [__m256i; 8] {
 
 // ------------------------------------------------------------------ float types
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f32_avx2(n: usize, w: *const u8, x: *const u8) -> f32 {
-    let (w, x) = (w.cast::<f32>(), x.cast::<f32>());
-    let mut acc = [_mm256_setzero_ps(); 4];
+/// Dot products of one float row `w` with `C` activation rows `xs` bytes apart. Per output the
+/// arithmetic is fixed whatever `C` is — two 8-lane FMA accumulators over 16-element steps (an
+/// 8-element step into the first), `acc0 + acc1` summed horizontally in a fixed order, then
+/// the scalar tail in order — so batched products (the 1 × 4 tile) equal mat-vecs bit for bit.
+/// `load(p, i)` gives 8 values from element `i`, `scalar(p, i)` one.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn float_cols<const C: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; C],
+    load: impl Fn(*const u8, usize) -> __m256,
+    scalar: impl Fn(*const u8, usize) -> f32,
+) {
+    let mut acc = [[_mm256_setzero_ps(); 2]; C];
     let mut i = 0;
-    while i + 32 <= n {
-        for (a, acc) in acc.iter_mut().enumerate() {
-            let o = i + 8 * a;
-            *acc = _mm256_fmadd_ps(_mm256_loadu_ps(w.add(o)), _mm256_loadu_ps(x.add(o)), *acc);
+    while i + 16 <= n {
+        let (a0, a1) = (load(w, i), load(w, i + 8));
+        for (c, acc) in acc.iter_mut().enumerate() {
+            let xc = x.add(c * xs);
+            acc[0] = _mm256_fmadd_ps(a0, load(xc, i), acc[0]);
+            acc[1] = _mm256_fmadd_ps(a1, load(xc, i + 8), acc[1]);
         }
-        i += 32;
+        i += 16;
     }
-    while i + 8 <= n {
-        acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(w.add(i)), _mm256_loadu_ps(x.add(i)), acc[0]);
+    if i + 8 <= n {
+        let a0 = load(w, i);
+        for (c, acc) in acc.iter_mut().enumerate() {
+            acc[0] = _mm256_fmadd_ps(a0, load(x.add(c * xs), i), acc[0]);
+        }
         i += 8;
     }
-    let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-    let mut s = hsum_f32x8(sum);
-    while i < n {
-        s += w.add(i).read_unaligned() * x.add(i).read_unaligned();
-        i += 1;
+    for (c, acc) in acc.iter().enumerate() {
+        let mut s = hsum_f32x8(_mm256_add_ps(acc[0], acc[1]));
+        for e in i..n {
+            s += scalar(w, e) * scalar(x.add(c * xs), e);
+        }
+        out[c] = s;
     }
-    s
+}
+
+#[inline(always)]
+unsafe fn load_f32(p: *const u8, i: usize) -> __m256 {
+    _mm256_loadu_ps(p.cast::<f32>().add(i))
+}
+
+#[inline(always)]
+unsafe fn scalar_f32(p: *const u8, i: usize) -> f32 {
+    p.cast::<f32>().add(i).read_unaligned()
+}
+
+#[inline(always)]
+unsafe fn load_f16(p: *const u8, i: usize) -> __m256 {
+    _mm256_cvtph_ps(load128(p.add(2 * i)))
+}
+
+#[inline(always)]
+unsafe fn scalar_f16(p: *const u8, i: usize) -> f32 {
+    f16_load(p.add(2 * i))
+}
+
+#[inline(always)]
+unsafe fn load_bf16(p: *const u8, i: usize) -> __m256 {
+    _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(load128(p.add(2 * i))),
+        16,
+    ))
+}
+
+#[inline(always)]
+unsafe fn scalar_bf16(p: *const u8, i: usize) -> f32 {
+    f32::from_bits(u32::from(p.add(2 * i).cast::<u16>().read_unaligned()) << 16)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f32_avx2(n: usize, w: *const u8, x: *const u8) -> f32 {
+    let mut out = [0f32; 1];
+    float_cols::<1>(
+        n,
+        w,
+        x,
+        0,
+        &mut out,
+        |p, i| load_f32(p, i),
+        |p, i| scalar_f32(p, i),
+    );
+    out[0]
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f16_avx2(n: usize, w: *const u8, x: *const u8) -> f32 {
-    let load = |p: *const u8, i: usize| _mm256_cvtph_ps(load128(p.add(2 * i)));
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut i = 0;
-    while i + 32 <= n {
-        for (a, acc) in acc.iter_mut().enumerate() {
-            let o = i + 8 * a;
-            *acc = _mm256_fmadd_ps(load(w, o), load(x, o), *acc);
-        }
-        i += 32;
-    }
-    while i + 8 <= n {
-        acc[0] = _mm256_fmadd_ps(load(w, i), load(x, i), acc[0]);
-        i += 8;
-    }
-    let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-    let mut s = hsum_f32x8(sum);
-    while i < n {
-        s += f16_load(w.add(2 * i)) * f16_load(x.add(2 * i));
-        i += 1;
-    }
-    s
+    let mut out = [0f32; 1];
+    float_cols::<1>(
+        n,
+        w,
+        x,
+        0,
+        &mut out,
+        |p, i| load_f16(p, i),
+        |p, i| scalar_f16(p, i),
+    );
+    out[0]
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn bf16_avx2(n: usize, w: *const u8, x: *const u8) -> f32 {
-    let load = |p: *const u8, i: usize| {
-        _mm256_castsi256_ps(_mm256_slli_epi32(
-            _mm256_cvtepu16_epi32(load128(p.add(2 * i))),
-            16,
-        ))
-    };
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut i = 0;
-    while i + 32 <= n {
-        for (a, acc) in acc.iter_mut().enumerate() {
-            let o = i + 8 * a;
-            *acc = _mm256_fmadd_ps(load(w, o), load(x, o), *acc);
-        }
-        i += 32;
-    }
-    while i + 8 <= n {
-        acc[0] = _mm256_fmadd_ps(load(w, i), load(x, i), acc[0]);
-        i += 8;
-    }
-    let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-    let mut s = hsum_f32x8(sum);
-    let bf = |p: *const u8| f32::from_bits(u32::from(p.cast::<u16>().read_unaligned()) << 16);
-    while i < n {
-        s += bf(w.add(2 * i)) * bf(x.add(2 * i));
-        i += 1;
-    }
-    s
+    let mut out = [0f32; 1];
+    float_cols::<1>(
+        n,
+        w,
+        x,
+        0,
+        &mut out,
+        |p, i| load_bf16(p, i),
+        |p, i| scalar_bf16(p, i),
+    );
+    out[0]
 }
 
 // ------------------------------------------------------------------ 32-element blocks
@@ -787,14 +827,19 @@ pub fn tile_fn(t: GgmlType) -> Option<Tile> {
     }
     Some(match t {
         GgmlType::F32 => Tile {
-            rows: 2,
+            rows: 1,
             cols: 4,
             f: f32_tile,
         },
         GgmlType::F16 => Tile {
-            rows: 2,
+            rows: 1,
             cols: 4,
             f: f16_tile,
+        },
+        GgmlType::BF16 => Tile {
+            rows: 1,
+            cols: 4,
+            f: bf16_tile,
         },
         GgmlType::Q4_0 => Tile {
             rows: 1,
@@ -868,8 +913,9 @@ macro_rules! tile_entry {
     };
 }
 
-tile_entry!(f32_tile, f32_tile_avx2, 2, 1, 4, 4);
-tile_entry!(f16_tile, f16_tile_avx2, 2, 1, 2, 2);
+tile_entry!(f32_tile, f32_tile_avx2, 1, 1, 4, 4);
+tile_entry!(f16_tile, f16_tile_avx2, 1, 1, 2, 2);
+tile_entry!(bf16_tile, bf16_tile_avx2, 1, 1, 2, 2);
 tile_entry!(q4_0_tile, q4_0_tile_avx2, 1, QK, Q4_0_BYTES, Q8_0_BYTES);
 tile_entry!(q4_1_tile, q4_1_tile_avx2, 1, QK, Q4_1_BYTES, Q8_1_BYTES);
 tile_entry!(q8_0_tile, q8_0_tile_avx2, 1, QK, Q8_0_BYTES, Q8_0_BYTES);
@@ -914,96 +960,70 @@ unsafe fn q6_k_tile_avx2(
     out[..4].copy_from_slice(&four);
 }
 
-/// 2 × 4 outputs of an f32/f16 product: 8 accumulators, each weight vector used 4 times and
-/// each activation vector twice. `load(p, i)` gives 8 values starting at element `i`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn float_tile(
-    n: usize,
-    w: *const u8,
-    ws: usize,
-    x: *const u8,
-    xs: usize,
-    out: &mut [f32; 8],
-    load: impl Fn(*const u8, usize) -> __m256,
-    scalar: impl Fn(*const u8, usize) -> f32,
-) {
-    let mut acc = [_mm256_setzero_ps(); 8];
-    let w1 = w.add(ws);
-    let mut i = 0;
-    while i + 8 <= n {
-        let a0 = load(w, i);
-        let a1 = load(w1, i);
-        for c in 0..4 {
-            let b = load(x.add(c * xs), i);
-            acc[c * 2] = _mm256_fmadd_ps(a0, b, acc[c * 2]);
-            acc[c * 2 + 1] = _mm256_fmadd_ps(a1, b, acc[c * 2 + 1]);
-        }
-        i += 8;
-    }
-    // The 8 horizontal sums at once (hadd tree), in output order c * 2 + r.
-    let t0 = _mm256_hadd_ps(acc[0], acc[1]);
-    let t1 = _mm256_hadd_ps(acc[2], acc[3]);
-    let t2 = _mm256_hadd_ps(acc[4], acc[5]);
-    let t3 = _mm256_hadd_ps(acc[6], acc[7]);
-    let u0 = _mm256_hadd_ps(t0, t1);
-    let u1 = _mm256_hadd_ps(t2, t3);
-    let sums = _mm256_add_ps(
-        _mm256_permute2f128_ps(u0, u1, 0x20),
-        _mm256_permute2f128_ps(u0, u1, 0x31),
-    );
-    _mm256_storeu_ps(out.as_mut_ptr(), sums);
-    if i < n {
-        for c in 0..4 {
-            for r in 0..2 {
-                for e in i..n {
-                    out[c * 2 + r] += scalar(w.add(r * ws), e) * scalar(x.add(c * xs), e);
-                }
-            }
-        }
-    }
-}
-
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f32_tile_avx2(
     n: usize,
     w: *const u8,
-    ws: usize,
+    _ws: usize,
     x: *const u8,
     xs: usize,
     out: &mut [f32; 8],
 ) {
-    float_tile(
+    let mut four = [0f32; 4];
+    float_cols::<4>(
         n,
         w,
-        ws,
         x,
         xs,
-        out,
-        |p, i| _mm256_loadu_ps(p.cast::<f32>().add(i)),
-        |p, i| p.cast::<f32>().add(i).read_unaligned(),
-    )
+        &mut four,
+        |p, i| load_f32(p, i),
+        |p, i| scalar_f32(p, i),
+    );
+    out[..4].copy_from_slice(&four);
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f16_tile_avx2(
     n: usize,
     w: *const u8,
-    ws: usize,
+    _ws: usize,
     x: *const u8,
     xs: usize,
     out: &mut [f32; 8],
 ) {
-    float_tile(
+    let mut four = [0f32; 4];
+    float_cols::<4>(
         n,
         w,
-        ws,
         x,
         xs,
-        out,
-        |p, i| _mm256_cvtph_ps(load128(p.add(2 * i))),
-        |p, i| f16_load(p.add(2 * i)),
-    )
+        &mut four,
+        |p, i| load_f16(p, i),
+        |p, i| scalar_f16(p, i),
+    );
+    out[..4].copy_from_slice(&four);
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bf16_tile_avx2(
+    n: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    let mut four = [0f32; 4];
+    float_cols::<4>(
+        n,
+        w,
+        x,
+        xs,
+        &mut four,
+        |p, i| load_bf16(p, i),
+        |p, i| scalar_bf16(p, i),
+    );
+    out[..4].copy_from_slice(&four);
 }
 
 /// 1 × 4 outputs of a Q8_0-activation product: each weight block is unpacked once

@@ -313,6 +313,7 @@ struct SharedOut<T>(*mut T);
 // SAFETY: used only for writes to disjoint elements by different tasks, while the owning `&mut`
 // borrow is held by the function that spawned the tasks and waits for them.
 unsafe impl<T: Send> Sync for SharedOut<T> {}
+// SAFETY: as above: the pointer is only used for those disjoint writes.
 unsafe impl<T: Send> Send for SharedOut<T> {}
 
 impl<T> SharedOut<T> {

@@ -114,8 +114,15 @@ impl Upstream {
 /// SmolLM2-135M's mat-vec shapes (Q4_1 layers, Q8_0 output): per-call time at 1 and 2
 /// threads, where pool wake-up and chunking overheads show.
 fn small_shapes() {
-    let x: Vec<f32> = (0..128 * 576).map(|i| (i % 101) as f32 / 50.0 - 1.0).collect();
-    for vt in [GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q8_K, GgmlType::F16] {
+    let x: Vec<f32> = (0..128 * 576)
+        .map(|i| (i % 101) as f32 / 50.0 - 1.0)
+        .collect();
+    for vt in [
+        GgmlType::Q8_0,
+        GgmlType::Q8_1,
+        GgmlType::Q8_K,
+        GgmlType::F16,
+    ] {
         let k = if vt == GgmlType::Q8_K { 512 } else { 576 };
         let row = cpu::row_bytes(vt, k);
         let mut out = vec![0u8; row * 128];
@@ -127,7 +134,10 @@ fn small_shapes() {
             }
             times.push(start.elapsed().as_secs_f64() * 1e6);
         }
-        println!("activation conversion to {vt}: 128 rows of {k}: {:.1} us", median(times));
+        println!(
+            "activation conversion to {vt}: 128 rows of {k}: {:.1} us",
+            median(times)
+        );
     }
     println!("small mat-vecs (SmolLM2-135M shapes), microseconds per call, median of 201:");
     for (t, n_rows, k) in [

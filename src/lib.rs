@@ -39,10 +39,11 @@
 //!
 //! # Safety
 //! The core is safe Rust with typed `thiserror` errors: `gguf`, `model`, `hotswap`,
-//! `loader` and `sampling` forbid `unsafe`; `storage` denies it except in `storage::host` (file mappings and
-//! owned arenas, the one OS edge). `unsafe` is otherwise only in `ffi` and at the device edge
-//! (`device::cuda`), and every block carries a `// SAFETY:` comment (clippy's
-//! `undocumented_unsafe_blocks` is denied).
+//! `loader` and `sampling` forbid `unsafe`; `storage` denies it except in `storage::host`
+//! (file mappings and owned arenas, the one OS edge). `unsafe` is otherwise only in `ffi`, at
+//! the device edge (`device::cuda`) and in `kernels` (SIMD intrinsics, the thread pool's
+//! borrowed jobs, disjoint writes from pool threads), and every block carries a `// SAFETY:`
+//! comment (clippy's `undocumented_unsafe_blocks` is denied).
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -54,6 +55,8 @@ pub mod device;
 pub mod gguf;
 /// cbindgen:ignore
 pub mod hotswap;
+/// cbindgen:ignore
+pub mod kernels;
 /// cbindgen:ignore
 pub mod loader;
 /// cbindgen:ignore

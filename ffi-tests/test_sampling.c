@@ -111,14 +111,16 @@ TEST(double_free_and_foreign) {
     llama_sampler_free(s); /* twice: refused, nothing touched */
     CHECK(logcap_contains("llama_sampler_free"));
     CHECK(logcap_contains("not a live sampler"));
-    logcap_clear();
-    llama_sampler_apply(s, &a);
-    CHECK(logcap_contains("llama_sampler_apply"));
-    CHECK_INT(a.selected, -1);
-    /* a struct the library never allocated */
+    /* a struct the library never allocated: usable through its iface (llama-cpp-python's
+       CustomSampler is built this way), never freed by the library */
     fake.iface = &c_iface;
     fake.ctx = &c_ctx;
+    frees = applies = 0;
     logcap_clear();
+    llama_sampler_apply(&fake, &a);
+    CHECK_INT(applies, 1);
+    CHECK_STR(llama_sampler_name(&fake), "counting");
+    CHECK_INT(logcap_lines, 0);
     llama_sampler_free(&fake);
     CHECK(logcap_contains("not a live sampler"));
     CHECK_INT(frees, 0);
@@ -142,9 +144,13 @@ TEST(chain_ownership) {
     llama_sampler_free(greedy);
     CHECK(logcap_contains("belongs to a chain"));
     logcap_clear();
-    llama_sampler_chain_add(chain, greedy); /* already in a chain */
+    llama_sampler_chain_add(chain, greedy); /* already in this chain */
+    CHECK(logcap_contains("already in this chain"));
+    logcap_clear();
+    llama_sampler_chain_add(inner, greedy); /* in another chain */
     CHECK(logcap_contains("already belongs to a chain"));
     CHECK_INT(llama_sampler_chain_n(chain), 2);
+    CHECK_INT(llama_sampler_chain_n(inner), 0);
     logcap_clear();
     llama_sampler_chain_add(chain, chain); /* itself */
     CHECK(logcap_contains("llama_sampler_chain_add"));
@@ -205,6 +211,44 @@ TEST(custom_sampler_inside_chain) {
     CHECK_INT(frees, 0);
     llama_sampler_free(chain);
     CHECK_INT(frees, 1);
+    llama_log_set(NULL, NULL);
+}
+
+/* llama-cpp-python's CustomSampler: a struct in the caller's memory, only `apply` set, added
+   to a chain, removed before the chain is freed; the chain must never free it. */
+TEST(caller_built_sampler_in_chain) {
+    struct llama_sampler_i iface;
+    struct llama_sampler own;
+    struct llama_sampler_chain_params cp = llama_sampler_chain_default_params();
+    struct llama_sampler *chain = llama_sampler_chain_init(cp), *other = llama_sampler_chain_init(cp);
+    llama_token_data_array a;
+    memset(&iface, 0, sizeof iface);
+    iface.apply = c_apply;
+    own.iface = &iface;
+    own.ctx = NULL;
+    applies = frees = 0;
+    logcap_install();
+    llama_sampler_chain_add(chain, &own);
+    llama_sampler_chain_add(chain, llama_sampler_init_greedy());
+    CHECK_INT(llama_sampler_chain_n(chain), 2);
+    fill(8);
+    a.data = buf; a.size = 8; a.selected = -1; a.sorted = false;
+    llama_sampler_apply(chain, &a);
+    CHECK_INT(applies, 1);
+    CHECK_INT(a.selected, 0);
+    llama_sampler_accept(chain, 0);
+    llama_sampler_reset(chain);
+    CHECK_STR(llama_sampler_name(&own), "(null)");
+    CHECK_INT(logcap_lines, 0);
+    llama_sampler_chain_add(chain, &own); /* twice in one chain: refused */
+    CHECK(logcap_contains("already in this chain"));
+    /* the way llama-cpp-python frees: remove it, then free the chain */
+    CHECK(llama_sampler_chain_remove(chain, 0) == &own);
+    llama_sampler_free(chain);
+    /* not removed: the chain still does not free it */
+    llama_sampler_chain_add(other, &own);
+    llama_sampler_free(other);
+    CHECK_INT(frees, 0);
     llama_log_set(NULL, NULL);
 }
 
@@ -357,6 +401,7 @@ int main(void) {
     RUN(double_free_and_foreign);
     RUN(chain_ownership);
     RUN(custom_sampler_inside_chain);
+    RUN(caller_built_sampler_in_chain);
     RUN(empty_arrays);
     RUN(names);
     RUN(constructor_refusals);

@@ -1639,29 +1639,26 @@ struct llama_sampler *llama_sampler_init(struct llama_sampler_i *iface,
                                          llama_sampler_context_t ctx);
 
 // The sampler's name (from `iface->name`), owned by the sampler; "(null)" for a sampler
-// without an interface. NULL (and a log line) for NULL or a pointer that is not a live
-// sampler (upstream crashes).
+// without an interface or without `name` (upstream crashes on the latter). NULL (and a log
+// line) for NULL (upstream crashes).
 const char *llama_sampler_name(const struct llama_sampler *smpl);
 
 // Tells the sampler that `token` was chosen, updating its state (`iface->accept`, if any).
-// NULL is a no-op; a pointer that is not a live sampler is logged and ignored.
+// NULL is a no-op.
 void llama_sampler_accept(struct llama_sampler *smpl, llama_token token);
 
 // Applies the sampler to the candidates in `cur_p` (`iface->apply`): it may reorder and
 // filter `cur_p->data[0..size]` in place, shrink `size`, set `selected` and `sorted`.
-// NULL `smpl` is a no-op; NULL `cur_p`, a NULL `data` with a non-zero size, a sampler
-// without `apply` or a pointer that is not a live sampler are logged and `cur_p` is left
-// untouched (upstream aborts or crashes).
+// NULL `smpl` is a no-op; NULL `cur_p`, a NULL `data` with a non-zero size or a sampler
+// without `apply` are logged and `cur_p` is left untouched (upstream aborts or crashes).
 void llama_sampler_apply(struct llama_sampler *smpl, struct llama_token_data_array *cur_p);
 
-// Resets the sampler's state (`iface->reset`, if any). NULL is a no-op; a pointer that is
-// not a live sampler is logged and ignored.
+// Resets the sampler's state (`iface->reset`, if any). NULL is a no-op.
 void llama_sampler_reset(struct llama_sampler *smpl);
 
 // A copy of the sampler with its state (`iface->clone`; a sampler without `clone` and
 // without `ctx` is copied as `{iface, NULL}`), freed with `llama_sampler_free`. NULL for
-// NULL, a sampler that cannot be cloned (upstream aborts) or a pointer that is not a live
-// sampler (the last two with a log line).
+// NULL, and (with a log line) for a sampler that cannot be cloned (upstream aborts).
 struct llama_sampler *llama_sampler_clone(const struct llama_sampler *smpl);
 
 // Copies the mutable state of `src` into `dst`, samplers of the same type and
@@ -1670,18 +1667,20 @@ struct llama_sampler *llama_sampler_clone(const struct llama_sampler *smpl);
 // (upstream aborts).
 void llama_sampler_copy(const struct llama_sampler *src, struct llama_sampler *dst);
 
-// Frees a sampler (`iface->free`, then the struct); a chain frees its samplers. NULL is a
-// no-op. A sampler a chain owns, a sampler already freed and a pointer this library did not
-// create are logged and left alone (upstream frees twice or crashes).
+// Frees a sampler (`iface->free`, then the struct); a chain frees the samplers it owns.
+// NULL is a no-op. A sampler a chain owns, a sampler already freed and a struct this
+// library did not allocate are logged and left alone (upstream frees twice or crashes).
 void llama_sampler_free(struct llama_sampler *smpl);
 
 // Creates an empty sampler chain, itself a sampler: `apply` runs its samplers in order,
-// `accept`/`reset` reach all of them; it frees them when freed.
+// `accept`/`reset` reach all of them; it frees those it owns when freed.
 struct llama_sampler *llama_sampler_chain_init(struct llama_sampler_chain_params params);
 
-// Appends `smpl` to the chain, which takes ownership of it. Refused with a log line (and
-// `smpl` stays the caller's): NULL or non-chain `chain`, a `smpl` that is not a live
-// sampler, already belongs to a chain, or is the chain itself or one of its ancestors.
+// Appends `smpl` to the chain, which takes ownership of a sampler this library allocated
+// (a `struct llama_sampler` the caller built itself is borrowed: never freed by the chain).
+// Refused with a log line (and `smpl` stays the caller's): NULL or non-chain `chain`, NULL
+// `smpl`, a sampler already in a chain (or twice in this one), the chain itself or one of
+// its ancestors.
 void llama_sampler_chain_add(struct llama_sampler *chain, struct llama_sampler *smpl);
 
 // Sampler `i` of the chain (still owned by it), the chain itself for -1; NULL for NULL,
@@ -1782,14 +1781,15 @@ struct llama_sampler *llama_sampler_init_infill(const struct llama_vocab *vocab)
 
 // The seed a sampler draws with (dist, mirostat, mirostat-v2; for a chain the last such
 // sampler's), or LLAMA_DEFAULT_SEED if it has none. LLAMA_DEFAULT_SEED (and a log line)
-// for NULL or a pointer that is not a live sampler (upstream crashes).
+// for NULL (upstream crashes).
 uint32_t llama_sampler_get_seed(const struct llama_sampler *smpl);
 
 // Samples a token from output `idx` of the last evaluation: the candidates are all
 // `n_vocab` logits of `llama_get_logits_ith(ctx, idx)`, `smpl` is applied and the selected
-// token accepted and returned. LLAMA_TOKEN_NULL (-1) and a log line when `smpl` or `ctx` is
-// not live, there are no logits for `idx`, or the sampler selected nothing (upstream
-// aborts). Backend samplers never pre-select a token here (they run on the CPU, here).
+// token accepted and returned. LLAMA_TOKEN_NULL (-1) and a log line when `smpl` is NULL,
+// `ctx` is not a live context, there are no logits for `idx`, or the sampler selected
+// nothing (upstream aborts). Backend samplers never pre-select a token here: they run on
+// the CPU, in this call.
 llama_token llama_sampler_sample(struct llama_sampler *smpl,
                                  struct llama_context *ctx,
                                  int32_t idx);
@@ -1994,10 +1994,18 @@ int32_t llama_detokenize(const struct llama_vocab *vocab,
                          bool remove_special,
                          bool unparse_special);
 
-// Upstream: formats `n_msg` chat messages with a built-in template matching `tmpl` into
-// `buf` (`length` bytes); returns the full length, or -1 for an unsupported template.
-// Not supported by llama-hotswap yet: logs once and returns -1 (upstream's failure value).
-// `buf` is left untouched.
+// Apply chat template. Inspired by hf apply_chat_template() on python.
+//
+// Not a Jinja engine: `tmpl` (NULL means "chatml") is either the name of a built-in
+// template (`llama_chat_builtin_templates`) or a raw Jinja template from which one of them
+// is recognised by marker substrings, as upstream does.
+// `chat`: `n_msg` messages (may be NULL when `n_msg` is 0); `add_ass`: end with the
+// assistant's turn prefix. Writes up to `length` bytes of the formatted prompt to `buf` as
+// `strncpy` does (NUL-terminated and zero-padded only when it fits).
+// Returns the total length of the formatted prompt, also when `buf` is too small (then call
+// again with a larger buffer), or -1 when no built-in template matches `tmpl`, `chat` or a
+// role or content pointer is NULL, `n_msg` is larger than any array can be, or the prompt
+// would exceed INT32_MAX bytes (upstream crashes or aborts on these).
 int32_t llama_chat_apply_template(const char *tmpl,
                                   const struct llama_chat_message *chat,
                                   size_t n_msg,
@@ -2005,9 +2013,11 @@ int32_t llama_chat_apply_template(const char *tmpl,
                                   char *buf,
                                   int32_t length);
 
-// Upstream: writes up to `len` names of the built-in chat templates (static strings) to
-// `output`; returns the total number of templates.
-// Not supported by llama-hotswap yet: logs once and returns -1. `output` is left untouched.
+// Get list of built-in chat templates.
+//
+// Writes the names of the first `len` built-in templates (static strings, in upstream's
+// order) to `output` and returns how many there are in all (54); `output` may be NULL when
+// `len` is 0. Returns -1 when `output` is NULL and `len` is not 0.
 int32_t llama_chat_builtin_templates(const char **output, size_t len);
 
 // The tokenizer type (`enum llama_vocab_type`). NONE (0) for NULL.

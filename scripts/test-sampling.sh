@@ -4,7 +4,8 @@
 # (and chains, clones, resets, a C sampler inside our chain and ours inside a C chain) on
 # upstream's libllama.so and on ours; stdout must be identical (hashes of the whole caller
 # buffer bit for bit, sizes, selections, sorted flags, picks over many draws). Then the
-# hostile cases (ffi-tests/test_sampling.c) against our library, and generation end to end
+# hostile cases (ffi-tests/test_sampling.c) against our library, llama-cpp-python's sampler
+# wrappers on both, and generation end to end
 # (skipped until decode works).
 . "$(dirname "$0")/test-common.sh"
 need_upstream_source
@@ -45,6 +46,18 @@ fi
     -Wl,-rpath,"$RELEASE_DIR" -o "$out/test_sampling"
 "$out/test_sampling" >"$out/test_sampling.log" 2>&1 || { cat "$out/test_sampling.log"; fail "test_sampling failed"; }
 say "sampling hostile cases: $(tail -n 1 "$out/test_sampling.log")"
+
+# llama-cpp-python's LlamaSampler with a CustomSampler (a struct in Python memory inside our
+# chain, as `Llama` applies logits processors), on both libraries: the same picks.
+need_venv
+for lib in ours upstream; do
+    dir="$RELEASE_DIR"; [ "$lib" = upstream ] && dir="$UPSTREAM_BUILD/bin"
+    PYTHONPATH="$UPSTREAM_DIR" LLAMA_CPP_LIB_PATH="$dir" "$VENV/bin/python" \
+        tests/python/test_sampling_llama_cpp.py >"$out/python.$lib" 2>"$out/python.$lib.err" \
+        || { tail -n 20 "$out/python.$lib.err"; fail "llama-cpp-python samplers failed on $lib"; }
+done
+cmp -s "$out/python.upstream" "$out/python.ours" || { diff "$out/python.upstream" "$out/python.ours"; fail "llama-cpp-python picks differ"; }
+say "sampling through llama-cpp-python (CustomSampler in a chain): the same picks as upstream"
 
 # End to end (llama_sampler_sample after decode), once our library can tokenize and decode:
 # greedy and seeded chains must generate upstream's tokens. Skipped with the reason until then.

@@ -162,11 +162,6 @@ fn decode_tokenize_sampling_stubs_return_failure_values() {
             ),
             -1
         );
-        assert_eq!(
-            tokenize::llama_chat_apply_template(null(), null(), 0, true, text.as_mut_ptr(), 16),
-            -1
-        );
-        assert_eq!(tokenize::llama_chat_builtin_templates(null_mut(), 0), -1);
 
         // Samplers are implemented (tests in ffi-tests/test_sampling.c and the `sampling`
         // part; grammar samplers: tests/grammar.rs and the `grammar` part). NULL arguments

@@ -1,4 +1,5 @@
-//! Performance counters (`llama_perf_*`). Not supported by llama-hotswap yet.
+//! Performance counters (`llama_perf_*`): a sampler chain's are implemented; a context's are
+//! not supported by llama-hotswap yet.
 
 #![allow(unused_variables)] // stub parameters keep upstream's names, which the header shows
 

@@ -9,10 +9,12 @@
 //! own table ([`CHAIN_IFACE`]).
 //!
 //! Every sampler this library allocates (`llama_sampler_init`, the constructors, chains) is
-//! recorded in a registry with its owner (the caller or a chain). Functions given a pointer that
-//! is not live in the registry (freed, freed twice, or never created by `llama_sampler_init`)
-//! log and return the failure value instead of touching it; freeing a sampler a chain owns is
-//! refused (upstream would free it twice later).
+//! recorded in a registry with its owner (the caller or a chain). `llama_sampler_free` frees
+//! only those, once: freeing twice, freeing a sampler a chain owns, or freeing memory the
+//! library did not allocate is logged and refused. A `struct llama_sampler` the caller built
+//! itself (llama-cpp-python's `CustomSampler` does) is used through its `iface` like any
+//! other, and a chain it is added to borrows it: the chain never frees it (upstream would
+//! `delete` it; callers remove such samplers before freeing the chain).
 
 use std::collections::HashMap;
 use std::ffi::{c_char, CString};
@@ -48,7 +50,7 @@ fn owner_of(smpl: *const llama_sampler) -> Option<Owner> {
     with_live(|live| live.get(&(smpl as usize)).copied())
 }
 
-/// Checks that `smpl` is a live sampler of this library.
+/// Checks that `smpl` is a live sampler this library allocated (chains, frees).
 fn live(smpl: *const llama_sampler, what: &'static str) -> Result<(), FfiError> {
     if smpl.is_null() {
         return Err(FfiError::Null(what));
@@ -58,6 +60,15 @@ fn live(smpl: *const llama_sampler, what: &'static str) -> Result<(), FfiError> 
             "{what} is not a live sampler of this library (freed, or not created by \
              llama_sampler_init / llama_sampler_init_* / llama_sampler_chain_init?)"
         )));
+    }
+    Ok(())
+}
+
+/// Checks that `smpl` is not NULL: a sampler of ours or one the caller built (used through
+/// its `iface`, as upstream does; a freed pointer is the caller's error, as upstream).
+fn non_null(smpl: *const llama_sampler, what: &'static str) -> Result<(), FfiError> {
+    if smpl.is_null() {
+        return Err(FfiError::Null(what));
     }
     Ok(())
 }
@@ -398,7 +409,10 @@ unsafe extern "C" fn chain_free(smpl: *mut llama_sampler) {
         }
         let chain = Box::from_raw(ctx);
         for s in chain.samplers.iter().copied() {
-            free_sampler(s);
+            // borrowed samplers (built by the caller) are not ours to free
+            if owner_of(s) == Some(Owner::Chain(smpl as usize)) {
+                free_sampler(s);
+            }
         }
     }
 }
@@ -469,31 +483,34 @@ unsafe fn iface_of<'a>(smpl: *const llama_sampler) -> Result<&'a llama_sampler_i
 }
 
 /// The sampler's name (from `iface->name`), owned by the sampler; "(null)" for a sampler
-/// without an interface. NULL (and a log line) for NULL or a pointer that is not a live
-/// sampler (upstream crashes).
+/// without an interface or without `name` (upstream crashes on the latter). NULL (and a log
+/// line) for NULL (upstream crashes).
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_name(smpl: *const llama_sampler) -> *const c_char {
     boundary!("llama_sampler_name", std::ptr::null(), {
-        live(smpl, "smpl")?;
+        non_null(smpl, "smpl")?;
         // SAFETY: live per the check.
         let Ok(iface) = (unsafe { iface_of(smpl) }) else {
             return Ok(c"(null)".as_ptr());
         };
-        let name = iface.name.ok_or(FfiError::Null("smpl->iface->name"))?;
-        // SAFETY: the sampler's own interface on a live sampler.
+        // no `name` (llama-cpp-python's CustomSampler): "(null)" (upstream crashes)
+        let Some(name) = iface.name else {
+            return Ok(c"(null)".as_ptr());
+        };
+        // SAFETY: the sampler's own interface.
         Ok(unsafe { name(smpl) })
     })
 }
 
 /// Tells the sampler that `token` was chosen, updating its state (`iface->accept`, if any).
-/// NULL is a no-op; a pointer that is not a live sampler is logged and ignored.
+/// NULL is a no-op.
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_accept(smpl: *mut llama_sampler, token: llama_token) {
     boundary!("llama_sampler_accept", (), {
         if smpl.is_null() {
             return Ok(());
         }
-        live(smpl, "smpl")?;
+        non_null(smpl, "smpl")?;
         // SAFETY: live per the check.
         if let Some(accept) = unsafe { iface_of(smpl) }?.accept {
             // SAFETY: the sampler's own interface.
@@ -505,9 +522,8 @@ pub unsafe extern "C" fn llama_sampler_accept(smpl: *mut llama_sampler, token: l
 
 /// Applies the sampler to the candidates in `cur_p` (`iface->apply`): it may reorder and
 /// filter `cur_p->data[0..size]` in place, shrink `size`, set `selected` and `sorted`.
-/// NULL `smpl` is a no-op; NULL `cur_p`, a NULL `data` with a non-zero size, a sampler
-/// without `apply` or a pointer that is not a live sampler are logged and `cur_p` is left
-/// untouched (upstream aborts or crashes).
+/// NULL `smpl` is a no-op; NULL `cur_p`, a NULL `data` with a non-zero size or a sampler
+/// without `apply` are logged and `cur_p` is left untouched (upstream aborts or crashes).
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_apply(
     smpl: *mut llama_sampler,
@@ -517,7 +533,7 @@ pub unsafe extern "C" fn llama_sampler_apply(
         if smpl.is_null() {
             return Ok(());
         }
-        live(smpl, "smpl")?;
+        non_null(smpl, "smpl")?;
         if cur_p.is_null() {
             return Err(FfiError::Null("cur_p"));
         }
@@ -539,15 +555,14 @@ pub unsafe extern "C" fn llama_sampler_apply(
     })
 }
 
-/// Resets the sampler's state (`iface->reset`, if any). NULL is a no-op; a pointer that is
-/// not a live sampler is logged and ignored.
+/// Resets the sampler's state (`iface->reset`, if any). NULL is a no-op.
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_reset(smpl: *mut llama_sampler) {
     boundary!("llama_sampler_reset", (), {
         if smpl.is_null() {
             return Ok(());
         }
-        live(smpl, "smpl")?;
+        non_null(smpl, "smpl")?;
         // SAFETY: live per the check.
         if let Some(reset) = unsafe { iface_of(smpl) }?.reset {
             // SAFETY: the sampler's own interface.
@@ -559,15 +574,14 @@ pub unsafe extern "C" fn llama_sampler_reset(smpl: *mut llama_sampler) {
 
 /// A copy of the sampler with its state (`iface->clone`; a sampler without `clone` and
 /// without `ctx` is copied as `{iface, NULL}`), freed with `llama_sampler_free`. NULL for
-/// NULL, a sampler that cannot be cloned (upstream aborts) or a pointer that is not a live
-/// sampler (the last two with a log line).
+/// NULL, and (with a log line) for a sampler that cannot be cloned (upstream aborts).
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_clone(smpl: *const llama_sampler) -> *mut llama_sampler {
     boundary!("llama_sampler_clone", null_mut(), {
         if smpl.is_null() {
             return Ok(null_mut());
         }
-        live(smpl, "smpl")?;
+        non_null(smpl, "smpl")?;
         // SAFETY: live per the check.
         let iface = unsafe { iface_of(smpl) }?;
         if let Some(clone) = iface.clone {
@@ -595,8 +609,8 @@ pub unsafe extern "C" fn llama_sampler_copy(src: *const llama_sampler, dst: *mut
         if src.is_null() || dst.is_null() || std::ptr::eq(src, dst) {
             return Ok(());
         }
-        live(src, "src")?;
-        live(dst, "dst")?;
+        non_null(src, "src")?;
+        non_null(dst, "dst")?;
         // SAFETY: live per the checks.
         let (src_iface, dst_iface) = unsafe { ((*src).iface, (*dst).iface) };
         if src_iface != dst_iface {
@@ -642,9 +656,9 @@ pub unsafe extern "C" fn llama_sampler_copy(src: *const llama_sampler, dst: *mut
     })
 }
 
-/// Frees a sampler (`iface->free`, then the struct); a chain frees its samplers. NULL is a
-/// no-op. A sampler a chain owns, a sampler already freed and a pointer this library did not
-/// create are logged and left alone (upstream frees twice or crashes).
+/// Frees a sampler (`iface->free`, then the struct); a chain frees the samplers it owns.
+/// NULL is a no-op. A sampler a chain owns, a sampler already freed and a struct this
+/// library did not allocate are logged and left alone (upstream frees twice or crashes).
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_free(smpl: *mut llama_sampler) {
     boundary!("llama_sampler_free", (), {
@@ -676,7 +690,7 @@ pub unsafe extern "C" fn llama_sampler_free(smpl: *mut llama_sampler) {
 // ---------------------------------------------------------------------------------------------
 
 /// Creates an empty sampler chain, itself a sampler: `apply` runs its samplers in order,
-/// `accept`/`reset` reach all of them; it frees them when freed.
+/// `accept`/`reset` reach all of them; it frees those it owns when freed.
 #[no_mangle]
 pub extern "C" fn llama_sampler_chain_init(
     params: llama_sampler_chain_params,
@@ -692,9 +706,11 @@ pub extern "C" fn llama_sampler_chain_init(
     })
 }
 
-/// Appends `smpl` to the chain, which takes ownership of it. Refused with a log line (and
-/// `smpl` stays the caller's): NULL or non-chain `chain`, a `smpl` that is not a live
-/// sampler, already belongs to a chain, or is the chain itself or one of its ancestors.
+/// Appends `smpl` to the chain, which takes ownership of a sampler this library allocated
+/// (a `struct llama_sampler` the caller built itself is borrowed: never freed by the chain).
+/// Refused with a log line (and `smpl` stays the caller's): NULL or non-chain `chain`, NULL
+/// `smpl`, a sampler already in a chain (or twice in this one), the chain itself or one of
+/// its ancestors.
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_chain_add(
     chain: *mut llama_sampler,
@@ -703,7 +719,17 @@ pub unsafe extern "C" fn llama_sampler_chain_add(
     boundary!("llama_sampler_chain_add", (), {
         // SAFETY: checked by `live_chain`.
         let c = unsafe { live_chain(chain) }?;
-        live(smpl, "smpl")?;
+        non_null(smpl, "smpl")?;
+        if c.samplers.contains(&smpl) {
+            return Err(FfiError::Invalid(
+                "smpl is already in this chain; not added".into(),
+            ));
+        }
+        if owner_of(smpl).is_none() {
+            // built by the caller (not by llama_sampler_init): borrowed, never freed here
+            c.samplers.push(smpl);
+            return Ok(());
+        }
         if let Some(Owner::Chain(_)) = owner_of(smpl) {
             return Err(FfiError::Invalid(
                 "smpl already belongs to a chain; not added".into(),
@@ -786,7 +812,9 @@ pub unsafe extern "C" fn llama_sampler_chain_remove(
                 ))
             })?;
         let smpl = c.samplers.remove(index);
-        with_live(|live| live.insert(smpl as usize, Owner::Caller));
+        if owner_of(smpl) == Some(Owner::Chain(chain as usize)) {
+            with_live(|live| live.insert(smpl as usize, Owner::Caller));
+        }
         Ok(smpl)
     })
 }
@@ -1211,11 +1239,11 @@ pub unsafe extern "C" fn llama_sampler_init_infill(
 
 /// The seed a sampler draws with (dist, mirostat, mirostat-v2; for a chain the last such
 /// sampler's), or LLAMA_DEFAULT_SEED if it has none. LLAMA_DEFAULT_SEED (and a log line)
-/// for NULL or a pointer that is not a live sampler (upstream crashes).
+/// for NULL (upstream crashes).
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_get_seed(smpl: *const llama_sampler) -> u32 {
     boundary!("llama_sampler_get_seed", LLAMA_DEFAULT_SEED, {
-        live(smpl, "smpl")?;
+        non_null(smpl, "smpl")?;
         // SAFETY: live per the check.
         Ok(unsafe { seed_of(smpl) })
     })
@@ -1247,9 +1275,10 @@ unsafe fn seed_of(smpl: *const llama_sampler) -> u32 {
 
 /// Samples a token from output `idx` of the last evaluation: the candidates are all
 /// `n_vocab` logits of `llama_get_logits_ith(ctx, idx)`, `smpl` is applied and the selected
-/// token accepted and returned. LLAMA_TOKEN_NULL (-1) and a log line when `smpl` or `ctx` is
-/// not live, there are no logits for `idx`, or the sampler selected nothing (upstream
-/// aborts). Backend samplers never pre-select a token here (they run on the CPU, here).
+/// token accepted and returned. LLAMA_TOKEN_NULL (-1) and a log line when `smpl` is NULL,
+/// `ctx` is not a live context, there are no logits for `idx`, or the sampler selected
+/// nothing (upstream aborts). Backend samplers never pre-select a token here: they run on
+/// the CPU, in this call.
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_sample(
     smpl: *mut llama_sampler,
@@ -1257,7 +1286,7 @@ pub unsafe extern "C" fn llama_sampler_sample(
     idx: i32,
 ) -> llama_token {
     boundary!("llama_sampler_sample", LLAMA_TOKEN_NULL, {
-        live(smpl, "smpl")?;
+        non_null(smpl, "smpl")?;
         // SAFETY: NULL or a live context per the contract.
         let c = unsafe { super::handles::context(ctx) }?;
         // SAFETY: a live context keeps its model handle (upstream's rule: model outlives it).

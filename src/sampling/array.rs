@@ -20,16 +20,13 @@ pub fn rng_seed(seed: u32) -> u32 {
     if seed != DEFAULT_SEED {
         return seed;
     }
-    let mut bytes = [0u8; 4];
-    // SAFETY: getrandom writes at most `bytes.len()` bytes into the buffer.
-    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-    if n == 4 {
-        return u32::from_ne_bytes(bytes);
-    }
-    std::time::SystemTime::now()
+    // a per-process random key (std seeds it from the OS) mixed with the clock
+    use std::hash::BuildHasher;
+    let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u32)
-        .unwrap_or(0)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    std::collections::hash_map::RandomState::new().hash_one(nanos) as u32
 }
 
 /// Upstream's `llama_token_data_array_partial_sort`: the top `npartial` of `cur` by logit,

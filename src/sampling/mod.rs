@@ -10,6 +10,8 @@
 //! One file per sampler family; [`Sampler`] is the contract the C wrapper (and the grammar
 //! sampler) implement.
 
+#![forbid(unsafe_code)]
+
 pub mod array;
 pub mod basic;
 pub mod cpp;
@@ -81,9 +83,9 @@ impl<'a> Candidates<'a> {
         self.buf
     }
 
-    /// Sets `size` to `n` (never grows past the caller's array).
+    /// Shrinks `size` to `n` (no-op when `n >= size`).
     pub fn truncate(&mut self, n: usize) {
-        self.len = n.min(self.buf.len());
+        self.len = n.min(self.len);
     }
 
     /// Moves the start of the array `n` elements forward (`cur_p->data += n`, as upstream's

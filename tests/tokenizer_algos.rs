@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use llama::gguf::{Gguf, GgufWriter, MetaArray, MetaValue};
 use llama::loader::{load, LoadOptions, ModelSource};
 use llama::model::vocab::{Vocab, VOCAB_PLAMO2, VOCAB_RWKV, VOCAB_SPM, VOCAB_UGM};
 use llama::tokenizer::{plamo2, rwkv, spm, ugm};
@@ -56,9 +57,11 @@ macro_rules! need_upstream {
 }
 
 fn probe(up: &Upstream) -> PathBuf {
+    static BUILT: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut built = BUILT.lock().unwrap();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let exe = dir.join(format!("tokenize_algos_probe-{}", std::process::id()));
-    if !exe.exists() {
+    if !*built {
         let src =
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("ffi-tests/tokenize_algos_probe.c");
         let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
@@ -74,6 +77,7 @@ fn probe(up: &Upstream) -> PathBuf {
             .status()
             .expect("run cc");
         assert!(status.success(), "compiling the probe failed");
+        *built = true;
     }
     exe
 }
@@ -303,6 +307,20 @@ const PIECES: &[&str] = &[
     "〜",
     "·",
     "Ⓐ",
+    "hello",
+    " world",
+    "abc",
+    "ab",
+    "xy",
+    "xyq",
+    "[X",
+    "hell",
+    "日本語",
+    "\\x41",
+    "ABC",
+    "kmz",
+    "ﬁx",
+    "Ⅻ?",
 ];
 
 /// Bytes that are not valid UTF-8, in the ways upstream's decoder distinguishes.
@@ -420,5 +438,317 @@ fn differential_sdist_vocabs() {
     }
     for (name, n) in counts {
         assert!(n > 300, "{name}: only {n} cases compared");
+    }
+}
+
+// ------------------------------------------------------------------ fixtures
+
+/// A vocab-only llama file with the given tokenizer keys (upstream loads it vocab-only).
+fn vocab_file(dir: &Path, name: &str, keys: Vec<(&str, MetaValue)>) -> PathBuf {
+    let mut w = GgufWriter::new();
+    w.set("general.architecture", "llama")
+        .set("general.name", name)
+        .set("llama.context_length", 128u32)
+        .set("llama.embedding_length", 64u32)
+        .set("llama.block_count", 1u32)
+        .set("llama.feed_forward_length", 128u32)
+        .set("llama.rope.dimension_count", 16u32)
+        .set("llama.attention.head_count", 4u32)
+        .set("llama.attention.head_count_kv", 4u32)
+        .set("llama.attention.layer_norm_rms_epsilon", 1e-5f32);
+    for (k, v) in keys {
+        w.set(k, v);
+    }
+    let path = dir.join(format!("{name}-{}.gguf", std::process::id()));
+    w.write_to(&path).unwrap();
+    path
+}
+
+fn strs(v: &[Vec<u8>]) -> MetaValue {
+    MetaValue::Array(MetaArray::Str(v.to_vec()))
+}
+
+/// RWKV: escaped texts for bytes 0x00..=0xFD (0xFE and 0xFF have no token: upstream's unknown
+/// id, NULL for RWKV), plus words, escapes, and duplicates of byte tokens (the later wins).
+fn rwkv_tokens() -> Vec<Vec<u8>> {
+    let mut t: Vec<Vec<u8>> = (0u8..=0xFD)
+        .map(|b| match b {
+            b'\\' => b"\\\\".to_vec(),
+            b'\n' => b"\\n".to_vec(),
+            b'\t' => b"\\t".to_vec(),
+            b'\r' => b"\\r".to_vec(),
+            0x20..=0x7e => vec![b],
+            _ => format!("\\x{b:02x}").into_bytes(),
+        })
+        .collect();
+    for w in [
+        "the",
+        " the",
+        "hello",
+        "hell",
+        " world",
+        "wor",
+        "ab",
+        "abc",
+        "abcd",
+        "日本",
+        "日本語",
+        "\\n\\n",
+        "  ",
+        "   ",
+        "\\x41\\x42C",
+        "\\x41",
+        "\\'",
+        "\\\"",
+        "\\xA0",
+        "\\xe6\\x97\\xa5",
+        "\\u",
+        "ld",
+        " 42",
+        "999",
+    ] {
+        t.push(w.as_bytes().to_vec());
+    }
+    t
+}
+
+/// PLaMo-2: control tokens 0..=3, the 256 byte tokens, then scored pieces (some scores equal).
+fn plamo2_vocab() -> (Vec<Vec<u8>>, Vec<f32>, Vec<i32>) {
+    let mut tokens: Vec<Vec<u8>> = [
+        "<|plamo:unk|>",
+        "<|plamo:bos|>",
+        "<|plamo:eos|>",
+        "<|plamo:pad|>",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect();
+    let mut scores = vec![0.0f32; 4];
+    let mut types = vec![3i32; 4];
+    for b in 0..=255u8 {
+        tokens.push(format!("<0x{b:02X}>").into_bytes());
+        scores.push(0.0);
+        types.push(6);
+    }
+    let words = [
+        " ",
+        "  ",
+        "\n",
+        "the",
+        " the",
+        "he",
+        "h",
+        "e",
+        "t",
+        "hello",
+        "hell",
+        "o",
+        "llo",
+        " world",
+        "world",
+        "wor",
+        "ld",
+        "日本",
+        "日本語",
+        "語",
+        "本",
+        "ab",
+        "b",
+        "abc",
+        "bc",
+        "c",
+        "a",
+        "ä",
+        "4",
+        "42",
+        "2",
+        "9999",
+        "99",
+        "Привет",
+        "ет",
+        "🙂",
+        "👍",
+        "\u{feff}",
+        "ﬁ",
+        "é",
+        "e\u{301}",
+    ];
+    for (i, w) in words.iter().enumerate() {
+        tokens.push(w.as_bytes().to_vec());
+        // A few equal scores; a few odd fractions to exercise rounding of score * 1e4.
+        scores.push(-1.0 - (i % 7) as f32 * 0.5 - w.len() as f32 * 0.123_45);
+        types.push(1);
+    }
+    (tokens, scores, types)
+}
+
+/// UGM: pad/eos/unk, scored pieces with `▁`, user-defined and unused tokens.
+fn ugm_vocab() -> (Vec<Vec<u8>>, Vec<f32>, Vec<i32>) {
+    let mut tokens = Vec::new();
+    let mut scores = Vec::new();
+    let mut types = Vec::new();
+    let mut add = |t: &str, s: f32, ty: i32| {
+        tokens.push(t.as_bytes().to_vec());
+        scores.push(s);
+        types.push(ty);
+    };
+    add("<pad>", 0.0, 3);
+    add("</s>", 0.0, 3);
+    add("<unk>", 0.0, 2);
+    add("<user>", 0.0, 4);
+    add("xyz", 0.0, 4);
+    add("zzz", -3.0, 5);
+    // A prefix of a user-defined token is kept as is by upstream's normalizer (its trie walk
+    // depth, not a match), so "ﬁx" keeps "ﬁ" where the charsmap would give "fi".
+    add("ﬁﬂ", 0.0, 4);
+    add("Ⅻ!", 0.0, 4);
+    // "kmz": [k, mz] scores -10, [km, <unk>] -1 + (min score - 10 penalty): the penalty decides.
+    add("k", -5.0, 1);
+    add("km", -1.0, 1);
+    add("mz", -5.0, 1);
+    let words = [
+        "▁",
+        "▁the",
+        "▁hello",
+        "hell",
+        "o",
+        "▁world",
+        "▁wor",
+        "ld",
+        "a",
+        "b",
+        "c",
+        "ab",
+        "abc",
+        "▁a",
+        "日本",
+        "語",
+        "▁日本",
+        "x",
+        "y",
+        "q",
+        "▁x",
+        "e",
+        "l",
+        "h",
+        "▁h",
+        "t",
+        "he",
+        "w",
+        "r",
+        "d",
+        "1",
+        "4",
+        "2",
+        "42",
+        "▁4",
+        "▁1",
+        ".",
+        ",",
+        "!",
+        "?",
+        "'",
+        "▁'",
+        "s",
+        "▁s",
+        "i",
+        "n",
+    ];
+    for (i, w) in words.iter().enumerate() {
+        add(
+            w,
+            -2.0 - (i % 5) as f32 * 0.75 - w.chars().count() as f32 * 0.3,
+            1,
+        );
+    }
+    (tokens, scores, types)
+}
+
+fn fixtures_dir() -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("tokenizer_algos");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn differential_rwkv_fixture() {
+    let up = need_upstream!();
+    let path = vocab_file(
+        &fixtures_dir(),
+        "rwkv",
+        vec![
+            ("tokenizer.ggml.model", "rwkv".into()),
+            ("tokenizer.ggml.tokens", strs(&rwkv_tokens())),
+        ],
+    );
+    let vocab = load_vocab(&path);
+    assert_eq!(vocab.vocab_type, VOCAB_RWKV);
+    let mut cases = corpus(7, 300, true);
+    cases.push(vec![0xfe, 0xff, b'a', 0xff]);
+    let expected = upstream_ids(&up, &path, &cases);
+    assert!(check("rwkv", &vocab, &cases, &expected) > 300);
+}
+
+#[test]
+fn differential_plamo2_fixture() {
+    let up = need_upstream!();
+    let (tokens, scores, types) = plamo2_vocab();
+    let path = vocab_file(
+        &fixtures_dir(),
+        "plamo2",
+        vec![
+            ("tokenizer.ggml.model", "plamo2".into()),
+            ("tokenizer.ggml.tokens", strs(&tokens)),
+            ("tokenizer.ggml.scores", scores.into()),
+            ("tokenizer.ggml.token_type", types.into()),
+        ],
+    );
+    let vocab = load_vocab(&path);
+    assert_eq!(vocab.vocab_type, VOCAB_PLAMO2);
+    let cases = corpus(11, 300, true);
+    let expected = upstream_ids(&up, &path, &cases);
+    assert!(check("plamo2", &vocab, &cases, &expected) > 300);
+}
+
+/// UGM fixtures: both whitespace flags in all four combinations, with and without the
+/// precompiled charsmap of the sdist's nomic-bert-moe vocab (read from the cache).
+#[test]
+fn differential_ugm_fixtures() {
+    let up = need_upstream!();
+    let nomic = std::fs::read(up.llama.join("models/ggml-vocab-nomic-bert-moe.gguf")).unwrap();
+    let charsmap = {
+        let g = Gguf::parse(&nomic).unwrap();
+        GgufWriter::from_gguf(&g)
+            .get("tokenizer.ggml.precompiled_charsmap")
+            .cloned()
+            .expect("nomic-bert-moe has a charsmap")
+    };
+    let (tokens, scores, types) = ugm_vocab();
+    let cases = corpus(13, 200, true);
+    for with_map in [false, true] {
+        for prefix in [false, true] {
+            for merge in [false, true] {
+                let name = format!(
+                    "ugm-map{}-prefix{}-merge{}",
+                    with_map as u8, prefix as u8, merge as u8
+                );
+                let mut keys = vec![
+                    ("tokenizer.ggml.model", "t5".into()),
+                    ("tokenizer.ggml.tokens", strs(&tokens)),
+                    ("tokenizer.ggml.scores", scores.clone().into()),
+                    ("tokenizer.ggml.token_type", types.clone().into()),
+                    ("tokenizer.ggml.add_space_prefix", prefix.into()),
+                    ("tokenizer.ggml.remove_extra_whitespaces", merge.into()),
+                ];
+                if with_map {
+                    keys.push(("tokenizer.ggml.precompiled_charsmap", charsmap.clone()));
+                }
+                let path = vocab_file(&fixtures_dir(), &name, keys);
+                let vocab = load_vocab(&path);
+                assert_eq!(vocab.vocab_type, VOCAB_UGM);
+                let expected = upstream_ids(&up, &path, &cases);
+                assert!(check(&name, &vocab, &cases, &expected) > 150, "{name}");
+            }
+        }
     }
 }

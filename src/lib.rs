@@ -16,6 +16,8 @@ pub mod loader;
 pub mod log;
 /// cbindgen:ignore
 pub mod model;
+/// cbindgen:ignore
+pub mod tokenizer;
 
 #[allow(non_camel_case_types, clippy::missing_safety_doc)]
 pub mod ffi;

@@ -175,7 +175,7 @@ fn ours(vocab: &Vocab, algo: &Algo, text: &[u8]) -> Vec<i32> {
             }
             raw.extend_from_slice(text);
             let mut escaped = Vec::new();
-            spm::escape_whitespace(&raw, &mut escaped);
+            llama::tokenizer::escape_whitespace(&raw, &mut escaped);
             t.tokenize_bytes(vocab, &escaped, &mut out);
         }
         Algo::Ugm(t) => t.tokenize_bytes(vocab, text, &mut out),

@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 
+use super::unicode::{cpts_from_utf8, push_utf8};
 use super::TokenizerError;
 use crate::model::vocab::Vocab;
 
@@ -35,66 +36,6 @@ pub struct Plamo2Tokenizer {
     table: Vec<Row>,
 }
 
-/// Upstream's `unicode_cpts_from_utf8`: lenient decoding (overlong forms and surrogates pass),
-/// one U+FFFD per byte that does not start a valid sequence.
-pub fn upstream_cpts_from_utf8(s: &[u8]) -> Vec<u32> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut i = 0;
-    while i < s.len() {
-        match super::ugm::upstream_utf8_len(&s[i..]) {
-            Some(n) => {
-                let b = &s[i..i + n];
-                let cpt = match n {
-                    1 => u32::from(b[0]),
-                    2 => (u32::from(b[0] & 0x1f) << 6) | u32::from(b[1] & 0x3f),
-                    3 => {
-                        (u32::from(b[0] & 0x0f) << 12)
-                            | (u32::from(b[1] & 0x3f) << 6)
-                            | u32::from(b[2] & 0x3f)
-                    }
-                    _ => {
-                        (u32::from(b[0] & 0x07) << 18)
-                            | (u32::from(b[1] & 0x3f) << 12)
-                            | (u32::from(b[2] & 0x3f) << 6)
-                            | u32::from(b[3] & 0x3f)
-                    }
-                };
-                out.push(cpt);
-                i += n;
-            }
-            None => {
-                out.push(0xFFFD);
-                i += 1;
-            }
-        }
-    }
-    out
-}
-
-/// Upstream's `unicode_cpt_to_utf8` (no check for surrogates); None above U+10FFFF, where
-/// upstream throws.
-pub fn upstream_cpt_to_utf8(cpt: u32, out: &mut Vec<u8>) -> Option<()> {
-    match cpt {
-        0..=0x7f => out.push(cpt as u8),
-        0x80..=0x7ff => {
-            out.extend_from_slice(&[0xc0 | (cpt >> 6) as u8, 0x80 | (cpt & 0x3f) as u8])
-        }
-        0x800..=0xffff => out.extend_from_slice(&[
-            0xe0 | (cpt >> 12) as u8,
-            0x80 | ((cpt >> 6) & 0x3f) as u8,
-            0x80 | (cpt & 0x3f) as u8,
-        ]),
-        0x10000..=0x10ffff => out.extend_from_slice(&[
-            0xf0 | (cpt >> 18) as u8,
-            0x80 | ((cpt >> 12) & 0x3f) as u8,
-            0x80 | ((cpt >> 6) & 0x3f) as u8,
-            0x80 | (cpt & 0x3f) as u8,
-        ]),
-        _ => return None,
-    }
-    Some(())
-}
-
 /// The byte a PLaMo-2 BYTE token stands for: texts of the form `<0xXX>` (hex digits of
 /// either case). Used for its piece too.
 pub fn byte_token_value(text: &[u8]) -> Option<u8> {
@@ -109,7 +50,7 @@ pub fn byte_token_value(text: &[u8]) -> Option<u8> {
 
 impl Plamo2Tokenizer {
     pub fn new(vocab: &Vocab) -> Result<Self, TokenizerError> {
-        let bad = |why: String| TokenizerError::InvalidVocab(format!("plamo2: {why}"));
+        let bad = |why: String| TokenizerError::Invalid(format!("plamo2: {why}"));
         let mut bytes = [None::<i32>; 256];
         // Token text → score (NaN for texts that are only suffixes), and text → id.
         let mut suffix_to_score: HashMap<Vec<u8>, f32> = HashMap::new();
@@ -124,13 +65,14 @@ impl Plamo2Tokenizer {
                 continue;
             }
             suffix_to_score.insert(text.to_vec(), token.score);
-            let cpts = upstream_cpts_from_utf8(text);
+            let cpts = cpts_from_utf8(text);
             for i in 1..cpts.len() {
                 let mut suffix = Vec::new();
                 for &c in &cpts[i..] {
-                    upstream_cpt_to_utf8(c, &mut suffix).ok_or_else(|| {
-                        bad(format!("token {id} has a code point above U+10FFFF"))
-                    })?;
+                    if !push_utf8(c, &mut suffix) {
+                        // Upstream throws here, failing the load.
+                        return Err(bad(format!("token {id} has a code point above U+10FFFF")));
+                    }
                 }
                 suffix_to_score.entry(suffix).or_insert(f32::NAN);
             }
@@ -154,7 +96,7 @@ impl Plamo2Tokenizer {
                 let mut piece = Vec::new();
                 for &c in &cpts[..len] {
                     // Every code point here came from an encodable suffix.
-                    let _ = upstream_cpt_to_utf8(c, &mut piece);
+                    push_utf8(c, &mut piece);
                 }
                 if suffix_to_score.contains_key(&piece) {
                     rows.push((len, piece));
@@ -174,10 +116,10 @@ impl Plamo2Tokenizer {
                 num_pieces += 1;
                 continue;
             }
-            let cpts = upstream_cpts_from_utf8(suffix);
+            let cpts = cpts_from_utf8(suffix);
             let mut remaining = Vec::new();
             for &c in &cpts[1..] {
-                let _ = upstream_cpt_to_utf8(c, &mut remaining);
+                push_utf8(c, &mut remaining);
             }
             // Sorted by reversed bytes, a suffix's own suffix comes earlier: it has an id.
             let rest_id = suffix_to_id.get(&remaining).copied().unwrap_or(0);
@@ -223,7 +165,7 @@ impl Plamo2Tokenizer {
 
     /// Upstream's `encode`.
     pub fn tokenize_bytes(&self, _vocab: &Vocab, text: &[u8], out: &mut Vec<i32>) {
-        let mut data = upstream_cpts_from_utf8(text);
+        let mut data = cpts_from_utf8(text);
         if data.first() == Some(&0xFEFF) {
             data.remove(0);
         }

@@ -1,7 +1,7 @@
 //! SentencePiece BPE by score (upstream's `llm_tokenizer_spm_session`, src/llama-vocab.cpp).
 //!
 //! The text (already space-prefixed and with spaces escaped to `▁` by the caller) is split into
-//! UTF-8 characters; adjacent pairs whose concatenation is a token are merged, highest token
+//! UTF-8 characters (by upstream's lead-byte table); adjacent pairs whose concatenation is a token are merged, highest token
 //! score first (leftmost on ties), until no pair merges. Each final symbol becomes its token,
 //! or its bytes as `<0xXX>` tokens when the symbol is not one.
 //!
@@ -12,46 +12,8 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use super::TokenizerError;
+use super::{unicode, TokenizerError};
 use crate::model::vocab::Vocab;
-
-/// U+2581 LOWER ONE EIGHTH BLOCK, SentencePiece's escaped space.
-pub const ESCAPED_SPACE: &[u8] = "\u{2581}".as_bytes();
-
-/// Upstream's `unicode_len_utf8`: the sequence length announced by a lead byte (1 for
-/// continuation bytes and ASCII).
-pub fn utf8_len(lead: u8) -> usize {
-    const LOOKUP: [u8; 16] = [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4];
-    LOOKUP[usize::from(lead >> 4)] as usize
-}
-
-/// `llama_escape_whitespace`: every ' ' becomes `▁`.
-pub fn escape_whitespace(text: &[u8], out: &mut Vec<u8>) {
-    for &b in text {
-        if b == b' ' {
-            out.extend_from_slice(ESCAPED_SPACE);
-        } else {
-            out.push(b);
-        }
-    }
-}
-
-/// `llama_unescape_whitespace`: every `▁` becomes ' ' (the piece of a NORMAL SPM, WPM or UGM
-/// token).
-pub fn unescape_whitespace(text: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(text.len());
-    let mut i = 0;
-    while i < text.len() {
-        if text[i..].starts_with(ESCAPED_SPACE) {
-            out.push(b' ');
-            i += ESCAPED_SPACE.len();
-        } else {
-            out.push(text[i]);
-            i += 1;
-        }
-    }
-    out
-}
 
 #[derive(Clone, Copy)]
 struct Symbol {
@@ -122,7 +84,7 @@ impl SpmTokenizer {
         let mut symbols: Vec<Symbol> = Vec::with_capacity(text.len());
         let mut offs = 0;
         while offs < text.len() {
-            let len = utf8_len(text[offs]).min(text.len() - offs);
+            let len = unicode::len_utf8(text[offs]).min(text.len() - offs);
             let index = symbols.len() as i32;
             offs += len;
             symbols.push(Symbol {

@@ -10,7 +10,7 @@
 //!    and runs of unknown tokens collapsed into one.
 
 use super::trie::{ByteTrie, TrieBuilder};
-use super::TokenizerError;
+use super::{unicode, TokenizerError};
 use crate::model::vocab::Vocab;
 
 const ESCAPED_SPACE: &[u8] = "\u{2581}".as_bytes();
@@ -146,7 +146,7 @@ impl UgmTokenizer {
 
         let mut offset = 0;
         while offset < input_len {
-            let n_units = super::spm::utf8_len(normalized[offset]).min(input_len - offset);
+            let n_units = unicode::len_utf8(normalized[offset]).min(input_len - offset);
             let current = results[offset];
             let mut single_codepoint_token = false;
             let mut node = self.tokens.child(ByteTrie::ROOT, normalized[offset]);
@@ -272,35 +272,13 @@ impl UgmTokenizer {
                 }
             }
         }
-        match upstream_utf8_len(rest) {
-            Some(n) => (&rest[..n], n),
+        // One character as is when upstream's decoder accepts it, else U+FFFD for one byte.
+        let mut n = 0;
+        match unicode::cpt_from_utf8(rest, &mut n) {
+            Some(_) => (&rest[..n], n),
             None => (REPLACEMENT_CHARACTER, 1),
         }
     }
-}
-
-/// The length of the UTF-8 sequence at the start of `s` as upstream's `unicode_cpt_from_utf8`
-/// accepts it (lead byte and continuation bytes only: overlong forms and surrogates pass),
-/// None where upstream throws.
-pub fn upstream_utf8_len(s: &[u8]) -> Option<usize> {
-    let b0 = *s.first()?;
-    let n = if b0 & 0x80 == 0 {
-        return Some(1);
-    } else if b0 & 0x40 == 0 {
-        return None;
-    } else if b0 & 0x20 == 0 {
-        2
-    } else if b0 & 0x10 == 0 {
-        3
-    } else if b0 & 0x08 == 0 {
-        4
-    } else {
-        return None;
-    };
-    if s.len() < n || !s[1..n].iter().all(|&b| b & 0xc0 == 0x80) {
-        return None;
-    }
-    Some(n)
 }
 
 /// Splits `tokenizer.ggml.precompiled_charsmap`: a little-endian u32 blob size, the XCDA
@@ -310,7 +288,7 @@ fn parse_charsmap(map: &[u8]) -> Result<(Xcda, Vec<u8>), TokenizerError> {
     if map.is_empty() {
         return Ok((Xcda::default(), Vec::new()));
     }
-    let bad = |why: &str| TokenizerError::InvalidVocab(format!("precompiled_charsmap: {why}"));
+    let bad = |why: &str| TokenizerError::Invalid(format!("precompiled_charsmap: {why}"));
     let Some(head) = map.get(..4) else {
         return Err(bad("too small for the xcda_blob_size header"));
     };

@@ -11,6 +11,8 @@ pub mod bpe;
 pub mod plamo2;
 pub mod rwkv;
 pub mod spm;
+#[cfg(test)]
+mod test_util;
 pub mod trie;
 pub mod ugm;
 pub mod unicode;

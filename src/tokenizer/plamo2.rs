@@ -30,7 +30,7 @@ struct Row {
 #[derive(Debug)]
 pub struct Plamo2Tokenizer {
     /// The byte tokens `<0xXX>`, by byte.
-    bytes: [i32; 256],
+    bytes: Box<[i32; 256]>,
     /// (first code point << 32 | suffix id of the rest) → suffix id of the whole.
     to_suffix_id: HashMap<i64, i32>,
     table: Vec<Row>,
@@ -79,7 +79,7 @@ impl Plamo2Tokenizer {
         }
         // Upstream also rejects a byte token at id 0 (it tests `bytes_[i] == 0`); an id 0 is a
         // valid token here.
-        let mut byte_ids = [0i32; 256];
+        let mut byte_ids = Box::new([0i32; 256]);
         for (b, slot) in bytes.iter().enumerate() {
             byte_ids[b] =
                 slot.ok_or_else(|| bad(format!("byte token for <0x{b:02X}> is not set")))?;
@@ -231,5 +231,64 @@ impl Plamo2Tokenizer {
             // A reached position always has a path of length ≥ 1 (the sentinel row).
             pos += (len as usize).max(1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::vocab::{ATTR_BYTE, VOCAB_PLAMO2};
+    use crate::tokenizer::test_util::{normal, vocab};
+
+    fn plamo(tokens: &[(&'static str, f32)]) -> Vocab {
+        let hex: Vec<&'static str> = (0..=255u8)
+            .map(|b| &*Box::leak(format!("<0x{b:02X}>").into_boxed_str()))
+            .collect();
+        // Byte tokens at ids 0..=255 (upstream refuses a byte token at id 0; see `new`).
+        let mut t: Vec<_> = hex.iter().map(|&h| (h, 0.0, ATTR_BYTE)).collect();
+        t.extend(normal(tokens));
+        vocab(VOCAB_PLAMO2, &t, -1)
+    }
+
+    fn run(v: &Vocab, text: &str) -> Vec<i32> {
+        let mut out = Vec::new();
+        Plamo2Tokenizer::new(v).unwrap().tokenize(v, text, &mut out);
+        out
+    }
+
+    #[test]
+    fn best_total_score_with_byte_fallback() {
+        // ids: a=256 b=257 ab=258 abc=259 c=260
+        let v = plamo(&[
+            ("a", -1.0),
+            ("b", -1.0),
+            ("ab", -1.5),
+            ("abc", -4.0),
+            ("c", -2.0),
+        ]);
+        // [ab, c] = -3.5 beats [abc] = -4 and [a, b, c] = -4.
+        assert_eq!(run(&v, "abc"), [258, 260]);
+        // 'x' has no token: its byte token.
+        assert_eq!(run(&v, "abx"), [258, 0x78]);
+        // 'é' falls back to its two UTF-8 bytes.
+        assert_eq!(run(&v, "é"), [0xC3, 0xA9]);
+        // A leading BOM is skipped.
+        assert_eq!(run(&v, "\u{feff}a"), [256]);
+        assert_eq!(run(&v, ""), Vec::<i32>::new());
+    }
+
+    #[test]
+    fn missing_byte_token_fails_the_load() {
+        let mut v = plamo(&[("a", -1.0)]);
+        v.tokens[0x41].attr = crate::model::vocab::ATTR_NORMAL;
+        assert!(Plamo2Tokenizer::new(&v).is_err());
+    }
+
+    #[test]
+    fn byte_token_texts() {
+        assert_eq!(byte_token_value(b"<0x0A>"), Some(10));
+        assert_eq!(byte_token_value(b"<0xfe>"), Some(0xFE));
+        assert_eq!(byte_token_value(b"<0xG0>"), None);
+        assert_eq!(byte_token_value(b"<0x0A"), None);
     }
 }

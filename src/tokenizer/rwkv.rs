@@ -125,3 +125,39 @@ mod tests {
         assert_eq!(unescape_token(br"\xA0"), [((17u8) << 4).wrapping_add(0)]);
     }
 }
+
+#[cfg(test)]
+mod greedy_tests {
+    use super::*;
+    use crate::model::vocab::VOCAB_RWKV;
+    use crate::tokenizer::test_util::{normal, vocab};
+
+    fn run(v: &Vocab, text: &[u8]) -> Vec<i32> {
+        let mut out = Vec::new();
+        RwkvTokenizer::new(v)
+            .unwrap()
+            .tokenize_bytes(v, text, &mut out);
+        out
+    }
+
+    #[test]
+    fn longest_match_over_unescaped_bytes() {
+        // ids: a=0 b=1 ab=2 abc=3 \n=4 "xy"=5 \x41=6 (the byte 'A')
+        let t = normal(&[
+            ("a", 0.0),
+            ("b", 0.0),
+            ("ab", 0.0),
+            ("abc", 0.0),
+            ("\\n", 0.0),
+            ("xy", 0.0),
+            ("\\x41", 0.0),
+        ]);
+        let v = vocab(VOCAB_RWKV, &t, 99);
+        assert_eq!(run(&v, b"abcab\nAb"), [3, 2, 4, 6, 1]);
+        // 'q' starts no token: the unknown id, one byte.
+        assert_eq!(run(&v, b"qa"), [99, 0]);
+        // 'x' starts a path but no token ends before 'z': upstream loops forever here; ours
+        // gives the unknown id for the byte and goes on.
+        assert_eq!(run(&v, b"xzxy"), [99, 99, 5]);
+    }
+}

@@ -57,12 +57,12 @@ impl Ord for Bigram {
 #[derive(Debug)]
 pub struct SpmTokenizer {
     /// `byte_to_token` for every byte (None where upstream would throw: no such token).
-    byte_tokens: [Option<i32>; 256],
+    byte_tokens: Box<[Option<i32>; 256]>,
 }
 
 impl SpmTokenizer {
     pub fn new(vocab: &Vocab) -> Result<Self, TokenizerError> {
-        let mut byte_tokens = [None; 256];
+        let mut byte_tokens = Box::new([None; 256]);
         for (b, slot) in byte_tokens.iter_mut().enumerate() {
             *slot = byte_token(vocab, b as u8);
         }
@@ -174,4 +174,83 @@ pub fn byte_token(vocab: &Vocab, b: u8) -> Option<i32> {
     vocab
         .text_to_token(hex.as_bytes())
         .or_else(|| vocab.text_to_token(&[b]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::vocab::{ATTR_BYTE, ATTR_UNKNOWN, VOCAB_SPM};
+    use crate::tokenizer::test_util::{normal, vocab};
+
+    fn spm(tokens: &[(&'static str, f32)], bytes: &[u8]) -> Vocab {
+        let mut t = vec![("<unk>", 0.0, ATTR_UNKNOWN)];
+        t.extend(normal(tokens));
+        let hex: Vec<String> = bytes.iter().map(|b| format!("<0x{b:02X}>")).collect();
+        let hex: Vec<&'static str> = hex
+            .into_iter()
+            .map(|s| &*Box::leak(s.into_boxed_str()))
+            .collect();
+        t.extend(hex.iter().map(|&h| (h, 0.0, ATTR_BYTE)));
+        vocab(VOCAB_SPM, &t, 0)
+    }
+
+    fn run(v: &Vocab, text: &[u8]) -> Vec<i32> {
+        let mut out = Vec::new();
+        SpmTokenizer::new(v)
+            .unwrap()
+            .tokenize_bytes(v, text, &mut out);
+        out
+    }
+
+    #[test]
+    fn highest_score_merges_first() {
+        // ids: a=1 b=2 c=3 ab=4 bc=5 abc=6
+        let t = [
+            ("a", -5.0),
+            ("b", -5.0),
+            ("c", -5.0),
+            ("ab", -1.0),
+            ("bc", -0.5),
+            ("abc", -2.0),
+        ];
+        let v = spm(&t, &[]);
+        // bc (-0.5) merges before ab (-1); then a+bc = abc.
+        assert_eq!(run(&v, b"abc"), [6]);
+        let v = spm(&t[..5], &[]);
+        assert_eq!(run(&v, b"abc"), [1, 5]);
+    }
+
+    #[test]
+    fn equal_scores_merge_leftmost_first() {
+        let v = spm(
+            &[
+                ("a", -5.0),
+                ("b", -5.0),
+                ("c", -5.0),
+                ("ab", -1.0),
+                ("bc", -1.0),
+            ],
+            &[],
+        );
+        assert_eq!(run(&v, b"abc"), [4, 3]);
+    }
+
+    #[test]
+    fn unknown_pieces_fall_back_to_bytes_then_unk() {
+        // 'x' has no token but a byte token; 'y' has neither: the unknown token stands in
+        // (upstream throws there).
+        let v = spm(&[("a", -1.0)], b"x");
+        assert_eq!(run(&v, b"axy"), [1, 2, 0]);
+    }
+
+    #[test]
+    fn a_truncated_sequence_is_one_symbol_of_bytes() {
+        // 0xE6 announces three bytes; with two left, upstream's symbol is [E6 'a'] and both
+        // bytes fall back to byte tokens, even though "a" is a token.
+        let v = spm(&[("a", -1.0)], &[0xE6, b'a']);
+        assert_eq!(run(&v, &[0xE6, b'a']), [2, 3]);
+        // A lone continuation byte is a symbol of its own.
+        let v = spm(&[("a", -1.0)], &[0x80]);
+        assert_eq!(run(&v, &[0x80, b'a']), [2, 1]);
+    }
 }

@@ -302,3 +302,123 @@ fn parse_charsmap(map: &[u8]) -> Result<(Xcda, Vec<u8>), TokenizerError> {
         .collect();
     Ok((Xcda { entries }, map[4 + blob_size..].to_vec()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::vocab::{ATTR_UNKNOWN, ATTR_USER_DEFINED, VOCAB_UGM};
+    use crate::tokenizer::test_util::{normal, vocab};
+
+    /// A charsmap mapping "A" to "a": root BASE 0, so 'A' (65) is node 65 (LCHECK 'A', LEAF,
+    /// BASE 37), whose value node 65 ^ 37 = 100 points at replacement offset 0.
+    fn charsmap() -> Vec<u8> {
+        let mut entries = vec![0u32; 101];
+        entries[65] = 65 | (1 << 8) | (37 << 10);
+        entries[100] = 1 << 31; // replacement offset 0
+        let mut map = ((entries.len() * 4) as u32).to_le_bytes().to_vec();
+        for e in entries {
+            map.extend_from_slice(&e.to_le_bytes());
+        }
+        map.extend_from_slice(b"a\0");
+        map
+    }
+
+    /// ids: <unk>=0 ▁=1 a=2 b=3 ▁a=4 ab=5 ▁ab=6 QXY=7 (user-defined)
+    fn ugm(b_score: f32) -> Vocab {
+        ugm_with(b_score, "QXY")
+    }
+
+    fn ugm_with(b_score: f32, user_defined: &'static str) -> Vocab {
+        let mut t = vec![("<unk>", 0.0, ATTR_UNKNOWN)];
+        t.extend(normal(&[
+            ("▁", -2.0),
+            ("a", -1.0),
+            ("b", b_score),
+            ("▁a", -1.5),
+            ("ab", -1.5),
+            ("▁ab", -2.5),
+        ]));
+        t.push((user_defined, 0.0, ATTR_USER_DEFINED));
+        let mut v = vocab(VOCAB_UGM, &t, 0);
+        v.precompiled_charsmap = charsmap();
+        v.add_space_prefix = true;
+        v
+    }
+
+    fn run(v: &Vocab, text: &[u8]) -> Vec<i32> {
+        let mut out = Vec::new();
+        UgmTokenizer::new(v)
+            .unwrap()
+            .tokenize_bytes(v, text, &mut out);
+        out
+    }
+
+    fn normalized(v: &Vocab, text: &[u8]) -> String {
+        String::from_utf8(UgmTokenizer::new(v).unwrap().normalize(v, text)).unwrap()
+    }
+
+    #[test]
+    fn charsmap_maps_and_viterbi_keeps_the_first_of_equal_scores() {
+        let v = ugm(-1.0);
+        assert_eq!(normalized(&v, b"Ab"), "\u{2581}ab");
+        // [▁ab] and [▁a, b] both score -2.5: the first found (▁ab) stays.
+        assert_eq!(run(&v, b"Ab"), [6]);
+        // b at -0.9: [▁a, b] = -2.4 wins.
+        assert_eq!(run(&ugm(-0.9), b"Ab"), [4, 3]);
+    }
+
+    #[test]
+    fn consecutive_unknowns_collapse() {
+        let v = ugm(-1.0);
+        assert_eq!(run(&v, b"xyz"), [1, 0]);
+        assert_eq!(run(&v, b"xyzaqq"), [1, 0, 2, 0]);
+    }
+
+    #[test]
+    fn whitespace_flags() {
+        let mut v = ugm(-1.0);
+        assert_eq!(normalized(&v, b"  A   b  "), "▁▁▁a▁▁▁b▁▁");
+        v.remove_extra_whitespaces = true;
+        assert_eq!(normalized(&v, b"  A   b  "), "▁a▁b");
+        assert_eq!(run(&v, b"  A   b  "), [4, 1, 3]);
+        v.add_space_prefix = false;
+        // Merging still puts one space before every word, the first included.
+        assert_eq!(normalized(&v, b"A b"), "▁a▁b");
+        v.remove_extra_whitespaces = false;
+        assert_eq!(normalized(&v, b"A b"), "a▁b");
+        v.treat_whitespace_as_suffix = true;
+        v.add_space_prefix = true;
+        assert_eq!(normalized(&v, b"A b"), "a▁b▁");
+        v.escape_whitespaces = false;
+        assert_eq!(normalized(&v, b"A b"), "a b ");
+    }
+
+    #[test]
+    fn user_defined_prefix_kept_raw_invalid_bytes_replaced() {
+        let v = ugm(-1.0);
+        assert_eq!(normalized(&v, b"QXYA"), "\u{2581}QXYa");
+        // Upstream keeps as many bytes raw as its trie walk over the user-defined tokens
+        // reaches, a whole token or not: with "AXY" user-defined, every "A" stays unmapped.
+        let v = ugm_with(-1.0, "AXY");
+        assert_eq!(normalized(&v, b"AXq"), "\u{2581}AXq");
+        assert_eq!(normalized(&v, b"Aq"), "\u{2581}Aq");
+        assert_eq!(normalized(&v, b"a\xffb"), "\u{2581}a\u{fffd}b");
+    }
+
+    #[test]
+    fn bad_charsmaps_fail_the_load_or_stop_the_walk() {
+        let mut v = ugm(-1.0);
+        v.precompiled_charsmap = vec![1, 0];
+        assert!(UgmTokenizer::new(&v).is_err());
+        v.precompiled_charsmap = 8u32.to_le_bytes().to_vec();
+        v.precompiled_charsmap.extend_from_slice(&[0; 8]);
+        assert!(UgmTokenizer::new(&v).is_err());
+        // A BASE pointing outside the array: upstream throws while tokenizing; here the walk
+        // stops and the character is copied.
+        let mut map = 4u32.to_le_bytes().to_vec();
+        map.extend_from_slice(&(1000u32 << 10).to_le_bytes());
+        map.extend_from_slice(b"x\0");
+        v.precompiled_charsmap = map;
+        assert_eq!(normalized(&v, b"Ab"), "\u{2581}Ab");
+    }
+}

@@ -3,7 +3,7 @@
 //! Preprocessing as upstream's `preprocess`: code points decoded upstream's lenient way, each
 //! mapped through upstream's one-to-one NFD table when accents are stripped (upstream keeps
 //! only the first code point of a decomposition, so this is not full NFD: Hangul syllables,
-//! for one, stay whole), whitespace splits words, NUL, U+FFFD and control characters vanish,
+//! for one, shrink to their leading jamo), whitespace splits words, NUL, U+FFFD and control characters vanish,
 //! accent marks vanish when stripping accents, lower-casing by upstream's table, and
 //! punctuation, ASCII symbols and CJK ideographs become one-character words. Categories come
 //! from upstream's Unicode tables (`super::unicode`), not the toolchain's.
@@ -124,5 +124,71 @@ fn match_word(vocab: &Vocab, word1: &[u8], out: &mut Vec<i32>) {
     }
     if out.len() == start {
         out.push(vocab.specials.unk);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::vocab::{ATTR_UNKNOWN, VOCAB_WPM};
+    use crate::tokenizer::test_util::{normal, vocab};
+
+    fn bert() -> Vocab {
+        // ids: [UNK]=0 ▁hello=1 ▁hell=2 o=3 ▁world=4 ▁,=5 ▁=6 ▁apfel=7 ▁日=8 ▁本=9 ▁ᄒ=10 s=11
+        let mut t = vec![("[UNK]", 0.0, ATTR_UNKNOWN)];
+        t.extend(normal(&[
+            ("▁hello", 0.0),
+            ("▁hell", 0.0),
+            ("o", 0.0),
+            ("▁world", 0.0),
+            ("▁,", 0.0),
+            ("▁", 0.0),
+            ("▁apfel", 0.0),
+            ("▁日", 0.0),
+            ("▁本", 0.0),
+            ("▁\u{1112}", 0.0),
+            ("s", 0.0),
+        ]));
+        vocab(VOCAB_WPM, &t, 0)
+    }
+
+    fn run(v: &Vocab, text: &[u8]) -> Vec<i32> {
+        let mut out = Vec::new();
+        WpmTokenizer::new(v)
+            .unwrap()
+            .tokenize_bytes(v, text, &mut out);
+        out
+    }
+
+    #[test]
+    fn longest_match_lowercase_punctuation_words() {
+        let v = bert();
+        assert_eq!(run(&v, b"Hello, WORLD"), [1, 5, 4]);
+        // "hellos": ▁hello + s; "▁hellx": ▁hell then no match at 'x': the whole word is [UNK].
+        assert_eq!(run(&v, b"hellos hellx"), [1, 11, 0]);
+        // '!' is its own word and has no token.
+        assert_eq!(run(&v, b"world!"), [4, 0]);
+        assert_eq!(run(&v, b"  \t\n "), Vec::<i32>::new());
+    }
+
+    #[test]
+    fn accents_stripped_by_upstreams_table_cjk_split_hangul_cut() {
+        let v = bert();
+        assert_eq!(run(&v, "Äpfel".as_bytes()), [7]);
+        assert_eq!(run(&v, "日本".as_bytes()), [8, 9]);
+        // Upstream's NFD table maps a code point to the first code point of its decomposition
+        // only: a Hangul syllable becomes its leading jamo (한 and 하 alike), where full NFD
+        // keeps all jamo.
+        assert_eq!(unicode::nfd(0xD55C), 0x1112);
+        assert_eq!(run(&v, "한 하".as_bytes()), [10, 10]);
+    }
+
+    #[test]
+    fn controls_and_invalid_bytes_vanish_code_points_above_unicode_are_dropped() {
+        let v = bert();
+        assert_eq!(run(&v, b"hel\x00lo\x07"), [1]);
+        assert_eq!(run(&v, b"hel\xfflo"), [1]);
+        // Upstream aborts on this (an exception from unicode_cpt_to_utf8).
+        assert_eq!(run(&v, b"hel\xf7\xbf\xbf\xbflo"), [1]);
     }
 }

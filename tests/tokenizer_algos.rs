@@ -799,3 +799,82 @@ fn differential_ugm_fixtures() {
         }
     }
 }
+
+// ------------------------------------------------------------------ hostile: long runs
+
+/// Seconds per tokenization of `text` by our tokenizer, repeated until 50 ms have passed.
+fn time_tokenize(m: &Model, text: &[u8]) -> f64 {
+    let start = std::time::Instant::now();
+    let mut runs = 0;
+    while runs == 0 || start.elapsed().as_secs_f64() < 0.05 {
+        let ids = m.tokenizer.tokenize(&m.vocab, text, true, true).unwrap();
+        std::hint::black_box(ids);
+        runs += 1;
+    }
+    start.elapsed().as_secs_f64() / f64::from(runs)
+}
+
+/// 1 MiB of one repeated character (and of repeated two-character patterns) against 2 MiB:
+/// the time must scale linearly, the ratio well under the 4× of a quadratic algorithm (no
+/// wall-clock threshold). Each side is the best of three, alternating, against the noise of a
+/// shared machine. Unoptimized builds use 128/256 KiB to keep `cargo test` short; the
+/// property is the same.
+#[test]
+fn linear_time_on_long_runs() {
+    let up = need_upstream!();
+    let dir = fixtures_dir();
+    let (ptokens, pscores, ptypes) = plamo2_vocab();
+    let files = [
+        up.llama.join("models/ggml-vocab-llama-spm.gguf"),
+        up.llama.join("models/ggml-vocab-bert-bge.gguf"),
+        up.llama.join("models/ggml-vocab-nomic-bert-moe.gguf"),
+        vocab_file(
+            &dir,
+            "rwkv-linear",
+            vec![
+                ("tokenizer.ggml.model", "rwkv".into()),
+                ("tokenizer.ggml.tokens", strs(&rwkv_tokens())),
+            ],
+        ),
+        vocab_file(
+            &dir,
+            "plamo2-linear",
+            vec![
+                ("tokenizer.ggml.model", "plamo2".into()),
+                ("tokenizer.ggml.tokens", strs(&ptokens)),
+                ("tokenizer.ggml.scores", pscores.into()),
+                ("tokenizer.ggml.token_type", ptypes.into()),
+            ],
+        ),
+    ];
+    let size: usize = if cfg!(debug_assertions) {
+        128 << 10
+    } else {
+        1 << 20
+    };
+    for file in &files {
+        let m = load_model(file);
+        for unit in ["a", " ", "日", "ab", "a "] {
+            let n = size / unit.len();
+            let small = unit.repeat(n).into_bytes();
+            let large = unit.repeat(2 * n).into_bytes();
+            let (mut t1, mut t2) = (f64::INFINITY, f64::INFINITY);
+            for _ in 0..3 {
+                t1 = t1.min(time_tokenize(&m, &small));
+                t2 = t2.min(time_tokenize(&m, &large));
+            }
+            let ratio = t2 / t1;
+            eprintln!(
+                "{} {unit:?} × {size}: {t1:.4} s, × {}: {t2:.4} s, ratio {ratio:.2}",
+                file.display(),
+                2 * size
+            );
+            assert!(
+                ratio < 3.0,
+                "{}: {unit:?} × {} took {ratio:.2}× the time of × {size}",
+                file.display(),
+                2 * size
+            );
+        }
+    }
+}

@@ -8,7 +8,13 @@
 //! tokenizes it, not rejected.
 
 pub mod bpe;
+pub mod plamo2;
+pub mod rwkv;
+pub mod spm;
+pub mod trie;
+pub mod ugm;
 pub mod unicode;
+pub mod wpm;
 
 use crate::model::meta::Metadata;
 use crate::model::vocab::{
@@ -35,6 +41,11 @@ pub enum TokenizerError {
 /// The algorithm for one vocab type.
 enum Algo {
     Bpe(bpe::BpeTokenizer),
+    Spm(spm::SpmTokenizer),
+    Wpm(wpm::WpmTokenizer),
+    Ugm(ugm::UgmTokenizer),
+    Rwkv(rwkv::RwkvTokenizer),
+    Plamo2(plamo2::Plamo2Tokenizer),
     /// TEST: rolling hash over 5-byte chunks, no state.
     Test,
     /// The vocab type's tokenizer could not be built (or is not implemented); every call
@@ -51,6 +62,11 @@ impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let name = match &self.algo {
             Algo::Bpe(_) => "BPE",
+            Algo::Spm(_) => "SPM",
+            Algo::Wpm(_) => "WPM",
+            Algo::Ugm(_) => "UGM",
+            Algo::Rwkv(_) => "RWKV",
+            Algo::Plamo2(_) => "PLaMo2",
             Algo::Test => "TEST",
             Algo::Failed(_) => "failed",
         };
@@ -114,11 +130,11 @@ impl Tokenizer {
         let algo = match vocab.vocab_type {
             VOCAB_BPE => bpe::BpeTokenizer::new(vocab).map(Algo::Bpe),
             VOCAB_TEST => Ok(Algo::Test),
-            VOCAB_SPM => Err(TokenizerError::Unsupported("SPM")),
-            VOCAB_WPM => Err(TokenizerError::Unsupported("WPM")),
-            VOCAB_UGM => Err(TokenizerError::Unsupported("UGM")),
-            VOCAB_RWKV => Err(TokenizerError::Unsupported("RWKV")),
-            VOCAB_PLAMO2 => Err(TokenizerError::Unsupported("PLaMo2")),
+            VOCAB_SPM => spm::SpmTokenizer::new(vocab).map(Algo::Spm),
+            VOCAB_WPM => wpm::WpmTokenizer::new(vocab).map(Algo::Wpm),
+            VOCAB_UGM => ugm::UgmTokenizer::new(vocab).map(Algo::Ugm),
+            VOCAB_RWKV => rwkv::RwkvTokenizer::new(vocab).map(Algo::Rwkv),
+            VOCAB_PLAMO2 => plamo2::Plamo2Tokenizer::new(vocab).map(Algo::Plamo2),
             VOCAB_NONE => Err(TokenizerError::NoVocab),
             _ => Err(TokenizerError::Invalid(format!(
                 "unknown vocab type {}",
@@ -188,6 +204,97 @@ impl Tokenizer {
                     warn_double_bos_eos(vocab, &output);
                 }
             }
+            Algo::Spm(spm) => {
+                // Upstream prefixes a space to the first fragment and to every fragment after
+                // a special token.
+                let mut is_prev_special = true;
+                if add_special && vocab.add_bos {
+                    output.push(need(s.bos, "BOS")?);
+                }
+                let mut text = Vec::new();
+                let mut escaped = Vec::new();
+                for fragment in &fragments {
+                    match *fragment {
+                        Fragment::Raw { offset, len } => {
+                            text.clear();
+                            if vocab.add_space_prefix && is_prev_special {
+                                text.push(b' ');
+                            }
+                            text.extend_from_slice(raw(offset, len));
+                            escaped.clear();
+                            escape_whitespace(&text, &mut escaped);
+                            spm.tokenize_bytes(vocab, &escaped, &mut output);
+                            is_prev_special = false;
+                        }
+                        Fragment::Token(id) => {
+                            output.push(id);
+                            is_prev_special = true;
+                        }
+                    }
+                }
+                if add_special && vocab.add_bos {
+                    warn_double_bos(vocab, &output);
+                }
+                if add_special && vocab.add_eos {
+                    output.push(need(s.eos, "EOS")?);
+                }
+            }
+            Algo::Wpm(wpm) => {
+                // WPM adds BOS and SEP whatever the add_bos/add_sep flags say, as upstream.
+                if add_special {
+                    output.push(need(s.bos, "BOS")?);
+                }
+                for fragment in &fragments {
+                    match *fragment {
+                        Fragment::Raw { offset, len } => {
+                            wpm.tokenize_bytes(vocab, raw(offset, len), &mut output)
+                        }
+                        Fragment::Token(id) => output.push(id),
+                    }
+                }
+                if add_special {
+                    output.push(need(s.sep, "SEP")?);
+                }
+            }
+            Algo::Ugm(ugm) => {
+                if add_special && vocab.add_bos {
+                    output.push(need(s.bos, "BOS")?);
+                }
+                for fragment in &fragments {
+                    match *fragment {
+                        Fragment::Raw { offset, len } => {
+                            ugm.tokenize_bytes(vocab, raw(offset, len), &mut output)
+                        }
+                        Fragment::Token(id) => output.push(id),
+                    }
+                }
+                if add_special && vocab.add_bos {
+                    warn_double_bos(vocab, &output);
+                }
+                if add_special && vocab.add_eos {
+                    output.push(need(s.eos, "EOS")?);
+                }
+            }
+            Algo::Rwkv(rwkv) => {
+                for fragment in &fragments {
+                    match *fragment {
+                        Fragment::Raw { offset, len } => {
+                            rwkv.tokenize_bytes(vocab, raw(offset, len), &mut output)
+                        }
+                        Fragment::Token(id) => output.push(id),
+                    }
+                }
+            }
+            Algo::Plamo2(plamo2) => {
+                for fragment in &fragments {
+                    match *fragment {
+                        Fragment::Raw { offset, len } => {
+                            plamo2.tokenize_bytes(vocab, raw(offset, len), &mut output)
+                        }
+                        Fragment::Token(id) => output.push(id),
+                    }
+                }
+            }
             Algo::Test => {
                 let n_vocab = vocab.tokens.len() as u64;
                 for fragment in &fragments {
@@ -208,6 +315,17 @@ impl Tokenizer {
             Algo::Failed(e) => return Err(e.clone()),
         }
         Ok(output)
+    }
+}
+
+/// SPM's and UGM's warning (upstream checks only BOS there).
+fn warn_double_bos(vocab: &Vocab, output: &[i32]) {
+    if output.len() >= 2 && output[1] == vocab.specials.bos {
+        crate::log_warn!(
+            "Added a BOS token to the prompt as specified by the model but the prompt also \
+             starts with a BOS token. So now the final prompt starts with 2 BOS tokens. Are you \
+             sure this is what you want?"
+        );
     }
 }
 
@@ -401,7 +519,7 @@ fn piece_uncached(vocab: &Vocab, id: i32, special: bool) -> Result<Vec<u8>, Toke
                 Vec::new()
             }
         }
-        VOCAB_RWKV => return Err(TokenizerError::Unsupported("RWKV")),
+        VOCAB_RWKV => rwkv::unescape_token(text),
         VOCAB_TEST => format!("{id:x}").into_bytes(),
         VOCAB_PLAMO2 => {
             let hex = |c: u8| c.is_ascii_hexdigit();

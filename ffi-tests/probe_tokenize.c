@@ -11,6 +11,7 @@
  * remove_special/unparse_special pairs, with the too-small-buffer result. For the whole
  * vocab it prints hashes of every token's attributes and pieces (blocks of 1024 ids).
  */
+#define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

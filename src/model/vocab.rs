@@ -109,6 +109,34 @@ pub mod pre {
     pub const UFAKZEKA: i32 = 59;
 }
 
+/// FNV-1a over the key's bytes: token texts are short and hashed on every lookup of the
+/// tokenizers' inner loops, where SipHash's DoS resistance buys nothing (keys come from the
+/// model file, not from the text being tokenized).
+#[derive(Default, Clone, Copy)]
+pub struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        // Mix the high bits down: hashbrown takes its control bits from the top.
+        let h = self.0;
+        h ^ (h >> 29) ^ (h << 17)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+/// Hash maps keyed by token text.
+pub type TextMap<V> = HashMap<Vec<u8>, V, std::hash::BuildHasherDefault<FastHasher>>;
+
 /// One token's text (NUL-terminated for C), score and attributes (`token_data`).
 #[derive(Debug)]
 pub struct Token {
@@ -198,7 +226,7 @@ pub struct Vocab {
     /// `id_to_token`.
     pub tokens: Vec<Token>,
     /// Token text → id; a later duplicate text wins, as in upstream.
-    pub token_to_id: HashMap<Vec<u8>, i32>,
+    pub token_to_id: TextMap<i32>,
     pub specials: Specials,
     /// `special_eog_ids`.
     pub eog: BTreeSet<i32>,
@@ -216,7 +244,7 @@ pub struct Vocab {
     /// BPE merge ranks keyed by the merge line `"left right"` (first space at index ≥ 1 splits
     /// it, as upstream's pair key; the first occurrence of a line keeps its rank). Lookups
     /// go through [`Vocab::find_bpe_rank`].
-    pub bpe_ranks: HashMap<Vec<u8>, i32>,
+    pub bpe_ranks: TextMap<i32>,
     /// Control, user-defined and unknown tokens, longest text first: the tokens
     /// `tokenize` matches in the text (upstream's `cache_special_tokens`).
     pub cache_special_tokens: Vec<i32>,
@@ -239,7 +267,7 @@ impl Default for Vocab {
             n_token_types: 0,
             max_token_len: 0,
             tokens: Vec::new(),
-            token_to_id: HashMap::new(),
+            token_to_id: TextMap::default(),
             specials: Specials::default(),
             eog: BTreeSet::new(),
             add_space_prefix: false,
@@ -252,7 +280,7 @@ impl Default for Vocab {
             escape_whitespaces: true,
             treat_whitespace_as_suffix: false,
             normalizer_opts: NormalizerOptions::default(),
-            bpe_ranks: HashMap::new(),
+            bpe_ranks: TextMap::default(),
             cache_special_tokens: Vec::new(),
             cache_token_to_piece: Vec::new(),
             suppress_tokens: Vec::new(),

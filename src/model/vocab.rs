@@ -923,13 +923,9 @@ impl Vocab {
                 .collect();
         }
 
-        // Auto-detect special tokens by text (upstream walks its hash map, so which of two
-        // candidate texts wins is its iteration order; here it is the list order).
-        let by_text = |v: &Vocab, texts: &[&str]| {
-            texts
-                .iter()
-                .find_map(|t| v.token_to_id.get(t.as_bytes()).copied())
-        };
+        // Auto-detect special tokens by text, walking the tokens in the order upstream's
+        // `std::unordered_map` iterates them (the first match of each kind wins).
+        let order = libstdcxx_iteration_order(self.tokens.iter().map(Token::bytes));
         let detect: [(&[&str], fn(&mut Specials) -> &mut i32); 8] = [
             (EOT_TEXTS, |s| &mut s.eot),
             (EOM_TEXTS, |s| &mut s.eom),
@@ -940,13 +936,25 @@ impl Vocab {
             (FIM_REP_TEXTS, |s| &mut s.fim_rep),
             (FIM_SEP_TEXTS, |s| &mut s.fim_sep),
         ];
-        for (texts, field) in detect {
-            if *field(&mut self.specials) != TOKEN_NULL {
-                continue;
-            }
-            if let Some(id) = by_text(self, texts) {
-                *field(&mut self.specials) = id;
-                self.mark_control(id);
+        let candidates: Vec<i32> = detect
+            .iter()
+            .flat_map(|(texts, _)| texts.iter())
+            .filter_map(|t| self.token_to_id.get(t.as_bytes()).copied())
+            .collect();
+        if !candidates.is_empty() {
+            for &id in &order {
+                if !candidates.contains(&id) {
+                    continue;
+                }
+                let text = self.tokens[id as usize].text.as_bytes().to_vec();
+                for (texts, field) in detect {
+                    if *field(&mut self.specials) == TOKEN_NULL
+                        && texts.iter().any(|t| t.as_bytes() == text)
+                    {
+                        *field(&mut self.specials) = id;
+                        self.mark_control(id);
+                    }
+                }
             }
         }
 
@@ -1180,6 +1188,112 @@ impl Vocab {
     }
 }
 
+/// libstdc++'s `std::hash<std::string>` (`std::_Hash_bytes`, seed 0xc70f6907).
+fn libstdcxx_hash(bytes: &[u8]) -> u64 {
+    const MUL: u64 = 0xc6a4_a793_5bd1_e995;
+    let shift_mix = |v: u64| v ^ (v >> 47);
+    let mut hash = 0xc70f_6907u64 ^ (bytes.len() as u64).wrapping_mul(MUL);
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let data = u64::from_le_bytes(c.try_into().unwrap_or_default());
+        hash ^= shift_mix(data.wrapping_mul(MUL)).wrapping_mul(MUL);
+        hash = hash.wrapping_mul(MUL);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let data = rest.iter().rev().fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
+        hash ^= data;
+        hash = hash.wrapping_mul(MUL);
+    }
+    shift_mix(shift_mix(hash).wrapping_mul(MUL))
+}
+
+/// The order in which upstream's `token_to_id` (a libstdc++ `std::unordered_map` filled with
+/// ids 0, 1, 2, ... in turn) iterates its entries: upstream picks EOT/EOM/FIM tokens by the
+/// first match in that order, so reproducing it reproduces its choice. This replays
+/// libstdc++'s node insertion (new nodes go first in their bucket, or first in the list when
+/// the bucket is empty) and its rehashes (prime bucket counts, load factor 1).
+pub fn libstdcxx_iteration_order<'a>(texts: impl Iterator<Item = &'a [u8]>) -> Vec<i32> {
+    // Bucket counts libstdc++'s prime rehash policy goes through when elements are inserted
+    // one at a time (measured: it rehashes when the count would exceed the bucket count).
+    const BUCKETS: [usize; 19] = [
+        13, 29, 59, 127, 257, 541, 1109, 2357, 5087, 10273, 20753, 42043, 85229, 172933,
+        351061, 712697, 1447153, 2938679, 5967347,
+    ];
+    const NIL: usize = usize::MAX;
+    const BEFORE_BEGIN: usize = usize::MAX - 1;
+    let mut hashes: Vec<u64> = Vec::new();
+    let mut next: Vec<usize> = Vec::new();
+    let mut head = NIL;
+    let mut buckets: Vec<usize> = vec![NIL];
+    let mut next_resize = 0usize;
+    let mut level = 0;
+    for text in texts {
+        let h = libstdcxx_hash(text);
+        let count = hashes.len();
+        if count + 1 > next_resize && level < BUCKETS.len() {
+            let n = BUCKETS[level];
+            level += 1;
+            next_resize = n;
+            let mut nb = vec![NIL; n];
+            let mut p = head;
+            head = NIL;
+            let mut bbegin = 0usize;
+            while p != NIL {
+                let after = next[p];
+                let b = (hashes[p] % n as u64) as usize;
+                if nb[b] == NIL {
+                    next[p] = head;
+                    head = p;
+                    nb[b] = BEFORE_BEGIN;
+                    if next[p] != NIL {
+                        nb[bbegin] = p;
+                    }
+                    bbegin = b;
+                } else {
+                    let before = nb[b];
+                    let slot = if before == BEFORE_BEGIN { &mut head } else { &mut next[before] };
+                    let old = *slot;
+                    *slot = p;
+                    next[p] = old;
+                }
+                p = after;
+            }
+            buckets = nb;
+        }
+        let node = count;
+        hashes.push(h);
+        next.push(NIL);
+        let n = buckets.len() as u64;
+        let b = (h % n) as usize;
+        if buckets[b] != NIL {
+            let before = buckets[b];
+            let after = if before == BEFORE_BEGIN { head } else { next[before] };
+            next[node] = after;
+            if before == BEFORE_BEGIN {
+                head = node;
+            } else {
+                next[before] = node;
+            }
+        } else {
+            next[node] = head;
+            head = node;
+            if next[node] != NIL {
+                let nb = (hashes[next[node]] % n) as usize;
+                buckets[nb] = node;
+            }
+            buckets[b] = BEFORE_BEGIN;
+        }
+    }
+    let mut order = Vec::with_capacity(hashes.len());
+    let mut p = head;
+    while p != NIL {
+        order.push(p as i32);
+        p = next[p];
+    }
+    order
+}
+
 /// `strtol(buf, NULL, 16)` on at most two characters: leading hex digits, stopping at the
 /// first other character (an optional sign and whitespace are ignored here: token texts of
 /// BYTE tokens are `<0xXX>`).
@@ -1239,6 +1353,28 @@ mod tests {
             assert_eq!(unicode_to_byte(byte_to_unicode(b)), Some(b));
         }
         assert_eq!(unicode_to_byte('€'), None);
+    }
+
+    #[test]
+    fn libstdcxx_hash_matches_std_hash() {
+        // Values printed by g++'s std::hash<std::string> on this platform.
+        assert_eq!(libstdcxx_hash(b"abc"), 0x32d8_2bf8_ed3d_ba39);
+        assert_eq!(libstdcxx_hash(b""), 0x553e_9390_1e46_2a6e);
+        assert_eq!(libstdcxx_hash(b"hello world!!"), 0x893e_b79c_acce_78e4);
+    }
+
+    #[test]
+    fn iteration_order_matches_libstdcxx_unordered_map() {
+        // g++: insert to_string(i) + "x" for i in 0..50000 into an
+        // unordered_map<string, int>, walk it: first ids and a hash of all ids
+        // (h = (h ^ id) * 1099511628211 from h = 1469598103934665603).
+        let keys: Vec<Vec<u8>> = (0..50000).map(|i| format!("{i}x").into_bytes()).collect();
+        let order = libstdcxx_iteration_order(keys.iter().map(Vec::as_slice));
+        assert_eq!(&order[..8], &[49998, 49997, 49996, 49994, 49993, 49992, 49991, 49990]);
+        let fnv = order.iter().fold(1_469_598_103_934_665_603u64, |h, &id| {
+            (h ^ u64::from(id as u32)).wrapping_mul(0x0100_0000_01b3)
+        });
+        assert_eq!(fnv, 0x00b7_9e8c_8985_c9f3);
     }
 
     #[test]

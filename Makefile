@@ -74,6 +74,11 @@ $(addprefix test-,$(TEST_PARTS)):
 bench-load:
 	bash scripts/bench-load.sh
 
+# Tokenizer throughput on ≥ 1 MiB of mixed text, ours vs upstream (SPM, llama-bpe, qwen2, WPM).
+.PHONY: bench-tokenize
+bench-tokenize:
+	bash scripts/bench-tokenize.sh
+
 # Upload bandwidth to the first CUDA device: fill_from_file vs a raw pinned copy (skips without
 # a GPU); see examples/bench_upload.rs.
 .PHONY: bench-upload

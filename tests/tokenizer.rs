@@ -409,7 +409,7 @@ fn one_repeated_character_is_linear_time() {
     let time = |n: usize, c: u8| {
         let text = vec![c; n];
         let mut best = f64::MAX;
-        for _ in 0..3 {
+        for _ in 0..2 {
             let t = Instant::now();
             let ids = tokenize(m.vocab, &text, false, false);
             assert!(!ids.is_empty());
@@ -417,7 +417,7 @@ fn one_repeated_character_is_linear_time() {
         }
         best
     };
-    for c in [b'a', b' ', b'1', b'\n', b'!'] {
+    for c in [b'a', b' ', b'\n'] {
         let t1 = time(1 << 20, c);
         let t2 = time(2 << 20, c);
         let ratio = t2 / t1;

@@ -195,6 +195,9 @@ impl Default for Specials {
     }
 }
 
+/// Accessor of one special id (tables of keys and texts map to fields through these).
+type SpecialField = fn(&mut Specials) -> &mut i32;
+
 /// BertNormalizer options (`llama_vocab::normalizer_options`).
 #[derive(Debug, Clone, Copy)]
 pub struct NormalizerOptions {
@@ -581,12 +584,14 @@ impl Vocab {
     /// Stage 1: upstream's `load` up to `init_tokenizer`. A missing `tokenizer.ggml.model`
     /// gives an empty NONE vocab (upstream requires the key; the generic loader does not).
     pub fn load_data(meta: &Metadata) -> Result<Vocab, String> {
-        let mut v = Vocab::default();
-        v.tokenizer_model = meta
-            .get_str("tokenizer.ggml.model")
-            .unwrap_or_else(|| "none".to_string());
-        v.tokenizer_pre = meta.get_str("tokenizer.ggml.pre").unwrap_or_default();
-        v.n_token_types = meta.get_u32("tokenizer.ggml.token_type_count").unwrap_or(0);
+        let mut v = Vocab {
+            tokenizer_model: meta
+                .get_str("tokenizer.ggml.model")
+                .unwrap_or_else(|| "none".to_string()),
+            tokenizer_pre: meta.get_str("tokenizer.ggml.pre").unwrap_or_default(),
+            n_token_types: meta.get_u32("tokenizer.ggml.token_type_count").unwrap_or(0),
+            ..Vocab::default()
+        };
         let s = &mut v.specials;
         match v.tokenizer_model.as_str() {
             "no_vocab" | "none" => {
@@ -855,7 +860,7 @@ impl Vocab {
     /// EOT/EOM/FIM/EOG by text, the special-token cache.
     pub fn load_specials(&mut self, meta: &Metadata) {
         let n_tokens = self.tokens.len() as i64;
-        let keys: [(&str, fn(&mut Specials) -> &mut i32); 17] = [
+        let keys: [(&str, SpecialField); 17] = [
             ("bos_token_id", |s| &mut s.bos),
             ("eos_token_id", |s| &mut s.eos),
             ("eot_token_id", |s| &mut s.eot),
@@ -926,7 +931,7 @@ impl Vocab {
         // Auto-detect special tokens by text, walking the tokens in the order upstream's
         // `std::unordered_map` iterates them (the first match of each kind wins).
         let order = libstdcxx_iteration_order(self.tokens.iter().map(Token::bytes));
-        let detect: [(&[&str], fn(&mut Specials) -> &mut i32); 8] = [
+        let detect: [(&[&str], SpecialField); 8] = [
             (EOT_TEXTS, |s| &mut s.eot),
             (EOM_TEXTS, |s| &mut s.eom),
             (FIM_PRE_TEXTS, |s| &mut s.fim_pre),
@@ -1010,7 +1015,7 @@ impl Vocab {
             .map(|(id, _)| *id);
         let has_call = has(b"<|call|>") || has(b"<|calls|>");
         if let Some(end_id) = end_id {
-            if (has(b"<|return|>") && has_call) || (has_call && has(b"<|flush|>")) {
+            if has_call && (has(b"<|return|>") || has(b"<|flush|>")) {
                 self.eog.remove(&end_id);
                 self.tokens[end_id as usize].attr = ATTR_USER_DEFINED;
             }
@@ -1201,7 +1206,10 @@ fn libstdcxx_hash(bytes: &[u8]) -> u64 {
     }
     let rest = chunks.remainder();
     if !rest.is_empty() {
-        let data = rest.iter().rev().fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
+        let data = rest
+            .iter()
+            .rev()
+            .fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
         hash ^= data;
         hash = hash.wrapping_mul(MUL);
     }
@@ -1217,8 +1225,8 @@ pub fn libstdcxx_iteration_order<'a>(texts: impl Iterator<Item = &'a [u8]>) -> V
     // Bucket counts libstdc++'s prime rehash policy goes through when elements are inserted
     // one at a time (measured: it rehashes when the count would exceed the bucket count).
     const BUCKETS: [usize; 19] = [
-        13, 29, 59, 127, 257, 541, 1109, 2357, 5087, 10273, 20753, 42043, 85229, 172933,
-        351061, 712697, 1447153, 2938679, 5967347,
+        13, 29, 59, 127, 257, 541, 1109, 2357, 5087, 10273, 20753, 42043, 85229, 172933, 351061,
+        712697, 1447153, 2938679, 5967347,
     ];
     const NIL: usize = usize::MAX;
     const BEFORE_BEGIN: usize = usize::MAX - 1;
@@ -1252,7 +1260,11 @@ pub fn libstdcxx_iteration_order<'a>(texts: impl Iterator<Item = &'a [u8]>) -> V
                     bbegin = b;
                 } else {
                     let before = nb[b];
-                    let slot = if before == BEFORE_BEGIN { &mut head } else { &mut next[before] };
+                    let slot = if before == BEFORE_BEGIN {
+                        &mut head
+                    } else {
+                        &mut next[before]
+                    };
                     let old = *slot;
                     *slot = p;
                     next[p] = old;
@@ -1268,7 +1280,11 @@ pub fn libstdcxx_iteration_order<'a>(texts: impl Iterator<Item = &'a [u8]>) -> V
         let b = (h % n) as usize;
         if buckets[b] != NIL {
             let before = buckets[b];
-            let after = if before == BEFORE_BEGIN { head } else { next[before] };
+            let after = if before == BEFORE_BEGIN {
+                head
+            } else {
+                next[before]
+            };
             next[node] = after;
             if before == BEFORE_BEGIN {
                 head = node;
@@ -1370,7 +1386,10 @@ mod tests {
         // (h = (h ^ id) * 1099511628211 from h = 1469598103934665603).
         let keys: Vec<Vec<u8>> = (0..50000).map(|i| format!("{i}x").into_bytes()).collect();
         let order = libstdcxx_iteration_order(keys.iter().map(Vec::as_slice));
-        assert_eq!(&order[..8], &[49998, 49997, 49996, 49994, 49993, 49992, 49991, 49990]);
+        assert_eq!(
+            &order[..8],
+            &[49998, 49997, 49996, 49994, 49993, 49992, 49991, 49990]
+        );
         let fnv = order.iter().fold(1_469_598_103_934_665_603u64, |h, &id| {
             (h ^ u64::from(id as u32)).wrapping_mul(0x0100_0000_01b3)
         });

@@ -8,10 +8,9 @@
 need_upstream_source
 need_upstream_lib
 need_library
-export UPSTREAM_LLAMA
-
 say "== cargo test --release --test tokenizer"
-cargo test --release --quiet --test tokenizer -- --test-threads 1
+LLAMA_HOTSWAP_TOKENIZER_MODELS="$UPSTREAM_LLAMA/models" \
+    cargo test --release --quiet --test tokenizer -- --test-threads 1
 
 out="$WORK/tokenizer"
 rm -rf "$out" && mkdir -p "$out"

@@ -1048,14 +1048,16 @@ impl Vocab {
         }
     }
 
-    /// `cache_special_tokens`: control, user-defined and unknown ids, longest text first.
-    /// Upstream sorts with (unstable) `std::sort`; ties keep id order here.
+    /// `cache_special_tokens`: control, user-defined and unknown ids, longest text first, in
+    /// the order upstream's (unstable) libstdc++ `std::sort` leaves equal lengths: partitioning
+    /// the text by two equal-length tokens that overlap depends on it.
     fn build_special_cache(&mut self) {
         let special = ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN;
         let mut ids: Vec<i32> = (0..self.tokens.len() as i32)
             .filter(|&id| self.tokens[id as usize].attr & special != 0)
             .collect();
-        ids.sort_by_key(|&id| std::cmp::Reverse(self.tokens[id as usize].text.as_bytes().len()));
+        let len = |id: i32| self.tokens[id as usize].text.as_bytes().len();
+        libstdcxx_sort(&mut ids, &|a: &i32, b: &i32| len(*a) > len(*b));
         self.cache_special_tokens = ids;
     }
 
@@ -1310,6 +1312,177 @@ pub fn libstdcxx_iteration_order<'a>(texts: impl Iterator<Item = &'a [u8]>) -> V
     order
 }
 
+/// libstdc++'s `std::sort` (introsort: median-of-three quicksort down to runs of 16, heapsort
+/// past the depth limit, then insertion sort), replayed step for step so that elements the
+/// comparator calls equal end up where upstream's end up. `less` is the strict weak order.
+pub fn libstdcxx_sort<T: Copy>(v: &mut [T], less: &dyn Fn(&T, &T) -> bool) {
+    const THRESHOLD: usize = 16;
+    let n = v.len();
+    if n < 2 {
+        return;
+    }
+    let depth = 2 * (usize::BITS - 1 - n.leading_zeros()) as usize;
+    introsort_loop(v, 0, n, depth, less);
+    // __final_insertion_sort
+    if n > THRESHOLD {
+        insertion_sort(v, 0, THRESHOLD, less);
+        for i in THRESHOLD..n {
+            unguarded_linear_insert(v, i, less);
+        }
+    } else {
+        insertion_sort(v, 0, n, less);
+    }
+
+    fn introsort_loop<T: Copy>(
+        v: &mut [T],
+        first: usize,
+        mut last: usize,
+        mut depth: usize,
+        less: &dyn Fn(&T, &T) -> bool,
+    ) {
+        while last - first > THRESHOLD {
+            if depth == 0 {
+                heap_sort(&mut v[first..last], less);
+                return;
+            }
+            depth -= 1;
+            let mid = first + (last - first) / 2;
+            move_median_to_first(v, first, first + 1, mid, last - 1, less);
+            let cut = unguarded_partition(v, first + 1, last, first, less);
+            introsort_loop(v, cut, last, depth, less);
+            last = cut;
+        }
+    }
+    fn move_median_to_first<T: Copy>(
+        v: &mut [T],
+        result: usize,
+        a: usize,
+        b: usize,
+        c: usize,
+        less: &dyn Fn(&T, &T) -> bool,
+    ) {
+        let pick = if less(&v[a], &v[b]) {
+            if less(&v[b], &v[c]) {
+                b
+            } else if less(&v[a], &v[c]) {
+                c
+            } else {
+                a
+            }
+        } else if less(&v[a], &v[c]) {
+            a
+        } else if less(&v[b], &v[c]) {
+            c
+        } else {
+            b
+        };
+        v.swap(result, pick);
+    }
+    fn unguarded_partition<T: Copy>(
+        v: &mut [T],
+        mut first: usize,
+        mut last: usize,
+        pivot: usize,
+        less: &dyn Fn(&T, &T) -> bool,
+    ) -> usize {
+        loop {
+            while less(&v[first], &v[pivot]) {
+                first += 1;
+            }
+            last -= 1;
+            while less(&v[pivot], &v[last]) {
+                last -= 1;
+            }
+            if first >= last {
+                return first;
+            }
+            v.swap(first, last);
+            first += 1;
+        }
+    }
+    fn insertion_sort<T: Copy>(
+        v: &mut [T],
+        first: usize,
+        last: usize,
+        less: &dyn Fn(&T, &T) -> bool,
+    ) {
+        for i in first + 1..last {
+            if less(&v[i], &v[first]) {
+                let val = v[i];
+                v.copy_within(first..i, first + 1);
+                v[first] = val;
+            } else {
+                unguarded_linear_insert(v, i, less);
+            }
+        }
+    }
+    fn unguarded_linear_insert<T: Copy>(
+        v: &mut [T],
+        mut last: usize,
+        less: &dyn Fn(&T, &T) -> bool,
+    ) {
+        let val = v[last];
+        while less(&val, &v[last - 1]) {
+            v[last] = v[last - 1];
+            last -= 1;
+        }
+        v[last] = val;
+    }
+    // __make_heap + __sort_heap (std::__partial_sort(first, last, last)).
+    fn heap_sort<T: Copy>(v: &mut [T], less: &dyn Fn(&T, &T) -> bool) {
+        let len = v.len();
+        if len >= 2 {
+            let mut parent = (len - 2) / 2;
+            loop {
+                let val = v[parent];
+                adjust_heap(v, parent, len, val, less);
+                if parent == 0 {
+                    break;
+                }
+                parent -= 1;
+            }
+        }
+        let mut last = len;
+        while last > 1 {
+            last -= 1;
+            let val = v[last];
+            v[last] = v[0];
+            adjust_heap(v, 0, last, val, less);
+        }
+    }
+    fn adjust_heap<T: Copy>(
+        v: &mut [T],
+        mut hole: usize,
+        len: usize,
+        val: T,
+        less: &dyn Fn(&T, &T) -> bool,
+    ) {
+        let top = hole;
+        let mut child = hole;
+        while child < (len - 1) / 2 {
+            child = 2 * (child + 1);
+            if less(&v[child], &v[child - 1]) {
+                child -= 1;
+            }
+            v[hole] = v[child];
+            hole = child;
+        }
+        if len & 1 == 0 && child == (len - 2) / 2 {
+            child = 2 * (child + 1);
+            v[hole] = v[child - 1];
+            hole = child - 1;
+        }
+        // __push_heap
+        let mut parent = hole.wrapping_sub(1) / 2;
+        while hole > top && less(&v[parent], &val) {
+            v[hole] = v[parent];
+            hole = parent;
+            parent = (hole.wrapping_sub(1)) / 2;
+        }
+        v[hole] = val;
+    }
+}
+
 /// `strtol(buf, NULL, 16)` on at most two characters: leading hex digits, stopping at the
 /// first other character (an optional sign and whitespace are ignored here: token texts of
 /// BYTE tokens are `<0xXX>`).
@@ -1394,6 +1567,32 @@ mod tests {
             (h ^ u64::from(id as u32)).wrapping_mul(0x0100_0000_01b3)
         });
         assert_eq!(fnv, 0x00b7_9e8c_8985_c9f3);
+    }
+
+    #[test]
+    fn sort_matches_libstdcxx_std_sort() {
+        // g++: ids 0..n sorted by std::sort with `lens[a] > lens[b]`, lens[i] =
+        // (i * 7919 + 13) % 11 (many ties); hash as in the iteration-order test, and ids.
+        let expected: [(usize, u64, [i32; 3]); 5] = [
+            (5, 0xce46_a066_a685_2c87, [3, 4, 2]),
+            (17, 0x118a_1309_0d15_b7df, [3, 14, 2]),
+            (100, 0xe98b_805b_5a8e_c139, [91, 80, 2]),
+            (1000, 0x1c72_a083_48c3_2e27, [630, 707, 706]),
+            (5000, 0x4715_8258_352d_ecd9, [3776, 2291, 651]),
+        ];
+        for (n, hash, ends) in expected {
+            let lens: Vec<u32> = (0..n as u32)
+                .map(|i| (i.wrapping_mul(7919) + 13) % 11)
+                .collect();
+            let mut ids: Vec<i32> = (0..n as i32).collect();
+            libstdcxx_sort(&mut ids, &|a: &i32, b: &i32| {
+                lens[*a as usize] > lens[*b as usize]
+            });
+            let h = ids.iter().fold(1_469_598_103_934_665_603u64, |h, &id| {
+                (h ^ u64::from(id as u32)).wrapping_mul(0x0100_0000_01b3)
+            });
+            assert_eq!((h, [ids[0], ids[1], ids[n - 1]]), (hash, ends), "n = {n}");
+        }
     }
 
     #[test]

@@ -67,7 +67,7 @@ fuzz_target!(|data: &[u8]| {
         let need = detokenize(vocab, &ids, &mut [], rs, up).expect("detokenize");
         let mut buf = vec![0u8; need.unsigned_abs() as usize];
         let n = detokenize(vocab, &ids, &mut buf, rs, up).expect("detokenize");
-        assert_eq!(n.unsigned_abs(), need.unsigned_abs());
-        assert!(n >= 0);
+        // The size query counts the pieces; clean_spaces may then drop a few bytes.
+        assert!(n >= 0 && n.unsigned_abs() <= need.unsigned_abs());
     }
 });

@@ -109,6 +109,34 @@ pub mod pre {
     pub const UFAKZEKA: i32 = 59;
 }
 
+/// FNV-1a over the key's bytes: token texts are short and hashed on every lookup of the
+/// tokenizers' inner loops, where SipHash's DoS resistance buys nothing (keys come from the
+/// model file, not from the text being tokenized).
+#[derive(Default, Clone, Copy)]
+pub struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        // Mix the high bits down: hashbrown takes its control bits from the top.
+        let h = self.0;
+        h ^ (h >> 29) ^ (h << 17)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+/// Hash maps keyed by token text.
+pub type TextMap<V> = HashMap<Vec<u8>, V, std::hash::BuildHasherDefault<FastHasher>>;
+
 /// One token's text (NUL-terminated for C), score and attributes (`token_data`).
 #[derive(Debug)]
 pub struct Token {
@@ -167,6 +195,9 @@ impl Default for Specials {
     }
 }
 
+/// Accessor of one special id (tables of keys and texts map to fields through these).
+type SpecialField = fn(&mut Specials) -> &mut i32;
+
 /// BertNormalizer options (`llama_vocab::normalizer_options`).
 #[derive(Debug, Clone, Copy)]
 pub struct NormalizerOptions {
@@ -198,7 +229,7 @@ pub struct Vocab {
     /// `id_to_token`.
     pub tokens: Vec<Token>,
     /// Token text → id; a later duplicate text wins, as in upstream.
-    pub token_to_id: HashMap<Vec<u8>, i32>,
+    pub token_to_id: TextMap<i32>,
     pub specials: Specials,
     /// `special_eog_ids`.
     pub eog: BTreeSet<i32>,
@@ -216,7 +247,7 @@ pub struct Vocab {
     /// BPE merge ranks keyed by the merge line `"left right"` (first space at index ≥ 1 splits
     /// it, as upstream's pair key; the first occurrence of a line keeps its rank). Lookups
     /// go through [`Vocab::find_bpe_rank`].
-    pub bpe_ranks: HashMap<Vec<u8>, i32>,
+    pub bpe_ranks: TextMap<i32>,
     /// Control, user-defined and unknown tokens, longest text first: the tokens
     /// `tokenize` matches in the text (upstream's `cache_special_tokens`).
     pub cache_special_tokens: Vec<i32>,
@@ -239,7 +270,7 @@ impl Default for Vocab {
             n_token_types: 0,
             max_token_len: 0,
             tokens: Vec::new(),
-            token_to_id: HashMap::new(),
+            token_to_id: TextMap::default(),
             specials: Specials::default(),
             eog: BTreeSet::new(),
             add_space_prefix: false,
@@ -252,7 +283,7 @@ impl Default for Vocab {
             escape_whitespaces: true,
             treat_whitespace_as_suffix: false,
             normalizer_opts: NormalizerOptions::default(),
-            bpe_ranks: HashMap::new(),
+            bpe_ranks: TextMap::default(),
             cache_special_tokens: Vec::new(),
             cache_token_to_piece: Vec::new(),
             suppress_tokens: Vec::new(),
@@ -553,12 +584,14 @@ impl Vocab {
     /// Stage 1: upstream's `load` up to `init_tokenizer`. A missing `tokenizer.ggml.model`
     /// gives an empty NONE vocab (upstream requires the key; the generic loader does not).
     pub fn load_data(meta: &Metadata) -> Result<Vocab, String> {
-        let mut v = Vocab::default();
-        v.tokenizer_model = meta
-            .get_str("tokenizer.ggml.model")
-            .unwrap_or_else(|| "none".to_string());
-        v.tokenizer_pre = meta.get_str("tokenizer.ggml.pre").unwrap_or_default();
-        v.n_token_types = meta.get_u32("tokenizer.ggml.token_type_count").unwrap_or(0);
+        let mut v = Vocab {
+            tokenizer_model: meta
+                .get_str("tokenizer.ggml.model")
+                .unwrap_or_else(|| "none".to_string()),
+            tokenizer_pre: meta.get_str("tokenizer.ggml.pre").unwrap_or_default(),
+            n_token_types: meta.get_u32("tokenizer.ggml.token_type_count").unwrap_or(0),
+            ..Vocab::default()
+        };
         let s = &mut v.specials;
         match v.tokenizer_model.as_str() {
             "no_vocab" | "none" => {
@@ -827,7 +860,7 @@ impl Vocab {
     /// EOT/EOM/FIM/EOG by text, the special-token cache.
     pub fn load_specials(&mut self, meta: &Metadata) {
         let n_tokens = self.tokens.len() as i64;
-        let keys: [(&str, fn(&mut Specials) -> &mut i32); 17] = [
+        let keys: [(&str, SpecialField); 17] = [
             ("bos_token_id", |s| &mut s.bos),
             ("eos_token_id", |s| &mut s.eos),
             ("eot_token_id", |s| &mut s.eot),
@@ -895,14 +928,10 @@ impl Vocab {
                 .collect();
         }
 
-        // Auto-detect special tokens by text (upstream walks its hash map, so which of two
-        // candidate texts wins is its iteration order; here it is the list order).
-        let by_text = |v: &Vocab, texts: &[&str]| {
-            texts
-                .iter()
-                .find_map(|t| v.token_to_id.get(t.as_bytes()).copied())
-        };
-        let detect: [(&[&str], fn(&mut Specials) -> &mut i32); 8] = [
+        // Auto-detect special tokens by text, walking the tokens in the order upstream's
+        // `std::unordered_map` iterates them (the first match of each kind wins).
+        let order = libstdcxx_iteration_order(self.tokens.iter().map(Token::bytes));
+        let detect: [(&[&str], SpecialField); 8] = [
             (EOT_TEXTS, |s| &mut s.eot),
             (EOM_TEXTS, |s| &mut s.eom),
             (FIM_PRE_TEXTS, |s| &mut s.fim_pre),
@@ -912,13 +941,25 @@ impl Vocab {
             (FIM_REP_TEXTS, |s| &mut s.fim_rep),
             (FIM_SEP_TEXTS, |s| &mut s.fim_sep),
         ];
-        for (texts, field) in detect {
-            if *field(&mut self.specials) != TOKEN_NULL {
-                continue;
-            }
-            if let Some(id) = by_text(self, texts) {
-                *field(&mut self.specials) = id;
-                self.mark_control(id);
+        let candidates: Vec<i32> = detect
+            .iter()
+            .flat_map(|(texts, _)| texts.iter())
+            .filter_map(|t| self.token_to_id.get(t.as_bytes()).copied())
+            .collect();
+        if !candidates.is_empty() {
+            for &id in &order {
+                if !candidates.contains(&id) {
+                    continue;
+                }
+                let text = self.tokens[id as usize].text.as_bytes().to_vec();
+                for (texts, field) in detect {
+                    if *field(&mut self.specials) == TOKEN_NULL
+                        && texts.iter().any(|t| t.as_bytes() == text)
+                    {
+                        *field(&mut self.specials) = id;
+                        self.mark_control(id);
+                    }
+                }
             }
         }
 
@@ -974,7 +1015,7 @@ impl Vocab {
             .map(|(id, _)| *id);
         let has_call = has(b"<|call|>") || has(b"<|calls|>");
         if let Some(end_id) = end_id {
-            if (has(b"<|return|>") && has_call) || (has_call && has(b"<|flush|>")) {
+            if has_call && (has(b"<|return|>") || has(b"<|flush|>")) {
                 self.eog.remove(&end_id);
                 self.tokens[end_id as usize].attr = ATTR_USER_DEFINED;
             }
@@ -1007,14 +1048,16 @@ impl Vocab {
         }
     }
 
-    /// `cache_special_tokens`: control, user-defined and unknown ids, longest text first.
-    /// Upstream sorts with (unstable) `std::sort`; ties keep id order here.
+    /// `cache_special_tokens`: control, user-defined and unknown ids, longest text first, in
+    /// the order upstream's (unstable) libstdc++ `std::sort` leaves equal lengths: partitioning
+    /// the text by two equal-length tokens that overlap depends on it.
     fn build_special_cache(&mut self) {
         let special = ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN;
         let mut ids: Vec<i32> = (0..self.tokens.len() as i32)
             .filter(|&id| self.tokens[id as usize].attr & special != 0)
             .collect();
-        ids.sort_by_key(|&id| std::cmp::Reverse(self.tokens[id as usize].text.as_bytes().len()));
+        let len = |id: i32| self.tokens[id as usize].text.as_bytes().len();
+        libstdcxx_sort(&mut ids, &|a: &i32, b: &i32| len(*a) > len(*b));
         self.cache_special_tokens = ids;
     }
 
@@ -1152,6 +1195,294 @@ impl Vocab {
     }
 }
 
+/// libstdc++'s `std::hash<std::string>` (`std::_Hash_bytes`, seed 0xc70f6907).
+fn libstdcxx_hash(bytes: &[u8]) -> u64 {
+    const MUL: u64 = 0xc6a4_a793_5bd1_e995;
+    let shift_mix = |v: u64| v ^ (v >> 47);
+    let mut hash = 0xc70f_6907u64 ^ (bytes.len() as u64).wrapping_mul(MUL);
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let data = u64::from_le_bytes(c.try_into().unwrap_or_default());
+        hash ^= shift_mix(data.wrapping_mul(MUL)).wrapping_mul(MUL);
+        hash = hash.wrapping_mul(MUL);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let data = rest
+            .iter()
+            .rev()
+            .fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
+        hash ^= data;
+        hash = hash.wrapping_mul(MUL);
+    }
+    shift_mix(shift_mix(hash).wrapping_mul(MUL))
+}
+
+/// The order in which upstream's `token_to_id` (a libstdc++ `std::unordered_map` filled with
+/// ids 0, 1, 2, ... in turn) iterates its entries: upstream picks EOT/EOM/FIM tokens by the
+/// first match in that order, so reproducing it reproduces its choice. This replays
+/// libstdc++'s node insertion (new nodes go first in their bucket, or first in the list when
+/// the bucket is empty) and its rehashes (prime bucket counts, load factor 1).
+pub fn libstdcxx_iteration_order<'a>(texts: impl Iterator<Item = &'a [u8]>) -> Vec<i32> {
+    // Bucket counts libstdc++'s prime rehash policy goes through when elements are inserted
+    // one at a time (measured: it rehashes when the count would exceed the bucket count).
+    const BUCKETS: [usize; 19] = [
+        13, 29, 59, 127, 257, 541, 1109, 2357, 5087, 10273, 20753, 42043, 85229, 172933, 351061,
+        712697, 1447153, 2938679, 5967347,
+    ];
+    const NIL: usize = usize::MAX;
+    const BEFORE_BEGIN: usize = usize::MAX - 1;
+    let mut hashes: Vec<u64> = Vec::new();
+    let mut next: Vec<usize> = Vec::new();
+    let mut head = NIL;
+    let mut buckets: Vec<usize> = vec![NIL];
+    let mut next_resize = 0usize;
+    let mut level = 0;
+    for text in texts {
+        let h = libstdcxx_hash(text);
+        let count = hashes.len();
+        if count + 1 > next_resize && level < BUCKETS.len() {
+            let n = BUCKETS[level];
+            level += 1;
+            next_resize = n;
+            let mut nb = vec![NIL; n];
+            let mut p = head;
+            head = NIL;
+            let mut bbegin = 0usize;
+            while p != NIL {
+                let after = next[p];
+                let b = (hashes[p] % n as u64) as usize;
+                if nb[b] == NIL {
+                    next[p] = head;
+                    head = p;
+                    nb[b] = BEFORE_BEGIN;
+                    if next[p] != NIL {
+                        nb[bbegin] = p;
+                    }
+                    bbegin = b;
+                } else {
+                    let before = nb[b];
+                    let slot = if before == BEFORE_BEGIN {
+                        &mut head
+                    } else {
+                        &mut next[before]
+                    };
+                    let old = *slot;
+                    *slot = p;
+                    next[p] = old;
+                }
+                p = after;
+            }
+            buckets = nb;
+        }
+        let node = count;
+        hashes.push(h);
+        next.push(NIL);
+        let n = buckets.len() as u64;
+        let b = (h % n) as usize;
+        if buckets[b] != NIL {
+            let before = buckets[b];
+            let after = if before == BEFORE_BEGIN {
+                head
+            } else {
+                next[before]
+            };
+            next[node] = after;
+            if before == BEFORE_BEGIN {
+                head = node;
+            } else {
+                next[before] = node;
+            }
+        } else {
+            next[node] = head;
+            head = node;
+            if next[node] != NIL {
+                let nb = (hashes[next[node]] % n) as usize;
+                buckets[nb] = node;
+            }
+            buckets[b] = BEFORE_BEGIN;
+        }
+    }
+    let mut order = Vec::with_capacity(hashes.len());
+    let mut p = head;
+    while p != NIL {
+        order.push(p as i32);
+        p = next[p];
+    }
+    order
+}
+
+/// libstdc++'s `std::sort` (introsort: median-of-three quicksort down to runs of 16, heapsort
+/// past the depth limit, then insertion sort), replayed step for step so that elements the
+/// comparator calls equal end up where upstream's end up. `less` is the strict weak order.
+pub fn libstdcxx_sort<T: Copy>(v: &mut [T], less: &dyn Fn(&T, &T) -> bool) {
+    const THRESHOLD: usize = 16;
+    let n = v.len();
+    if n < 2 {
+        return;
+    }
+    let depth = 2 * (usize::BITS - 1 - n.leading_zeros()) as usize;
+    introsort_loop(v, 0, n, depth, less);
+    // __final_insertion_sort
+    if n > THRESHOLD {
+        insertion_sort(v, 0, THRESHOLD, less);
+        for i in THRESHOLD..n {
+            unguarded_linear_insert(v, i, less);
+        }
+    } else {
+        insertion_sort(v, 0, n, less);
+    }
+
+    fn introsort_loop<T: Copy>(
+        v: &mut [T],
+        first: usize,
+        mut last: usize,
+        mut depth: usize,
+        less: &dyn Fn(&T, &T) -> bool,
+    ) {
+        while last - first > THRESHOLD {
+            if depth == 0 {
+                heap_sort(&mut v[first..last], less);
+                return;
+            }
+            depth -= 1;
+            let mid = first + (last - first) / 2;
+            move_median_to_first(v, first, first + 1, mid, last - 1, less);
+            let cut = unguarded_partition(v, first + 1, last, first, less);
+            introsort_loop(v, cut, last, depth, less);
+            last = cut;
+        }
+    }
+    fn move_median_to_first<T: Copy>(
+        v: &mut [T],
+        result: usize,
+        a: usize,
+        b: usize,
+        c: usize,
+        less: &dyn Fn(&T, &T) -> bool,
+    ) {
+        let pick = if less(&v[a], &v[b]) {
+            if less(&v[b], &v[c]) {
+                b
+            } else if less(&v[a], &v[c]) {
+                c
+            } else {
+                a
+            }
+        } else if less(&v[a], &v[c]) {
+            a
+        } else if less(&v[b], &v[c]) {
+            c
+        } else {
+            b
+        };
+        v.swap(result, pick);
+    }
+    fn unguarded_partition<T: Copy>(
+        v: &mut [T],
+        mut first: usize,
+        mut last: usize,
+        pivot: usize,
+        less: &dyn Fn(&T, &T) -> bool,
+    ) -> usize {
+        loop {
+            while less(&v[first], &v[pivot]) {
+                first += 1;
+            }
+            last -= 1;
+            while less(&v[pivot], &v[last]) {
+                last -= 1;
+            }
+            if first >= last {
+                return first;
+            }
+            v.swap(first, last);
+            first += 1;
+        }
+    }
+    fn insertion_sort<T: Copy>(
+        v: &mut [T],
+        first: usize,
+        last: usize,
+        less: &dyn Fn(&T, &T) -> bool,
+    ) {
+        for i in first + 1..last {
+            if less(&v[i], &v[first]) {
+                let val = v[i];
+                v.copy_within(first..i, first + 1);
+                v[first] = val;
+            } else {
+                unguarded_linear_insert(v, i, less);
+            }
+        }
+    }
+    fn unguarded_linear_insert<T: Copy>(
+        v: &mut [T],
+        mut last: usize,
+        less: &dyn Fn(&T, &T) -> bool,
+    ) {
+        let val = v[last];
+        while less(&val, &v[last - 1]) {
+            v[last] = v[last - 1];
+            last -= 1;
+        }
+        v[last] = val;
+    }
+    // __make_heap + __sort_heap (std::__partial_sort(first, last, last)).
+    fn heap_sort<T: Copy>(v: &mut [T], less: &dyn Fn(&T, &T) -> bool) {
+        let len = v.len();
+        if len >= 2 {
+            let mut parent = (len - 2) / 2;
+            loop {
+                let val = v[parent];
+                adjust_heap(v, parent, len, val, less);
+                if parent == 0 {
+                    break;
+                }
+                parent -= 1;
+            }
+        }
+        let mut last = len;
+        while last > 1 {
+            last -= 1;
+            let val = v[last];
+            v[last] = v[0];
+            adjust_heap(v, 0, last, val, less);
+        }
+    }
+    fn adjust_heap<T: Copy>(
+        v: &mut [T],
+        mut hole: usize,
+        len: usize,
+        val: T,
+        less: &dyn Fn(&T, &T) -> bool,
+    ) {
+        let top = hole;
+        let mut child = hole;
+        while child < (len - 1) / 2 {
+            child = 2 * (child + 1);
+            if less(&v[child], &v[child - 1]) {
+                child -= 1;
+            }
+            v[hole] = v[child];
+            hole = child;
+        }
+        if len & 1 == 0 && child == (len - 2) / 2 {
+            child = 2 * (child + 1);
+            v[hole] = v[child - 1];
+            hole = child - 1;
+        }
+        // __push_heap
+        let mut parent = hole.wrapping_sub(1) / 2;
+        while hole > top && less(&v[parent], &val) {
+            v[hole] = v[parent];
+            hole = parent;
+            parent = (hole.wrapping_sub(1)) / 2;
+        }
+        v[hole] = val;
+    }
+}
+
 /// `strtol(buf, NULL, 16)` on at most two characters: leading hex digits, stopping at the
 /// first other character (an optional sign and whitespace are ignored here: token texts of
 /// BYTE tokens are `<0xXX>`).
@@ -1211,6 +1542,57 @@ mod tests {
             assert_eq!(unicode_to_byte(byte_to_unicode(b)), Some(b));
         }
         assert_eq!(unicode_to_byte('€'), None);
+    }
+
+    #[test]
+    fn libstdcxx_hash_matches_std_hash() {
+        // Values printed by g++'s std::hash<std::string> on this platform.
+        assert_eq!(libstdcxx_hash(b"abc"), 0x32d8_2bf8_ed3d_ba39);
+        assert_eq!(libstdcxx_hash(b""), 0x553e_9390_1e46_2a6e);
+        assert_eq!(libstdcxx_hash(b"hello world!!"), 0x893e_b79c_acce_78e4);
+    }
+
+    #[test]
+    fn iteration_order_matches_libstdcxx_unordered_map() {
+        // g++: insert to_string(i) + "x" for i in 0..50000 into an
+        // unordered_map<string, int>, walk it: first ids and a hash of all ids
+        // (h = (h ^ id) * 1099511628211 from h = 1469598103934665603).
+        let keys: Vec<Vec<u8>> = (0..50000).map(|i| format!("{i}x").into_bytes()).collect();
+        let order = libstdcxx_iteration_order(keys.iter().map(Vec::as_slice));
+        assert_eq!(
+            &order[..8],
+            &[49998, 49997, 49996, 49994, 49993, 49992, 49991, 49990]
+        );
+        let fnv = order.iter().fold(1_469_598_103_934_665_603u64, |h, &id| {
+            (h ^ u64::from(id as u32)).wrapping_mul(0x0100_0000_01b3)
+        });
+        assert_eq!(fnv, 0x00b7_9e8c_8985_c9f3);
+    }
+
+    #[test]
+    fn sort_matches_libstdcxx_std_sort() {
+        // g++: ids 0..n sorted by std::sort with `lens[a] > lens[b]`, lens[i] =
+        // (i * 7919 + 13) % 11 (many ties); hash as in the iteration-order test, and ids.
+        let expected: [(usize, u64, [i32; 3]); 5] = [
+            (5, 0xce46_a066_a685_2c87, [3, 4, 2]),
+            (17, 0x118a_1309_0d15_b7df, [3, 14, 2]),
+            (100, 0xe98b_805b_5a8e_c139, [91, 80, 2]),
+            (1000, 0x1c72_a083_48c3_2e27, [630, 707, 706]),
+            (5000, 0x4715_8258_352d_ecd9, [3776, 2291, 651]),
+        ];
+        for (n, hash, ends) in expected {
+            let lens: Vec<u32> = (0..n as u32)
+                .map(|i| (i.wrapping_mul(7919) + 13) % 11)
+                .collect();
+            let mut ids: Vec<i32> = (0..n as i32).collect();
+            libstdcxx_sort(&mut ids, &|a: &i32, b: &i32| {
+                lens[*a as usize] > lens[*b as usize]
+            });
+            let h = ids.iter().fold(1_469_598_103_934_665_603u64, |h, &id| {
+                (h ^ u64::from(id as u32)).wrapping_mul(0x0100_0000_01b3)
+            });
+            assert_eq!((h, [ids[0], ids[1], ids[n - 1]]), (hash, ends), "n = {n}");
+        }
     }
 
     #[test]

@@ -440,18 +440,11 @@ impl BpeTokenizer {
             symbols.clear();
             queue.clear();
             let mut offset = 0;
-            if vocab.ignore_merges && vocab.text_to_token(word).is_some() {
-                symbols.push(Symbol {
-                    prev: -1,
-                    next: -1,
-                    start: 0,
-                    n: word.len(),
-                });
-                offset = word.len();
-            } else if vocab.pre_type == pre::GEMMA4
-                && word.iter().all(|&b| b == b'\n')
-                && vocab.text_to_token(word).is_some()
-            {
+            // Whole word as one symbol: a token under ignore_merges, or gemma4's newline runs.
+            let whole = (vocab.ignore_merges
+                || (vocab.pre_type == pre::GEMMA4 && word.iter().all(|&b| b == b'\n')))
+                && vocab.text_to_token(word).is_some();
+            if whole {
                 symbols.push(Symbol {
                     prev: -1,
                     next: -1,

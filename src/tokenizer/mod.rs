@@ -43,11 +43,11 @@ pub enum TokenizerError {
 /// The algorithm for one vocab type.
 enum Algo {
     Bpe(bpe::BpeTokenizer),
-    Spm(spm::SpmTokenizer),
+    Spm(Box<spm::SpmTokenizer>),
     Wpm(wpm::WpmTokenizer),
     Ugm(ugm::UgmTokenizer),
     Rwkv(rwkv::RwkvTokenizer),
-    Plamo2(plamo2::Plamo2Tokenizer),
+    Plamo2(Box<plamo2::Plamo2Tokenizer>),
     /// TEST: rolling hash over 5-byte chunks, no state.
     Test,
     /// The vocab type's tokenizer could not be built (or is not implemented); every call
@@ -132,11 +132,11 @@ impl Tokenizer {
         let algo = match vocab.vocab_type {
             VOCAB_BPE => bpe::BpeTokenizer::new(vocab).map(Algo::Bpe),
             VOCAB_TEST => Ok(Algo::Test),
-            VOCAB_SPM => spm::SpmTokenizer::new(vocab).map(Algo::Spm),
+            VOCAB_SPM => spm::SpmTokenizer::new(vocab).map(|t| Algo::Spm(Box::new(t))),
             VOCAB_WPM => wpm::WpmTokenizer::new(vocab).map(Algo::Wpm),
             VOCAB_UGM => ugm::UgmTokenizer::new(vocab).map(Algo::Ugm),
             VOCAB_RWKV => rwkv::RwkvTokenizer::new(vocab).map(Algo::Rwkv),
-            VOCAB_PLAMO2 => plamo2::Plamo2Tokenizer::new(vocab).map(Algo::Plamo2),
+            VOCAB_PLAMO2 => plamo2::Plamo2Tokenizer::new(vocab).map(|t| Algo::Plamo2(Box::new(t))),
             VOCAB_NONE => Err(TokenizerError::NoVocab),
             _ => Err(TokenizerError::Invalid(format!(
                 "unknown vocab type {}",
@@ -380,10 +380,7 @@ fn partition(vocab: &Vocab, text: &[u8], parse_special: bool) -> Vec<Fragment> {
                 continue;
             };
             let (mut base, mut base_len) = (offset, len);
-            loop {
-                let Some(found) = finder.find(&text[base..base + base_len]) else {
-                    break;
-                };
+            while let Some(found) = finder.find(&text[base..base + base_len]) {
                 changed = true;
                 let m = base + found;
                 let mut left_len = m - base;
@@ -689,7 +686,7 @@ fn clean_spaces(text: &mut [u8]) -> usize {
                 total -= 1;
             } else if i + 2 < total3 {
                 let x2 = text[i + 2];
-                if (x1 == b'r' && x2 == b'e') || (x1 == b'v' && x2 == b'e') {
+                if (x1 == b'r' || x1 == b'v') && x2 == b'e' {
                     total -= 1;
                 }
             }

@@ -33,6 +33,11 @@ else
     fail "could not build upstream's test-llama-archs (see $out/tools.log)"
 fi
 
+# RWKV, PLaMo2 and UGM (user-defined tokens, whitespace flags) fixtures: the sdist has no
+# vocab of the first two and one UGM file (gguf::fixtures::vocab_algos).
+while read -r fixture; do vocabs+=("$fixture"); done < <(cargo run --release --quiet \
+    --example tokenizer_fixtures -- "$out/algos" "$UPSTREAM_LLAMA/models/ggml-vocab-nomic-bert-moe.gguf")
+
 passed=0; failed=0
 for vocab in "${vocabs[@]}"; do
     name="$(basename "$vocab" .gguf)"

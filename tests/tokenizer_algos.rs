@@ -674,3 +674,48 @@ fn linear_time_on_long_runs() {
         }
     }
 }
+
+/// Random bytes (and random mixes of the corpus pieces) through every vocab of these types:
+/// tokenize returns ids in range (the RWKV fixture's NULL unknown id aside, as upstream) and
+/// never panics; detokenize of the ids succeeds.
+#[test]
+fn random_bytes_never_panic() {
+    let up = need_upstream!();
+    let dir = fixtures_dir().join("random");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut files: Vec<PathBuf> = ["llama-spm", "bert-bge", "nomic-bert-moe"]
+        .iter()
+        .map(|n| up.llama.join(format!("models/ggml-vocab-{n}.gguf")))
+        .collect();
+    files.extend(llama::gguf::fixtures::vocab_algos::write_all(&dir, None).unwrap());
+    let mut rng = Rng(0xdeadbeefcafef00d);
+    for file in &files {
+        let m = load_model(file);
+        let n_tokens = m.vocab.tokens.len() as i32;
+        for round in 0..400 {
+            let len = rng.below(64);
+            let text: Vec<u8> = if round % 2 == 0 {
+                (0..len).map(|_| rng.next() as u8).collect()
+            } else {
+                (0..1 + len / 8)
+                    .flat_map(|_| PIECES[rng.below(PIECES.len())].bytes())
+                    .collect()
+            };
+            for (add_special, parse_special) in [(false, false), (true, true)] {
+                let ids = m
+                    .tokenizer
+                    .tokenize(&m.vocab, &text, add_special, parse_special)
+                    .unwrap();
+                assert!(
+                    ids.iter().all(|&id| id < n_tokens && id >= -1),
+                    "{}: id out of range for {text:?}",
+                    file.display()
+                );
+                if ids.iter().all(|&id| id >= 0) {
+                    let mut buf = vec![0u8; ids.len() * 64 + 16];
+                    detokenize(&m.vocab, &ids, &mut buf, false, true).unwrap();
+                }
+            }
+        }
+    }
+}

@@ -22,10 +22,10 @@ use std::process::Command;
 use llama::gguf::fixtures::vocab_algos::{plamo2_vocab, rwkv_tokens, strs, ugm_vocab, vocab_file};
 use llama::gguf::{Gguf, GgufWriter};
 use llama::loader::{load, LoadOptions, ModelSource};
+use llama::model::vocab::Vocab;
 use llama::model::vocab::{VOCAB_PLAMO2, VOCAB_RWKV, VOCAB_SPM, VOCAB_UGM, VOCAB_WPM};
-use llama::model::Model;
 use llama::tokenizer::unicode::cpts_from_utf8;
-use llama::tokenizer::{detokenize, token_to_piece};
+use llama::tokenizer::{attach, detokenize, token_to_piece, Tokenizer};
 
 // ------------------------------------------------------------------ upstream in the cache
 
@@ -136,14 +136,26 @@ fn join_cases(cases: &[Vec<u8>]) -> Vec<u8> {
 
 // ------------------------------------------------------------------ ours
 
+/// A vocab-only model's vocabulary and tokenizer, as the C boundary builds them.
+struct Model {
+    vocab: Vocab,
+    tokenizer: Tokenizer,
+}
+
 fn load_model(path: &Path) -> Model {
     let opts = LoadOptions {
         vocab_only: true,
         hotswap: false,
         ..LoadOptions::default()
     };
-    load(ModelSource::Path(path.to_path_buf()), opts)
-        .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+    let mut model = load(ModelSource::Path(path.to_path_buf()), opts)
+        .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()));
+    let tokenizer =
+        attach(&mut model.vocab).unwrap_or_else(|e| panic!("tokenizer of {}: {e}", path.display()));
+    Model {
+        vocab: model.vocab,
+        tokenizer,
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {

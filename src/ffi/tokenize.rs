@@ -18,16 +18,17 @@ use std::ffi::c_char;
 use super::handles::{self, llama_vocab};
 use super::types::*;
 use super::FfiError;
-use crate::model::Model;
+use crate::model::vocab::Vocab;
+use crate::tokenizer::Tokenizer;
 
-/// The model behind a checked vocab handle.
+/// The vocabulary and tokenizer behind a checked vocab handle.
 ///
 /// # Safety
 /// `vocab` must be NULL or a live vocab handle.
-unsafe fn model_of<'a>(vocab: *const llama_vocab) -> Result<&'a Model, FfiError> {
+unsafe fn vocab_of<'a>(vocab: *const llama_vocab) -> Result<(&'a Vocab, &'a Tokenizer), FfiError> {
     // SAFETY: per the caller's contract.
     let handle = unsafe { handles::vocab(vocab) }?;
-    Ok(&handle.inner)
+    Ok((&handle.inner.vocab, &handle.tokenizer))
 }
 
 /// Borrows `len` bytes at `ptr` (NULL allowed only when `len` is 0).
@@ -93,14 +94,13 @@ pub unsafe extern "C" fn llama_tokenize(
 ) -> i32 {
     boundary!("llama_tokenize", -1, {
         // SAFETY: NULL or a live vocab.
-        let model = unsafe { model_of(vocab) }?;
+        let (vocab, tokenizer) = unsafe { vocab_of(vocab) }?;
         let len = usize::try_from(text_len)
             .map_err(|_| FfiError::Invalid(format!("text_len {text_len} is negative")))?;
         // SAFETY: `text` is valid for `text_len` bytes per the API contract.
         let text = unsafe { bytes_in(text.cast::<u8>(), len, "text") }?;
-        let ids = model
-            .tokenizer
-            .tokenize(&model.vocab, text, add_special, parse_special)
+        let ids = tokenizer
+            .tokenize(vocab, text, add_special, parse_special)
             .map_err(core)?;
         let Ok(n) = i32::try_from(ids.len()) else {
             crate::log_error!(
@@ -134,10 +134,10 @@ pub unsafe extern "C" fn llama_token_to_piece(
 ) -> i32 {
     boundary!("llama_token_to_piece", -1, {
         // SAFETY: NULL or a live vocab.
-        let model = unsafe { model_of(vocab) }?;
+        let (vocab, _) = unsafe { vocab_of(vocab) }?;
         // SAFETY: `buf` is valid for `length` bytes per the API contract.
         let buf = unsafe { buf_out(buf.cast::<u8>(), length, "buf") }?;
-        crate::tokenizer::token_to_piece(&model.vocab, token, buf, lstrip, special).map_err(core)
+        crate::tokenizer::token_to_piece(vocab, token, buf, lstrip, special).map_err(core)
     })
 }
 
@@ -159,7 +159,7 @@ pub unsafe extern "C" fn llama_detokenize(
 ) -> i32 {
     boundary!("llama_detokenize", -1, {
         // SAFETY: NULL or a live vocab.
-        let model = unsafe { model_of(vocab) }?;
+        let (vocab, _) = unsafe { vocab_of(vocab) }?;
         let n = usize::try_from(n_tokens).unwrap_or(0);
         // SAFETY: `tokens` is valid for `n_tokens` tokens per the API contract.
         let tokens = unsafe { bytes_in(tokens, n, "tokens") }?;
@@ -170,7 +170,7 @@ pub unsafe extern "C" fn llama_detokenize(
         }
         // SAFETY: `text` is valid for `text_len_max` bytes per the API contract.
         let out = unsafe { buf_out(text.cast::<u8>(), text_len_max, "text") }?;
-        crate::tokenizer::detokenize(&model.vocab, tokens, out, remove_special, unparse_special)
+        crate::tokenizer::detokenize(vocab, tokens, out, remove_special, unparse_special)
             .map_err(core)
     })
 }

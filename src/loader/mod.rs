@@ -16,7 +16,7 @@ use crate::model::meta::{FloatWidth, KvOverride, MetaArray, MetaValue, Metadata}
 use crate::model::tensors::{
     role_of, Tensor, TensorData, TensorLayout, TensorSource, TensorState, TensorStore,
 };
-use crate::model::{arch, ftype, hparams, split, LoadMode, Model};
+use crate::model::{arch, ftype, hparams, split, vocab::Vocab, LoadMode, Model};
 use file::SourceFile;
 use place::{granularity_for, AllocFailure, Home, ModelDevices, PlacementParams};
 
@@ -395,14 +395,12 @@ pub fn load(source: ModelSource, mut options: LoadOptions<'_>) -> Result<Model, 
         .filter_map(|(k, v)| CString::new(v.as_bytes()).ok().map(|c| (k.clone(), c)))
         .collect();
 
-    let (vocab, tokenizer) =
-        crate::tokenizer::load_vocab(&meta).map_err(|e| file_error(&files[0].source, e))?;
+    let vocab = Vocab::load(&meta).map_err(|e| file_error(&files[0].source, e))?;
 
     let mut model = Model {
         arch: arch.clone(),
         hparams: Default::default(),
         vocab,
-        tokenizer,
         ftype: 0,
         desc: String::new(),
         size,

@@ -31,8 +31,6 @@ pub struct Model {
     /// Zero for a vocab-only model (upstream leaves them at their defaults).
     pub hparams: HParams,
     pub vocab: Vocab,
-    /// The vocabulary's tokenizer, built at load (it reports why when it cannot run).
-    pub tokenizer: crate::tokenizer::Tokenizer,
     /// `llama_ftype`, possibly with the GUESSED bit.
     pub ftype: i32,
     /// `"<arch> <size label> <ftype name>"`; empty for vocab-only models.

@@ -1,18 +1,14 @@
 //! The vocabulary read from the tokenizer keys: everything upstream's `llama_vocab::impl::load`
-//! (src/llama-vocab.cpp) reads and derives, in its order, with its field names. The
-//! tokenizer (src/tokenizer/) builds on this data; loading is staged the way upstream's is:
+//! (src/llama-vocab.cpp) reads and derives, with its field names. [`Vocab::load`] follows
+//! upstream's order: [`Vocab::load_data`] (tokenizer model and pre-tokenizer, flags, merges,
+//! charsmap, tokens, scores, attributes: upstream's state when it calls `init_tokenizer`), the
+//! newline token from the token texts, [`Vocab::load_specials`] (special ids, add_* flags,
+//! normalizer options, suppress tokens, EOT/EOM/FIM/EOG detection, the special-token cache),
+//! then [`Vocab::apply_token_attr_overrides`] (lstrip/rstrip by model name).
 //!
-//! 1. [`Vocab::load_data`]: tokenizer model and pre-tokenizer, flags, merges, charsmap,
-//!    tokens, scores, attributes (upstream's state when it calls `init_tokenizer`);
-//! 2. the tokenizer is built and gives `linefeed_id` (upstream tokenizes "\n" here, before any
-//!    special token is known);
-//! 3. [`Vocab::load_specials`]: special ids, add_* flags, normalizer options, suppress tokens,
-//!    EOT/EOM/FIM/EOG detection by text, the special-token cache;
-//! 4. the tokenizer fills `cache_token_to_piece`;
-//! 5. [`Vocab::apply_token_attr_overrides`]: lstrip/rstrip by model name.
-//!
-//! `crate::tokenizer::load_vocab` runs the five stages; [`Vocab::load`] runs 1, 3 and 5 only
-//! (no tokenizer: linefeed from the token texts, no piece cache).
+//! The tokenizer (`crate::tokenizer::attach`, above this module in the layering) then finishes
+//! what upstream derives by tokenizing: the newline id of BPE/UGM/RWKV/PLaMo2/TEST vocabs and
+//! `cache_token_to_piece`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::CString;
@@ -255,6 +251,9 @@ pub struct Vocab {
     /// (empty when no tokenizer was built).
     pub cache_token_to_piece: Vec<Vec<u8>>,
     pub suppress_tokens: Vec<i32>,
+    /// The pad id before the file's special ids are read: upstream's newline token when
+    /// tokenizing "\n" gives nothing.
+    pub linefeed_fallback: i32,
     /// UGM's precompiled normalization map (`tokenizer.ggml.precompiled_charsmap`), raw bytes
     /// (little-endian, as in the file).
     pub precompiled_charsmap: Vec<u8>,
@@ -287,6 +286,7 @@ impl Default for Vocab {
             cache_special_tokens: Vec::new(),
             cache_token_to_piece: Vec::new(),
             suppress_tokens: Vec::new(),
+            linefeed_fallback: TOKEN_NULL,
             precompiled_charsmap: Vec::new(),
         }
     }
@@ -575,6 +575,7 @@ impl Vocab {
         if v.vocab_type == VOCAB_NONE {
             return Ok(v);
         }
+        v.linefeed_fallback = v.specials.pad;
         v.specials.nl = v.linefeed_without_tokenizer();
         v.load_specials(meta);
         v.apply_token_attr_overrides(meta);

@@ -84,46 +84,49 @@ enum Fragment {
     Raw { offset: usize, len: usize },
 }
 
-/// Loads the vocabulary and builds its tokenizer, in upstream's order (see
-/// `crate::model::vocab`). A tokenizer that cannot be built does not fail the load (the
-/// model's other uses keep working); its calls report why.
+/// Loads the vocabulary ([`Vocab::load`]) and builds its tokenizer ([`attach`]).
 pub fn load_vocab(meta: &Metadata) -> Result<(Vocab, Tokenizer), String> {
-    let mut vocab = Vocab::load_data(meta)?;
+    let mut vocab = Vocab::load(meta)?;
+    let tokenizer = attach(&mut vocab)?;
+    Ok((vocab, tokenizer))
+}
+
+/// Builds the tokenizer of a loaded vocabulary and finishes the vocabulary with what upstream
+/// derives through it at load: the newline token (upstream tokenizes "\n" before any special
+/// token is known, so this tokenization skips the special-token partition) and the piece of
+/// every token (`cache_token_to_piece`). A tokenizer that cannot be built does not fail
+/// (the model's other uses keep working); its calls report why. RWKV without a newline
+/// token fails, as upstream's assertion does.
+pub fn attach(vocab: &mut Vocab) -> Result<Tokenizer, String> {
     if vocab.vocab_type == VOCAB_NONE {
-        let t = Tokenizer {
+        return Ok(Tokenizer {
             algo: Algo::Failed(TokenizerError::NoVocab),
-        };
-        return Ok((vocab, t));
+        });
     }
-    let tokenizer = Tokenizer::new(&vocab);
+    let tokenizer = Tokenizer::new(vocab);
     if let Algo::Failed(e) = &tokenizer.algo {
         crate::log_warn!("tokenizer: {e}");
+        return Ok(tokenizer);
     }
-    vocab.specials.nl = match vocab.vocab_type {
-        VOCAB_SPM | VOCAB_WPM => vocab.linefeed_without_tokenizer(),
-        _ => match tokenizer.tokenize(&vocab, b"\n", false, false) {
-            Ok(ids) if !ids.is_empty() => ids[0],
+    if !matches!(vocab.vocab_type, VOCAB_SPM | VOCAB_WPM) {
+        match tokenizer.tokenize_impl(vocab, b"\n", false, false, false) {
+            Ok(ids) if !ids.is_empty() => vocab.specials.nl = ids[0],
             Ok(_) if vocab.vocab_type == VOCAB_RWKV => {
-                // Upstream asserts here.
                 return Err("model vocab missing newline token".to_string());
             }
             Ok(_) => {
                 crate::log_warn!("model vocab missing newline token, using special_pad_id instead");
-                vocab.specials.pad
+                vocab.specials.nl = vocab.linefeed_fallback;
             }
-            Err(_) => vocab.linefeed_without_tokenizer(),
-        },
-    };
-    vocab.load_specials(meta);
-    if !matches!(tokenizer.algo, Algo::Failed(_)) {
-        let mut cache = Vec::with_capacity(vocab.tokens.len());
-        for id in 0..vocab.tokens.len() as i32 {
-            cache.push(piece_uncached(&vocab, id, true).map_err(|e| e.to_string())?);
+            Err(e) => crate::log_warn!("tokenizer: newline token: {e}"),
         }
-        vocab.cache_token_to_piece = cache;
     }
-    vocab.apply_token_attr_overrides(meta);
-    Ok((vocab, tokenizer))
+    let mut cache = Vec::with_capacity(vocab.tokens.len());
+    for id in 0..vocab.tokens.len() as i32 {
+        cache.push(piece_uncached(vocab, id, true).map_err(|e| e.to_string())?);
+    }
+    vocab.cache_token_to_piece = cache;
+    Ok(tokenizer)
 }
 
 impl Tokenizer {
@@ -161,13 +164,31 @@ impl Tokenizer {
         add_special: bool,
         parse_special: bool,
     ) -> Result<Vec<i32>, TokenizerError> {
+        self.tokenize_impl(vocab, text, add_special, parse_special, true)
+    }
+
+    /// `tokenize`, optionally without the special-token partition (upstream's state while
+    /// it loads: its special-token cache is still empty).
+    fn tokenize_impl(
+        &self,
+        vocab: &Vocab,
+        text: &[u8],
+        add_special: bool,
+        parse_special: bool,
+        with_specials: bool,
+    ) -> Result<Vec<i32>, TokenizerError> {
         if let Algo::Failed(e) = &self.algo {
             return Err(e.clone());
         }
         let fragments = if text.is_empty() {
             Vec::new()
-        } else {
+        } else if with_specials {
             partition(vocab, text, parse_special)
+        } else {
+            vec![Fragment::Raw {
+                offset: 0,
+                len: text.len(),
+            }]
         };
         let mut output = Vec::new();
         let raw = |offset: usize, len: usize| &text[offset..offset + len];

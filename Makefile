@@ -9,7 +9,7 @@ RELEASE_DIR := target/release
 LIB := $(RELEASE_DIR)/libllama.so
 # The llama.cpp version whose API this library mirrors (llama_version() reports the same).
 LLAMA_PC_VERSION := 0.5.0-dev
-TEST_PARTS := rust cuda-mock header abi symbols c asan valgrind python differential chat sampling grammar status
+TEST_PARTS := rust cuda-mock header abi symbols c asan valgrind python differential tokenizer chat sampling grammar status
 
 .PHONY: all build header tools install demo test setup $(addprefix test-,$(TEST_PARTS))
 all: build
@@ -73,6 +73,11 @@ $(addprefix test-,$(TEST_PARTS)):
 .PHONY: bench-load
 bench-load:
 	bash scripts/bench-load.sh
+
+# Tokenizer throughput on ≥ 1 MiB of mixed text, ours vs upstream (SPM, llama-bpe, qwen2, WPM).
+.PHONY: bench-tokenize
+bench-tokenize:
+	bash scripts/bench-tokenize.sh
 
 # Upload bandwidth to the first CUDA device: fill_from_file vs a raw pinned copy (skips without
 # a GPU); see examples/bench_upload.rs.

@@ -1959,10 +1959,13 @@ void llama_attach_threadpool(struct llama_context *ctx,
 // Not supported by llama-hotswap yet: logs once and returns.
 void llama_detach_threadpool(struct llama_context *ctx);
 
-// Upstream: tokenizes `text_len` bytes of `text` into `tokens` (at most `n_tokens_max`);
-// returns the count, or minus the count needed when `tokens` is too small.
-// Not supported by llama-hotswap yet: logs once and returns -1 (never a success: a retry
-// with a larger buffer returns -1 again). `tokens` is left untouched.
+// Tokenizes `text_len` bytes of `text` into `tokens` (at most `n_tokens_max`), adding
+// BOS/EOS/SEP as the vocab asks when `add_special`, and matching control tokens in the text
+// when `parse_special`. Returns the number of tokens, minus the number needed when
+// `n_tokens_max` is too small, or INT32_MIN when that number does not fit an `int32_t`.
+// Invalid arguments (NULL vocab, NULL `text` with `text_len > 0`, negative `text_len`, NULL
+// `tokens` with `n_tokens_max > 0`) and vocabularies whose tokenizer cannot run: a log line
+// and -1. Thread-safe.
 int32_t llama_tokenize(const struct llama_vocab *vocab,
                        const char *text,
                        int32_t text_len,
@@ -1971,10 +1974,10 @@ int32_t llama_tokenize(const struct llama_vocab *vocab,
                        bool add_special,
                        bool parse_special);
 
-// Upstream: writes the text of `token` into `buf` (no NUL, skipping up to `lstrip` leading
-// spaces); returns its length, or minus the length needed when `buf` is too small.
-// Not supported by llama-hotswap yet: logs once and returns -1 (never a success: a retry
-// with a larger buffer returns -1 again). `buf` is left untouched.
+// Writes the text of `token` into `buf` (no NUL), skipping up to `lstrip` leading spaces;
+// control and unknown tokens give "" unless `special`. Returns its length, or minus its
+// length when `length` is too small. NULL vocab, an id out of range, or NULL `buf` with
+// `length > 0`: a log line and -1. Thread-safe.
 int32_t llama_token_to_piece(const struct llama_vocab *vocab,
                              llama_token token,
                              char *buf,
@@ -1982,10 +1985,12 @@ int32_t llama_token_to_piece(const struct llama_vocab *vocab,
                              int32_t lstrip,
                              bool special);
 
-// Upstream: converts `n_tokens` tokens back into text in `text` (at most `text_len_max`
-// bytes); returns its length, or minus the length needed when `text` is too small.
-// Not supported by llama-hotswap yet: logs once and returns -1 (never a success: a retry
-// with a larger buffer returns -1 again). `text` is left untouched.
+// Converts `n_tokens` tokens back into text in `text` (at most `text_len_max` bytes, no
+// NUL): BOS/EOS dropped when `remove_special` and the vocab adds them, control tokens
+// rendered when `unparse_special`. Returns the length, or minus the length needed when
+// `text_len_max` is too small (`text` then holds the pieces that fit). NULL vocab, NULL
+// `tokens` with `n_tokens > 0`, NULL `text` with `text_len_max > 0`, a negative
+// `text_len_max` with tokens, or an id out of range: a log line and -1. Thread-safe.
 int32_t llama_detokenize(const struct llama_vocab *vocab,
                          const llama_token *tokens,
                          int32_t n_tokens,

@@ -67,6 +67,8 @@ pub mod model;
 pub mod sampling;
 /// cbindgen:ignore
 pub mod storage;
+/// cbindgen:ignore
+pub mod tokenizer;
 
 #[allow(non_camel_case_types, clippy::missing_safety_doc)]
 pub mod ffi;

@@ -23,6 +23,8 @@ pub struct llama_model {
 pub struct llama_vocab {
     magic: u64,
     pub(crate) inner: std::sync::Arc<crate::model::Model>,
+    /// The vocabulary's tokenizer, built when the model was loaded.
+    pub(crate) tokenizer: crate::tokenizer::Tokenizer,
 }
 
 /// An inference context (`struct llama_context`).
@@ -33,13 +35,17 @@ pub struct llama_context {
 }
 
 impl llama_model {
-    pub(crate) fn new_boxed(model: crate::model::Model) -> *mut llama_model {
+    pub(crate) fn new_boxed(
+        model: crate::model::Model,
+        tokenizer: crate::tokenizer::Tokenizer,
+    ) -> *mut llama_model {
         let inner = std::sync::Arc::new(model);
         Box::into_raw(Box::new(llama_model {
             magic: MODEL_MAGIC,
             vocab: llama_vocab {
                 magic: VOCAB_MAGIC,
                 inner: inner.clone(),
+                tokenizer,
             },
             inner,
         }))

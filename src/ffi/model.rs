@@ -169,7 +169,12 @@ unsafe fn load_with_params(
         hotswap: crate::hotswap::enabled_by_env(),
     };
     match loader::load(source, options) {
-        Ok(model) => Ok(llama_model::new_boxed(model)),
+        Ok(mut model) => {
+            // The tokenizer finishes the vocabulary (newline id, piece cache) and lives in the
+            // vocab handle: `model` sits below `tokenizer` in the crate's layering.
+            let tokenizer = crate::tokenizer::attach(&mut model.vocab).map_err(FfiError::Core)?;
+            Ok(llama_model::new_boxed(model, tokenizer))
+        }
         Err(LoadError::Cancelled) => Err(FfiError::Core("cancelled model load".to_string())),
         Err(e) => Err(FfiError::Core(format!(
             "failed to load model from {what}: {e}"

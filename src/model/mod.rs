@@ -171,11 +171,22 @@ impl LoadMode {
 
 impl Model {
     /// Upstream's `llama_model_chat_template`: the named or default template, or None.
-    pub fn chat_template(&self, name: Option<&str>) -> Option<&CString> {
+    pub fn chat_template(&self, name: Option<&str>) -> Option<&std::ffi::CStr> {
         let key = match name {
             None => "tokenizer.chat_template".to_string(),
             Some(n) => format!("tokenizer.chat_template.{n}"),
         };
-        self.chat_templates.get(&key)
+        match self.chat_templates.get(&key) {
+            Some(t) => Some(t.as_c_str()),
+            // Upstream's one-off for Mistral-Small-2503 (no template in the file): a TEKKEN
+            // vocab with 40 layers (layers exist only when tensors were loaded).
+            None if name.is_none()
+                && self.vocab.pre_type == vocab::pre::TEKKEN
+                && self.hparams.n_layer_all == 40 =>
+            {
+                Some(c"mistral-v7-tekken")
+            }
+            None => None,
+        }
     }
 }

@@ -88,6 +88,34 @@ def main():
     check("log callback receives the library's messages",
           len(seen) == 1 and b"no-such-mode" in seen[0][1], repr(seen))
 
+    tokenizer_checks()
+
+
+def tokenizer_checks():
+    """llama-cpp-python's own tokenize/detokenize wrappers (LlamaModel) on upstream's
+    llama-bpe vocab give upstream's expected ids (models/*.inp/.out) and the text back."""
+    import llama_cpp
+    from llama_cpp._internals import LlamaModel
+
+    models = os.path.join(os.environ["UPSTREAM_LLAMA"], "models")
+    path = os.path.join(models, "ggml-vocab-llama-bpe.gguf")
+    mp = llama_cpp.llama_model_default_params()
+    mp.vocab_only = True
+    model = LlamaModel(path_model=path, params=mp, verbose=False)
+    raw = open(path + ".inp", "rb").read().split(b"\n__ggml_vocab_test__\n")
+    if raw and raw[-1] == b"":  # a trailing separator ends the list (test-tokenizer-0)
+        raw.pop()
+    expected = [[int(t) for t in line.split()] for line in open(path + ".out").read().splitlines()]
+    bad = [text for text, ids in zip(raw, expected)
+           if model.tokenize(text, add_bos=False, special=False) != ids]
+    check("LlamaModel.tokenize matches upstream's %d llama-bpe cases" % len(raw),
+          len(raw) == len(expected) and not bad, repr(bad[:3]))
+    ids = model.tokenize(b"Hello world", add_bos=True, special=False)
+    check("LlamaModel.tokenize adds BOS", ids[:1] == [model.token_bos()], repr(ids))
+    check("LlamaModel.detokenize round trip",
+          model.detokenize(ids[1:], special=False) == b"Hello world",
+          repr(model.detokenize(ids[1:], special=False)))
+
 
 if __name__ == "__main__":
     main()

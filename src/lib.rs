@@ -5,11 +5,19 @@
 //! safe Rust with `thiserror` errors. `gguf` parses bytes and never sees a mapping.
 
 /// cbindgen:ignore
+pub mod context;
+/// cbindgen:ignore
 pub mod device;
 /// cbindgen:ignore
 pub mod gguf;
 /// cbindgen:ignore
+pub mod graph;
+/// cbindgen:ignore
 pub mod hotswap;
+/// cbindgen:ignore
+pub mod kernels;
+/// cbindgen:ignore
+pub mod kv_cache;
 /// cbindgen:ignore
 pub mod loader;
 /// cbindgen:ignore

@@ -1,7 +1,7 @@
 //! Batches and decoding: `llama_batch_get_one`, `llama_batch_init`, `llama_batch_free`
-//! (implemented, with upstream's allocation layout), `llama_encode`, `llama_decode`, and the
-//! extended batch API (`llama_batch_ext_*`, `llama_process`), which is not supported by
-//! llama-hotswap yet.
+//! (with upstream's allocation layout) and `llama_decode`; `llama_encode` (no supported
+//! architecture has an encoder) and the extended batch API (`llama_batch_ext_*`,
+//! `llama_process`) are not supported by llama-hotswap yet.
 
 #![allow(unused_variables)] // stub parameters keep upstream's names, which the header shows
 
@@ -153,13 +153,111 @@ pub unsafe extern "C" fn llama_encode(ctx: *mut llama_context, batch: llama_batc
     unsupported!("llama_encode", -1)
 }
 
-/// Upstream: evaluates the batch with the decoder; 0 on success, 1 if no KV slot was found,
-/// 2 if aborted, -1 for an invalid batch, < -1 for a fatal error.
-/// Not supported by llama-hotswap yet: logs once and returns -1 (an error); the batch is not
-/// read.
+/// Evaluates the batch with the decoder: 0 on success, 1 when the KV cache has no room for
+/// the batch (nothing changed), 2 when the abort callback stopped it, -1 for an invalid batch
+/// (logged: empty, more than `n_batch` tokens, token ids out of range, sequence ids outside
+/// [0, n_seq_max), positions that do not continue the memory, go backwards or leave gaps,
+/// NULL token and embedding arrays), -3 when the model cannot be computed. NULL `pos`,
+/// `seq_id`/`n_seq_id` and `logits` mean: positions continuing each sequence, sequence 0, and
+/// logits for the last token only. Input embeddings (`embd`) are not supported yet (-1).
 #[no_mangle]
 pub unsafe extern "C" fn llama_decode(ctx: *mut llama_context, batch: llama_batch) -> i32 {
-    unsupported!("llama_decode", -1)
+    let ret = boundary!("llama_decode", -1, {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { super::handles::context(ctx) }?;
+        // SAFETY: the arrays hold batch.n_tokens entries per the contract.
+        match unsafe { copy_batch(&handle.inner, &batch) } {
+            Ok(()) => Ok(handle.inner.decode()),
+            Err(line) => {
+                crate::log_error!("{line}");
+                crate::log_error!("decode: failed to initialize batch");
+                Ok(-1)
+            }
+        }
+    });
+    if ret != 0 && ret != 1 {
+        crate::log_error!("llama_decode: failed to decode, ret = {ret}");
+    }
+    ret
+}
+
+/// Copies a caller's batch into the context's reused intake buffers; Err(log line) for
+/// arrays that cannot be read.
+///
+/// # Safety
+/// Each non-NULL array of `batch` must hold `batch.n_tokens` entries (and `seq_id[i]`
+/// `n_seq_id[i]` ids, or one when `n_seq_id` is NULL).
+unsafe fn copy_batch(ctx: &crate::context::Context, batch: &llama_batch) -> Result<(), String> {
+    let mut e = ctx.engine();
+    let n_batch = e.cparams.n_batch as usize;
+    let n_seq_max = e.cparams.n_seq_max as i32;
+    let raw = &mut e.raw;
+    raw.clear();
+    let n = usize::try_from(batch.n_tokens).unwrap_or(0);
+    if n == 0 {
+        return Ok(()); // decode reports "n_tokens == 0"
+    }
+    if n > n_batch {
+        // decode reports it before reading anything else
+        raw.tokens.resize(n, 0);
+        return Ok(());
+    }
+    if batch.token.is_null() {
+        if batch.embd.is_null() {
+            return Err("init: batch has neither token ids nor embeddings".into());
+        }
+        raw.has_embd = true;
+        raw.tokens.resize(n, 0);
+        return Ok(());
+    }
+    // SAFETY (all slices below): non-NULL arrays of n entries per the contract.
+    raw.tokens
+        .extend_from_slice(unsafe { std::slice::from_raw_parts(batch.token, n) });
+    raw.has_embd = !batch.embd.is_null();
+    if !batch.pos.is_null() {
+        raw.has_pos = true;
+        raw.pos
+            .extend_from_slice(unsafe { std::slice::from_raw_parts(batch.pos, n) });
+    }
+    if !batch.seq_id.is_null() || !batch.n_seq_id.is_null() {
+        raw.has_seq = true;
+        for i in 0..n {
+            let k = if batch.n_seq_id.is_null() {
+                1
+            } else {
+                unsafe { *batch.n_seq_id.add(i) }
+            };
+            if k < 0 || k > n_seq_max {
+                return Err(format!(
+                    "init: invalid n_seq_id[{i}] = {k} (must be in [1, n_seq_max = {n_seq_max}])"
+                ));
+            }
+            if batch.seq_id.is_null() {
+                // no ids given: sequence 0, as upstream's default
+                raw.seq_flat.extend(std::iter::repeat_n(0, k as usize));
+            } else {
+                let row = unsafe { *batch.seq_id.add(i) };
+                if row.is_null() && k > 0 {
+                    return Err(format!("init: seq_id[{i}] is NULL"));
+                }
+                if k > 0 {
+                    raw.seq_flat.extend_from_slice(unsafe {
+                        std::slice::from_raw_parts(row, k as usize)
+                    });
+                }
+            }
+            raw.seq_n.push(k as usize);
+        }
+    }
+    if !batch.logits.is_null() {
+        raw.has_output = true;
+        raw.output.extend(
+            unsafe { std::slice::from_raw_parts(batch.logits, n) }
+                .iter()
+                .map(|&v| v != 0),
+        );
+    }
+    Ok(())
 }
 
 /// Upstream: creates an extended batch sized for the context; free it with

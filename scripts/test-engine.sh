@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Engine differential test: one C probe (ffi-tests/engine/probe_decode.c), compiled against
+# upstream's llama.h, decodes a prompt of token ids in one batch with logits at every position,
+# then 16 greedy single-token steps, on upstream's library and on ours. Per model: mean
+# KL(upstream || ours) over all positions below 1e-3 (F32/F16/BF16) or 1e-2 (quantized), top-1
+# agreement >= 0.99, and the greedy tokens identical. Models: SmolLM2-135M Q4_1 as shipped and
+# Q8_0/Q4_0/F16 copies requantized by upstream's llama-quantize (in the cache), plus
+# upstream's random-weight fixtures (test-llama-archs) of the architectures the engine runs.
+# Also: two sequences in one batch give sequence 1 the logits it gets alone (within the same
+# tolerance, against upstream's single-sequence run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/env.sh
+bash scripts/build-upstream.sh >/dev/null
+[ -n "${LLAMA_HOTSWAP_BUILT:-}" ] || cargo build --release --lib --quiet
+model="$(bash scripts/fetch-models.sh)"
+tools="$(bash scripts/build-upstream-tools.sh llama-quantize test-llama-archs)"
+out=target/ffi-tests/engine
+rm -rf "$out" && mkdir -p "$out"
+inc=(-I"$UPSTREAM_LLAMA/include" -I"$UPSTREAM_LLAMA/ggml/include")
+for p in probe_decode tokenize; do
+    cc -std=c11 -O1 "${inc[@]}" "ffi-tests/engine/$p.c" -L"$UPSTREAM_BUILD/bin" -lllama -o "$out/$p"
+done
+cc -std=c11 -O2 ffi-tests/engine/compare_logits.c -lm -o "$out/compare_logits"
+ours="$PWD/target/release"
+
+# requantized copies of the real model, cached beside it
+models_dir="$LLAMA_HOTSWAP_CACHE/models/engine"
+mkdir -p "$models_dir"
+for t in Q8_0 Q4_0 F16; do
+    f="$models_dir/SmolLM2-135M-Instruct.$t.gguf"
+    [ -s "$f" ] || LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --allow-requantize "$model" "$f.tmp" "$t" \
+        >"$out/quantize-$t.log" 2>&1 && mv "$f.tmp" "$f" 2>/dev/null || true
+done
+# random-weight fixtures of the supported architectures
+fixtures="$LLAMA_HOTSWAP_CACHE/models/engine/archs"
+mkdir -p "$fixtures"
+for arch in ${ENGINE_ARCHS:-llama}; do
+    ls "$fixtures"/*"$arch"* >/dev/null 2>&1 || LD_LIBRARY_PATH="$tools" "$tools/test-llama-archs" -a "$arch" -o "$fixtures" -s 42 \
+        >"$out/archs-$arch.log" 2>&1 || true
+done
+
+prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
+    "The capital of France is Paris. The capital of Germany is")"
+passed=0; failed=0
+check() { # NAME MODEL MAX_KL [env...]
+    local name=$1 file=$2 max_kl=$3; shift 3
+    local toks="$prompt"
+    if [ "${name#arch-}" != "$name" ]; then toks="1 5 9 17 33 65 100 7 3 2"; fi
+    if ! env "$@" LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/probe_decode" "$file" "$out/$name.upstream.bin" 16 $toks \
+        >"$out/$name.upstream.txt" 2>"$out/$name.upstream.err"; then
+        echo "FAIL $name: upstream run failed"; tail -3 "$out/$name.upstream.err"; failed=$((failed + 1)); return
+    fi
+    if ! env "$@" LD_LIBRARY_PATH="$ours" "$out/probe_decode" "$file" "$out/$name.ours.bin" 16 $toks \
+        >"$out/$name.ours.txt" 2>"$out/$name.ours.err"; then
+        echo "FAIL $name: our run failed"; tail -3 "$out/$name.ours.err"; failed=$((failed + 1)); return
+    fi
+    local stats
+    if ! stats="$("$out/compare_logits" "$out/$name.upstream.bin" "$out/$name.ours.bin" "$max_kl" 0.99)"; then
+        echo "FAIL $name: $stats"; failed=$((failed + 1)); return
+    fi
+    if ! diff -q "$out/$name.upstream.txt" "$out/$name.ours.txt" >/dev/null; then
+        echo "FAIL $name: greedy tokens differ: upstream $(cat "$out/$name.upstream.txt") ours $(cat "$out/$name.ours.txt") ($stats)"
+        failed=$((failed + 1)); return
+    fi
+    echo "ok   $name: $stats; greedy $(cat "$out/$name.ours.txt")"
+    passed=$((passed + 1))
+}
+check smollm2-q4_1 "$model" 1e-2
+check smollm2-q4_1-ubatch5 "$model" 1e-2 PROBE_UBATCH=5
+check smollm2-q4_1-f32cache "$model" 1e-2 PROBE_TYPE_K=f32
+check smollm2-q4_1-two-seqs "$model" 1e-2 PROBE_SEQ2=1
+for t in Q8_0 Q4_0 F16; do
+    f="$models_dir/SmolLM2-135M-Instruct.$t.gguf"
+    if [ ! -s "$f" ]; then echo "FAIL smollm2-$t: llama-quantize did not produce $f"; failed=$((failed + 1)); continue; fi
+    kl=1e-2; [ "$t" = F16 ] && kl=1e-3
+    check "smollm2-${t,,}" "$f" "$kl"
+done
+for f in "$fixtures"/*.gguf; do
+    [ -e "$f" ] || continue
+    check "arch-$(basename "$f" .gguf)" "$f" 1e-3
+done
+echo "engine: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,95 @@
+//! `llama` (upstream's src/models/llama.cpp): RMS norms, rotary embeddings (adjacent pairs,
+//! optional llama-3 frequency factors), grouped-query attention, SiLU-gated FFN or a
+//! softmax-routed mixture of experts; tied output when `output.weight` is absent.
+
+use super::super::builder::{BuildError, Builder};
+use super::super::{GluKind, NodeId, Operand, RopeMode};
+
+/// Builds the graph; returns (logits, final hidden state) nodes.
+pub fn build(b: &mut Builder) -> Result<(NodeId, NodeId), BuildError> {
+    let hp = b.hp;
+    let n_embd = hp.n_embd as i64;
+    let n_vocab = hp.n_vocab as i64;
+    let head = hp.head_k;
+    if hp.head_v != head || hp.n_rot != head {
+        return Err(BuildError::Invalid(format!(
+            "llama: n_rot {} and head sizes {}/{} must agree",
+            hp.n_rot, hp.head_k, hp.head_v
+        )));
+    }
+    let tok_embd = b.weight("token_embd.weight", &[n_embd, n_vocab])?;
+    let output_norm = b.weight("output_norm.weight", &[n_embd])?;
+    let output = b
+        .weight_opt("output.weight", &[n_embd, n_vocab])?
+        .unwrap_or(tok_embd);
+    let rope_freqs = b.weight_opt("rope_freqs.weight", &[hp.n_rot as i64 / 2])?;
+    let kq_scale = if hp.attention_scale == 0.0 {
+        1.0 / (head as f32).sqrt()
+    } else {
+        hp.attention_scale
+    };
+
+    let mut inp = b.get_rows_tokens(tok_embd);
+    for il in 0..hp.n_layer {
+        let n_head = hp.n_head[il] as i64;
+        let n_k = hp.n_embd_k_gqa(il) as i64;
+        let n_v = hp.n_embd_v_gqa(il) as i64;
+        let nq = head as i64 * n_head;
+        let attn_norm = b.lw(il, "attn_norm.weight", &[n_embd])?;
+        let wq = b.lw(il, "attn_q.weight", &[n_embd, nq])?;
+        let wk = b.lw(il, "attn_k.weight", &[n_embd, n_k])?;
+        let wv = b.lw(il, "attn_v.weight", &[n_embd, n_v])?;
+        let bq = b.lw_opt(il, "attn_q.bias", &[nq])?;
+        let bk = b.lw_opt(il, "attn_k.bias", &[n_k])?;
+        let bv = b.lw_opt(il, "attn_v.bias", &[n_v])?;
+        let wo = b.lw(il, "attn_output.weight", &[nq, n_embd])?;
+        let wo_b = b.lw_opt(il, "attn_output.bias", &[n_embd])?;
+        let ffn_norm = b.lw(il, "ffn_norm.weight", &[n_embd])?;
+
+        let cur = b.rms_norm(inp, Some(attn_norm), hp.eps_rms);
+        let q = b.linear(wq, bq, cur);
+        let k = b.linear(wk, bk, cur);
+        let v = b.linear(wv, bv, cur);
+        let q = b.rope(q, head, RopeMode::Norm, rope_freqs, false);
+        let k = b.rope(k, head, RopeMode::Norm, rope_freqs, false);
+        let mut cur = b.attn(il, q, k, v, wo, wo_b, kq_scale);
+        let mut res = inp;
+        if il == hp.n_layer - 1 {
+            cur = b.get_rows_out(cur);
+            res = b.get_rows_out(res);
+        }
+        let ffn_inp = b.add(cur, Operand::Node(res));
+        let cur = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
+        let cur = if hp.n_expert == 0 {
+            let n_ff = hp.n_ff[il] as i64;
+            let up = b.lw(il, "ffn_up.weight", &[n_embd, n_ff])?;
+            let gate = b.lw(il, "ffn_gate.weight", &[n_embd, n_ff])?;
+            let down = b.lw(il, "ffn_down.weight", &[n_ff, n_embd])?;
+            let up_b = b.lw_opt(il, "ffn_up.bias", &[n_ff])?;
+            let gate_b = b.lw_opt(il, "ffn_gate.bias", &[n_ff])?;
+            let down_b = b.lw_opt(il, "ffn_down.bias", &[n_embd])?;
+            b.ffn(cur, up, up_b, gate, gate_b, down, down_b, GluKind::Swiglu)
+        } else {
+            let n_ff = hp.n_ff[il] as i64;
+            let n_exp = hp.n_expert as i64;
+            let gate_inp = b.lw(il, "ffn_gate_inp.weight", &[n_embd, n_exp])?;
+            let up = b.lw(il, "ffn_up_exps.weight", &[n_embd, n_ff, n_exp])?;
+            let gate = b.lw(il, "ffn_gate_exps.weight", &[n_embd, n_ff, n_exp])?;
+            let down = b.lw(il, "ffn_down_exps.weight", &[n_ff, n_embd, n_exp])?;
+            b.moe_ffn(
+                cur,
+                gate_inp,
+                up,
+                gate,
+                down,
+                hp.n_expert_used,
+                true,
+                hp.expert_weights_scale,
+            )
+        };
+        inp = b.add(cur, Operand::Node(ffn_inp));
+    }
+    let embd = b.rms_norm(inp, Some(output_norm), hp.eps_rms);
+    let logits = b.mul_mat(output, embd);
+    Ok((logits, embd))
+}

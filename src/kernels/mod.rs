@@ -1,0 +1,3 @@
+//! Compute kernels (CPU now).
+
+pub mod cpu;

@@ -23,6 +23,7 @@ for p in probe_decode tokenize; do
 done
 cc -std=c11 -O2 ffi-tests/engine/compare_logits.c -lm -o "$out/compare_logits"
 ours="$PWD/target/release"
+ln -sf libllama.so target/release/libllama.so.0
 
 # requantized copies of the real model, cached beside it
 models_dir="$LLAMA_HOTSWAP_CACHE/models/engine"

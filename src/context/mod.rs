@@ -363,7 +363,7 @@ impl Context {
             generation,
         };
         if e.graph.as_ref().map(|g| g.shape) != Some(shape) {
-            match arch::build(&self.model, &self.hp, e.cparams.rope, shape) {
+            match arch::build(&self.model, &self.hp, e.cparams.rope, shape, e.cparams.n_ctx_seq) {
                 Ok(g) => {
                     e.graph = Some(g);
                     e.n_graph_builds += 1;

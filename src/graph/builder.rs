@@ -127,6 +127,10 @@ impl<'m> Builder<'m> {
     }
 
     pub fn get_rows_out(&mut self, src: NodeId) -> NodeId {
+        if self.n_outputs == self.n_tokens {
+            // every token is an output: upstream skips the selection too
+            return src;
+        }
         let ne0 = self.ne0(src);
         self.push("out_rows", Op::GetRowsOut { src }, ne0, self.n_outputs)
     }
@@ -143,6 +147,40 @@ impl<'m> Builder<'m> {
             Some(b) => self.add(y, Operand::Weight(b)),
             None => y,
         }
+    }
+
+    /// Values `offset .. offset + len` of every row.
+    pub fn view(&mut self, src: NodeId, offset: usize, len: usize) -> NodeId {
+        let n1 = self.ne1(src);
+        self.push("view", Op::View { src, offset }, len, n1)
+    }
+
+    /// Q, K and V: separate projections (with optional biases) or a fused `attn_qkv`.
+    pub fn qkv(&mut self, il: usize, x: NodeId) -> Result<(NodeId, NodeId, NodeId), BuildError> {
+        let hp = self.hp;
+        let n_embd = hp.n_embd as i64;
+        let nq = (hp.head_k * hp.n_head[il]) as i64;
+        let nk = hp.n_embd_k_gqa(il) as i64;
+        let nv = hp.n_embd_v_gqa(il) as i64;
+        if let Some(w) = self.lw_opt(il, "attn_qkv.weight", &[n_embd, nq + nk + nv])? {
+            let bias = self.lw_opt(il, "attn_qkv.bias", &[nq + nk + nv])?;
+            let qkv = self.linear(w, bias, x);
+            let q = self.view(qkv, 0, nq as usize);
+            let k = self.view(qkv, nq as usize, nk as usize);
+            let v = self.view(qkv, (nq + nk) as usize, nv as usize);
+            return Ok((q, k, v));
+        }
+        let wq = self.lw(il, "attn_q.weight", &[n_embd, nq])?;
+        let wk = self.lw(il, "attn_k.weight", &[n_embd, nk])?;
+        let wv = self.lw(il, "attn_v.weight", &[n_embd, nv])?;
+        let bq = self.lw_opt(il, "attn_q.bias", &[nq])?;
+        let bk = self.lw_opt(il, "attn_k.bias", &[nk])?;
+        let bv = self.lw_opt(il, "attn_v.bias", &[nv])?;
+        Ok((
+            self.linear(wq, bq, x),
+            self.linear(wk, bk, x),
+            self.linear(wv, bv, x),
+        ))
     }
 
     pub fn add(&mut self, a: NodeId, b: Operand) -> NodeId {

@@ -215,6 +215,13 @@ impl Executor {
                     }
                 }
             }
+            Op::View { src, offset } => {
+                let sn = &nodes[*src];
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(sn)]);
+                for (d, r) in dst.chunks_exact_mut(ne0).zip(x.chunks_exact(sn.ne0)) {
+                    d.copy_from_slice(&r[*offset..offset + ne0]);
+                }
+            }
             Op::GetRowsOut { src } => {
                 let (dst, [s]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
                 for (o, &t) in inp.out_ids.iter().enumerate() {

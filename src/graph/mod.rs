@@ -50,6 +50,9 @@ pub enum GluKind {
 pub enum Op {
     /// GET_ROWS(table, inp_tokens): the embedding rows of the micro-batch's tokens.
     GetRowsTokens { table: WeightId },
+    /// VIEW + CONT: values `offset .. offset + ne0` of every row of `src` (a fused QKV or
+    /// gate-up projection cut into its parts).
+    View { src: NodeId, offset: usize },
     /// GET_ROWS(src, inp_out_ids): the rows of the tokens that produce outputs.
     GetRowsOut { src: NodeId },
     /// RMS_NORM.
@@ -182,7 +185,8 @@ impl Op {
             | Op::Silu { src }
             | Op::SoftMax { src }
             | Op::TopK { src, .. }
-            | Op::DivSumRows { src } => vec![*src],
+            | Op::DivSumRows { src }
+            | Op::View { src, .. } => vec![*src],
             Op::Mul { a, b } | Op::Add { a, b } => [Some(*a), node(b)].into_iter().flatten().collect(),
             Op::MulMat { x, .. } => vec![*x],
             Op::MulMatId { x, ids, .. } => vec![*x, *ids],

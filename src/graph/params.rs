@@ -102,16 +102,13 @@ impl ArchParams {
         let rope_scaling = RopeScaling::from_name(&scaling_name)
             .ok_or_else(|| format!("{arch}: unknown rope.scaling.type '{scaling_name}'"))?;
         let n_vocab = model.vocab.tokens.len();
-        let n_swa = hp.n_swa;
+        // of the supported architectures only gemma3 reads a sliding window (upstream turns
+        // phi3's off; llama, mistral3 and the qwens ignore the key)
+        let n_swa = if arch == "gemma3" { hp.n_swa } else { 0 };
         let swa_layers = if n_swa > 0 {
             swa_pattern(arch, n_layer, m.get_u32(&key("attention.sliding_window_pattern")))
         } else {
             vec![false; n_layer]
-        };
-        let (expert_weights_norm_default, gemma) = match arch {
-            "qwen3moe" | "llama" => (arch == "qwen3moe", false),
-            "gemma3" => (false, true),
-            _ => (false, false),
         };
         Ok(ArchParams {
             n_layer,
@@ -140,17 +137,11 @@ impl ArchParams {
             n_expert_used: hp.n_expert_used as usize,
             n_ff_exp: u("expert_feed_forward_length", 0) as usize,
             expert_weights_scale: f("expert_weights_scale", 0.0),
-            expert_weights_norm: m
-                .get_bool(&key("expert_weights_norm"))
-                .unwrap_or(expert_weights_norm_default),
+            expert_weights_norm: m.get_bool(&key("expert_weights_norm")).unwrap_or(false),
             n_swa,
             swa_layers,
-            rope_freq_base_swa: if gemma {
-                10000.0
-            } else {
-                hp.rope_freq_base_train
-            },
-            rope_freq_scale_swa: if gemma { 1.0 } else { hp.rope_freq_scale_train },
+            rope_freq_base_swa: f("rope.freq_base_swa", 10000.0),
+            rope_freq_scale_swa: 1.0,
             final_logit_softcap: f("final_logit_softcapping", 0.0),
             attn_logit_softcap: f("attn_logit_softcapping", 0.0),
             causal: m.get_bool(&key("attention.causal")).unwrap_or(true),

@@ -1,12 +1,47 @@
-//! `llama` (upstream's src/models/llama.cpp): RMS norms, rotary embeddings (adjacent pairs,
-//! optional llama-3 frequency factors), grouped-query attention, SiLU-gated FFN or a
-//! softmax-routed mixture of experts; tied output when `output.weight` is absent.
+//! The llama family: `llama` (upstream's src/models/llama.cpp), `mistral3`, `qwen2`, `qwen3`
+//! and `qwen3moe` share one structure — RMS norms, rotary embeddings, grouped-query
+//! attention (optional q/k/v biases, optional per-head q/k RMS norms), SiLU-gated FFN or a
+//! softmax-routed mixture of experts, tied output when `output.weight` is absent — and differ
+//! in the rotary mode, the q/k norms and the expert layout ([`Variant`]).
 
 use super::super::builder::{BuildError, Builder};
 use super::super::{GluKind, NodeId, Operand, RopeMode};
 
+/// What distinguishes the members of the family.
+#[derive(Clone, Copy, Debug)]
+pub struct Variant {
+    pub rope: RopeMode,
+    /// Per-head RMS norms of Q and K before the rotation (qwen3, qwen3moe).
+    pub qk_norm: bool,
+    /// llama-3 frequency factors (`rope_freqs.weight`) when present (llama, mistral3).
+    pub rope_freqs: bool,
+}
+
+impl Variant {
+    pub fn of(arch: &str) -> Option<Variant> {
+        Some(match arch {
+            "llama" | "mistral3" => Variant {
+                rope: RopeMode::Norm,
+                qk_norm: false,
+                rope_freqs: true,
+            },
+            "qwen2" => Variant {
+                rope: RopeMode::Neox,
+                qk_norm: false,
+                rope_freqs: false,
+            },
+            "qwen3" | "qwen3moe" => Variant {
+                rope: RopeMode::Neox,
+                qk_norm: true,
+                rope_freqs: false,
+            },
+            _ => return None,
+        })
+    }
+}
+
 /// Builds the graph; returns (logits, final hidden state) nodes.
-pub fn build(b: &mut Builder) -> Result<(NodeId, NodeId), BuildError> {
+pub fn build(b: &mut Builder, var: Variant) -> Result<(NodeId, NodeId), BuildError> {
     let hp = b.hp;
     let n_embd = hp.n_embd as i64;
     let n_vocab = hp.n_vocab as i64;
@@ -22,7 +57,11 @@ pub fn build(b: &mut Builder) -> Result<(NodeId, NodeId), BuildError> {
     let output = b
         .weight_opt("output.weight", &[n_embd, n_vocab])?
         .unwrap_or(tok_embd);
-    let rope_freqs = b.weight_opt("rope_freqs.weight", &[hp.n_rot as i64 / 2])?;
+    let rope_freqs = if var.rope_freqs {
+        b.weight_opt("rope_freqs.weight", &[hp.n_rot as i64 / 2])?
+    } else {
+        None
+    };
     let kq_scale = if hp.attention_scale == 0.0 {
         1.0 / (head as f32).sqrt()
     } else {
@@ -32,26 +71,26 @@ pub fn build(b: &mut Builder) -> Result<(NodeId, NodeId), BuildError> {
     let mut inp = b.get_rows_tokens(tok_embd);
     for il in 0..hp.n_layer {
         let n_head = hp.n_head[il] as i64;
-        let n_k = hp.n_embd_k_gqa(il) as i64;
-        let n_v = hp.n_embd_v_gqa(il) as i64;
         let nq = head as i64 * n_head;
         let attn_norm = b.lw(il, "attn_norm.weight", &[n_embd])?;
-        let wq = b.lw(il, "attn_q.weight", &[n_embd, nq])?;
-        let wk = b.lw(il, "attn_k.weight", &[n_embd, n_k])?;
-        let wv = b.lw(il, "attn_v.weight", &[n_embd, n_v])?;
-        let bq = b.lw_opt(il, "attn_q.bias", &[nq])?;
-        let bk = b.lw_opt(il, "attn_k.bias", &[n_k])?;
-        let bv = b.lw_opt(il, "attn_v.bias", &[n_v])?;
         let wo = b.lw(il, "attn_output.weight", &[nq, n_embd])?;
         let wo_b = b.lw_opt(il, "attn_output.bias", &[n_embd])?;
         let ffn_norm = b.lw(il, "ffn_norm.weight", &[n_embd])?;
 
         let cur = b.rms_norm(inp, Some(attn_norm), hp.eps_rms);
-        let q = b.linear(wq, bq, cur);
-        let k = b.linear(wk, bk, cur);
-        let v = b.linear(wv, bv, cur);
-        let q = b.rope(q, head, RopeMode::Norm, rope_freqs, false);
-        let k = b.rope(k, head, RopeMode::Norm, rope_freqs, false);
+        let (q, k, v) = b.qkv(il, cur)?;
+        let (q, k) = if var.qk_norm {
+            let qn = b.lw(il, "attn_q_norm.weight", &[head as i64])?;
+            let kn = b.lw(il, "attn_k_norm.weight", &[head as i64])?;
+            (
+                b.head_rms_norm(q, head, qn, hp.eps_rms),
+                b.head_rms_norm(k, head, kn, hp.eps_rms),
+            )
+        } else {
+            (q, k)
+        };
+        let q = b.rope(q, head, var.rope, rope_freqs, false);
+        let k = b.rope(k, head, var.rope, rope_freqs, false);
         let mut cur = b.attn(il, q, k, v, wo, wo_b, kq_scale);
         let mut res = inp;
         if il == hp.n_layer - 1 {
@@ -70,7 +109,11 @@ pub fn build(b: &mut Builder) -> Result<(NodeId, NodeId), BuildError> {
             let down_b = b.lw_opt(il, "ffn_down.bias", &[n_embd])?;
             b.ffn(cur, up, up_b, gate, gate_b, down, down_b, GluKind::Swiglu)
         } else {
-            let n_ff = hp.n_ff[il] as i64;
+            let n_ff = if hp.n_ff_exp > 0 {
+                hp.n_ff_exp as i64
+            } else {
+                hp.n_ff[il] as i64
+            };
             let n_exp = hp.n_expert as i64;
             let gate_inp = b.lw(il, "ffn_gate_inp.weight", &[n_embd, n_exp])?;
             let up = b.lw(il, "ffn_up_exps.weight", &[n_embd, n_ff, n_exp])?;

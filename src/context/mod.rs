@@ -384,6 +384,12 @@ impl Context {
             slots: &e.slots,
             causal: e.cparams.causal_attn,
         };
+        let threads = if n == 1 {
+            e.cparams.n_threads
+        } else {
+            e.cparams.n_threads_batch
+        };
+        e.exec.set_n_threads(threads.max(1) as usize);
         let abort = &mut e.abort;
         let mut poll = || abort.as_mut().is_some_and(|f| f());
         if let Err(err) = e.exec.run(graph, &self.model, &mut e.kv, &inputs, &mut poll) {

@@ -3,7 +3,7 @@
 //! tensor's read lock, with the type the tensor has now; row-split tensors are multiplied
 //! piece by piece.
 
-use super::kernel_api::{self, MatScratch};
+use super::kernel_api::{self, Scratch, ThreadPool};
 use super::*;
 use crate::gguf::GgmlType;
 use crate::kernels::cpu::ops;
@@ -36,10 +36,11 @@ pub struct Inputs<'a> {
 }
 
 /// Buffers reused across runs (no allocation per token once warmed up).
-#[derive(Default, Debug)]
+#[derive(Debug)]
 pub struct Executor {
     pub arena: Vec<f32>,
-    mat: MatScratch,
+    pool: ThreadPool,
+    mat: Scratch,
     wvec: Vec<f32>,
     tmp: Vec<f32>,
     tmp2: Vec<f32>,
@@ -132,7 +133,41 @@ pub fn check_weight(st: &TensorState, name: &str) -> Result<(), ExecError> {
     }
 }
 
+impl Default for Executor {
+    fn default() -> Self {
+        Executor::new(1)
+    }
+}
+
 impl Executor {
+    pub fn new(n_threads: usize) -> Executor {
+        Executor {
+            arena: Vec::new(),
+            pool: ThreadPool::new(n_threads),
+            mat: Scratch::new(),
+            wvec: Vec::new(),
+            tmp: Vec::new(),
+            tmp2: Vec::new(),
+            rope_cache: Vec::new(),
+            visible: Vec::new(),
+            attn_acc: Vec::new(),
+            attn_m: Vec::new(),
+            attn_s: Vec::new(),
+            qbuf: Vec::new(),
+            krow: Vec::new(),
+            vrow: Vec::new(),
+            expert_rows: Vec::new(),
+            gather: Vec::new(),
+        }
+    }
+
+    /// Resizes the thread pool (a no-op when the count is unchanged).
+    pub fn set_n_threads(&mut self, n: usize) {
+        if self.pool.n_threads() != n.max(1) {
+            self.pool.set_n_threads(n);
+        }
+    }
+
     /// Reads a (small) weight as f32 into `self.wvec`.
     fn load_vec(&mut self, model: &Model, w: &WeightRef) -> Result<(), ExecError> {
         let st = model.tensors.at(w.tensor).read();
@@ -316,17 +351,35 @@ impl Executor {
                 let bytes = weight_bytes(&st, &wr.name)?;
                 let (dst, [xs]) = carve(&mut self.arena, dst_r, [range(&nodes[*x])]);
                 match bytes {
-                    WeightBytes::Whole(b) => {
-                        kernel_api::mul_mat(ty, b, n, k, xs, m, dst, &mut self.mat)
-                    }
+                    WeightBytes::Whole(b) => kernel_api::mul_mat(
+                        ty,
+                        b,
+                        n,
+                        k,
+                        xs,
+                        m,
+                        dst,
+                        n,
+                        0,
+                        &self.pool,
+                        &mut self.mat,
+                    ),
                     WeightBytes::Pieces(pieces) => {
+                        // one product per device's piece, into its rows of the result
                         for (first, count, b) in pieces {
-                            self.tmp.resize(count * m, 0.0);
-                            kernel_api::mul_mat(ty, b, count, k, xs, m, &mut self.tmp, &mut self.mat);
-                            for j in 0..m {
-                                dst[j * n + first..j * n + first + count]
-                                    .copy_from_slice(&self.tmp[j * count..(j + 1) * count]);
-                            }
+                            kernel_api::mul_mat(
+                                ty,
+                                b,
+                                count,
+                                k,
+                                xs,
+                                m,
+                                dst,
+                                n,
+                                first,
+                                &self.pool,
+                                &mut self.mat,
+                            );
                         }
                     }
                 }
@@ -526,6 +579,9 @@ impl Executor {
                 &self.tmp,
                 rows.len(),
                 &mut self.tmp2,
+                n,
+                0,
+                &self.pool,
                 &mut self.mat,
             );
             let dst = &mut self.arena[node.offset..node.offset + node.len()];

@@ -270,3 +270,21 @@ fn unsupported_architecture_fails_context_creation() {
     unsafe { model::llama_model_free(m) };
     let _ = null::<u8>();
 }
+
+/// Replays the batch fuzz harness over pseudo-random inputs (the fuzz target runs it on
+/// libFuzzer's inputs).
+#[test]
+fn batch_fuzz_harness_replay() {
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    for len in 0..600usize {
+        let data: Vec<u8> = (0..len % 97)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect();
+        llama::context::harness::check_batch(&data);
+    }
+}

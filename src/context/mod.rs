@@ -3,6 +3,7 @@
 //! the last evaluation.
 
 pub mod batch;
+pub mod harness;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -288,3 +288,54 @@ fn batch_fuzz_harness_replay() {
         llama::context::harness::check_batch(&data);
     }
 }
+
+#[test]
+fn extended_batches_decode_like_llama_batch() {
+    let (_d, m, c) = setup("ext");
+    // SAFETY: live handles; the ext batch is freed before the context.
+    unsafe {
+        let mut plain = Owned::new(&[1, 7, 9], &[0, 1, 2], &[0, 0, 0], &[0, 1, 1]);
+        assert_eq!(batch::llama_decode(c, plain.batch()), 0);
+        let n_vocab = 320;
+        let want: Vec<f32> = std::slice::from_raw_parts(context::llama_get_logits(c), 2 * n_vocab).to_vec();
+        memory::llama_memory_clear(context::llama_get_memory(c), true);
+
+        let b = batch::llama_batch_ext_init(c);
+        assert!(!b.is_null());
+        for (i, t) in [1, 7, 9].into_iter().enumerate() {
+            let idx = batch::llama_batch_ext_add_token(b, 0, t);
+            assert_eq!(idx, i as i32);
+            let p = i as i32;
+            assert!(batch::llama_batch_ext_set_pos(b, idx, &p));
+            assert!(batch::llama_batch_ext_set_output_logits(b, idx, i > 0));
+        }
+        assert_eq!(batch::llama_batch_ext_add_token(b, 2, 1), -3, "seq id >= n_seq_max");
+        assert_eq!(batch::llama_batch_ext_add_token(b, 0, 999), -2, "token id >= n_vocab");
+        assert!(!batch::llama_batch_ext_set_pos(b, 99, &0));
+        // drop the entry left without a token by the -2 above: rebuild
+        batch::llama_batch_ext_clear(b);
+        for (i, t) in [1, 7, 9].into_iter().enumerate() {
+            let idx = batch::llama_batch_ext_add_token(b, 0, t);
+            let p = i as i32;
+            batch::llama_batch_ext_set_pos(b, idx, &p);
+            batch::llama_batch_ext_set_output_logits(b, idx, i > 0);
+        }
+        assert_eq!(batch::llama_process(c, LlamaProcessType(1), b), 0);
+        let got = std::slice::from_raw_parts(context::llama_get_logits(c), 2 * n_vocab);
+        assert_eq!(got, &want[..]);
+        assert_eq!(batch::llama_process(c, LlamaProcessType(0), b), -1, "encode");
+        // an entry without a token id
+        batch::llama_batch_ext_clear(b);
+        assert_eq!(batch::llama_batch_ext_add(b, 0), 0);
+        assert_eq!(batch::llama_process(c, LlamaProcessType(1), b), -1);
+        // full at n_batch
+        batch::llama_batch_ext_clear(b);
+        for _ in 0..32 {
+            assert!(batch::llama_batch_ext_add_token(b, 0, 1) >= 0);
+        }
+        assert_eq!(batch::llama_batch_ext_add_token(b, 0, 1), -1);
+        batch::llama_batch_ext_free(b);
+        context::llama_free(c);
+        model::llama_model_free(m);
+    }
+}

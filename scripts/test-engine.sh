@@ -36,8 +36,10 @@ done
 # random-weight fixtures of the supported architectures
 fixtures="$LLAMA_HOTSWAP_CACHE/models/engine/archs"
 mkdir -p "$fixtures"
-for arch in ${ENGINE_ARCHS:-llama}; do
-    ls "$fixtures"/*"$arch"* >/dev/null 2>&1 || LD_LIBRARY_PATH="$tools" "$tools/test-llama-archs" -a "$arch" -o "$fixtures" -s 42 \
+archs=(${ENGINE_ARCHS:-llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3})
+for arch in "${archs[@]}"; do
+    [ -e "$fixtures/$arch-dense.gguf" ] || [ -e "$fixtures/$arch-moe.gguf" ] \
+        || LD_LIBRARY_PATH="$tools" "$tools/test-llama-archs" -a "$arch" -o "$fixtures" -s 42 \
         >"$out/archs-$arch.log" 2>&1 || true
 done
 
@@ -77,9 +79,14 @@ for t in Q8_0 Q4_0 F16; do
     kl=1e-2; [ "$t" = F16 ] && kl=1e-3
     check "smollm2-${t,,}" "$f" "$kl"
 done
-for f in "$fixtures"/*.gguf; do
-    [ -e "$f" ] || continue
-    check "arch-$(basename "$f" .gguf)" "$f" 1e-3
+for arch in "${archs[@]}"; do
+    found=0
+    for f in "$fixtures/$arch-dense.gguf" "$fixtures/$arch-moe.gguf"; do
+        [ -e "$f" ] || continue
+        found=1
+        check "arch-$(basename "$f" .gguf)" "$f" 1e-3
+    done
+    if [ "$found" = 0 ]; then echo "FAIL arch-$arch: test-llama-archs wrote no fixture"; failed=$((failed + 1)); fi
 done
 echo "engine: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

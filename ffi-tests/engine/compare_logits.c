@@ -51,6 +51,7 @@ int main(int argc, char **argv) {
             if (ra[i] > ra[ta]) ta = i;
             if (rb[i] > rb[tb]) tb = i;
         }
+        if (getenv("COMPARE_VERBOSE")) printf("row %d kl %.3e top %d/%d\n", r, kl, ta, tb);
         sum_kl += kl;
         if (kl > max_kl) max_kl = kl;
         agree += ta == tb;

@@ -23,7 +23,7 @@ static int argmax(const float *v, int n) {
 
 static void quiet(enum ggml_log_level level, const char *text, void *data) {
     (void) data;
-    if (level >= GGML_LOG_LEVEL_WARN) fputs(text, stderr);
+    if (level >= GGML_LOG_LEVEL_WARN || getenv("PROBE_VERBOSE")) fputs(text, stderr);
 }
 
 int main(int argc, char **argv) {

@@ -47,6 +47,7 @@ pub struct Executor {
     rope_cache: Vec<f32>,
     visible: Vec<u32>,
     attn_acc: Vec<f32>,
+    attn_acc16: Vec<half::f16>,
     attn_m: Vec<f32>,
     attn_s: Vec<f32>,
     qbuf: Vec<f32>,
@@ -151,6 +152,7 @@ impl Executor {
             rope_cache: Vec::new(),
             visible: Vec::new(),
             attn_acc: Vec::new(),
+            attn_acc16: Vec::new(),
             attn_m: Vec::new(),
             attn_s: Vec::new(),
             qbuf: Vec::new(),
@@ -619,6 +621,8 @@ impl Executor {
         self.krow.resize(l.n_embd_k, 0.0);
         self.vrow.resize(l.n_embd_v, 0.0);
         self.attn_acc.resize(n_head * dv, 0.0);
+        self.attn_acc16.resize(n_head * dv, half::f16::ZERO);
+        let f16_v = kv.type_v == crate::kv_cache::KvType::F16;
         self.attn_m.resize(n_head, 0.0);
         self.attn_s.resize(n_head, 0.0);
         self.qbuf.resize(n_head * dk, 0.0);
@@ -641,11 +645,15 @@ impl Executor {
                 }
             }
             self.attn_acc.fill(0.0);
+            self.attn_acc16.fill(half::f16::ZERO);
             self.attn_m.fill(f32::NEG_INFINITY);
             self.attn_s.fill(0.0);
             for &j in &self.visible {
                 l.k.get_row(j as usize, &mut self.krow);
-                l.v.get_row(j as usize, &mut self.vrow);
+                let v16 = l.v.row_f16(j as usize, l.n_embd_v);
+                if v16.is_none() {
+                    l.v.get_row(j as usize, &mut self.vrow);
+                }
                 for h in 0..n_head {
                     let g = h / group;
                     let mut s = ops::dot_f32(
@@ -656,25 +664,44 @@ impl Executor {
                         s = softcap * (s / softcap).tanh();
                     }
                     let m_old = self.attn_m[h];
-                    let acc = &mut self.attn_acc[h * dv..(h + 1) * dv];
-                    let vs;
+                    let mut ms = 1.0f32;
+                    let mut vs = 1.0f32;
                     if s > m_old {
-                        let ms = if m_old == f32::NEG_INFINITY {
-                            0.0
-                        } else {
-                            (m_old - s).exp()
-                        };
                         self.attn_m[h] = s;
-                        for a in acc.iter_mut() {
-                            *a *= ms;
-                        }
-                        self.attn_s[h] *= ms;
-                        vs = 1.0;
+                        ms = (m_old - s).exp();
                     } else {
                         vs = (s - m_old).exp();
                     }
-                    ops::axpy(vs, &self.vrow[g * dv..(g + 1) * dv], acc);
-                    self.attn_s[h] += vs;
+                    match v16 {
+                        // an F16 cache accumulates in half precision, as ggml's CPU kernel
+                        Some(v) => {
+                            let acc = &mut self.attn_acc16[h * dv..(h + 1) * dv];
+                            let v = &v[g * dv..(g + 1) * dv];
+                            for (a, &x) in acc.iter_mut().zip(v) {
+                                let scaled = if ms != 1.0 {
+                                    half::f16::from_f32(a.to_f32() * ms).to_f32()
+                                } else {
+                                    a.to_f32()
+                                };
+                                *a = half::f16::from_f32(x.to_f32().mul_add(vs, scaled));
+                            }
+                        }
+                        None => {
+                            let acc = &mut self.attn_acc[h * dv..(h + 1) * dv];
+                            if ms != 1.0 {
+                                for a in acc.iter_mut() {
+                                    *a *= ms;
+                                }
+                            }
+                            ops::axpy(vs, &self.vrow[g * dv..(g + 1) * dv], acc);
+                        }
+                    }
+                    self.attn_s[h] = self.attn_s[h] * ms + vs;
+                }
+            }
+            if f16_v {
+                for (a, b) in self.attn_acc.iter_mut().zip(&self.attn_acc16) {
+                    *a = b.to_f32();
                 }
             }
             let out = &mut dst[t * node.ne0..(t + 1) * node.ne0];

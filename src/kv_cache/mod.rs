@@ -63,6 +63,14 @@ impl KvBuffer {
         }
     }
 
+    /// Row `cell` (rows of `n` values) in half precision, when the buffer is F16.
+    pub fn row_f16(&self, cell: usize, n: usize) -> Option<&[f16]> {
+        match self {
+            KvBuffer::F16(v) => Some(&v[cell * n..(cell + 1) * n]),
+            KvBuffer::F32(_) => None,
+        }
+    }
+
     pub fn clear(&mut self) {
         match self {
             KvBuffer::F32(v) => v.fill(0.0),

@@ -3,7 +3,13 @@
  * it: load-mode and flash-attention names. Where upstream aborts or throws (invalid enum
  * value, unknown name), llama-hotswap returns a failure value and logs one line instead.
  */
+#define _POSIX_C_SOURCE 200809L
+
 #include "llama.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "logcap.h"
@@ -127,6 +133,72 @@ TEST(flash_attn_type_names) {
     llama_log_set(NULL, NULL);
 }
 
+/* A callback that calls llama_log_set itself (upstream returns normally; a sink called under
+ * the logger's lock would deadlock here). SIGALRM turns a hang into a failed test. */
+static int reentrant_calls;
+static void reentrant_callback(enum ggml_log_level level, const char *text, void *user_data) {
+    (void)level;
+    (void)text;
+    reentrant_calls++;
+    llama_log_set(other_callback, user_data);
+}
+
+TEST(callback_may_call_log_set) {
+    reentrant_calls = 0;
+    alarm(20);
+    llama_log_set(reentrant_callback, NULL);
+    CHECK_NULL(llama_load_mode_name((enum llama_load_mode)99)); /* logs one error line */
+    CHECK_INT(reentrant_calls, 1);
+    {
+        ggml_log_callback cb = NULL;
+        llama_log_get(&cb, NULL);
+        CHECK(cb == other_callback); /* the callback's own llama_log_set took effect */
+    }
+    alarm(0);
+    llama_log_set(NULL, NULL);
+}
+
+/* A callback that logs again (a nested message) while another thread keeps replacing the
+ * logger: every call returns, nothing deadlocks. */
+static volatile int nested_depth;
+static void nesting_callback(enum ggml_log_level level, const char *text, void *user_data) {
+    (void)level;
+    (void)text;
+    (void)user_data;
+    if (nested_depth == 0) {
+        nested_depth = 1;
+        (void)llama_load_mode_name((enum llama_load_mode)98); /* nested log line */
+        nested_depth = 0;
+    }
+}
+
+static volatile int setter_stop;
+static void *setter_thread(void *arg) {
+    (void)arg;
+    while (!setter_stop) {
+        llama_log_set(nesting_callback, NULL);
+        llama_log_set(other_callback, NULL);
+    }
+    return NULL;
+}
+
+TEST(nested_log_while_another_thread_sets_logger) {
+    pthread_t thread;
+    int i;
+    alarm(30);
+    setter_stop = 0;
+    llama_log_set(nesting_callback, NULL);
+    CHECK_INT(pthread_create(&thread, NULL, setter_thread, NULL), 0);
+    for (i = 0; i < 20000; i++) {
+        nested_depth = 0;
+        CHECK_NULL(llama_load_mode_name((enum llama_load_mode)97));
+    }
+    setter_stop = 1;
+    CHECK_INT(pthread_join(thread, NULL), 0);
+    alarm(0);
+    llama_log_set(NULL, NULL);
+}
+
 int main(void) {
     RUN(log_get_without_callback_gives_default);
     RUN(log_set_get_round_trip);
@@ -135,5 +207,7 @@ int main(void) {
     RUN(load_mode_unknown_string_is_auto_and_logged);
     RUN(load_mode_invalid_value_is_null_and_logged);
     RUN(flash_attn_type_names);
+    RUN(callback_may_call_log_set);
+    RUN(nested_log_while_another_thread_sets_logger);
     return harness_finish();
 }

@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --lib --quiet
+# Programs linked with -lllama record the SONAME, libllama.so.0; cargo writes only libllama.so.
+ln -sfn libllama.so target/release/libllama.so.0
 mkdir -p build/demo
 cc -std=c11 -Wall -Wextra -O2 -Iinclude ffi-tests/demo/demo.c -Ltarget/release -lllama \
     -Wl,-rpath,"$PWD/target/release" -lm -o build/demo/demo

@@ -68,11 +68,11 @@ build() {
 say "C tests ($mode): library $(realpath --relative-to="$ROOT" "$LIB")"
 for t in "${TESTS[@]}"; do
     if build "ours/$t" "${cflags[@]}" -pedantic -I include "ffi-tests/$t.c" -o "$out/$t-ours" \
-        "${link_ours[@]}"; then
+        "${link_ours[@]}" -lpthread; then
         run_case "ours/$t" "$out/$t-ours"
     fi
     if build "upstream-header/$t" "${cflags[@]}" "${UPSTREAM_INCLUDES[@]}" "ffi-tests/$t.c" \
-        -o "$out/$t-upstream" "${link_ours[@]}"; then
+        -o "$out/$t-upstream" "${link_ours[@]}" -lpthread; then
         run_case "upstream-header/$t" "$out/$t-upstream"
     fi
 done

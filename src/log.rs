@@ -1,7 +1,7 @@
 //! Logging, routed like upstream: every message goes to one process-wide sink (the
 //! `llama_log_set` callback in C terms; stderr by default) with ggml's levels.
 
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 /// ggml's `enum ggml_log_level` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -17,12 +17,14 @@ pub enum Level {
 /// Receives each finished line (ending in '\n', as upstream's messages do).
 pub type Sink = Box<dyn Fn(Level, &str) + Send + Sync>;
 
-static SINK: RwLock<Option<Sink>> = RwLock::new(None);
+/// Held as an `Arc` so that [`emit`] calls the sink after releasing the lock: a sink may
+/// itself log, or replace the sink (a C callback calling `llama_log_set`), without deadlocking.
+static SINK: RwLock<Option<Arc<dyn Fn(Level, &str) + Send + Sync>>> = RwLock::new(None);
 
 /// Replaces the sink; `None` restores the default (stderr).
 pub fn set_sink(sink: Option<Sink>) {
     let mut guard = SINK.write().unwrap_or_else(|e| e.into_inner());
-    *guard = sink;
+    *guard = sink.map(Arc::from);
 }
 
 /// Sends one message. A missing trailing newline is added so every message is one line.
@@ -34,8 +36,9 @@ pub fn emit(level: Level, message: &str) {
         owned = format!("{message}\n");
         &owned
     };
-    let guard = SINK.read().unwrap_or_else(|e| e.into_inner());
-    match guard.as_ref() {
+    // Clone the sink and release the lock before calling it (see [`Sink`]).
+    let sink = SINK.read().unwrap_or_else(|e| e.into_inner()).clone();
+    match sink {
         Some(sink) => sink(level, text),
         None => write_stderr(text),
     }

@@ -318,7 +318,10 @@ pub unsafe extern "C" fn llama_model_rope_type(model: *const llama_model) -> Lla
         // SAFETY: NULL or a live model.
         unsafe {
             with_model(model, |m| {
-                LlamaRopeType(crate::model::arch::rope_type(&m.arch))
+                LlamaRopeType(crate::model::arch::rope_type(
+                    &m.arch,
+                    m.hparams.rope_sections,
+                ))
             })
         }
     })

@@ -32,9 +32,6 @@ const ROPE_NONE_ARCHS: &[&str] = &[
     "kimi-linear",
     "kimi-k3",
     "glm5-next",
-    "glm4",
-    "glm4moe",
-    "hunyuan_vl",
 ];
 const ROPE_NORM_ARCHS: &[&str] = &[
     "llama",
@@ -80,7 +77,6 @@ const ROPE_NORM_ARCHS: &[&str] = &[
     "dots3note",
     "nanbeige",
     "pockettts",
-    "bailingmoe3",
     "hy_v4",
 ];
 const ROPE_NEOX_ARCHS: &[&str] = &[
@@ -180,7 +176,6 @@ const HYBRID_ARCHS: &[&str] = &[
     "nemotron_h_moe",
     "qwen3next",
     "kimi-linear",
-    "bailingmoe3",
     "kimi-k3",
     "glm5-next",
     "qwen35",
@@ -192,8 +187,27 @@ const HYBRID_ARCHS: &[&str] = &[
 const DIFFUSION_ARCHS: &[&str] = &["dream", "llada", "llada-moe", "rnd1"];
 const ENCODER_ARCHS: &[&str] = &["t5", "t5encoder", "eagle3", "dflash"];
 
-/// Upstream's rope type for an architecture; unknown architectures report NONE.
-pub fn rope_type(arch: &str) -> i32 {
+/// Architectures whose rope type depends on the file: M-RoPE when the metadata carries rope
+/// dimension sections (`<arch>.rope.dimension_sections`, first two > 0; vision-language
+/// files), else the rope type given here (upstream's `llama_model_rope_type`).
+const ROPE_MROPE_IF_SECTIONS: &[(&str, i32)] = &[
+    ("glm4", ROPE_NORM),
+    ("glm4moe", ROPE_NEOX),
+    ("hunyuan_vl", ROPE_NEOX),
+    ("bailingmoe3", ROPE_NORM),
+];
+
+/// Upstream's rope type for an architecture and its rope sections (from the metadata);
+/// unknown architectures report NONE.
+pub fn rope_type(arch: &str, rope_sections: [i32; 4]) -> i32 {
+    if let Some(&(_, without_sections)) = ROPE_MROPE_IF_SECTIONS.iter().find(|(a, _)| *a == arch) {
+        let use_mrope = rope_sections[0] > 0 && rope_sections[1] > 0;
+        return if use_mrope {
+            ROPE_MROPE
+        } else {
+            without_sections
+        };
+    }
     let tables = [
         (ROPE_NORM_ARCHS, ROPE_NORM),
         (ROPE_NEOX_ARCHS, ROPE_NEOX),
@@ -264,9 +278,19 @@ mod tests {
 
     #[test]
     fn tables_answer_known_and_unknown_archs() {
-        assert_eq!(rope_type("llama"), ROPE_NORM);
-        assert_eq!(rope_type("qwen2"), ROPE_NEOX);
-        assert_eq!(rope_type("made-up"), ROPE_NONE);
+        assert_eq!(rope_type("llama", [0; 4]), ROPE_NORM);
+        assert_eq!(rope_type("qwen2", [0; 4]), ROPE_NEOX);
+        assert_eq!(rope_type("made-up", [0; 4]), ROPE_NONE);
+        // Metadata decides for these four (upstream's use_mrope()).
+        assert_eq!(rope_type("glm4", [0; 4]), ROPE_NORM);
+        assert_eq!(rope_type("glm4", [8, 12, 12, 0]), ROPE_MROPE);
+        assert_eq!(rope_type("glm4", [8, 0, 12, 0]), ROPE_NORM);
+        assert_eq!(rope_type("glm4moe", [0; 4]), ROPE_NEOX);
+        assert_eq!(rope_type("glm4moe", [16, 24, 24, 0]), ROPE_MROPE);
+        assert_eq!(rope_type("hunyuan_vl", [0; 4]), ROPE_NEOX);
+        assert_eq!(rope_type("hunyuan_vl", [1, 1, 0, 0]), ROPE_MROPE);
+        assert_eq!(rope_type("bailingmoe3", [0; 4]), ROPE_NORM);
+        assert_eq!(rope_type("bailingmoe3", [4, 4, 4, 4]), ROPE_MROPE);
         assert!(is_recurrent("mamba") && !is_recurrent("llama"));
         assert_eq!(size_label("llama", 32, 0, 32000, 32, 32), "7B");
         assert_eq!(size_label("llama", 2, 0, 32000, 4, 4), "?B");

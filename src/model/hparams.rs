@@ -19,6 +19,9 @@ pub struct HParams {
     pub rope_freq_scale_train: f32,
     pub n_cls_out: u32,
     pub dec_start_token: i32,
+    /// `<arch>.rope.dimension_sections` (M-RoPE), as upstream's `get_key_or_arr(.., 4)`:
+    /// an array fills the first entries, a scalar all four; absent → zeros.
+    pub rope_sections: [i32; 4],
 }
 
 impl Default for HParams {
@@ -40,8 +43,38 @@ impl Default for HParams {
             rope_freq_scale_train: 0.0,
             n_cls_out: 1,
             dec_start_token: -1,
+            rope_sections: [0; 4],
         }
     }
+}
+
+/// Upstream's `get_key_or_arr(key, rope_sections, 4)`: longer arrays are an error.
+fn rope_sections(meta: &Metadata, key: &str) -> Result<[i32; 4], String> {
+    let mut sections = [0i32; 4];
+    match meta.get_array(key) {
+        Some(MetaArray::Ints(values)) => {
+            if values.len() > sections.len() {
+                return Err(format!(
+                    "array length {} for key {key} exceeds max 4",
+                    values.len()
+                ));
+            }
+            for (slot, &v) in sections.iter_mut().zip(values) {
+                *slot = v as i32;
+            }
+        }
+        Some(_) => {
+            return Err(format!(
+                "key {key} has wrong array type (expected integers)"
+            ))
+        }
+        None => {
+            if let Some(v) = meta.get_int(key) {
+                sections = [v as i32; 4];
+            }
+        }
+    }
+    Ok(sections)
 }
 
 impl HParams {
@@ -108,6 +141,7 @@ impl HParams {
             dec_start_token: meta
                 .get_u32(&key("decoder_start_token_id"))
                 .map_or(-1, |v| v as i32),
+            rope_sections: rope_sections(meta, &key("rope.dimension_sections"))?,
         })
     }
 

@@ -135,9 +135,41 @@ impl<'m> Builder<'m> {
         self.push("out_rows", Op::GetRowsOut { src }, ne0, self.n_outputs)
     }
 
+    /// MUL_MAT, then MUL by the weight's per-tensor scale (`<name>.scale`, shape [1]) when
+    /// the model has one, as upstream's `build_lora_mm`.
     pub fn mul_mat(&mut self, w: WeightId, x: NodeId) -> NodeId {
+        let y = self.mul_mat_raw(w, x);
+        match self.scale_of(w, 1) {
+            Some(s) => self.mul(y, Operand::Weight(s)),
+            None => y,
+        }
+    }
+
+    /// MUL_MAT alone.
+    pub fn mul_mat_raw(&mut self, w: WeightId, x: NodeId) -> NodeId {
         let (n, m) = (self.wrows(w), self.ne1(x));
         self.push("mul_mat", Op::MulMat { w, x }, n, m)
+    }
+
+    /// An FFN projection as upstream's `build_ffn`: MUL_MAT, ADD of the bias, then MUL by the
+    /// per-tensor scale when `scaled` (the reverse order of `build_lora_mm`).
+    fn ffn_proj(&mut self, w: WeightId, b: Option<WeightId>, x: NodeId, scaled: bool) -> NodeId {
+        let mut y = self.mul_mat_raw(w, x);
+        if let Some(b) = b {
+            y = self.add(y, Operand::Weight(b));
+        }
+        if scaled {
+            if let Some(s) = self.scale_of(w, 1) {
+                y = self.mul(y, Operand::Weight(s));
+            }
+        }
+        y
+    }
+
+    /// The `<base>.scale` tensor of weight `<base>.weight` with `len` values, if any.
+    fn scale_of(&mut self, w: WeightId, len: i64) -> Option<WeightId> {
+        let name = self.weights[w.0].name.strip_suffix(".weight")?.to_string();
+        self.weight_opt(&format!("{name}.scale"), &[len]).ok().flatten()
     }
 
     /// `w x + b` (b optional).
@@ -324,7 +356,8 @@ impl<'m> Builder<'m> {
         self.linear(wo, wo_b, kqv)
     }
 
-    /// `build_ffn` with PAR gating: `down(act(gate x) * up x)` (+ biases).
+    /// `build_ffn` with PAR gating: `down(act(gate x) * up x)` (+ biases, and the per-tensor
+    /// scales when `scaled`: some architectures pass none).
     #[allow(clippy::too_many_arguments)]
     pub fn ffn(
         &mut self,
@@ -336,12 +369,13 @@ impl<'m> Builder<'m> {
         down: WeightId,
         down_b: Option<WeightId>,
         kind: GluKind,
+        scaled: bool,
     ) -> NodeId {
-        let u = self.linear(up, up_b, x);
-        let g = self.linear(gate, gate_b, x);
+        let u = self.ffn_proj(up, up_b, x, scaled);
+        let g = self.ffn_proj(gate, gate_b, x, scaled);
         let (n0, n1) = (self.ne0(g), self.ne1(g));
         let h = self.push("glu", Op::Glu { gate: g, up: u, kind }, n0, n1);
-        self.linear(down, down_b, h)
+        self.ffn_proj(down, down_b, h, scaled)
     }
 
     /// `build_moe_ffn` with softmax gating and SiLU experts.
@@ -371,6 +405,12 @@ impl<'m> Builder<'m> {
         }
         let n_ff = self.weights[up_exps.0].ne[1] as usize;
         let n_embd = self.weights[down_exps.0].ne[1] as usize;
+        let n_exp = self.weights[up_exps.0].ne[2];
+        let (up_s, gate_s, down_s) = (
+            self.scale_of(up_exps, n_exp),
+            self.scale_of(gate_exps, n_exp),
+            self.scale_of(down_exps, n_exp),
+        );
         let up = self.push(
             "moe_up",
             Op::MulMatId {
@@ -378,6 +418,7 @@ impl<'m> Builder<'m> {
                 x,
                 ids,
                 n_used,
+                scale: up_s,
             },
             n_ff,
             n_used * t,
@@ -389,6 +430,7 @@ impl<'m> Builder<'m> {
                 x,
                 ids,
                 n_used,
+                scale: gate_s,
             },
             n_ff,
             n_used * t,
@@ -410,6 +452,7 @@ impl<'m> Builder<'m> {
                 x: par,
                 ids,
                 n_used,
+                scale: down_s,
             },
             n_embd,
             n_used * t,

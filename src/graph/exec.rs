@@ -386,8 +386,21 @@ impl Executor {
                     }
                 }
             }
-            Op::MulMatId { w, x, ids, n_used } => {
-                self.mul_mat_id(g, node, model, *w, *x, *ids, *n_used)?;
+            Op::MulMatId {
+                w,
+                x,
+                ids,
+                n_used,
+                scale,
+            } => {
+                let has_scale = match scale {
+                    Some(s) => {
+                        self.load_vec(model, &g.weights[s.0])?;
+                        true
+                    }
+                    None => false,
+                };
+                self.mul_mat_id(g, node, model, *w, *x, *ids, *n_used, has_scale)?;
             }
             Op::Rope {
                 src,
@@ -523,6 +536,7 @@ impl Executor {
         x: NodeId,
         ids: NodeId,
         n_used: usize,
+        scaled: bool,
     ) -> Result<(), ExecError> {
         let nodes = &g.nodes;
         let wr = &g.weights[w.0];
@@ -587,8 +601,15 @@ impl Executor {
                 &mut self.mat,
             );
             let dst = &mut self.arena[node.offset..node.offset + node.len()];
+            let s = if scaled { self.wvec[e] } else { 1.0 };
             for (r, &(_, drow)) in rows.iter().enumerate() {
-                dst[drow * n..(drow + 1) * n].copy_from_slice(&self.tmp2[r * n..(r + 1) * n]);
+                let out = &mut dst[drow * n..(drow + 1) * n];
+                out.copy_from_slice(&self.tmp2[r * n..(r + 1) * n]);
+                if scaled {
+                    for v in out.iter_mut() {
+                        *v *= s;
+                    }
+                }
             }
             self.expert_rows[e] = rows;
         }

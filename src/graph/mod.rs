@@ -70,12 +70,14 @@ pub enum Op {
     /// MUL_MAT(w, x): `w` is [k, n] (n rows of k), `x` [k, m] → [n, m].
     MulMat { w: WeightId, x: NodeId },
     /// MUL_MAT_ID(w, x, ids): `w` is [k, n, n_expert]; `ids` [n_used, T] expert ids; `x` is
-    /// [k, T] (broadcast to every slot) or [k, n_used*T] → [n, n_used*T].
+    /// [k, T] (broadcast to every slot) or [k, n_used*T] → [n, n_used*T]; each expert's
+    /// rows times its per-expert scale when `scale` ([n_expert]) is given.
     MulMatId {
         w: WeightId,
         x: NodeId,
         ids: NodeId,
         n_used: usize,
+        scale: Option<WeightId>,
     },
     /// ROPE (`ggml_rope_ext`) of each head (`head_dim` values) at the tokens' positions.
     Rope {

@@ -102,6 +102,12 @@ impl ArchParams {
         let rope_scaling = RopeScaling::from_name(&scaling_name)
             .ok_or_else(|| format!("{arch}: unknown rope.scaling.type '{scaling_name}'"))?;
         let n_vocab = model.vocab.tokens.len();
+        let mistral3 = arch == "mistral3";
+        if mistral3 && f("attention.temperature_scale", 0.0) != 0.0 {
+            return Err(format!(
+                "{arch}: attention temperature scaling (attention.temperature_scale) is not supported by llama-hotswap's engine yet"
+            ));
+        }
         // of the supported architectures only gemma3 reads a sliding window (upstream turns
         // phi3's off; llama, mistral3 and the qwens ignore the key)
         let n_swa = if arch == "gemma3" { hp.n_swa } else { 0 };
@@ -128,22 +134,43 @@ impl ArchParams {
             rope_freq_scale: hp.rope_freq_scale_train,
             rope_scaling,
             rope_attn_factor: f("rope.scaling.attn_factor", 1.0),
-            yarn_ext_factor: f("rope.scaling.yarn_ext_factor", -1.0),
-            yarn_attn_factor: f("rope.scaling.yarn_attn_factor", 1.0),
-            yarn_beta_fast: f("rope.scaling.yarn_beta_fast", 32.0),
-            yarn_beta_slow: f("rope.scaling.yarn_beta_slow", 1.0),
-            attention_scale: f("attention.scale", 0.0),
+            // upstream's defaults; of the supported architectures only mistral3 reads the
+            // yarn betas from the file
+            yarn_ext_factor: -1.0,
+            yarn_attn_factor: 1.0,
+            yarn_beta_fast: if mistral3 {
+                f("rope.scaling.yarn_beta_fast", 32.0)
+            } else {
+                32.0
+            },
+            yarn_beta_slow: if mistral3 {
+                f("rope.scaling.yarn_beta_slow", 1.0)
+            } else {
+                1.0
+            },
+            // no supported architecture reads attention.scale (gemma3 derives its own)
+            attention_scale: 0.0,
             n_expert: hp.n_expert as usize,
             n_expert_used: hp.n_expert_used as usize,
-            n_ff_exp: u("expert_feed_forward_length", 0) as usize,
-            expert_weights_scale: f("expert_weights_scale", 0.0),
-            expert_weights_norm: m.get_bool(&key("expert_weights_norm")).unwrap_or(false),
+            n_ff_exp: if arch == "qwen3moe" {
+                u("expert_feed_forward_length", 0) as usize
+            } else {
+                0
+            },
+            // llama and qwen3moe pass upstream's defaults (scale 0: none; norm: always)
+            expert_weights_scale: 0.0,
+            expert_weights_norm: true,
             n_swa,
             swa_layers,
             rope_freq_base_swa: f("rope.freq_base_swa", 10000.0),
             rope_freq_scale_swa: 1.0,
-            final_logit_softcap: f("final_logit_softcapping", 0.0),
-            attn_logit_softcap: f("attn_logit_softcapping", 0.0),
+            // read by gemma3 only; no supported architecture soft-caps attention logits
+            final_logit_softcap: if arch == "gemma3" {
+                f("final_logit_softcapping", 0.0)
+            } else {
+                0.0
+            },
+            attn_logit_softcap: 0.0,
             causal: m.get_bool(&key("attention.causal")).unwrap_or(true),
         })
     }

@@ -57,7 +57,7 @@ pub fn build(b: &mut Builder) -> Result<(NodeId, NodeId), BuildError> {
         let cur = b.rms_norm(cur, Some(post_attn), hp.eps_rms);
         let sa_out = b.add(cur, Operand::Node(inp));
         let cur = b.rms_norm(sa_out, Some(ffn_norm), hp.eps_rms);
-        let cur = b.ffn(cur, up, None, gate, None, down, None, GluKind::Geglu);
+        let cur = b.ffn(cur, up, None, gate, None, down, None, GluKind::Geglu, false);
         let cur = b.rms_norm(cur, Some(post_ffw), hp.eps_rms);
         inp = b.add(cur, Operand::Node(sa_out));
     }

@@ -15,6 +15,11 @@ pub struct Variant {
     pub qk_norm: bool,
     /// llama-3 frequency factors (`rope_freqs.weight`) when present (llama, mistral3).
     pub rope_freqs: bool,
+    /// FFN biases and per-tensor scales, as each architecture passes them to `build_ffn`.
+    pub ffn_bias: bool,
+    pub ffn_scale: bool,
+    /// `output.bias` added to the logits (qwen2).
+    pub output_bias: bool,
 }
 
 impl Variant {
@@ -24,16 +29,25 @@ impl Variant {
                 rope: RopeMode::Norm,
                 qk_norm: false,
                 rope_freqs: true,
+                ffn_bias: true,
+                ffn_scale: true,
+                output_bias: false,
             },
             "qwen2" => Variant {
                 rope: RopeMode::Neox,
                 qk_norm: false,
                 rope_freqs: false,
+                ffn_bias: false,
+                ffn_scale: false,
+                output_bias: true,
             },
             "qwen3" | "qwen3moe" => Variant {
                 rope: RopeMode::Neox,
                 qk_norm: true,
                 rope_freqs: false,
+                ffn_bias: false,
+                ffn_scale: true,
+                output_bias: false,
             },
             _ => return None,
         })
@@ -104,10 +118,16 @@ pub fn build(b: &mut Builder, var: Variant) -> Result<(NodeId, NodeId), BuildErr
             let up = b.lw(il, "ffn_up.weight", &[n_embd, n_ff])?;
             let gate = b.lw(il, "ffn_gate.weight", &[n_embd, n_ff])?;
             let down = b.lw(il, "ffn_down.weight", &[n_ff, n_embd])?;
-            let up_b = b.lw_opt(il, "ffn_up.bias", &[n_ff])?;
-            let gate_b = b.lw_opt(il, "ffn_gate.bias", &[n_ff])?;
-            let down_b = b.lw_opt(il, "ffn_down.bias", &[n_embd])?;
-            b.ffn(cur, up, up_b, gate, gate_b, down, down_b, GluKind::Swiglu)
+            let (up_b, gate_b, down_b) = if var.ffn_bias {
+                (
+                    b.lw_opt(il, "ffn_up.bias", &[n_ff])?,
+                    b.lw_opt(il, "ffn_gate.bias", &[n_ff])?,
+                    b.lw_opt(il, "ffn_down.bias", &[n_embd])?,
+                )
+            } else {
+                (None, None, None)
+            };
+            b.ffn(cur, up, up_b, gate, gate_b, down, down_b, GluKind::Swiglu, var.ffn_scale)
         } else {
             let n_ff = if hp.n_ff_exp > 0 {
                 hp.n_ff_exp as i64
@@ -133,6 +153,11 @@ pub fn build(b: &mut Builder, var: Variant) -> Result<(NodeId, NodeId), BuildErr
         inp = b.add(cur, Operand::Node(ffn_inp));
     }
     let embd = b.rms_norm(inp, Some(output_norm), hp.eps_rms);
-    let logits = b.mul_mat(output, embd);
+    let output_b = if var.output_bias {
+        b.weight_opt("output.bias", &[n_vocab])?
+    } else {
+        None
+    };
+    let logits = b.linear(output, output_b, embd);
     Ok((logits, embd))
 }

@@ -58,7 +58,7 @@ pub fn build(b: &mut Builder, n_ctx_seq: u32) -> Result<(NodeId, NodeId), BuildE
         if let Some(bias) = ffn_norm_b {
             x = b.add(x, Operand::Weight(bias));
         }
-        let gu = b.mul_mat(up, x);
+        let gu = b.mul_mat_raw(up, x);
         let gate = b.view(gu, 0, n_ff as usize);
         let upv = b.view(gu, n_ff as usize, n_ff as usize);
         let t = b.ne1(gate);
@@ -72,7 +72,7 @@ pub fn build(b: &mut Builder, n_ctx_seq: u32) -> Result<(NodeId, NodeId), BuildE
             n_ff as usize,
             t,
         );
-        let ffn_out = b.mul_mat(down, h);
+        let ffn_out = b.mul_mat_raw(down, h);
         inp = b.add(residual, Operand::Node(ffn_out));
     }
     let mut embd = b.rms_norm(inp, Some(output_norm), hp.eps_rms);

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use llama::context::{Context, ContextParams};
 use llama::gguf::fixtures::{llama_tensor_specs, tensor_values, tiny_llama, tiny_moe, TinyLlamaOpts};
+use llama::device::{Registry, SplitMode};
 use llama::gguf::{GgmlType, GgufWriter};
 use llama::graph::params::RopeOverrides;
 use llama::loader::place::PlacementParams;
@@ -35,22 +36,34 @@ fn write(w: &GgufWriter, path: &Path) {
 }
 
 fn load_model(path: &Path, hotswap: bool) -> Arc<Model> {
+    load_placed(path, hotswap, PlacementParams::default(), LoadMode::Auto)
+}
+
+fn load_placed(path: &Path, hotswap: bool, placement: PlacementParams, mode: LoadMode) -> Arc<Model> {
     Arc::new(
         load(
             ModelSource::Path(path.to_path_buf()),
             LoadOptions {
-                load_mode: LoadMode::Auto,
+                load_mode: mode,
                 vocab_only: false,
                 no_alloc: false,
                 check_tensors: false,
                 overrides: Vec::new(),
                 progress: Some(&mut |_| true),
-                placement: PlacementParams::default(),
+                placement,
                 hotswap,
             },
         )
         .unwrap(),
     )
+}
+
+fn vgpus(split: SplitMode) -> PlacementParams {
+    PlacementParams {
+        registry: Box::leak(Box::new(Registry::with_virtual_gpus(&[64 << 20, 64 << 20]))),
+        split_mode: split,
+        ..Default::default()
+    }
 }
 
 fn params() -> ContextParams {
@@ -311,11 +324,16 @@ fn graph_is_reused_until_the_shape_or_the_generation_changes() {
 
 #[test]
 fn hot_swap_takes_effect_at_the_next_decode_and_swaps_back_bit_identical() {
-    let dir = tempdir("swap");
+    let placements: Vec<(&str, fn() -> PlacementParams)> = vec![
+        ("cpu", || PlacementParams {
+            registry: Box::leak(Box::new(Registry::with_virtual_gpus(&[]))),
+            ..Default::default()
+        }),
+        ("layer", || vgpus(SplitMode::Layer)),
+        ("row", || vgpus(SplitMode::Row)),
+    ];
     let opts = TinyLlamaOpts::default();
     let a = tiny_llama(&opts).unwrap();
-    let path = dir.0.join("m.gguf");
-    write(&a, &path);
     // B: the same model with blk.0.attn_q.weight quantized to Q8_0
     let mut b = GgufWriter::new();
     for (k, v) in a.kvs() {
@@ -331,29 +349,57 @@ fn hot_swap_takes_effect_at_the_next_decode_and_swaps_back_bit_identical() {
         };
         b.add_tensor_f32(&spec.name, &spec.dims, ty, &values).unwrap();
     }
-    let b_path = dir.0.join("b.gguf");
-    write(&b, &b_path);
-
-    let model = load_model(&path, true);
-    let ctx = Context::new(model.clone(), &params()).unwrap();
     let pos: Vec<i32> = (0..8).collect();
-    let (_, first) = decode(&ctx, &PROMPT, &pos, &[0; 8], false);
+    for (label, placement) in placements {
+        for mode in [LoadMode::Auto, LoadMode::None] {
+            let dir = tempdir(&format!("swap-{label}-{mode:?}"));
+            let path = dir.0.join("m.gguf");
+            write(&a, &path);
+            let b_path = dir.0.join("b.gguf");
+            write(&b, &b_path);
 
-    write(&b, &path);
-    let report = llama::hotswap::reload_changed(&model).unwrap();
-    assert!(!report.entries.is_empty(), "the retyped tensor reloads");
-    ctx.engine().kv.clear(true);
-    let (_, swapped) = decode(&ctx, &PROMPT, &pos, &[0; 8], false);
-    let fresh = Context::new(load_model(&b_path, false), &params()).unwrap();
-    let (_, fresh_b) = decode(&fresh, &PROMPT, &pos, &[0; 8], false);
-    assert_ne!(swapped, first, "the swap changes the logits");
-    assert_eq!(swapped, fresh_b, "bit-identical to a fresh load of the new file");
+            let model = load_placed(&path, true, placement(), mode);
+            let ctx = Context::new(model.clone(), &params()).unwrap();
+            let (code, first) = decode(&ctx, &PROMPT, &pos, &[0; 8], false);
+            assert_eq!(code, 0, "{label} {mode:?}");
 
-    write(&a, &path);
-    llama::hotswap::reload_changed(&model).unwrap();
-    ctx.engine().kv.clear(true);
-    let (_, back) = decode(&ctx, &PROMPT, &pos, &[0; 8], false);
-    assert_eq!(back, first, "swapping back is bit-identical to the first run");
+            write(&b, &path);
+            let report = llama::hotswap::reload_changed(&model).unwrap();
+            assert!(!report.entries.is_empty(), "{label} {mode:?}: the retyped tensor reloads");
+            ctx.engine().kv.clear(true);
+            let (_, swapped) = decode(&ctx, &PROMPT, &pos, &[0; 8], false);
+            let fresh = Context::new(load_placed(&b_path, false, placement(), mode), &params()).unwrap();
+            let (_, fresh_b) = decode(&fresh, &PROMPT, &pos, &[0; 8], false);
+            assert_ne!(swapped, first, "{label} {mode:?}: the swap changes the logits");
+            assert_eq!(swapped, fresh_b, "{label} {mode:?}: bit-identical to a fresh load of B");
+
+            write(&a, &path);
+            llama::hotswap::reload_changed(&model).unwrap();
+            ctx.engine().kv.clear(true);
+            let (_, back) = decode(&ctx, &PROMPT, &pos, &[0; 8], false);
+            assert_eq!(back, first, "{label} {mode:?}: swapping back is bit-identical");
+        }
+    }
+}
+
+#[test]
+fn virtual_gpu_placements_compute_the_cpu_result() {
+    let dir = tempdir("vgpu");
+    let path = model_file(&dir, &TinyLlamaOpts::with_type(GgmlType::Q8_0));
+    let pos: Vec<i32> = (0..8).collect();
+    let (_, cpu) = decode(
+        &Context::new(load_model(&path, false), &params()).unwrap(),
+        &PROMPT,
+        &pos,
+        &[0; 8],
+        false,
+    );
+    for split in [SplitMode::Layer, SplitMode::Row] {
+        let m = load_placed(&path, false, vgpus(split), LoadMode::Auto);
+        let (code, got) = decode(&Context::new(m, &params()).unwrap(), &PROMPT, &pos, &[0; 8], false);
+        assert_eq!(code, 0);
+        assert_eq!(got, cpu, "{split:?}: row pieces and virtual GPUs give the CPU's logits");
+    }
 }
 
 #[test]

@@ -49,12 +49,13 @@ done
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
     "The capital of France is Paris. The capital of Germany is")"
 passed=0; failed=0
-check() { # NAME MODEL MAX_KL [env...]
+check() { # NAME MODEL MAX_KL [MARGIN=0.25 for quantized, 0 otherwise] [env...]
     local name=$1 file=$2 max_kl=$3; shift 3
     local margin=0.25
     [ "$max_kl" = 1e-3 ] && margin=0
+    case "${1:-}" in [0-9]*) margin=$1; shift ;; esac
     local toks="$prompt"
-    if [ "${name#arch-}" != "$name" ]; then toks="1 5 9 17 33 65 100 7 3 2"; fi
+    case "$name" in arch-* | types-*) toks="1 5 9 17 33 65 100 7 3 2" ;; esac
     if ! env "$@" LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/probe_decode" "$file" "$out/$name.upstream.bin" 16 $toks \
         >"$out/$name.upstream.txt" 2>"$out/$name.upstream.err"; then
         echo "FAIL $name: upstream run failed"; tail -3 "$out/$name.upstream.err"; failed=$((failed + 1)); return
@@ -92,6 +93,16 @@ for arch in "${archs[@]}"; do
         check "arch-$(basename "$f" .gguf)" "$f" 1e-3
     done
     if [ "$found" = 0 ]; then echo "FAIL arch-$arch: test-llama-archs wrote no fixture"; failed=$((failed + 1)); fi
+done
+# every weight type the engine computes with, on the llama fixture (256-wide rows) requantized
+# by upstream's llama-quantize (its logits are flat, so top-1 is checked on every position)
+for t in BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K IQ4_NL IQ4_XS; do
+    f="$fixtures/llama-dense.$t.gguf"
+    [ -s "$f" ] || LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" "$fixtures/llama-dense.gguf" "$f.tmp" "$t" \
+        >"$out/quantize-fixture-$t.log" 2>&1 && mv "$f.tmp" "$f" 2>/dev/null || true
+    if [ ! -s "$f" ]; then echo "FAIL types-$t: llama-quantize did not produce $f"; failed=$((failed + 1)); continue; fi
+    kl=1e-2; [ "$t" = BF16 ] && kl=1e-3
+    check "types-${t,,}" "$f" "$kl" 0
 done
 echo "engine: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -176,6 +176,7 @@ const HYBRID_ARCHS: &[&str] = &[
     "nemotron_h_moe",
     "qwen3next",
     "kimi-linear",
+    "bailingmoe3",
     "kimi-k3",
     "glm5-next",
     "qwen35",

@@ -8,8 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use llama::context::{Context, ContextParams};
-use llama::gguf::fixtures::{llama_tensor_specs, tensor_values, tiny_llama, tiny_moe, TinyLlamaOpts};
 use llama::device::{Registry, SplitMode};
+use llama::gguf::fixtures::{
+    llama_tensor_specs, tensor_values, tiny_llama, tiny_moe, TinyLlamaOpts,
+};
 use llama::gguf::{GgmlType, GgufWriter};
 use llama::graph::params::RopeOverrides;
 use llama::loader::place::PlacementParams;
@@ -39,7 +41,12 @@ fn load_model(path: &Path, hotswap: bool) -> Arc<Model> {
     load_placed(path, hotswap, PlacementParams::default(), LoadMode::Auto)
 }
 
-fn load_placed(path: &Path, hotswap: bool, placement: PlacementParams, mode: LoadMode) -> Arc<Model> {
+fn load_placed(
+    path: &Path,
+    hotswap: bool,
+    placement: PlacementParams,
+    mode: LoadMode,
+) -> Arc<Model> {
     Arc::new(
         load(
             ModelSource::Path(path.to_path_buf()),
@@ -97,7 +104,13 @@ fn params() -> ContextParams {
 
 /// Decodes tokens (positions and sequence given, all logits unless `last_only`); returns the
 /// code and the logits rows.
-fn decode(ctx: &Context, tokens: &[i32], pos: &[i32], seq: &[i32], last_only: bool) -> (i32, Vec<f32>) {
+fn decode(
+    ctx: &Context,
+    tokens: &[i32],
+    pos: &[i32],
+    seq: &[i32],
+    last_only: bool,
+) -> (i32, Vec<f32>) {
     {
         let mut e = ctx.engine();
         e.raw.clear();
@@ -106,7 +119,7 @@ fn decode(ctx: &Context, tokens: &[i32], pos: &[i32], seq: &[i32], last_only: bo
         e.raw.pos.extend_from_slice(pos);
         e.raw.has_seq = true;
         e.raw.seq_flat.extend_from_slice(seq);
-        e.raw.seq_n.extend(std::iter::repeat_n(1, tokens.len()));
+        e.raw.seq_n.extend(std::iter::repeat(1).take(tokens.len()));
         e.raw.has_output = true;
         e.raw
             .output
@@ -119,7 +132,10 @@ fn decode(ctx: &Context, tokens: &[i32], pos: &[i32], seq: &[i32], last_only: bo
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 fn model_file(dir: &TempDir, opts: &TinyLlamaOpts) -> PathBuf {
@@ -269,17 +285,57 @@ fn hostile_batches_get_upstreams_codes_and_leave_memory_intact() {
     assert_eq!(decode(&ctx, &[], &[], &[], false).0, -1, "empty batch");
     let big: Vec<i32> = vec![1; 65];
     let big_pos: Vec<i32> = (0..65).collect();
-    assert_eq!(decode(&ctx, &big, &big_pos, &[0; 65], false).0, -1, "n_tokens > n_batch");
-    assert_eq!(decode(&ctx, &[n_vocab], &[0], &[0], false).0, -1, "token id = n_vocab");
-    assert_eq!(decode(&ctx, &[-1], &[0], &[0], false).0, -1, "negative token id");
-    assert_eq!(decode(&ctx, &[1], &[0], &[4], false).0, -1, "seq_id = n_seq_max");
-    assert_eq!(decode(&ctx, &[1], &[0], &[-1], false).0, -1, "negative seq_id");
-    assert_eq!(decode(&ctx, &[1, 2], &[1, 0], &[0, 0], false).0, -1, "positions backwards");
-    assert_eq!(decode(&ctx, &[1, 2], &[0, 2], &[0, 0], false).0, -1, "gap in positions");
-    assert_eq!(ctx.engine().kv.cells.used(), 0, "refused batches leave no trace");
+    assert_eq!(
+        decode(&ctx, &big, &big_pos, &[0; 65], false).0,
+        -1,
+        "n_tokens > n_batch"
+    );
+    assert_eq!(
+        decode(&ctx, &[n_vocab], &[0], &[0], false).0,
+        -1,
+        "token id = n_vocab"
+    );
+    assert_eq!(
+        decode(&ctx, &[-1], &[0], &[0], false).0,
+        -1,
+        "negative token id"
+    );
+    assert_eq!(
+        decode(&ctx, &[1], &[0], &[4], false).0,
+        -1,
+        "seq_id = n_seq_max"
+    );
+    assert_eq!(
+        decode(&ctx, &[1], &[0], &[-1], false).0,
+        -1,
+        "negative seq_id"
+    );
+    assert_eq!(
+        decode(&ctx, &[1, 2], &[1, 0], &[0, 0], false).0,
+        -1,
+        "positions backwards"
+    );
+    assert_eq!(
+        decode(&ctx, &[1, 2], &[0, 2], &[0, 0], false).0,
+        -1,
+        "gap in positions"
+    );
+    assert_eq!(
+        ctx.engine().kv.cells.used(),
+        0,
+        "refused batches leave no trace"
+    );
     assert_eq!(decode(&ctx, &[1, 2], &[0, 1], &[0, 0], false).0, 0);
-    assert_eq!(decode(&ctx, &[3], &[5], &[0], false).0, -1, "does not continue the memory");
-    assert_eq!(decode(&ctx, &[3], &[1], &[0], false).0, -1, "overlaps the memory");
+    assert_eq!(
+        decode(&ctx, &[3], &[5], &[0], false).0,
+        -1,
+        "does not continue the memory"
+    );
+    assert_eq!(
+        decode(&ctx, &[3], &[1], &[0], false).0,
+        -1,
+        "overlaps the memory"
+    );
     assert_eq!(ctx.engine().kv.seq_pos_max(0), 1);
     // full cache → 1, nothing changed
     let mut small = params();
@@ -312,7 +368,11 @@ fn graph_is_reused_until_the_shape_or_the_generation_changes() {
     for i in 8..12 {
         decode(&ctx, &[5], &[i], &[0], true);
     }
-    assert_eq!(ctx.engine().n_graph_builds, 2, "single-token steps share one graph");
+    assert_eq!(
+        ctx.engine().n_graph_builds,
+        2,
+        "single-token steps share one graph"
+    );
     model
         .generation
         .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
@@ -324,7 +384,8 @@ fn graph_is_reused_until_the_shape_or_the_generation_changes() {
 
 #[test]
 fn hot_swap_takes_effect_at_the_next_decode_and_swaps_back_bit_identical() {
-    let placements: Vec<(&str, fn() -> PlacementParams)> = vec![
+    type Placement = fn() -> PlacementParams;
+    let placements: Vec<(&str, Placement)> = vec![
         ("cpu", || PlacementParams {
             registry: Box::leak(Box::new(Registry::with_virtual_gpus(&[]))),
             ..Default::default()
@@ -341,13 +402,19 @@ fn hot_swap_takes_effect_at_the_next_decode_and_swaps_back_bit_identical() {
     }
     for spec in llama_tensor_specs(&opts) {
         let count = spec.dims.iter().product::<i64>() as usize;
-        let values = tensor_values(opts.seed, &spec.name, count, spec.name.ends_with("_norm.weight"));
+        let values = tensor_values(
+            opts.seed,
+            &spec.name,
+            count,
+            spec.name.ends_with("_norm.weight"),
+        );
         let ty = if spec.name == "blk.0.attn_q.weight" {
             GgmlType::Q8_0
         } else {
             spec.ggml_type
         };
-        b.add_tensor_f32(&spec.name, &spec.dims, ty, &values).unwrap();
+        b.add_tensor_f32(&spec.name, &spec.dims, ty, &values)
+            .unwrap();
     }
     let pos: Vec<i32> = (0..8).collect();
     for (label, placement) in placements {
@@ -365,19 +432,32 @@ fn hot_swap_takes_effect_at_the_next_decode_and_swaps_back_bit_identical() {
 
             write(&b, &path);
             let report = llama::hotswap::reload_changed(&model).unwrap();
-            assert!(!report.entries.is_empty(), "{label} {mode:?}: the retyped tensor reloads");
+            assert!(
+                !report.entries.is_empty(),
+                "{label} {mode:?}: the retyped tensor reloads"
+            );
             ctx.engine().kv.clear(true);
             let (_, swapped) = decode(&ctx, &PROMPT, &pos, &[0; 8], false);
-            let fresh = Context::new(load_placed(&b_path, false, placement(), mode), &params()).unwrap();
+            let fresh =
+                Context::new(load_placed(&b_path, false, placement(), mode), &params()).unwrap();
             let (_, fresh_b) = decode(&fresh, &PROMPT, &pos, &[0; 8], false);
-            assert_ne!(swapped, first, "{label} {mode:?}: the swap changes the logits");
-            assert_eq!(swapped, fresh_b, "{label} {mode:?}: bit-identical to a fresh load of B");
+            assert_ne!(
+                swapped, first,
+                "{label} {mode:?}: the swap changes the logits"
+            );
+            assert_eq!(
+                swapped, fresh_b,
+                "{label} {mode:?}: bit-identical to a fresh load of B"
+            );
 
             write(&a, &path);
             llama::hotswap::reload_changed(&model).unwrap();
             ctx.engine().kv.clear(true);
             let (_, back) = decode(&ctx, &PROMPT, &pos, &[0; 8], false);
-            assert_eq!(back, first, "{label} {mode:?}: swapping back is bit-identical");
+            assert_eq!(
+                back, first,
+                "{label} {mode:?}: swapping back is bit-identical"
+            );
         }
     }
 }
@@ -396,9 +476,18 @@ fn virtual_gpu_placements_compute_the_cpu_result() {
     );
     for split in [SplitMode::Layer, SplitMode::Row] {
         let m = load_placed(&path, false, vgpus(split), LoadMode::Auto);
-        let (code, got) = decode(&Context::new(m, &params()).unwrap(), &PROMPT, &pos, &[0; 8], false);
+        let (code, got) = decode(
+            &Context::new(m, &params()).unwrap(),
+            &PROMPT,
+            &pos,
+            &[0; 8],
+            false,
+        );
         assert_eq!(code, 0);
-        assert_eq!(got, cpu, "{split:?}: row pieces and virtual GPUs give the CPU's logits");
+        assert_eq!(
+            got, cpu,
+            "{split:?}: row pieces and virtual GPUs give the CPU's logits"
+        );
     }
 }
 

@@ -115,7 +115,13 @@ fn getters_report_upstreams_resolved_values() {
         assert_eq!(context::llama_n_threads(c), 1);
         assert_eq!(context::llama_n_threads_batch(c), 2);
         context::llama_set_n_threads(c, 3, 4);
-        assert_eq!((context::llama_n_threads(c), context::llama_n_threads_batch(c)), (3, 4));
+        assert_eq!(
+            (
+                context::llama_n_threads(c),
+                context::llama_n_threads_batch(c)
+            ),
+            (3, 4)
+        );
         assert!(context::llama_get_causal_attn(c));
         context::llama_set_causal_attn(c, false);
         assert!(!context::llama_get_causal_attn(c));
@@ -123,7 +129,10 @@ fn getters_report_upstreams_resolved_values() {
         assert_eq!(context::llama_pooling_type(c).0, 0);
         assert!(!context::llama_get_memory(c).is_null());
         assert!(memory::llama_memory_can_shift(context::llama_get_memory(c)));
-        assert!(context::llama_get_logits(c).is_null(), "no logits before a decode");
+        assert!(
+            context::llama_get_logits(c).is_null(),
+            "no logits before a decode"
+        );
         // n_ctx 100 pads to 256; n_batch is capped at n_ctx
         let mut p = llama_context_default_params();
         p.n_ctx = 100;
@@ -173,7 +182,12 @@ fn hostile_batches_through_the_c_api() {
         assert_eq!(batch::llama_decode(c, bad.batch()), -1);
         // more tokens than n_batch
         let n = 33;
-        let mut bad = Owned::new(&vec![1; n], &(0..n as i32).collect::<Vec<_>>(), &vec![0; n], &vec![0; n]);
+        let mut bad = Owned::new(
+            &vec![1; n],
+            &(0..n as i32).collect::<Vec<_>>(),
+            &vec![0; n],
+            &vec![0; n],
+        );
         assert_eq!(batch::llama_decode(c, bad.batch()), -1);
         // input embeddings: refused (not supported yet)
         let mut e = vec![0.0f32; 64];
@@ -182,7 +196,11 @@ fn hostile_batches_through_the_c_api() {
         b.embd = e.as_mut_ptr();
         assert_eq!(batch::llama_decode(c, b), -1);
         let mem = context::llama_get_memory(c);
-        assert_eq!(memory::llama_memory_seq_pos_max(mem, 0), -1, "nothing was stored");
+        assert_eq!(
+            memory::llama_memory_seq_pos_max(mem, 0),
+            -1,
+            "nothing was stored"
+        );
 
         // a good batch, then logits lookups
         assert_eq!(batch::llama_decode(c, ok.batch()), 0);
@@ -190,7 +208,10 @@ fn hostile_batches_through_the_c_api() {
         let last = context::llama_get_logits_ith(c, 2);
         assert!(!last.is_null());
         assert_eq!(context::llama_get_logits_ith(c, -1), last);
-        assert!(context::llama_get_logits_ith(c, 0).is_null(), "token 0 had no output");
+        assert!(
+            context::llama_get_logits_ith(c, 0).is_null(),
+            "token 0 had no output"
+        );
         assert!(context::llama_get_logits_ith(c, 3).is_null());
         assert!(context::llama_get_logits_ith(c, -2).is_null());
         // positions going backwards / not continuing the memory
@@ -199,17 +220,27 @@ fn hostile_batches_through_the_c_api() {
         assert_eq!(memory::llama_memory_seq_pos_max(mem, 0), 2);
         // llama_batch_get_one continues the positions
         let mut tok = [5];
-        assert_eq!(batch::llama_decode(c, batch::llama_batch_get_one(tok.as_mut_ptr(), 1)), 0);
+        assert_eq!(
+            batch::llama_decode(c, batch::llama_batch_get_one(tok.as_mut_ptr(), 1)),
+            0
+        );
         assert_eq!(memory::llama_memory_seq_pos_max(mem, 0), 3);
         // memory API through the handle
         memory::llama_memory_seq_cp(mem, 0, 1, -1, -1);
         assert_eq!(memory::llama_memory_seq_pos_min(mem, 1), 0);
         assert!(memory::llama_memory_seq_rm(mem, 1, 2, -1));
         assert_eq!(memory::llama_memory_seq_pos_max(mem, 1), 1);
-        assert!(!memory::llama_memory_seq_rm(mem, 7, -1, -1), "seq id >= n_seq_max");
+        assert!(
+            !memory::llama_memory_seq_rm(mem, 7, -1, -1),
+            "seq id >= n_seq_max"
+        );
         assert_eq!(memory::llama_memory_seq_pos_max(mem, 7), -1);
         memory::llama_memory_seq_keep(mem, 1);
-        assert_eq!(memory::llama_memory_seq_pos_max(mem, 0), -1, "only sequence 1 is kept");
+        assert_eq!(
+            memory::llama_memory_seq_pos_max(mem, 0),
+            -1,
+            "only sequence 1 is kept"
+        );
         assert_eq!(memory::llama_memory_seq_pos_max(mem, 1), 1);
         memory::llama_memory_clear(mem, true);
         assert_eq!(memory::llama_memory_seq_pos_max(mem, 1), -1);
@@ -259,7 +290,8 @@ fn unsupported_architecture_fails_context_creation() {
     w.set("general.architecture", "starcoder2");
     for t in base.tensors() {
         if let llama::gguf::writer::TensorData::Bytes(b) = &t.data {
-            w.add_tensor(&t.name, &t.dims, t.ggml_type, b.clone()).unwrap();
+            w.add_tensor(&t.name, &t.dims, t.ggml_type, b.clone())
+                .unwrap();
         }
     }
     w.write_to(&path).unwrap();
@@ -297,7 +329,8 @@ fn extended_batches_decode_like_llama_batch() {
         let mut plain = Owned::new(&[1, 7, 9], &[0, 1, 2], &[0, 0, 0], &[0, 1, 1]);
         assert_eq!(batch::llama_decode(c, plain.batch()), 0);
         let n_vocab = 320;
-        let want: Vec<f32> = std::slice::from_raw_parts(context::llama_get_logits(c), 2 * n_vocab).to_vec();
+        let want: Vec<f32> =
+            std::slice::from_raw_parts(context::llama_get_logits(c), 2 * n_vocab).to_vec();
         memory::llama_memory_clear(context::llama_get_memory(c), true);
 
         let b = batch::llama_batch_ext_init(c);
@@ -309,8 +342,16 @@ fn extended_batches_decode_like_llama_batch() {
             assert!(batch::llama_batch_ext_set_pos(b, idx, &p));
             assert!(batch::llama_batch_ext_set_output_logits(b, idx, i > 0));
         }
-        assert_eq!(batch::llama_batch_ext_add_token(b, 2, 1), -3, "seq id >= n_seq_max");
-        assert_eq!(batch::llama_batch_ext_add_token(b, 0, 999), -2, "token id >= n_vocab");
+        assert_eq!(
+            batch::llama_batch_ext_add_token(b, 2, 1),
+            -3,
+            "seq id >= n_seq_max"
+        );
+        assert_eq!(
+            batch::llama_batch_ext_add_token(b, 0, 999),
+            -2,
+            "token id >= n_vocab"
+        );
         assert!(!batch::llama_batch_ext_set_pos(b, 99, &0));
         // drop the entry left without a token by the -2 above: rebuild
         batch::llama_batch_ext_clear(b);
@@ -323,7 +364,11 @@ fn extended_batches_decode_like_llama_batch() {
         assert_eq!(batch::llama_process(c, LlamaProcessType(1), b), 0);
         let got = std::slice::from_raw_parts(context::llama_get_logits(c), 2 * n_vocab);
         assert_eq!(got, &want[..]);
-        assert_eq!(batch::llama_process(c, LlamaProcessType(0), b), -1, "encode");
+        assert_eq!(
+            batch::llama_process(c, LlamaProcessType(0), b),
+            -1,
+            "encode"
+        );
         // an entry without a token id
         batch::llama_batch_ext_clear(b);
         assert_eq!(batch::llama_batch_ext_add(b, 0), 0);

@@ -92,7 +92,9 @@ pub fn validate(
             &[0]
         };
         if ids.is_empty() {
-            return err(format!("init: token {i} has no sequence id (n_seq_id[{i}] = 0)"));
+            return err(format!(
+                "init: token {i} has no sequence id (n_seq_id[{i}] = 0)"
+            ));
         }
         let mut set = SeqSet::default();
         for (s, &id) in ids.iter().enumerate() {

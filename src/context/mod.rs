@@ -137,7 +137,8 @@ impl Context {
         }
         for t in model.tensors.iter() {
             let st = t.read();
-            exec::check_weight(&st, &t.name).map_err(|e| ContextError::Unsupported(e.to_string()))?;
+            exec::check_weight(&st, &t.name)
+                .map_err(|e| ContextError::Unsupported(e.to_string()))?;
         }
         let hp = ArchParams::load(&model).map_err(ContextError::Invalid)?;
         let n_seq_max = p.n_seq_max.max(1);
@@ -167,7 +168,11 @@ impl Context {
         } else {
             p.n_batch
         };
-        let n_ubatch = n_batch.min(if p.n_ubatch == 0 { p.n_batch } else { p.n_ubatch });
+        let n_ubatch = n_batch.min(if p.n_ubatch == 0 {
+            p.n_batch
+        } else {
+            p.n_ubatch
+        });
         n_ctx = n_ctx.div_ceil(CTX_PAD) * CTX_PAD;
         let n_ctx_seq = if p.kv_unified {
             n_ctx
@@ -189,7 +194,11 @@ impl Context {
                 "n_batch and n_ubatch must be greater than zero".into(),
             ));
         }
-        let pooling_type = if p.pooling_type < 0 { 0 } else { p.pooling_type };
+        let pooling_type = if p.pooling_type < 0 {
+            0
+        } else {
+            p.pooling_type
+        };
         if pooling_type != 0 {
             return Err(ContextError::Unsupported(format!(
                 "pooling type {pooling_type} is not supported by llama-hotswap's engine yet (only NONE)"
@@ -349,8 +358,7 @@ impl Context {
             return 1;
         }
         let b = &e.batch;
-        e.kv
-            .apply(&e.slots, &b.pos[start..end], &b.seqs[start..end]);
+        e.kv.apply(&e.slots, &b.pos[start..end], &b.seqs[start..end]);
         e.out_ids.clear();
         for (t, &o) in b.output[start..end].iter().enumerate() {
             if o {
@@ -364,7 +372,13 @@ impl Context {
             generation,
         };
         if e.graph.as_ref().map(|g| g.shape) != Some(shape) {
-            match arch::build(&self.model, &self.hp, e.cparams.rope, shape, e.cparams.n_ctx_seq) {
+            match arch::build(
+                &self.model,
+                &self.hp,
+                e.cparams.rope,
+                shape,
+                e.cparams.n_ctx_seq,
+            ) {
                 Ok(g) => {
                     e.graph = Some(g);
                     e.n_graph_builds += 1;
@@ -393,7 +407,10 @@ impl Context {
         e.exec.set_n_threads(threads.max(1) as usize);
         let abort = &mut e.abort;
         let mut poll = || abort.as_mut().is_some_and(|f| f());
-        if let Err(err) = e.exec.run(graph, &self.model, &mut e.kv, &inputs, &mut poll) {
+        if let Err(err) = e
+            .exec
+            .run(graph, &self.model, &mut e.kv, &inputs, &mut poll)
+        {
             let code = match err {
                 exec::ExecError::Aborted => 2,
                 _ => -3,
@@ -455,13 +472,14 @@ impl Context {
         let mode = arch_rope_mode(&self.model.arch);
         let mut cache = vec![0.0f32; hp.n_rot];
         let mut row = Vec::new();
-        let freq_factors: Option<Vec<f32>> = self.model.tensors.get("rope_freqs.weight").and_then(|t| {
-            let st = t.read();
-            let b = st.host_bytes()?;
-            let mut v = vec![0.0; (st.layout.ne[0]) as usize];
-            crate::graph::kernel_api::dequantize_row(st.layout.ggml_type, b, &mut v);
-            Some(v)
-        });
+        let freq_factors: Option<Vec<f32>> =
+            self.model.tensors.get("rope_freqs.weight").and_then(|t| {
+                let st = t.read();
+                let b = st.host_bytes()?;
+                let mut v = vec![0.0; (st.layout.ne[0]) as usize];
+                crate::graph::kernel_api::dequantize_row(st.layout.ggml_type, b, &mut v);
+                Some(v)
+            });
         for il in 0..hp.n_layer {
             let swa = hp.swa_layers[il];
             let r = e.cparams.rope;
@@ -469,8 +487,16 @@ impl Context {
                 n_rot: hp.n_rot,
                 mode,
                 n_ctx_orig: r.n_ctx_orig,
-                freq_base: if swa { hp.rope_freq_base_swa } else { r.freq_base },
-                freq_scale: if swa { hp.rope_freq_scale_swa } else { r.freq_scale },
+                freq_base: if swa {
+                    hp.rope_freq_base_swa
+                } else {
+                    r.freq_base
+                },
+                freq_scale: if swa {
+                    hp.rope_freq_scale_swa
+                } else {
+                    r.freq_scale
+                },
                 ext_factor: r.ext_factor,
                 attn_factor: 1.0,
                 beta_fast: r.beta_fast,

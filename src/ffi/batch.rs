@@ -234,16 +234,15 @@ unsafe fn copy_batch(ctx: &crate::context::Context, batch: &llama_batch) -> Resu
             }
             if batch.seq_id.is_null() {
                 // no ids given: sequence 0, as upstream's default
-                raw.seq_flat.extend(std::iter::repeat_n(0, k as usize));
+                raw.seq_flat.extend(std::iter::repeat(0).take(k as usize));
             } else {
                 let row = unsafe { *batch.seq_id.add(i) };
                 if row.is_null() && k > 0 {
                     return Err(format!("init: seq_id[{i}] is NULL"));
                 }
                 if k > 0 {
-                    raw.seq_flat.extend_from_slice(unsafe {
-                        std::slice::from_raw_parts(row, k as usize)
-                    });
+                    raw.seq_flat
+                        .extend_from_slice(unsafe { std::slice::from_raw_parts(row, k as usize) });
                 }
             }
             raw.seq_n.push(k as usize);

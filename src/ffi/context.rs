@@ -7,8 +7,8 @@
 use std::ffi::c_void;
 
 use super::handles::{self, llama_context, llama_model};
-use super::FfiError;
 use super::types::*;
+use super::FfiError;
 
 // ---------------------------------------------------------------------------------------------
 // Lifecycle
@@ -110,11 +110,7 @@ unsafe impl Send for AbortCallback {}
 ///
 /// # Safety
 /// `ctx` must be a live context.
-unsafe fn set_abort(
-    ctx: *mut llama_context,
-    cb: ggml_abort_callback,
-    data: *mut c_void,
-) {
+unsafe fn set_abort(ctx: *mut llama_context, cb: ggml_abort_callback, data: *mut c_void) {
     // SAFETY: per the contract.
     let Ok(handle) = (unsafe { handles::context(ctx) }) else {
         return;
@@ -246,11 +242,15 @@ pub unsafe extern "C" fn llama_get_memory(ctx: *const llama_context) -> llama_me
 /// context.
 #[no_mangle]
 pub unsafe extern "C" fn llama_pooling_type(ctx: *const llama_context) -> LlamaPoolingType {
-    boundary!("llama_pooling_type", LlamaPoolingType(llama_pooling_type::LLAMA_POOLING_TYPE_UNSPECIFIED as i32), {
-        // SAFETY: NULL or a live context per the contract.
-        let handle = unsafe { handles::context(ctx) }?;
-        Ok(LlamaPoolingType(handle.inner.engine().cparams.pooling_type))
-    })
+    boundary!(
+        "llama_pooling_type",
+        LlamaPoolingType(llama_pooling_type::LLAMA_POOLING_TYPE_UNSPECIFIED as i32),
+        {
+            // SAFETY: NULL or a live context per the contract.
+            let handle = unsafe { handles::context(ctx) }?;
+            Ok(LlamaPoolingType(handle.inner.engine().cparams.pooling_type))
+        }
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -379,7 +379,11 @@ pub unsafe extern "C" fn llama_get_logits(ctx: *mut llama_context) -> *mut f32 {
         // SAFETY: NULL or a live context per the contract.
         let handle = unsafe { handles::context(ctx) }?;
         let mut e = handle.inner.engine();
-        Ok(if e.logits.is_empty() { std::ptr::null_mut() } else { e.logits.as_mut_ptr() })
+        Ok(if e.logits.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            e.logits.as_mut_ptr()
+        })
     })
 }
 
@@ -407,7 +411,11 @@ pub unsafe extern "C" fn llama_get_embeddings(ctx: *mut llama_context) -> *mut f
         // SAFETY: NULL or a live context per the contract.
         let handle = unsafe { handles::context(ctx) }?;
         let mut e = handle.inner.engine();
-        Ok(if e.embd.is_empty() || !e.cparams.embeddings { std::ptr::null_mut() } else { e.embd.as_mut_ptr() })
+        Ok(if e.embd.is_empty() || !e.cparams.embeddings {
+            std::ptr::null_mut()
+        } else {
+            e.embd.as_mut_ptr()
+        })
     })
 }
 
@@ -421,8 +429,9 @@ pub unsafe extern "C" fn llama_get_embeddings_ith(ctx: *mut llama_context, i: i3
         let mut e = handle.inner.engine();
         let n_embd = handle.inner.hp.n_embd;
         let none = e.embd.is_empty() || !e.cparams.embeddings;
-        let row = output_row(&e, i, none, "no embeddings")
-            .map_err(|why| FfiError::Invalid(format!("invalid embeddings id {i}, reason: {why}")))?;
+        let row = output_row(&e, i, none, "no embeddings").map_err(|why| {
+            FfiError::Invalid(format!("invalid embeddings id {i}, reason: {why}"))
+        })?;
         // SAFETY: row < n_outputs, and the buffer holds n_outputs rows of n_embd.
         Ok(unsafe { e.embd.as_mut_ptr().add(row * n_embd) })
     })
@@ -521,12 +530,7 @@ pub unsafe extern "C" fn llama_set_sampler(
 
 /// Upstream's `output_resolve_row`: the output row of batch index `i` (negative: from the
 /// last output), or why there is none.
-fn output_row(
-    e: &crate::context::Engine,
-    i: i32,
-    none: bool,
-    what: &str,
-) -> Result<usize, String> {
+fn output_row(e: &crate::context::Engine, i: i32, none: bool, what: &str) -> Result<usize, String> {
     if none {
         return Err(what.to_string());
     }
@@ -546,7 +550,9 @@ fn output_row(
         return Err(format!("batch.logits[{i}] != true"));
     }
     if j >= n_outputs {
-        return Err(format!("corrupt output buffer (j={j}, n_outputs={n_outputs})"));
+        return Err(format!(
+            "corrupt output buffer (j={j}, n_outputs={n_outputs})"
+        ));
     }
     Ok(j as usize)
 }

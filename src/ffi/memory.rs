@@ -18,7 +18,9 @@ unsafe fn mem_ctx<'a>(mem: llama_memory_t) -> Result<Option<&'a llama_context>, 
         return Ok(None);
     }
     // SAFETY: per the contract, the handle is a live context.
-    Ok(Some(unsafe { handles::context(mem as *const llama_context) }?))
+    Ok(Some(unsafe {
+        handles::context(mem as *const llama_context)
+    }?))
 }
 
 /// A sequence id checked against the context's `n_seq_max`.
@@ -59,7 +61,11 @@ pub unsafe extern "C" fn llama_memory_seq_rm(
         let Some(ctx) = unsafe { mem_ctx(mem) }? else {
             return Ok(true);
         };
-        let s = if seq_id < 0 { None } else { Some(seq(ctx, seq_id)?) };
+        let s = if seq_id < 0 {
+            None
+        } else {
+            Some(seq(ctx, seq_id)?)
+        };
         Ok(ctx.inner.engine().kv.seq_rm(s, p0, p1))
     })
 }

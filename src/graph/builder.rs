@@ -169,7 +169,9 @@ impl<'m> Builder<'m> {
     /// The `<base>.scale` tensor of weight `<base>.weight` with `len` values, if any.
     fn scale_of(&mut self, w: WeightId, len: i64) -> Option<WeightId> {
         let name = self.weights[w.0].name.strip_suffix(".weight")?.to_string();
-        self.weight_opt(&format!("{name}.scale"), &[len]).ok().flatten()
+        self.weight_opt(&format!("{name}.scale"), &[len])
+            .ok()
+            .flatten()
     }
 
     /// `w x + b` (b optional).
@@ -270,7 +272,12 @@ impl<'m> Builder<'m> {
         let (n0, n1) = (self.ne0(x), self.ne1(x));
         let heads = n0 / head_dim;
         // a reshape to [head_dim, heads*T] is free: the same values, rows of head_dim
-        let y = self.push("rms_norm", Op::RmsNorm { src: x, eps }, head_dim, heads * n1);
+        let y = self.push(
+            "rms_norm",
+            Op::RmsNorm { src: x, eps },
+            head_dim,
+            heads * n1,
+        );
         let y = self.mul(y, Operand::Weight(w));
         // RESHAPE back to [n_head*head_dim, T]: same values (a weight operand broadcasts by
         // its own length, so the MUL is unaffected)
@@ -293,7 +300,11 @@ impl<'m> Builder<'m> {
             n_rot: self.hp.n_rot,
             mode,
             n_ctx_orig: r.n_ctx_orig,
-            freq_base: if swa { self.hp.rope_freq_base_swa } else { r.freq_base },
+            freq_base: if swa {
+                self.hp.rope_freq_base_swa
+            } else {
+                r.freq_base
+            },
             freq_scale: if swa {
                 self.hp.rope_freq_scale_swa
             } else {
@@ -332,8 +343,26 @@ impl<'m> Builder<'m> {
         let hp = self.hp;
         let n_head = hp.n_head[il];
         let n_head_kv = hp.n_head_kv[il];
-        let ks = self.push("k_set", Op::SetRows { src: k, layer: il, v: false }, 0, 0);
-        let vs = self.push("v_set", Op::SetRows { src: v, layer: il, v: true }, 0, 0);
+        let ks = self.push(
+            "k_set",
+            Op::SetRows {
+                src: k,
+                layer: il,
+                v: false,
+            },
+            0,
+            0,
+        );
+        let vs = self.push(
+            "v_set",
+            Op::SetRows {
+                src: v,
+                layer: il,
+                v: true,
+            },
+            0,
+            0,
+        );
         let n_swa = if hp.swa_layers[il] { hp.n_swa } else { 0 };
         let t = self.ne1(q);
         let kqv = self.push(
@@ -374,7 +403,16 @@ impl<'m> Builder<'m> {
         let u = self.ffn_proj(up, up_b, x, scaled);
         let g = self.ffn_proj(gate, gate_b, x, scaled);
         let (n0, n1) = (self.ne0(g), self.ne1(g));
-        let h = self.push("glu", Op::Glu { gate: g, up: u, kind }, n0, n1);
+        let h = self.push(
+            "glu",
+            Op::Glu {
+                gate: g,
+                up: u,
+                kind,
+            },
+            n0,
+            n1,
+        );
         self.ffn_proj(down, down_b, h, scaled)
     }
 
@@ -395,7 +433,15 @@ impl<'m> Builder<'m> {
         let logits = self.mul_mat(gate_inp, x);
         let n_expert = self.ne0(logits);
         let probs = self.push("moe_probs", Op::SoftMax { src: logits }, n_expert, t);
-        let ids = self.push("moe_topk", Op::TopK { src: probs, k: n_used }, n_used, t);
+        let ids = self.push(
+            "moe_topk",
+            Op::TopK {
+                src: probs,
+                k: n_used,
+            },
+            n_used,
+            t,
+        );
         let mut w = self.push("moe_weights", Op::GetRowsIds { src: probs, ids }, n_used, t);
         if norm_w {
             w = self.push("moe_weights_norm", Op::DivSumRows { src: w }, n_used, t);

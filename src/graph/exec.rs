@@ -59,11 +59,11 @@ pub struct Executor {
 
 /// Splits the arena into the destination range (mutable) and source ranges (shared). The
 /// planner guarantees a node never shares its range with a live source; checked here.
-fn carve<'a, const N: usize>(
-    arena: &'a mut [f32],
+fn carve<const N: usize>(
+    arena: &mut [f32],
     dst: (usize, usize),
     srcs: [(usize, usize); N],
-) -> (&'a mut [f32], [&'a [f32]; N]) {
+) -> (&mut [f32], [&[f32]; N]) {
     let (left, rest) = arena.split_at_mut(dst.0);
     let (mid, right) = rest.split_at_mut(dst.1);
     let (left, right): (&[f32], &[f32]) = (left, right);

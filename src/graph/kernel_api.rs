@@ -33,5 +33,7 @@ pub fn mul_mat(
     pool: &ThreadPool,
     scratch: &mut Scratch,
 ) {
-    cpu::mul_mat_rows(ty, w, n_rows, k, x, m, dst, dst_stride, offset, pool, scratch)
+    cpu::mul_mat_rows(
+        ty, w, n_rows, k, x, m, dst, dst_stride, offset, pool, scratch,
+    )
 }

@@ -189,7 +189,9 @@ impl Op {
             | Op::TopK { src, .. }
             | Op::DivSumRows { src }
             | Op::View { src, .. } => vec![*src],
-            Op::Mul { a, b } | Op::Add { a, b } => [Some(*a), node(b)].into_iter().flatten().collect(),
+            Op::Mul { a, b } | Op::Add { a, b } => {
+                [Some(*a), node(b)].into_iter().flatten().collect()
+            }
             Op::MulMat { x, .. } => vec![*x],
             Op::MulMatId { x, ids, .. } => vec![*x, *ids],
             Op::FlashAttnExt { q, deps, .. } => vec![*q, deps[0], deps[1]],
@@ -301,17 +303,20 @@ mod tests {
             node(Op::GetRowsTokens { table: WeightId(0) }, 10),
             node(Op::Silu { src: 0 }, 10),
             node(Op::Silu { src: 1 }, 10),
-            node(Op::Add { a: 2, b: Operand::Node(0) }, 10),
+            node(
+                Op::Add {
+                    a: 2,
+                    b: Operand::Node(0),
+                },
+                10,
+            ),
             node(Op::Silu { src: 3 }, 10),
         ];
         let len = plan_arena(&mut nodes, &[4]);
         // check: for every node i, no node alive at i overlaps it
         for i in 0..nodes.len() {
             for j in 0..i {
-                let alive = nodes[i..]
-                    .iter()
-                    .any(|n| n.op.sources().contains(&j))
-                    || j == i;
+                let alive = nodes[i..].iter().any(|n| n.op.sources().contains(&j)) || j == i;
                 let (a, b) = (&nodes[i], &nodes[j]);
                 let overlap = a.offset < b.offset + b.len() && b.offset < a.offset + a.len();
                 assert!(!(alive && overlap), "node {i} overlaps live node {j}");

@@ -112,7 +112,11 @@ impl ArchParams {
         // phi3's off; llama, mistral3 and the qwens ignore the key)
         let n_swa = if arch == "gemma3" { hp.n_swa } else { 0 };
         let swa_layers = if n_swa > 0 {
-            swa_pattern(arch, n_layer, m.get_u32(&key("attention.sliding_window_pattern")))
+            swa_pattern(
+                arch,
+                n_layer,
+                m.get_u32(&key("attention.sliding_window_pattern")),
+            )
         } else {
             vec![false; n_layer]
         };
@@ -252,18 +256,20 @@ impl RopeConfig {
             hp.yarn_attn_factor
         };
         if ext_factor < 0.0 {
-            ext_factor = if scaling == RopeScaling::Yarn { 1.0 } else { 0.0 };
+            ext_factor = if scaling == RopeScaling::Yarn {
+                1.0
+            } else {
+                0.0
+            };
         }
         if ext_factor != 0.0 {
             let factor = 1.0 / freq_scale;
-            let mscale = |scale: f32| {
-                if scale <= 1.0 {
-                    1.0
-                } else {
-                    0.1 * scale.ln() + 1.0
-                }
+            // upstream's get_mscale(factor, 1)
+            attn_factor = if factor <= 1.0 {
+                1.0
+            } else {
+                0.1 * factor.ln() + 1.0
             };
-            attn_factor = mscale(factor);
             attn_factor *= 1.0 / (1.0 + 0.1 * factor.ln());
         }
         attn_factor *= hp.rope_attn_factor;

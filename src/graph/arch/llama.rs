@@ -127,7 +127,17 @@ pub fn build(b: &mut Builder, var: Variant) -> Result<(NodeId, NodeId), BuildErr
             } else {
                 (None, None, None)
             };
-            b.ffn(cur, up, up_b, gate, gate_b, down, down_b, GluKind::Swiglu, var.ffn_scale)
+            b.ffn(
+                cur,
+                up,
+                up_b,
+                gate,
+                gate_b,
+                down,
+                down_b,
+                GluKind::Swiglu,
+                var.ffn_scale,
+            )
         } else {
             let n_ff = if hp.n_ff_exp > 0 {
                 hp.n_ff_exp as i64

@@ -24,7 +24,9 @@ pub fn build(b: &mut Builder, n_ctx_seq: u32) -> Result<(NodeId, NodeId), BuildE
     for il in 0..hp.n_layer {
         let factors = match b.weight_opt("rope_freqs.weight", &[half_rot])? {
             Some(f) => Some(f),
-            None if n_ctx_seq > hp.n_ctx_orig_yarn => b.weight_opt("rope_factors_long.weight", &[half_rot])?,
+            None if n_ctx_seq > hp.n_ctx_orig_yarn => {
+                b.weight_opt("rope_factors_long.weight", &[half_rot])?
+            }
             None => b.weight_opt("rope_factors_short.weight", &[half_rot])?,
         };
         let attn_norm = b.lw(il, "attn_norm.weight", &[n_embd])?;

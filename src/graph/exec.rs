@@ -7,7 +7,7 @@ use super::kernel_api::{self, Scratch, ThreadPool};
 use super::*;
 use crate::gguf::GgmlType;
 use crate::kernels::cpu::ops;
-use crate::kv_cache::KvCache;
+use crate::kv_cache::{KvCache, KvLayerRows};
 use crate::model::tensors::{TensorData, TensorState};
 use crate::model::Model;
 
@@ -45,15 +45,8 @@ pub struct Executor {
     tmp: Vec<f32>,
     tmp2: Vec<f32>,
     rope_cache: Vec<f32>,
-    visible: Vec<u32>,
-    attn_acc: Vec<f32>,
-    attn_acc16: Vec<half::f16>,
-    attn_m: Vec<f32>,
-    attn_s: Vec<f32>,
-    qbuf: Vec<f32>,
-    krow: Vec<f32>,
-    vrow: Vec<f32>,
     expert_rows: Vec<Vec<(usize, usize)>>,
+    attn_scratch: Vec<std::sync::Mutex<ops::AttnScratch>>,
     gather: Vec<u8>,
 }
 
@@ -150,15 +143,8 @@ impl Executor {
             tmp: Vec::new(),
             tmp2: Vec::new(),
             rope_cache: Vec::new(),
-            visible: Vec::new(),
-            attn_acc: Vec::new(),
-            attn_acc16: Vec::new(),
-            attn_m: Vec::new(),
-            attn_s: Vec::new(),
-            qbuf: Vec::new(),
-            krow: Vec::new(),
-            vrow: Vec::new(),
             expert_rows: Vec::new(),
+            attn_scratch: Vec::new(),
             gather: Vec::new(),
         }
     }
@@ -636,106 +622,40 @@ impl Executor {
         n_swa: u32,
     ) {
         let l = &kv.layers[layer];
-        let group = n_head / n_head_kv;
-        let n_kv = kv.cells.used_max_p1();
-        let f16_k = kv.type_k == crate::kv_cache::KvType::F16;
-        self.krow.resize(l.n_embd_k, 0.0);
-        self.vrow.resize(l.n_embd_v, 0.0);
-        self.attn_acc.resize(n_head * dv, 0.0);
-        self.attn_acc16.resize(n_head * dv, half::f16::ZERO);
-        let f16_v = kv.type_v == crate::kv_cache::KvType::F16;
-        self.attn_m.resize(n_head, 0.0);
-        self.attn_s.resize(n_head, 0.0);
-        self.qbuf.resize(n_head * dk, 0.0);
-        let qn = &nodes[q];
-        let (dst, [qs]) = carve(&mut self.arena, range(node), [range(qn)]);
-        for t in 0..qn.ne1 {
-            // Q is rounded to K's type for the dot product, as ggml does
-            let qrow = &qs[t * qn.ne0..(t + 1) * qn.ne0];
-            for (d, &v) in self.qbuf.iter_mut().zip(qrow) {
-                *d = if f16_k {
-                    half::f16::from_f32(v).to_f32()
-                } else {
-                    v
-                };
-            }
-            self.visible.clear();
-            for j in 0..n_kv {
-                if kv.visible(j, inp.seq[t], inp.pos[t], inp.causal, n_swa) {
-                    self.visible.push(j);
-                }
-            }
-            self.attn_acc.fill(0.0);
-            self.attn_acc16.fill(half::f16::ZERO);
-            self.attn_m.fill(f32::NEG_INFINITY);
-            self.attn_s.fill(0.0);
-            for &j in &self.visible {
-                l.k.get_row(j as usize, &mut self.krow);
-                let v16 = l.v.row_f16(j as usize, l.n_embd_v);
-                if v16.is_none() {
-                    l.v.get_row(j as usize, &mut self.vrow);
-                }
-                for h in 0..n_head {
-                    let g = h / group;
-                    let mut s = ops::dot_f32(
-                        &self.qbuf[h * dk..(h + 1) * dk],
-                        &self.krow[g * dk..(g + 1) * dk],
-                    ) * scale;
-                    if softcap != 0.0 {
-                        s = softcap * (s / softcap).tanh();
-                    }
-                    let m_old = self.attn_m[h];
-                    let mut ms = 1.0f32;
-                    let mut vs = 1.0f32;
-                    if s > m_old {
-                        self.attn_m[h] = s;
-                        ms = (m_old - s).exp();
-                    } else {
-                        vs = (s - m_old).exp();
-                    }
-                    match v16 {
-                        // an F16 cache accumulates in half precision, as ggml's CPU kernel
-                        Some(v) => {
-                            let acc = &mut self.attn_acc16[h * dv..(h + 1) * dv];
-                            let v = &v[g * dv..(g + 1) * dv];
-                            for (a, &x) in acc.iter_mut().zip(v) {
-                                let scaled = if ms != 1.0 {
-                                    half::f16::from_f32(a.to_f32() * ms).to_f32()
-                                } else {
-                                    a.to_f32()
-                                };
-                                *a = half::f16::from_f32(x.to_f32().mul_add(vs, scaled));
-                            }
-                        }
-                        None => {
-                            let acc = &mut self.attn_acc[h * dv..(h + 1) * dv];
-                            if ms != 1.0 {
-                                for a in acc.iter_mut() {
-                                    *a *= ms;
-                                }
-                            }
-                            ops::axpy(vs, &self.vrow[g * dv..(g + 1) * dv], acc);
-                        }
-                    }
-                    self.attn_s[h] = self.attn_s[h] * ms + vs;
-                }
-            }
-            if f16_v {
-                for (a, b) in self.attn_acc.iter_mut().zip(&self.attn_acc16) {
-                    *a = b.to_f32();
-                }
-            }
-            let out = &mut dst[t * node.ne0..(t + 1) * node.ne0];
-            for h in 0..n_head {
-                let s = self.attn_s[h];
-                let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
-                for (o, &a) in out[h * dv..(h + 1) * dv]
-                    .iter_mut()
-                    .zip(&self.attn_acc[h * dv..(h + 1) * dv])
-                {
-                    *o = a * inv;
-                }
-            }
+        let n_threads = self.pool.n_threads();
+        if self.attn_scratch.len() < n_threads {
+            self.attn_scratch.resize_with(n_threads, || {
+                std::sync::Mutex::new(ops::AttnScratch::default())
+            });
         }
+        let qn = &nodes[q];
+        let n_tokens = qn.ne1;
+        let (dst, [qs]) = carve(&mut self.arena, range(node), [range(qn)]);
+        let visible = |t: usize, j: u32| kv.visible(j, inp.seq[t], inp.pos[t], inp.causal, n_swa);
+        ops::flash_attn(
+            ops::AttnShape {
+                n_head,
+                n_head_kv,
+                dk,
+                dv,
+                scale,
+                softcap,
+            },
+            qs,
+            n_tokens,
+            kv.cells.used_max_p1(),
+            &visible,
+            &KvLayerRows {
+                buf: &l.k,
+                width: l.n_embd_k,
+            },
+            &KvLayerRows {
+                buf: &l.v,
+                width: l.n_embd_v,
+            },
+            dst,
+            &self.pool,
+            &self.attn_scratch,
+        );
     }
 }

@@ -79,6 +79,37 @@ impl KvBuffer {
     }
 }
 
+/// One layer's K or V rows with their width, for the attention kernel.
+pub struct KvLayerRows<'a> {
+    pub buf: &'a KvBuffer,
+    pub width: usize,
+}
+
+impl crate::kernels::cpu::ops::KvRows for KvLayerRows<'_> {
+    fn read(&self, cell: usize, off: usize, dst: &mut [f32]) {
+        let start = cell * self.width + off;
+        let n = dst.len();
+        match self.buf {
+            KvBuffer::F32(v) => dst.copy_from_slice(&v[start..start + n]),
+            KvBuffer::F16(v) => {
+                for (d, s) in dst.iter_mut().zip(&v[start..start + n]) {
+                    *d = s.to_f32();
+                }
+            }
+        }
+    }
+    fn half(&self, cell: usize, off: usize, len: usize) -> Option<&[f16]> {
+        let start = cell * self.width + off;
+        match self.buf {
+            KvBuffer::F16(v) => Some(&v[start..start + len]),
+            KvBuffer::F32(_) => None,
+        }
+    }
+    fn is_f16(&self) -> bool {
+        matches!(self.buf, KvBuffer::F16(_))
+    }
+}
+
 /// One layer's cache.
 #[derive(Debug)]
 pub struct KvLayer {

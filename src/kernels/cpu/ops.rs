@@ -270,3 +270,194 @@ mod tests {
         assert_eq!(gelu(-20.0), 0.0);
     }
 }
+
+/// Per-thread buffers of [`flash_attn`].
+#[derive(Debug, Default)]
+pub struct AttnScratch {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    acc: Vec<f32>,
+    acc16: Vec<half::f16>,
+    m: Vec<f32>,
+    s: Vec<f32>,
+    cells: Vec<u32>,
+}
+
+/// Shapes and constants of one FLASH_ATTN_EXT.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnShape {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub dk: usize,
+    pub dv: usize,
+    pub scale: f32,
+    pub softcap: f32,
+}
+
+/// The cached keys or values of one layer, as the attention kernel reads them.
+pub trait KvRows: Sync {
+    /// Values `off .. off + dst.len()` of row `cell` as f32.
+    fn read(&self, cell: usize, off: usize, dst: &mut [f32]);
+    /// The same values in half precision when the cache is F16.
+    fn half(&self, cell: usize, off: usize, len: usize) -> Option<&[half::f16]>;
+    /// Whether values are stored in half precision (Q is rounded to it for the dot, as ggml
+    /// converts Q to K's type).
+    fn is_f16(&self) -> bool;
+}
+
+/// Wraps a pointer for disjoint writes from pool threads.
+#[derive(Clone, Copy)]
+struct SharedOut(*mut f32);
+// SAFETY: tasks write disjoint ranges of the buffer while `flash_attn` holds its `&mut`
+// borrow and waits for them.
+unsafe impl Sync for SharedOut {}
+unsafe impl Send for SharedOut {}
+
+/// ggml's FLASH_ATTN_EXT on the CPU: for each token (row of `q`, `n_head` heads of `dk`) and
+/// each of its heads, the online softmax over the cells `visible(token, cell)` accepts (in
+/// cell order) of `scale`·q·k (soft-capped when `softcap` ≠ 0), accumulating v; in half
+/// precision for an F16 V cache, as ggml's kernel. Tasks are (token, KV head) pairs spread
+/// over `pool`; `scratch` holds one buffer set per pool thread.
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attn(
+    shape: AttnShape,
+    q: &[f32],
+    n_tokens: usize,
+    n_kv: u32,
+    visible: &(dyn Fn(usize, u32) -> bool + Sync),
+    k: &dyn KvRows,
+    v: &dyn KvRows,
+    out: &mut [f32],
+    pool: &super::ThreadPool,
+    scratch: &[std::sync::Mutex<AttnScratch>],
+) {
+    let AttnShape {
+        n_head,
+        n_head_kv,
+        dk,
+        dv,
+        ..
+    } = shape;
+    let group = n_head / n_head_kv;
+    assert!(q.len() >= n_tokens * n_head * dk && out.len() >= n_tokens * n_head * dv);
+    assert!(scratch.len() >= pool.n_threads());
+    let out_ptr = SharedOut(out.as_mut_ptr());
+    pool.parallel_for(n_tokens * n_head_kv, &|task, thread| {
+        let (t, g) = (task / n_head_kv, task % n_head_kv);
+        let mut sc = scratch[thread].lock().unwrap_or_else(|e| e.into_inner());
+        let out_ptr = out_ptr;
+        // SAFETY: task (t, g) writes only the `group * dv` values of token t's heads
+        // g*group .. (g+1)*group, disjoint from every other task's; `out` is borrowed
+        // mutably for the whole call, which waits for all tasks.
+        let o = unsafe {
+            std::slice::from_raw_parts_mut(out_ptr.0.add((t * n_head + g * group) * dv), group * dv)
+        };
+        let qrow = &q[(t * n_head + g * group) * dk..(t * n_head + (g + 1) * group) * dk];
+        attn_task(shape, qrow, t, g, n_kv, visible, k, v, o, &mut sc);
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attn_task(
+    shape: AttnShape,
+    qrow: &[f32],
+    t: usize,
+    g: usize,
+    n_kv: u32,
+    visible: &(dyn Fn(usize, u32) -> bool + Sync),
+    k: &dyn KvRows,
+    v: &dyn KvRows,
+    out: &mut [f32],
+    sc: &mut AttnScratch,
+) {
+    let AttnShape {
+        n_head,
+        n_head_kv,
+        dk,
+        dv,
+        scale,
+        softcap,
+    } = shape;
+    let group = n_head / n_head_kv;
+    let f16_v = v.is_f16();
+    let sc = &mut *sc;
+    sc.q.clear();
+    sc.q.extend(qrow.iter().map(|&x| {
+        if k.is_f16() {
+            half::f16::from_f32(x).to_f32()
+        } else {
+            x
+        }
+    }));
+    sc.k.resize(dk, 0.0);
+    sc.v.resize(dv, 0.0);
+    sc.acc.clear();
+    sc.acc.resize(group * dv, 0.0);
+    sc.acc16.clear();
+    sc.acc16.resize(group * dv, half::f16::ZERO);
+    sc.m.clear();
+    sc.m.resize(group, f32::NEG_INFINITY);
+    sc.s.clear();
+    sc.s.resize(group, 0.0);
+    sc.cells.clear();
+    sc.cells.extend((0..n_kv).filter(|&j| visible(t, j)));
+    for ci in 0..sc.cells.len() {
+        let j = sc.cells[ci] as usize;
+        k.read(j, g * dk, &mut sc.k);
+        let v16 = v.half(j, g * dv, dv);
+        if v16.is_none() {
+            v.read(j, g * dv, &mut sc.v);
+        }
+        for h in 0..group {
+            let mut s = dot_f32(&sc.q[h * dk..(h + 1) * dk], &sc.k) * scale;
+            if softcap != 0.0 {
+                s = softcap * (s / softcap).tanh();
+            }
+            let m_old = sc.m[h];
+            let (mut ms, mut vs) = (1.0f32, 1.0f32);
+            if s > m_old {
+                sc.m[h] = s;
+                ms = (m_old - s).exp();
+            } else {
+                vs = (s - m_old).exp();
+            }
+            match v16 {
+                Some(vh) if f16_v => {
+                    for (a, &x) in sc.acc16[h * dv..(h + 1) * dv].iter_mut().zip(vh) {
+                        let scaled = if ms != 1.0 {
+                            half::f16::from_f32(a.to_f32() * ms).to_f32()
+                        } else {
+                            a.to_f32()
+                        };
+                        *a = half::f16::from_f32(x.to_f32().mul_add(vs, scaled));
+                    }
+                }
+                _ => {
+                    let acc = &mut sc.acc[h * dv..(h + 1) * dv];
+                    if ms != 1.0 {
+                        for a in acc.iter_mut() {
+                            *a *= ms;
+                        }
+                    }
+                    axpy(vs, &sc.v, acc);
+                }
+            }
+            sc.s[h] = sc.s[h] * ms + vs;
+        }
+    }
+    for h in 0..group {
+        let s = sc.s[h];
+        let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
+        let o = &mut out[h * dv..(h + 1) * dv];
+        if f16_v {
+            for (o, a) in o.iter_mut().zip(&sc.acc16[h * dv..(h + 1) * dv]) {
+                *o = a.to_f32() * inv;
+            }
+        } else {
+            for (o, &a) in o.iter_mut().zip(&sc.acc[h * dv..(h + 1) * dv]) {
+                *o = a * inv;
+            }
+        }
+    }
+}

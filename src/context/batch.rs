@@ -46,6 +46,18 @@ pub struct Batch {
     pub seq0: Vec<usize>,
     pub output: Vec<bool>,
     pub n_outputs: usize,
+    /// Buffers of the consistency checks, reused between decodes.
+    check: CheckScratch,
+}
+
+#[derive(Default, Debug)]
+struct CheckScratch {
+    min: Vec<i32>,
+    max: Vec<i32>,
+    positions: Vec<Vec<i32>>,
+    coupled: Vec<(usize, usize)>,
+    cur_set: Vec<SeqSet>,
+    cur_pos: Vec<i32>,
 }
 
 /// Why a batch was refused (the text is upstream's log line).
@@ -145,19 +157,34 @@ pub fn validate(
         out.output.fill(true);
     }
     out.n_outputs = out.output.iter().filter(|&&o| o).count();
-    check_positions(out, n_seq_max, mem)
+    let mut scratch = std::mem::take(&mut out.check);
+    let result = check_positions(out, n_seq_max, mem, &mut scratch);
+    out.check = scratch;
+    result
 }
 
 /// Upstream's consistency checks: each sequence continues its memory, its positions in the
 /// batch are continuous and non-decreasing, coupled sequences agree, and no token's set of
 /// sequences is incompatible with an earlier one.
-fn check_positions(b: &Batch, n_seq_max: u32, mem: &KvCache) -> Result<(), BatchError> {
+fn check_positions(
+    b: &Batch,
+    n_seq_max: u32,
+    mem: &KvCache,
+    sc: &mut CheckScratch,
+) -> Result<(), BatchError> {
     let n_seq = n_seq_max as usize;
     // per sequence: min, max, count of distinct positions in the batch
-    let mut min = vec![i32::MAX; n_seq];
-    let mut max = vec![i32::MIN; n_seq];
-    let mut positions: Vec<Vec<i32>> = vec![Vec::new(); n_seq];
-    let mut coupled: Vec<(usize, usize)> = Vec::new();
+    sc.min.clear();
+    sc.min.resize(n_seq, i32::MAX);
+    sc.max.clear();
+    sc.max.resize(n_seq, i32::MIN);
+    sc.positions.resize(n_seq, Vec::new());
+    for p in &mut sc.positions {
+        p.clear();
+    }
+    sc.coupled.clear();
+    let (min, max, positions, coupled) =
+        (&mut sc.min, &mut sc.max, &mut sc.positions, &mut sc.coupled);
     for i in 0..b.tokens.len() {
         let s0 = b.seq0[i];
         for s in b.seqs[i].iter() {
@@ -190,7 +217,7 @@ fn check_positions(b: &Batch, n_seq_max: u32, mem: &KvCache) -> Result<(), Batch
             return err(format!("init: sequence {s} positions are not continuous"));
         }
     }
-    for &(s0, s1) in &coupled {
+    for &(s0, s1) in coupled.iter() {
         if mem.seq_pos_min(s0) != mem.seq_pos_min(s1) || mem.seq_pos_max(s0) != mem.seq_pos_max(s1)
         {
             return err(format!(
@@ -198,17 +225,15 @@ fn check_positions(b: &Batch, n_seq_max: u32, mem: &KvCache) -> Result<(), Batch
             ));
         }
     }
-    let mut cur_set = vec![
-        {
-            let mut all = SeqSet::default();
-            for s in 0..MAX_SEQ {
-                all.set(s);
-            }
-            all
-        };
-        n_seq
-    ];
-    let mut cur_pos = vec![-1i32; n_seq];
+    let mut all = SeqSet::default();
+    for s in 0..MAX_SEQ {
+        all.set(s);
+    }
+    sc.cur_set.clear();
+    sc.cur_set.resize(n_seq, all);
+    sc.cur_pos.clear();
+    sc.cur_pos.resize(n_seq, -1);
+    let (cur_set, cur_pos) = (&mut sc.cur_set, &mut sc.cur_pos);
     for i in 0..b.tokens.len() {
         for s in b.seqs[i].iter() {
             cur_set[s] = cur_set[s].and(&b.seqs[i]);

@@ -207,6 +207,7 @@ impl Context {
         let rope = RopeConfig::resolve(&hp, &p.rope);
         let shape = KvShape {
             size: n_ctx,
+            n_seq_max: n_seq_max as usize,
             type_k: kv_type(p.type_k, "type_k")?,
             type_v: kv_type(p.type_v, "type_v")?,
             layers: (0..hp.n_layer)

@@ -47,6 +47,7 @@ pub struct Executor {
     rope_cache: Vec<f32>,
     expert_rows: Vec<Vec<(usize, usize)>>,
     attn_scratch: Vec<std::sync::Mutex<ops::AttnScratch>>,
+    topk: Vec<usize>,
     gather: Vec<u8>,
 }
 
@@ -145,6 +146,7 @@ impl Executor {
             rope_cache: Vec::new(),
             expert_rows: Vec::new(),
             attn_scratch: Vec::new(),
+            topk: Vec::new(),
             gather: Vec::new(),
         }
     }
@@ -450,7 +452,7 @@ impl Executor {
             Op::TopK { src, k } => {
                 let sn = &nodes[*src];
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(sn)]);
-                let mut idx: Vec<usize> = Vec::new();
+                let idx = &mut self.topk;
                 for t in 0..ne1 {
                     let row = &x[t * sn.ne0..(t + 1) * sn.ne0];
                     idx.clear();
@@ -640,6 +642,7 @@ impl Executor {
                 dv,
                 scale,
                 softcap,
+                n_cells_max: kv.size(),
             },
             qs,
             n_tokens,

@@ -3,8 +3,6 @@
 //! cached keys by re-rotating them before the next decode), and per sequence a multiset of the
 //! positions it holds (for `seq_pos_min`/`seq_pos_max` in O(log n)).
 
-use std::collections::BTreeMap;
-
 /// Upstream's `LLAMA_MAX_SEQ`.
 pub const MAX_SEQ: usize = 256;
 
@@ -58,11 +56,21 @@ pub struct KvCells {
     used: u32,
     /// Highest used index + 1 (cells at or after it are empty).
     used_max_p1: u32,
-    seq_pos: Vec<BTreeMap<i32, u32>>,
+    seq_pos: Vec<Vec<(i32, u32)>>,
 }
 
 impl KvCells {
-    pub fn new(size: u32) -> KvCells {
+    /// Cells for sequence ids below `n_seq_max` (at most [`MAX_SEQ`]).
+    pub fn new(size: u32, n_seq_max: usize) -> KvCells {
+        let seq_pos = (0..MAX_SEQ)
+            .map(|s| {
+                if s < n_seq_max {
+                    Vec::with_capacity(size as usize)
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
         KvCells {
             pos: vec![-1; size as usize],
             seq: vec![SeqSet::default(); size as usize],
@@ -70,7 +78,7 @@ impl KvCells {
             has_shift: false,
             used: 0,
             used_max_p1: 0,
-            seq_pos: vec![BTreeMap::new(); MAX_SEQ],
+            seq_pos,
         }
     }
 
@@ -138,14 +146,24 @@ impl KvCells {
     }
 
     fn seq_pos_inc(&mut self, seq: usize, p: i32) {
-        *self.seq_pos[seq].entry(p).or_insert(0) += 1;
+        let v = &mut self.seq_pos[seq];
+        match v.last_mut() {
+            Some(last) if last.0 == p => last.1 += 1,
+            Some(last) if last.0 < p => v.push((p, 1)),
+            None => v.push((p, 1)),
+            _ => match v.binary_search_by_key(&p, |e| e.0) {
+                Ok(i) => v[i].1 += 1,
+                Err(i) => v.insert(i, (p, 1)),
+            },
+        }
     }
 
     fn seq_pos_dec(&mut self, seq: usize, p: i32) {
-        if let Some(c) = self.seq_pos[seq].get_mut(&p) {
-            *c -= 1;
-            if *c == 0 {
-                self.seq_pos[seq].remove(&p);
+        let v = &mut self.seq_pos[seq];
+        if let Ok(i) = v.binary_search_by_key(&p, |e| e.0) {
+            v[i].1 -= 1;
+            if v[i].1 == 0 {
+                v.remove(i);
             }
         }
     }
@@ -262,11 +280,11 @@ impl KvCells {
 
     /// Smallest position of `seq`, -1 when it has none.
     pub fn seq_pos_min(&self, seq: usize) -> i32 {
-        self.seq_pos[seq].keys().next().copied().unwrap_or(-1)
+        self.seq_pos[seq].first().map_or(-1, |e| e.0)
     }
 
     /// Largest position of `seq`, -1 when it has none.
     pub fn seq_pos_max(&self, seq: usize) -> i32 {
-        self.seq_pos[seq].keys().next_back().copied().unwrap_or(-1)
+        self.seq_pos[seq].last().map_or(-1, |e| e.0)
     }
 }

@@ -123,6 +123,8 @@ pub struct KvLayer {
 #[derive(Clone, Debug)]
 pub struct KvShape {
     pub size: u32,
+    /// Sequence ids are below this (at most [`MAX_SEQ`]).
+    pub n_seq_max: usize,
     pub type_k: KvType,
     pub type_v: KvType,
     pub layers: Vec<(usize, usize)>,
@@ -143,7 +145,7 @@ impl KvCache {
     pub fn new(shape: &KvShape) -> KvCache {
         let n = shape.size as usize;
         KvCache {
-            cells: KvCells::new(shape.size),
+            cells: KvCells::new(shape.size, shape.n_seq_max.min(MAX_SEQ)),
             head: 0,
             layers: shape
                 .layers
@@ -358,6 +360,7 @@ mod tests {
     fn cache(size: u32) -> KvCache {
         KvCache::new(&KvShape {
             size,
+            n_seq_max: MAX_SEQ,
             type_k: KvType::F16,
             type_v: KvType::F32,
             layers: vec![(4, 4)],

@@ -293,6 +293,9 @@ pub struct AttnShape {
     pub dv: usize,
     pub scale: f32,
     pub softcap: f32,
+    /// Cells in the cache: per-thread buffers are sized for all of them once, so that a
+    /// growing context never reallocates them.
+    pub n_cells_max: u32,
 }
 
 /// The cached keys or values of one layer, as the attention kernel reads them.
@@ -378,6 +381,7 @@ fn attn_task(
         dv,
         scale,
         softcap,
+        n_cells_max,
     } = shape;
     let group = n_head / n_head_kv;
     let f16_v = v.is_f16();
@@ -401,6 +405,7 @@ fn attn_task(
     sc.s.clear();
     sc.s.resize(group, 0.0);
     sc.cells.clear();
+    sc.cells.reserve(n_cells_max as usize);
     sc.cells.extend((0..n_kv).filter(|&j| visible(t, j)));
     for ci in 0..sc.cells.len() {
         let j = sc.cells[ci] as usize;

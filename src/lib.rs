@@ -1,8 +1,47 @@
 //! llama-hotswap: a drop-in `libllama.so` that mirrors llama.cpp's model API and adds
 //! hot-swap of individual tensors from GGUF files on disk.
 //!
-//! Layers: `ffi` is the only module with `extern "C"` and raw pointers; everything else is
-//! safe Rust with `thiserror` errors. `gguf` parses bytes and never sees a mapping.
+//! # Rooms
+//! One top-level module per concern:
+//! * `ffi` — the C boundary: the only module with `extern "C"`, `#[no_mangle]` and raw
+//!   pointers; one file per llama.h area.
+//! * `loader` — loading a model from GGUF files (splits, metadata, tensor data, load modes).
+//! * `hotswap` — replacing individual tensors of a loaded model from files on disk.
+//! * `model` — the loaded model as data: metadata, hparams, vocabulary, tensor registry, and
+//!   the state hot-swap keeps on it (`model::swap`).
+//! * `storage` — where tensor bytes live and how they move: files, mappings, host arenas,
+//!   device buffers, row splits, the placement of each tensor.
+//! * `device` — the device registry (CUDA, virtual GPUs, CPU), allocations, layer placement.
+//! * `gguf` — the GGUF format: parsing and writing bytes; never sees a mapping.
+//! * `log` — the log sink shared by all.
+//!
+//! Rooms still to come, named so that the engine's code has a place: `tokenizer` (one file per
+//! algorithm; the vocabulary data stays in `model::vocab`), `context` (the context moves out of
+//! `model`), `kv_cache`, `kernels` (`cpu/`, later `cuda/`), `graph` (op graph + builder,
+//! `graph/arch/<arch>.rs` as upstream's `src/models/`), `sampling` (one file per sampler
+//! family).
+//!
+//! # The dependency rule
+//! Dependencies point one way, down:
+//!
+//! ```text
+//! ffi → context / sampling / tokenizer / hotswap → graph → kernels → storage → device
+//! model → gguf
+//! ```
+//!
+//! `loader` and `hotswap` sit beside each other above `model` and `storage`; `model` uses
+//! `storage` (its tensors' bytes) and `gguf`; `storage` uses `device` and `gguf`; `device` and
+//! `gguf` use nothing but `log`. Nothing points back up: `tests/layering.rs` fails on any cycle
+//! between top-level modules.
+//!
+//! # Safety
+//! The core is safe Rust with typed `thiserror` errors: `gguf`, `model`, `hotswap` and
+//! `loader` forbid `unsafe`; `storage` denies it except in `storage::host` (file mappings and
+//! owned arenas, the one OS edge). `unsafe` is otherwise only in `ffi` and at the device edge
+//! (`device::cuda`), and every block carries a `// SAFETY:` comment (clippy's
+//! `undocumented_unsafe_blocks` is denied).
+
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 /// cbindgen:ignore
 pub mod context;
@@ -24,6 +63,8 @@ pub mod loader;
 pub mod log;
 /// cbindgen:ignore
 pub mod model;
+/// cbindgen:ignore
+pub mod storage;
 
 #[allow(non_camel_case_types, clippy::missing_safety_doc)]
 pub mod ffi;

@@ -1,5 +1,6 @@
 //! Facts about the host for the CPU device: its description and memory, read the way upstream's
-//! CPU backend reads them (`ggml-cpu.cpp`), without `unsafe`.
+//! CPU backend reads them (`ggml-cpu.cpp`), and the page size (`sysconf`, the one `unsafe`
+//! call here).
 
 /// The first `model name` line of /proc/cpuinfo (trimmed), or "CPU" when there is none, as
 /// upstream's CPU device describes itself on Linux.
@@ -17,6 +18,21 @@ fn model_name(cpuinfo: &str) -> Option<String> {
         .and_then(|line| line.split_once(':'))
         .map(|(_, value)| value.trim().to_string())
         .filter(|value| !value.is_empty())
+}
+
+/// The OS page size (`sysconf(_SC_PAGESIZE)`, read once); 4096 if sysconf gives no usable
+/// answer.
+pub fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf reads a configuration value; it takes no pointers and touches no
+        // memory of ours.
+        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(n)
+            .ok()
+            .filter(|n| n.is_power_of_two())
+            .unwrap_or(4096)
+    })
 }
 
 /// Total physical memory in bytes (`MemTotal` of /proc/meminfo, which is what

@@ -49,6 +49,7 @@ use std::sync::{Arc, OnceLock};
 use thiserror::Error;
 
 pub use capacity::{format_capacity, parse_capacity, parse_virtual_gpus, CapacityError};
+pub use host::page_size;
 pub use overrides::{parse_override_list, BuftOverrides, OverrideError};
 pub use placement::{
     compute_placement, row_split, LayerDevice, MemoryInfo, Placement, PlacementError,
@@ -448,35 +449,12 @@ impl DeviceAllocation {
         self.check_range("file read", dst_offset, len)?;
         match &mut self.memory {
             Memory::Host(data) => {
-                read_exact_at_parallel(file, &mut data[dst_offset..dst_offset + len], file_offset)
+                use std::os::unix::fs::FileExt;
+                file.read_exact_at(&mut data[dst_offset..dst_offset + len], file_offset)
             }
             Memory::Cuda(buffer) => buffer.fill_from_file(file, file_offset, dst_offset, len),
         }
     }
-}
-
-/// `read_exact_at`, split across two threads for large reads (page-cache copies are bound by
-/// one core's memcpy speed).
-pub fn read_exact_at_parallel(
-    file: &std::fs::File,
-    dst: &mut [u8],
-    offset: u64,
-) -> std::io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    const PARALLEL_MIN: usize = 8 << 20;
-    if dst.len() < PARALLEL_MIN {
-        return file.read_exact_at(dst, offset);
-    }
-    let half = (dst.len() / 2) & !4095;
-    let (a, b) = dst.split_at_mut(half);
-    std::thread::scope(|scope| {
-        let second = scope.spawn(|| file.read_exact_at(b, offset + half as u64));
-        let first = file.read_exact_at(a, offset);
-        let second = second
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("reader thread panicked")));
-        first.and(second)
-    })
 }
 
 impl Drop for DeviceAllocation {

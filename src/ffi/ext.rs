@@ -24,6 +24,7 @@ pub unsafe extern "C" fn llama_ext_tensor_read(
     boundary!("llama_ext_tensor_read", -1, {
         // SAFETY: NULL or a live model / C string per the contract.
         let handle = unsafe { handles::model(model) }?;
+        // SAFETY: as above: a C string per the contract.
         let name = unsafe { c_str(name, "name") }?;
         let tensor = handle
             .inner
@@ -110,6 +111,7 @@ pub unsafe extern "C" fn llama_ext_tensor_info(
     boundary!("llama_ext_tensor_info", -1, {
         // SAFETY: NULL or a live model / C string per the contract.
         let handle = unsafe { handles::model(model) }?;
+        // SAFETY: as above: a C string per the contract.
         let name = unsafe { c_str(name, "name") }?;
         if out.is_null() {
             return Err(FfiError::Null("out"));
@@ -255,6 +257,7 @@ pub unsafe extern "C" fn llama_ext_model_reload_from_file(
     boundary!("llama_ext_model_reload_from_file", -1, {
         // SAFETY: NULL or a live model / C string per the contract.
         let handle = unsafe { handles::model(model) }?;
+        // SAFETY: as above: a C string per the contract.
         let path = unsafe { c_str(path, "path") }?;
         reload_count(
             "llama_ext_model_reload_from_file",
@@ -280,6 +283,7 @@ pub unsafe extern "C" fn llama_ext_tensor_set(
     boundary!("llama_ext_tensor_set", -1, {
         // SAFETY: NULL or a live model / C string per the contract.
         let handle = unsafe { handles::model(model) }?;
+        // SAFETY: as above: a C string per the contract.
         let name = unsafe { c_str(name, "name") }?;
         if data.is_null() {
             return Err(FfiError::Null("data"));

@@ -1,8 +1,12 @@
 //! The C boundary: the only module with `extern "C"`, `#[no_mangle]` and raw pointers.
 //!
-//! Every export runs its body through [`boundary!`]: pointer checks return [`FfiError`]s
-//! with `?`, panics are caught (nothing unwinds into C), and any failure is logged as
-//! `"<function>: <reason>"` and turned into the function's documented failure value.
+//! Every export that takes a handle or caller data runs its body through [`boundary!`]:
+//! pointer checks return [`FfiError`]s with `?`, panics are caught (nothing unwinds into C),
+//! and any failure is logged as `"<function>: <reason>"` and turned into the function's
+//! documented failure value. The exports that do not (constants such as `llama_max_devices`,
+//! the `*_default_params` constructors, and deprecated aliases that forward to an export that
+//! does) cannot fail; should one panic anyway, the panic aborts the process at the `extern
+//! "C"` edge (Rust ≥ 1.81, the crate's `rust-version`) instead of unwinding into C.
 //! Functions outside the current scope use [`unsupported!`]: one log line per function,
 //! then the failure value.
 //!
@@ -75,6 +79,20 @@ macro_rules! boundary {
             }
         }
     }};
+}
+
+/// Body of a getter: `$value` computed from the live object behind `$handle`, reached through
+/// `$with` (`with_model`, `with_vocab`: check the handle, then run the closure), inside
+/// [`boundary!`]. `getter!(with_model, "llama_model_n_embd", model, -1, |m| m.hparams.n_embd)`.
+/// The export's contract is that `$handle` is NULL or a live handle of that kind.
+macro_rules! getter {
+    ($with:ident, $name:literal, $handle:ident, $fail:expr, |$obj:ident| $value:expr) => {
+        boundary!($name, $fail, {
+            // SAFETY: the export's contract: `$handle` is NULL or a live handle, which is what
+            // `$with` requires; it checks the handle's tag before dereferencing.
+            unsafe { $with($handle, |$obj| $value) }
+        })
+    };
 }
 
 /// Body of a function llama-hotswap does not implement yet: logs once per function, returns

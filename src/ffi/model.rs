@@ -273,8 +273,8 @@ pub unsafe extern "C" fn llama_model_load_from_splits(
 /// Frees a model and everything it owns. NULL is a no-op.
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_free(model: *mut llama_model) {
-    // SAFETY: NULL or a live model per the contract.
     boundary!("llama_model_free", (), {
+        // SAFETY: NULL or a live model per the contract.
         unsafe { handles::free_model(model) }
     })
 }
@@ -334,80 +334,72 @@ fn clamp_i32(v: u32) -> i32 {
 /// Context length the model was trained with. -1 for a NULL model; 0 for vocab-only.
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_n_ctx_train(model: *const llama_model) -> i32 {
-    // SAFETY: NULL or a live model.
-    boundary!("llama_model_n_ctx_train", -1, {
-        unsafe { with_model(model, |m| clamp_i32(m.hparams.n_ctx_train)) }
+    getter!(with_model, "llama_model_n_ctx_train", model, -1, |m| {
+        clamp_i32(m.hparams.n_ctx_train)
     })
 }
 
 /// Embedding size. -1 for a NULL model; 0 for vocab-only.
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_n_embd(model: *const llama_model) -> i32 {
-    // SAFETY: NULL or a live model.
-    boundary!("llama_model_n_embd", -1, {
-        unsafe { with_model(model, |m| clamp_i32(m.hparams.n_embd)) }
-    })
+    getter!(with_model, "llama_model_n_embd", model, -1, |m| clamp_i32(
+        m.hparams.n_embd
+    ))
 }
 
 /// Input embedding size (equals `n_embd` for the architectures supported). -1 for NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_n_embd_inp(model: *const llama_model) -> i32 {
-    // SAFETY: NULL or a live model.
-    boundary!("llama_model_n_embd_inp", -1, {
-        unsafe { with_model(model, |m| clamp_i32(m.hparams.n_embd)) }
+    getter!(with_model, "llama_model_n_embd_inp", model, -1, |m| {
+        clamp_i32(m.hparams.n_embd)
     })
 }
 
 /// Output embedding size (`<arch>.embedding_length_out`, else `n_embd`). -1 for NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_n_embd_out(model: *const llama_model) -> i32 {
-    // SAFETY: NULL or a live model.
-    boundary!("llama_model_n_embd_out", -1, {
-        unsafe { with_model(model, |m| clamp_i32(m.hparams.n_embd_out)) }
+    getter!(with_model, "llama_model_n_embd_out", model, -1, |m| {
+        clamp_i32(m.hparams.n_embd_out)
     })
 }
 
 /// Layers, excluding NextN/MTP layers. -1 for a NULL model; 0 for vocab-only.
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_n_layer(model: *const llama_model) -> i32 {
-    // SAFETY: NULL or a live model.
-    boundary!("llama_model_n_layer", -1, {
-        unsafe { with_model(model, |m| clamp_i32(m.hparams.n_layer())) }
-    })
+    getter!(with_model, "llama_model_n_layer", model, -1, |m| clamp_i32(
+        m.hparams.n_layer()
+    ))
 }
 
 /// NextN/MTP layers (`<arch>.nextn_predict_layers`). -1 for a NULL model.
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_n_layer_nextn(model: *const llama_model) -> i32 {
-    // SAFETY: NULL or a live model.
-    boundary!("llama_model_n_layer_nextn", -1, {
-        unsafe { with_model(model, |m| clamp_i32(m.hparams.n_layer_nextn)) }
+    getter!(with_model, "llama_model_n_layer_nextn", model, -1, |m| {
+        clamp_i32(m.hparams.n_layer_nextn)
     })
 }
 
 /// Attention heads of layer 0. -1 for a NULL model; 0 for vocab-only (upstream aborts).
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_n_head(model: *const llama_model) -> i32 {
-    // SAFETY: NULL or a live model.
-    boundary!("llama_model_n_head", -1, {
-        unsafe { with_model(model, |m| clamp_i32(m.hparams.n_head0())) }
-    })
+    getter!(with_model, "llama_model_n_head", model, -1, |m| clamp_i32(
+        m.hparams.n_head0()
+    ))
 }
 
 /// KV heads of layer 0. -1 for a NULL model; 0 for vocab-only (upstream aborts).
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_n_head_kv(model: *const llama_model) -> i32 {
-    // SAFETY: NULL or a live model.
-    boundary!("llama_model_n_head_kv", -1, {
-        unsafe { with_model(model, |m| clamp_i32(m.hparams.n_head_kv0())) }
+    getter!(with_model, "llama_model_n_head_kv", model, -1, |m| {
+        clamp_i32(m.hparams.n_head_kv0())
     })
 }
 
 /// Sliding-window size (`<arch>.attention.sliding_window`, 0 when absent). -1 for NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_n_swa(model: *const llama_model) -> i32 {
-    // SAFETY: NULL or a live model.
     boundary!("llama_model_n_swa", -1, {
+        // SAFETY: NULL or a live model.
         unsafe {
             with_model(model, |m| {
                 clamp_i32(if m.arch == "deepseek4" {
@@ -424,19 +416,21 @@ pub unsafe extern "C" fn llama_model_n_swa(model: *const llama_model) -> i32 {
 /// and for vocab-only models.
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_rope_freq_scale_train(model: *const llama_model) -> f32 {
-    // SAFETY: NULL or a live model.
-    boundary!("llama_model_rope_freq_scale_train", 0.0, {
-        unsafe { with_model(model, |m| m.hparams.rope_freq_scale_train) }
-    })
+    getter!(
+        with_model,
+        "llama_model_rope_freq_scale_train",
+        model,
+        0.0,
+        |m| m.hparams.rope_freq_scale_train
+    )
 }
 
 /// Classifier outputs (labels count, else 1). 0 for a NULL model.
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_n_cls_out(model: *const llama_model) -> u32 {
-    // SAFETY: NULL or a live model.
-    boundary!("llama_model_n_cls_out", 0, {
-        unsafe { with_model(model, |m| m.hparams.n_cls_out) }
-    })
+    getter!(with_model, "llama_model_n_cls_out", model, 0, |m| m
+        .hparams
+        .n_cls_out)
 }
 
 /// Label of classifier output `i`, owned by the model; NULL when out of range.
@@ -468,10 +462,13 @@ pub unsafe extern "C" fn llama_model_meta_val_str(
     boundary!("llama_model_meta_val_str", -1, {
         // SAFETY: NULL or a live model / C string / buffer per contract.
         let handle = unsafe { handles::model(model) }?;
+        // SAFETY: as above: a C string per the contract.
         let key = unsafe { c_str(key, "key") }?;
         match handle.inner.meta.listing_value(&key) {
+            // SAFETY: `buf` holds `buf_size` bytes (or is NULL with 0) per the contract.
             Some(v) => Ok(unsafe { write_snprintf(buf, buf_size, v.as_bytes()) }),
             None => {
+                // SAFETY: as above.
                 unsafe { write_snprintf(buf, buf_size, b"") };
                 Ok(-1)
             }
@@ -482,10 +479,13 @@ pub unsafe extern "C" fn llama_model_meta_val_str(
 /// Number of (non-array) metadata entries. -1 for a NULL model.
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_meta_count(model: *const llama_model) -> i32 {
-    // SAFETY: NULL or a live model.
-    boundary!("llama_model_meta_count", -1, {
-        unsafe { with_model(model, |m| m.meta.listing().len() as i32) }
-    })
+    getter!(
+        with_model,
+        "llama_model_meta_count",
+        model,
+        -1,
+        |m| m.meta.listing().len() as i32
+    )
 }
 
 /// Shared body of the by-index metadata functions.
@@ -524,8 +524,8 @@ pub unsafe extern "C" fn llama_model_meta_key_by_index(
     buf: *mut c_char,
     buf_size: usize,
 ) -> i32 {
-    // SAFETY: per contract.
     boundary!("llama_model_meta_key_by_index", -1, {
+        // SAFETY: per contract.
         unsafe { meta_by_index(model, i, buf, buf_size, |e| &e.0) }
     })
 }
@@ -539,8 +539,8 @@ pub unsafe extern "C" fn llama_model_meta_val_str_by_index(
     buf: *mut c_char,
     buf_size: usize,
 ) -> i32 {
-    // SAFETY: per contract.
     boundary!("llama_model_meta_val_str_by_index", -1, {
+        // SAFETY: per contract.
         unsafe { meta_by_index(model, i, buf, buf_size, |e| &e.1) }
     })
 }
@@ -556,6 +556,7 @@ pub unsafe extern "C" fn llama_model_desc(
     boundary!("llama_model_desc", -1, {
         // SAFETY: per contract.
         let handle = unsafe { handles::model(model) }?;
+        // SAFETY: `buf` holds `buf_size` bytes (or is NULL with 0) per the contract.
         Ok(unsafe { write_snprintf(buf, buf_size, handle.inner.desc.as_bytes()) })
     })
 }
@@ -564,19 +565,15 @@ pub unsafe extern "C" fn llama_model_desc(
 /// LLAMA_FTYPE_GUESSED bit). ALL_F32 for vocab-only models and NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_ftype(model: *const llama_model) -> LlamaFtype {
-    // SAFETY: NULL or a live model.
-    boundary!("llama_model_ftype", LlamaFtype(0), {
-        unsafe { with_model(model, |m| LlamaFtype(m.ftype)) }
+    getter!(with_model, "llama_model_ftype", model, LlamaFtype(0), |m| {
+        LlamaFtype(m.ftype)
     })
 }
 
 /// Total bytes of all tensors in all the model's files. 0 for NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_size(model: *const llama_model) -> u64 {
-    // SAFETY: NULL or a live model.
-    boundary!("llama_model_size", 0, {
-        unsafe { with_model(model, |m| m.size) }
-    })
+    getter!(with_model, "llama_model_size", model, 0, |m| m.size)
 }
 
 /// The chat template `tokenizer.chat_template` (name NULL) or `tokenizer.chat_template.<name>`;
@@ -593,6 +590,7 @@ pub unsafe extern "C" fn llama_model_chat_template(
             None
         } else {
             Some(
+                // SAFETY: non-NULL, so a NUL-terminated string per the contract.
                 unsafe { CStr::from_ptr(name) }
                     .to_string_lossy()
                     .into_owned(),
@@ -608,63 +606,58 @@ pub unsafe extern "C" fn llama_model_chat_template(
 /// Total elements of all tensors in all the model's files. 0 for NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_n_params(model: *const llama_model) -> u64 {
-    // SAFETY: NULL or a live model.
-    boundary!("llama_model_n_params", 0, {
-        unsafe { with_model(model, |m| m.n_params) }
-    })
+    getter!(with_model, "llama_model_n_params", model, 0, |m| m.n_params)
 }
 
 /// True for encoder architectures (T5, T5ENCODER, EAGLE3, DFLASH).
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_has_encoder(model: *const llama_model) -> bool {
-    // SAFETY: NULL or a live model.
-    boundary!("llama_model_has_encoder", false, {
-        unsafe { with_model(model, |m| crate::model::arch::has_encoder(&m.arch)) }
+    getter!(with_model, "llama_model_has_encoder", model, false, |m| {
+        crate::model::arch::has_encoder(&m.arch)
     })
 }
 
 /// False only for T5ENCODER.
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_has_decoder(model: *const llama_model) -> bool {
-    // SAFETY: NULL or a live model.
-    boundary!("llama_model_has_decoder", false, {
-        unsafe { with_model(model, |m| crate::model::arch::has_decoder(&m.arch)) }
+    getter!(with_model, "llama_model_has_decoder", model, false, |m| {
+        crate::model::arch::has_decoder(&m.arch)
     })
 }
 
 /// `<arch>.decoder_start_token_id`, or LLAMA_TOKEN_NULL (-1).
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_decoder_start_token(model: *const llama_model) -> llama_token {
-    // SAFETY: NULL or a live model.
-    boundary!("llama_model_decoder_start_token", -1, {
-        unsafe { with_model(model, |m| m.hparams.dec_start_token) }
-    })
+    getter!(
+        with_model,
+        "llama_model_decoder_start_token",
+        model,
+        -1,
+        |m| m.hparams.dec_start_token
+    )
 }
 
 /// True for recurrent architectures (Mamba, RWKV, …).
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_is_recurrent(model: *const llama_model) -> bool {
-    // SAFETY: NULL or a live model.
-    boundary!("llama_model_is_recurrent", false, {
-        unsafe { with_model(model, |m| crate::model::arch::is_recurrent(&m.arch)) }
+    getter!(with_model, "llama_model_is_recurrent", model, false, |m| {
+        crate::model::arch::is_recurrent(&m.arch)
     })
 }
 
 /// True for hybrid (attention + recurrent) architectures.
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_is_hybrid(model: *const llama_model) -> bool {
-    // SAFETY: NULL or a live model.
-    boundary!("llama_model_is_hybrid", false, {
-        unsafe { with_model(model, |m| crate::model::arch::is_hybrid(&m.arch)) }
+    getter!(with_model, "llama_model_is_hybrid", model, false, |m| {
+        crate::model::arch::is_hybrid(&m.arch)
     })
 }
 
 /// True for diffusion architectures (Dream, LLaDA, …).
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_is_diffusion(model: *const llama_model) -> bool {
-    // SAFETY: NULL or a live model.
-    boundary!("llama_model_is_diffusion", false, {
-        unsafe { with_model(model, |m| crate::model::arch::is_diffusion(&m.arch)) }
+    getter!(with_model, "llama_model_is_diffusion", model, false, |m| {
+        crate::model::arch::is_diffusion(&m.arch)
     })
 }
 

@@ -24,19 +24,25 @@ unsafe fn with_vocab<T>(
 /// The tokenizer type (`enum llama_vocab_type`). NONE (0) for NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_vocab_type(vocab: *const llama_vocab) -> LlamaVocabType {
-    // SAFETY: NULL or a live vocab.
-    boundary!("llama_vocab_type", LlamaVocabType(0), {
-        unsafe { with_vocab(vocab, |v| LlamaVocabType(v.vocab_type)) }
-    })
+    getter!(
+        with_vocab,
+        "llama_vocab_type",
+        vocab,
+        LlamaVocabType(0),
+        |v| LlamaVocabType(v.vocab_type)
+    )
 }
 
 /// Number of tokens. -1 for NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_vocab_n_tokens(vocab: *const llama_vocab) -> i32 {
-    // SAFETY: NULL or a live vocab.
-    boundary!("llama_vocab_n_tokens", -1, {
-        unsafe { with_vocab(vocab, |v| v.tokens.len() as i32) }
-    })
+    getter!(
+        with_vocab,
+        "llama_vocab_n_tokens",
+        vocab,
+        -1,
+        |v| v.tokens.len() as i32
+    )
 }
 
 /// Deprecated: `llama_vocab_n_tokens`.
@@ -90,10 +96,9 @@ pub unsafe extern "C" fn llama_vocab_get_attr(
 /// recognises). False for NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_vocab_is_eog(vocab: *const llama_vocab, token: llama_token) -> bool {
-    // SAFETY: NULL or a live vocab.
-    boundary!("llama_vocab_is_eog", false, {
-        unsafe { with_vocab(vocab, |v| token != TOKEN_NULL && v.eog.contains(&token)) }
-    })
+    getter!(with_vocab, "llama_vocab_is_eog", vocab, false, |v| token
+        != TOKEN_NULL
+        && v.eog.contains(&token))
 }
 
 /// Whether `token` is a control token. False for NULL or out of range.
@@ -102,8 +107,8 @@ pub unsafe extern "C" fn llama_vocab_is_control(
     vocab: *const llama_vocab,
     token: llama_token,
 ) -> bool {
-    // SAFETY: NULL or a live vocab.
     boundary!("llama_vocab_is_control", false, {
+        // SAFETY: NULL or a live vocab.
         unsafe {
             with_vocab(vocab, |v| {
                 v.token(token).is_some_and(|t| t.attr & ATTR_CONTROL != 0)
@@ -115,154 +120,134 @@ pub unsafe extern "C" fn llama_vocab_is_control(
 /// Beginning-of-sentence token, or LLAMA_TOKEN_NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_vocab_bos(vocab: *const llama_vocab) -> llama_token {
-    // SAFETY: NULL or a live vocab.
-    boundary!("llama_vocab_bos", TOKEN_NULL, {
-        unsafe { with_vocab(vocab, |v| v.specials.bos) }
-    })
+    getter!(with_vocab, "llama_vocab_bos", vocab, TOKEN_NULL, |v| v
+        .specials
+        .bos)
 }
 
 /// End-of-sentence token, or LLAMA_TOKEN_NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_vocab_eos(vocab: *const llama_vocab) -> llama_token {
-    // SAFETY: NULL or a live vocab.
-    boundary!("llama_vocab_eos", TOKEN_NULL, {
-        unsafe { with_vocab(vocab, |v| v.specials.eos) }
-    })
+    getter!(with_vocab, "llama_vocab_eos", vocab, TOKEN_NULL, |v| v
+        .specials
+        .eos)
 }
 
 /// End-of-turn token, or LLAMA_TOKEN_NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_vocab_eot(vocab: *const llama_vocab) -> llama_token {
-    // SAFETY: NULL or a live vocab.
-    boundary!("llama_vocab_eot", TOKEN_NULL, {
-        unsafe { with_vocab(vocab, |v| v.specials.eot) }
-    })
+    getter!(with_vocab, "llama_vocab_eot", vocab, TOKEN_NULL, |v| v
+        .specials
+        .eot)
 }
 
 /// Sentence separator token, or LLAMA_TOKEN_NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_vocab_sep(vocab: *const llama_vocab) -> llama_token {
-    // SAFETY: NULL or a live vocab.
-    boundary!("llama_vocab_sep", TOKEN_NULL, {
-        unsafe { with_vocab(vocab, |v| v.specials.sep) }
-    })
+    getter!(with_vocab, "llama_vocab_sep", vocab, TOKEN_NULL, |v| v
+        .specials
+        .sep)
 }
 
 /// Newline token, or LLAMA_TOKEN_NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_vocab_nl(vocab: *const llama_vocab) -> llama_token {
-    // SAFETY: NULL or a live vocab.
-    boundary!("llama_vocab_nl", TOKEN_NULL, {
-        unsafe { with_vocab(vocab, |v| v.specials.nl) }
-    })
+    getter!(with_vocab, "llama_vocab_nl", vocab, TOKEN_NULL, |v| v
+        .specials
+        .nl)
 }
 
 /// Padding token, or LLAMA_TOKEN_NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_vocab_pad(vocab: *const llama_vocab) -> llama_token {
-    // SAFETY: NULL or a live vocab.
-    boundary!("llama_vocab_pad", TOKEN_NULL, {
-        unsafe { with_vocab(vocab, |v| v.specials.pad) }
-    })
+    getter!(with_vocab, "llama_vocab_pad", vocab, TOKEN_NULL, |v| v
+        .specials
+        .pad)
 }
 
 /// Mask token, or LLAMA_TOKEN_NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_vocab_mask(vocab: *const llama_vocab) -> llama_token {
-    // SAFETY: NULL or a live vocab.
-    boundary!("llama_vocab_mask", TOKEN_NULL, {
-        unsafe { with_vocab(vocab, |v| v.specials.mask) }
-    })
+    getter!(with_vocab, "llama_vocab_mask", vocab, TOKEN_NULL, |v| v
+        .specials
+        .mask)
 }
 
 /// Fill-in-the-middle prefix token, or LLAMA_TOKEN_NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_vocab_fim_pre(vocab: *const llama_vocab) -> llama_token {
-    // SAFETY: NULL or a live vocab.
-    boundary!("llama_vocab_fim_pre", TOKEN_NULL, {
-        unsafe { with_vocab(vocab, |v| v.specials.fim_pre) }
-    })
+    getter!(with_vocab, "llama_vocab_fim_pre", vocab, TOKEN_NULL, |v| v
+        .specials
+        .fim_pre)
 }
 
 /// Fill-in-the-middle suffix token, or LLAMA_TOKEN_NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_vocab_fim_suf(vocab: *const llama_vocab) -> llama_token {
-    // SAFETY: NULL or a live vocab.
-    boundary!("llama_vocab_fim_suf", TOKEN_NULL, {
-        unsafe { with_vocab(vocab, |v| v.specials.fim_suf) }
-    })
+    getter!(with_vocab, "llama_vocab_fim_suf", vocab, TOKEN_NULL, |v| v
+        .specials
+        .fim_suf)
 }
 
 /// Fill-in-the-middle middle token, or LLAMA_TOKEN_NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_vocab_fim_mid(vocab: *const llama_vocab) -> llama_token {
-    // SAFETY: NULL or a live vocab.
-    boundary!("llama_vocab_fim_mid", TOKEN_NULL, {
-        unsafe { with_vocab(vocab, |v| v.specials.fim_mid) }
-    })
+    getter!(with_vocab, "llama_vocab_fim_mid", vocab, TOKEN_NULL, |v| v
+        .specials
+        .fim_mid)
 }
 
 /// Fill-in-the-middle pad token, or LLAMA_TOKEN_NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_vocab_fim_pad(vocab: *const llama_vocab) -> llama_token {
-    // SAFETY: NULL or a live vocab.
-    boundary!("llama_vocab_fim_pad", TOKEN_NULL, {
-        unsafe { with_vocab(vocab, |v| v.specials.fim_pad) }
-    })
+    getter!(with_vocab, "llama_vocab_fim_pad", vocab, TOKEN_NULL, |v| v
+        .specials
+        .fim_pad)
 }
 
 /// Fill-in-the-middle repository token, or LLAMA_TOKEN_NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_vocab_fim_rep(vocab: *const llama_vocab) -> llama_token {
-    // SAFETY: NULL or a live vocab.
-    boundary!("llama_vocab_fim_rep", TOKEN_NULL, {
-        unsafe { with_vocab(vocab, |v| v.specials.fim_rep) }
-    })
+    getter!(with_vocab, "llama_vocab_fim_rep", vocab, TOKEN_NULL, |v| v
+        .specials
+        .fim_rep)
 }
 
 /// Fill-in-the-middle file separator token, or LLAMA_TOKEN_NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_vocab_fim_sep(vocab: *const llama_vocab) -> llama_token {
-    // SAFETY: NULL or a live vocab.
-    boundary!("llama_vocab_fim_sep", TOKEN_NULL, {
-        unsafe { with_vocab(vocab, |v| v.specials.fim_sep) }
-    })
+    getter!(with_vocab, "llama_vocab_fim_sep", vocab, TOKEN_NULL, |v| v
+        .specials
+        .fim_sep)
 }
 
 /// Deprecated: the BOS token (upstream's classification token).
 #[no_mangle]
 pub unsafe extern "C" fn llama_vocab_cls(vocab: *const llama_vocab) -> llama_token {
-    // SAFETY: NULL or a live vocab.
-    boundary!("llama_vocab_cls", TOKEN_NULL, {
-        unsafe { with_vocab(vocab, |v| v.specials.bos) }
-    })
+    getter!(with_vocab, "llama_vocab_cls", vocab, TOKEN_NULL, |v| v
+        .specials
+        .bos)
 }
 
 /// Whether a BOS token should be added when tokenizing. False for NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_vocab_get_add_bos(vocab: *const llama_vocab) -> bool {
-    // SAFETY: NULL or a live vocab.
-    boundary!("llama_vocab_get_add_bos", false, {
-        unsafe { with_vocab(vocab, |v| v.add_bos) }
-    })
+    getter!(with_vocab, "llama_vocab_get_add_bos", vocab, false, |v| v
+        .add_bos)
 }
 
 /// Whether an EOS token should be added when tokenizing. False for NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_vocab_get_add_eos(vocab: *const llama_vocab) -> bool {
-    // SAFETY: NULL or a live vocab.
-    boundary!("llama_vocab_get_add_eos", false, {
-        unsafe { with_vocab(vocab, |v| v.add_eos) }
-    })
+    getter!(with_vocab, "llama_vocab_get_add_eos", vocab, false, |v| v
+        .add_eos)
 }
 
 /// Whether a SEP token should be added when tokenizing. False for NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_vocab_get_add_sep(vocab: *const llama_vocab) -> bool {
-    // SAFETY: NULL or a live vocab.
-    boundary!("llama_vocab_get_add_sep", false, {
-        unsafe { with_vocab(vocab, |v| v.add_sep) }
-    })
+    getter!(with_vocab, "llama_vocab_get_add_sep", vocab, false, |v| v
+        .add_sep)
 }
 
 /// Tokens to suppress during sampling. None are read from the file yet: writes 0 to

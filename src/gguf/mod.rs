@@ -7,12 +7,15 @@
 //! * [`file`]: [`read_header`], which reads only the header of a file on disk.
 //! * [`writer`]: [`GgufWriter`] and gguf-split style shard sets.
 //! * [`quant`]: reference F16/BF16/Q8_0/Q4_0 conversions for building typed fixtures.
-//! * [`fixtures`]: tiny llama-family models and corrupt files for tests and demos.
+//! * `fixtures` (feature `fixtures`, on for tests, benches and examples; not in the shipped
+//!   library): tiny llama-family models and corrupt files.
 //!
 //! Nothing here maps memory or uses `unsafe`; the loader decides how to reach tensor data.
+#![forbid(unsafe_code)]
 
 pub mod error;
 pub mod file;
+#[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod quant;
 pub mod reader;

@@ -1,5 +1,6 @@
 //! Loading a model from GGUF files: split discovery, metadata, hyperparameters, vocabulary,
 //! tensor registry and tensor data in every load mode, with progress and cancellation.
+#![forbid(unsafe_code)]
 
 pub mod file;
 pub mod place;
@@ -19,13 +20,28 @@ use crate::model::{arch, ftype, hparams, split, vocab::Vocab, LoadMode, Model};
 use file::SourceFile;
 use place::{granularity_for, AllocFailure, Home, ModelDevices, PlacementParams};
 
-/// Why a load failed. The text names the file, tensor and reason.
+/// Why a load failed: each variant carries what failed (file, tensor) and the cause; the C
+/// boundary turns it into one log line (its `Display`).
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    /// A file could not be opened or read, or its content is not a valid model.
     #[error("{file}: {reason}")]
     File { file: String, reason: String },
+    /// `llama_model_load_from_splits` was given no paths.
+    #[error("list of splits is empty")]
+    NoSplits,
+    /// The host's `FILE *` could not be examined.
+    #[error("{file}: failed to stat: {source}")]
+    Stat {
+        file: String,
+        source: std::io::Error,
+    },
+    /// Two tensors of the model share a name (across all shards).
+    #[error("tensor '{tensor}' is duplicated")]
+    DuplicateTensor { tensor: String },
+    /// A `tensor_buft_overrides` pattern is invalid.
     #[error("{0}")]
-    Model(String),
+    Override(#[from] crate::device::OverrideError),
     #[error("tensor '{tensor}' in {file}: {reason}")]
     Tensor {
         file: String,
@@ -34,6 +50,9 @@ pub enum LoadError {
     },
     #[error("cancelled model load")]
     Cancelled,
+    /// The devices and layer offload asked for cannot be placed.
+    #[error("{0}")]
+    Placement(#[from] crate::device::PlacementError),
 }
 
 fn file_error(source: &SourceFile, reason: impl std::fmt::Display) -> LoadError {
@@ -78,7 +97,7 @@ impl Default for LoadOptions<'_> {
             overrides: Vec::new(),
             progress: None,
             placement: PlacementParams::default(),
-            hotswap: crate::hotswap::enabled_by_env(),
+            hotswap: crate::model::swap::enabled_by_env(),
         }
     }
 }
@@ -128,14 +147,14 @@ fn open_files(source: ModelSource) -> Result<Vec<OpenedFile>, LoadError> {
     let (main, explicit) = match source {
         ModelSource::Path(path) => (open_path(&path)?, None),
         ModelSource::Splits(paths) => {
-            let first = paths
-                .first()
-                .ok_or_else(|| LoadError::Model("list of splits is empty".into()))?;
+            let first = paths.first().ok_or(LoadError::NoSplits)?;
             (open_path(first)?, Some(paths))
         }
         ModelSource::File { file, base } => {
-            let source = SourceFile::from_file(file, base)
-                .map_err(|e| LoadError::Model(format!("<FILE *>: failed to stat: {e}")))?;
+            let source = SourceFile::from_file(file, base).map_err(|source| LoadError::Stat {
+                file: "<FILE *>".to_string(),
+                source,
+            })?;
             (OpenedFile::open(source)?, None)
         }
     };
@@ -445,7 +464,7 @@ pub fn load(source: ModelSource, mut options: LoadOptions<'_>) -> Result<Model, 
         model
             .tensors
             .push(Tensor::new(name, source, home, state))
-            .map_err(LoadError::Model)?;
+            .map_err(|tensor| LoadError::DuplicateTensor { tensor })?;
     }
     if !options.no_alloc {
         log_buffer_sizes(&model.tensors, &devices);
@@ -453,7 +472,7 @@ pub fn load(source: ModelSource, mut options: LoadOptions<'_>) -> Result<Model, 
     model.files = sources;
     model.devices = Some(devices);
     if options.hotswap {
-        model.hotswap = Some(crate::hotswap::HotSwap::register(&model));
+        model.hotswap = Some(crate::model::swap::HotSwap::register(&model));
     }
     Ok(model)
 }
@@ -465,8 +484,7 @@ fn tensor_homes(
     infos: &[(String, TensorLayout, TensorSource)],
 ) -> Result<Vec<Home>, LoadError> {
     let overrides =
-        crate::device::BuftOverrides::new(params.overrides.iter().map(|(p, d)| (p.as_str(), *d)))
-            .map_err(|e| LoadError::Model(e.to_string()))?;
+        crate::device::BuftOverrides::new(params.overrides.iter().map(|(p, d)| (p.as_str(), *d)))?;
     let cpu = devices.cpu();
     Ok(infos
         .iter()
@@ -672,7 +690,7 @@ fn load_data(
             (None, None) => {
                 staging.clear();
                 staging.resize(len, 0);
-                crate::device::read_exact_at_parallel(&s.file, &mut staging, start)
+                crate::storage::read_exact_at_parallel(&s.file, &mut staging, start)
                     .map_err(|e| tensor_error(format!("read error: {e}")))?;
                 &staging
             }

@@ -1,4 +1,5 @@
 //! The loaded model: metadata, hyperparameters, vocabulary and tensors.
+#![forbid(unsafe_code)]
 
 pub mod arch;
 pub mod ftype;
@@ -6,6 +7,7 @@ pub mod hparams;
 pub mod meta;
 pub mod report;
 pub mod split;
+pub mod swap;
 pub mod tensors;
 pub mod vocab;
 
@@ -14,11 +16,10 @@ use std::ffi::CString;
 
 use std::sync::atomic::AtomicU64;
 
-use crate::hotswap::HotSwap;
-use crate::loader::file::SourceFile;
-use crate::loader::place::ModelDevices;
+use crate::storage::{ModelDevices, SourceFile};
 use hparams::HParams;
 use meta::Metadata;
+use swap::HotSwap;
 use tensors::TensorStore;
 use vocab::Vocab;
 

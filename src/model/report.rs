@@ -73,9 +73,9 @@ impl TensorInfo {
             device: state
                 .device_index(cpu_index)
                 .or(match tensor.home {
-                    crate::loader::place::Home::Cpu => Some(cpu_index),
-                    crate::loader::place::Home::Device(d) => Some(d),
-                    crate::loader::place::Home::Rows(_) => None,
+                    crate::storage::Home::Cpu => Some(cpu_index),
+                    crate::storage::Home::Device(d) => Some(d),
+                    crate::storage::Home::Rows(_) => None,
                 })
                 .map_or(-1, |d| i32::try_from(d).unwrap_or(-1)),
             buffer: state.buffer_kind(cpu_index),

@@ -1,0 +1,99 @@
+//! Commit: applying staged actions under the members' write locks.
+
+use crate::model::tensors::{Original, SwapState};
+use crate::model::Model;
+use crate::storage::data::write_storage;
+use crate::storage::TensorData;
+
+use super::{device_label, recycle, Action, Outcome, Outcomes, ReportEntry, Staged};
+
+/// Applies staged actions under the members' write locks (taken in index order).
+pub(super) fn commit(model: &Model, mut staged: Vec<Staged>, out: &mut Outcomes) {
+    staged.sort_by_key(|s| s.tensor);
+    let mut guards: Vec<_> = staged
+        .iter()
+        .map(|s| model.tensors.at(s.tensor).write())
+        .collect();
+    let mut results = Vec::with_capacity(staged.len());
+    for (s, state) in staged.into_iter().zip(guards.iter_mut()) {
+        let old_type = state.layout.ggml_type;
+        let mut relocated = false;
+        let result: Result<(), String> = match s.action {
+            Action::WriteCurrent(bytes) => {
+                let layout = state.layout;
+                let written = write_storage(&layout, &mut state.data, &bytes);
+                recycle(model, bytes);
+                written
+            }
+            Action::Reattach { bytes, fresh } => {
+                relocated = true;
+                let original = state.original.take();
+                let (layout, mut data) = match original {
+                    Some(o) => (o.layout, o.data),
+                    None => (
+                        state.layout,
+                        std::mem::replace(&mut state.data, TensorData::Unallocated),
+                    ),
+                };
+                let written = match fresh {
+                    Some(f) => {
+                        data = f;
+                        Ok(())
+                    }
+                    None => write_storage(&layout, &mut data, &bytes),
+                };
+                recycle(model, bytes);
+                state.layout = layout;
+                state.data = data; // the private buffer (if any) was replaced by `original`
+                state.swap = SwapState::OnOriginal;
+                written
+            }
+            Action::Replace { layout, data, swap } => {
+                relocated = true;
+                let previous = std::mem::replace(&mut state.data, data);
+                let previous_layout = std::mem::replace(&mut state.layout, layout);
+                if state.swap == SwapState::OnOriginal {
+                    // Keep the original aside; a file mapping is not kept (it may be stale).
+                    let kept = if matches!(previous, TensorData::Mapped { .. }) {
+                        TensorData::Unallocated
+                    } else {
+                        previous
+                    };
+                    state.original = Some(Original {
+                        layout: previous_layout,
+                        data: kept,
+                    });
+                }
+                state.swap = swap;
+                Ok(())
+            }
+        };
+        if relocated {
+            out.relocated = true;
+        }
+        if result.is_ok() && !matches!(state.data, TensorData::Unallocated) {
+            state.lost = false;
+        }
+        results.push((s.tensor, s.outcome, s.reason, old_type, s.new_type, result));
+    }
+    drop(guards);
+    for (m, outcome, reason, old_type, new_type, result) in results {
+        let (outcome, reason) = match result {
+            Ok(()) => match outcome {
+                Some(o) => (o, reason),
+                None => continue,
+            },
+            Err(e) => (Outcome::Failed, format!("write failed: {e}")),
+        };
+        let t = model.tensors.at(m);
+        let state = t.read();
+        out.entries.push(ReportEntry {
+            name: t.name.clone(),
+            outcome,
+            reason,
+            old_type,
+            new_type,
+            device: device_label(model, &state),
+        });
+    }
+}

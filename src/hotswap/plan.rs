@@ -1,0 +1,240 @@
+//! Planning: checking a tensor against a new header (shape, presence, data range) into a
+//! job or a refusal; the jobs of a reload from another file and of a set from memory; the
+//! order jobs run in.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::gguf::{GgmlType, Gguf, TensorInfo};
+use crate::model::swap::lock;
+use crate::model::tensors::SwapState;
+use crate::model::Model;
+
+use super::{finish, hotswap_of, run_job, HotSwapError, Outcome, Outcomes, Report};
+
+/// Where a job's bytes come from.
+pub(super) enum Bytes<'a> {
+    File { file: &'a File, offset: u64 },
+    Memory(&'a [u8]),
+}
+
+pub(super) struct Job<'a> {
+    pub(super) tensor: usize,
+    pub(super) new_type: GgmlType,
+    pub(super) source: Bytes<'a>,
+}
+
+/// Opens a GGUF and reads its header through the returned descriptor.
+pub(super) fn open_gguf(path: &Path) -> Result<(File, crate::gguf::GgufHeader), String> {
+    let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let size = file
+        .metadata()
+        .map_err(|e| format!("cannot stat: {e}"))?
+        .len();
+    let header =
+        crate::gguf::read_header_from(&file, size, crate::gguf::file::DEFAULT_MAX_HEADER_BYTES)
+            .map_err(|e| format!("invalid GGUF header: {e}"))?;
+    Ok((file, header))
+}
+
+/// Checks tensor `i` against a new header; returns its job, or reports why not.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn plan<'a>(
+    model: &Model,
+    i: usize,
+    info: Option<&TensorInfo<'_>>,
+    gguf: &Gguf<'_>,
+    file: &'a File,
+    file_size: u64,
+    path: &Path,
+    out: &mut Outcomes,
+) -> Option<Job<'a>> {
+    let tensor = model.tensors.at(i);
+    let Some(info) = info else {
+        out.refuse(
+            model,
+            i,
+            None,
+            format!("tensor is missing from {}", path.display()),
+        );
+        return None;
+    };
+    let live_ne = tensor.read().layout.ne;
+    if info.ne != live_ne {
+        out.refuse(
+            model,
+            i,
+            Some(info.ggml_type),
+            format!(
+                "shape changed in {}: {:?} in the file, {:?} in the model (shapes never change)",
+                path.display(),
+                info.ne,
+                live_ne
+            ),
+        );
+        return None;
+    }
+    let offset = info.abs_offset(gguf);
+    let end = offset.checked_add(info.nbytes);
+    if end.map_or(true, |e| e > file_size) {
+        out.fail(
+            model,
+            i,
+            Some(info.ggml_type),
+            format!(
+                "{}: data range {offset}..{} is past the end of the file ({file_size} bytes): \
+                 truncated or still being written",
+                path.display(),
+                offset.saturating_add(info.nbytes)
+            ),
+        );
+        return None;
+    }
+    Some(Job {
+        tensor: i,
+        new_type: info.ggml_type,
+        source: Bytes::File { file, offset },
+    })
+}
+
+/// Reloads every tensor of the model from another GGUF (or split set) with the same tensor
+/// names and shapes.
+pub fn reload_from_file(model: &Model, path: &Path) -> Result<Arc<Report>, HotSwapError> {
+    let hs = hotswap_of(model)?;
+    let watch = lock(&hs.watch);
+    let file_error = |p: &Path, reason: String| HotSwapError::File {
+        path: p.display().to_string(),
+        reason,
+    };
+    let (first, header) = open_gguf(path).map_err(|r| file_error(path, r))?;
+    let gguf = header.gguf().map_err(|e| file_error(path, e.to_string()))?;
+    let count = match gguf.get("split.count") {
+        Some(crate::gguf::Value::U16(n)) => *n,
+        _ => 1,
+    };
+    let mut shards: Vec<(File, crate::gguf::GgufHeader, PathBuf)> = Vec::new();
+    drop(gguf);
+    shards.push((first, header, path.to_path_buf()));
+    if count > 1 {
+        let text = path.to_string_lossy().into_owned();
+        let prefix = crate::model::split::split_prefix(&text, 0, i32::from(count))
+            .ok_or_else(|| file_error(path, "not the first shard of a split set".into()))?;
+        for n in 1..i32::from(count) {
+            let shard = PathBuf::from(crate::model::split::split_path(prefix, n, i32::from(count)));
+            let (f, h) = open_gguf(&shard).map_err(|r| file_error(&shard, r))?;
+            shards.push((f, h, shard));
+        }
+    }
+    let mut out = Outcomes::default();
+    let mut found = vec![false; model.tensors.len()];
+    let mut jobs = Vec::new();
+    let parsed: Vec<Gguf<'_>> = shards
+        .iter()
+        .map(|(_, h, p)| h.gguf().map_err(|e| file_error(p, e.to_string())))
+        .collect::<Result<_, _>>()?;
+    for ((file, _, shard_path), gguf) in shards.iter().zip(&parsed) {
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        for info in gguf.tensors() {
+            let Some(i) = model.tensors.index_of(info.name) else {
+                continue;
+            };
+            found[i] = true;
+            if let Some(job) = plan(model, i, Some(info), gguf, file, size, shard_path, &mut out) {
+                jobs.push(job);
+            }
+        }
+    }
+    for (i, seen) in found.iter().enumerate() {
+        if !seen {
+            out.refuse(
+                model,
+                i,
+                None,
+                format!("tensor is missing from {}", path.display()),
+            );
+        }
+    }
+    run_jobs(model, jobs, &mut out);
+    drop(watch);
+    Ok(finish(model, hs, out))
+}
+
+/// Replaces one tensor from host memory (`data` in `ggml_type`, the tensor's shape).
+pub fn tensor_set(
+    model: &Model,
+    name: &str,
+    ggml_type: i32,
+    data: &[u8],
+) -> Result<Arc<Report>, HotSwapError> {
+    let hs = hotswap_of(model)?;
+    let watch = lock(&hs.watch);
+    let mut out = Outcomes::default();
+    let Some(i) = model.tensors.index_of(name) else {
+        return Err(HotSwapError::Invalid(format!("no tensor named '{name}'")));
+    };
+    let new_type = GgmlType::from_id(ggml_type)
+        .filter(|t| t.type_size() > 0)
+        .ok_or_else(|| HotSwapError::Invalid(format!("invalid ggml type {ggml_type}")))?;
+    let ne = model.tensors.at(i).read().layout.ne;
+    let blck = new_type.block_size().max(1) as i64;
+    match new_type.nbytes(ne) {
+        Some(n) if ne[0] % blck == 0 && n == data.len() as u64 => {
+            let job = Job {
+                tensor: i,
+                new_type,
+                source: Bytes::Memory(data),
+            };
+            run_jobs(model, vec![job], &mut out);
+            if out.entries.iter().all(|e| e.name != name) {
+                // The tensor already held exactly these bytes: done, nothing to move.
+                out.push(
+                    model,
+                    i,
+                    Outcome::ReloadedInPlace,
+                    Some(new_type),
+                    "bytes unchanged".into(),
+                );
+            }
+        }
+        Some(n) if ne[0] % blck == 0 => out.refuse(
+            model,
+            i,
+            Some(new_type),
+            format!(
+                "{} bytes given, a {} tensor of shape {ne:?} has {n}",
+                data.len(),
+                new_type.name()
+            ),
+        ),
+        _ => out.refuse(
+            model,
+            i,
+            Some(new_type),
+            format!(
+                "shape {ne:?} cannot be stored as {} (row length not a multiple of {blck})",
+                new_type.name()
+            ),
+        ),
+    }
+    drop(watch);
+    Ok(finish(model, hs, out))
+}
+
+/// Runs jobs, tensors returning to their original type first.
+pub(super) fn run_jobs(model: &Model, mut jobs: Vec<Job<'_>>, out: &mut Outcomes) {
+    let returning = |job: &Job<'_>| {
+        let state = model.tensors.at(job.tensor).read();
+        state.swap != SwapState::OnOriginal
+            && state.original.as_ref().map(|o| o.layout.ggml_type) == Some(job.new_type)
+    };
+    let flags: Vec<bool> = jobs.iter().map(returning).collect();
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&k| !flags[k]);
+    let mut sorted: Vec<Option<Job<'_>>> = jobs.drain(..).map(Some).collect();
+    for k in order {
+        if let Some(job) = sorted[k].take() {
+            run_job(model, job, out);
+        }
+    }
+}

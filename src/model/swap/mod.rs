@@ -1,0 +1,97 @@
+//! What a model keeps for hot-swap: the registration made at load (each shard's path and
+//! identity, the tensors that came from it), the last report and the staging pool. The logic
+//! that uses them (detection, plans, staging, commits) is [`crate::hotswap`], which sits above
+//! the model; keeping the state here lets the model own it without importing that logic.
+
+pub mod report;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::storage::FileIdentity;
+
+use super::Model;
+use report::Report;
+
+/// The environment variable read at model load.
+pub const ENV: &str = "LLAMA_HOTSWAP_ENABLED";
+
+/// Whether `LLAMA_HOTSWAP_ENABLED` turns hot-swap on: set to anything but empty, `0`,
+/// `false` or `off` (case-insensitive, surrounding whitespace ignored).
+pub fn enabled_by_env() -> bool {
+    match std::env::var_os(ENV) {
+        None => false,
+        Some(v) => is_enabling_value(&v.to_string_lossy()),
+    }
+}
+
+/// See [`enabled_by_env`].
+pub fn is_enabling_value(value: &str) -> bool {
+    let v = value.trim().to_ascii_lowercase();
+    !(v.is_empty() || v == "0" || v == "false" || v == "off")
+}
+
+/// One watched shard.
+#[derive(Debug)]
+pub struct WatchedFile {
+    pub path: Option<PathBuf>,
+    /// As of the last look (None: the path did not exist).
+    pub identity: Option<FileIdentity>,
+    /// The model's tensors whose bytes came from this file (indices, file order).
+    pub tensors: Vec<usize>,
+}
+
+/// Registration and the last report; the mutex serializes reload calls.
+#[derive(Debug)]
+pub struct HotSwap {
+    pub watch: Mutex<Vec<WatchedFile>>,
+    pub report: Mutex<Arc<Report>>,
+    /// A staging buffer kept between calls (the largest tensor staged so far), so that a
+    /// reload does not pay page faults for a fresh buffer every time.
+    pub staging: Mutex<Vec<u8>>,
+}
+
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl HotSwap {
+    /// Records every shard's path and identity (tensor offsets stay on the tensors).
+    pub fn register(model: &Model) -> HotSwap {
+        let mut files: Vec<WatchedFile> = model
+            .files
+            .iter()
+            .map(|f| {
+                if f.path.is_none() {
+                    crate::log_warn!(
+                        "hot-swap: a model loaded from a FILE * has no path to watch; \
+                         llama_ext_tensor_set and llama_ext_model_reload_from_file still work"
+                    );
+                }
+                WatchedFile {
+                    path: f.path.clone(),
+                    identity: Some(f.identity),
+                    tensors: Vec::new(),
+                }
+            })
+            .collect();
+        for (i, t) in model.tensors.iter().enumerate() {
+            files[t.source.file_index].tensors.push(i);
+        }
+        crate::log_info!(
+            "hot-swap: enabled, watching {} file(s) for {} tensors",
+            model.files.len(),
+            model.tensors.len()
+        );
+        HotSwap {
+            watch: Mutex::new(files),
+            report: Mutex::new(Arc::new(Report::default())),
+            staging: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The last reload call's report.
+    pub fn last_report(&self) -> Arc<Report> {
+        Arc::clone(&lock(&self.report))
+    }
+}

@@ -1,0 +1,148 @@
+//! The one OS edge of storage that needs `unsafe`: read-only file mappings, and owned
+//! page-aligned arenas cut into disjoint [`HostRange`]s. Every block has its SAFETY note.
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io;
+
+/// A read-only shared mapping of a whole file.
+pub fn map_file(file: &File, populate: bool) -> io::Result<memmap2::Mmap> {
+    let mut options = memmap2::MmapOptions::new();
+    if populate {
+        options.populate();
+    }
+    // SAFETY: the mapping is read-only and shared. Another process may still truncate or
+    // rewrite the file underneath it; llama-hotswap never writes through mappings, and the
+    // hot-swap path moves tensors off a file's mapping as soon as it sees the file changed.
+    // The remaining hazard (a host reading weights after truncating a mapped file and before
+    // calling reload) is documented in the README.
+    let map = unsafe { options.map(file) }?;
+    let _ = map.advise(memmap2::Advice::Sequential);
+    if populate {
+        let _ = map.advise(memmap2::Advice::WillNeed);
+    }
+    Ok(map)
+}
+
+/// Page-aligned, owned, writable memory (an anonymous mapping), optionally pre-faulted so
+/// that reads into it do not pay page faults one page at a time.
+pub fn alloc_pages(len: usize, populate: bool) -> io::Result<memmap2::MmapMut> {
+    let mut options = memmap2::MmapOptions::new();
+    options.len(len.max(1));
+    if populate {
+        options.populate();
+    }
+    options.map_anon()
+}
+
+/// Owned, page-aligned host memory holding the tensors of one file in the owned load modes.
+/// It is only ever used through [`split_arena`], which cuts it into disjoint [`HostRange`]s.
+#[derive(Debug)]
+pub struct HostArena {
+    raw: memmap2::MmapRaw,
+}
+
+impl HostArena {
+    pub fn new(map: memmap2::MmapMut) -> HostArena {
+        HostArena { raw: map.into() }
+    }
+}
+
+/// One tensor's bytes inside an arena. Ranges of one arena never overlap ([`split_arena`]
+/// checks it) and a range is not `Clone`, so `&self` / `&mut self` on the range is exactly
+/// shared / exclusive access to its bytes.
+#[derive(Debug)]
+pub struct HostRange {
+    arena: std::sync::Arc<HostArena>,
+    offset: usize,
+    len: usize,
+}
+
+impl HostRange {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the range lies inside the live mapping (checked by `split_arena`, and the
+        // Arc keeps the mapping alive); no other range overlaps it, and writes need
+        // `&mut self`, which cannot coexist with this shared borrow.
+        unsafe { std::slice::from_raw_parts(self.arena.raw.as_ptr().add(self.offset), self.len) }
+    }
+
+    /// Overwrites the range with `src` (which must have the range's length).
+    pub fn write(&mut self, src: &[u8]) -> io::Result<()> {
+        if src.len() != self.len {
+            return Err(io::Error::other(format!(
+                "write of {} bytes into a {}-byte range",
+                src.len(),
+                self.len
+            )));
+        }
+        // SAFETY: inside the mapping and disjoint from every other range (as in `bytes`);
+        // `&mut self` means no slice from `bytes` is alive.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.as_ptr(),
+                self.arena.raw.as_mut_ptr().add(self.offset),
+                self.len,
+            )
+        };
+        Ok(())
+    }
+}
+
+/// Cuts an arena into the ranges `keep` (returned in order) and gives the whole pages of the
+/// ranges `release` back to the OS (their tensors went to a device and are never read from
+/// here). Fails when a range leaves the arena or two ranges overlap.
+pub fn split_arena(
+    arena: HostArena,
+    keep: &[(usize, usize)],
+    release: &[(usize, usize)],
+) -> io::Result<Vec<HostRange>> {
+    let size = arena.raw.len();
+    let mut all: Vec<(usize, usize)> = keep.iter().chain(release).copied().collect();
+    all.sort_unstable();
+    let mut end_so_far = 0usize;
+    for &(offset, len) in &all {
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= size)
+            .ok_or_else(|| io::Error::other(format!("range {offset}+{len} outside the arena")))?;
+        if len > 0 && offset < end_so_far {
+            return Err(io::Error::other(format!(
+                "range at {offset} overlaps another"
+            )));
+        }
+        end_so_far = end_so_far.max(end);
+    }
+    let page = crate::device::page_size();
+    for &(offset, len) in release {
+        let start = offset.div_ceil(page) * page;
+        let end = (offset + len) / page * page;
+        if end > start {
+            // SAFETY: whole pages inside our anonymous mapping and inside a released range,
+            // which overlaps no kept range (checked above): nothing reads them again.
+            unsafe {
+                libc::madvise(
+                    arena.raw.as_mut_ptr().add(start).cast(),
+                    end - start,
+                    libc::MADV_DONTNEED,
+                );
+            }
+        }
+    }
+    let arena = std::sync::Arc::new(arena);
+    Ok(keep
+        .iter()
+        .map(|&(offset, len)| HostRange {
+            arena: std::sync::Arc::clone(&arena),
+            offset,
+            len,
+        })
+        .collect())
+}

@@ -3,6 +3,7 @@
 //! the last evaluation.
 
 pub mod batch;
+#[cfg(feature = "fixtures")]
 pub mod harness;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -8,8 +8,9 @@ use super::*;
 use crate::gguf::GgmlType;
 use crate::kernels::cpu::ops;
 use crate::kv_cache::{KvCache, KvLayerRows};
-use crate::model::tensors::{TensorData, TensorState};
+use crate::model::tensors::TensorState;
 use crate::model::Model;
+use crate::storage::TensorData;
 
 /// Why a graph could not run.
 #[derive(Debug, thiserror::Error)]

@@ -474,8 +474,16 @@ impl Context {
         let mode = arch_rope_mode(&self.model.arch);
         let mut cache = vec![0.0f32; hp.n_rot];
         let mut row = Vec::new();
+        // the rope factors the graph uses (upstream's get_rope_factors)
+        let factors_name = if self.model.tensors.get("rope_freqs.weight").is_some() {
+            "rope_freqs.weight"
+        } else if e.cparams.n_ctx_seq > hp.n_ctx_orig_yarn {
+            "rope_factors_long.weight"
+        } else {
+            "rope_factors_short.weight"
+        };
         let freq_factors: Option<Vec<f32>> =
-            self.model.tensors.get("rope_freqs.weight").and_then(|t| {
+            self.model.tensors.get(factors_name).and_then(|t| {
                 let st = t.read();
                 let b = st.host_bytes()?;
                 let mut v = vec![0.0; (st.layout.ne[0]) as usize];
@@ -500,6 +508,8 @@ impl Context {
                     r.freq_scale
                 },
                 ext_factor: r.ext_factor,
+                // a rotation only: upstream passes yarn_attn_factor here, which scales the
+                // cached keys again at every shift when it is not 1 (not copied)
                 attn_factor: 1.0,
                 beta_fast: r.beta_fast,
                 beta_slow: r.beta_slow,

@@ -56,11 +56,12 @@ check() { # NAME MODEL MAX_KL [MARGIN=0.25 for quantized, 0 otherwise] [env...]
     case "${1:-}" in [0-9]*) margin=$1; shift ;; esac
     local toks="$prompt"
     case "$name" in arch-* | types-*) toks="1 5 9 17 33 65 100 7 3 2" ;; esac
-    if ! env "$@" LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/probe_decode" "$file" "$out/$name.upstream.bin" 16 $toks \
+    local steps=${CHECK_STEPS:-16}
+    if ! env "$@" LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/probe_decode" "$file" "$out/$name.upstream.bin" "$steps" $toks \
         >"$out/$name.upstream.txt" 2>"$out/$name.upstream.err"; then
         echo "FAIL $name: upstream run failed"; tail -3 "$out/$name.upstream.err"; failed=$((failed + 1)); return
     fi
-    if ! env "$@" LD_LIBRARY_PATH="$ours" "$out/probe_decode" "$file" "$out/$name.ours.bin" 16 $toks \
+    if ! env "$@" LD_LIBRARY_PATH="$ours" "$out/probe_decode" "$file" "$out/$name.ours.bin" "$steps" $toks \
         >"$out/$name.ours.txt" 2>"$out/$name.ours.err"; then
         echo "FAIL $name: our run failed"; tail -3 "$out/$name.ours.err"; failed=$((failed + 1)); return
     fi
@@ -79,6 +80,10 @@ check smollm2-q4_1 "$model" 1e-2
 check smollm2-q4_1-ubatch5 "$model" 1e-2 PROBE_UBATCH=5
 check smollm2-q4_1-f32cache "$model" 1e-2 PROBE_TYPE_K=f32
 check smollm2-q4_1-two-seqs "$model" 1e-2 PROBE_SEQ2=1
+# memory operations then decode (seq_rm + re-decode, seq_cp + decode on the copy, seq_rm +
+# seq_add context shift + decode), equal to upstream's on the same calls; few greedy steps
+# after the shift, whose re-rotated keys make near-ties flip later on
+CHECK_STEPS=3 check smollm2-q4_1-memops "$model" 1e-2 PROBE_MEMOPS=1
 for t in Q8_0 Q4_0 F16; do
     f="$models_dir/SmolLM2-135M-Instruct.$t.gguf"
     if [ ! -s "$f" ]; then echo "FAIL smollm2-$t: llama-quantize did not produce $f"; failed=$((failed + 1)); continue; fi

@@ -7,7 +7,10 @@
  *
  * usage: probe_decode MODEL OUT N_STEPS TOKEN... [env PROBE_THREADS, PROBE_TYPE_K=f32|f16,
  *        PROBE_UBATCH, PROBE_GPU_LAYERS, PROBE_SEQ2=1 (decode the prompt as two sequences in
- *        one batch and write sequence 1's rows)]
+ *        one batch and write sequence 1's rows), PROBE_MEMOPS=1 (after the prompt: seq_rm of
+ *        the last 3 positions and their decode again, seq_cp to sequence 1 and a token there,
+ *        seq_rm of positions 2..3 with seq_add shifting the rest back, and a token; 5 more
+ *        rows before the greedy steps)]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,11 +51,12 @@ int main(int argc, char **argv) {
     int n_vocab = llama_vocab_n_tokens(vocab);
 
     int seq2 = (env = getenv("PROBE_SEQ2")) && atoi(env);
+    int memops_cfg = (env = getenv("PROBE_MEMOPS")) && atoi(env);
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = 512;
     cp.n_batch = 512;
     cp.n_ubatch = (env = getenv("PROBE_UBATCH")) ? atoi(env) : 512;
-    cp.n_seq_max = seq2 ? 2 : 1;
+    cp.n_seq_max = (seq2 || memops_cfg) ? 2 : 1;
     cp.n_threads = cp.n_threads_batch = (env = getenv("PROBE_THREADS")) ? atoi(env) : 2;
     if ((env = getenv("PROBE_TYPE_K")) && strcmp(env, "f32") == 0) {
         cp.type_k = GGML_TYPE_F32;
@@ -61,8 +65,10 @@ int main(int argc, char **argv) {
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "context failed\n"); return 1; }
 
+    int memops = (env = getenv("PROBE_MEMOPS")) && atoi(env);
+    if (memops) seq2 = 0;
     FILE *out = fopen(out_path, "wb");
-    int n_rows = n_prompt + n_steps;
+    int n_rows = n_prompt + n_steps + (memops ? 5 : 0);
     fwrite(&n_vocab, 4, 1, out);
     fwrite(&n_rows, 4, 1, out);
 
@@ -95,12 +101,52 @@ int main(int argc, char **argv) {
         /* continue sequence 1 only: drop sequence 0, then greedy steps on sequence 1 */
         llama_memory_seq_rm(llama_get_memory(ctx), 0, -1, -1);
     }
+    int next_pos = n_prompt;
+    if (memops) {
+        llama_memory_t mem = llama_get_memory(ctx);
+        /* 1: drop the last 3 positions, decode them again (3 rows) */
+        llama_memory_seq_rm(mem, 0, n_prompt - 3, -1);
+        struct llama_batch r = llama_batch_init(3, 0, 1);
+        for (int i = 0; i < 3; i++) {
+            r.token[i] = prompt[n_prompt - 3 + i];
+            r.pos[i] = n_prompt - 3 + i;
+            r.n_seq_id[i] = 1;
+            r.seq_id[i][0] = 0;
+            r.logits[i] = 1;
+        }
+        r.n_tokens = 3;
+        if (llama_decode(ctx, r) != 0) { fprintf(stderr, "memops re-decode failed\n"); return 1; }
+        for (int i = 0; i < 3; i++) fwrite(llama_get_logits_ith(ctx, i), sizeof(float), n_vocab, out);
+        llama_batch_free(r);
+        /* 2: copy sequence 0 to 1 and continue sequence 1 (1 row) */
+        llama_memory_seq_cp(mem, 0, 1, -1, -1);
+        struct llama_batch one = llama_batch_init(1, 0, 1);
+        one.token[0] = prompt[1];
+        one.pos[0] = n_prompt;
+        one.n_seq_id[0] = 1;
+        one.seq_id[0][0] = 1;
+        one.logits[0] = 1;
+        one.n_tokens = 1;
+        if (llama_decode(ctx, one) != 0) { fprintf(stderr, "memops seq 1 failed\n"); return 1; }
+        fwrite(llama_get_logits_ith(ctx, 0), sizeof(float), n_vocab, out);
+        /* 3: context shift on sequence 0: drop positions 2..3, shift the rest back by 2 (1 row) */
+        llama_memory_seq_rm(mem, 0, 2, 4);
+        llama_memory_seq_add(mem, 0, 4, -1, -2);
+        one.token[0] = prompt[2];
+        one.pos[0] = n_prompt - 2;
+        one.seq_id[0][0] = 0;
+        if (llama_decode(ctx, one) != 0) { fprintf(stderr, "memops shift failed\n"); return 1; }
+        fwrite(llama_get_logits_ith(ctx, 0), sizeof(float), n_vocab, out);
+        llama_batch_free(one);
+        llama_memory_seq_rm(mem, 1, -1, -1);
+        next_pos = n_prompt - 1;
+    }
     llama_token tok = argmax(llama_get_logits_ith(ctx, -1), n_vocab);
     for (int step = 0; step < n_steps; step++) {
         printf("%d ", tok);
         struct llama_batch one = llama_batch_init(1, 0, 1);
         one.token[0] = tok;
-        one.pos[0] = n_prompt + step;
+        one.pos[0] = next_pos + step;
         one.n_seq_id[0] = 1;
         one.seq_id[0][0] = seq2 ? 1 : 0;
         one.logits[0] = 1;

@@ -44,6 +44,38 @@ pub struct ContextParams {
     pub swa_full: bool,
 }
 
+impl Default for ContextParams {
+    /// Upstream's `llama_context_default_params` (the fields kept here).
+    fn default() -> Self {
+        ContextParams {
+            n_ctx: 512,
+            n_batch: 2048,
+            n_ubatch: 512,
+            n_seq_max: 1,
+            n_threads: 4,
+            n_threads_batch: 4,
+            pooling_type: -1,
+            attention_type: -1,
+            flash_attn_type: -1,
+            rope: RopeOverrides {
+                rope_scaling_type: -1,
+                freq_base: 0.0,
+                freq_scale: 0.0,
+                yarn_ext_factor: -1.0,
+                yarn_attn_factor: -1.0,
+                yarn_beta_fast: -1.0,
+                yarn_beta_slow: -1.0,
+                yarn_orig_ctx: 0,
+            },
+            type_k: 1,
+            type_v: 1,
+            embeddings: false,
+            kv_unified: false,
+            swa_full: true,
+        }
+    }
+}
+
 /// Why a context cannot be created.
 #[derive(Debug, thiserror::Error)]
 pub enum ContextError {
@@ -482,14 +514,13 @@ impl Context {
         } else {
             "rope_factors_short.weight"
         };
-        let freq_factors: Option<Vec<f32>> =
-            self.model.tensors.get(factors_name).and_then(|t| {
-                let st = t.read();
-                let b = st.host_bytes()?;
-                let mut v = vec![0.0; (st.layout.ne[0]) as usize];
-                crate::graph::kernel_api::dequantize_row(st.layout.ggml_type, b, &mut v);
-                Some(v)
-            });
+        let freq_factors: Option<Vec<f32>> = self.model.tensors.get(factors_name).and_then(|t| {
+            let st = t.read();
+            let b = st.host_bytes()?;
+            let mut v = vec![0.0; (st.layout.ne[0]) as usize];
+            crate::graph::kernel_api::dequantize_row(st.layout.ggml_type, b, &mut v);
+            Some(v)
+        });
         for il in 0..hp.n_layer {
             let swa = hp.swa_layers[il];
             let r = e.cparams.rope;

@@ -14,6 +14,8 @@
 //! * `device` — the device registry (CUDA, virtual GPUs, CPU), allocations, layer placement.
 //! * `gguf` — the GGUF format: parsing and writing bytes; never sees a mapping.
 //! * `log` — the log sink shared by all.
+//! * `chat` — upstream's built-in chat templates (detection from a template string and
+//!   formatting); uses nothing but std.
 //!
 //! Rooms still to come, named so that the engine's code has a place: `tokenizer` (one file per
 //! algorithm; the vocabulary data stays in `model::vocab`), `context` (the context moves out of
@@ -43,6 +45,8 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+/// cbindgen:ignore
+pub mod chat;
 /// cbindgen:ignore
 pub mod context;
 /// cbindgen:ignore

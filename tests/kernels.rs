@@ -8,7 +8,7 @@ use llama::gguf::GgmlType;
 use llama::kernels::cpu::{self, Scratch, ThreadPool};
 
 mod common;
-use common::{random_activations, random_weights, Rng};
+use common::{q8_1_sum_slack, random_activations, random_weights, Rng};
 
 // ------------------------------------------------------------------ thread pool
 
@@ -46,6 +46,16 @@ fn pool_runs_every_task_exactly_once() {
                 check_runs_once(&pool, n_tasks);
             }
         }
+    }
+}
+
+/// Many small jobs on an oversubscribed pool (8 threads on a 2-core machine): workers are often
+/// descheduled mid-protocol, late to a job or early for the next; every task still runs once.
+#[test]
+fn pool_stress_oversubscribed() {
+    let pool = ThreadPool::new(8);
+    for round in 0..3000 {
+        check_runs_once(&pool, 1 + round % 37);
     }
 }
 
@@ -218,24 +228,6 @@ fn activation_conversion_error_is_bounded() {
             }
         }
     }
-}
-
-/// For Q4_1/Q5_1 the Q8_1 activation block carries `s = f16(d·Σq)`, which the kernel uses in
-/// place of the exact sum: allow its rounding (2⁻¹¹ relative) times |m| per block.
-fn q8_1_sum_slack(t: GgmlType, w_row: &[u8], xq: &[u8]) -> f64 {
-    if cpu::vec_dot_type(t) != GgmlType::Q8_1 {
-        return 0.0;
-    }
-    let wb = t.type_size() as usize;
-    w_row
-        .chunks_exact(wb)
-        .zip(xq.chunks_exact(36))
-        .map(|(b, x)| {
-            let m = half::f16::from_bits(u16::from_le_bytes([b[2], b[3]])).to_f64();
-            let s = half::f16::from_bits(u16::from_le_bytes([x[2], x[3]])).to_f64();
-            (m * s).abs() * 2f64.powi(-10)
-        })
-        .sum()
 }
 
 /// mul_mat against an f64 dot of the dequantized weights with the dequantized converted
@@ -463,11 +455,8 @@ fn mul_mat_batched_matches_per_batch_products() {
                 for i in 0..n_kv + 3 {
                     let got = dst[b * layout.dst_batch_stride + j * layout.dst_row_stride + i];
                     if i < n_kv {
-                        assert_eq!(
-                            got.to_bits(),
-                            want[j * n_kv + i].to_bits(),
-                            "{t} head {b} [{i},{j}]"
-                        );
+                        let want = want[j * n_kv + i];
+                        assert_eq!(got.to_bits(), want.to_bits(), "{t} head {b} [{i},{j}]");
                     } else {
                         assert!(got.is_nan(), "{t}: gap written at head {b} [{i},{j}]");
                     }
@@ -509,4 +498,152 @@ fn mul_mat_batched_rejects_overlapping_dst() {
         &pool,
         &mut scratch,
     );
+}
+
+/// A batched product (tile kernels where they exist) equals column-by-column mat-vecs bit for
+/// bit, for every type (the tiles keep the per-column arithmetic of the dot kernels), so
+/// results never depend on the batch size. Odd shapes exercise the tile remainders.
+#[test]
+fn batched_product_equals_column_mat_vecs() {
+    let mut rng = Rng::new(31);
+    let pool = ThreadPool::new(2);
+    let mut scratch = Scratch::new();
+    for t in cpu::SUPPORTED {
+        let (n_rows, k, m) = (37usize, 512usize, 11usize);
+        let w = random_weights(&mut rng, t, n_rows, k);
+        let x: Vec<f32> = (0..m)
+            .flat_map(|_| random_activations(&mut rng, k))
+            .collect();
+        let mut batched = vec![0f32; n_rows * m];
+        cpu::mul_mat(t, &w, n_rows, k, &x, m, &mut batched, &pool, &mut scratch);
+        for j in 0..m {
+            let mut col = vec![0f32; n_rows];
+            cpu::mul_mat(
+                t,
+                &w,
+                n_rows,
+                k,
+                &x[j * k..(j + 1) * k],
+                1,
+                &mut col,
+                &pool,
+                &mut scratch,
+            );
+            for i in 0..n_rows {
+                let (a, b) = (batched[j * n_rows + i], col[i]);
+                assert_eq!(a.to_bits(), b.to_bits(), "{t} [{i},{j}]: {a} vs {b}");
+            }
+        }
+    }
+}
+
+/// Float rows of any length (not a multiple of the 8-lane vectors: the tiles' scalar tails),
+/// batched and mat-vec, against the f64 dot of the converted operands (1e-5 × Σ|wᵢ·x'ᵢ|).
+#[test]
+fn float_rows_of_any_length() {
+    let mut rng = Rng::new(41);
+    let pool = ThreadPool::new(2);
+    let mut scratch = Scratch::new();
+    for t in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+        for k in [1usize, 7, 37, 64, 71] {
+            let (n_rows, m) = (7usize, 6usize);
+            let w = random_weights(&mut rng, t, n_rows, k);
+            let x: Vec<f32> = (0..m)
+                .flat_map(|_| random_activations(&mut rng, k))
+                .collect();
+            let mut dst = vec![f32::NAN; n_rows * m];
+            cpu::mul_mat(t, &w, n_rows, k, &x, m, &mut dst, &pool, &mut scratch);
+            let vt = cpu::vec_dot_type(t);
+            let wrow = cpu::row_bytes(t, k);
+            for j in 0..m {
+                let mut xq = vec![0u8; cpu::row_bytes(vt, k)];
+                cpu::quantize_row(vt, &x[j * k..(j + 1) * k], &mut xq);
+                for i in 0..n_rows {
+                    let (wf, xf) = dequantized(t, &w[i * wrow..(i + 1) * wrow], &xq, k);
+                    let exact: f64 = wf
+                        .iter()
+                        .zip(&xf)
+                        .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                        .sum();
+                    let scale: f64 = wf
+                        .iter()
+                        .zip(&xf)
+                        .map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs())
+                        .sum();
+                    let got = f64::from(dst[j * n_rows + i]);
+                    assert!(
+                        (got - exact).abs() <= 1e-5 * scale + 1e-6,
+                        "{t} k={k} [{i},{j}]: {got} vs {exact}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The dispatched activation quantizers (AVX2 for Q8_0/Q8_1) equal the scalar reference bit
+/// for bit, on random rows with outliers, all-zero blocks and exact ties (x·127/amax = n + ½).
+#[test]
+fn simd_quantizers_match_scalar() {
+    let mut rng = Rng::new(51);
+    for vt in [
+        GgmlType::Q8_0,
+        GgmlType::Q8_1,
+        GgmlType::Q8_K,
+        GgmlType::F16,
+        GgmlType::BF16,
+    ] {
+        for case in 0..40 {
+            let k = 256 * (1 + case % 3);
+            let mut x = random_activations(&mut rng, k);
+            if case % 4 == 1 {
+                x[..32].fill(0.0);
+            }
+            if case % 4 == 2 {
+                // amax 127 makes the multiplier 1: halves are exact ties.
+                for (i, v) in x.iter_mut().enumerate() {
+                    *v = if i % 32 == 0 {
+                        127.0
+                    } else {
+                        (i % 50) as f32 - 24.5
+                    };
+                }
+            }
+            let n = cpu::row_bytes(vt, k);
+            let (mut a, mut b) = (vec![0u8; n], vec![0u8; n]);
+            cpu::quantize_row(vt, &x, &mut a);
+            cpu::quantize_row_scalar(vt, &x, &mut b);
+            assert!(
+                a == b,
+                "{vt} case {case}: SIMD and scalar quantizers differ"
+            );
+        }
+    }
+}
+
+/// F16 conversion (F16C, 8 at a time, scalar tail) equals `half` for odd lengths and for
+/// values that round to subnormals, overflow to infinity or sit on ties.
+#[test]
+fn f16_conversion_matches_half() {
+    let specials = [
+        0.0f32,
+        -0.0,
+        1e-7,
+        -3e-6,
+        65504.0,
+        65520.0,
+        1e6,
+        -1e6,
+        1.0 + 1.0 / 2048.0,
+        2049.0,
+    ];
+    for k in [1usize, 7, 8, 9, 37] {
+        let x: Vec<f32> = (0..k)
+            .map(|i| specials[i % specials.len()] * if i % 3 == 0 { 1.0 } else { 0.37 })
+            .collect();
+        let (mut a, mut b) = (vec![0u8; 2 * k], vec![0u8; 2 * k]);
+        cpu::quantize_row(GgmlType::F16, &x, &mut a);
+        cpu::quantize_row_scalar(GgmlType::F16, &x, &mut b);
+        assert_eq!(a, b, "k={k}");
+    }
 }

@@ -96,3 +96,21 @@ pub fn random_activations(rng: &mut Rng, k: usize) -> Vec<f32> {
         })
         .collect()
 }
+
+/// For Q4_1/Q5_1 the Q8_1 activation block carries `s = f16(d·Σq)`, which the kernel uses in
+/// place of the exact sum: allow its rounding (2⁻¹¹ relative) times |m| per block.
+pub fn q8_1_sum_slack(t: GgmlType, w_row: &[u8], xq: &[u8]) -> f64 {
+    if cpu::vec_dot_type(t) != GgmlType::Q8_1 {
+        return 0.0;
+    }
+    let wb = t.type_size() as usize;
+    w_row
+        .chunks_exact(wb)
+        .zip(xq.chunks_exact(36))
+        .map(|(b, x)| {
+            let m = half::f16::from_bits(u16::from_le_bytes([b[2], b[3]])).to_f64();
+            let s = half::f16::from_bits(u16::from_le_bytes([x[2], x[3]])).to_f64();
+            (m * s).abs() * 2f64.powi(-10)
+        })
+        .sum()
+}

@@ -1,12 +1,23 @@
 //! CPU kernels: dequantization, activation quantization, per-type dot products and `mul_mat`,
 //! following upstream's CPU backend (`ggml/src/ggml-cpu`) so results match it closely.
 //!
-//! A weight is a byte slice in ggml's layout (rows of `row_size(t, k)` bytes, any alignment:
-//! mmap'd or owned storage is read in place). `mul_mat` quantizes the f32 activations once into
-//! the weight type's vec_dot type ([`vec_dot_type`]), as ggml does, then splits the rows into
-//! chunks that the pool's threads claim from an atomic counter. Each dot product has a scalar
-//! reference ([`vec_dot_scalar`]) and, on x86-64 with AVX2+FMA+F16C detected at run time, a SIMD
-//! version ([`vec_dot`] picks it).
+//! A weight is a byte slice in ggml's layout (rows of `row_bytes(t, k)` bytes, any alignment:
+//! mmap'd or owned storage is read in place, never copied). `mul_mat` converts the f32
+//! activations once into the weight type's vec_dot type ([`vec_dot_type`]), bit-exact with the
+//! conversion upstream's CPU backend runs, then splits the output into chunks of rows x columns
+//! that the pool's threads claim from an atomic counter (ggml's chunking).
+//!
+//! Entry points: [`mul_mat`] (one 2-D weight), [`mul_mat_rows`] (a row piece of a split weight
+//! into a strided destination), [`prepare_activations`] + [`mul_mat_prepared`] (convert once,
+//! multiply several weights or pieces), [`mul_mat_batched`] (ggml's batch dims with GQA
+//! broadcast and strides: attention over the KV cache in place), [`dequantize_row`],
+//! [`quantize_row`]. All panic on inconsistent sizes (the engine checks shapes when it builds
+//! its graph).
+//!
+//! Kernels: each type has a scalar reference dot product ([`vec_dot_scalar`]); on x86-64 with
+//! AVX2+FMA+F16C (detected once at run time) [`dot_fn`] hands out the SIMD version, and
+//! [`tile_fn`] a kernel for several activation rows at once (batched products).
+//! `LLAMA_HOTSWAP_KERNELS=scalar` forces the scalar path (as on a CPU without AVX2).
 
 mod blocks;
 mod dequant;
@@ -126,6 +137,25 @@ pub fn quantize_row(vt: GgmlType, x: &[f32], dst: &mut [u8]) {
     );
     let dst = &mut dst[..n];
     match vt {
+        #[cfg(target_arch = "x86_64")]
+        GgmlType::Q8_0 | GgmlType::Q8_1 if x86::quantize_q8(x, dst, vt == GgmlType::Q8_1) => {}
+        #[cfg(target_arch = "x86_64")]
+        GgmlType::F16 if x86::convert_f16(x, dst) => {}
+        _ => quantize_row_scalar(vt, x, dst),
+    }
+}
+
+/// [`quantize_row`] with the scalar reference only (the SIMD quantizers are tested against it,
+/// bit for bit).
+pub fn quantize_row_scalar(vt: GgmlType, x: &[f32], dst: &mut [u8]) {
+    let n = row_bytes(vt, x.len());
+    assert!(
+        dst.len() >= n,
+        "{vt} row of {} values needs {n} bytes",
+        x.len()
+    );
+    let dst = &mut dst[..n];
+    match vt {
         GgmlType::F32 => quantize::f32_row(x, dst),
         GgmlType::F16 => quantize::f16_row(x, dst),
         GgmlType::BF16 => quantize::bf16_row(x, dst),
@@ -170,6 +200,35 @@ pub fn dot_fn(t: GgmlType) -> DotFn {
         return f;
     }
     scalar_dot_fn(t)
+}
+
+/// A batched-product kernel: `out[c * rows + r] = dot(w row r, x row c)` for `r < rows`,
+/// `c < cols` (at most 2 × 4), weight rows `w_stride` bytes apart, activation rows `x_stride`
+/// bytes apart. Reusing each loaded weight block for several activation rows is what makes
+/// batched products (prompt processing, attention) faster than one dot at a time.
+pub type TileFn =
+    fn(k: usize, w: &[u8], w_stride: usize, x: &[u8], x_stride: usize, out: &mut [f32; 8]);
+
+/// A tile kernel and its shape.
+#[derive(Clone, Copy)]
+pub struct Tile {
+    pub rows: usize,
+    pub cols: usize,
+    pub f: TileFn,
+}
+
+/// The tile kernel for `t` on this machine, if one exists (AVX2: 1 weight row × 4 activation
+/// rows for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q6_K). Every tile
+/// computes each output with exactly the arithmetic of [`dot_fn`], so results never depend on
+/// the batch size (nor, through the aligned chunking, on the thread count).
+pub fn tile_fn(t: GgmlType) -> Option<Tile> {
+    #[cfg(target_arch = "x86_64")]
+    return x86::tile_fn(t);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = t;
+        None
+    }
 }
 
 /// Which SIMD level [`dot_fn`] uses: "avx2" or "scalar".
@@ -255,7 +314,15 @@ struct SharedOut<T>(*mut T);
 // SAFETY: used only for writes to disjoint elements by different tasks, while the owning `&mut`
 // borrow is held by the function that spawned the tasks and waits for them.
 unsafe impl<T: Send> Sync for SharedOut<T> {}
+// SAFETY: as above: the pointer is only used for those disjoint writes.
 unsafe impl<T: Send> Send for SharedOut<T> {}
+
+impl<T> SharedOut<T> {
+    /// The pointer (a method, so closures capture the whole `Sync` wrapper, not the field).
+    fn ptr(&self) -> *mut T {
+        self.0
+    }
+}
 
 /// Converts `n` activation rows of `k` f32 (row `r` starts at `x[row_start(r)]`) into `vt`
 /// in `scratch`, in parallel when there is enough work.
@@ -281,10 +348,9 @@ fn convert_rows<'a>(
     } else {
         let out = SharedOut(buf.as_mut_ptr());
         pool.parallel_for(n, &|r, _| {
-            let out = out;
             // SAFETY: task r writes only bytes r*row..(r+1)*row of `buf`, which is borrowed
             // mutably for this whole call; tasks have distinct r.
-            let dst = unsafe { std::slice::from_raw_parts_mut(out.0.add(r * row), row) };
+            let dst = unsafe { std::slice::from_raw_parts_mut(out.ptr().add(r * row), row) };
             quantize_row(vt, &x[row_start(r)..row_start(r) + k], dst);
         });
     }
@@ -543,8 +609,11 @@ fn run_mul_mat(
 
     // ggml's split: chunks of weight rows x activation columns (all batches' columns in a row)
     // claimed from a counter; with fewer than four chunks per thread, one chunk per thread
-    // along the longer side.
+    // along the longer side. Chunk edges are multiples of the tile shape, so which outputs a
+    // tile computes depends on their position only, never on the thread count.
     let cols = n_batch * m;
+    let tile = tile_fn(t).filter(|_| cols >= 4);
+    let (ra, ca) = tile.map_or((1, 1), |t| (t.rows, t.cols));
     let nth = pool.n_threads();
     let chunk = chunk_rows(cols);
     let (mut nchunk0, mut nchunk1) = (n_rows.div_ceil(chunk), cols.div_ceil(chunk));
@@ -555,30 +624,73 @@ fn run_mul_mat(
             (nchunk0, nchunk1) = (1, nth.min(cols));
         }
     }
-    let (dr0, dr1) = (n_rows.div_ceil(nchunk0), cols.div_ceil(nchunk1));
+    let dr0 = n_rows.div_ceil(nchunk0).next_multiple_of(ra);
+    let dr1 = cols.div_ceil(nchunk1).next_multiple_of(ca);
+    let (nchunk0, nchunk1) = (n_rows.div_ceil(dr0), cols.div_ceil(dr1));
     let out = SharedOut(dst.as_mut_ptr());
+    // Per activation column: where its outputs start in dst and where its weight batch starts
+    // in w (divisions once per column, not per output).
+    let bases = |col: usize| {
+        let (b, j) = (col / m, col % m);
+        (
+            b * l.dst_batch_stride + j * l.dst_row_stride,
+            (b / broadcast) * l.w_batch_stride,
+        )
+    };
+    // The outputs of column `col` for weight rows `rows`, one dot product each.
+    let singles = |col: usize, rows: std::ops::Range<usize>| {
+        let (d_base, w_base) = bases(col);
+        let xr = act.row(col);
+        for i in rows {
+            let at = w_base + i * l.w_row_stride;
+            let v = dot(k, &w[at..at + w_row], xr);
+            // SAFETY: (col, i) lies in exactly one task's chunk, and the layout asserts above
+            // make (col, i) -> index injective and in bounds, so each element is written once by
+            // one thread; `dst` stays mutably borrowed until parallel_for returns.
+            unsafe { *out.ptr().add(d_base + i) = v };
+        }
+    };
     let run = |task: usize, _thread: usize| {
-        let out = out;
         let (c0, c1) = (task % nchunk0, task / nchunk0);
         let (r0, r1) = (c0 * dr0, c1 * dr1);
         let (r0_end, r1_end) = ((r0 + dr0).min(n_rows), (r1 + dr1).min(cols));
         // 16x16 tiles: a few weight rows stay in L1 while the activation rows stream.
         for tile1 in (r1..r1_end).step_by(16) {
+            let cols_end = (tile1 + 16).min(r1_end);
             for tile0 in (r0..r0_end).step_by(16) {
-                for col in tile1..(tile1 + 16).min(r1_end) {
-                    let (b, j) = (col / m, col % m);
-                    let xr = act.row(col);
-                    let w_batch = (b / broadcast) * l.w_batch_stride;
-                    let d_base = b * l.dst_batch_stride + j * l.dst_row_stride;
-                    for i in tile0..(tile0 + 16).min(r0_end) {
-                        let at = w_batch + i * l.w_row_stride;
-                        let v = dot(k, &w[at..at + w_row], xr);
-                        // SAFETY: (b, j, i) lies in exactly one task's chunk, and the layout
-                        // asserts above make (b, j, i) -> index injective and in bounds, so each
-                        // element is written once by one thread; `dst` stays mutably borrowed
-                        // until parallel_for returns.
-                        unsafe { *out.0.add(d_base + i) = v };
+                let rows_end = (tile0 + 16).min(r0_end);
+                let mut col = tile1;
+                while col < cols_end {
+                    let group =
+                        tile.filter(|_| col + ca <= cols_end && col / m == (col + ca - 1) / m);
+                    let Some(tl) = group else {
+                        singles(col, tile0..rows_end);
+                        col += 1;
+                        continue;
+                    };
+                    let (_, w_base) = bases(col);
+                    let mut d_bases = [0usize; 4];
+                    for (c, d) in d_bases.iter_mut().enumerate().take(ca) {
+                        *d = bases(col + c).0;
                     }
+                    let x = &act.bytes[col * act.row_bytes..];
+                    let mut i = tile0;
+                    let mut vals = [0f32; 8];
+                    while i + ra <= rows_end {
+                        let wr = &w[w_base + i * l.w_row_stride..];
+                        (tl.f)(k, wr, l.w_row_stride, x, act.row_bytes, &mut vals);
+                        for (c, d_base) in d_bases.iter().enumerate().take(ca) {
+                            for r in 0..ra {
+                                // SAFETY: as in `singles`: (col + c, i + r) is in this chunk.
+                                unsafe { *out.ptr().add(d_base + i + r) = vals[c * ra + r] };
+                            }
+                        }
+                        i += ra;
+                    }
+                    for c in 0..ca {
+                        singles(col + c, i..rows_end);
+                    }
+                    col += ca;
                 }
             }
         }

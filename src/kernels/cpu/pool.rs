@@ -1,8 +1,12 @@
 //! A persistent thread pool for the kernels: `n_threads - 1` workers plus the calling thread.
 //!
-//! One job at a time: [`ThreadPool::parallel_for`] publishes a borrowed closure, every thread
-//! (the caller included) claims task indices from an atomic counter, and the call returns when
-//! every worker has acknowledged the job, so the borrow never outlives the call.
+//! One job at a time: [`ThreadPool::parallel_for`] publishes a borrowed closure and opens it;
+//! every thread (the caller included) claims task indices from an atomic counter. When the
+//! caller finds no task left it closes the job and waits only for the workers that *entered*
+//! it, so the borrow never outlives the call — and a worker that the OS has descheduled (the
+//! build machines run many processes on 2 cores) never holds the caller up unless it holds a
+//! task. Entering is Dekker-style: a worker first counts itself in (`inside`), then checks that
+//! the job is still open; the caller first closes, then waits for `inside` to drop to zero.
 //!
 //! Waiting: after a job a worker spins for [`SPIN`] watching for the next one (a decode runs
 //! hundreds of matmuls back to back, and a condvar wake-up per matmul would cost more than a
@@ -10,7 +14,7 @@
 
 use std::cell::{Cell, UnsafeCell};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -21,18 +25,21 @@ const SPIN: Duration = Duration::from_micros(100);
 /// The closure of the job in flight, with its lifetime erased (see `parallel_for`).
 type JobFn = dyn Fn(usize, usize) + Sync;
 
+/// `state` = generation × 2 + 1 while the job of that generation is open.
+const OPEN: u64 = 1;
+
 struct Shared {
-    /// Bumped once per published job (or control message); workers compare it with the last
-    /// one they handled.
-    generation: AtomicU64,
-    /// The job of the current generation; `None` for a control message (shrink, shutdown).
-    /// Written only by the submitting thread while no worker reads it: between the moment every
-    /// worker acknowledged the previous generation and the next bump.
+    /// Generation and open bit (see [`OPEN`]). A new generation is published for every job and
+    /// for control messages (shrink, shutdown), which are never open.
+    state: AtomicU64,
+    /// The job of the current generation. Written by the submitting thread only while no worker
+    /// is `inside` and the previous job is closed; read by a worker only while it is counted
+    /// `inside` and has seen the job open.
     job: UnsafeCell<Option<*const JobFn>>,
     n_tasks: AtomicUsize,
     next_task: AtomicUsize,
-    /// Workers that have not yet acknowledged the current generation.
-    pending: AtomicUsize,
+    /// Workers currently inside a job (counted in before checking that it is open).
+    inside: AtomicUsize,
     /// Workers with an index at or above this exit when they see the next generation.
     live_workers: AtomicUsize,
     panicked: AtomicBool,
@@ -41,10 +48,14 @@ struct Shared {
     wake: Condvar,
 }
 
-// SAFETY: `job` is the only non-Sync field. It is written by the submitting thread only while no
-// worker can read it (all workers acknowledged the previous generation: `pending == 0`, observed
-// with Acquire), and read by workers only after observing the new generation with Acquire, which
-// the writer published with Release after writing. The pointee is `Sync`.
+// SAFETY: `job` is the only non-Sync field. The submitter writes it only after closing the
+// previous job (SeqCst store) and seeing `inside == 0` (SeqCst load), and before opening the
+// next job (SeqCst store, which also publishes the write). A worker reads it only after counting
+// itself `inside` (SeqCst) and then seeing the job open (SeqCst load): in the single SeqCst order
+// either the submitter's `inside` check comes after the worker's increment (so the submitter
+// waits for the worker to leave before writing again), or the worker's open-check comes after
+// the close (so the worker sees it closed, or a later job that was fully written before it was
+// opened). The pointee is `Sync`.
 unsafe impl Sync for Shared {}
 // SAFETY: as above; the raw pointer is only dereferenced under that protocol.
 unsafe impl Send for Shared {}
@@ -75,11 +86,11 @@ impl ThreadPool {
     /// 0 is taken as 1.
     pub fn new(n_threads: usize) -> ThreadPool {
         let shared = Arc::new(Shared {
-            generation: AtomicU64::new(0),
+            state: AtomicU64::new(0),
             job: UnsafeCell::new(None),
             n_tasks: AtomicUsize::new(0),
             next_task: AtomicUsize::new(0),
-            pending: AtomicUsize::new(0),
+            inside: AtomicUsize::new(0),
             live_workers: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             sleepers: Mutex::new(0),
@@ -105,20 +116,19 @@ impl ThreadPool {
         let want = n_threads.max(1) - 1;
         let have = self.workers.len();
         if want < have {
-            self.shared.live_workers.store(want, Ordering::Release);
-            self.publish(None, 0, have);
-            self.wait_acknowledged();
+            self.shared.live_workers.store(want, SeqCst);
+            self.publish(None, 0); // a closed generation: wakes everyone, runs nothing
             for worker in self.workers.drain(want..) {
                 let _ = worker.join();
             }
         } else if want > have {
-            self.shared.live_workers.store(want, Ordering::Release);
-            let start_generation = self.shared.generation.load(Ordering::Acquire);
+            self.shared.live_workers.store(want, SeqCst);
+            let seen = self.shared.state.load(SeqCst) >> 1;
             for index in have..want {
                 let shared = Arc::clone(&self.shared);
                 let handle = std::thread::Builder::new()
                     .name(format!("llama-kernel-{}", index + 1))
-                    .spawn(move || worker_loop(&shared, index, start_generation))
+                    .spawn(move || worker_loop(&shared, index, seen))
                     .expect("spawn a kernel thread");
                 self.workers.push(handle);
             }
@@ -131,8 +141,8 @@ impl ThreadPool {
     /// in a row, so it can index per-thread scratch space.
     ///
     /// Called from inside a task of this pool, tasks run on the calling thread only, with its
-    /// thread index. Calls from several threads at once take turns. A panicking task is re-raised
-    /// here after every thread has stopped using `task`.
+    /// thread index. Calls from several threads at once take turns. A panicking task is
+    /// re-raised here after every thread has stopped using `task`.
     pub fn parallel_for(&self, n_tasks: usize, task: &(dyn Fn(usize, usize) + Sync)) {
         if n_tasks == 0 {
             return;
@@ -152,46 +162,50 @@ impl ThreadPool {
         }
         let guard = lock(&self.submit);
         // SAFETY: the lifetime of `task` is erased so workers can hold it. It stays valid: this
-        // function does not return (or unwind) before `wait_acknowledged` has seen every worker
-        // finish with this generation, and workers never touch the pointer afterwards.
+        // function does not return (or unwind) before it has closed the job and seen no worker
+        // inside it, and workers never touch the pointer outside a job they entered while open.
         let erased: *const JobFn = unsafe {
             std::mem::transmute::<*const (dyn Fn(usize, usize) + Sync + '_), *const JobFn>(task)
         };
-        self.shared.panicked.store(false, Ordering::Relaxed);
-        self.publish(Some(erased), n_tasks, self.workers.len());
+        self.shared.panicked.store(false, Relaxed);
+        self.publish(Some(erased), n_tasks);
         IN_TASK.with(|t| t.set(Some(0)));
         let mine = catch_unwind(AssertUnwindSafe(|| run_tasks(&self.shared, task, 0)));
         IN_TASK.with(|t| t.set(None));
-        self.wait_acknowledged();
+        self.close_and_wait();
         drop(guard);
         if let Err(payload) = mine {
             resume_unwind(payload);
         }
-        if self.shared.panicked.load(Ordering::Acquire) {
+        if self.shared.panicked.load(SeqCst) {
             panic!("a kernel task panicked on a pool thread");
         }
     }
 
-    /// Publishes a new generation to `n_workers` workers and wakes the sleeping ones.
-    fn publish(&self, job: Option<*const JobFn>, n_tasks: usize, n_workers: usize) {
+    /// Publishes the next generation (open when it carries a job) and wakes sleeping workers.
+    /// Called only while no job is open and no worker is inside one.
+    fn publish(&self, job: Option<*const JobFn>, n_tasks: usize) {
         let shared = &*self.shared;
-        // SAFETY: no worker reads `job` now: every worker acknowledged the previous generation
-        // (`wait_acknowledged` ran after every publish) and none reads it before the bump below.
+        // SAFETY: no worker reads `job` now: the previous job was closed and `inside` seen 0
+        // (`close_and_wait`), and the next generation is not open yet (see `Shared`).
         unsafe { *shared.job.get() = job };
-        shared.n_tasks.store(n_tasks, Ordering::Relaxed);
-        shared.next_task.store(0, Ordering::Relaxed);
-        shared.pending.store(n_workers, Ordering::Relaxed);
-        shared.generation.fetch_add(1, Ordering::Release);
+        shared.n_tasks.store(n_tasks, Relaxed);
+        shared.next_task.store(0, Relaxed);
+        let generation = (shared.state.load(SeqCst) >> 1) + 1;
+        let open = if job.is_some() { OPEN } else { 0 };
+        shared.state.store(generation << 1 | open, SeqCst);
         let sleepers = lock(&shared.sleepers);
         if *sleepers > 0 {
             shared.wake.notify_all();
         }
     }
 
-    /// Waits (spinning, then yielding) until every worker acknowledged the current generation.
-    fn wait_acknowledged(&self) {
+    /// Closes the open job, then waits (spinning, then yielding) until no worker is inside it.
+    fn close_and_wait(&self) {
+        let shared = &*self.shared;
+        shared.state.fetch_and(!OPEN, SeqCst);
         let mut spins = 0u32;
-        while self.shared.pending.load(Ordering::Acquire) != 0 {
+        while shared.inside.load(SeqCst) != 0 {
             if spins < 1 << 12 {
                 std::hint::spin_loop();
                 spins += 1;
@@ -214,9 +228,9 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Claims and runs tasks of the current job until none are left.
 fn run_tasks(shared: &Shared, task: &(dyn Fn(usize, usize) + Sync + '_), thread_index: usize) {
-    let n_tasks = shared.n_tasks.load(Ordering::Relaxed);
+    let n_tasks = shared.n_tasks.load(Relaxed);
     loop {
-        let i = shared.next_task.fetch_add(1, Ordering::Relaxed);
+        let i = shared.next_task.fetch_add(1, Relaxed);
         if i >= n_tasks {
             return;
         }
@@ -227,23 +241,28 @@ fn run_tasks(shared: &Shared, task: &(dyn Fn(usize, usize) + Sync + '_), thread_
 fn worker_loop(shared: &Shared, index: usize, mut seen: u64) {
     loop {
         seen = wait_for_generation(shared, seen);
-        let exiting = index >= shared.live_workers.load(Ordering::Acquire);
-        // SAFETY: the generation was observed with Acquire after the submitter wrote `job`, and
-        // the submitter does not write it again before this worker decrements `pending`.
-        let job = unsafe { *shared.job.get() };
-        if let (Some(job), false) = (job, exiting) {
-            // SAFETY: the submitter keeps the closure alive until `pending` reaches 0.
-            let task = unsafe { &*job };
-            IN_TASK.with(|t| t.set(Some(index + 1)));
-            if catch_unwind(AssertUnwindSafe(|| run_tasks(shared, task, index + 1))).is_err() {
-                shared.panicked.store(true, Ordering::Release);
-            }
-            IN_TASK.with(|t| t.set(None));
-        }
-        shared.pending.fetch_sub(1, Ordering::Release);
-        if exiting {
+        if index >= shared.live_workers.load(SeqCst) {
             return;
         }
+        shared.inside.fetch_add(1, SeqCst);
+        let state = shared.state.load(SeqCst);
+        if state & OPEN != 0 {
+            // Possibly a newer job than the generation that woke us: take part in it.
+            seen = state >> 1;
+            // SAFETY: counted inside, then saw the job open: the submitter will not write `job`
+            // or return before `inside` drops back (see `Shared`).
+            let job = unsafe { *shared.job.get() };
+            if let Some(job) = job {
+                // SAFETY: the submitter keeps the closure alive while any worker is inside.
+                let task = unsafe { &*job };
+                IN_TASK.with(|t| t.set(Some(index + 1)));
+                if catch_unwind(AssertUnwindSafe(|| run_tasks(shared, task, index + 1))).is_err() {
+                    shared.panicked.store(true, SeqCst);
+                }
+                IN_TASK.with(|t| t.set(None));
+            }
+        }
+        shared.inside.fetch_sub(1, SeqCst);
     }
 }
 
@@ -252,7 +271,7 @@ fn wait_for_generation(shared: &Shared, seen: u64) -> u64 {
     let start = Instant::now();
     let mut polls = 0u32;
     loop {
-        let generation = shared.generation.load(Ordering::Acquire);
+        let generation = shared.state.load(Acquire) >> 1;
         if generation != seen {
             return generation;
         }
@@ -265,7 +284,7 @@ fn wait_for_generation(shared: &Shared, seen: u64) -> u64 {
     let mut sleepers = lock(&shared.sleepers);
     *sleepers += 1;
     loop {
-        let generation = shared.generation.load(Ordering::Acquire);
+        let generation = shared.state.load(SeqCst) >> 1;
         if generation != seen {
             *sleepers -= 1;
             return generation;

@@ -210,12 +210,13 @@ unsafe fn copy_batch(ctx: &crate::context::Context, batch: &llama_batch) -> Resu
         raw.tokens.resize(n, 0);
         return Ok(());
     }
-    // SAFETY (all slices below): non-NULL arrays of n entries per the contract.
+    // SAFETY: `token` is non-NULL and holds n entries per the contract.
     raw.tokens
         .extend_from_slice(unsafe { std::slice::from_raw_parts(batch.token, n) });
     raw.has_embd = !batch.embd.is_null();
     if !batch.pos.is_null() {
         raw.has_pos = true;
+        // SAFETY: `pos` is non-NULL and holds n entries per the contract.
         raw.pos
             .extend_from_slice(unsafe { std::slice::from_raw_parts(batch.pos, n) });
     }
@@ -225,6 +226,7 @@ unsafe fn copy_batch(ctx: &crate::context::Context, batch: &llama_batch) -> Resu
             let k = if batch.n_seq_id.is_null() {
                 1
             } else {
+                // SAFETY: `n_seq_id` is non-NULL and holds n entries per the contract; i < n.
                 unsafe { *batch.n_seq_id.add(i) }
             };
             if k < 0 || k > n_seq_max {
@@ -236,13 +238,15 @@ unsafe fn copy_batch(ctx: &crate::context::Context, batch: &llama_batch) -> Resu
                 // no ids given: sequence 0, as upstream's default
                 raw.seq_flat.extend(std::iter::repeat(0).take(k as usize));
             } else {
+                // SAFETY: `seq_id` is non-NULL and holds n rows per the contract; i < n.
                 let row = unsafe { *batch.seq_id.add(i) };
                 if row.is_null() && k > 0 {
                     return Err(format!("init: seq_id[{i}] is NULL"));
                 }
                 if k > 0 {
-                    raw.seq_flat
-                        .extend_from_slice(unsafe { std::slice::from_raw_parts(row, k as usize) });
+                    // SAFETY: row i is non-NULL (checked) and holds n_seq_id[i] = k ids.
+                    let ids = unsafe { std::slice::from_raw_parts(row, k as usize) };
+                    raw.seq_flat.extend_from_slice(ids);
                 }
             }
             raw.seq_n.push(k as usize);
@@ -250,11 +254,9 @@ unsafe fn copy_batch(ctx: &crate::context::Context, batch: &llama_batch) -> Resu
     }
     if !batch.logits.is_null() {
         raw.has_output = true;
-        raw.output.extend(
-            unsafe { std::slice::from_raw_parts(batch.logits, n) }
-                .iter()
-                .map(|&v| v != 0),
-        );
+        // SAFETY: `logits` is non-NULL and holds n entries per the contract.
+        let flags = unsafe { std::slice::from_raw_parts(batch.logits, n) };
+        raw.output.extend(flags.iter().map(|&v| v != 0));
     }
     Ok(())
 }
@@ -323,8 +325,9 @@ pub unsafe extern "C" fn llama_batch_ext_free(batch: *mut llama_batch_ext) {
         if batch.is_null() {
             return Ok(());
         }
-        // SAFETY: checked live below, then owned back from `llama_batch_ext_init`'s Box.
+        // SAFETY: NULL was handled; otherwise a batch of ours per the contract (tag checked).
         unsafe { batch_ext(batch) }?.magic = 0;
+        // SAFETY: a live batch from `llama_batch_ext_init`'s Box, freed once.
         drop(unsafe { Box::from_raw(batch.cast::<BatchExt>()) });
         Ok(())
     })
@@ -536,6 +539,7 @@ pub unsafe extern "C" fn llama_process(
     let ret = boundary!("llama_process", -1, {
         // SAFETY: NULL or live handles per the contract.
         let handle = unsafe { super::handles::context(ctx) }?;
+        // SAFETY: NULL or a live batch per the contract.
         let b = unsafe { batch_ext(batch) }?;
         if r#type.0 != llama_process_type::LLAMA_PROCESS_TYPE_DECODE as i32 {
             return Err(FfiError::Invalid(format!(

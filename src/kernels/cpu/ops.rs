@@ -312,9 +312,17 @@ pub trait KvRows: Sync {
 /// Wraps a pointer for disjoint writes from pool threads.
 #[derive(Clone, Copy)]
 struct SharedOut(*mut f32);
+impl SharedOut {
+    /// The pointer (a method, so closures capture the whole wrapper).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
 // SAFETY: tasks write disjoint ranges of the buffer while `flash_attn` holds its `&mut`
 // borrow and waits for them.
 unsafe impl Sync for SharedOut {}
+// SAFETY: as for Sync: the pointer is only used for those disjoint writes.
 unsafe impl Send for SharedOut {}
 
 /// ggml's FLASH_ATTN_EXT on the CPU: for each token (row of `q`, `n_head` heads of `dk`) and
@@ -349,12 +357,14 @@ pub fn flash_attn(
     pool.parallel_for(n_tokens * n_head_kv, &|task, thread| {
         let (t, g) = (task / n_head_kv, task % n_head_kv);
         let mut sc = scratch[thread].lock().unwrap_or_else(|e| e.into_inner());
-        let out_ptr = out_ptr;
         // SAFETY: task (t, g) writes only the `group * dv` values of token t's heads
         // g*group .. (g+1)*group, disjoint from every other task's; `out` is borrowed
         // mutably for the whole call, which waits for all tasks.
         let o = unsafe {
-            std::slice::from_raw_parts_mut(out_ptr.0.add((t * n_head + g * group) * dv), group * dv)
+            std::slice::from_raw_parts_mut(
+                out_ptr.get().add((t * n_head + g * group) * dv),
+                group * dv,
+            )
         };
         let qrow = &q[(t * n_head + g * group) * dk..(t * n_head + (g + 1) * group) * dk];
         attn_task(shape, qrow, t, g, n_kv, visible, k, v, o, &mut sc);

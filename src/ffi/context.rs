@@ -53,6 +53,14 @@ unsafe fn init_context(
             "n_batch and n_ubatch cannot both be zero".into(),
         ));
     }
+    if params.n_samplers > 0 {
+        crate::log_info!(
+            "llama_init_from_model: {} backend sampler chain(s) in params.samplers: accepted; \
+             llama-hotswap runs them on the CPU in llama_sampler_sample after decode \
+             (llama_get_sampled_* return nothing)",
+            params.n_samplers
+        );
+    }
     let p = crate::context::ContextParams {
         n_ctx: params.n_ctx,
         n_batch: params.n_batch,

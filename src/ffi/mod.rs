@@ -157,6 +157,7 @@ pub mod opt;
 pub mod perf;
 pub mod quantize;
 pub mod sampling;
+pub mod sampling_grammar;
 pub mod state;
 pub mod threadpool;
 pub mod tokenize;

@@ -981,88 +981,82 @@ void llama_batch_free(struct llama_batch batch);
 // read.
 int32_t llama_encode(struct llama_context *ctx, struct llama_batch batch);
 
-// Upstream: evaluates the batch with the decoder; 0 on success, 1 if no KV slot was found,
-// 2 if aborted, -1 for an invalid batch, < -1 for a fatal error.
-// Not supported by llama-hotswap yet: logs once and returns -1 (an error); the batch is not
-// read.
+// Evaluates the batch with the decoder: 0 on success, 1 when the KV cache has no room for
+// the batch (nothing changed), 2 when the abort callback stopped it, -1 for an invalid batch
+// (logged: empty, more than `n_batch` tokens, token ids out of range, sequence ids outside
+// [0, n_seq_max), positions that do not continue the memory, go backwards or leave gaps,
+// NULL token and embedding arrays), -3 when the model cannot be computed. NULL `pos`,
+// `seq_id`/`n_seq_id` and `logits` mean: positions continuing each sequence, sequence 0, and
+// logits for the last token only. Input embeddings (`embd`) are not supported yet (-1).
 int32_t llama_decode(struct llama_context *ctx, struct llama_batch batch);
 
-// Upstream: creates an extended batch sized for the context; free it with
-// `llama_batch_ext_free`.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Creates an empty extended batch sized for the context (`n_batch` entries, sequence ids
+// below `n_seq_max`, token ids below the vocabulary size); free it with
+// `llama_batch_ext_free`. NULL for a NULL context.
 struct llama_batch_ext *llama_batch_ext_init(struct llama_context *ctx);
 
-// Upstream: frees an extended batch.
-// Not supported by llama-hotswap yet: logs once and returns. No extended batch can exist
-// (creation returns NULL); the pointer is never dereferenced.
+// Frees an extended batch; NULL is a no-op.
 void llama_batch_ext_free(struct llama_batch_ext *batch);
 
-// Upstream: removes every token from an extended batch.
-// Not supported by llama-hotswap yet: logs once and returns.
+// Removes every entry.
 void llama_batch_ext_clear(struct llama_batch_ext *batch);
 
-// Upstream: adds a token slot for `seq_id` (id and position set later); returns its index,
-// or -1 (full), -2 (invalid token) or -3 (invalid sequence id).
-// Not supported by llama-hotswap yet: logs once and returns -1 (an error).
+// Adds an entry for `seq_id` (token id and position set later); returns its index, or -1
+// (full: `n_batch` entries) or -3 (sequence id outside [0, n_seq_max)), as upstream.
 int32_t llama_batch_ext_add(struct llama_batch_ext *batch, llama_seq_id seq_id);
 
-// Upstream: adds token `id` for `seq_id`; returns its index or a negative error as
-// `llama_batch_ext_add`.
-// Not supported by llama-hotswap yet: logs once and returns -1 (an error).
+// Adds token `id` for `seq_id`; returns its index, -1 (full), -2 (token id out of range;
+// the entry stays, without a token, as upstream) or -3 (invalid sequence id).
 int32_t llama_batch_ext_add_token(struct llama_batch_ext *batch,
                                   llama_seq_id seq_id,
                                   llama_token id);
 
-// Upstream: adds an input embedding for `seq_id`; returns its index or a negative error as
-// `llama_batch_ext_add`.
-// Not supported by llama-hotswap yet: logs once and returns -1 (an error); `embd.data` is
-// not read.
+// Upstream: adds an input embedding for `seq_id`. Input embeddings are not supported by
+// llama-hotswap yet: logs and returns -2 without adding an entry; `embd.data` is not read.
 int32_t llama_batch_ext_add_embd(struct llama_batch_ext *batch,
                                  llama_seq_id seq_id,
                                  struct llama_embd embd);
 
-// Upstream: adds the token at index `idx` to sequence `seq_id` as well.
-// Not supported by llama-hotswap yet: logs once and returns false.
+// Adds the entry at `idx` to sequence `seq_id` as well; false for an invalid index or id.
 bool llama_batch_ext_add_seq(struct llama_batch_ext *batch, int32_t idx, llama_seq_id seq_id);
 
-// Upstream: sets the token embedding of the token at index `idx`.
-// Not supported by llama-hotswap yet: logs once and returns false; `embd.data` is not read.
+// Upstream: sets the token embedding of the entry at `idx`. Input embeddings are not
+// supported by llama-hotswap yet: logs and returns false; `embd.data` is not read.
 bool llama_batch_ext_set_embd_token(struct llama_batch_ext *batch,
                                     int32_t idx,
                                     struct llama_embd embd);
 
-// Upstream: sets the "state" embedding (hidden state from an earlier stage) of the token at
-// index `idx`.
-// Not supported by llama-hotswap yet: logs once and returns false; `embd.data` is not read.
+// Returns false, as upstream (which leaves "state" embeddings unimplemented); `embd.data`
+// is not read.
 bool llama_batch_ext_set_embd_state(struct llama_batch_ext *batch,
                                     int32_t idx,
                                     struct llama_embd embd);
 
-// Upstream: sets whether embeddings are output for the token at index `idx`.
-// Not supported by llama-hotswap yet: logs once and returns false.
+// Sets whether the entry at `idx` outputs (logits and embeddings share the flag, as
+// upstream); false for an invalid index.
 bool llama_batch_ext_set_output_embd(struct llama_batch_ext *batch, int32_t idx, bool value);
 
-// Upstream: sets whether logits are output for the token at index `idx`.
-// Not supported by llama-hotswap yet: logs once and returns false.
+// Sets whether the entry at `idx` outputs logits; false for an invalid index.
 bool llama_batch_ext_set_output_logits(struct llama_batch_ext *batch, int32_t idx, bool value);
 
-// Upstream: sets the position(s) of the token at index `idx` (several for M-RoPE
-// embeddings).
-// Not supported by llama-hotswap yet: logs once and returns false; `pos` is not read.
+// Sets the position of the entry at `idx` (one value for a token entry); false for an
+// invalid index or NULL `pos`.
 bool llama_batch_ext_set_pos(struct llama_batch_ext *batch, int32_t idx, const llama_pos *pos);
 
-// Upstream: encodes or decodes an extended batch (`type`); returns as `llama_decode`.
-// Not supported by llama-hotswap yet: logs once and returns -1 (an error).
+// Decodes an extended batch (`LLAMA_PROCESS_TYPE_DECODE`); returns as `llama_decode`
+// (positions are the ones set, 0 where unset, as upstream). Encoding (no supported
+// architecture has an encoder) and other types return -1 with a log line.
 int32_t llama_process(struct llama_context *ctx,
                       enum llama_process_type type,
                       struct llama_batch_ext *batch);
 
 // Creates a context for `model`; free it with `llama_free` (before or after the model: the
 // context keeps the model's data alive, although upstream requires the model to outlive it).
-// A context holds the graph-cache state that hot-swap invalidates; decoding is not
-// supported yet. `params.n_ctx == 0` takes the model's training context. Returns NULL (with
-// a log line) for a NULL or freed model, a vocab-only model, `n_batch == 0 && n_ubatch == 0`,
-// or a context size that resolves to 0, as upstream.
+// `params.n_ctx == 0` takes the model's training context. Returns NULL (with a log line) for
+// a NULL or freed model, a vocab-only model, `n_batch == 0 && n_ubatch == 0`, a context size
+// that resolves to 0, as upstream; and, until the engine supports them, for an architecture
+// other than those it runs, a tensor type it cannot compute, tensors on a CUDA device, a
+// pooling type other than NONE, or KV cache types other than F32/F16 (the line names which).
 struct llama_context *llama_init_from_model(struct llama_model *model,
                                             struct llama_context_params params);
 
@@ -1078,101 +1072,86 @@ void llama_free(struct llama_context *ctx);
 // for a NULL or freed context.
 const struct llama_model *llama_get_model(const struct llama_context *ctx);
 
-// Upstream: the context size in tokens actually used (may differ from the requested one).
-// Not supported by llama-hotswap yet: logs once and returns 0.
+// The context size in cells: the requested size (0 → the model's training context) padded
+// up to a multiple of 256, as upstream; 0 for a NULL context.
 uint32_t llama_n_ctx(const struct llama_context *ctx);
 
-// Upstream: the context size available to one sequence.
-// Not supported by llama-hotswap yet: logs once and returns 0.
+// The context size available to one sequence: `n_ctx` with `kv_unified`, else
+// `n_ctx / n_seq_max` padded to 256 (as upstream); 0 for a NULL context.
 uint32_t llama_n_ctx_seq(const struct llama_context *ctx);
 
-// Upstream: the logical maximum batch size accepted by `llama_decode`.
-// Not supported by llama-hotswap yet: logs once and returns 0.
+// The largest batch `llama_decode` accepts (`n_batch`, at most `n_ctx` with causal
+// attention); 0 for a NULL context.
 uint32_t llama_n_batch(const struct llama_context *ctx);
 
-// Upstream: the physical maximum batch size (micro-batch).
-// Not supported by llama-hotswap yet: logs once and returns 0.
+// The micro-batch size decode splits batches into; 0 for a NULL context.
 uint32_t llama_n_ubatch(const struct llama_context *ctx);
 
-// Upstream: the maximum number of distinct sequences.
-// Not supported by llama-hotswap yet: logs once and returns 0.
+// The number of distinct sequences (at least 1); 0 for a NULL context.
 uint32_t llama_n_seq_max(const struct llama_context *ctx);
 
-// Upstream: the number of recurrent-state snapshots kept per sequence for rollback.
-// Not supported by llama-hotswap yet: logs once and returns 0.
+// Recurrent-state snapshots per sequence: always 0 (no supported architecture is
+// recurrent); 0 for a NULL context.
 uint32_t llama_n_rs_seq(const struct llama_context *ctx);
 
-// Upstream: the context's memory (KV cache or recurrent state), owned by the context; NULL
-// when it has none.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// The context's memory (its KV cache), owned by the context, for the `llama_memory_*`
+// functions; NULL for a NULL context.
 llama_memory_t llama_get_memory(const struct llama_context *ctx);
 
-// Upstream: the pooling type the context applies to embeddings.
-// Not supported by llama-hotswap yet: logs once and returns LLAMA_POOLING_TYPE_UNSPECIFIED,
-// which a context never reports.
+// The pooling type the context applies to embeddings (always LLAMA_POOLING_TYPE_NONE: other
+// pooling types are refused at creation); LLAMA_POOLING_TYPE_UNSPECIFIED for a NULL
+// context.
 enum llama_pooling_type llama_pooling_type(const struct llama_context *ctx);
 
-// Upstream: sets the thread counts for generation (`n_threads`) and for batches
-// (`n_threads_batch`).
-// Not supported by llama-hotswap yet: logs once and returns.
+// Sets the thread counts for generation (`n_threads`) and for batches (`n_threads_batch`).
 void llama_set_n_threads(struct llama_context *ctx, int32_t n_threads, int32_t n_threads_batch);
 
-// Upstream: the number of threads used to generate a single token.
-// Not supported by llama-hotswap yet: logs once and returns -1.
+// The number of threads used to generate a single token; -1 for a NULL context.
 int32_t llama_n_threads(struct llama_context *ctx);
 
-// Upstream: the number of threads used for prompt and batch processing.
-// Not supported by llama-hotswap yet: logs once and returns -1.
+// The number of threads used for prompt and batch processing; -1 for a NULL context.
 int32_t llama_n_threads_batch(struct llama_context *ctx);
 
-// Upstream: sets whether evaluation outputs embeddings.
-// Not supported by llama-hotswap yet: logs once and returns.
+// Sets whether decode also outputs embeddings (then every token is an output, as upstream).
 void llama_set_embeddings(struct llama_context *ctx, bool embeddings);
 
-// Upstream: sets whether attention is causal (each token attends only to earlier ones).
-// Not supported by llama-hotswap yet: logs once and returns.
+// Sets whether attention is causal (each token attends only to earlier positions).
 void llama_set_causal_attn(struct llama_context *ctx, bool causal_attn);
 
-// Upstream: whether the context currently uses causal attention.
-// Not supported by llama-hotswap yet: logs once and returns false.
+// Whether the context uses causal attention; false for a NULL context.
 bool llama_get_causal_attn(const struct llama_context *ctx);
 
-// Upstream (deprecated): sets warmup mode, in which evaluation touches every tensor.
-// Not supported by llama-hotswap yet: logs once and returns.
+// Sets warmup mode (deprecated upstream; recorded, no effect on results).
 void llama_set_warmup(struct llama_context *ctx, bool warmup);
 
-// Upstream: sets the callback polled during evaluation; returning true aborts it.
-// Not supported by llama-hotswap yet: logs once and returns; the callback is never called.
+// Sets the callback polled during decode (before each micro-batch and during its graph);
+// returning true aborts the decode, which returns 2 after removing the aborted micro-batch's
+// positions from the memory. NULL clears it.
 void llama_set_abort_callback(struct llama_context *ctx,
                               ggml_abort_callback abort_callback,
                               void *abort_callback_data);
 
-// Upstream: waits until all computations of the context are finished.
-// Not supported by llama-hotswap yet: logs once and returns.
+// Waits for the context's computations: decode is synchronous, so this returns at once.
 void llama_synchronize(struct llama_context *ctx);
 
-// Upstream: the logits of the last evaluation, one row of n_vocab floats per output token,
-// owned by the context.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// The logits of the last decode: one row of n_vocab floats per output token, in batch
+// order, owned by the context (valid until the next decode); NULL before any decode.
 float *llama_get_logits(struct llama_context *ctx);
 
-// Upstream: the logits of output `i` (negative counts from the end); NULL for an invalid
-// index.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// The logits of batch token `i` (negative: counted from the last output); NULL with a log
+// line when token `i` produced no output or `i` is out of range.
 float *llama_get_logits_ith(struct llama_context *ctx, int32_t i);
 
-// Upstream: the output token embeddings of the last evaluation (n_outputs rows of n_embd),
-// owned by the context; NULL when pooling is on.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// The output embeddings of the last decode (n_outputs rows of n_embd, the final normed
+// hidden state) when embeddings are on; NULL otherwise.
 float *llama_get_embeddings(struct llama_context *ctx);
 
-// Upstream: the embedding of output `i` (negative counts from the end); NULL for an invalid
-// index.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// The embedding of batch token `i` (negative: counted from the last output); NULL with a
+// log line when there is none.
 float *llama_get_embeddings_ith(struct llama_context *ctx, int32_t i);
 
-// Upstream: the pooled embedding (or rank scores) of a sequence; NULL without pooling.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// The pooled embedding of a sequence: always NULL, since contexts do not pool
+// (LLAMA_POOLING_TYPE_NONE).
 float *llama_get_embeddings_seq(struct llama_context *ctx, llama_seq_id seq_id);
 
 // Upstream: the token sampled on the backend for output `i`; LLAMA_TOKEN_NULL if none.
@@ -1365,53 +1344,51 @@ bool llama_ext_context_graph_is_stale(const struct llama_context *ctx);
 // Returns true when it was stale; false when current or `ctx` is NULL.
 bool llama_ext_context_rebuild_graph(struct llama_context *ctx);
 
-// Upstream: clears the memory's metadata, and its data buffers too when `data` is true.
-// Not supported by llama-hotswap yet: logs once and returns.
+// Empties the memory; `data` also zeroes the cached keys and values. NULL is a no-op.
 void llama_memory_clear(llama_memory_t mem, bool data);
 
-// Upstream: removes the tokens of `seq_id` (any sequence if negative) with positions in
-// [p0, p1); returns false if a partial sequence cannot be removed.
-// Not supported by llama-hotswap yet: logs once and returns false.
+// Removes the tokens of `seq_id` (every sequence when negative) with positions in
+// [p0, p1) (p0 < 0: from 0; p1 < 0: to the end). Returns true (a KV cache can always remove
+// a partial sequence); true for NULL; false with a log line for a sequence id >= n_seq_max.
 bool llama_memory_seq_rm(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1);
 
-// Upstream: copies the tokens of `seq_id_src` with positions in [p0, p1) to `seq_id_dst`.
-// Not supported by llama-hotswap yet: logs once and returns.
+// Adds `seq_id_dst` to the tokens of `seq_id_src` with positions in [p0, p1) (the cells are
+// shared, not copied).
 void llama_memory_seq_cp(llama_memory_t mem,
                          llama_seq_id seq_id_src,
                          llama_seq_id seq_id_dst,
                          llama_pos p0,
                          llama_pos p1);
 
-// Upstream: removes all tokens that do not belong to `seq_id`.
-// Not supported by llama-hotswap yet: logs once and returns.
+// Removes every token that does not belong to `seq_id`.
 void llama_memory_seq_keep(llama_memory_t mem, llama_seq_id seq_id);
 
-// Upstream: adds `delta` to the positions of the tokens of `seq_id` in [p0, p1).
-// Not supported by llama-hotswap yet: logs once and returns.
+// Adds `delta` to the positions of the tokens of `seq_id` in [p0, p1); tokens whose position
+// becomes negative are removed. The cached keys are re-rotated before the next decode.
 void llama_memory_seq_add(llama_memory_t mem,
                           llama_seq_id seq_id,
                           llama_pos p0,
                           llama_pos p1,
                           llama_pos delta);
 
-// Upstream: divides the positions of the tokens of `seq_id` in [p0, p1) by `d` (> 1).
-// Not supported by llama-hotswap yet: logs once and returns.
+// Integer-divides the positions of the tokens of `seq_id` in [p0, p1) by `d`; `d` < 1 is
+// refused with a log line (upstream divides by it).
 void llama_memory_seq_div(llama_memory_t mem,
                           llama_seq_id seq_id,
                           llama_pos p0,
                           llama_pos p1,
                           int d);
 
-// Upstream: the smallest position of `seq_id` in the memory, or -1 if the sequence is empty.
-// Not supported by llama-hotswap yet: logs once and returns -1 (as for an empty sequence).
+// The smallest position of `seq_id` in the memory; -1 when the sequence is empty, the handle
+// NULL or the id out of range (logged).
 llama_pos llama_memory_seq_pos_min(llama_memory_t mem, llama_seq_id seq_id);
 
-// Upstream: the largest position of `seq_id` in the memory, or -1 if the sequence is empty.
-// Not supported by llama-hotswap yet: logs once and returns -1 (as for an empty sequence).
+// The largest position of `seq_id` in the memory; -1 when the sequence is empty, the handle
+// NULL or the id out of range (logged).
 llama_pos llama_memory_seq_pos_max(llama_memory_t mem, llama_seq_id seq_id);
 
-// Upstream: whether the memory supports shifting positions (`llama_memory_seq_add`).
-// Not supported by llama-hotswap yet: logs once and returns false.
+// Whether positions can be shifted (`llama_memory_seq_add`/`seq_div`): true for a KV cache
+// of a supported architecture; false for NULL.
 bool llama_memory_can_shift(llama_memory_t mem);
 
 // Loads a model from a GGUF file; if the file is the first shard of a

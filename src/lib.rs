@@ -50,13 +50,19 @@
 /// cbindgen:ignore
 pub mod chat;
 /// cbindgen:ignore
+pub mod context;
+/// cbindgen:ignore
 pub mod device;
 /// cbindgen:ignore
 pub mod gguf;
 /// cbindgen:ignore
+pub mod graph;
+/// cbindgen:ignore
 pub mod hotswap;
 /// cbindgen:ignore
 pub mod kernels;
+/// cbindgen:ignore
+pub mod kv_cache;
 /// cbindgen:ignore
 pub mod loader;
 /// cbindgen:ignore

@@ -86,3 +86,28 @@ fn model_on_cuda_reads_back_and_swaps() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The engine computes on the CPU only: a model with tensors on a CUDA device gets no context
+/// (one clear error naming the tensor), never a crash or wrong results.
+#[test]
+fn engine_refuses_a_model_on_cuda() {
+    if skip() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("llama-hotswap-cuda-ctx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("m.gguf");
+    tiny_llama(&TinyLlamaOpts::default())
+        .unwrap()
+        .write_to(&path)
+        .unwrap();
+    let model = load(ModelSource::Path(path), LoadOptions::default()).unwrap();
+    let err = llama::context::Context::new(
+        std::sync::Arc::new(model),
+        &llama::context::ContextParams::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("CUDA") && err.contains("tensor '"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -75,7 +75,10 @@ fn adapter_memory_state_stubs_leave_buffers_untouched() {
         );
 
         memory::llama_memory_clear(null_mut(), true);
-        assert!(!memory::llama_memory_seq_rm(null_mut(), 0, 0, -1));
+        assert!(
+            memory::llama_memory_seq_rm(null_mut(), 0, 0, -1),
+            "NULL memory: true, as upstream"
+        );
         assert_eq!(memory::llama_memory_seq_pos_min(null_mut(), 0), -1);
         assert_eq!(memory::llama_memory_seq_pos_max(null_mut(), 0), -1);
         assert!(!memory::llama_memory_can_shift(null_mut()));

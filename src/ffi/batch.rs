@@ -1,7 +1,7 @@
 //! Batches and decoding: `llama_batch_get_one`, `llama_batch_init`, `llama_batch_free`
-//! (implemented, with upstream's allocation layout), `llama_encode`, `llama_decode`, and the
-//! extended batch API (`llama_batch_ext_*`, `llama_process`), which is not supported by
-//! llama-hotswap yet.
+//! (with upstream's allocation layout) and `llama_decode`; `llama_encode` (no supported
+//! architecture has an encoder) and the extended batch API (`llama_batch_ext_*`,
+//! `llama_process`) are not supported by llama-hotswap yet.
 
 #![allow(unused_variables)] // stub parameters keep upstream's names, which the header shows
 
@@ -153,149 +153,425 @@ pub unsafe extern "C" fn llama_encode(ctx: *mut llama_context, batch: llama_batc
     unsupported!("llama_encode", -1)
 }
 
-/// Upstream: evaluates the batch with the decoder; 0 on success, 1 if no KV slot was found,
-/// 2 if aborted, -1 for an invalid batch, < -1 for a fatal error.
-/// Not supported by llama-hotswap yet: logs once and returns -1 (an error); the batch is not
-/// read.
+/// Evaluates the batch with the decoder: 0 on success, 1 when the KV cache has no room for
+/// the batch (nothing changed), 2 when the abort callback stopped it, -1 for an invalid batch
+/// (logged: empty, more than `n_batch` tokens, token ids out of range, sequence ids outside
+/// [0, n_seq_max), positions that do not continue the memory, go backwards or leave gaps,
+/// NULL token and embedding arrays), -3 when the model cannot be computed. NULL `pos`,
+/// `seq_id`/`n_seq_id` and `logits` mean: positions continuing each sequence, sequence 0, and
+/// logits for the last token only. Input embeddings (`embd`) are not supported yet (-1).
 #[no_mangle]
 pub unsafe extern "C" fn llama_decode(ctx: *mut llama_context, batch: llama_batch) -> i32 {
-    unsupported!("llama_decode", -1)
+    let ret = boundary!("llama_decode", -1, {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { super::handles::context(ctx) }?;
+        // SAFETY: the arrays hold batch.n_tokens entries per the contract.
+        match unsafe { copy_batch(&handle.inner, &batch) } {
+            Ok(()) => Ok(handle.inner.decode()),
+            Err(line) => {
+                crate::log_error!("{line}");
+                crate::log_error!("decode: failed to initialize batch");
+                Ok(-1)
+            }
+        }
+    });
+    if ret != 0 && ret != 1 {
+        crate::log_error!("llama_decode: failed to decode, ret = {ret}");
+    }
+    ret
 }
 
-/// Upstream: creates an extended batch sized for the context; free it with
-/// `llama_batch_ext_free`.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// Copies a caller's batch into the context's reused intake buffers; Err(log line) for
+/// arrays that cannot be read.
+///
+/// # Safety
+/// Each non-NULL array of `batch` must hold `batch.n_tokens` entries (and `seq_id[i]`
+/// `n_seq_id[i]` ids, or one when `n_seq_id` is NULL).
+unsafe fn copy_batch(ctx: &crate::context::Context, batch: &llama_batch) -> Result<(), String> {
+    let mut e = ctx.engine();
+    let n_batch = e.cparams.n_batch as usize;
+    let n_seq_max = e.cparams.n_seq_max as i32;
+    let raw = &mut e.raw;
+    raw.clear();
+    let n = usize::try_from(batch.n_tokens).unwrap_or(0);
+    if n == 0 {
+        return Ok(()); // decode reports "n_tokens == 0"
+    }
+    if n > n_batch {
+        // decode reports it before reading anything else
+        raw.tokens.resize(n, 0);
+        return Ok(());
+    }
+    if batch.token.is_null() {
+        if batch.embd.is_null() {
+            return Err("init: batch has neither token ids nor embeddings".into());
+        }
+        raw.has_embd = true;
+        raw.tokens.resize(n, 0);
+        return Ok(());
+    }
+    // SAFETY: `token` is non-NULL and holds n entries per the contract.
+    raw.tokens
+        .extend_from_slice(unsafe { std::slice::from_raw_parts(batch.token, n) });
+    raw.has_embd = !batch.embd.is_null();
+    if !batch.pos.is_null() {
+        raw.has_pos = true;
+        // SAFETY: `pos` is non-NULL and holds n entries per the contract.
+        raw.pos
+            .extend_from_slice(unsafe { std::slice::from_raw_parts(batch.pos, n) });
+    }
+    if !batch.seq_id.is_null() || !batch.n_seq_id.is_null() {
+        raw.has_seq = true;
+        for i in 0..n {
+            let k = if batch.n_seq_id.is_null() {
+                1
+            } else {
+                // SAFETY: `n_seq_id` is non-NULL and holds n entries per the contract; i < n.
+                unsafe { *batch.n_seq_id.add(i) }
+            };
+            if k < 0 || k > n_seq_max {
+                return Err(format!(
+                    "init: invalid n_seq_id[{i}] = {k} (must be in [1, n_seq_max = {n_seq_max}])"
+                ));
+            }
+            if batch.seq_id.is_null() {
+                // no ids given: sequence 0, as upstream's default
+                raw.seq_flat.extend(std::iter::repeat(0).take(k as usize));
+            } else {
+                // SAFETY: `seq_id` is non-NULL and holds n rows per the contract; i < n.
+                let row = unsafe { *batch.seq_id.add(i) };
+                if row.is_null() && k > 0 {
+                    return Err(format!("init: seq_id[{i}] is NULL"));
+                }
+                if k > 0 {
+                    // SAFETY: row i is non-NULL (checked) and holds n_seq_id[i] = k ids.
+                    let ids = unsafe { std::slice::from_raw_parts(row, k as usize) };
+                    raw.seq_flat.extend_from_slice(ids);
+                }
+            }
+            raw.seq_n.push(k as usize);
+        }
+    }
+    if !batch.logits.is_null() {
+        raw.has_output = true;
+        // SAFETY: `logits` is non-NULL and holds n entries per the contract.
+        let flags = unsafe { std::slice::from_raw_parts(batch.logits, n) };
+        raw.output.extend(flags.iter().map(|&v| v != 0));
+    }
+    Ok(())
+}
+
+/// One entry of an extended batch.
+#[derive(Clone, Debug)]
+struct ExtToken {
+    id: llama_token,
+    pos: llama_pos,
+    /// Sequence ids, ascending (upstream keeps a set).
+    seqs: Vec<llama_seq_id>,
+    output: bool,
+}
+
+/// What a `llama_batch_ext *` points to.
+struct BatchExt {
+    magic: u64,
+    n_tokens_max: usize,
+    n_seq_max: i32,
+    n_vocab: i32,
+    tokens: Vec<ExtToken>,
+}
+
+const BATCH_EXT_MAGIC: u64 = u64::from_le_bytes(*b"LHSbatch");
+
+/// Borrows an extended batch after checking its tag.
+///
+/// # Safety
+/// `ptr` must be NULL or a batch from `llama_batch_ext_init` that was not freed.
+unsafe fn batch_ext<'a>(ptr: *mut llama_batch_ext) -> Result<&'a mut BatchExt, FfiError> {
+    if ptr.is_null() {
+        return Err(FfiError::Null("batch"));
+    }
+    // SAFETY: per the contract, a live BatchExt allocation.
+    let b = unsafe { &mut *ptr.cast::<BatchExt>() };
+    if b.magic != BATCH_EXT_MAGIC {
+        return Err(FfiError::BadHandle("batch"));
+    }
+    Ok(b)
+}
+
+/// Creates an empty extended batch sized for the context (`n_batch` entries, sequence ids
+/// below `n_seq_max`, token ids below the vocabulary size); free it with
+/// `llama_batch_ext_free`. NULL for a NULL context.
 #[no_mangle]
 pub unsafe extern "C" fn llama_batch_ext_init(ctx: *mut llama_context) -> *mut llama_batch_ext {
-    unsupported!("llama_batch_ext_init", null_mut())
+    boundary!("llama_batch_ext_init", null_mut(), {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { super::handles::context(ctx) }?;
+        let e = handle.inner.engine();
+        let b = Box::new(BatchExt {
+            magic: BATCH_EXT_MAGIC,
+            n_tokens_max: e.cparams.n_batch as usize,
+            n_seq_max: e.cparams.n_seq_max as i32,
+            n_vocab: handle.inner.n_vocab() as i32,
+            tokens: Vec::new(),
+        });
+        Ok(Box::into_raw(b).cast::<llama_batch_ext>())
+    })
 }
 
-/// Upstream: frees an extended batch.
-/// Not supported by llama-hotswap yet: logs once and returns. No extended batch can exist
-/// (creation returns NULL); the pointer is never dereferenced.
+/// Frees an extended batch; NULL is a no-op.
 #[no_mangle]
 pub unsafe extern "C" fn llama_batch_ext_free(batch: *mut llama_batch_ext) {
-    unsupported!("llama_batch_ext_free")
+    boundary!("llama_batch_ext_free", (), {
+        if batch.is_null() {
+            return Ok(());
+        }
+        // SAFETY: NULL was handled; otherwise a batch of ours per the contract (tag checked).
+        unsafe { batch_ext(batch) }?.magic = 0;
+        // SAFETY: a live batch from `llama_batch_ext_init`'s Box, freed once.
+        drop(unsafe { Box::from_raw(batch.cast::<BatchExt>()) });
+        Ok(())
+    })
 }
 
-/// Upstream: removes every token from an extended batch.
-/// Not supported by llama-hotswap yet: logs once and returns.
+/// Removes every entry.
 #[no_mangle]
 pub unsafe extern "C" fn llama_batch_ext_clear(batch: *mut llama_batch_ext) {
-    unsupported!("llama_batch_ext_clear")
+    boundary!("llama_batch_ext_clear", (), {
+        // SAFETY: NULL or a live batch per the contract.
+        unsafe { batch_ext(batch) }?.tokens.clear();
+        Ok(())
+    })
 }
 
-/// Upstream: adds a token slot for `seq_id` (id and position set later); returns its index,
-/// or -1 (full), -2 (invalid token) or -3 (invalid sequence id).
-/// Not supported by llama-hotswap yet: logs once and returns -1 (an error).
+fn ext_add(b: &mut BatchExt, seq_id: llama_seq_id) -> i32 {
+    if b.tokens.len() >= b.n_tokens_max {
+        return -1;
+    }
+    if seq_id < 0 || seq_id >= b.n_seq_max {
+        return -3;
+    }
+    b.tokens.push(ExtToken {
+        id: LLAMA_TOKEN_NULL,
+        pos: 0,
+        seqs: vec![seq_id],
+        output: false,
+    });
+    (b.tokens.len() - 1) as i32
+}
+
+/// Adds an entry for `seq_id` (token id and position set later); returns its index, or -1
+/// (full: `n_batch` entries) or -3 (sequence id outside [0, n_seq_max)), as upstream.
 #[no_mangle]
 pub unsafe extern "C" fn llama_batch_ext_add(
     batch: *mut llama_batch_ext,
     seq_id: llama_seq_id,
 ) -> i32 {
-    unsupported!("llama_batch_ext_add", -1)
+    boundary!("llama_batch_ext_add", -1, {
+        // SAFETY: NULL or a live batch per the contract.
+        Ok(ext_add(unsafe { batch_ext(batch) }?, seq_id))
+    })
 }
 
-/// Upstream: adds token `id` for `seq_id`; returns its index or a negative error as
-/// `llama_batch_ext_add`.
-/// Not supported by llama-hotswap yet: logs once and returns -1 (an error).
+/// Adds token `id` for `seq_id`; returns its index, -1 (full), -2 (token id out of range;
+/// the entry stays, without a token, as upstream) or -3 (invalid sequence id).
 #[no_mangle]
 pub unsafe extern "C" fn llama_batch_ext_add_token(
     batch: *mut llama_batch_ext,
     seq_id: llama_seq_id,
     id: llama_token,
 ) -> i32 {
-    unsupported!("llama_batch_ext_add_token", -1)
+    boundary!("llama_batch_ext_add_token", -1, {
+        // SAFETY: NULL or a live batch per the contract.
+        let b = unsafe { batch_ext(batch) }?;
+        let idx = ext_add(b, seq_id);
+        if idx < 0 {
+            return Ok(idx);
+        }
+        if id < 0 || id >= b.n_vocab {
+            return Ok(-2);
+        }
+        b.tokens[idx as usize].id = id;
+        Ok(idx)
+    })
 }
 
-/// Upstream: adds an input embedding for `seq_id`; returns its index or a negative error as
-/// `llama_batch_ext_add`.
-/// Not supported by llama-hotswap yet: logs once and returns -1 (an error); `embd.data` is
-/// not read.
+/// Upstream: adds an input embedding for `seq_id`. Input embeddings are not supported by
+/// llama-hotswap yet: logs and returns -2 without adding an entry; `embd.data` is not read.
 #[no_mangle]
 pub unsafe extern "C" fn llama_batch_ext_add_embd(
     batch: *mut llama_batch_ext,
     seq_id: llama_seq_id,
     embd: llama_embd,
 ) -> i32 {
-    unsupported!("llama_batch_ext_add_embd", -1)
+    boundary!("llama_batch_ext_add_embd", -2, {
+        // SAFETY: NULL or a live batch per the contract.
+        unsafe { batch_ext(batch) }?;
+        Err(FfiError::Invalid(
+            "input embeddings are not supported by llama-hotswap yet".into(),
+        ))
+    })
 }
 
-/// Upstream: adds the token at index `idx` to sequence `seq_id` as well.
-/// Not supported by llama-hotswap yet: logs once and returns false.
+/// Adds the entry at `idx` to sequence `seq_id` as well; false for an invalid index or id.
 #[no_mangle]
 pub unsafe extern "C" fn llama_batch_ext_add_seq(
     batch: *mut llama_batch_ext,
     idx: i32,
     seq_id: llama_seq_id,
 ) -> bool {
-    unsupported!("llama_batch_ext_add_seq", false)
+    boundary!("llama_batch_ext_add_seq", false, {
+        // SAFETY: NULL or a live batch per the contract.
+        let b = unsafe { batch_ext(batch) }?;
+        if idx < 0 || idx as usize >= b.tokens.len() || seq_id < 0 || seq_id >= b.n_seq_max {
+            return Ok(false);
+        }
+        let seqs = &mut b.tokens[idx as usize].seqs;
+        if let Err(at) = seqs.binary_search(&seq_id) {
+            seqs.insert(at, seq_id);
+        }
+        Ok(true)
+    })
 }
 
-/// Upstream: sets the token embedding of the token at index `idx`.
-/// Not supported by llama-hotswap yet: logs once and returns false; `embd.data` is not read.
+/// Upstream: sets the token embedding of the entry at `idx`. Input embeddings are not
+/// supported by llama-hotswap yet: logs and returns false; `embd.data` is not read.
 #[no_mangle]
 pub unsafe extern "C" fn llama_batch_ext_set_embd_token(
     batch: *mut llama_batch_ext,
     idx: i32,
     embd: llama_embd,
 ) -> bool {
-    unsupported!("llama_batch_ext_set_embd_token", false)
+    boundary!("llama_batch_ext_set_embd_token", false, {
+        // SAFETY: NULL or a live batch per the contract.
+        unsafe { batch_ext(batch) }?;
+        Err(FfiError::Invalid(
+            "input embeddings are not supported by llama-hotswap yet".into(),
+        ))
+    })
 }
 
-/// Upstream: sets the "state" embedding (hidden state from an earlier stage) of the token at
-/// index `idx`.
-/// Not supported by llama-hotswap yet: logs once and returns false; `embd.data` is not read.
+/// Returns false, as upstream (which leaves "state" embeddings unimplemented); `embd.data`
+/// is not read.
 #[no_mangle]
 pub unsafe extern "C" fn llama_batch_ext_set_embd_state(
     batch: *mut llama_batch_ext,
     idx: i32,
     embd: llama_embd,
 ) -> bool {
-    unsupported!("llama_batch_ext_set_embd_state", false)
+    boundary!("llama_batch_ext_set_embd_state", false, {
+        // SAFETY: NULL or a live batch per the contract.
+        unsafe { batch_ext(batch) }?;
+        Ok(false)
+    })
 }
 
-/// Upstream: sets whether embeddings are output for the token at index `idx`.
-/// Not supported by llama-hotswap yet: logs once and returns false.
+fn ext_set_output(batch: *mut llama_batch_ext, idx: i32, value: bool) -> Result<bool, FfiError> {
+    // SAFETY: NULL or a live batch per the callers' contract.
+    let b = unsafe { batch_ext(batch) }?;
+    match b.tokens.get_mut(usize::try_from(idx).unwrap_or(usize::MAX)) {
+        Some(t) => {
+            t.output = value;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// Sets whether the entry at `idx` outputs (logits and embeddings share the flag, as
+/// upstream); false for an invalid index.
 #[no_mangle]
 pub unsafe extern "C" fn llama_batch_ext_set_output_embd(
     batch: *mut llama_batch_ext,
     idx: i32,
     value: bool,
 ) -> bool {
-    unsupported!("llama_batch_ext_set_output_embd", false)
+    boundary!("llama_batch_ext_set_output_embd", false, {
+        ext_set_output(batch, idx, value)
+    })
 }
 
-/// Upstream: sets whether logits are output for the token at index `idx`.
-/// Not supported by llama-hotswap yet: logs once and returns false.
+/// Sets whether the entry at `idx` outputs logits; false for an invalid index.
 #[no_mangle]
 pub unsafe extern "C" fn llama_batch_ext_set_output_logits(
     batch: *mut llama_batch_ext,
     idx: i32,
     value: bool,
 ) -> bool {
-    unsupported!("llama_batch_ext_set_output_logits", false)
+    boundary!("llama_batch_ext_set_output_logits", false, {
+        ext_set_output(batch, idx, value)
+    })
 }
 
-/// Upstream: sets the position(s) of the token at index `idx` (several for M-RoPE
-/// embeddings).
-/// Not supported by llama-hotswap yet: logs once and returns false; `pos` is not read.
+/// Sets the position of the entry at `idx` (one value for a token entry); false for an
+/// invalid index or NULL `pos`.
 #[no_mangle]
 pub unsafe extern "C" fn llama_batch_ext_set_pos(
     batch: *mut llama_batch_ext,
     idx: i32,
     pos: *const llama_pos,
 ) -> bool {
-    unsupported!("llama_batch_ext_set_pos", false)
+    boundary!("llama_batch_ext_set_pos", false, {
+        // SAFETY: NULL or a live batch per the contract.
+        let b = unsafe { batch_ext(batch) }?;
+        if pos.is_null() {
+            return Ok(false);
+        }
+        match b.tokens.get_mut(usize::try_from(idx).unwrap_or(usize::MAX)) {
+            Some(t) => {
+                // SAFETY: non-NULL, at least one position per the contract.
+                t.pos = unsafe { *pos };
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    })
 }
 
-/// Upstream: encodes or decodes an extended batch (`type`); returns as `llama_decode`.
-/// Not supported by llama-hotswap yet: logs once and returns -1 (an error).
+/// Decodes an extended batch (`LLAMA_PROCESS_TYPE_DECODE`); returns as `llama_decode`
+/// (positions are the ones set, 0 where unset, as upstream). Encoding (no supported
+/// architecture has an encoder) and other types return -1 with a log line.
 #[no_mangle]
 pub unsafe extern "C" fn llama_process(
     ctx: *mut llama_context,
     r#type: LlamaProcessType,
     batch: *mut llama_batch_ext,
 ) -> i32 {
-    unsupported!("llama_process", -1)
+    let ret = boundary!("llama_process", -1, {
+        // SAFETY: NULL or live handles per the contract.
+        let handle = unsafe { super::handles::context(ctx) }?;
+        // SAFETY: NULL or a live batch per the contract.
+        let b = unsafe { batch_ext(batch) }?;
+        if r#type.0 != llama_process_type::LLAMA_PROCESS_TYPE_DECODE as i32 {
+            return Err(FfiError::Invalid(format!(
+                "process type {} is not supported by llama-hotswap yet (only DECODE)",
+                r#type.0
+            )));
+        }
+        {
+            let mut e = handle.inner.engine();
+            let raw = &mut e.raw;
+            raw.clear();
+            if !b.tokens.is_empty() && b.tokens.iter().any(|t| t.id == LLAMA_TOKEN_NULL) {
+                drop(e);
+                crate::log_error!("init: batch has neither token ids nor embeddings");
+                crate::log_error!("decode: failed to initialize batch");
+                return Ok(-1);
+            }
+            raw.has_pos = true;
+            raw.has_seq = true;
+            raw.has_output = true;
+            for t in &b.tokens {
+                raw.tokens.push(t.id);
+                raw.pos.push(t.pos);
+                raw.seq_n.push(t.seqs.len());
+                raw.seq_flat.extend_from_slice(&t.seqs);
+                raw.output.push(t.output);
+            }
+        }
+        Ok(handle.inner.decode())
+    });
+    if ret != 0 && ret != 1 {
+        crate::log_error!("llama_process: failed to process, ret = {ret}");
+    }
+    ret
 }

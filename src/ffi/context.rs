@@ -1,9 +1,6 @@
 //! Contexts: creation and freeing, sizes, settings, and the results of the last evaluation
-//! (logits, embeddings, backend-sampled tokens). Not supported by llama-hotswap yet.
-//!
-//! The first group (`llama_init_from_model`, `llama_new_context_with_model`, `llama_free`,
-//! `llama_get_model`) is the context's lifecycle, and is real: a context holds the graph-cache
-//! state that hot-swap invalidates. Everything else here is not supported yet.
+//! (logits, embeddings). Backend sampling (`llama_get_sampled_*`, `llama_set_sampler`) is
+//! not supported yet.
 
 #![allow(unused_variables)] // stub parameters keep upstream's names, which the header shows
 
@@ -11,6 +8,7 @@ use std::ffi::c_void;
 
 use super::handles::{self, llama_context, llama_model};
 use super::types::*;
+use super::FfiError;
 
 // ---------------------------------------------------------------------------------------------
 // Lifecycle
@@ -18,10 +16,11 @@ use super::types::*;
 
 /// Creates a context for `model`; free it with `llama_free` (before or after the model: the
 /// context keeps the model's data alive, although upstream requires the model to outlive it).
-/// A context holds the graph-cache state that hot-swap invalidates; decoding is not
-/// supported yet. `params.n_ctx == 0` takes the model's training context. Returns NULL (with
-/// a log line) for a NULL or freed model, a vocab-only model, `n_batch == 0 && n_ubatch == 0`,
-/// or a context size that resolves to 0, as upstream.
+/// `params.n_ctx == 0` takes the model's training context. Returns NULL (with a log line) for
+/// a NULL or freed model, a vocab-only model, `n_batch == 0 && n_ubatch == 0`, a context size
+/// that resolves to 0, as upstream; and, until the engine supports them, for an architecture
+/// other than those it runs, a tensor type it cannot compute, tensors on a CUDA device, a
+/// pooling type other than NONE, or KV cache types other than F32/F16 (the line names which).
 #[no_mangle]
 pub unsafe extern "C" fn llama_init_from_model(
     model: *mut llama_model,
@@ -62,13 +61,73 @@ unsafe fn init_context(
             params.n_samplers
         );
     }
-    let inner = crate::model::Context::new(std::sync::Arc::clone(&handle.inner), params.n_ctx);
-    if inner.n_ctx == 0 {
-        return Err(FfiError::Invalid(
-            "n_ctx and model->hparams.n_ctx_train cannot both be zero".into(),
-        ));
+    let p = crate::context::ContextParams {
+        n_ctx: params.n_ctx,
+        n_batch: params.n_batch,
+        n_ubatch: params.n_ubatch,
+        n_seq_max: params.n_seq_max,
+        n_threads: params.n_threads,
+        n_threads_batch: params.n_threads_batch,
+        pooling_type: params.pooling_type.0,
+        attention_type: params.attention_type.0,
+        flash_attn_type: params.flash_attn_type.0,
+        rope: crate::graph::params::RopeOverrides {
+            rope_scaling_type: params.rope_scaling_type.0,
+            freq_base: params.rope_freq_base,
+            freq_scale: params.rope_freq_scale,
+            yarn_ext_factor: params.yarn_ext_factor,
+            yarn_attn_factor: params.yarn_attn_factor,
+            yarn_beta_fast: params.yarn_beta_fast,
+            yarn_beta_slow: params.yarn_beta_slow,
+            yarn_orig_ctx: params.yarn_orig_ctx,
+        },
+        type_k: params.type_k.0 as u32,
+        type_v: params.type_v.0 as u32,
+        embeddings: params.embeddings,
+        kv_unified: params.kv_unified,
+        swa_full: params.swa_full,
+    };
+    let inner = crate::context::Context::new(std::sync::Arc::clone(&handle.inner), &p)
+        .map_err(|e| FfiError::Core(e.to_string()))?;
+    let ctx = llama_context::new_boxed(model, inner);
+    if let Some(cb) = params.abort_callback {
+        // SAFETY: `ctx` was just created and is live.
+        unsafe { set_abort(ctx, Some(cb), params.abort_callback_data) };
     }
-    Ok(llama_context::new_boxed(model, inner))
+    Ok(ctx)
+}
+
+/// The caller's abort callback and its data, called from the decoding thread as upstream.
+struct AbortCallback {
+    f: unsafe extern "C" fn(*mut c_void) -> bool,
+    data: *mut c_void,
+}
+
+impl AbortCallback {
+    fn call(&self) -> bool {
+        // SAFETY: the caller registered `f` with `data`, to be called during decode.
+        unsafe { (self.f)(self.data) }
+    }
+}
+
+// SAFETY: upstream calls the callback with its data from whichever thread decodes; the
+// caller's contract is the same with us.
+unsafe impl Send for AbortCallback {}
+
+/// Installs (or clears) the abort callback of a live context.
+///
+/// # Safety
+/// `ctx` must be a live context.
+unsafe fn set_abort(ctx: *mut llama_context, cb: ggml_abort_callback, data: *mut c_void) {
+    // SAFETY: per the contract.
+    let Ok(handle) = (unsafe { handles::context(ctx) }) else {
+        return;
+    };
+    let mut engine = handle.inner.engine();
+    engine.abort = cb.map(|f| {
+        let cb = AbortCallback { f, data };
+        Box::new(move || cb.call()) as crate::context::AbortFn
+    });
 }
 
 /// Deprecated alias of `llama_init_from_model` (same behaviour).
@@ -108,64 +167,97 @@ pub unsafe extern "C" fn llama_get_model(ctx: *const llama_context) -> *const ll
 // Sizes
 // ---------------------------------------------------------------------------------------------
 
-/// Upstream: the context size in tokens actually used (may differ from the requested one).
-/// Not supported by llama-hotswap yet: logs once and returns 0.
+/// The context size in cells: the requested size (0 → the model's training context) padded
+/// up to a multiple of 256, as upstream; 0 for a NULL context.
 #[no_mangle]
 pub unsafe extern "C" fn llama_n_ctx(ctx: *const llama_context) -> u32 {
-    unsupported!("llama_n_ctx", 0)
+    boundary!("llama_n_ctx", 0, {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        Ok(handle.inner.engine().cparams.n_ctx)
+    })
 }
 
-/// Upstream: the context size available to one sequence.
-/// Not supported by llama-hotswap yet: logs once and returns 0.
+/// The context size available to one sequence: `n_ctx` with `kv_unified`, else
+/// `n_ctx / n_seq_max` padded to 256 (as upstream); 0 for a NULL context.
 #[no_mangle]
 pub unsafe extern "C" fn llama_n_ctx_seq(ctx: *const llama_context) -> u32 {
-    unsupported!("llama_n_ctx_seq", 0)
+    boundary!("llama_n_ctx_seq", 0, {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        Ok(handle.inner.engine().cparams.n_ctx_seq)
+    })
 }
 
-/// Upstream: the logical maximum batch size accepted by `llama_decode`.
-/// Not supported by llama-hotswap yet: logs once and returns 0.
+/// The largest batch `llama_decode` accepts (`n_batch`, at most `n_ctx` with causal
+/// attention); 0 for a NULL context.
 #[no_mangle]
 pub unsafe extern "C" fn llama_n_batch(ctx: *const llama_context) -> u32 {
-    unsupported!("llama_n_batch", 0)
+    boundary!("llama_n_batch", 0, {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        Ok(handle.inner.engine().cparams.n_batch)
+    })
 }
 
-/// Upstream: the physical maximum batch size (micro-batch).
-/// Not supported by llama-hotswap yet: logs once and returns 0.
+/// The micro-batch size decode splits batches into; 0 for a NULL context.
 #[no_mangle]
 pub unsafe extern "C" fn llama_n_ubatch(ctx: *const llama_context) -> u32 {
-    unsupported!("llama_n_ubatch", 0)
+    boundary!("llama_n_ubatch", 0, {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        Ok(handle.inner.engine().cparams.n_ubatch)
+    })
 }
 
-/// Upstream: the maximum number of distinct sequences.
-/// Not supported by llama-hotswap yet: logs once and returns 0.
+/// The number of distinct sequences (at least 1); 0 for a NULL context.
 #[no_mangle]
 pub unsafe extern "C" fn llama_n_seq_max(ctx: *const llama_context) -> u32 {
-    unsupported!("llama_n_seq_max", 0)
+    boundary!("llama_n_seq_max", 0, {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        Ok(handle.inner.engine().cparams.n_seq_max)
+    })
 }
 
-/// Upstream: the number of recurrent-state snapshots kept per sequence for rollback.
-/// Not supported by llama-hotswap yet: logs once and returns 0.
+/// Recurrent-state snapshots per sequence: always 0 (no supported architecture is
+/// recurrent); 0 for a NULL context.
 #[no_mangle]
 pub unsafe extern "C" fn llama_n_rs_seq(ctx: *const llama_context) -> u32 {
-    unsupported!("llama_n_rs_seq", 0)
+    boundary!("llama_n_rs_seq", 0, {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        let _ = handle;
+        Ok(0)
+    })
 }
 
-/// Upstream: the context's memory (KV cache or recurrent state), owned by the context; NULL
-/// when it has none.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// The context's memory (its KV cache), owned by the context, for the `llama_memory_*`
+/// functions; NULL for a NULL context.
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_memory(ctx: *const llama_context) -> llama_memory_t {
-    unsupported!("llama_get_memory", std::ptr::null_mut())
+    boundary!("llama_get_memory", std::ptr::null_mut(), {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        let _ = handle;
+        // the memory handle is the context itself: memory calls lock its KV cache
+        Ok(ctx as llama_memory_t)
+    })
 }
 
-/// Upstream: the pooling type the context applies to embeddings.
-/// Not supported by llama-hotswap yet: logs once and returns LLAMA_POOLING_TYPE_UNSPECIFIED,
-/// which a context never reports.
+/// The pooling type the context applies to embeddings (always LLAMA_POOLING_TYPE_NONE: other
+/// pooling types are refused at creation); LLAMA_POOLING_TYPE_UNSPECIFIED for a NULL
+/// context.
 #[no_mangle]
 pub unsafe extern "C" fn llama_pooling_type(ctx: *const llama_context) -> LlamaPoolingType {
-    unsupported!(
+    boundary!(
         "llama_pooling_type",
-        LlamaPoolingType(llama_pooling_type::LLAMA_POOLING_TYPE_UNSPECIFIED as i32)
+        LlamaPoolingType(llama_pooling_type::LLAMA_POOLING_TYPE_UNSPECIFIED as i32),
+        {
+            // SAFETY: NULL or a live context per the contract.
+            let handle = unsafe { handles::context(ctx) }?;
+            Ok(LlamaPoolingType(handle.inner.engine().cparams.pooling_type))
+        }
     )
 }
 
@@ -173,122 +265,200 @@ pub unsafe extern "C" fn llama_pooling_type(ctx: *const llama_context) -> LlamaP
 // Settings
 // ---------------------------------------------------------------------------------------------
 
-/// Upstream: sets the thread counts for generation (`n_threads`) and for batches
-/// (`n_threads_batch`).
-/// Not supported by llama-hotswap yet: logs once and returns.
+/// Sets the thread counts for generation (`n_threads`) and for batches (`n_threads_batch`).
 #[no_mangle]
 pub unsafe extern "C" fn llama_set_n_threads(
     ctx: *mut llama_context,
     n_threads: i32,
     n_threads_batch: i32,
 ) {
-    unsupported!("llama_set_n_threads")
+    boundary!("llama_set_n_threads", (), {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        let mut e = handle.inner.engine();
+        e.cparams.n_threads = n_threads;
+        e.cparams.n_threads_batch = n_threads_batch;
+        Ok(())
+    })
 }
 
-/// Upstream: the number of threads used to generate a single token.
-/// Not supported by llama-hotswap yet: logs once and returns -1.
+/// The number of threads used to generate a single token; -1 for a NULL context.
 #[no_mangle]
 pub unsafe extern "C" fn llama_n_threads(ctx: *mut llama_context) -> i32 {
-    unsupported!("llama_n_threads", -1)
+    boundary!("llama_n_threads", -1, {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        Ok(handle.inner.engine().cparams.n_threads)
+    })
 }
 
-/// Upstream: the number of threads used for prompt and batch processing.
-/// Not supported by llama-hotswap yet: logs once and returns -1.
+/// The number of threads used for prompt and batch processing; -1 for a NULL context.
 #[no_mangle]
 pub unsafe extern "C" fn llama_n_threads_batch(ctx: *mut llama_context) -> i32 {
-    unsupported!("llama_n_threads_batch", -1)
+    boundary!("llama_n_threads_batch", -1, {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        Ok(handle.inner.engine().cparams.n_threads_batch)
+    })
 }
 
-/// Upstream: sets whether evaluation outputs embeddings.
-/// Not supported by llama-hotswap yet: logs once and returns.
+/// Sets whether decode also outputs embeddings (then every token is an output, as upstream).
 #[no_mangle]
 pub unsafe extern "C" fn llama_set_embeddings(ctx: *mut llama_context, embeddings: bool) {
-    unsupported!("llama_set_embeddings")
+    boundary!("llama_set_embeddings", (), {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        handle.inner.engine().cparams.embeddings = embeddings;
+        Ok(())
+    })
 }
 
-/// Upstream: sets whether attention is causal (each token attends only to earlier ones).
-/// Not supported by llama-hotswap yet: logs once and returns.
+/// Sets whether attention is causal (each token attends only to earlier positions).
 #[no_mangle]
 pub unsafe extern "C" fn llama_set_causal_attn(ctx: *mut llama_context, causal_attn: bool) {
-    unsupported!("llama_set_causal_attn")
+    boundary!("llama_set_causal_attn", (), {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        handle.inner.engine().cparams.causal_attn = causal_attn;
+        Ok(())
+    })
 }
 
-/// Upstream: whether the context currently uses causal attention.
-/// Not supported by llama-hotswap yet: logs once and returns false.
+/// Whether the context uses causal attention; false for a NULL context.
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_causal_attn(ctx: *const llama_context) -> bool {
-    unsupported!("llama_get_causal_attn", false)
+    boundary!("llama_get_causal_attn", false, {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        Ok(handle.inner.engine().cparams.causal_attn)
+    })
 }
 
-/// Upstream (deprecated): sets warmup mode, in which evaluation touches every tensor.
-/// Not supported by llama-hotswap yet: logs once and returns.
+/// Sets warmup mode (deprecated upstream; recorded, no effect on results).
 #[no_mangle]
 pub unsafe extern "C" fn llama_set_warmup(ctx: *mut llama_context, warmup: bool) {
-    unsupported!("llama_set_warmup")
+    boundary!("llama_set_warmup", (), {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        handle.inner.engine().cparams.warmup = warmup;
+        Ok(())
+    })
 }
 
-/// Upstream: sets the callback polled during evaluation; returning true aborts it.
-/// Not supported by llama-hotswap yet: logs once and returns; the callback is never called.
+/// Sets the callback polled during decode (before each micro-batch and during its graph);
+/// returning true aborts the decode, which returns 2 after removing the aborted micro-batch's
+/// positions from the memory. NULL clears it.
 #[no_mangle]
 pub unsafe extern "C" fn llama_set_abort_callback(
     ctx: *mut llama_context,
     abort_callback: ggml_abort_callback,
     abort_callback_data: *mut c_void,
 ) {
-    unsupported!("llama_set_abort_callback")
+    boundary!("llama_set_abort_callback", (), {
+        // SAFETY: NULL or a live context per the contract.
+        unsafe { handles::context(ctx) }?;
+        // SAFETY: checked live above.
+        unsafe { set_abort(ctx, abort_callback, abort_callback_data) };
+        Ok(())
+    })
 }
 
-/// Upstream: waits until all computations of the context are finished.
-/// Not supported by llama-hotswap yet: logs once and returns.
+/// Waits for the context's computations: decode is synchronous, so this returns at once.
 #[no_mangle]
 pub unsafe extern "C" fn llama_synchronize(ctx: *mut llama_context) {
-    unsupported!("llama_synchronize")
+    boundary!("llama_synchronize", (), {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        // decoding is synchronous: nothing is in flight
+        let _ = handle;
+        Ok(())
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
 // Results of the last evaluation
 // ---------------------------------------------------------------------------------------------
 
-/// Upstream: the logits of the last evaluation, one row of n_vocab floats per output token,
-/// owned by the context.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// The logits of the last decode: one row of n_vocab floats per output token, in batch
+/// order, owned by the context (valid until the next decode); NULL before any decode.
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_logits(ctx: *mut llama_context) -> *mut f32 {
-    unsupported!("llama_get_logits", std::ptr::null_mut())
+    boundary!("llama_get_logits", std::ptr::null_mut(), {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        let mut e = handle.inner.engine();
+        Ok(if e.logits.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            e.logits.as_mut_ptr()
+        })
+    })
 }
 
-/// Upstream: the logits of output `i` (negative counts from the end); NULL for an invalid
-/// index.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// The logits of batch token `i` (negative: counted from the last output); NULL with a log
+/// line when token `i` produced no output or `i` is out of range.
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_logits_ith(ctx: *mut llama_context, i: i32) -> *mut f32 {
-    unsupported!("llama_get_logits_ith", std::ptr::null_mut())
+    boundary!("llama_get_logits_ith", std::ptr::null_mut(), {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        let mut e = handle.inner.engine();
+        let n_vocab = handle.inner.n_vocab();
+        let row = output_row(&e, i, e.logits.is_empty(), "no logits")
+            .map_err(|why| FfiError::Invalid(format!("invalid logits id {i}, reason: {why}")))?;
+        // SAFETY: row < n_outputs, and the buffer holds n_outputs rows of n_vocab.
+        Ok(unsafe { e.logits.as_mut_ptr().add(row * n_vocab) })
+    })
 }
 
-/// Upstream: the output token embeddings of the last evaluation (n_outputs rows of n_embd),
-/// owned by the context; NULL when pooling is on.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// The output embeddings of the last decode (n_outputs rows of n_embd, the final normed
+/// hidden state) when embeddings are on; NULL otherwise.
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_embeddings(ctx: *mut llama_context) -> *mut f32 {
-    unsupported!("llama_get_embeddings", std::ptr::null_mut())
+    boundary!("llama_get_embeddings", std::ptr::null_mut(), {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        let mut e = handle.inner.engine();
+        Ok(if e.embd.is_empty() || !e.cparams.embeddings {
+            std::ptr::null_mut()
+        } else {
+            e.embd.as_mut_ptr()
+        })
+    })
 }
 
-/// Upstream: the embedding of output `i` (negative counts from the end); NULL for an invalid
-/// index.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// The embedding of batch token `i` (negative: counted from the last output); NULL with a
+/// log line when there is none.
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_embeddings_ith(ctx: *mut llama_context, i: i32) -> *mut f32 {
-    unsupported!("llama_get_embeddings_ith", std::ptr::null_mut())
+    boundary!("llama_get_embeddings_ith", std::ptr::null_mut(), {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        let mut e = handle.inner.engine();
+        let n_embd = handle.inner.hp.n_embd;
+        let none = e.embd.is_empty() || !e.cparams.embeddings;
+        let row = output_row(&e, i, none, "no embeddings").map_err(|why| {
+            FfiError::Invalid(format!("invalid embeddings id {i}, reason: {why}"))
+        })?;
+        // SAFETY: row < n_outputs, and the buffer holds n_outputs rows of n_embd.
+        Ok(unsafe { e.embd.as_mut_ptr().add(row * n_embd) })
+    })
 }
 
-/// Upstream: the pooled embedding (or rank scores) of a sequence; NULL without pooling.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// The pooled embedding of a sequence: always NULL, since contexts do not pool
+/// (LLAMA_POOLING_TYPE_NONE).
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_embeddings_seq(
     ctx: *mut llama_context,
     seq_id: llama_seq_id,
 ) -> *mut f32 {
-    unsupported!("llama_get_embeddings_seq", std::ptr::null_mut())
+    boundary!("llama_get_embeddings_seq", std::ptr::null_mut(), {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        let _ = (handle, seq_id);
+        // pooling is not supported (contexts use LLAMA_POOLING_TYPE_NONE): no sequence embeddings
+        Ok(std::ptr::null_mut())
+    })
 }
 
 /// Upstream: the token sampled on the backend for output `i`; LLAMA_TOKEN_NULL if none.
@@ -364,4 +534,33 @@ pub unsafe extern "C" fn llama_set_sampler(
     smpl: *mut llama_sampler,
 ) -> bool {
     unsupported!("llama_set_sampler", false)
+}
+
+/// Upstream's `output_resolve_row`: the output row of batch index `i` (negative: from the
+/// last output), or why there is none.
+fn output_row(e: &crate::context::Engine, i: i32, none: bool, what: &str) -> Result<usize, String> {
+    if none {
+        return Err(what.to_string());
+    }
+    let n_outputs = e.n_outputs as i64;
+    let j = if i < 0 {
+        let j = n_outputs + i as i64;
+        if j < 0 {
+            return Err(format!("negative index out of range [0, {n_outputs})"));
+        }
+        j
+    } else if i as usize >= e.output_ids.len() {
+        return Err(format!("out of range [0, {})", e.output_ids.len()));
+    } else {
+        e.output_ids[i as usize] as i64
+    };
+    if j < 0 {
+        return Err(format!("batch.logits[{i}] != true"));
+    }
+    if j >= n_outputs {
+        return Err(format!(
+            "corrupt output buffer (j={j}, n_outputs={n_outputs})"
+        ));
+    }
+    Ok(j as usize)
 }

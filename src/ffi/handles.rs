@@ -31,7 +31,7 @@ pub struct llama_vocab {
 pub struct llama_context {
     magic: u64,
     pub(crate) model: *const llama_model,
-    pub(crate) inner: crate::model::Context,
+    pub(crate) inner: crate::context::Context,
 }
 
 impl llama_model {
@@ -56,7 +56,7 @@ impl llama_model {
 impl llama_context {
     pub(crate) fn new_boxed(
         model: *const llama_model,
-        inner: crate::model::Context,
+        inner: crate::context::Context,
     ) -> *mut llama_context {
         Box::into_raw(Box::new(llama_context {
             magic: CONTEXT_MAGIC,

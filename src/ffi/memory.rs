@@ -1,22 +1,54 @@
-//! A context's memory (KV cache or recurrent state): `llama_memory_*`. Not supported by
-//! llama-hotswap yet (no context has memory: `llama_get_memory` returns NULL).
-
-#![allow(unused_variables)] // stub parameters keep upstream's names, which the header shows
+//! A context's memory (its KV cache): `llama_memory_*`. The handle `llama_get_memory`
+//! returns is the context itself; every call locks its KV cache. NULL handles behave as
+//! upstream's (no-op, `seq_rm` true, positions -1); sequence ids outside [0, n_seq_max) are
+//! logged and ignored where upstream asserts.
 
 use std::ffi::c_int;
 
+use super::handles::{self, llama_context};
 use super::types::*;
+use super::FfiError;
 
-/// Upstream: clears the memory's metadata, and its data buffers too when `data` is true.
-/// Not supported by llama-hotswap yet: logs once and returns.
-#[no_mangle]
-pub unsafe extern "C" fn llama_memory_clear(mem: llama_memory_t, data: bool) {
-    unsupported!("llama_memory_clear")
+/// The context behind a memory handle.
+///
+/// # Safety
+/// `mem` must be NULL or a handle from `llama_get_memory` of a live context.
+unsafe fn mem_ctx<'a>(mem: llama_memory_t) -> Result<Option<&'a llama_context>, FfiError> {
+    if mem.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: per the contract, the handle is a live context.
+    Ok(Some(unsafe {
+        handles::context(mem as *const llama_context)
+    }?))
 }
 
-/// Upstream: removes the tokens of `seq_id` (any sequence if negative) with positions in
-/// [p0, p1); returns false if a partial sequence cannot be removed.
-/// Not supported by llama-hotswap yet: logs once and returns false.
+/// A sequence id checked against the context's `n_seq_max`.
+fn seq(ctx: &llama_context, seq_id: llama_seq_id) -> Result<usize, FfiError> {
+    let n = ctx.inner.engine().cparams.n_seq_max as i32;
+    if seq_id < 0 || seq_id >= n {
+        return Err(FfiError::Invalid(format!(
+            "seq_id {seq_id} is outside [0, n_seq_max = {n})"
+        )));
+    }
+    Ok(seq_id as usize)
+}
+
+/// Empties the memory; `data` also zeroes the cached keys and values. NULL is a no-op.
+#[no_mangle]
+pub unsafe extern "C" fn llama_memory_clear(mem: llama_memory_t, data: bool) {
+    boundary!("llama_memory_clear", (), {
+        // SAFETY: per the contract.
+        if let Some(ctx) = unsafe { mem_ctx(mem) }? {
+            ctx.inner.engine().kv.clear(data);
+        }
+        Ok(())
+    })
+}
+
+/// Removes the tokens of `seq_id` (every sequence when negative) with positions in
+/// [p0, p1) (p0 < 0: from 0; p1 < 0: to the end). Returns true (a KV cache can always remove
+/// a partial sequence); true for NULL; false with a log line for a sequence id >= n_seq_max.
 #[no_mangle]
 pub unsafe extern "C" fn llama_memory_seq_rm(
     mem: llama_memory_t,
@@ -24,11 +56,22 @@ pub unsafe extern "C" fn llama_memory_seq_rm(
     p0: llama_pos,
     p1: llama_pos,
 ) -> bool {
-    unsupported!("llama_memory_seq_rm", false)
+    boundary!("llama_memory_seq_rm", false, {
+        // SAFETY: per the contract.
+        let Some(ctx) = unsafe { mem_ctx(mem) }? else {
+            return Ok(true);
+        };
+        let s = if seq_id < 0 {
+            None
+        } else {
+            Some(seq(ctx, seq_id)?)
+        };
+        Ok(ctx.inner.engine().kv.seq_rm(s, p0, p1))
+    })
 }
 
-/// Upstream: copies the tokens of `seq_id_src` with positions in [p0, p1) to `seq_id_dst`.
-/// Not supported by llama-hotswap yet: logs once and returns.
+/// Adds `seq_id_dst` to the tokens of `seq_id_src` with positions in [p0, p1) (the cells are
+/// shared, not copied).
 #[no_mangle]
 pub unsafe extern "C" fn llama_memory_seq_cp(
     mem: llama_memory_t,
@@ -37,18 +80,31 @@ pub unsafe extern "C" fn llama_memory_seq_cp(
     p0: llama_pos,
     p1: llama_pos,
 ) {
-    unsupported!("llama_memory_seq_cp")
+    boundary!("llama_memory_seq_cp", (), {
+        // SAFETY: per the contract.
+        if let Some(ctx) = unsafe { mem_ctx(mem) }? {
+            let (s, d) = (seq(ctx, seq_id_src)?, seq(ctx, seq_id_dst)?);
+            ctx.inner.engine().kv.seq_cp(s, d, p0, p1);
+        }
+        Ok(())
+    })
 }
 
-/// Upstream: removes all tokens that do not belong to `seq_id`.
-/// Not supported by llama-hotswap yet: logs once and returns.
+/// Removes every token that does not belong to `seq_id`.
 #[no_mangle]
 pub unsafe extern "C" fn llama_memory_seq_keep(mem: llama_memory_t, seq_id: llama_seq_id) {
-    unsupported!("llama_memory_seq_keep")
+    boundary!("llama_memory_seq_keep", (), {
+        // SAFETY: per the contract.
+        if let Some(ctx) = unsafe { mem_ctx(mem) }? {
+            let s = seq(ctx, seq_id)?;
+            ctx.inner.engine().kv.seq_keep(s);
+        }
+        Ok(())
+    })
 }
 
-/// Upstream: adds `delta` to the positions of the tokens of `seq_id` in [p0, p1).
-/// Not supported by llama-hotswap yet: logs once and returns.
+/// Adds `delta` to the positions of the tokens of `seq_id` in [p0, p1); tokens whose position
+/// becomes negative are removed. The cached keys are re-rotated before the next decode.
 #[no_mangle]
 pub unsafe extern "C" fn llama_memory_seq_add(
     mem: llama_memory_t,
@@ -57,11 +113,18 @@ pub unsafe extern "C" fn llama_memory_seq_add(
     p1: llama_pos,
     delta: llama_pos,
 ) {
-    unsupported!("llama_memory_seq_add")
+    boundary!("llama_memory_seq_add", (), {
+        // SAFETY: per the contract.
+        if let Some(ctx) = unsafe { mem_ctx(mem) }? {
+            let s = seq(ctx, seq_id)?;
+            ctx.inner.engine().kv.seq_add(s, p0, p1, delta);
+        }
+        Ok(())
+    })
 }
 
-/// Upstream: divides the positions of the tokens of `seq_id` in [p0, p1) by `d` (> 1).
-/// Not supported by llama-hotswap yet: logs once and returns.
+/// Integer-divides the positions of the tokens of `seq_id` in [p0, p1) by `d`; `d` < 1 is
+/// refused with a log line (upstream divides by it).
 #[no_mangle]
 pub unsafe extern "C" fn llama_memory_seq_div(
     mem: llama_memory_t,
@@ -70,32 +133,62 @@ pub unsafe extern "C" fn llama_memory_seq_div(
     p1: llama_pos,
     d: c_int,
 ) {
-    unsupported!("llama_memory_seq_div")
+    boundary!("llama_memory_seq_div", (), {
+        // SAFETY: per the contract.
+        if let Some(ctx) = unsafe { mem_ctx(mem) }? {
+            let s = seq(ctx, seq_id)?;
+            if d < 1 {
+                return Err(FfiError::Invalid(format!("divisor {d} must be >= 1")));
+            }
+            ctx.inner.engine().kv.seq_div(s, p0, p1, d);
+        }
+        Ok(())
+    })
 }
 
-/// Upstream: the smallest position of `seq_id` in the memory, or -1 if the sequence is empty.
-/// Not supported by llama-hotswap yet: logs once and returns -1 (as for an empty sequence).
+/// The smallest position of `seq_id` in the memory; -1 when the sequence is empty, the handle
+/// NULL or the id out of range (logged).
 #[no_mangle]
 pub unsafe extern "C" fn llama_memory_seq_pos_min(
     mem: llama_memory_t,
     seq_id: llama_seq_id,
 ) -> llama_pos {
-    unsupported!("llama_memory_seq_pos_min", -1)
+    boundary!("llama_memory_seq_pos_min", -1, {
+        // SAFETY: per the contract.
+        let Some(ctx) = unsafe { mem_ctx(mem) }? else {
+            return Ok(-1);
+        };
+        let s = seq(ctx, seq_id)?;
+        Ok(ctx.inner.engine().kv.seq_pos_min(s))
+    })
 }
 
-/// Upstream: the largest position of `seq_id` in the memory, or -1 if the sequence is empty.
-/// Not supported by llama-hotswap yet: logs once and returns -1 (as for an empty sequence).
+/// The largest position of `seq_id` in the memory; -1 when the sequence is empty, the handle
+/// NULL or the id out of range (logged).
 #[no_mangle]
 pub unsafe extern "C" fn llama_memory_seq_pos_max(
     mem: llama_memory_t,
     seq_id: llama_seq_id,
 ) -> llama_pos {
-    unsupported!("llama_memory_seq_pos_max", -1)
+    boundary!("llama_memory_seq_pos_max", -1, {
+        // SAFETY: per the contract.
+        let Some(ctx) = unsafe { mem_ctx(mem) }? else {
+            return Ok(-1);
+        };
+        let s = seq(ctx, seq_id)?;
+        Ok(ctx.inner.engine().kv.seq_pos_max(s))
+    })
 }
 
-/// Upstream: whether the memory supports shifting positions (`llama_memory_seq_add`).
-/// Not supported by llama-hotswap yet: logs once and returns false.
+/// Whether positions can be shifted (`llama_memory_seq_add`/`seq_div`): true for a KV cache
+/// of a supported architecture; false for NULL.
 #[no_mangle]
 pub unsafe extern "C" fn llama_memory_can_shift(mem: llama_memory_t) -> bool {
-    unsupported!("llama_memory_can_shift", false)
+    boundary!("llama_memory_can_shift", false, {
+        // SAFETY: per the contract.
+        let Some(ctx) = unsafe { mem_ctx(mem) }? else {
+            return Ok(false);
+        };
+        Ok(ctx.inner.engine().kv.can_shift)
+    })
 }

@@ -53,61 +53,6 @@ pub struct Model {
     pub hotswap: Option<HotSwap>,
 }
 
-/// Per-context state. Decode is not supported yet; what a context holds now is its graph-cache
-/// bookkeeping: the model generation its cached graph was built for. Hot-swap bumps the
-/// model's generation whenever it relocates or retypes a tensor, and every context of the
-/// model then sees its graph as stale (not just the context a reload was called through).
-#[derive(Debug)]
-pub struct Context {
-    pub model: std::sync::Arc<Model>,
-    /// `n_ctx` as requested (0 → the model's training context).
-    pub n_ctx: u32,
-    graph_generation: AtomicU64,
-}
-
-impl Context {
-    pub fn new(model: std::sync::Arc<Model>, n_ctx: u32) -> Context {
-        let generation = model.generation.load(std::sync::atomic::Ordering::Acquire);
-        let n_ctx = if n_ctx == 0 {
-            model.hparams.n_ctx_train
-        } else {
-            n_ctx
-        };
-        Context {
-            model,
-            n_ctx,
-            graph_generation: AtomicU64::new(generation),
-        }
-    }
-
-    /// The model generation the cached graph was built for.
-    pub fn graph_generation(&self) -> u64 {
-        self.graph_generation
-            .load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Whether the cached graph must be rebuilt before reuse (the model changed under it).
-    pub fn graph_is_stale(&self) -> bool {
-        self.graph_generation()
-            != self
-                .model
-                .generation
-                .load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Marks the cached graph rebuilt for the model's current generation (what decode does
-    /// before reusing a graph); returns whether it was stale.
-    pub fn rebuild_graph_if_stale(&self) -> bool {
-        let now = self
-            .model
-            .generation
-            .load(std::sync::atomic::Ordering::Acquire);
-        self.graph_generation
-            .swap(now, std::sync::atomic::Ordering::AcqRel)
-            != now
-    }
-}
-
 /// How tensor data is brought into memory (`enum llama_load_mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LoadMode {

@@ -22,6 +22,7 @@
 mod blocks;
 mod dequant;
 mod dot_scalar;
+pub mod ops;
 mod pool;
 mod quantize;
 #[cfg(target_arch = "x86_64")]

@@ -1,0 +1,571 @@
+//! Inference contexts: parameters as upstream resolves them, the KV cache, the decode driver
+//! (batch intake, micro-batch split, slot search, graph reuse, outputs) and the results of
+//! the last evaluation.
+
+pub mod batch;
+#[cfg(feature = "fixtures")]
+pub mod harness;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::graph::exec::{self, Executor, Inputs};
+use crate::graph::params::{ArchParams, RopeConfig, RopeOverrides};
+use crate::graph::{arch, Graph, GraphShape};
+use crate::kv_cache::{KvCache, KvShape, KvType};
+use crate::model::Model;
+use batch::{Batch, RawBatch};
+
+/// Upstream's `GGML_PAD(n_ctx, 256)`.
+const CTX_PAD: u32 = 256;
+
+/// The caller's context parameters (`llama_context_params`, the fields the engine uses).
+#[derive(Clone, Debug)]
+pub struct ContextParams {
+    pub n_ctx: u32,
+    pub n_batch: u32,
+    pub n_ubatch: u32,
+    pub n_seq_max: u32,
+    pub n_threads: i32,
+    pub n_threads_batch: i32,
+    /// `llama_pooling_type` (-1 unspecified).
+    pub pooling_type: i32,
+    /// `llama_attention_type` (-1 unspecified, 0 causal, 1 non-causal).
+    pub attention_type: i32,
+    /// `llama_flash_attn_type` (-1 auto, 0 disabled, 1 enabled): accepted; attention is
+    /// always computed the flash-attention way on the CPU.
+    pub flash_attn_type: i32,
+    pub rope: RopeOverrides,
+    /// ggml type ids of the K and V caches.
+    pub type_k: u32,
+    pub type_v: u32,
+    pub embeddings: bool,
+    pub kv_unified: bool,
+    pub swa_full: bool,
+}
+
+impl Default for ContextParams {
+    /// Upstream's `llama_context_default_params` (the fields kept here).
+    fn default() -> Self {
+        ContextParams {
+            n_ctx: 512,
+            n_batch: 2048,
+            n_ubatch: 512,
+            n_seq_max: 1,
+            n_threads: 4,
+            n_threads_batch: 4,
+            pooling_type: -1,
+            attention_type: -1,
+            flash_attn_type: -1,
+            rope: RopeOverrides {
+                rope_scaling_type: -1,
+                freq_base: 0.0,
+                freq_scale: 0.0,
+                yarn_ext_factor: -1.0,
+                yarn_attn_factor: -1.0,
+                yarn_beta_fast: -1.0,
+                yarn_beta_slow: -1.0,
+                yarn_orig_ctx: 0,
+            },
+            type_k: 1,
+            type_v: 1,
+            embeddings: false,
+            kv_unified: false,
+            swa_full: true,
+        }
+    }
+}
+
+/// Why a context cannot be created.
+#[derive(Debug, thiserror::Error)]
+pub enum ContextError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// Resolved parameters (`llama_cparams`).
+#[derive(Clone, Debug)]
+pub struct CParams {
+    pub n_ctx: u32,
+    pub n_ctx_seq: u32,
+    pub n_batch: u32,
+    pub n_ubatch: u32,
+    pub n_seq_max: u32,
+    pub n_threads: i32,
+    pub n_threads_batch: i32,
+    pub pooling_type: i32,
+    pub causal_attn: bool,
+    pub embeddings: bool,
+    pub warmup: bool,
+    pub rope: RopeConfig,
+}
+
+/// The abort callback: polled between micro-batches and between graph nodes.
+pub type AbortFn = Box<dyn FnMut() -> bool + Send>;
+
+/// Results and reusable state of decoding (behind the context's lock).
+pub struct Engine {
+    pub cparams: CParams,
+    pub kv: KvCache,
+    graph: Option<Graph>,
+    exec: Executor,
+    pub raw: RawBatch,
+    batch: Batch,
+    slots: Vec<u32>,
+    out_ids: Vec<usize>,
+    /// n_outputs × n_vocab.
+    pub logits: Vec<f32>,
+    /// n_outputs × n_embd.
+    pub embd: Vec<f32>,
+    /// Batch index → output row (-1: no output).
+    pub output_ids: Vec<i32>,
+    pub n_outputs: usize,
+    pub abort: Option<AbortFn>,
+    /// Graph builds (for tests: reuse must not rebuild).
+    pub n_graph_builds: u64,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("cparams", &self.cparams)
+            .field("n_outputs", &self.n_outputs)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An inference context.
+#[derive(Debug)]
+pub struct Context {
+    pub model: Arc<Model>,
+    pub hp: ArchParams,
+    engine: Mutex<Engine>,
+    graph_generation: AtomicU64,
+}
+
+fn kv_type(id: u32, which: &str) -> Result<KvType, ContextError> {
+    match id {
+        0 => Ok(KvType::F32),
+        1 => Ok(KvType::F16),
+        other => Err(ContextError::Unsupported(format!(
+            "{which} = {} is not supported by llama-hotswap's KV cache yet (f32 and f16 are)",
+            crate::gguf::GgmlType::from_id(other as i32).map_or("?", |t| t.name())
+        ))),
+    }
+}
+
+impl Context {
+    /// Creates a context: resolves the parameters as upstream, checks that the engine can
+    /// run the model (architecture, tensor types, tensors in host memory) and allocates the
+    /// KV cache.
+    pub fn new(model: Arc<Model>, p: &ContextParams) -> Result<Context, ContextError> {
+        if !arch::is_supported(&model.arch) {
+            return Err(ContextError::Unsupported(format!(
+                "model architecture '{}' is not supported by llama-hotswap's engine yet (supported: {})",
+                model.arch,
+                arch::SUPPORTED.join(", ")
+            )));
+        }
+        for t in model.tensors.iter() {
+            let st = t.read();
+            exec::check_weight(&st, &t.name)
+                .map_err(|e| ContextError::Unsupported(e.to_string()))?;
+        }
+        let hp = ArchParams::load(&model).map_err(ContextError::Invalid)?;
+        let n_seq_max = p.n_seq_max.max(1);
+        if n_seq_max as usize > crate::kv_cache::MAX_SEQ {
+            return Err(ContextError::Invalid(format!(
+                "n_seq_max must be <= {}",
+                crate::kv_cache::MAX_SEQ
+            )));
+        }
+        let mut n_ctx = if p.n_ctx == 0 {
+            model.hparams.n_ctx_train
+        } else {
+            p.n_ctx
+        };
+        if n_ctx == 0 {
+            return Err(ContextError::Invalid(
+                "n_ctx and model->hparams.n_ctx_train cannot both be zero".into(),
+            ));
+        }
+        let causal_attn = match p.attention_type {
+            0 => true,
+            1 => false,
+            _ => hp.causal,
+        };
+        let n_batch = if causal_attn {
+            n_ctx.min(p.n_batch)
+        } else {
+            p.n_batch
+        };
+        let n_ubatch = n_batch.min(if p.n_ubatch == 0 {
+            p.n_batch
+        } else {
+            p.n_ubatch
+        });
+        n_ctx = n_ctx.div_ceil(CTX_PAD) * CTX_PAD;
+        let n_ctx_seq = if p.kv_unified {
+            n_ctx
+        } else {
+            let per = (n_ctx / n_seq_max).div_ceil(CTX_PAD) * CTX_PAD;
+            if per == 0 {
+                return Err(ContextError::Invalid("n_ctx_seq == 0".into()));
+            }
+            if n_ctx != per * n_seq_max {
+                n_ctx = per * n_seq_max;
+                crate::log_warn!(
+                    "llama_context: n_ctx is not divisible by n_seq_max - rounding down to {n_ctx}"
+                );
+            }
+            per
+        };
+        if n_batch == 0 || n_ubatch == 0 {
+            return Err(ContextError::Invalid(
+                "n_batch and n_ubatch must be greater than zero".into(),
+            ));
+        }
+        let pooling_type = if p.pooling_type < 0 {
+            0
+        } else {
+            p.pooling_type
+        };
+        if pooling_type != 0 {
+            return Err(ContextError::Unsupported(format!(
+                "pooling type {pooling_type} is not supported by llama-hotswap's engine yet (only NONE)"
+            )));
+        }
+        let rope = RopeConfig::resolve(&hp, &p.rope);
+        let shape = KvShape {
+            size: n_ctx,
+            n_seq_max: n_seq_max as usize,
+            type_k: kv_type(p.type_k, "type_k")?,
+            type_v: kv_type(p.type_v, "type_v")?,
+            layers: (0..hp.n_layer)
+                .map(|il| (hp.n_embd_k_gqa(il), hp.n_embd_v_gqa(il)))
+                .collect(),
+        };
+        let cparams = CParams {
+            n_ctx,
+            n_ctx_seq,
+            n_batch,
+            n_ubatch,
+            n_seq_max,
+            n_threads: p.n_threads,
+            n_threads_batch: p.n_threads_batch,
+            pooling_type,
+            causal_attn,
+            embeddings: p.embeddings,
+            warmup: false,
+            rope,
+        };
+        crate::log_info!(
+            "llama_context: n_seq_max = {n_seq_max}, n_ctx = {n_ctx}, n_ctx_seq = {n_ctx_seq}, n_batch = {n_batch}, n_ubatch = {n_ubatch}, causal_attn = {}",
+            causal_attn as i32
+        );
+        let generation = model.generation.load(Ordering::Acquire);
+        Ok(Context {
+            engine: Mutex::new(Engine {
+                cparams,
+                kv: KvCache::new(&shape),
+                graph: None,
+                exec: Executor::default(),
+                raw: RawBatch::default(),
+                batch: Batch::default(),
+                slots: Vec::new(),
+                out_ids: Vec::new(),
+                logits: Vec::new(),
+                embd: Vec::new(),
+                output_ids: Vec::new(),
+                n_outputs: 0,
+                abort: None,
+                n_graph_builds: 0,
+            }),
+            model,
+            hp,
+            graph_generation: AtomicU64::new(generation),
+        })
+    }
+
+    /// The engine state (parameters, memory, outputs).
+    pub fn engine(&self) -> MutexGuard<'_, Engine> {
+        self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The model generation the cached graph was built for.
+    pub fn graph_generation(&self) -> u64 {
+        self.graph_generation.load(Ordering::Acquire)
+    }
+
+    /// Whether the cached graph must be rebuilt before reuse (the model changed under it).
+    pub fn graph_is_stale(&self) -> bool {
+        self.graph_generation() != self.model.generation.load(Ordering::Acquire)
+    }
+
+    /// Drops the cached graph if it is stale; returns whether it was.
+    pub fn rebuild_graph_if_stale(&self) -> bool {
+        let now = self.model.generation.load(Ordering::Acquire);
+        let stale = self.graph_generation.swap(now, Ordering::AcqRel) != now;
+        if stale {
+            self.engine().graph = None;
+        }
+        stale
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.hp.n_vocab
+    }
+
+    /// `llama_decode` on the batch in `engine.raw`: 0 success, 1 no KV slot, 2 aborted, -1
+    /// invalid batch, -3 compute failure. Failures are logged.
+    pub fn decode(&self) -> i32 {
+        let mut guard = self.engine();
+        let e = &mut *guard;
+        let n_vocab = self.hp.n_vocab as i32;
+        let n_tokens = e.raw.tokens.len();
+        if n_tokens > e.cparams.n_batch as usize {
+            // upstream asserts (aborts the process) here
+            crate::log_error!(
+                "decode: n_tokens = {n_tokens} > n_batch = {}: split the batch",
+                e.cparams.n_batch
+            );
+            return -1;
+        }
+        if let Err(err) = batch::validate(
+            &e.raw,
+            n_vocab,
+            e.cparams.n_seq_max,
+            e.cparams.embeddings,
+            &e.kv,
+            &mut e.batch,
+        ) {
+            crate::log_error!("{err}");
+            if !err.0.starts_with("decode:") {
+                crate::log_error!("decode: failed to initialize batch");
+            }
+            return -1;
+        }
+        // pending position shifts re-rotate the cached keys first
+        if e.kv.cells.has_shift() {
+            self.apply_k_shift(e);
+        }
+        if (e.kv.n_free() as usize) < n_tokens {
+            crate::log_warn!("decode: failed to find a memory slot for batch of size {n_tokens}");
+            return 1;
+        }
+        let n_outputs_all = e.batch.n_outputs;
+        e.logits.resize(n_outputs_all * self.hp.n_vocab, 0.0);
+        if e.cparams.embeddings {
+            e.embd.resize(n_outputs_all * self.hp.n_embd, 0.0);
+        }
+        e.output_ids.clear();
+        e.output_ids.resize(n_tokens, -1);
+        e.n_outputs = 0;
+        let n_ubatch = e.cparams.n_ubatch as usize;
+        let generation = self.model.generation.load(Ordering::Acquire);
+        if self.graph_generation.swap(generation, Ordering::AcqRel) != generation {
+            e.graph = None;
+        }
+        let mut start = 0;
+        while start < n_tokens {
+            let end = (start + n_ubatch).min(n_tokens);
+            let code = self.process_ubatch(e, start, end, generation);
+            if code != 0 {
+                return code;
+            }
+            start = end;
+        }
+        0
+    }
+
+    fn process_ubatch(&self, e: &mut Engine, start: usize, end: usize, generation: u64) -> i32 {
+        let n = end - start;
+        if let Some(abort) = e.abort.as_mut() {
+            if abort() {
+                return 2;
+            }
+        }
+        if !e.kv.find_slot(n as u32, &mut e.slots) {
+            crate::log_warn!("decode: failed to find a memory slot for batch of size {n}");
+            return 1;
+        }
+        let b = &e.batch;
+        e.kv.apply(&e.slots, &b.pos[start..end], &b.seqs[start..end]);
+        e.out_ids.clear();
+        for (t, &o) in b.output[start..end].iter().enumerate() {
+            if o {
+                e.out_ids.push(t);
+            }
+        }
+        let n_out = e.out_ids.len();
+        let shape = GraphShape {
+            n_tokens: n,
+            n_outputs: n_out,
+            generation,
+        };
+        if e.graph.as_ref().map(|g| g.shape) != Some(shape) {
+            match arch::build(
+                &self.model,
+                &self.hp,
+                e.cparams.rope,
+                shape,
+                e.cparams.n_ctx_seq,
+            ) {
+                Ok(g) => {
+                    e.graph = Some(g);
+                    e.n_graph_builds += 1;
+                }
+                Err(err) => {
+                    crate::log_error!("decode: cannot build the graph: {err}");
+                    self.rollback(e, start, end);
+                    return -3;
+                }
+            }
+        }
+        let graph = e.graph.as_ref().expect("built above");
+        let inputs = Inputs {
+            tokens: &b.tokens[start..end],
+            pos: &b.pos[start..end],
+            seq: &b.seq0[start..end],
+            out_ids: &e.out_ids,
+            slots: &e.slots,
+            causal: e.cparams.causal_attn,
+        };
+        let threads = if n == 1 {
+            e.cparams.n_threads
+        } else {
+            e.cparams.n_threads_batch
+        };
+        e.exec.set_n_threads(threads.max(1) as usize);
+        let abort = &mut e.abort;
+        let mut poll = || abort.as_mut().is_some_and(|f| f());
+        if let Err(err) = e
+            .exec
+            .run(graph, &self.model, &mut e.kv, &inputs, &mut poll)
+        {
+            let code = match err {
+                exec::ExecError::Aborted => 2,
+                _ => -3,
+            };
+            if code != 2 {
+                crate::log_error!("decode: {err}");
+            }
+            self.rollback(e, start, end);
+            return code;
+        }
+        // copy the outputs
+        let nv = self.hp.n_vocab;
+        let row0 = e.n_outputs;
+        if let Some(l) = graph.logits {
+            let node = &graph.nodes[l];
+            e.logits[row0 * nv..(row0 + n_out) * nv]
+                .copy_from_slice(&e.exec.arena[node.offset..node.offset + n_out * nv]);
+        }
+        if e.cparams.embeddings {
+            if let Some(x) = graph.embd {
+                let ne = self.hp.n_embd;
+                let node = &graph.nodes[x];
+                e.embd[row0 * ne..(row0 + n_out) * ne]
+                    .copy_from_slice(&e.exec.arena[node.offset..node.offset + n_out * ne]);
+            }
+        }
+        for (k, &t) in e.out_ids.iter().enumerate() {
+            e.output_ids[start + t] = (row0 + k) as i32;
+        }
+        e.n_outputs += n_out;
+        0
+    }
+
+    /// After a failed micro-batch: removes its positions (and later ones) of each of its
+    /// sequences from the memory, as upstream.
+    fn rollback(&self, e: &mut Engine, start: usize, end: usize) {
+        let mut mins: Vec<(usize, i32)> = Vec::new();
+        for i in start..end {
+            let s = e.batch.seq0[i];
+            let p = e.batch.pos[i];
+            match mins.iter_mut().find(|(q, _)| *q == s) {
+                Some(m) => m.1 = m.1.min(p),
+                None => mins.push((s, p)),
+            }
+        }
+        for (s, p) in mins {
+            crate::log_warn!(
+                "decode: removing memory module entries for seq_id = {s}, pos = [{p}, +inf)"
+            );
+            e.kv.seq_rm(Some(s), p, -1);
+        }
+    }
+
+    /// Re-rotates the cached keys of cells whose position changed (`seq_add`/`seq_div`):
+    /// ROPE by the accumulated shift, as upstream's K-shift graph.
+    fn apply_k_shift(&self, e: &mut Engine) {
+        use crate::kernels::cpu::ops;
+        let hp = &self.hp;
+        let mode = arch_rope_mode(&self.model.arch);
+        let mut cache = vec![0.0f32; hp.n_rot];
+        let mut row = Vec::new();
+        // the rope factors the graph uses (upstream's get_rope_factors)
+        let factors_name = if self.model.tensors.get("rope_freqs.weight").is_some() {
+            "rope_freqs.weight"
+        } else if e.cparams.n_ctx_seq > hp.n_ctx_orig_yarn {
+            "rope_factors_long.weight"
+        } else {
+            "rope_factors_short.weight"
+        };
+        let freq_factors: Option<Vec<f32>> = self.model.tensors.get(factors_name).and_then(|t| {
+            let st = t.read();
+            let b = st.host_bytes()?;
+            let mut v = vec![0.0; (st.layout.ne[0]) as usize];
+            crate::graph::kernel_api::dequantize_row(st.layout.ggml_type, b, &mut v);
+            Some(v)
+        });
+        for il in 0..hp.n_layer {
+            let swa = hp.swa_layers[il];
+            let r = e.cparams.rope;
+            let params = ops::RopeParams {
+                n_rot: hp.n_rot,
+                mode,
+                n_ctx_orig: r.n_ctx_orig,
+                freq_base: if swa {
+                    hp.rope_freq_base_swa
+                } else {
+                    r.freq_base
+                },
+                freq_scale: if swa {
+                    hp.rope_freq_scale_swa
+                } else {
+                    r.freq_scale
+                },
+                ext_factor: r.ext_factor,
+                // a rotation only: upstream passes yarn_attn_factor here, which scales the
+                // cached keys again at every shift when it is not 1 (not copied)
+                attn_factor: 1.0,
+                beta_fast: r.beta_fast,
+                beta_slow: r.beta_slow,
+            };
+            let layer = &mut e.kv.layers[il];
+            row.resize(layer.n_embd_k, 0.0);
+            for j in 0..e.kv.cells.size() {
+                let shift = e.kv.cells.shift(j);
+                if shift == 0 || e.kv.cells.is_empty(j) {
+                    continue;
+                }
+                ops::rope_cache(&params, shift as f32, freq_factors.as_deref(), &mut cache);
+                layer.k.get_row(j as usize, &mut row);
+                ops::rope_apply(&params, &cache, hp.head_k, &mut row);
+                layer.k.set_row(j as usize, &row);
+            }
+        }
+        e.kv.cells.reset_shift();
+    }
+}
+
+/// The rotary mode of an architecture (upstream's `llama_model_rope_type`).
+pub fn arch_rope_mode(arch: &str) -> crate::graph::RopeMode {
+    match arch {
+        "qwen2" | "qwen3" | "qwen3moe" | "gemma3" | "phi3" => crate::graph::RopeMode::Neox,
+        _ => crate::graph::RopeMode::Norm,
+    }
+}

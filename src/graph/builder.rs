@@ -1,0 +1,536 @@
+//! Graph construction helpers shared by the architectures, after upstream's
+//! `llm_graph_context` (`build_norm`, `build_attn`, `build_ffn`, `build_moe_ffn`).
+
+use super::params::{ArchParams, RopeConfig};
+use super::*;
+use crate::model::Model;
+
+/// Why a graph cannot be built for a model.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("architecture '{0}' is not supported by llama-hotswap's engine yet")]
+    UnsupportedArch(String),
+    #[error("tensor '{0}' is missing")]
+    MissingTensor(String),
+    #[error("tensor '{name}' has shape {got:?}, expected {want:?}")]
+    BadShape {
+        name: String,
+        got: Vec<i64>,
+        want: Vec<i64>,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Builds the node list of one graph.
+pub struct Builder<'m> {
+    pub model: &'m Model,
+    pub hp: &'m ArchParams,
+    pub rope: RopeConfig,
+    pub n_tokens: usize,
+    pub n_outputs: usize,
+    pub nodes: Vec<Node>,
+    pub weights: Vec<WeightRef>,
+}
+
+impl<'m> Builder<'m> {
+    pub fn new(
+        model: &'m Model,
+        hp: &'m ArchParams,
+        rope: RopeConfig,
+        n_tokens: usize,
+        n_outputs: usize,
+    ) -> Self {
+        Builder {
+            model,
+            hp,
+            rope,
+            n_tokens,
+            n_outputs,
+            nodes: Vec::new(),
+            weights: Vec::new(),
+        }
+    }
+
+    /// A weight by name, checked against the expected shape (trailing 1s may be omitted).
+    pub fn weight(&mut self, name: &str, want: &[i64]) -> Result<WeightId, BuildError> {
+        self.weight_opt(name, want)?
+            .ok_or_else(|| BuildError::MissingTensor(name.to_string()))
+    }
+
+    /// An optional weight: None when the model has no tensor of that name.
+    pub fn weight_opt(&mut self, name: &str, want: &[i64]) -> Result<Option<WeightId>, BuildError> {
+        let Some(index) = self.model.tensors.index_of(name) else {
+            return Ok(None);
+        };
+        if let Some(pos) = self.weights.iter().position(|w| w.tensor == index) {
+            return Ok(Some(WeightId(pos)));
+        }
+        let ne = self.model.tensors.at(index).read().layout.ne;
+        let mut want4 = [1i64; 4];
+        want4[..want.len()].copy_from_slice(want);
+        if ne != want4 {
+            return Err(BuildError::BadShape {
+                name: name.to_string(),
+                got: ne.to_vec(),
+                want: want.to_vec(),
+            });
+        }
+        self.weights.push(WeightRef {
+            tensor: index,
+            name: name.to_string(),
+            ne,
+        });
+        Ok(Some(WeightId(self.weights.len() - 1)))
+    }
+
+    /// A per-layer weight `blk.<il>.<suffix>`.
+    pub fn lw(&mut self, il: usize, suffix: &str, want: &[i64]) -> Result<WeightId, BuildError> {
+        self.weight(&format!("blk.{il}.{suffix}"), want)
+    }
+
+    pub fn lw_opt(
+        &mut self,
+        il: usize,
+        suffix: &str,
+        want: &[i64],
+    ) -> Result<Option<WeightId>, BuildError> {
+        self.weight_opt(&format!("blk.{il}.{suffix}"), want)
+    }
+
+    pub fn push(&mut self, name: &'static str, op: Op, ne0: usize, ne1: usize) -> NodeId {
+        self.nodes.push(Node {
+            op,
+            ne0,
+            ne1,
+            offset: 0,
+            name,
+        });
+        self.nodes.len() - 1
+    }
+
+    pub fn ne0(&self, n: NodeId) -> usize {
+        self.nodes[n].ne0
+    }
+
+    pub fn ne1(&self, n: NodeId) -> usize {
+        self.nodes[n].ne1
+    }
+
+    fn wrows(&self, w: WeightId) -> usize {
+        self.weights[w.0].ne[1] as usize
+    }
+
+    pub fn get_rows_tokens(&mut self, table: WeightId) -> NodeId {
+        let n = self.weights[table.0].ne[0] as usize;
+        self.push("inp_embd", Op::GetRowsTokens { table }, n, self.n_tokens)
+    }
+
+    pub fn get_rows_out(&mut self, src: NodeId) -> NodeId {
+        if self.n_outputs == self.n_tokens {
+            // every token is an output: upstream skips the selection too
+            return src;
+        }
+        let ne0 = self.ne0(src);
+        self.push("out_rows", Op::GetRowsOut { src }, ne0, self.n_outputs)
+    }
+
+    /// MUL_MAT, then MUL by the weight's per-tensor scale (`<name>.scale`, shape [1]) when
+    /// the model has one, as upstream's `build_lora_mm`.
+    pub fn mul_mat(&mut self, w: WeightId, x: NodeId) -> NodeId {
+        let y = self.mul_mat_raw(w, x);
+        match self.scale_of(w, 1) {
+            Some(s) => self.mul(y, Operand::Weight(s)),
+            None => y,
+        }
+    }
+
+    /// MUL_MAT alone.
+    pub fn mul_mat_raw(&mut self, w: WeightId, x: NodeId) -> NodeId {
+        let (n, m) = (self.wrows(w), self.ne1(x));
+        self.push("mul_mat", Op::MulMat { w, x }, n, m)
+    }
+
+    /// An FFN projection as upstream's `build_ffn`: MUL_MAT, ADD of the bias, then MUL by the
+    /// per-tensor scale when `scaled` (the reverse order of `build_lora_mm`).
+    fn ffn_proj(&mut self, w: WeightId, b: Option<WeightId>, x: NodeId, scaled: bool) -> NodeId {
+        let mut y = self.mul_mat_raw(w, x);
+        if let Some(b) = b {
+            y = self.add(y, Operand::Weight(b));
+        }
+        if scaled {
+            if let Some(s) = self.scale_of(w, 1) {
+                y = self.mul(y, Operand::Weight(s));
+            }
+        }
+        y
+    }
+
+    /// The `<base>.scale` tensor of weight `<base>.weight` with `len` values, if any.
+    fn scale_of(&mut self, w: WeightId, len: i64) -> Option<WeightId> {
+        let name = self.weights[w.0].name.strip_suffix(".weight")?.to_string();
+        self.weight_opt(&format!("{name}.scale"), &[len])
+            .ok()
+            .flatten()
+    }
+
+    /// `w x + b` (b optional).
+    pub fn linear(&mut self, w: WeightId, b: Option<WeightId>, x: NodeId) -> NodeId {
+        let y = self.mul_mat(w, x);
+        match b {
+            Some(b) => self.add(y, Operand::Weight(b)),
+            None => y,
+        }
+    }
+
+    /// Values `offset .. offset + len` of every row.
+    pub fn view(&mut self, src: NodeId, offset: usize, len: usize) -> NodeId {
+        let n1 = self.ne1(src);
+        self.push("view", Op::View { src, offset }, len, n1)
+    }
+
+    /// Q, K and V: separate projections (with optional biases) or a fused `attn_qkv`.
+    pub fn qkv(&mut self, il: usize, x: NodeId) -> Result<(NodeId, NodeId, NodeId), BuildError> {
+        let hp = self.hp;
+        let n_embd = hp.n_embd as i64;
+        let nq = (hp.head_k * hp.n_head[il]) as i64;
+        let nk = hp.n_embd_k_gqa(il) as i64;
+        let nv = hp.n_embd_v_gqa(il) as i64;
+        if let Some(w) = self.lw_opt(il, "attn_qkv.weight", &[n_embd, nq + nk + nv])? {
+            let bias = self.lw_opt(il, "attn_qkv.bias", &[nq + nk + nv])?;
+            let qkv = self.linear(w, bias, x);
+            let q = self.view(qkv, 0, nq as usize);
+            let k = self.view(qkv, nq as usize, nk as usize);
+            let v = self.view(qkv, (nq + nk) as usize, nv as usize);
+            return Ok((q, k, v));
+        }
+        let wq = self.lw(il, "attn_q.weight", &[n_embd, nq])?;
+        let wk = self.lw(il, "attn_k.weight", &[n_embd, nk])?;
+        let wv = self.lw(il, "attn_v.weight", &[n_embd, nv])?;
+        let bq = self.lw_opt(il, "attn_q.bias", &[nq])?;
+        let bk = self.lw_opt(il, "attn_k.bias", &[nk])?;
+        let bv = self.lw_opt(il, "attn_v.bias", &[nv])?;
+        Ok((
+            self.linear(wq, bq, x),
+            self.linear(wk, bk, x),
+            self.linear(wv, bv, x),
+        ))
+    }
+
+    pub fn add(&mut self, a: NodeId, b: Operand) -> NodeId {
+        let (n0, n1) = (self.ne0(a), self.ne1(a));
+        self.push("add", Op::Add { a, b }, n0, n1)
+    }
+
+    pub fn mul(&mut self, a: NodeId, b: Operand) -> NodeId {
+        let (n0, n1) = (self.ne0(a), self.ne1(a));
+        self.push("mul", Op::Mul { a, b }, n0, n1)
+    }
+
+    pub fn scale(&mut self, src: NodeId, s: f32) -> NodeId {
+        let (n0, n1) = (self.ne0(src), self.ne1(src));
+        self.push("scale", Op::Scale { src, s }, n0, n1)
+    }
+
+    pub fn tanh(&mut self, src: NodeId) -> NodeId {
+        let (n0, n1) = (self.ne0(src), self.ne1(src));
+        self.push("tanh", Op::Tanh { src }, n0, n1)
+    }
+
+    /// `build_norm` with LLM_NORM_RMS: RMS_NORM then MUL by the weight (and ADD of a bias).
+    pub fn rms_norm(&mut self, x: NodeId, w: Option<WeightId>, eps: f32) -> NodeId {
+        let (n0, n1) = (self.ne0(x), self.ne1(x));
+        let y = self.push("rms_norm", Op::RmsNorm { src: x, eps }, n0, n1);
+        match w {
+            Some(w) => self.mul(y, Operand::Weight(w)),
+            None => y,
+        }
+    }
+
+    /// `build_norm` with LLM_NORM: NORM, MUL by the weight, ADD of the bias.
+    pub fn layer_norm(
+        &mut self,
+        x: NodeId,
+        w: Option<WeightId>,
+        b: Option<WeightId>,
+        eps: f32,
+    ) -> NodeId {
+        let (n0, n1) = (self.ne0(x), self.ne1(x));
+        let mut y = self.push("norm", Op::Norm { src: x, eps }, n0, n1);
+        if let Some(w) = w {
+            y = self.mul(y, Operand::Weight(w));
+        }
+        if let Some(b) = b {
+            y = self.add(y, Operand::Weight(b));
+        }
+        y
+    }
+
+    /// RMS_NORM of each head (`head_dim` values) of a [n_head*head_dim, T] node, times the
+    /// weight (broadcast over heads): qwen3's and gemma3's q/k norms.
+    pub fn head_rms_norm(&mut self, x: NodeId, head_dim: usize, w: WeightId, eps: f32) -> NodeId {
+        let (n0, n1) = (self.ne0(x), self.ne1(x));
+        let heads = n0 / head_dim;
+        // a reshape to [head_dim, heads*T] is free: the same values, rows of head_dim
+        let y = self.push(
+            "rms_norm",
+            Op::RmsNorm { src: x, eps },
+            head_dim,
+            heads * n1,
+        );
+        let y = self.mul(y, Operand::Weight(w));
+        // RESHAPE back to [n_head*head_dim, T]: same values (a weight operand broadcasts by
+        // its own length, so the MUL is unaffected)
+        self.nodes[y].ne0 = n0;
+        self.nodes[y].ne1 = n1;
+        y
+    }
+
+    pub fn rope(
+        &mut self,
+        x: NodeId,
+        head_dim: usize,
+        mode: RopeMode,
+        freq_factors: Option<WeightId>,
+        swa: bool,
+    ) -> NodeId {
+        let (n0, n1) = (self.ne0(x), self.ne1(x));
+        let r = self.rope;
+        let params = RopeParams {
+            n_rot: self.hp.n_rot,
+            mode,
+            n_ctx_orig: r.n_ctx_orig,
+            freq_base: if swa {
+                self.hp.rope_freq_base_swa
+            } else {
+                r.freq_base
+            },
+            freq_scale: if swa {
+                self.hp.rope_freq_scale_swa
+            } else {
+                r.freq_scale
+            },
+            ext_factor: r.ext_factor,
+            attn_factor: r.attn_factor,
+            beta_fast: r.beta_fast,
+            beta_slow: r.beta_slow,
+        };
+        self.push(
+            "rope",
+            Op::Rope {
+                src: x,
+                head_dim,
+                params,
+                freq_factors,
+            },
+            n0,
+            n1,
+        )
+    }
+
+    /// `build_attn` with a KV cache: store K and V, FLASH_ATTN_EXT, output projection.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attn(
+        &mut self,
+        il: usize,
+        q: NodeId,
+        k: NodeId,
+        v: NodeId,
+        wo: WeightId,
+        wo_b: Option<WeightId>,
+        scale: f32,
+    ) -> NodeId {
+        let hp = self.hp;
+        let n_head = hp.n_head[il];
+        let n_head_kv = hp.n_head_kv[il];
+        let ks = self.push(
+            "k_set",
+            Op::SetRows {
+                src: k,
+                layer: il,
+                v: false,
+            },
+            0,
+            0,
+        );
+        let vs = self.push(
+            "v_set",
+            Op::SetRows {
+                src: v,
+                layer: il,
+                v: true,
+            },
+            0,
+            0,
+        );
+        let n_swa = if hp.swa_layers[il] { hp.n_swa } else { 0 };
+        let t = self.ne1(q);
+        let kqv = self.push(
+            "fattn",
+            Op::FlashAttnExt {
+                q,
+                deps: [ks, vs],
+                layer: il,
+                n_head,
+                n_head_kv,
+                dk: hp.head_k,
+                dv: hp.head_v,
+                scale,
+                softcap: hp.attn_logit_softcap,
+                n_swa,
+            },
+            n_head * hp.head_v,
+            t,
+        );
+        self.linear(wo, wo_b, kqv)
+    }
+
+    /// `build_ffn` with PAR gating: `down(act(gate x) * up x)` (+ biases, and the per-tensor
+    /// scales when `scaled`: some architectures pass none).
+    #[allow(clippy::too_many_arguments)]
+    pub fn ffn(
+        &mut self,
+        x: NodeId,
+        up: WeightId,
+        up_b: Option<WeightId>,
+        gate: WeightId,
+        gate_b: Option<WeightId>,
+        down: WeightId,
+        down_b: Option<WeightId>,
+        kind: GluKind,
+        scaled: bool,
+    ) -> NodeId {
+        let u = self.ffn_proj(up, up_b, x, scaled);
+        let g = self.ffn_proj(gate, gate_b, x, scaled);
+        let (n0, n1) = (self.ne0(g), self.ne1(g));
+        let h = self.push(
+            "glu",
+            Op::Glu {
+                gate: g,
+                up: u,
+                kind,
+            },
+            n0,
+            n1,
+        );
+        self.ffn_proj(down, down_b, h, scaled)
+    }
+
+    /// `build_moe_ffn` with softmax gating and SiLU experts.
+    #[allow(clippy::too_many_arguments)]
+    pub fn moe_ffn(
+        &mut self,
+        x: NodeId,
+        gate_inp: WeightId,
+        up_exps: WeightId,
+        gate_exps: WeightId,
+        down_exps: WeightId,
+        n_used: usize,
+        norm_w: bool,
+        scale_w: f32,
+    ) -> NodeId {
+        let t = self.ne1(x);
+        let logits = self.mul_mat(gate_inp, x);
+        let n_expert = self.ne0(logits);
+        let probs = self.push("moe_probs", Op::SoftMax { src: logits }, n_expert, t);
+        let ids = self.push(
+            "moe_topk",
+            Op::TopK {
+                src: probs,
+                k: n_used,
+            },
+            n_used,
+            t,
+        );
+        let mut w = self.push("moe_weights", Op::GetRowsIds { src: probs, ids }, n_used, t);
+        if norm_w {
+            w = self.push("moe_weights_norm", Op::DivSumRows { src: w }, n_used, t);
+        }
+        if scale_w != 0.0 && scale_w != 1.0 {
+            w = self.scale(w, scale_w);
+        }
+        let n_ff = self.weights[up_exps.0].ne[1] as usize;
+        let n_embd = self.weights[down_exps.0].ne[1] as usize;
+        let n_exp = self.weights[up_exps.0].ne[2];
+        let (up_s, gate_s, down_s) = (
+            self.scale_of(up_exps, n_exp),
+            self.scale_of(gate_exps, n_exp),
+            self.scale_of(down_exps, n_exp),
+        );
+        let up = self.push(
+            "moe_up",
+            Op::MulMatId {
+                w: up_exps,
+                x,
+                ids,
+                n_used,
+                scale: up_s,
+            },
+            n_ff,
+            n_used * t,
+        );
+        let gate = self.push(
+            "moe_gate",
+            Op::MulMatId {
+                w: gate_exps,
+                x,
+                ids,
+                n_used,
+                scale: gate_s,
+            },
+            n_ff,
+            n_used * t,
+        );
+        let par = self.push(
+            "moe_glu",
+            Op::Glu {
+                gate,
+                up,
+                kind: GluKind::Swiglu,
+            },
+            n_ff,
+            n_used * t,
+        );
+        let experts = self.push(
+            "moe_down",
+            Op::MulMatId {
+                w: down_exps,
+                x: par,
+                ids,
+                n_used,
+                scale: down_s,
+            },
+            n_embd,
+            n_used * t,
+        );
+        self.push(
+            "moe_out",
+            Op::WeightedSum {
+                src: experts,
+                weights: w,
+                n_used,
+            },
+            n_embd,
+            t,
+        )
+    }
+
+    /// Finishes the graph: plans the arena.
+    pub fn finish(
+        mut self,
+        shape: GraphShape,
+        logits: Option<NodeId>,
+        embd: Option<NodeId>,
+    ) -> Graph {
+        let keep: Vec<NodeId> = logits.into_iter().chain(embd).collect();
+        let arena_len = plan_arena(&mut self.nodes, &keep);
+        Graph {
+            shape,
+            nodes: self.nodes,
+            weights: self.weights,
+            logits,
+            embd,
+            arena_len,
+        }
+    }
+}

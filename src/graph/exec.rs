@@ -1,0 +1,665 @@
+//! The CPU executor: runs a [`Graph`] node by node over one arena of f32 activations.
+//! Weights are read in place (mapped file, arena or virtual-GPU host memory) under each
+//! tensor's read lock, with the type the tensor has now; row-split tensors are multiplied
+//! piece by piece.
+
+use super::kernel_api::{self, Scratch, ThreadPool};
+use super::*;
+use crate::gguf::GgmlType;
+use crate::kernels::cpu::ops;
+use crate::kv_cache::{KvCache, KvLayerRows};
+use crate::model::tensors::TensorState;
+use crate::model::Model;
+use crate::storage::TensorData;
+
+/// Why a graph could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("aborted by the abort callback")]
+    Aborted,
+    #[error("tensor '{0}' is not in host memory (a CUDA device): CPU compute cannot read it")]
+    NotOnHost(String),
+    #[error("tensor '{name}' has type {ty}, which the CPU engine does not support")]
+    UnsupportedType { name: String, ty: GgmlType },
+}
+
+/// Per-micro-batch inputs.
+pub struct Inputs<'a> {
+    pub tokens: &'a [i32],
+    pub pos: &'a [i32],
+    /// The first sequence id of each token (the one its attention mask uses).
+    pub seq: &'a [usize],
+    /// Indices of the tokens that produce outputs.
+    pub out_ids: &'a [usize],
+    /// The KV cell of each token.
+    pub slots: &'a [u32],
+    pub causal: bool,
+}
+
+/// Buffers reused across runs (no allocation per token once warmed up).
+#[derive(Debug)]
+pub struct Executor {
+    pub arena: Vec<f32>,
+    pool: ThreadPool,
+    mat: Scratch,
+    wvec: Vec<f32>,
+    tmp: Vec<f32>,
+    tmp2: Vec<f32>,
+    rope_cache: Vec<f32>,
+    expert_rows: Vec<Vec<(usize, usize)>>,
+    attn_scratch: Vec<std::sync::Mutex<ops::AttnScratch>>,
+    topk: Vec<usize>,
+    gather: Vec<u8>,
+}
+
+/// Splits the arena into the destination range (mutable) and source ranges (shared). The
+/// planner guarantees a node never shares its range with a live source; checked here.
+fn carve<const N: usize>(
+    arena: &mut [f32],
+    dst: (usize, usize),
+    srcs: [(usize, usize); N],
+) -> (&mut [f32], [&[f32]; N]) {
+    let (left, rest) = arena.split_at_mut(dst.0);
+    let (mid, right) = rest.split_at_mut(dst.1);
+    let (left, right): (&[f32], &[f32]) = (left, right);
+    let end = dst.0 + dst.1;
+    let srcs = srcs.map(|(o, l)| {
+        if l == 0 {
+            &left[..0]
+        } else if o + l <= dst.0 {
+            &left[o..o + l]
+        } else {
+            assert!(o >= end, "arena plan overlap");
+            &right[o - end..o - end + l]
+        }
+    });
+    (mid, srcs)
+}
+
+fn range(n: &Node) -> (usize, usize) {
+    (n.offset, n.len())
+}
+
+/// A weight's bytes as the kernels see them.
+enum WeightBytes<'a> {
+    Whole(&'a [u8]),
+    /// Row pieces: (first row, rows, bytes).
+    Pieces(Vec<(usize, usize, &'a [u8])>),
+}
+
+fn weight_bytes<'a>(st: &'a TensorState, name: &str) -> Result<WeightBytes<'a>, ExecError> {
+    if let Some(b) = st.host_bytes() {
+        return Ok(WeightBytes::Whole(b));
+    }
+    match &st.data {
+        TensorData::RowSplit { dim: 1, pieces } if st.layout.ne[2] == 1 => {
+            let mut out = Vec::with_capacity(pieces.len());
+            for p in pieces {
+                let bytes = p
+                    .alloc
+                    .host_slice()
+                    .ok_or_else(|| ExecError::NotOnHost(name.to_string()))?;
+                out.push((p.first as usize, p.count as usize, bytes));
+            }
+            Ok(WeightBytes::Pieces(out))
+        }
+        _ => Err(ExecError::NotOnHost(name.to_string())),
+    }
+}
+
+/// Whether the executor can read tensor `st` (host memory, or row pieces in host memory)
+/// with a supported type.
+pub fn check_weight(st: &TensorState, name: &str) -> Result<(), ExecError> {
+    if !kernel_api::supports(st.layout.ggml_type) {
+        return Err(ExecError::UnsupportedType {
+            name: name.to_string(),
+            ty: st.layout.ggml_type,
+        });
+    }
+    match &st.data {
+        TensorData::RowSplit { pieces, .. } => {
+            if pieces.iter().all(|p| p.alloc.host_slice().is_some()) {
+                Ok(())
+            } else {
+                Err(ExecError::NotOnHost(name.to_string()))
+            }
+        }
+        _ if st.host_bytes().is_some() => Ok(()),
+        _ => Err(ExecError::NotOnHost(name.to_string())),
+    }
+}
+
+impl Default for Executor {
+    fn default() -> Self {
+        Executor::new(1)
+    }
+}
+
+impl Executor {
+    pub fn new(n_threads: usize) -> Executor {
+        Executor {
+            arena: Vec::new(),
+            pool: ThreadPool::new(n_threads),
+            mat: Scratch::new(),
+            wvec: Vec::new(),
+            tmp: Vec::new(),
+            tmp2: Vec::new(),
+            rope_cache: Vec::new(),
+            expert_rows: Vec::new(),
+            attn_scratch: Vec::new(),
+            topk: Vec::new(),
+            gather: Vec::new(),
+        }
+    }
+
+    /// Resizes the thread pool (a no-op when the count is unchanged).
+    pub fn set_n_threads(&mut self, n: usize) {
+        if self.pool.n_threads() != n.max(1) {
+            self.pool.set_n_threads(n);
+        }
+    }
+
+    /// Reads a (small) weight as f32 into `self.wvec`.
+    fn load_vec(&mut self, model: &Model, w: &WeightRef) -> Result<(), ExecError> {
+        let st = model.tensors.at(w.tensor).read();
+        let n = (w.ne[0] * w.ne[1] * w.ne[2] * w.ne[3]) as usize;
+        self.wvec.resize(n, 0.0);
+        let ty = st.layout.ggml_type;
+        match weight_bytes(&st, &w.name)? {
+            WeightBytes::Whole(b) => kernel_api::dequantize_row(ty, b, &mut self.wvec),
+            WeightBytes::Pieces(_) => {
+                self.gather.resize(st.layout.nbytes as usize, 0);
+                st.read_into(&mut self.gather)
+                    .map_err(|_| ExecError::NotOnHost(w.name.clone()))?;
+                kernel_api::dequantize_row(ty, &self.gather, &mut self.wvec);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs every node. `abort` is polled between nodes.
+    pub fn run(
+        &mut self,
+        g: &Graph,
+        model: &Model,
+        kv: &mut KvCache,
+        inp: &Inputs,
+        abort: &mut dyn FnMut() -> bool,
+    ) -> Result<(), ExecError> {
+        if self.arena.len() < g.arena_len {
+            self.arena.resize(g.arena_len, 0.0);
+        }
+        for (i, node) in g.nodes.iter().enumerate() {
+            if i % 16 == 0 && abort() {
+                return Err(ExecError::Aborted);
+            }
+            self.node(g, node, model, kv, inp)?;
+        }
+        Ok(())
+    }
+
+    fn node(
+        &mut self,
+        g: &Graph,
+        node: &Node,
+        model: &Model,
+        kv: &mut KvCache,
+        inp: &Inputs,
+    ) -> Result<(), ExecError> {
+        let nodes = &g.nodes;
+        let dst_r = range(node);
+        let (ne0, ne1) = (node.ne0, node.ne1);
+        match &node.op {
+            Op::GetRowsTokens { table } => {
+                let w = &g.weights[table.0];
+                let st = model.tensors.at(w.tensor).read();
+                let ty = st.layout.ggml_type;
+                let row_bytes = ty.row_size(w.ne[0]).unwrap_or(0) as usize;
+                let bytes = weight_bytes(&st, &w.name)?;
+                let (dst, []) = carve(&mut self.arena, dst_r, []);
+                for (t, &id) in inp.tokens.iter().enumerate() {
+                    let row = id as usize;
+                    let out = &mut dst[t * ne0..(t + 1) * ne0];
+                    match &bytes {
+                        WeightBytes::Whole(b) => kernel_api::dequantize_row(
+                            ty,
+                            &b[row * row_bytes..(row + 1) * row_bytes],
+                            out,
+                        ),
+                        WeightBytes::Pieces(p) => {
+                            let (first, _, b) = p
+                                .iter()
+                                .find(|(f, c, _)| row >= *f && row < f + c)
+                                .expect("row pieces cover the tensor");
+                            let r = row - first;
+                            kernel_api::dequantize_row(
+                                ty,
+                                &b[r * row_bytes..(r + 1) * row_bytes],
+                                out,
+                            )
+                        }
+                    }
+                }
+            }
+            Op::View { src, offset } => {
+                let sn = &nodes[*src];
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(sn)]);
+                for (d, r) in dst.chunks_exact_mut(ne0).zip(x.chunks_exact(sn.ne0)) {
+                    d.copy_from_slice(&r[*offset..offset + ne0]);
+                }
+            }
+            Op::GetRowsOut { src } => {
+                let (dst, [s]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (o, &t) in inp.out_ids.iter().enumerate() {
+                    dst[o * ne0..(o + 1) * ne0].copy_from_slice(&s[t * ne0..(t + 1) * ne0]);
+                }
+            }
+            Op::RmsNorm { src, eps } => {
+                let (dst, [s]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, x) in dst.chunks_exact_mut(ne0).zip(s.chunks_exact(ne0)) {
+                    ops::rms_norm_row(x, *eps, d);
+                }
+            }
+            Op::Norm { src, eps } => {
+                let (dst, [s]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, x) in dst.chunks_exact_mut(ne0).zip(s.chunks_exact(ne0)) {
+                    ops::norm_row(x, *eps, d);
+                }
+            }
+            Op::Mul { a, b } | Op::Add { a, b } => {
+                let is_mul = matches!(node.op, Op::Mul { .. });
+                let f = |x: f32, y: f32| if is_mul { x * y } else { x + y };
+                match b {
+                    Operand::Weight(w) => {
+                        self.load_vec(model, &g.weights[w.0])?;
+                        let wl = self.wvec.len();
+                        let (dst, [s]) = carve(&mut self.arena, dst_r, [range(&nodes[*a])]);
+                        for (d, x) in dst.chunks_exact_mut(wl).zip(s.chunks_exact(wl)) {
+                            for ((d, &x), &y) in d.iter_mut().zip(x).zip(&self.wvec) {
+                                *d = f(x, y);
+                            }
+                        }
+                    }
+                    Operand::Node(bn) => {
+                        let bl = nodes[*bn].ne0;
+                        let (dst, [s, o]) = carve(
+                            &mut self.arena,
+                            dst_r,
+                            [range(&nodes[*a]), range(&nodes[*bn])],
+                        );
+                        if o.len() == s.len() {
+                            for ((d, &x), &y) in dst.iter_mut().zip(s).zip(o) {
+                                *d = f(x, y);
+                            }
+                        } else {
+                            for (d, x) in dst.chunks_exact_mut(bl).zip(s.chunks_exact(bl)) {
+                                for ((d, &x), &y) in d.iter_mut().zip(x).zip(o) {
+                                    *d = f(x, y);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Op::Scale { src, s } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, &v) in dst.iter_mut().zip(x) {
+                    *d = v * s;
+                }
+            }
+            Op::Tanh { src } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, &v) in dst.iter_mut().zip(x) {
+                    *d = v.tanh();
+                }
+            }
+            Op::Silu { src } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, &v) in dst.iter_mut().zip(x) {
+                    *d = ops::silu(v);
+                }
+            }
+            Op::Glu { gate, up, kind } => {
+                let (dst, [gt, u]) = carve(
+                    &mut self.arena,
+                    dst_r,
+                    [range(&nodes[*gate]), range(&nodes[*up])],
+                );
+                for ((d, &x), &y) in dst.iter_mut().zip(gt).zip(u) {
+                    *d = match kind {
+                        GluKind::Swiglu => ops::silu(x) * y,
+                        GluKind::Geglu => ops::gelu(x) * y,
+                    };
+                }
+            }
+            Op::MulMat { w, x } => {
+                let wr = &g.weights[w.0];
+                let k = wr.ne[0] as usize;
+                let n = wr.ne[1] as usize;
+                let m = nodes[*x].ne1;
+                let st = model.tensors.at(wr.tensor).read();
+                let ty = st.layout.ggml_type;
+                let bytes = weight_bytes(&st, &wr.name)?;
+                let (dst, [xs]) = carve(&mut self.arena, dst_r, [range(&nodes[*x])]);
+                match bytes {
+                    WeightBytes::Whole(b) => kernel_api::mul_mat(
+                        ty,
+                        b,
+                        n,
+                        k,
+                        xs,
+                        m,
+                        dst,
+                        n,
+                        0,
+                        &self.pool,
+                        &mut self.mat,
+                    ),
+                    WeightBytes::Pieces(pieces) => {
+                        // one product per device's piece, into its rows of the result
+                        for (first, count, b) in pieces {
+                            kernel_api::mul_mat(
+                                ty,
+                                b,
+                                count,
+                                k,
+                                xs,
+                                m,
+                                dst,
+                                n,
+                                first,
+                                &self.pool,
+                                &mut self.mat,
+                            );
+                        }
+                    }
+                }
+            }
+            Op::MulMatId {
+                w,
+                x,
+                ids,
+                n_used,
+                scale,
+            } => {
+                let has_scale = match scale {
+                    Some(s) => {
+                        self.load_vec(model, &g.weights[s.0])?;
+                        true
+                    }
+                    None => false,
+                };
+                self.mul_mat_id(g, node, model, *w, *x, *ids, *n_used, has_scale)?;
+            }
+            Op::Rope {
+                src,
+                head_dim,
+                params,
+                freq_factors,
+            } => {
+                let ff = match freq_factors {
+                    Some(w) => {
+                        self.load_vec(model, &g.weights[w.0])?;
+                        true
+                    }
+                    None => false,
+                };
+                self.rope_cache.resize(params.n_rot, 0.0);
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                dst.copy_from_slice(x);
+                for (t, row) in dst.chunks_exact_mut(ne0).enumerate() {
+                    ops::rope_cache(
+                        params,
+                        inp.pos[t] as f32,
+                        ff.then_some(&self.wvec[..]),
+                        &mut self.rope_cache,
+                    );
+                    ops::rope_apply(params, &self.rope_cache, *head_dim, row);
+                }
+            }
+            Op::SetRows { src, layer, v } => {
+                let s = &nodes[*src];
+                let x = &self.arena[s.offset..s.offset + s.len()];
+                let l = &mut kv.layers[*layer];
+                let buf = if *v { &mut l.v } else { &mut l.k };
+                for (t, row) in x.chunks_exact(s.ne0).enumerate() {
+                    buf.set_row(inp.slots[t] as usize, row);
+                }
+            }
+            Op::FlashAttnExt {
+                q,
+                layer,
+                n_head,
+                n_head_kv,
+                dk,
+                dv,
+                scale,
+                softcap,
+                n_swa,
+                ..
+            } => {
+                self.flash_attn(
+                    nodes, node, kv, inp, *q, *layer, *n_head, *n_head_kv, *dk, *dv, *scale,
+                    *softcap, *n_swa,
+                );
+            }
+            Op::SoftMax { src } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                dst.copy_from_slice(x);
+                for row in dst.chunks_exact_mut(ne0) {
+                    ops::soft_max_row(row, 1.0);
+                }
+            }
+            Op::TopK { src, k } => {
+                let sn = &nodes[*src];
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(sn)]);
+                let idx = &mut self.topk;
+                for t in 0..ne1 {
+                    let row = &x[t * sn.ne0..(t + 1) * sn.ne0];
+                    idx.clear();
+                    idx.extend(0..sn.ne0);
+                    idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+                    for i in 0..*k {
+                        dst[t * k + i] = idx[i] as f32;
+                    }
+                }
+            }
+            Op::GetRowsIds { src, ids } => {
+                let sn = &nodes[*src];
+                let (dst, [x, id]) =
+                    carve(&mut self.arena, dst_r, [range(sn), range(&nodes[*ids])]);
+                for t in 0..ne1 {
+                    for i in 0..ne0 {
+                        let e = id[t * ne0 + i] as usize;
+                        dst[t * ne0 + i] = x[t * sn.ne0 + e];
+                    }
+                }
+            }
+            Op::DivSumRows { src } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, r) in dst.chunks_exact_mut(ne0).zip(x.chunks_exact(ne0)) {
+                    let sum: f32 = r.iter().sum();
+                    for (d, &v) in d.iter_mut().zip(r) {
+                        *d = v / sum;
+                    }
+                }
+            }
+            Op::WeightedSum {
+                src,
+                weights,
+                n_used,
+            } => {
+                let (dst, [x, w]) = carve(
+                    &mut self.arena,
+                    dst_r,
+                    [range(&nodes[*src]), range(&nodes[*weights])],
+                );
+                for t in 0..ne1 {
+                    let d = &mut dst[t * ne0..(t + 1) * ne0];
+                    for i in 0..*n_used {
+                        let wi = w[t * n_used + i];
+                        let row = &x[(t * n_used + i) * ne0..(t * n_used + i + 1) * ne0];
+                        if i == 0 {
+                            for (d, &v) in d.iter_mut().zip(row) {
+                                *d = v * wi;
+                            }
+                        } else {
+                            for (d, &v) in d.iter_mut().zip(row) {
+                                *d += v * wi;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn mul_mat_id(
+        &mut self,
+        g: &Graph,
+        node: &Node,
+        model: &Model,
+        w: WeightId,
+        x: NodeId,
+        ids: NodeId,
+        n_used: usize,
+        scaled: bool,
+    ) -> Result<(), ExecError> {
+        let nodes = &g.nodes;
+        let wr = &g.weights[w.0];
+        let (k, n, n_exp) = (wr.ne[0] as usize, wr.ne[1] as usize, wr.ne[2] as usize);
+        let xn = &nodes[x];
+        let t_count = nodes[ids].ne1;
+        let broadcast = xn.ne1 == t_count;
+        let st = model.tensors.at(wr.tensor).read();
+        let ty = st.layout.ggml_type;
+        let use_gather = st.host_bytes().is_none();
+        if use_gather {
+            // row-split experts: gather the whole tensor (slow path)
+            self.gather.resize(st.layout.nbytes as usize, 0);
+            st.read_into(&mut self.gather)
+                .map_err(|_| ExecError::NotOnHost(wr.name.clone()))?;
+        }
+        let gather = std::mem::take(&mut self.gather);
+        let bytes: &[u8] = match st.host_bytes() {
+            Some(b) => b,
+            None => &gather[..],
+        };
+        let expert_bytes = ty.row_size(k as i64).unwrap_or(0) as usize * n;
+        self.expert_rows.resize(n_exp, Vec::new());
+        for e in &mut self.expert_rows {
+            e.clear();
+        }
+        {
+            let idv = &self.arena[nodes[ids].offset..nodes[ids].offset + nodes[ids].len()];
+            for t in 0..t_count {
+                for i in 0..n_used {
+                    let e = idv[t * n_used + i] as usize;
+                    let xrow = if broadcast { t } else { t * n_used + i };
+                    self.expert_rows[e].push((xrow, t * n_used + i));
+                }
+            }
+        }
+        for e in 0..n_exp {
+            let rows = std::mem::take(&mut self.expert_rows[e]);
+            if rows.is_empty() {
+                self.expert_rows[e] = rows;
+                continue;
+            }
+            self.tmp.resize(rows.len() * k, 0.0);
+            {
+                let xs = &self.arena[xn.offset..xn.offset + xn.len()];
+                for (r, &(xrow, _)) in rows.iter().enumerate() {
+                    self.tmp[r * k..(r + 1) * k].copy_from_slice(&xs[xrow * k..(xrow + 1) * k]);
+                }
+            }
+            self.tmp2.resize(rows.len() * n, 0.0);
+            kernel_api::mul_mat(
+                ty,
+                &bytes[e * expert_bytes..(e + 1) * expert_bytes],
+                n,
+                k,
+                &self.tmp,
+                rows.len(),
+                &mut self.tmp2,
+                n,
+                0,
+                &self.pool,
+                &mut self.mat,
+            );
+            let dst = &mut self.arena[node.offset..node.offset + node.len()];
+            let s = if scaled { self.wvec[e] } else { 1.0 };
+            for (r, &(_, drow)) in rows.iter().enumerate() {
+                let out = &mut dst[drow * n..(drow + 1) * n];
+                out.copy_from_slice(&self.tmp2[r * n..(r + 1) * n]);
+                if scaled {
+                    for v in out.iter_mut() {
+                        *v *= s;
+                    }
+                }
+            }
+            self.expert_rows[e] = rows;
+        }
+        drop(st);
+        self.gather = gather;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn flash_attn(
+        &mut self,
+        nodes: &[Node],
+        node: &Node,
+        kv: &KvCache,
+        inp: &Inputs,
+        q: NodeId,
+        layer: usize,
+        n_head: usize,
+        n_head_kv: usize,
+        dk: usize,
+        dv: usize,
+        scale: f32,
+        softcap: f32,
+        n_swa: u32,
+    ) {
+        let l = &kv.layers[layer];
+        let n_threads = self.pool.n_threads();
+        if self.attn_scratch.len() < n_threads {
+            self.attn_scratch.resize_with(n_threads, || {
+                std::sync::Mutex::new(ops::AttnScratch::default())
+            });
+        }
+        let qn = &nodes[q];
+        let n_tokens = qn.ne1;
+        let (dst, [qs]) = carve(&mut self.arena, range(node), [range(qn)]);
+        let visible = |t: usize, j: u32| kv.visible(j, inp.seq[t], inp.pos[t], inp.causal, n_swa);
+        ops::flash_attn(
+            ops::AttnShape {
+                n_head,
+                n_head_kv,
+                dk,
+                dv,
+                scale,
+                softcap,
+                n_cells_max: kv.size(),
+            },
+            qs,
+            n_tokens,
+            kv.cells.used_max_p1(),
+            &visible,
+            &KvLayerRows {
+                buf: &l.k,
+                width: l.n_embd_k,
+            },
+            &KvLayerRows {
+                buf: &l.v,
+                width: l.n_embd_v,
+            },
+            dst,
+            &self.pool,
+            &self.attn_scratch,
+        );
+    }
+}

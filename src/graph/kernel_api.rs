@@ -1,0 +1,39 @@
+//! The engine's entry points into the CPU kernels (`crate::kernels::cpu`): the weight types
+//! they compute with, row dequantization, and the matrix product over the context's thread
+//! pool.
+
+use crate::gguf::GgmlType;
+use crate::kernels::cpu;
+
+pub use cpu::{Scratch, ThreadPool};
+
+/// Whether the CPU kernels compute with weights of type `ty`.
+pub fn supports(ty: GgmlType) -> bool {
+    cpu::supports(ty)
+}
+
+/// Decodes one row (`out.len()` values) of type `ty` from `src`.
+pub fn dequantize_row(ty: GgmlType, src: &[u8], out: &mut [f32]) {
+    cpu::dequantize_row(ty, src, out)
+}
+
+/// `dst[j * dst_stride + offset + i] = w_i · x_j` for the `n_rows` rows of `w` and the `m`
+/// rows of `x` (activations converted to the weight type's dot type first, as ggml does).
+#[allow(clippy::too_many_arguments)]
+pub fn mul_mat(
+    ty: GgmlType,
+    w: &[u8],
+    n_rows: usize,
+    k: usize,
+    x: &[f32],
+    m: usize,
+    dst: &mut [f32],
+    dst_stride: usize,
+    offset: usize,
+    pool: &ThreadPool,
+    scratch: &mut Scratch,
+) {
+    cpu::mul_mat_rows(
+        ty, w, n_rows, k, x, m, dst, dst_stride, offset, pool, scratch,
+    )
+}

@@ -1,0 +1,327 @@
+//! The op graph: per architecture, a builder ([`arch`]) turns the model and the shape of a
+//! micro-batch into a list of nodes with ggml's op names and semantics (GET_ROWS, MUL_MAT,
+//! MUL_MAT_ID, RMS_NORM, ROPE, SET_ROWS, FLASH_ATTN_EXT, GLU, ...), and the CPU executor
+//! ([`exec`]) runs it over one arena of f32 activations planned at build time.
+//!
+//! Activations are 2-D: `ne0` values per row, `ne1` rows (tokens, or token × expert slot).
+//! Weights are referenced by tensor index and read at execution time under the tensor's
+//! lock, so a hot-swapped tensor's new bytes and type are used by the next decode; the
+//! context still rebuilds the graph when the model's generation changes.
+
+pub mod arch;
+pub mod builder;
+pub mod exec;
+pub mod kernel_api;
+pub mod params;
+
+pub use crate::kernels::cpu::ops::{RopeMode, RopeParams};
+
+/// Index of a node in [`Graph::nodes`].
+pub type NodeId = usize;
+
+/// Index into [`Graph::weights`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WeightId(pub usize);
+
+/// A weight used by the graph: the tensor's index in the model's store and its shape.
+#[derive(Clone, Debug)]
+pub struct WeightRef {
+    pub tensor: usize,
+    pub name: String,
+    pub ne: [i64; 4],
+}
+
+/// Second operand of a binary op: an activation or a weight (broadcast over rows).
+#[derive(Clone, Copy, Debug)]
+pub enum Operand {
+    Node(NodeId),
+    Weight(WeightId),
+}
+
+/// Gated linear unit kinds (`GGML_GLU_OP_*`), applied as `act(gate) * up`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GluKind {
+    Swiglu,
+    Geglu,
+}
+
+/// Graph operations, named after ggml's.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// GET_ROWS(table, inp_tokens): the embedding rows of the micro-batch's tokens.
+    GetRowsTokens { table: WeightId },
+    /// VIEW + CONT: values `offset .. offset + ne0` of every row of `src` (a fused QKV or
+    /// gate-up projection cut into its parts).
+    View { src: NodeId, offset: usize },
+    /// GET_ROWS(src, inp_out_ids): the rows of the tokens that produce outputs.
+    GetRowsOut { src: NodeId },
+    /// RMS_NORM.
+    RmsNorm { src: NodeId, eps: f32 },
+    /// NORM (layer norm without affine part).
+    Norm { src: NodeId, eps: f32 },
+    /// MUL, `b` broadcast over rows.
+    Mul { a: NodeId, b: Operand },
+    /// ADD, `b` broadcast over rows.
+    Add { a: NodeId, b: Operand },
+    /// SCALE.
+    Scale { src: NodeId, s: f32 },
+    /// UNARY(TANH).
+    Tanh { src: NodeId },
+    /// MUL_MAT(w, x): `w` is [k, n] (n rows of k), `x` [k, m] → [n, m].
+    MulMat { w: WeightId, x: NodeId },
+    /// MUL_MAT_ID(w, x, ids): `w` is [k, n, n_expert]; `ids` [n_used, T] expert ids; `x` is
+    /// [k, T] (broadcast to every slot) or [k, n_used*T] → [n, n_used*T]; each expert's
+    /// rows times its per-expert scale when `scale` ([n_expert]) is given.
+    MulMatId {
+        w: WeightId,
+        x: NodeId,
+        ids: NodeId,
+        n_used: usize,
+        scale: Option<WeightId>,
+    },
+    /// ROPE (`ggml_rope_ext`) of each head (`head_dim` values) at the tokens' positions.
+    Rope {
+        src: NodeId,
+        head_dim: usize,
+        params: RopeParams,
+        freq_factors: Option<WeightId>,
+    },
+    /// SET_ROWS into the layer's K (or V) cache at the micro-batch's slots.
+    SetRows { src: NodeId, layer: usize, v: bool },
+    /// FLASH_ATTN_EXT over the layer's cache with the KQ mask (causal, sequence, window).
+    FlashAttnExt {
+        q: NodeId,
+        deps: [NodeId; 2],
+        layer: usize,
+        n_head: usize,
+        n_head_kv: usize,
+        dk: usize,
+        dv: usize,
+        scale: f32,
+        softcap: f32,
+        n_swa: u32,
+    },
+    /// GLU with split inputs: `act(gate) * up`.
+    Glu {
+        gate: NodeId,
+        up: NodeId,
+        kind: GluKind,
+    },
+    /// UNARY(SILU).
+    Silu { src: NodeId },
+    /// SOFT_MAX of each row.
+    SoftMax { src: NodeId },
+    /// ARGSORT (descending) + VIEW of the first `k`: the indices of the k largest per row
+    /// (stored as f32).
+    TopK { src: NodeId, k: usize },
+    /// GET_ROWS(src, ids) per token: for each row t, the values `src[t][ids[t][i]]`.
+    GetRowsIds { src: NodeId, ids: NodeId },
+    /// DIV of each row by its SUM_ROWS (expert weight normalisation).
+    DivSumRows { src: NodeId },
+    /// MUL by per-slot weights then the sum over slots: `[n, n_used*T] × [n_used, T] → [n, T]`.
+    WeightedSum {
+        src: NodeId,
+        weights: NodeId,
+        n_used: usize,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub op: Op,
+    pub ne0: usize,
+    pub ne1: usize,
+    /// Offset of the node's values in the arena (f32 elements).
+    pub offset: usize,
+    pub name: &'static str,
+}
+
+impl Node {
+    pub fn len(&self) -> usize {
+        self.ne0 * self.ne1
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What a graph was built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraphShape {
+    pub n_tokens: usize,
+    pub n_outputs: usize,
+    pub generation: u64,
+}
+
+/// A built graph with its arena plan.
+#[derive(Debug)]
+pub struct Graph {
+    pub shape: GraphShape,
+    pub nodes: Vec<Node>,
+    pub weights: Vec<WeightRef>,
+    /// [n_vocab, n_outputs].
+    pub logits: Option<NodeId>,
+    /// [n_embd, n_outputs]: the final normed hidden state.
+    pub embd: Option<NodeId>,
+    /// Arena size in f32 elements.
+    pub arena_len: usize,
+}
+
+impl Op {
+    /// The nodes this op reads.
+    pub fn sources(&self) -> Vec<NodeId> {
+        let node = |o: &Operand| match o {
+            Operand::Node(n) => Some(*n),
+            Operand::Weight(_) => None,
+        };
+        match self {
+            Op::GetRowsTokens { .. } => vec![],
+            Op::GetRowsOut { src }
+            | Op::RmsNorm { src, .. }
+            | Op::Norm { src, .. }
+            | Op::Scale { src, .. }
+            | Op::Tanh { src }
+            | Op::Rope { src, .. }
+            | Op::SetRows { src, .. }
+            | Op::Silu { src }
+            | Op::SoftMax { src }
+            | Op::TopK { src, .. }
+            | Op::DivSumRows { src }
+            | Op::View { src, .. } => vec![*src],
+            Op::Mul { a, b } | Op::Add { a, b } => {
+                [Some(*a), node(b)].into_iter().flatten().collect()
+            }
+            Op::MulMat { x, .. } => vec![*x],
+            Op::MulMatId { x, ids, .. } => vec![*x, *ids],
+            Op::FlashAttnExt { q, deps, .. } => vec![*q, deps[0], deps[1]],
+            Op::Glu { gate, up, .. } => vec![*gate, *up],
+            Op::GetRowsIds { src, ids } => vec![*src, *ids],
+            Op::WeightedSum { src, weights, .. } => vec![*src, *weights],
+        }
+    }
+}
+
+/// Plans the arena: each node gets a range that no live node overlaps (a node lives from
+/// its computation to its last reader; `keep` nodes live to the end). First fit over a
+/// free list, as ggml's graph allocator does in spirit.
+pub fn plan_arena(nodes: &mut [Node], keep: &[NodeId]) -> usize {
+    let n = nodes.len();
+    let mut last_use: Vec<usize> = (0..n).collect();
+    for (i, node) in nodes.iter().enumerate() {
+        for s in node.op.sources() {
+            last_use[s] = last_use[s].max(i);
+        }
+    }
+    for &k in keep {
+        last_use[k] = usize::MAX;
+    }
+    // free blocks: (offset, len), kept sorted by offset
+    let mut free: Vec<(usize, usize)> = Vec::new();
+    let mut end = 0usize;
+    let mut dying: Vec<Vec<NodeId>> = vec![Vec::new(); n];
+    for (i, &lu) in last_use.iter().enumerate() {
+        if lu != usize::MAX {
+            dying[lu].push(i);
+        }
+    }
+    for i in 0..n {
+        let len = nodes[i].len();
+        let offset = if len == 0 {
+            0
+        } else if let Some(pos) = free.iter().position(|&(_, l)| l >= len) {
+            let (o, l) = free[pos];
+            if l == len {
+                free.remove(pos);
+            } else {
+                free[pos] = (o + len, l - len);
+            }
+            o
+        } else {
+            // grow: merge with a free block at the end if any
+            if let Some(&(o, l)) = free.last() {
+                if o + l == end {
+                    free.pop();
+                    end = o + len;
+                    nodes[i].offset = o;
+                    release(&mut free, &dying[i], nodes, i);
+                    continue;
+                }
+            }
+            let o = end;
+            end += len;
+            o
+        };
+        nodes[i].offset = offset;
+        release(&mut free, &dying[i], nodes, i);
+    }
+    end
+}
+
+/// Returns the ranges of the nodes whose last reader is `at` (not `at` itself unless it is
+/// never read) to the free list, merging neighbours.
+fn release(free: &mut Vec<(usize, usize)>, dying: &[NodeId], nodes: &[Node], at: NodeId) {
+    for &d in dying {
+        if d == at && !nodes[d].is_empty() {
+            // a node nobody reads: free right away
+        }
+        let (o, l) = (nodes[d].offset, nodes[d].len());
+        if l == 0 {
+            continue;
+        }
+        let pos = free.partition_point(|&(fo, _)| fo < o);
+        free.insert(pos, (o, l));
+        // merge with next, then previous
+        if pos + 1 < free.len() && free[pos].0 + free[pos].1 == free[pos + 1].0 {
+            free[pos].1 += free[pos + 1].1;
+            free.remove(pos + 1);
+        }
+        if pos > 0 && free[pos - 1].0 + free[pos - 1].1 == free[pos].0 {
+            free[pos - 1].1 += free[pos].1;
+            free.remove(pos);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(op: Op, len: usize) -> Node {
+        Node {
+            op,
+            ne0: len,
+            ne1: 1,
+            offset: 0,
+            name: "t",
+        }
+    }
+
+    #[test]
+    fn arena_reuses_dead_ranges_and_never_overlaps_live_ones() {
+        let mut nodes = vec![
+            node(Op::GetRowsTokens { table: WeightId(0) }, 10),
+            node(Op::Silu { src: 0 }, 10),
+            node(Op::Silu { src: 1 }, 10),
+            node(
+                Op::Add {
+                    a: 2,
+                    b: Operand::Node(0),
+                },
+                10,
+            ),
+            node(Op::Silu { src: 3 }, 10),
+        ];
+        let len = plan_arena(&mut nodes, &[4]);
+        // check: for every node i, no node alive at i overlaps it
+        for i in 0..nodes.len() {
+            for j in 0..i {
+                let alive = nodes[i..].iter().any(|n| n.op.sources().contains(&j)) || j == i;
+                let (a, b) = (&nodes[i], &nodes[j]);
+                let overlap = a.offset < b.offset + b.len() && b.offset < a.offset + a.len();
+                assert!(!(alive && overlap), "node {i} overlaps live node {j}");
+            }
+        }
+        assert!(len <= 30, "arena of {len} floats for 3 live nodes at most");
+    }
+}

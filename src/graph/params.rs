@@ -1,0 +1,298 @@
+//! The hyperparameters a graph needs, read from the model's metadata as upstream's
+//! `llama_model::load_hparams` and the per-arch `load_arch_hparams` do, and combined with
+//! the context's overrides (rope, yarn) as upstream's `llama_context` constructor does.
+
+use crate::model::Model;
+
+/// `enum llama_rope_scaling_type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeScaling {
+    None = 0,
+    Linear = 1,
+    Yarn = 2,
+    LongRope = 3,
+}
+
+impl RopeScaling {
+    pub fn from_raw(v: i32) -> Option<RopeScaling> {
+        Some(match v {
+            0 => RopeScaling::None,
+            1 => RopeScaling::Linear,
+            2 => RopeScaling::Yarn,
+            3 => RopeScaling::LongRope,
+            _ => return None,
+        })
+    }
+
+    fn from_name(s: &str) -> Option<RopeScaling> {
+        Some(match s {
+            "none" => RopeScaling::None,
+            "linear" => RopeScaling::Linear,
+            "yarn" => RopeScaling::Yarn,
+            "longrope" => RopeScaling::LongRope,
+            _ => return None,
+        })
+    }
+}
+
+/// Architecture hyperparameters (per model).
+#[derive(Clone, Debug)]
+pub struct ArchParams {
+    pub n_layer: usize,
+    pub n_embd: usize,
+    pub n_vocab: usize,
+    pub n_head: Vec<usize>,
+    pub n_head_kv: Vec<usize>,
+    pub n_ff: Vec<usize>,
+    pub head_k: usize,
+    pub head_v: usize,
+    pub n_rot: usize,
+    pub eps_rms: f32,
+    pub eps_norm: f32,
+    pub n_ctx_train: u32,
+    pub n_ctx_orig_yarn: u32,
+    pub rope_freq_base: f32,
+    pub rope_freq_scale: f32,
+    pub rope_scaling: RopeScaling,
+    pub rope_attn_factor: f32,
+    pub yarn_ext_factor: f32,
+    pub yarn_attn_factor: f32,
+    pub yarn_beta_fast: f32,
+    pub yarn_beta_slow: f32,
+    /// `attention.scale` (0 → 1/sqrt(head_k)).
+    pub attention_scale: f32,
+    pub n_expert: usize,
+    pub n_expert_used: usize,
+    pub n_ff_exp: usize,
+    pub expert_weights_scale: f32,
+    pub expert_weights_norm: bool,
+    pub n_swa: u32,
+    /// Per layer: whether it uses the sliding window.
+    pub swa_layers: Vec<bool>,
+    pub rope_freq_base_swa: f32,
+    pub rope_freq_scale_swa: f32,
+    pub final_logit_softcap: f32,
+    pub attn_logit_softcap: f32,
+    pub causal: bool,
+}
+
+impl ArchParams {
+    pub fn load(model: &Model) -> Result<ArchParams, String> {
+        let m = &model.meta;
+        let arch = model.arch.as_str();
+        let key = |s: &str| format!("{arch}.{s}");
+        let f = |s: &str, d: f32| m.get_f64(&key(s)).map_or(d, |v| v as f32);
+        let u = |s: &str, d: u32| m.get_u32(&key(s)).unwrap_or(d);
+        let hp = &model.hparams;
+        let n_layer = hp.n_layer() as usize;
+        let n_embd = hp.n_embd as usize;
+        let n_head: Vec<usize> = hp.n_head.iter().map(|&v| v as usize).collect();
+        let n_head_kv: Vec<usize> = hp.n_head_kv.iter().map(|&v| v as usize).collect();
+        let n_ff: Vec<usize> = hp.n_ff.iter().map(|&v| v as usize).collect();
+        let h0 = n_head.first().copied().unwrap_or(0);
+        if h0 == 0 {
+            return Err(format!("{arch}: attention.head_count is missing or 0"));
+        }
+        let head_k = u("attention.key_length", (n_embd / h0) as u32) as usize;
+        let head_v = u("attention.value_length", (n_embd / h0) as u32) as usize;
+        let n_rot = u("rope.dimension_count", head_k as u32) as usize;
+        let scaling_name = m
+            .get_str(&key("rope.scaling.type"))
+            .unwrap_or_else(|| "linear".into());
+        let rope_scaling = RopeScaling::from_name(&scaling_name)
+            .ok_or_else(|| format!("{arch}: unknown rope.scaling.type '{scaling_name}'"))?;
+        let n_vocab = model.vocab.tokens.len();
+        let mistral3 = arch == "mistral3";
+        if mistral3 && f("attention.temperature_scale", 0.0) != 0.0 {
+            return Err(format!(
+                "{arch}: attention temperature scaling (attention.temperature_scale) is not supported by llama-hotswap's engine yet"
+            ));
+        }
+        // of the supported architectures only gemma3 reads a sliding window (upstream turns
+        // phi3's off; llama, mistral3 and the qwens ignore the key)
+        let n_swa = if arch == "gemma3" { hp.n_swa } else { 0 };
+        let swa_layers = if n_swa > 0 {
+            swa_pattern(
+                arch,
+                n_layer,
+                m.get_u32(&key("attention.sliding_window_pattern")),
+            )
+        } else {
+            vec![false; n_layer]
+        };
+        Ok(ArchParams {
+            n_layer,
+            n_embd,
+            n_vocab,
+            n_head,
+            n_head_kv,
+            n_ff,
+            head_k,
+            head_v,
+            n_rot,
+            eps_rms: f("attention.layer_norm_rms_epsilon", 0.0),
+            eps_norm: f("attention.layer_norm_epsilon", 0.0),
+            n_ctx_train: hp.n_ctx_train,
+            n_ctx_orig_yarn: u("rope.scaling.original_context_length", hp.n_ctx_train),
+            rope_freq_base: hp.rope_freq_base_train,
+            rope_freq_scale: hp.rope_freq_scale_train,
+            rope_scaling,
+            rope_attn_factor: f("rope.scaling.attn_factor", 1.0),
+            // upstream's defaults; of the supported architectures only mistral3 reads the
+            // yarn betas from the file
+            yarn_ext_factor: -1.0,
+            yarn_attn_factor: 1.0,
+            yarn_beta_fast: if mistral3 {
+                f("rope.scaling.yarn_beta_fast", 32.0)
+            } else {
+                32.0
+            },
+            yarn_beta_slow: if mistral3 {
+                f("rope.scaling.yarn_beta_slow", 1.0)
+            } else {
+                1.0
+            },
+            // no supported architecture reads attention.scale (gemma3 derives its own)
+            attention_scale: 0.0,
+            n_expert: hp.n_expert as usize,
+            n_expert_used: hp.n_expert_used as usize,
+            n_ff_exp: if arch == "qwen3moe" {
+                u("expert_feed_forward_length", 0) as usize
+            } else {
+                0
+            },
+            // llama and qwen3moe pass upstream's defaults (scale 0: none; norm: always)
+            expert_weights_scale: 0.0,
+            expert_weights_norm: true,
+            n_swa,
+            swa_layers,
+            rope_freq_base_swa: f("rope.freq_base_swa", 10000.0),
+            rope_freq_scale_swa: 1.0,
+            // read by gemma3 only; no supported architecture soft-caps attention logits
+            final_logit_softcap: if arch == "gemma3" {
+                f("final_logit_softcapping", 0.0)
+            } else {
+                0.0
+            },
+            attn_logit_softcap: 0.0,
+            causal: m.get_bool(&key("attention.causal")).unwrap_or(true),
+        })
+    }
+
+    pub fn n_embd_k_gqa(&self, il: usize) -> usize {
+        self.head_k * self.n_head_kv[il]
+    }
+
+    pub fn n_embd_v_gqa(&self, il: usize) -> usize {
+        self.head_v * self.n_head_kv[il]
+    }
+}
+
+/// Which layers use the sliding window: gemma3 every layer but each 6th (pattern 6), phi3
+/// and others every layer, or `sliding_window_pattern` when the file gives it.
+fn swa_pattern(arch: &str, n_layer: usize, pattern: Option<u32>) -> Vec<bool> {
+    let period = match (arch, pattern) {
+        (_, Some(p)) => p as usize,
+        ("gemma3", None) => 6,
+        _ => 0,
+    };
+    (0..n_layer)
+        .map(|il| period == 0 || il % period < period - 1)
+        .collect()
+}
+
+/// The context's rope/yarn values (`llama_cparams`), resolved as upstream's constructor.
+#[derive(Clone, Copy, Debug)]
+pub struct RopeConfig {
+    pub freq_base: f32,
+    pub freq_scale: f32,
+    pub n_ctx_orig: u32,
+    pub ext_factor: f32,
+    pub attn_factor: f32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+}
+
+/// The context parameters that change the rope (0 / negative / UNSPECIFIED = model's).
+#[derive(Clone, Copy, Debug)]
+pub struct RopeOverrides {
+    pub rope_scaling_type: i32,
+    pub freq_base: f32,
+    pub freq_scale: f32,
+    pub yarn_ext_factor: f32,
+    pub yarn_attn_factor: f32,
+    pub yarn_beta_fast: f32,
+    pub yarn_beta_slow: f32,
+    pub yarn_orig_ctx: u32,
+}
+
+impl RopeConfig {
+    pub fn resolve(hp: &ArchParams, o: &RopeOverrides) -> RopeConfig {
+        let mut freq_base = if o.freq_base == 0.0 {
+            hp.rope_freq_base
+        } else {
+            o.freq_base
+        };
+        if freq_base == 0.0 {
+            freq_base = 10000.0;
+        }
+        let mut freq_scale = if o.freq_scale == 0.0 {
+            hp.rope_freq_scale
+        } else {
+            o.freq_scale
+        };
+        let scaling = RopeScaling::from_raw(o.rope_scaling_type).unwrap_or(hp.rope_scaling);
+        if scaling == RopeScaling::None {
+            freq_scale = 1.0;
+        }
+        let mut ext_factor = if o.yarn_ext_factor >= 0.0 {
+            o.yarn_ext_factor
+        } else {
+            hp.yarn_ext_factor
+        };
+        let mut attn_factor = if o.yarn_attn_factor >= 0.0 {
+            o.yarn_attn_factor
+        } else {
+            hp.yarn_attn_factor
+        };
+        if ext_factor < 0.0 {
+            ext_factor = if scaling == RopeScaling::Yarn {
+                1.0
+            } else {
+                0.0
+            };
+        }
+        if ext_factor != 0.0 {
+            let factor = 1.0 / freq_scale;
+            // upstream's get_mscale(factor, 1)
+            attn_factor = if factor <= 1.0 {
+                1.0
+            } else {
+                0.1 * factor.ln() + 1.0
+            };
+            attn_factor *= 1.0 / (1.0 + 0.1 * factor.ln());
+        }
+        attn_factor *= hp.rope_attn_factor;
+        RopeConfig {
+            freq_base,
+            freq_scale,
+            n_ctx_orig: if o.yarn_orig_ctx != 0 {
+                o.yarn_orig_ctx
+            } else {
+                hp.n_ctx_orig_yarn
+            },
+            ext_factor,
+            attn_factor,
+            beta_fast: if o.yarn_beta_fast >= 0.0 {
+                o.yarn_beta_fast
+            } else {
+                hp.yarn_beta_fast
+            },
+            beta_slow: if o.yarn_beta_slow >= 0.0 {
+                o.yarn_beta_slow
+            } else {
+                hp.yarn_beta_slow
+            },
+        }
+    }
+}

@@ -1,0 +1,478 @@
+//! Element-wise and row-wise CPU ops of the graph executor (everything but matrix products),
+//! with ggml-cpu's arithmetic: same accumulation types and the same order of rounding steps,
+//! so that results track upstream's closely.
+
+/// ggml's `RMS_NORM` of one row: `x / sqrt(mean(x²) + eps)`, the sum of squares in f64 and
+/// the mean and scale in f32.
+pub fn rms_norm_row(x: &[f32], eps: f32, y: &mut [f32]) {
+    let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
+    let mean = (sum / x.len() as f64) as f32;
+    let scale = 1.0f32 / (mean + eps).sqrt();
+    for (d, &s) in y.iter_mut().zip(x) {
+        *d = s * scale;
+    }
+}
+
+/// ggml's `NORM` of one row: `(x - mean) / sqrt(var + eps)`.
+pub fn norm_row(x: &[f32], eps: f32, y: &mut [f32]) {
+    let sum: f64 = x.iter().map(|&v| v as f64).sum();
+    let mean = (sum / x.len() as f64) as f32;
+    let mut var = 0.0f64;
+    for (d, &s) in y.iter_mut().zip(x) {
+        let v = s - mean;
+        *d = v;
+        var += (v * v) as f64;
+    }
+    let variance = (var / x.len() as f64) as f32;
+    let scale = 1.0f32 / (variance + eps).sqrt();
+    for d in y.iter_mut() {
+        *d *= scale;
+    }
+}
+
+/// How a rotary embedding pairs the dimensions (`GGML_ROPE_TYPE_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeMode {
+    /// Adjacent pairs (i, i+1): llama, mistral.
+    Norm,
+    /// Halves (i, i + n_rot/2): qwen2/3, gemma3, phi3.
+    Neox,
+}
+
+/// The parameters of ggml's `ROPE` (`ggml_rope_ext`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeParams {
+    pub n_rot: usize,
+    pub mode: RopeMode,
+    pub n_ctx_orig: u32,
+    pub freq_base: f32,
+    pub freq_scale: f32,
+    pub ext_factor: f32,
+    pub attn_factor: f32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+}
+
+fn yarn_corr_dim(n_dims: usize, n_ctx_orig: u32, n_rot: f32, base: f32) -> f32 {
+    n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
+        / (2.0 * base.ln())
+}
+
+/// ggml's `ggml_rope_yarn_corr_dims`.
+pub fn yarn_corr_dims(p: &RopeParams) -> [f32; 2] {
+    let start = yarn_corr_dim(p.n_rot, p.n_ctx_orig, p.beta_fast, p.freq_base).floor();
+    let end = yarn_corr_dim(p.n_rot, p.n_ctx_orig, p.beta_slow, p.freq_base).ceil();
+    [start.max(0.0), end.min(p.n_rot as f32 - 1.0)]
+}
+
+fn yarn_ramp(low: f32, high: f32, i0: usize) -> f32 {
+    let y = ((i0 / 2) as f32 - low) / (high - low).max(0.001);
+    1.0 - y.clamp(0.0, 1.0)
+}
+
+/// Fills `cache` (n_rot floats: cos, sin pairs) for position `pos`, as ggml's
+/// `ggml_rope_cache_init` (theta advanced by repeated multiplication, as upstream).
+pub fn rope_cache(p: &RopeParams, pos: f32, freq_factors: Option<&[f32]>, cache: &mut [f32]) {
+    let theta_scale = p.freq_base.powf(-2.0 / p.n_rot as f32);
+    let corr = yarn_corr_dims(p);
+    let mut theta = pos;
+    for i0 in (0..p.n_rot).step_by(2) {
+        let ff = freq_factors.map_or(1.0, |f| f[i0 / 2]);
+        let theta_extrap = theta / ff;
+        let theta_interp = p.freq_scale * theta_extrap;
+        let mut th = theta_interp;
+        let mut mscale = p.attn_factor;
+        if p.ext_factor != 0.0 {
+            let ramp_mix = yarn_ramp(corr[0], corr[1], i0) * p.ext_factor;
+            th = theta_interp * (1.0 - ramp_mix) + theta_extrap * ramp_mix;
+            mscale *= 1.0 + 0.1 * (1.0 / p.freq_scale).ln();
+        }
+        cache[i0] = th.cos() * mscale;
+        cache[i0 + 1] = th.sin() * mscale;
+        theta *= theta_scale;
+    }
+}
+
+/// Rotates the heads of one token in place (`x` holds `x.len() / head_dim` heads); the first
+/// `n_rot` dimensions of each head rotate, the rest are kept.
+pub fn rope_apply(p: &RopeParams, cache: &[f32], head_dim: usize, x: &mut [f32]) {
+    for head in x.chunks_exact_mut(head_dim) {
+        match p.mode {
+            RopeMode::Norm => {
+                for i0 in (0..p.n_rot).step_by(2) {
+                    let (c, s) = (cache[i0], cache[i0 + 1]);
+                    let (x0, x1) = (head[i0], head[i0 + 1]);
+                    head[i0] = x0 * c - x1 * s;
+                    head[i0 + 1] = x0 * s + x1 * c;
+                }
+            }
+            RopeMode::Neox => {
+                let half = p.n_rot / 2;
+                for i0 in (0..p.n_rot).step_by(2) {
+                    let (c, s) = (cache[i0], cache[i0 + 1]);
+                    let i = i0 / 2;
+                    let (x0, x1) = (head[i], head[i + half]);
+                    head[i] = x0 * c - x1 * s;
+                    head[i + half] = x0 * s + x1 * c;
+                }
+            }
+        }
+    }
+}
+
+/// ggml's SiLU: `x / (1 + exp(-x))`.
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+const GELU_COEF_A: f32 = 0.044715;
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+
+/// ggml's GELU (tanh approximation), evaluated at the f16 rounding of `x` as ggml's
+/// lookup table does (`GGML_GELU_FP16`), exact outside [-10, 10].
+#[inline]
+pub fn gelu(x: f32) -> f32 {
+    let f = |v: f32| 0.5 * v * (1.0 + (SQRT_2_OVER_PI * v * (1.0 + GELU_COEF_A * v * v)).tanh());
+    if x <= -10.0 {
+        0.0
+    } else if x >= 10.0 {
+        x
+    } else {
+        let h = half::f16::from_f32(x);
+        half::f16::from_f32(f(h.to_f32())).to_f32()
+    }
+}
+
+/// ggml's `SOFT_MAX` of one row in place, with `scale` applied first (no mask, no ALiBi):
+/// exp in f32, sum in f64, multiplication by 1/sum.
+pub fn soft_max_row(x: &mut [f32], scale: f32) {
+    let mut max = f32::NEG_INFINITY;
+    for v in x.iter_mut() {
+        *v *= scale;
+        max = max.max(*v);
+    }
+    let mut sum = 0.0f64;
+    for v in x.iter_mut() {
+        let e = if *v == f32::NEG_INFINITY {
+            0.0
+        } else {
+            (*v - max).exp()
+        };
+        *v = e;
+        sum += e as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// Dot product of two f32 slices in 8 independent lanes (vectorizes without intrinsics).
+#[inline]
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let mut acc = [0.0f32; 8];
+    let chunks = n / 8;
+    for c in 0..chunks {
+        let (pa, pb) = (&a[c * 8..c * 8 + 8], &b[c * 8..c * 8 + 8]);
+        for l in 0..8 {
+            acc[l] += pa[l] * pb[l];
+        }
+    }
+    let mut sum = acc.iter().sum::<f32>();
+    for i in chunks * 8..n {
+        sum += a[i] * b[i];
+    }
+    sum
+}
+
+/// `y += a * x`.
+#[inline]
+pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
+    for (d, &s) in y.iter_mut().zip(x) {
+        *d += a * s;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_norm_unit_rms() {
+        let x = [3.0f32, -4.0];
+        let mut y = [0.0; 2];
+        rms_norm_row(&x, 0.0, &mut y);
+        let rms = ((y[0] * y[0] + y[1] * y[1]) / 2.0).sqrt();
+        assert!((rms - 1.0).abs() < 1e-6);
+        assert!((y[0] / y[1] + 0.75).abs() < 1e-6);
+    }
+
+    #[test]
+    fn norm_zero_mean_unit_variance() {
+        let x = [1.0f32, 2.0, 3.0, 6.0];
+        let mut y = [0.0; 4];
+        norm_row(&x, 0.0, &mut y);
+        let mean: f32 = y.iter().sum::<f32>() / 4.0;
+        let var: f32 = y.iter().map(|v| v * v).sum::<f32>() / 4.0;
+        assert!(mean.abs() < 1e-6 && (var - 1.0).abs() < 1e-5);
+    }
+
+    fn params(mode: RopeMode) -> RopeParams {
+        RopeParams {
+            n_rot: 4,
+            mode,
+            n_ctx_orig: 2048,
+            freq_base: 10000.0,
+            freq_scale: 1.0,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+        }
+    }
+
+    #[test]
+    fn rope_rotates_pairs_by_position_times_frequency() {
+        let p = params(RopeMode::Norm);
+        let mut cache = [0.0; 4];
+        rope_cache(&p, 3.0, None, &mut cache);
+        let mut x = [1.0, 0.0, 1.0, 0.0, 7.0];
+        rope_apply(&p, &cache, 5, &mut x);
+        // pair 0: angle 3; pair 1: angle 3 * 10000^(-1/2) = 0.03
+        assert!((x[0] - 3f32.cos()).abs() < 1e-6 && (x[1] - 3f32.sin()).abs() < 1e-6);
+        assert!((x[2] - 0.03f32.cos()).abs() < 1e-6 && (x[3] - 0.03f32.sin()).abs() < 1e-6);
+        assert_eq!(x[4], 7.0, "dimensions past n_rot are kept");
+        let p = params(RopeMode::Neox);
+        let mut x = [1.0, 1.0, 0.0, 0.0];
+        rope_apply(&p, &cache, 4, &mut x);
+        assert!((x[0] - 3f32.cos()).abs() < 1e-6 && (x[2] - 3f32.sin()).abs() < 1e-6);
+        // position 0 is the identity
+        rope_cache(&p, 0.0, Some(&[2.0, 4.0]), &mut cache);
+        assert_eq!(cache, [1.0, 0.0, 1.0, 0.0]);
+    }
+
+    #[test]
+    fn softmax_sums_to_one_and_ignores_minus_infinity() {
+        let mut x = [1.0f32, 2.0, f32::NEG_INFINITY, 3.0];
+        soft_max_row(&mut x, 1.0);
+        assert_eq!(x[2], 0.0);
+        assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!(x[3] > x[1] && x[1] > x[0]);
+    }
+
+    #[test]
+    fn gelu_and_silu_values() {
+        assert!((silu(1.0) - 0.731_058_6).abs() < 1e-6);
+        assert!((gelu(1.0) - 0.841_192).abs() < 1e-3);
+        assert_eq!(gelu(20.0), 20.0);
+        assert_eq!(gelu(-20.0), 0.0);
+    }
+}
+
+/// Per-thread buffers of [`flash_attn`].
+#[derive(Debug, Default)]
+pub struct AttnScratch {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    acc: Vec<f32>,
+    acc16: Vec<half::f16>,
+    m: Vec<f32>,
+    s: Vec<f32>,
+    cells: Vec<u32>,
+}
+
+/// Shapes and constants of one FLASH_ATTN_EXT.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnShape {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub dk: usize,
+    pub dv: usize,
+    pub scale: f32,
+    pub softcap: f32,
+    /// Cells in the cache: per-thread buffers are sized for all of them once, so that a
+    /// growing context never reallocates them.
+    pub n_cells_max: u32,
+}
+
+/// The cached keys or values of one layer, as the attention kernel reads them.
+pub trait KvRows: Sync {
+    /// Values `off .. off + dst.len()` of row `cell` as f32.
+    fn read(&self, cell: usize, off: usize, dst: &mut [f32]);
+    /// The same values in half precision when the cache is F16.
+    fn half(&self, cell: usize, off: usize, len: usize) -> Option<&[half::f16]>;
+    /// Whether values are stored in half precision (Q is rounded to it for the dot, as ggml
+    /// converts Q to K's type).
+    fn is_f16(&self) -> bool;
+}
+
+/// Wraps a pointer for disjoint writes from pool threads.
+#[derive(Clone, Copy)]
+struct SharedOut(*mut f32);
+impl SharedOut {
+    /// The pointer (a method, so closures capture the whole wrapper).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+// SAFETY: tasks write disjoint ranges of the buffer while `flash_attn` holds its `&mut`
+// borrow and waits for them.
+unsafe impl Sync for SharedOut {}
+// SAFETY: as for Sync: the pointer is only used for those disjoint writes.
+unsafe impl Send for SharedOut {}
+
+/// ggml's FLASH_ATTN_EXT on the CPU: for each token (row of `q`, `n_head` heads of `dk`) and
+/// each of its heads, the online softmax over the cells `visible(token, cell)` accepts (in
+/// cell order) of `scale`·q·k (soft-capped when `softcap` ≠ 0), accumulating v; in half
+/// precision for an F16 V cache, as ggml's kernel. Tasks are (token, KV head) pairs spread
+/// over `pool`; `scratch` holds one buffer set per pool thread.
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attn(
+    shape: AttnShape,
+    q: &[f32],
+    n_tokens: usize,
+    n_kv: u32,
+    visible: &(dyn Fn(usize, u32) -> bool + Sync),
+    k: &dyn KvRows,
+    v: &dyn KvRows,
+    out: &mut [f32],
+    pool: &super::ThreadPool,
+    scratch: &[std::sync::Mutex<AttnScratch>],
+) {
+    let AttnShape {
+        n_head,
+        n_head_kv,
+        dk,
+        dv,
+        ..
+    } = shape;
+    let group = n_head / n_head_kv;
+    assert!(q.len() >= n_tokens * n_head * dk && out.len() >= n_tokens * n_head * dv);
+    assert!(scratch.len() >= pool.n_threads());
+    let out_ptr = SharedOut(out.as_mut_ptr());
+    pool.parallel_for(n_tokens * n_head_kv, &|task, thread| {
+        let (t, g) = (task / n_head_kv, task % n_head_kv);
+        let mut sc = scratch[thread].lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: task (t, g) writes only the `group * dv` values of token t's heads
+        // g*group .. (g+1)*group, disjoint from every other task's; `out` is borrowed
+        // mutably for the whole call, which waits for all tasks.
+        let o = unsafe {
+            std::slice::from_raw_parts_mut(
+                out_ptr.get().add((t * n_head + g * group) * dv),
+                group * dv,
+            )
+        };
+        let qrow = &q[(t * n_head + g * group) * dk..(t * n_head + (g + 1) * group) * dk];
+        attn_task(shape, qrow, t, g, n_kv, visible, k, v, o, &mut sc);
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attn_task(
+    shape: AttnShape,
+    qrow: &[f32],
+    t: usize,
+    g: usize,
+    n_kv: u32,
+    visible: &(dyn Fn(usize, u32) -> bool + Sync),
+    k: &dyn KvRows,
+    v: &dyn KvRows,
+    out: &mut [f32],
+    sc: &mut AttnScratch,
+) {
+    let AttnShape {
+        n_head,
+        n_head_kv,
+        dk,
+        dv,
+        scale,
+        softcap,
+        n_cells_max,
+    } = shape;
+    let group = n_head / n_head_kv;
+    let f16_v = v.is_f16();
+    let sc = &mut *sc;
+    sc.q.clear();
+    sc.q.extend(qrow.iter().map(|&x| {
+        if k.is_f16() {
+            half::f16::from_f32(x).to_f32()
+        } else {
+            x
+        }
+    }));
+    sc.k.resize(dk, 0.0);
+    sc.v.resize(dv, 0.0);
+    sc.acc.clear();
+    sc.acc.resize(group * dv, 0.0);
+    sc.acc16.clear();
+    sc.acc16.resize(group * dv, half::f16::ZERO);
+    sc.m.clear();
+    sc.m.resize(group, f32::NEG_INFINITY);
+    sc.s.clear();
+    sc.s.resize(group, 0.0);
+    sc.cells.clear();
+    sc.cells.reserve(n_cells_max as usize);
+    sc.cells.extend((0..n_kv).filter(|&j| visible(t, j)));
+    for ci in 0..sc.cells.len() {
+        let j = sc.cells[ci] as usize;
+        k.read(j, g * dk, &mut sc.k);
+        let v16 = v.half(j, g * dv, dv);
+        if v16.is_none() {
+            v.read(j, g * dv, &mut sc.v);
+        }
+        for h in 0..group {
+            let mut s = dot_f32(&sc.q[h * dk..(h + 1) * dk], &sc.k) * scale;
+            if softcap != 0.0 {
+                s = softcap * (s / softcap).tanh();
+            }
+            let m_old = sc.m[h];
+            let (mut ms, mut vs) = (1.0f32, 1.0f32);
+            if s > m_old {
+                sc.m[h] = s;
+                ms = (m_old - s).exp();
+            } else {
+                vs = (s - m_old).exp();
+            }
+            match v16 {
+                Some(vh) if f16_v => {
+                    for (a, &x) in sc.acc16[h * dv..(h + 1) * dv].iter_mut().zip(vh) {
+                        let scaled = if ms != 1.0 {
+                            half::f16::from_f32(a.to_f32() * ms).to_f32()
+                        } else {
+                            a.to_f32()
+                        };
+                        *a = half::f16::from_f32(x.to_f32().mul_add(vs, scaled));
+                    }
+                }
+                _ => {
+                    let acc = &mut sc.acc[h * dv..(h + 1) * dv];
+                    if ms != 1.0 {
+                        for a in acc.iter_mut() {
+                            *a *= ms;
+                        }
+                    }
+                    axpy(vs, &sc.v, acc);
+                }
+            }
+            sc.s[h] = sc.s[h] * ms + vs;
+        }
+    }
+    for h in 0..group {
+        let s = sc.s[h];
+        let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
+        let o = &mut out[h * dv..(h + 1) * dv];
+        if f16_v {
+            for (o, a) in o.iter_mut().zip(&sc.acc16[h * dv..(h + 1) * dv]) {
+                *o = a.to_f32() * inv;
+            }
+        } else {
+            for (o, &a) in o.iter_mut().zip(&sc.acc[h * dv..(h + 1) * dv]) {
+                *o = a * inv;
+            }
+        }
+    }
+}

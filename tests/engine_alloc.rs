@@ -1,0 +1,118 @@
+//! Decoding allocates nothing per token once warm: single-token steps after a first step
+//! of the same shape make no heap allocation (a counting global allocator checks it).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use llama::context::{Context, ContextParams};
+use llama::gguf::fixtures::{tiny_llama, TinyLlamaOpts};
+use llama::graph::params::RopeOverrides;
+use llama::loader::{load, LoadOptions, ModelSource};
+use llama::model::LoadMode;
+
+struct Counting;
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn single_token_steps_allocate_nothing() {
+    let dir = std::env::temp_dir().join(format!("lhs-engine-alloc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("m.gguf");
+    tiny_llama(&TinyLlamaOpts::default())
+        .unwrap()
+        .write_to(&path)
+        .unwrap();
+    let model = Arc::new(
+        load(
+            ModelSource::Path(path.clone()),
+            LoadOptions {
+                load_mode: LoadMode::Auto,
+                vocab_only: false,
+                no_alloc: false,
+                check_tensors: false,
+                overrides: Vec::new(),
+                progress: Some(&mut |_| true),
+                placement: Default::default(),
+                hotswap: false,
+            },
+        )
+        .unwrap(),
+    );
+    let ctx = Context::new(
+        model,
+        &ContextParams {
+            n_ctx: 256,
+            n_batch: 64,
+            n_ubatch: 64,
+            n_seq_max: 1,
+            n_threads: 2,
+            n_threads_batch: 2,
+            pooling_type: -1,
+            attention_type: -1,
+            flash_attn_type: -1,
+            rope: RopeOverrides {
+                rope_scaling_type: -1,
+                freq_base: 0.0,
+                freq_scale: 0.0,
+                yarn_ext_factor: -1.0,
+                yarn_attn_factor: -1.0,
+                yarn_beta_fast: -1.0,
+                yarn_beta_slow: -1.0,
+                yarn_orig_ctx: 0,
+            },
+            type_k: 1,
+            type_v: 1,
+            embeddings: false,
+            kv_unified: true,
+            swa_full: true,
+        },
+    )
+    .unwrap();
+    let step = |tok: i32| {
+        {
+            let mut e = ctx.engine();
+            e.raw.clear();
+            e.raw.tokens.push(tok);
+        }
+        assert_eq!(ctx.decode(), 0);
+    };
+    // warm up: the first decodes size every buffer
+    for t in 0..4 {
+        step(t + 1);
+    }
+    COUNTING.store(true, Ordering::SeqCst);
+    for t in 0..64 {
+        step(t % 300 + 1);
+    }
+    COUNTING.store(false, Ordering::SeqCst);
+    let n = ALLOCS.load(Ordering::SeqCst);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(n, 0, "{n} allocations in 64 single-token decode steps");
+}

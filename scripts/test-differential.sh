@@ -33,5 +33,22 @@ while read -r fixture; do
         fi
     done
 done < "$out/fixtures.txt"
+
+# Upstream's random-weight model of every architecture (test-llama-archs): every getter,
+# including the rope type that upstream derives from metadata for some architectures.
+archs="$(bash scripts/upstream-arch-fixtures.sh)"
+for fixture in "$archs"/*.gguf; do
+    name="arch-$(basename "$fixture" .gguf)"
+    LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/probe_model" "$fixture" > "$out/$name.upstream" 2>&1 || true
+    LD_LIBRARY_PATH="$ours" "$out/probe_model" "$fixture" > "$out/$name.ours" 2>&1 || true
+    if ! grep -q "^load = ok" "$out/$name.upstream"; then
+        echo "FAIL $name: upstream could not load its own fixture"; failed=$((failed + 1)); continue
+    fi
+    if diff -u "$out/$name.upstream" "$out/$name.ours" > "$out/$name.diff"; then
+        passed=$((passed + 1))
+    else
+        echo "FAIL $name:"; head -20 "$out/$name.diff"; failed=$((failed + 1))
+    fi
+done
 echo "differential: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

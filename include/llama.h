@@ -1728,9 +1728,10 @@ struct llama_sampler *llama_sampler_init_penalties(int32_t n_vocab,
                                                    float penalty_present);
 
 // The DRY ("don't repeat yourself") sampler ("?dry", a no-op, when disabled: multiplier 0,
-// base < 1 or last_n 0). Sequence breakers are matched through the vocabulary: they need
-// detokenization and tokenization, and NULL (with a log line) is returned for breakers
-// while those are unavailable. NULL or empty breakers are skipped with a warning, as
+// base < 1 or last_n 0). Sequence breakers are matched as upstream: every token whose
+// detokenized text contains a breaker breaks alone; a token ending with a breaker's prefix
+// heads the tokenization of the rest (a vocab whose tokenizer cannot run: NULL and a log
+// line). NULL or empty breakers are skipped with a warning, as
 // upstream; a NULL `vocab` with breakers is refused (upstream crashes).
 struct llama_sampler *llama_sampler_init_dry(const struct llama_vocab *vocab,
                                              float dry_multiplier,
@@ -1751,8 +1752,8 @@ struct llama_sampler *llama_sampler_init_logit_bias(int32_t n_vocab,
                                                     const struct llama_logit_bias *logit_bias);
 
 // The fill-in-the-middle sampler: prefers end-of-generation when text is unlikely, merges
-// tokens whose pieces are prefixes of each other, thresholds. Pieces come from
-// `llama_token_to_piece` (the token's text while that is unavailable). The model must
+// tokens whose pieces are prefixes of each other, thresholds. Pieces are the tokenizer's
+// (`llama_token_to_piece` without special tokens). The model must
 // outlive the sampler, as upstream. NULL (and a log line) for a NULL or freed vocab.
 struct llama_sampler *llama_sampler_init_infill(const struct llama_vocab *vocab);
 

@@ -25,12 +25,23 @@ mkdir -p "$out/spm"
 printf 'root ::= <s> [a-c]+ </s>\n' > "$out/spm/token-s.gbnf"
 printf 'root ::= <unk> "x"\n' > "$out/spm/token-unk.gbnf"
 printf 'root ::= "a" <0x0A>\n' > "$out/spm/token-byte.gbnf"
-for mode in files builtin invalid files-spm schemas; do
+# `<text>` references go through the tokenizer (special tokens parsed, exactly one token):
+# on the llama-bpe vocab a special token, ordinary text that is one token (`<>`), and text that is
+# several tokens (invalid on both).
+mkdir -p "$out/bpe"
+printf 'root ::= <|begin_of_text|> [a-c]+ <|eot_id|>\n' > "$out/bpe/token-special.gbnf"
+printf 'root ::= <> "x"\n' > "$out/bpe/token-normal.gbnf"
+printf 'root ::= <hello world> "x"\n' > "$out/bpe/token-multi.gbnf"
+# Pieces from the tokenizer on two more kinds: gemma-4 (BPE that escapes spaces as ▁) and
+# nomic-bert-moe (UGM).
+for mode in files builtin invalid files-spm schemas files-gemma4 files-ugm; do
     args=()
     model="$UPSTREAM_LLAMA/models/ggml-vocab-llama-bpe.gguf"
     case "$mode" in
-        files) args=(files "$UPSTREAM_LLAMA"/grammars/*.gbnf) ;;
+        files) args=(files "$UPSTREAM_LLAMA"/grammars/*.gbnf "$out"/bpe/*.gbnf) ;;
         files-spm) args=(files "$UPSTREAM_LLAMA"/grammars/*.gbnf "$out"/spm/*.gbnf); model="$UPSTREAM_LLAMA/models/ggml-vocab-llama-spm.gguf" ;;
+        files-gemma4) args=(files "$UPSTREAM_LLAMA"/grammars/*.gbnf); model="$UPSTREAM_LLAMA/models/ggml-vocab-gemma-4.gguf" ;;
+        files-ugm) args=(files "$UPSTREAM_LLAMA"/grammars/*.gbnf); model="$UPSTREAM_LLAMA/models/ggml-vocab-nomic-bert-moe.gguf" ;;
         schemas) args=(files "$out"/schemas/*.gbnf) ;;
         *) args=("$mode") ;;
     esac

@@ -11,6 +11,8 @@ use super::handles::{self, llama_vocab};
 use super::sampling::sampler_into_raw;
 use super::types::*;
 use super::FfiError;
+use crate::sampling::grammar::parser::TokenResolver;
+use crate::sampling::grammar::vocab::single_token_of;
 use crate::sampling::grammar::{GrammarSampler, GrammarSpec, GrammarVocab};
 
 /// Borrows `n` C strings from `ptr` as UTF-8.
@@ -104,7 +106,13 @@ unsafe fn init_grammar(
         Some(_) => {
             // SAFETY: NULL or a live vocab handle per the contract.
             let handle = unsafe { handles::vocab(vocab) }?;
-            Some(Arc::new(GrammarVocab::from_vocab(&handle.inner.vocab)))
+            let resolver = Arc::new(HandleTokenizer {
+                handle: vocab as usize,
+            });
+            Some(Arc::new(GrammarVocab::from_vocab(
+                &handle.inner.vocab,
+                resolver,
+            )))
         }
         None => None,
     };
@@ -119,6 +127,22 @@ unsafe fn init_grammar(
     let sampler =
         GrammarSampler::new(grammar_vocab, &spec).map_err(|e| FfiError::Core(e.to_string()))?;
     Ok(sampler_into_raw(Box::new(sampler)))
+}
+
+/// `<text>` references resolved by the tokenizer behind a vocab handle (the tokenizer lives
+/// in the handle; the handle is checked on every use, and upstream's grammar also keeps the
+/// vocab pointer for the sampler's life).
+struct HandleTokenizer {
+    handle: usize,
+}
+
+impl TokenResolver for HandleTokenizer {
+    fn single_token(&self, text: &[u8]) -> Option<i32> {
+        // SAFETY: the address of a vocab handle, checked by `handles::vocab`; the model
+        // outlives its samplers per the API contract.
+        let handle = unsafe { handles::vocab(self.handle as *const llama_vocab) }.ok()?;
+        single_token_of(&handle.tokenizer, &handle.inner.vocab, text)
+    }
 }
 
 /// Constrains sampling to a GBNF grammar (see upstream's grammars/README.md): tokens the

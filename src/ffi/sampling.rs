@@ -1008,9 +1008,8 @@ pub extern "C" fn llama_sampler_init_penalties(
     })
 }
 
-/// The vocabulary access the DRY and infill samplers use: the model's token table, and the
-/// tokenizer exports for pieces and tokenization (token text when `llama_token_to_piece` is
-/// unavailable).
+/// The vocabulary access the DRY and infill samplers use: the model's token table and the
+/// tokenizer kept in the `llama_vocab` handle (pieces, detokenization, tokenization).
 struct FfiVocab {
     /// The `llama_vocab` handle (checked on every use: upstream's samplers also keep it).
     handle: usize,
@@ -1029,15 +1028,20 @@ impl FfiVocab {
         })
     }
 
-    fn ptr(&self) -> *const llama_vocab {
-        self.handle as *const llama_vocab
+    /// The handle, checked (`None` once it is freed).
+    fn handle(&self) -> Option<&llama_vocab> {
+        // SAFETY: the address of a vocab handle, checked by `handles::vocab`; the model
+        // outlives its samplers per the API contract.
+        unsafe { super::handles::vocab(self.handle as *const llama_vocab) }.ok()
     }
 
-    /// Calls a length-returning export with a growing buffer (negative: the size needed).
-    fn with_buffer(f: impl Fn(&mut Vec<u8>) -> i32) -> Option<Vec<u8>> {
+    /// Calls a length-returning conversion with a growing buffer (negative: the size needed).
+    fn with_buffer(
+        f: impl Fn(&mut [u8]) -> Result<i32, crate::tokenizer::TokenizerError>,
+    ) -> Option<Vec<u8>> {
         let mut buf = vec![0u8; 256];
         for _ in 0..2 {
-            let n = f(&mut buf);
+            let n = f(&mut buf).ok()?;
             if n >= 0 {
                 buf.truncate(n as usize);
                 return Some(buf);
@@ -1062,81 +1066,28 @@ impl VocabAccess for FfiVocab {
         self.model.vocab.specials.eos
     }
     fn piece(&self, id: i32) -> Vec<u8> {
-        let vocab = self.ptr();
-        let piece = Self::with_buffer(|buf| {
-            // SAFETY: `buf` is valid for its length; the handle is checked by the export.
-            unsafe {
-                super::tokenize::llama_token_to_piece(
-                    vocab,
-                    id,
-                    buf.as_mut_ptr().cast(),
-                    buf.len() as i32,
-                    0,
-                    false,
-                )
-            }
-        });
-        if let Some(piece) = piece {
-            return piece;
-        }
-        // Until the tokenizer lands: the token's text; control tokens have no piece.
-        match usize::try_from(id)
-            .ok()
-            .and_then(|i| self.model.vocab.tokens.get(i))
-        {
-            Some(t) if t.attr & crate::model::vocab::ATTR_CONTROL == 0 => {
-                t.text.as_bytes().to_vec()
-            }
-            _ => Vec::new(),
-        }
+        let vocab = &self.model.vocab;
+        Self::with_buffer(|buf| crate::tokenizer::token_to_piece(vocab, id, buf, 0, false))
+            .unwrap_or_default()
     }
     fn detokenize_one(&self, id: i32) -> Option<Vec<u8>> {
-        let vocab = self.ptr();
-        Self::with_buffer(|buf| {
-            // SAFETY: one token; `buf` is valid for its length.
-            unsafe {
-                super::tokenize::llama_detokenize(
-                    vocab,
-                    &id,
-                    1,
-                    buf.as_mut_ptr().cast(),
-                    buf.len() as i32,
-                    false,
-                    true,
-                )
-            }
-        })
+        let vocab = &self.model.vocab;
+        Self::with_buffer(|buf| crate::tokenizer::detokenize(vocab, &[id], buf, false, true))
     }
     fn tokenize(&self, text: &[u8]) -> Option<Vec<i32>> {
-        let vocab = self.ptr();
-        let mut tokens = vec![0i32; text.len() + 8];
-        for _ in 0..2 {
-            // SAFETY: `text` and `tokens` are valid for the lengths passed.
-            let n = unsafe {
-                super::tokenize::llama_tokenize(
-                    vocab,
-                    text.as_ptr().cast(),
-                    text.len() as i32,
-                    tokens.as_mut_ptr(),
-                    tokens.len() as i32,
-                    false,
-                    false,
-                )
-            };
-            if n >= 0 {
-                tokens.truncate(n as usize);
-                return Some(tokens);
-            }
-            tokens.resize(n.unsigned_abs() as usize, 0);
-        }
-        None
+        let handle = self.handle()?;
+        handle
+            .tokenizer
+            .tokenize(&self.model.vocab, text, false, false)
+            .ok()
     }
 }
 
 /// The DRY ("don't repeat yourself") sampler ("?dry", a no-op, when disabled: multiplier 0,
-/// base < 1 or last_n 0). Sequence breakers are matched through the vocabulary: they need
-/// detokenization and tokenization, and NULL (with a log line) is returned for breakers
-/// while those are unavailable. NULL or empty breakers are skipped with a warning, as
+/// base < 1 or last_n 0). Sequence breakers are matched as upstream: every token whose
+/// detokenized text contains a breaker breaks alone; a token ending with a breaker's prefix
+/// heads the tokenization of the rest (a vocab whose tokenizer cannot run: NULL and a log
+/// line). NULL or empty breakers are skipped with a warning, as
 /// upstream; a NULL `vocab` with breakers is refused (upstream crashes).
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_init_dry(
@@ -1223,8 +1174,8 @@ pub unsafe extern "C" fn llama_sampler_init_logit_bias(
 }
 
 /// The fill-in-the-middle sampler: prefers end-of-generation when text is unlikely, merges
-/// tokens whose pieces are prefixes of each other, thresholds. Pieces come from
-/// `llama_token_to_piece` (the token's text while that is unavailable). The model must
+/// tokens whose pieces are prefixes of each other, thresholds. Pieces are the tokenizer's
+/// (`llama_token_to_piece` without special tokens). The model must
 /// outlive the sampler, as upstream. NULL (and a log line) for a NULL or freed vocab.
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_init_infill(

@@ -53,7 +53,11 @@ impl GrammarVocab {
         tokenizer: Arc<dyn TokenResolver + Send + Sync>,
     ) -> GrammarVocab {
         let pieces = (0..vocab.tokens.len() as i32)
-            .map(|id| crate::tokenizer::piece(vocab, id).unwrap_or_default().to_vec())
+            .map(|id| {
+                crate::tokenizer::piece(vocab, id)
+                    .unwrap_or_default()
+                    .to_vec()
+            })
             .collect();
         GrammarVocab {
             pieces,

@@ -30,6 +30,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -1109,6 +1110,70 @@ TEST(in_place_overwrites_while_mapped) {
     run_isolated("half_written_in_place_while_mapped");
 }
 
+/* Run in a child (it lowers the descriptor limit): a changed file that cannot be opened
+ * (EMFILE) is reported failed and its new version is not recorded as seen, so the next call,
+ * with descriptors available again, reloads it. */
+TEST(transient_open_failure_is_retried) {
+    const char *path = path_in_dir("emfile.gguf");
+    struct hs_model a;
+    model_init(&a, 140);
+    CHECK_INT(publish(path, &a), 0);
+    struct llama_model *model = load(path);
+    if (!CHECK_NOT_NULL(model)) return;
+    set_t(&a, Q, GGML_TYPE_F32, 141);
+    CHECK_INT(publish(path, &a), 0);
+    struct rlimit old, low;
+    CHECK_INT(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int lowest_free = dup(0);
+    CHECK(lowest_free >= 0);
+    close(lowest_free);
+    low = old;
+    low.rlim_cur = (rlim_t)lowest_free; /* every descriptor below is taken: open fails */
+    CHECK_INT(setrlimit(RLIMIT_NOFILE, &low), 0);
+    CHECK_INT(llama_ext_model_reload_changed_tensors(model), 0);
+    CHECK_INT(setrlimit(RLIMIT_NOFILE, &old), 0);
+    CHECK_INT(outcome_of(model, Q), LLAMA_EXT_RELOAD_FAILED);
+    CHECK_INT(llama_ext_model_reload_changed_tensors(model), 1);
+    CHECK(all_tensors_are(model, &a));
+    llama_model_free(model);
+}
+
+TEST(transient_failures) {
+    run_isolated("transient_open_failure_is_retried");
+}
+
+/* A model loaded by a relative path keeps watching that file after the host changes its
+ * working directory (where another model.gguf sits). */
+TEST(relative_path_survives_chdir) {
+    char here[1024], one[320], two[320];
+    snprintf(one, sizeof one, "%s", path_in_dir("rel-one"));
+    snprintf(two, sizeof two, "%s", path_in_dir("rel-two"));
+    CHECK_INT(mkdir(one, 0755), 0);
+    CHECK_INT(mkdir(two, 0755), 0);
+    struct hs_model a, b;
+    model_init(&a, 150);
+    model_init(&b, 151);
+    char pa[400], pb[400];
+    snprintf(pa, sizeof pa, "%s/model.gguf", one);
+    snprintf(pb, sizeof pb, "%s/model.gguf", two);
+    CHECK_INT(publish(pa, &a), 0);
+    CHECK_INT(publish(pb, &b), 0);
+    if (!CHECK_NOT_NULL(getcwd(here, sizeof here))) return;
+    CHECK_INT(chdir(one), 0);
+    struct llama_model *model = load("model.gguf");
+    CHECK_INT(chdir(two), 0);
+    if (CHECK_NOT_NULL(model)) {
+        CHECK_INT(llama_ext_model_reload_changed_tensors(model), 0);
+        CHECK(all_tensors_are(model, &a));
+        set_t(&a, Q, GGML_TYPE_F32, 152);
+        CHECK_INT(publish(pa, &a), 0);
+        CHECK_INT(llama_ext_model_reload_changed_tensors(model), 1);
+        CHECK(all_tensors_are(model, &a));
+        llama_model_free(model);
+    }
+    CHECK_INT(chdir(here), 0);
+}
+
 TEST(vgpu_full_falls_back_to_cpu) {
     /* All matrices Q4_0 on VGPU2 (48 KiB): about 29 KiB used. A 32 KiB F32 version of one
      * ffn_up does not fit next to them. */
@@ -1673,6 +1738,8 @@ static const struct named_test g_tests[] = {
     T(concurrent_readers_never_see_torn_tensors),
     T(typed_report_agrees_with_json),
     T(tensor_set_and_reload_from_file),
+    T(transient_failures),
+    T(relative_path_survives_chdir),
 };
 /* Only run through run_isolated. */
 static const struct named_test g_child_tests[] = {
@@ -1680,6 +1747,7 @@ static const struct named_test g_child_tests[] = {
     T(overwrite_in_place_while_mapped_shrinking),
     T(overwrite_in_place_while_mapped_shrinking_retyped),
     T(half_written_in_place_while_mapped),
+    T(transient_open_failure_is_retried),
 };
 #undef T
 

@@ -86,6 +86,9 @@ pub enum HotSwapError {
 pub(super) struct Outcomes {
     pub(super) entries: Vec<ReportEntry>,
     pub(super) relocated: bool,
+    /// A transient failure (read, allocation) happened: the file's new identity is not
+    /// recorded, so the next call tries again.
+    pub(super) retry: bool,
 }
 
 pub(super) fn hotswap_of(model: &Model) -> Result<&HotSwap, HotSwapError> {
@@ -161,6 +164,18 @@ impl Outcomes {
         reason: String,
     ) {
         self.push(model, i, Outcome::Failed, new_type, reason);
+    }
+
+    /// A failure that may pass (I/O, allocation): reported, and retried by the next call.
+    pub(super) fn fail_transient(
+        &mut self,
+        model: &Model,
+        i: usize,
+        new_type: Option<GgmlType>,
+        reason: String,
+    ) {
+        self.retry = true;
+        self.fail(model, i, new_type, reason);
     }
 }
 

@@ -472,7 +472,10 @@ pub fn load(source: ModelSource, mut options: LoadOptions<'_>) -> Result<Model, 
     model.files = sources;
     model.devices = Some(devices);
     if options.hotswap {
-        model.hotswap = Some(crate::model::swap::HotSwap::register(&model));
+        model.hotswap = Some(crate::model::swap::HotSwap::register(
+            &model,
+            options.check_tensors,
+        ));
     }
     Ok(model)
 }

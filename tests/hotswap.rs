@@ -830,11 +830,15 @@ fn fifo_is_never_opened_for_reading() {
         assert_eq!(current(&model, Q), before);
         // Nothing changed since: the FIFO is not looked at again.
         let m = Arc::clone(&model);
-        let again = finishes("second reload", move || hotswap::reload_changed(&m).unwrap());
+        let again = finishes("second reload", move || {
+            hotswap::reload_changed(&m).unwrap()
+        });
         assert!(again.entries.is_empty(), "{again:?}");
         let (m, fifo) = (Arc::clone(&model), path.clone());
         let err = finishes("reload_from_file of a FIFO", move || {
-            hotswap::reload_from_file(&m, &fifo).map(|_| ()).unwrap_err()
+            hotswap::reload_from_file(&m, &fifo)
+                .map(|_| ())
+                .unwrap_err()
         });
         assert!(err.to_string().contains("not a regular file"), "{err}");
         let fifo = path.clone();
@@ -848,7 +852,10 @@ fn fifo_is_never_opened_for_reading() {
         std::fs::remove_file(&path).unwrap();
         let b = variant(
             &base,
-            &[(Q, Some((GgmlType::Q8_0, bytes_for(&base, Q, GgmlType::Q8_0, 5))))],
+            &[(
+                Q,
+                Some((GgmlType::Q8_0, bytes_for(&base, Q, GgmlType::Q8_0, 5))),
+            )],
         );
         replace(&path, &b);
         let report = hotswap::reload_changed(&model).unwrap();
@@ -861,7 +868,12 @@ fn fifo_is_never_opened_for_reading() {
 fn rss_anon_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let line = status.lines().find(|l| l.starts_with("RssAnon:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1024
 }
 
 fn mapped_count(model: &Model) -> usize {
@@ -922,7 +934,10 @@ fn metadata_only_change_keeps_mappings_and_memory() {
     // mapping, so the unchanged tensors keep reading through it.
     let b = variant(
         &base,
-        &[(Q, Some((GgmlType::F32, bytes_for(&base, Q, GgmlType::F32, 3))))],
+        &[(
+            Q,
+            Some((GgmlType::F32, bytes_for(&base, Q, GgmlType::F32, 3))),
+        )],
     );
     replace(&path, &b);
     let report = hotswap::reload_changed(&model).unwrap();
@@ -938,7 +953,10 @@ fn metadata_only_change_keeps_mappings_and_memory() {
     // mapped_tensors_survive_in_place_overwrite_and_truncation and ext_hotswap.c).
     let c = variant(
         &b,
-        &[(Q, Some((GgmlType::F32, bytes_for(&base, Q, GgmlType::F32, 4))))],
+        &[(
+            Q,
+            Some((GgmlType::F32, bytes_for(&base, Q, GgmlType::F32, 4))),
+        )],
     );
     let fresh = base_path_sibling(&path);
     replace(&fresh, &c);
@@ -993,7 +1011,10 @@ fn check_tensors_validates_swapped_bytes() {
     assert_eq!(entry.outcome, Outcome::Refused, "{report:?}");
     assert!(entry.reason.contains("non-finite"), "{report:?}");
     assert_eq!(current(&model, Q), before);
-    replace(&path, &variant(&base, &[(Q, Some((GgmlType::Q8_0, bad.clone())))]));
+    replace(
+        &path,
+        &variant(&base, &[(Q, Some((GgmlType::Q8_0, bad.clone())))]),
+    );
     let report = hotswap::reload_changed(&model).unwrap();
     assert_eq!(outcome(&report, Q), Outcome::Refused, "{report:?}");
     assert_eq!(current(&model, Q), before);

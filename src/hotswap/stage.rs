@@ -346,7 +346,7 @@ pub(super) fn run_job(model: &Model, job: Job<'_>, out: &mut Outcomes) {
     };
 
     if model.hotswap.as_ref().is_some_and(|hs| hs.check_tensors) {
-        if let Some(why) = crate::loader::validate::find_invalid(job.new_type, &bytes) {
+        if let Some(why) = crate::gguf::validate::find_invalid(job.new_type, &bytes) {
             recycle(model, bytes);
             out.refuse(
                 model,

@@ -4,7 +4,7 @@
 
 pub mod file;
 pub mod place;
-pub mod validate;
+pub use crate::gguf::validate;
 
 use std::collections::HashMap;
 use std::ffi::CString;

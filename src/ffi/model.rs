@@ -312,7 +312,7 @@ pub unsafe extern "C" fn llama_model_get_vocab(model: *const llama_model) -> *co
     boundary!("llama_model_get_vocab", std::ptr::null(), {
         // SAFETY: NULL or a live model.
         let handle = unsafe { handles::model(model) }?;
-        Ok(&handle.vocab as *const llama_vocab)
+        Ok(&*handle.vocab as *const llama_vocab)
     })
 }
 

@@ -190,62 +190,23 @@ static uint8_t *build(struct hs_model *m, size_t *len) {
     size_t size = 0;
     FILE *f = open_memstream(&buf, &size);
     if (!f) abort();
-    fwrite("GGUF", 1, 4, f);
-    put_u32(f, 3);
-    put_u64(f, (uint64_t)m->n);
-    put_u64(f, 13);
-    kv_str(f, "general.architecture", "llama");
-    kv_str(f, "general.name", "hotswap-test");
-    kv_u32(f, "llama.context_length", 2048);
-    kv_u32(f, "llama.embedding_length", N_EMBD);
-    kv_u32(f, "llama.block_count", N_LAYER);
-    kv_u32(f, "llama.feed_forward_length", N_FF);
-    kv_u32(f, "llama.attention.head_count", 8);
-    kv_u32(f, "llama.attention.head_count_kv", 4);
-    kv_f32(f, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    kv_str(f, "tokenizer.ggml.model", "llama");
-    kv_str(f, "tokenizer.chat_template", "{% for m in messages %}{{ m.content }}{% endfor %}");
-    put_str(f, "tokenizer.ggml.tokens");
-    put_i32(f, 9);
-    put_i32(f, 8);
-    put_u64(f, N_VOCAB);
-    for (int i = 0; i < N_VOCAB; i++) {
-        char tok[16];
-        if (i == 0) strcpy(tok, "<unk>");
-        else if (i == 1) strcpy(tok, "<s>");
-        else if (i == 2) strcpy(tok, "</s>");
-        else snprintf(tok, sizeof tok, "tok%d", i);
-        put_str(f, tok);
-    }
-    put_str(f, "tokenizer.ggml.scores");
-    put_i32(f, 9);
-    put_i32(f, 6);
-    put_u64(f, N_VOCAB);
-    for (int i = 0; i < N_VOCAB; i++) put_f32(f, -(float)i);
-
-    uint64_t rel[MAX_T], offset = 0;
+    struct tiny_gguf_info info[MAX_T];
+    uint64_t rel[MAX_T];
     for (int i = 0; i < m->n; i++) {
-        put_str(f, m->t[i].name);
-        put_u32(f, (uint32_t)m->t[i].n_dims);
-        for (int d = 0; d < m->t[i].n_dims; d++) put_u64(f, (uint64_t)m->t[i].ne[d]);
-        put_i32(f, m->t[i].type);
-        put_u64(f, offset);
-        rel[i] = offset;
-        offset += (t_nbytes(&m->t[i]) + ALIGN - 1) / ALIGN * ALIGN;
+        info[i].name = m->t[i].name;
+        info[i].n_dims = m->t[i].n_dims;
+        info[i].ne[0] = m->t[i].ne[0];
+        info[i].ne[1] = m->t[i].ne[1];
+        info[i].type = m->t[i].type;
+        info[i].nbytes = t_nbytes(&m->t[i]);
     }
-    long pos = ftell(f);
-    while (pos % ALIGN) {
-        fputc(0, f);
-        pos++;
-    }
-    m->data_start = (uint64_t)pos;
+    const struct tiny_gguf_meta meta = { "hotswap-test", 2048, N_EMBD, N_LAYER, N_FF, N_VOCAB, 1, 1 };
+    m->data_start = (uint64_t)tiny_gguf_begin(f, &meta, m->n, info, rel);
     for (int i = 0; i < m->n; i++) {
-        uint64_t nb = t_nbytes(&m->t[i]);
-        uint8_t *data = malloc(nb);
+        uint8_t *data = malloc(info[i].nbytes);
         gen(&m->t[i], data);
-        fwrite(data, 1, nb, f);
+        tiny_gguf_put_data(f, data, info[i].nbytes);
         free(data);
-        for (uint64_t p = nb; p % ALIGN; p++) fputc(0, f);
         m->off[i] = m->data_start + rel[i];
     }
     fclose(f);
@@ -651,12 +612,24 @@ static void in_place_case(int mode) {
     struct llama_context *ctx = new_context(model);
     CHECK_NOT_NULL(ctx);
     if (mode != LLAMA_LOAD_MODE_NONE) {
-        /* The first change of a mapped file moves its mapped tensors (token_embd) to owned
-         * memory: a relocation, so the generation moves once. */
+        /* A new file renamed into place leaves the loaded inode intact: token_embd, unchanged,
+         * keeps reading through its mapping and nothing relocates. */
+        struct llama_ext_tensor_info info;
         set_t(&a, "blk.2.attn_norm.weight", GGML_TYPE_F32, 21);
         CHECK_INT(publish(path, &a), 0);
         CHECK(llama_reload_changed_tensors(ctx));
         CHECK(tensor_is(model, &a, "token_embd.weight"));
+        CHECK_INT(llama_ext_tensor_info(model, "token_embd.weight", &info), 0);
+        CHECK_INT(info.buffer, LLAMA_EXT_BUFFER_MAPPED);
+        CHECK_INT(llama_ext_model_generation(model), 0);
+        /* token_embd itself changes: it moves off the mapping to owned memory (a relocation,
+         * so the generation moves once). */
+        set_t(&a, "token_embd.weight", GGML_TYPE_F32, 21);
+        CHECK_INT(publish(path, &a), 0);
+        CHECK(llama_reload_changed_tensors(ctx));
+        CHECK(tensor_is(model, &a, "token_embd.weight"));
+        CHECK_INT(llama_ext_tensor_info(model, "token_embd.weight", &info), 0);
+        CHECK(info.buffer != LLAMA_EXT_BUFFER_MAPPED);
         CHECK_INT(llama_ext_model_generation(model), 1);
         CHECK(llama_ext_context_rebuild_graph(ctx));
     }

@@ -1996,10 +1996,18 @@ int32_t llama_detokenize(const struct llama_vocab *vocab,
                          bool remove_special,
                          bool unparse_special);
 
-// Upstream: formats `n_msg` chat messages with a built-in template matching `tmpl` into
-// `buf` (`length` bytes); returns the full length, or -1 for an unsupported template.
-// Not supported by llama-hotswap yet: logs once and returns -1 (upstream's failure value).
-// `buf` is left untouched.
+// Apply chat template. Inspired by hf apply_chat_template() on python.
+//
+// Not a Jinja engine: `tmpl` (NULL means "chatml") is either the name of a built-in
+// template (`llama_chat_builtin_templates`) or a raw Jinja template from which one of them
+// is recognised by marker substrings, as upstream does.
+// `chat`: `n_msg` messages (may be NULL when `n_msg` is 0); `add_ass`: end with the
+// assistant's turn prefix. Writes up to `length` bytes of the formatted prompt to `buf` as
+// `strncpy` does (NUL-terminated and zero-padded only when it fits).
+// Returns the total length of the formatted prompt, also when `buf` is too small (then call
+// again with a larger buffer), or -1 when no built-in template matches `tmpl`, `chat` or a
+// role or content pointer is NULL, `n_msg` is larger than any array can be, or the prompt
+// would exceed INT32_MAX bytes (upstream crashes or aborts on these).
 int32_t llama_chat_apply_template(const char *tmpl,
                                   const struct llama_chat_message *chat,
                                   size_t n_msg,
@@ -2007,9 +2015,11 @@ int32_t llama_chat_apply_template(const char *tmpl,
                                   char *buf,
                                   int32_t length);
 
-// Upstream: writes up to `len` names of the built-in chat templates (static strings) to
-// `output`; returns the total number of templates.
-// Not supported by llama-hotswap yet: logs once and returns -1. `output` is left untouched.
+// Get list of built-in chat templates.
+//
+// Writes the names of the first `len` built-in templates (static strings, in upstream's
+// order) to `output` and returns how many there are in all (54); `output` may be NULL when
+// `len` is 0. Returns -1 when `output` is NULL and `len` is not 0.
 int32_t llama_chat_builtin_templates(const char **output, size_t len);
 
 // The tokenizer type (`enum llama_vocab_type`). NONE (0) for NULL.

@@ -14,6 +14,8 @@
 //! * `device` — the device registry (CUDA, virtual GPUs, CPU), allocations, layer placement.
 //! * `gguf` — the GGUF format: parsing and writing bytes; never sees a mapping.
 //! * `log` — the log sink shared by all.
+//! * `chat` — upstream's built-in chat templates (detection from a template string and
+//!   formatting); uses nothing but std.
 //!
 //! Rooms still to come, named so that the engine's code has a place: `tokenizer` (one file per
 //! algorithm; the vocabulary data stays in `model::vocab`), `context` (the context moves out of
@@ -37,18 +39,23 @@
 //! # Safety
 //! The core is safe Rust with typed `thiserror` errors: `gguf`, `model`, `hotswap` and
 //! `loader` forbid `unsafe`; `storage` denies it except in `storage::host` (file mappings and
-//! owned arenas, the one OS edge). `unsafe` is otherwise only in `ffi` and at the device edge
-//! (`device::cuda`), and every block carries a `// SAFETY:` comment (clippy's
+//! owned arenas, the one OS edge). `unsafe` is otherwise only in `ffi`, at the device edge
+//! (`device::cuda`) and in `kernels` (SIMD intrinsics, the thread pool's borrowed jobs,
+//! disjoint writes from pool threads), and every block carries a `// SAFETY:` comment (clippy's
 //! `undocumented_unsafe_blocks` is denied).
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+/// cbindgen:ignore
+pub mod chat;
 /// cbindgen:ignore
 pub mod device;
 /// cbindgen:ignore
 pub mod gguf;
 /// cbindgen:ignore
 pub mod hotswap;
+/// cbindgen:ignore
+pub mod kernels;
 /// cbindgen:ignore
 pub mod loader;
 /// cbindgen:ignore

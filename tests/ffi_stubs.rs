@@ -162,11 +162,6 @@ fn decode_tokenize_sampling_stubs_return_failure_values() {
             ),
             -1
         );
-        assert_eq!(
-            tokenize::llama_chat_apply_template(null(), null(), 0, true, text.as_mut_ptr(), 16),
-            -1
-        );
-        assert_eq!(tokenize::llama_chat_builtin_templates(null_mut(), 0), -1);
 
         assert!(sampling::llama_sampler_init_greedy().is_null());
         assert!(sampling::llama_sampler_init_dist(LLAMA_DEFAULT_SEED).is_null());

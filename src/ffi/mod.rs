@@ -151,4 +151,6 @@ pub mod sampling;
 pub mod state;
 pub mod threadpool;
 pub mod tokenize;
+// Chat templates right after tokenization in the header, as in upstream's llama.h.
+pub mod chat;
 pub mod vocab;

@@ -64,30 +64,3 @@ pub unsafe extern "C" fn llama_detokenize(
 ) -> i32 {
     unsupported!("llama_detokenize", -1)
 }
-
-/// Upstream: formats `n_msg` chat messages with a built-in template matching `tmpl` into
-/// `buf` (`length` bytes); returns the full length, or -1 for an unsupported template.
-/// Not supported by llama-hotswap yet: logs once and returns -1 (upstream's failure value).
-/// `buf` is left untouched.
-#[no_mangle]
-pub unsafe extern "C" fn llama_chat_apply_template(
-    tmpl: *const c_char,
-    chat: *const llama_chat_message,
-    n_msg: usize,
-    add_ass: bool,
-    buf: *mut c_char,
-    length: i32,
-) -> i32 {
-    unsupported!("llama_chat_apply_template", -1)
-}
-
-/// Upstream: writes up to `len` names of the built-in chat templates (static strings) to
-/// `output`; returns the total number of templates.
-/// Not supported by llama-hotswap yet: logs once and returns -1. `output` is left untouched.
-#[no_mangle]
-pub unsafe extern "C" fn llama_chat_builtin_templates(
-    output: *mut *const c_char,
-    len: usize,
-) -> i32 {
-    unsupported!("llama_chat_builtin_templates", -1)
-}

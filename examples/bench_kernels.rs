@@ -1,0 +1,287 @@
+//! Micro-benchmark of the CPU kernels: mat-vec (and a small batch) of a 14336 x 4096 weight
+//! (llama-3-8B's FFN shape) per type, on 1 and 2 threads; median of several runs.
+//!
+//! cargo run --release --example bench_kernels [-- [--upstream LIBGGML_CPU] TYPE...]
+//! (types by ggml name: q4_0 f16 ...). With `--upstream` (upstream's libggml-cpu.so), also
+//! times upstream's own `vec_dot` on the same bytes, one thread, in the same process,
+//! interleaved with ours, so the machine's noise hits both alike.
+
+use std::time::Instant;
+
+use llama::gguf::GgmlType;
+use llama::kernels::cpu::{self, Scratch, ThreadPool};
+
+/// CPU time of the calling thread (not wall time: the build machine is shared and loaded, and
+/// a one-thread comparison should not count time spent descheduled).
+fn thread_cpu_ms() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 * 1e-6
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Upstream's CPU type traits, looked up with dlopen (example only: the library itself never
+/// loads upstream).
+#[repr(C)]
+struct TypeTraitsCpu {
+    from_float: Option<unsafe extern "C" fn(*const f32, *mut u8, i64)>,
+    vec_dot:
+        Option<unsafe extern "C" fn(i32, *mut f32, usize, *const u8, usize, *const u8, usize, i32)>,
+    vec_dot_type: i32,
+    nrows: i64,
+}
+
+struct Upstream {
+    traits: unsafe extern "C" fn(i32) -> *const TypeTraitsCpu,
+}
+
+impl Upstream {
+    fn open(path: &str) -> Upstream {
+        let c = std::ffi::CString::new(path).unwrap();
+        // SAFETY: dlopen/dlsym with valid C strings; the symbols are upstream's exported
+        // `void ggml_cpu_init(void)` and `const struct ggml_type_traits_cpu *
+        // ggml_get_type_traits_cpu(enum ggml_type)`, whose C signatures the types match.
+        unsafe {
+            let h = libc::dlopen(c.as_ptr(), libc::RTLD_NOW);
+            assert!(!h.is_null(), "dlopen {path} failed");
+            let init = libc::dlsym(h, c"ggml_cpu_init".as_ptr());
+            let traits = libc::dlsym(h, c"ggml_get_type_traits_cpu".as_ptr());
+            assert!(
+                !init.is_null() && !traits.is_null(),
+                "symbols missing in {path}"
+            );
+            std::mem::transmute::<*mut libc::c_void, unsafe extern "C" fn()>(init)();
+            Upstream {
+                traits: std::mem::transmute::<
+                    *mut libc::c_void,
+                    unsafe extern "C" fn(i32) -> *const TypeTraitsCpu,
+                >(traits),
+            }
+        }
+    }
+
+    /// Upstream's from_float (of the vec_dot type) then vec_dot over every row, one thread;
+    /// returns ms, and writes results to `out`.
+    fn mat_vec(
+        &self,
+        t: GgmlType,
+        w: &[u8],
+        n_rows: usize,
+        k: usize,
+        x: &[f32],
+        out: &mut [f32],
+    ) -> f64 {
+        let row = cpu::row_bytes(t, k);
+        let vt = cpu::vec_dot_type(t);
+        let mut xq = vec![0u8; cpu::row_bytes(vt, k) + 64];
+        let start = thread_cpu_ms();
+        // SAFETY: the table entries are upstream's kernels for these types; buffers hold the
+        // bytes they read/write (`w` n_rows rows, `xq` one converted row, `out` n_rows floats).
+        unsafe {
+            let tt = &*(self.traits)(t.id() as i32);
+            let vtt = &*(self.traits)(vt.id() as i32);
+            if vt == GgmlType::F32 {
+                std::ptr::copy_nonoverlapping(x.as_ptr().cast::<u8>(), xq.as_mut_ptr(), 4 * k);
+            } else {
+                (vtt.from_float.unwrap())(x.as_ptr(), xq.as_mut_ptr(), k as i64);
+            }
+            let dot = tt.vec_dot.unwrap();
+            for (i, o) in out.iter_mut().enumerate().take(n_rows) {
+                dot(
+                    k as i32,
+                    o,
+                    0,
+                    w.as_ptr().add(i * row),
+                    0,
+                    xq.as_ptr(),
+                    0,
+                    1,
+                );
+            }
+        }
+        thread_cpu_ms() - start
+    }
+}
+
+/// SmolLM2-135M's mat-vec shapes (Q4_1 layers, Q8_0 output): per-call time at 1 and 2
+/// threads, where pool wake-up and chunking overheads show.
+fn small_shapes() {
+    let x: Vec<f32> = (0..128 * 576)
+        .map(|i| (i % 101) as f32 / 50.0 - 1.0)
+        .collect();
+    for vt in [
+        GgmlType::Q8_0,
+        GgmlType::Q8_1,
+        GgmlType::Q8_K,
+        GgmlType::F16,
+    ] {
+        let k = if vt == GgmlType::Q8_K { 512 } else { 576 };
+        let row = cpu::row_bytes(vt, k);
+        let mut out = vec![0u8; row * 128];
+        let mut times = Vec::new();
+        for _ in 0..51 {
+            let start = Instant::now();
+            for j in 0..128 {
+                cpu::quantize_row(vt, &x[j * k..(j + 1) * k], &mut out[j * row..(j + 1) * row]);
+            }
+            times.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+        println!(
+            "activation conversion to {vt}: 128 rows of {k}: {:.1} us",
+            median(times)
+        );
+    }
+    println!("small mat-vecs (SmolLM2-135M shapes), microseconds per call, median of 201:");
+    for (t, n_rows, k) in [
+        (GgmlType::Q4_1, 576usize, 576usize),
+        (GgmlType::Q4_1, 1536, 576),
+        (GgmlType::Q4_1, 576, 1536),
+        (GgmlType::Q8_0, 49152, 576),
+    ] {
+        let row = cpu::row_bytes(t, k);
+        let mut w = vec![0u8; n_rows * row];
+        for (i, b) in w.iter_mut().enumerate() {
+            *b = (i * 7 % 251) as u8;
+        }
+        for block in w.chunks_exact_mut(t.type_size() as usize) {
+            block[0..2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
+        }
+        let x: Vec<f32> = (0..k).map(|i| (i % 13) as f32 / 13.0 - 0.5).collect();
+        let mut dst = vec![0f32; n_rows];
+        let mut scratch = Scratch::new();
+        let mut line = format!("  {:<5} {n_rows:>6} x {k:<5}", t.name());
+        for threads in [1, 2] {
+            let pool = ThreadPool::new(threads);
+            let mut times = Vec::new();
+            for _ in 0..201 {
+                let start = Instant::now();
+                cpu::mul_mat(t, &w, n_rows, k, &x, 1, &mut dst, &pool, &mut scratch);
+                times.push(start.elapsed().as_secs_f64() * 1e6);
+            }
+            line += &format!("  {threads} th {:>8.1}", median(times));
+        }
+        println!("{line}");
+    }
+}
+
+fn main() {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let upstream = args.iter().position(|a| a == "--upstream").map(|i| {
+        let path = args.remove(i + 1);
+        args.remove(i);
+        Upstream::open(&path)
+    });
+    let filter = args;
+    if filter.iter().any(|f| f == "small") {
+        small_shapes();
+        return;
+    }
+    let (n_rows, k) = (14336usize, 4096usize);
+    println!("SIMD: {}; weight {n_rows} x {k}", cpu::simd_level());
+    println!(
+        "{:<8} {:>10} {:>10} {:>12} {:>12}",
+        "type", "mv 1th ms", "mv 2th ms", "GB/s (2th)", "b8 2th ms"
+    );
+    let mut seed = 0x1234_5678u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for t in cpu::SUPPORTED {
+        if !filter.is_empty() && !filter.iter().any(|f| f.eq_ignore_ascii_case(t.name())) {
+            continue;
+        }
+        let row = cpu::row_bytes(t, k);
+        let mut w: Vec<u8> = (0..n_rows * row).map(|_| next() as u8).collect();
+        // Finite scales: the f16 scale fields of each block get small values.
+        let f16_fields: &[usize] = match t {
+            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+            GgmlType::Q2_K => &[80, 82],
+            GgmlType::Q3_K => &[108],
+            GgmlType::Q6_K => &[208],
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => &[],
+            _ => &[0],
+        };
+        if t.is_quantized() {
+            for block in w.chunks_exact_mut(t.type_size() as usize) {
+                for &at in f16_fields {
+                    let v = half::f16::from_f32((next() % 1000) as f32 * 1e-5 - 0.005);
+                    block[at..at + 2].copy_from_slice(&v.to_bits().to_le_bytes());
+                }
+            }
+        } else if t == GgmlType::F32 {
+            for c in w.chunks_exact_mut(4) {
+                c.copy_from_slice(&((next() % 1000) as f32 / 1000.0 - 0.5).to_le_bytes());
+            }
+        } else {
+            for c in w.chunks_exact_mut(2) {
+                let v = (next() % 1000) as f32 / 1000.0 - 0.5;
+                let bits = if t == GgmlType::F16 {
+                    half::f16::from_f32(v).to_bits()
+                } else {
+                    half::bf16::from_f32(v).to_bits()
+                };
+                c.copy_from_slice(&bits.to_le_bytes());
+            }
+        }
+        let x: Vec<f32> = (0..8 * k)
+            .map(|_| (next() % 2000) as f32 / 1000.0 - 1.0)
+            .collect();
+        let mut dst = vec![0f32; n_rows * 8];
+        let mut scratch = Scratch::new();
+        let mut results = Vec::new();
+        for (threads, m) in [(1, 1), (2, 1), (2, 8)] {
+            let pool = ThreadPool::new(threads);
+            let mut times = Vec::new();
+            for _ in 0..9 {
+                let start = Instant::now();
+                cpu::mul_mat(t, &w, n_rows, k, &x, m, &mut dst, &pool, &mut scratch);
+                times.push(start.elapsed().as_secs_f64() * 1e3);
+            }
+            results.push(median(times));
+        }
+        let gbs = (n_rows * row) as f64 / (results[1] * 1e-3) / 1e9;
+        let mut theirs = String::from("-");
+        if let Some(up) = &upstream {
+            // Interleaved: ours (1 thread) and theirs alternately, medians of each.
+            let pool = ThreadPool::new(1);
+            let mut out = vec![0f32; n_rows];
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            for _ in 0..9 {
+                let start = thread_cpu_ms();
+                cpu::mul_mat(t, &w, n_rows, k, &x, 1, &mut dst, &pool, &mut scratch);
+                a.push(thread_cpu_ms() - start);
+                b.push(up.mat_vec(t, &w, n_rows, k, &x, &mut out));
+            }
+            let (ours, up_ms) = (median(a), median(b));
+            let max_rel = out
+                .iter()
+                .zip(&dst)
+                .map(|(u, o)| ((u - o).abs() / u.abs().max(1e-3)) as f64)
+                .fold(0.0, f64::max);
+            theirs = format!(
+                "{up_ms:.2} (ours {ours:.2}, x{:.2}; max rel diff {max_rel:.1e})",
+                up_ms / ours
+            );
+        }
+        println!(
+            "{:<8} {:>10.2} {:>10.2} {:>12.1} {:>12.2} {}",
+            t.name(),
+            results[0],
+            results[1],
+            gbs,
+            results[2],
+            theirs
+        );
+    }
+}

@@ -1,0 +1,698 @@
+//! CPU kernels: dequantization, activation quantization, per-type dot products and `mul_mat`,
+//! following upstream's CPU backend (`ggml/src/ggml-cpu`) so results match it closely.
+//!
+//! A weight is a byte slice in ggml's layout (rows of `row_bytes(t, k)` bytes, any alignment:
+//! mmap'd or owned storage is read in place, never copied). `mul_mat` converts the f32
+//! activations once into the weight type's vec_dot type ([`vec_dot_type`]), bit-exact with the
+//! conversion upstream's CPU backend runs, then splits the output into chunks of rows x columns
+//! that the pool's threads claim from an atomic counter (ggml's chunking).
+//!
+//! Entry points: [`mul_mat`] (one 2-D weight), [`mul_mat_rows`] (a row piece of a split weight
+//! into a strided destination), [`prepare_activations`] + [`mul_mat_prepared`] (convert once,
+//! multiply several weights or pieces), [`mul_mat_batched`] (ggml's batch dims with GQA
+//! broadcast and strides: attention over the KV cache in place), [`dequantize_row`],
+//! [`quantize_row`]. All panic on inconsistent sizes (the engine checks shapes when it builds
+//! its graph).
+//!
+//! Kernels: each type has a scalar reference dot product ([`vec_dot_scalar`]); on x86-64 with
+//! AVX2+FMA+F16C (detected once at run time) [`dot_fn`] hands out the SIMD version, and
+//! [`tile_fn`] a kernel for several activation rows at once (batched products).
+//! `LLAMA_HOTSWAP_KERNELS=scalar` forces the scalar path (as on a CPU without AVX2).
+
+mod blocks;
+mod dequant;
+mod dot_scalar;
+mod pool;
+mod quantize;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+pub use pool::ThreadPool;
+
+use crate::gguf::GgmlType;
+
+/// The weight types the CPU kernels compute with.
+pub const SUPPORTED: [GgmlType; 15] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+];
+
+/// Whether `t` can be a `mul_mat` weight or a `dequantize_row` source.
+pub fn supports(t: GgmlType) -> bool {
+    SUPPORTED.contains(&t)
+}
+
+/// The type activations are converted to before a dot product with a weight of type `t`
+/// (ggml's `vec_dot_type`): Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL, Q8_1 for Q4_1/Q5_1, Q8_K for the
+/// K-quants and IQ4_XS, and the type itself for F32/F16/BF16.
+///
+/// Panics if `t` is not [`supports`]ed.
+pub fn vec_dot_type(t: GgmlType) -> GgmlType {
+    match t {
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => t,
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => GgmlType::Q8_0,
+        GgmlType::Q4_1 | GgmlType::Q5_1 => GgmlType::Q8_1,
+        GgmlType::Q2_K
+        | GgmlType::Q3_K
+        | GgmlType::Q4_K
+        | GgmlType::Q5_K
+        | GgmlType::Q6_K
+        | GgmlType::IQ4_XS => GgmlType::Q8_K,
+        _ => panic!("no CPU kernel for ggml type {t}"),
+    }
+}
+
+/// Bytes of one row of `k` elements of type `t`. Panics if `k` is not a multiple of the block
+/// size.
+pub fn row_bytes(t: GgmlType, k: usize) -> usize {
+    let block = t.block_size() as usize;
+    assert!(
+        k % block == 0,
+        "{k} elements is not a multiple of the {t} block size {block}"
+    );
+    k / block * t.type_size() as usize
+}
+
+/// ggml's `to_float` for `t`: decodes `dst.len()` values from the whole blocks at the start of
+/// `src`. Bit-identical to ggml's `dequantize_row_*` (and gguf-py's `dequantize`); Q8_1 and
+/// Q8_K (activation types) are accepted too.
+///
+/// Panics if `t` is not supported, `dst.len()` is not a multiple of the block size, or `src`
+/// is shorter than `row_bytes(t, dst.len())`.
+pub fn dequantize_row(t: GgmlType, src: &[u8], dst: &mut [f32]) {
+    let n = row_bytes(t, dst.len());
+    assert!(
+        src.len() >= n,
+        "{t} row of {} values needs {n} bytes, got {}",
+        dst.len(),
+        src.len()
+    );
+    let src = &src[..n];
+    let f: fn(&[u8], &mut [f32]) = match t {
+        GgmlType::F32 => dequant::f32_row,
+        GgmlType::F16 => dequant::f16_row,
+        GgmlType::BF16 => dequant::bf16_row,
+        GgmlType::Q4_0 => dequant::q4_0,
+        GgmlType::Q4_1 => dequant::q4_1,
+        GgmlType::Q5_0 => dequant::q5_0,
+        GgmlType::Q5_1 => dequant::q5_1,
+        GgmlType::Q8_0 => dequant::q8_0,
+        GgmlType::Q8_1 => dequant::q8_1,
+        GgmlType::Q2_K => dequant::q2_k,
+        GgmlType::Q3_K => dequant::q3_k,
+        GgmlType::Q4_K => dequant::q4_k,
+        GgmlType::Q5_K => dequant::q5_k,
+        GgmlType::Q6_K => dequant::q6_k,
+        GgmlType::Q8_K => dequant::q8_k,
+        GgmlType::IQ4_NL => dequant::iq4_nl,
+        GgmlType::IQ4_XS => dequant::iq4_xs,
+        _ => panic!("no CPU dequantization for ggml type {t}"),
+    };
+    f(src, dst);
+}
+
+/// Converts one f32 row into `vt`, one of the vec_dot types (F32, F16, BF16, Q8_0, Q8_1,
+/// Q8_K), bit-exact with the `from_float` upstream's CPU backend runs on x86-64 (see
+/// `quantize.rs`). `dst` must hold at least `row_bytes(vt, x.len())` bytes.
+pub fn quantize_row(vt: GgmlType, x: &[f32], dst: &mut [u8]) {
+    let n = row_bytes(vt, x.len());
+    assert!(
+        dst.len() >= n,
+        "{vt} row of {} values needs {n} bytes",
+        x.len()
+    );
+    let dst = &mut dst[..n];
+    match vt {
+        #[cfg(target_arch = "x86_64")]
+        GgmlType::Q8_0 | GgmlType::Q8_1 if x86::quantize_q8(x, dst, vt == GgmlType::Q8_1) => {}
+        #[cfg(target_arch = "x86_64")]
+        GgmlType::F16 if x86::convert_f16(x, dst) => {}
+        _ => quantize_row_scalar(vt, x, dst),
+    }
+}
+
+/// [`quantize_row`] with the scalar reference only (the SIMD quantizers are tested against it,
+/// bit for bit).
+pub fn quantize_row_scalar(vt: GgmlType, x: &[f32], dst: &mut [u8]) {
+    let n = row_bytes(vt, x.len());
+    assert!(
+        dst.len() >= n,
+        "{vt} row of {} values needs {n} bytes",
+        x.len()
+    );
+    let dst = &mut dst[..n];
+    match vt {
+        GgmlType::F32 => quantize::f32_row(x, dst),
+        GgmlType::F16 => quantize::f16_row(x, dst),
+        GgmlType::BF16 => quantize::bf16_row(x, dst),
+        GgmlType::Q8_0 => quantize::q8_0(x, dst),
+        GgmlType::Q8_1 => quantize::q8_1(x, dst),
+        GgmlType::Q8_K => quantize::q8_k(x, dst),
+        _ => panic!("{vt} is not a vec_dot type"),
+    }
+}
+
+/// A dot product of `k` elements: a weight row of type `t` with an activation row already in
+/// `vec_dot_type(t)`, both as bytes.
+pub type DotFn = fn(k: usize, w: &[u8], x: &[u8]) -> f32;
+
+/// The scalar reference dot product for weight type `t` (ggml's generic code).
+pub fn scalar_dot_fn(t: GgmlType) -> DotFn {
+    match t {
+        GgmlType::F32 => dot_scalar::f32,
+        GgmlType::F16 => dot_scalar::f16,
+        GgmlType::BF16 => dot_scalar::bf16,
+        GgmlType::Q4_0 => dot_scalar::q4_0,
+        GgmlType::Q4_1 => dot_scalar::q4_1,
+        GgmlType::Q5_0 => dot_scalar::q5_0,
+        GgmlType::Q5_1 => dot_scalar::q5_1,
+        GgmlType::Q8_0 => dot_scalar::q8_0,
+        GgmlType::Q2_K => dot_scalar::q2_k,
+        GgmlType::Q3_K => dot_scalar::q3_k,
+        GgmlType::Q4_K => dot_scalar::q4_k,
+        GgmlType::Q5_K => dot_scalar::q5_k,
+        GgmlType::Q6_K => dot_scalar::q6_k,
+        GgmlType::IQ4_NL => dot_scalar::iq4_nl,
+        GgmlType::IQ4_XS => dot_scalar::iq4_xs,
+        _ => panic!("no CPU kernel for ggml type {t}"),
+    }
+}
+
+/// The fastest dot product for `t` on this machine: the SIMD one when the CPU has it (checked
+/// once), else the scalar reference.
+pub fn dot_fn(t: GgmlType) -> DotFn {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(f) = x86::dot_fn(t) {
+        return f;
+    }
+    scalar_dot_fn(t)
+}
+
+/// A batched-product kernel: `out[c * rows + r] = dot(w row r, x row c)` for `r < rows`,
+/// `c < cols` (at most 2 × 4), weight rows `w_stride` bytes apart, activation rows `x_stride`
+/// bytes apart. Reusing each loaded weight block for several activation rows is what makes
+/// batched products (prompt processing, attention) faster than one dot at a time.
+pub type TileFn =
+    fn(k: usize, w: &[u8], w_stride: usize, x: &[u8], x_stride: usize, out: &mut [f32; 8]);
+
+/// A tile kernel and its shape.
+#[derive(Clone, Copy)]
+pub struct Tile {
+    pub rows: usize,
+    pub cols: usize,
+    pub f: TileFn,
+}
+
+/// The tile kernel for `t` on this machine, if one exists (AVX2: 1 weight row × 4 activation
+/// rows for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q6_K). Every tile
+/// computes each output with exactly the arithmetic of [`dot_fn`], so results never depend on
+/// the batch size (nor, through the aligned chunking, on the thread count).
+pub fn tile_fn(t: GgmlType) -> Option<Tile> {
+    #[cfg(target_arch = "x86_64")]
+    return x86::tile_fn(t);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = t;
+        None
+    }
+}
+
+/// Which SIMD level [`dot_fn`] uses: "avx2" or "scalar".
+pub fn simd_level() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    if x86::available() {
+        return "avx2";
+    }
+    "scalar"
+}
+
+fn check_dot_args(t: GgmlType, k: usize, w: &[u8], x: &[u8]) {
+    let (nw, nx) = (row_bytes(t, k), row_bytes(vec_dot_type(t), k));
+    assert!(
+        w.len() >= nw && x.len() >= nx,
+        "{t} dot of {k}: {} / {} bytes",
+        w.len(),
+        x.len()
+    );
+}
+
+/// One dot product with [`dot_fn`]: weight row `w` (type `t`) · activation row `x` (bytes in
+/// `vec_dot_type(t)`), `k` elements.
+pub fn vec_dot(t: GgmlType, k: usize, w: &[u8], x: &[u8]) -> f32 {
+    check_dot_args(t, k, w, x);
+    dot_fn(t)(k, w, x)
+}
+
+/// As [`vec_dot`], with the scalar reference.
+pub fn vec_dot_scalar(t: GgmlType, k: usize, w: &[u8], x: &[u8]) -> f32 {
+    check_dot_args(t, k, w, x);
+    scalar_dot_fn(t)(k, w, x)
+}
+
+/// Reusable buffers for `mul_mat`: after the first calls at the largest shapes, no allocation.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    activations: Vec<u8>,
+}
+
+impl Scratch {
+    pub fn new() -> Scratch {
+        Scratch::default()
+    }
+
+    /// Bytes currently reserved (for tests of "no growth once warm").
+    pub fn capacity(&self) -> usize {
+        self.activations.capacity()
+    }
+}
+
+/// Activations converted to a weight type's vec_dot type: `m` rows of `k` elements (times
+/// `n_batch` for [`mul_mat_batched`]), ready for any number of [`mul_mat_prepared`] calls with
+/// weights of that type (for example the row pieces of one split weight).
+#[derive(Debug)]
+pub struct Activations<'a> {
+    vec_dot_type: GgmlType,
+    k: usize,
+    m: usize,
+    row_bytes: usize,
+    bytes: &'a [u8],
+}
+
+impl Activations<'_> {
+    pub fn vec_dot_type(&self) -> GgmlType {
+        self.vec_dot_type
+    }
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    pub fn m(&self) -> usize {
+        self.m
+    }
+    #[inline(always)]
+    fn row(&self, j: usize) -> &[u8] {
+        &self.bytes[j * self.row_bytes..(j + 1) * self.row_bytes]
+    }
+}
+
+/// Wraps a pointer for disjoint writes from pool threads.
+#[derive(Clone, Copy)]
+struct SharedOut<T>(*mut T);
+// SAFETY: used only for writes to disjoint elements by different tasks, while the owning `&mut`
+// borrow is held by the function that spawned the tasks and waits for them.
+unsafe impl<T: Send> Sync for SharedOut<T> {}
+// SAFETY: as above: the pointer is only used for those disjoint writes.
+unsafe impl<T: Send> Send for SharedOut<T> {}
+
+impl<T> SharedOut<T> {
+    /// The pointer (a method, so closures capture the whole `Sync` wrapper, not the field).
+    fn ptr(&self) -> *mut T {
+        self.0
+    }
+}
+
+/// Converts `n` activation rows of `k` f32 (row `r` starts at `x[row_start(r)]`) into `vt`
+/// in `scratch`, in parallel when there is enough work.
+fn convert_rows<'a>(
+    vt: GgmlType,
+    x: &[f32],
+    k: usize,
+    n: usize,
+    row_start: impl Fn(usize) -> usize + Sync,
+    pool: &ThreadPool,
+    scratch: &'a mut Scratch,
+) -> &'a [u8] {
+    let row = row_bytes(vt, k);
+    let total = row * n;
+    if scratch.activations.len() < total {
+        scratch.activations.resize(total, 0);
+    }
+    let buf = &mut scratch.activations[..total];
+    if n <= 1 || k * n < 8192 {
+        for (r, out) in buf.chunks_exact_mut(row.max(1)).enumerate().take(n) {
+            quantize_row(vt, &x[row_start(r)..row_start(r) + k], out);
+        }
+    } else {
+        let out = SharedOut(buf.as_mut_ptr());
+        pool.parallel_for(n, &|r, _| {
+            // SAFETY: task r writes only bytes r*row..(r+1)*row of `buf`, which is borrowed
+            // mutably for this whole call; tasks have distinct r.
+            let dst = unsafe { std::slice::from_raw_parts_mut(out.ptr().add(r * row), row) };
+            quantize_row(vt, &x[row_start(r)..row_start(r) + k], dst);
+        });
+    }
+    &scratch.activations[..total]
+}
+
+/// Converts `m` rows of `k` f32 (`x`, row-major) into `vec_dot_type(t)` for weights of type
+/// `t`, in `scratch` (F32 weights borrow `x` as is). Rows are converted in parallel on `pool`.
+pub fn prepare_activations<'a>(
+    t: GgmlType,
+    x: &'a [f32],
+    k: usize,
+    m: usize,
+    pool: &ThreadPool,
+    scratch: &'a mut Scratch,
+) -> Activations<'a> {
+    let vt = vec_dot_type(t);
+    let row = row_bytes(vt, k);
+    assert!(
+        x.len() >= k * m,
+        "activations: {} values for {m} rows of {k}",
+        x.len()
+    );
+    #[cfg(target_endian = "little")]
+    if vt == GgmlType::F32 {
+        // SAFETY: f32 has no padding or invalid bit patterns as bytes, u8 has alignment 1, and
+        // the byte slice covers exactly the first k*m floats of `x`, borrowed for 'a. On a
+        // little-endian target the bytes are the little-endian encoding the kernels read.
+        let bytes = unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), k * m * 4) };
+        return Activations {
+            vec_dot_type: vt,
+            k,
+            m,
+            row_bytes: row,
+            bytes,
+        };
+    }
+    let bytes = convert_rows(vt, x, k, m, |r| r * k, pool, scratch);
+    Activations {
+        vec_dot_type: vt,
+        k,
+        m,
+        row_bytes: row,
+        bytes,
+    }
+}
+
+/// ggml's MUL_MAT for one 2-D weight: `w` holds `n_rows` rows of `k` elements of type `t`
+/// (ggml layout, row stride `row_bytes(t, k)`), `x` holds `m` f32 rows of `k`, and
+/// `dst[j * n_rows + i] = dot(w row i, x row j)`.
+///
+/// Activations are first converted to `vec_dot_type(t)` as ggml does, so results match ggml's
+/// CPU backend closely. Panics on inconsistent sizes or an unsupported type.
+#[allow(clippy::too_many_arguments)]
+pub fn mul_mat(
+    t: GgmlType,
+    w: &[u8],
+    n_rows: usize,
+    k: usize,
+    x: &[f32],
+    m: usize,
+    dst: &mut [f32],
+    pool: &ThreadPool,
+    scratch: &mut Scratch,
+) {
+    mul_mat_rows(t, w, n_rows, k, x, m, dst, n_rows, 0, pool, scratch);
+}
+
+/// [`mul_mat`] for a piece of a weight split by rows: writes
+/// `dst[j * dst_stride + dst_row_offset + i]` for `i` in `0..n_rows`, `j` in `0..m`.
+/// To convert the activations once for several pieces, use [`prepare_activations`] and
+/// [`mul_mat_prepared`].
+#[allow(clippy::too_many_arguments)]
+pub fn mul_mat_rows(
+    t: GgmlType,
+    w: &[u8],
+    n_rows: usize,
+    k: usize,
+    x: &[f32],
+    m: usize,
+    dst: &mut [f32],
+    dst_stride: usize,
+    dst_row_offset: usize,
+    pool: &ThreadPool,
+    scratch: &mut Scratch,
+) {
+    let act = prepare_activations(t, x, k, m, pool, scratch);
+    mul_mat_prepared(t, w, n_rows, &act, dst, dst_stride, dst_row_offset, pool);
+}
+
+/// The weight rows (`n_rows`) times activation rows (`act.m()`) product of [`mul_mat_rows`],
+/// with activations already converted. `act` must come from [`prepare_activations`] for the
+/// same `t`.
+#[allow(clippy::too_many_arguments)]
+pub fn mul_mat_prepared(
+    t: GgmlType,
+    w: &[u8],
+    n_rows: usize,
+    act: &Activations<'_>,
+    dst: &mut [f32],
+    dst_stride: usize,
+    dst_row_offset: usize,
+    pool: &ThreadPool,
+) {
+    assert_eq!(
+        act.vec_dot_type,
+        vec_dot_type(t),
+        "activations prepared for another type"
+    );
+    let w_row = row_bytes(t, act.k);
+    let layout = BatchedLayout {
+        n_rows,
+        k: act.k,
+        m: act.m,
+        n_batch: 1,
+        n_w_batch: 1,
+        w_row_stride: w_row,
+        w_batch_stride: 0,
+        x_row_stride: act.k,
+        x_batch_stride: 0,
+        dst_row_stride: dst_stride,
+        dst_batch_stride: 0,
+    };
+    assert!(
+        dst_row_offset + n_rows <= dst_stride || act.m <= 1,
+        "dst rows out of the stride"
+    );
+    let end = dst.len();
+    let dst = &mut dst[dst_row_offset.min(end)..];
+    run_mul_mat(t, w, act, &layout, dst, pool);
+}
+
+/// Shapes and strides of ggml's MUL_MAT over a batch of 2-D products (its dims 2 and 3
+/// flattened): for `b` in `0..n_batch`, `j` in `0..m`, `i` in `0..n_rows`,
+/// `dst[b * dst_batch_stride + j * dst_row_stride + i] = dot(W[b / (n_batch / n_w_batch)] row i,
+/// X[b] row j)`, where weight batch `wb` row `i` starts at byte `wb * w_batch_stride +
+/// i * w_row_stride` of `w`, and activation row `j` of batch `b` at element
+/// `b * x_batch_stride + j * x_row_stride` of `x`. The weight batches are broadcast as ggml
+/// does (grouped-query attention: several query heads share one KV head). Strides let
+/// attention read the KV cache and permuted Q in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchedLayout {
+    pub n_rows: usize,
+    pub k: usize,
+    pub m: usize,
+    pub n_batch: usize,
+    pub n_w_batch: usize,
+    /// Bytes.
+    pub w_row_stride: usize,
+    /// Bytes.
+    pub w_batch_stride: usize,
+    /// f32 elements.
+    pub x_row_stride: usize,
+    /// f32 elements.
+    pub x_batch_stride: usize,
+    /// f32 elements; at least `n_rows` when `m > 1`.
+    pub dst_row_stride: usize,
+    /// f32 elements; past the last row of the previous batch when `n_batch > 1`.
+    pub dst_batch_stride: usize,
+}
+
+/// ggml's MUL_MAT over a batch of strided 2-D products (see [`BatchedLayout`]), in one
+/// parallel job: used for attention (K·Q and V·softmax over all heads at once), with `t` F32
+/// or F16 (the KV cache) or any supported weight type.
+pub fn mul_mat_batched(
+    t: GgmlType,
+    w: &[u8],
+    x: &[f32],
+    layout: &BatchedLayout,
+    dst: &mut [f32],
+    pool: &ThreadPool,
+    scratch: &mut Scratch,
+) {
+    let l = *layout;
+    if l.n_rows == 0 || l.m == 0 || l.n_batch == 0 {
+        return;
+    }
+    let row_start = |r: usize| (r / l.m) * l.x_batch_stride + (r % l.m) * l.x_row_stride;
+    let last = row_start(l.n_batch * l.m - 1);
+    assert!(
+        last + l.k <= x.len(),
+        "activations: {} values, layout needs {}",
+        x.len(),
+        last + l.k
+    );
+    let vt = vec_dot_type(t);
+    let bytes = convert_rows(vt, x, l.k, l.n_batch * l.m, row_start, pool, scratch);
+    let act = Activations {
+        vec_dot_type: vt,
+        k: l.k,
+        m: l.m,
+        row_bytes: row_bytes(vt, l.k),
+        bytes,
+    };
+    run_mul_mat(t, w, &act, &l, dst, pool);
+}
+
+/// Rows per chunk as ggml: 16, or 64 for a matrix-vector product.
+fn chunk_rows(cols: usize) -> usize {
+    if cols == 1 {
+        64
+    } else {
+        16
+    }
+}
+
+/// The threaded product over converted activations (`act` holds `n_batch * m` rows, batch-major).
+fn run_mul_mat(
+    t: GgmlType,
+    w: &[u8],
+    act: &Activations<'_>,
+    l: &BatchedLayout,
+    dst: &mut [f32],
+    pool: &ThreadPool,
+) {
+    let BatchedLayout {
+        n_rows,
+        k,
+        m,
+        n_batch,
+        n_w_batch,
+        ..
+    } = *l;
+    if n_rows == 0 || m == 0 || n_batch == 0 {
+        return;
+    }
+    assert!(
+        n_w_batch > 0 && n_batch % n_w_batch == 0,
+        "{n_batch} batches over {n_w_batch} weights"
+    );
+    let w_row = row_bytes(t, k);
+    let w_end = (n_w_batch - 1) * l.w_batch_stride + (n_rows - 1) * l.w_row_stride + w_row;
+    assert!(
+        w.len() >= w_end,
+        "{t} weight: {} bytes, layout needs {w_end}",
+        w.len()
+    );
+    assert!(m == 1 || l.dst_row_stride >= n_rows, "dst rows overlap");
+    let batch_extent = (m - 1) * l.dst_row_stride + n_rows;
+    assert!(
+        n_batch == 1 || l.dst_batch_stride >= batch_extent,
+        "dst batches overlap"
+    );
+    let d_end = (n_batch - 1) * l.dst_batch_stride + batch_extent;
+    assert!(
+        dst.len() >= d_end,
+        "dst: {} values, layout needs {d_end}",
+        dst.len()
+    );
+    assert!(
+        act.bytes.len() >= n_batch * m * act.row_bytes,
+        "activations too short"
+    );
+    let dot = dot_fn(t);
+    let broadcast = n_batch / n_w_batch;
+
+    // ggml's split: chunks of weight rows x activation columns (all batches' columns in a row)
+    // claimed from a counter; with fewer than four chunks per thread, one chunk per thread
+    // along the longer side. Chunk edges are multiples of the tile shape, so which outputs a
+    // tile computes depends on their position only, never on the thread count.
+    let cols = n_batch * m;
+    let tile = tile_fn(t).filter(|_| cols >= 4);
+    let (ra, ca) = tile.map_or((1, 1), |t| (t.rows, t.cols));
+    let nth = pool.n_threads();
+    let chunk = chunk_rows(cols);
+    let (mut nchunk0, mut nchunk1) = (n_rows.div_ceil(chunk), cols.div_ceil(chunk));
+    if nchunk0 * nchunk1 < nth * 4 {
+        if n_rows > cols {
+            (nchunk0, nchunk1) = (nth.min(n_rows), 1);
+        } else {
+            (nchunk0, nchunk1) = (1, nth.min(cols));
+        }
+    }
+    let dr0 = n_rows.div_ceil(nchunk0).next_multiple_of(ra);
+    let dr1 = cols.div_ceil(nchunk1).next_multiple_of(ca);
+    let (nchunk0, nchunk1) = (n_rows.div_ceil(dr0), cols.div_ceil(dr1));
+    let out = SharedOut(dst.as_mut_ptr());
+    // Per activation column: where its outputs start in dst and where its weight batch starts
+    // in w (divisions once per column, not per output).
+    let bases = |col: usize| {
+        let (b, j) = (col / m, col % m);
+        (
+            b * l.dst_batch_stride + j * l.dst_row_stride,
+            (b / broadcast) * l.w_batch_stride,
+        )
+    };
+    // The outputs of column `col` for weight rows `rows`, one dot product each.
+    let singles = |col: usize, rows: std::ops::Range<usize>| {
+        let (d_base, w_base) = bases(col);
+        let xr = act.row(col);
+        for i in rows {
+            let at = w_base + i * l.w_row_stride;
+            let v = dot(k, &w[at..at + w_row], xr);
+            // SAFETY: (col, i) lies in exactly one task's chunk, and the layout asserts above
+            // make (col, i) -> index injective and in bounds, so each element is written once by
+            // one thread; `dst` stays mutably borrowed until parallel_for returns.
+            unsafe { *out.ptr().add(d_base + i) = v };
+        }
+    };
+    let run = |task: usize, _thread: usize| {
+        let (c0, c1) = (task % nchunk0, task / nchunk0);
+        let (r0, r1) = (c0 * dr0, c1 * dr1);
+        let (r0_end, r1_end) = ((r0 + dr0).min(n_rows), (r1 + dr1).min(cols));
+        // 16x16 tiles: a few weight rows stay in L1 while the activation rows stream.
+        for tile1 in (r1..r1_end).step_by(16) {
+            let cols_end = (tile1 + 16).min(r1_end);
+            for tile0 in (r0..r0_end).step_by(16) {
+                let rows_end = (tile0 + 16).min(r0_end);
+                let mut col = tile1;
+                while col < cols_end {
+                    let group =
+                        tile.filter(|_| col + ca <= cols_end && col / m == (col + ca - 1) / m);
+                    let Some(tl) = group else {
+                        singles(col, tile0..rows_end);
+                        col += 1;
+                        continue;
+                    };
+                    let (_, w_base) = bases(col);
+                    let mut d_bases = [0usize; 4];
+                    for (c, d) in d_bases.iter_mut().enumerate().take(ca) {
+                        *d = bases(col + c).0;
+                    }
+                    let x = &act.bytes[col * act.row_bytes..];
+                    let mut i = tile0;
+                    let mut vals = [0f32; 8];
+                    while i + ra <= rows_end {
+                        let wr = &w[w_base + i * l.w_row_stride..];
+                        (tl.f)(k, wr, l.w_row_stride, x, act.row_bytes, &mut vals);
+                        for (c, d_base) in d_bases.iter().enumerate().take(ca) {
+                            for r in 0..ra {
+                                // SAFETY: as in `singles`: (col + c, i + r) is in this chunk.
+                                unsafe { *out.ptr().add(d_base + i + r) = vals[c * ra + r] };
+                            }
+                        }
+                        i += ra;
+                    }
+                    for c in 0..ca {
+                        singles(col + c, i..rows_end);
+                    }
+                    col += ca;
+                }
+            }
+        }
+    };
+    pool.parallel_for(nchunk0 * nchunk1, &run);
+}

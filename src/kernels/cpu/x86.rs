@@ -1,0 +1,1355 @@
+//! AVX2/FMA/F16C dot products, chosen at run time (`is_x86_feature_detected!`, checked once).
+//!
+//! The integer work follows ggml's AVX2 kernels (`ggml-cpu/arch/x86/quants.c`): unpack to
+//! bytes, `maddubs` (u8 × i8 pairs into i16, sign trick for i8 × i8), `madd` into i32 (with
+//! the sub-block scales for the K-quants), one FMA per block with the f32 scales. Results equal
+//! the scalar reference up to f32 summation order.
+//!
+//! Each kernel is an `unsafe fn` with `#[target_feature]` taking raw pointers to whole blocks;
+//! its safe wrapper (the [`DotFn`] installed in the table) checks the slice lengths first, and
+//! the table is only handed out when the CPU has the features.
+
+use std::arch::x86_64::*;
+use std::sync::OnceLock;
+
+use super::blocks::*;
+use super::{DotFn, Tile};
+use crate::gguf::GgmlType;
+
+/// Whether this CPU has AVX2, FMA and F16C (checked once), and the SIMD kernels are not
+/// turned off with `LLAMA_HOTSWAP_KERNELS=scalar` (to run the scalar reference end to end, as
+/// on a CPU without AVX2).
+pub fn available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        let forced_scalar =
+            std::env::var_os("LLAMA_HOTSWAP_KERNELS").is_some_and(|v| v == "scalar");
+        !forced_scalar
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+    })
+}
+
+/// The AVX2 dot product for `t`, when this CPU has AVX2+FMA+F16C.
+pub fn dot_fn(t: GgmlType) -> Option<DotFn> {
+    if !available() {
+        return None;
+    }
+    Some(match t {
+        GgmlType::F32 => f32_dot,
+        GgmlType::F16 => f16_dot,
+        GgmlType::BF16 => bf16_dot,
+        GgmlType::Q4_0 => q4_0,
+        GgmlType::Q4_1 => q4_1,
+        GgmlType::Q5_0 => q5_0,
+        GgmlType::Q5_1 => q5_1,
+        GgmlType::Q8_0 => q8_0,
+        GgmlType::IQ4_NL => iq4_nl,
+        GgmlType::Q2_K => q2_k,
+        GgmlType::Q3_K => q3_k,
+        GgmlType::Q4_K => q4_k,
+        GgmlType::Q5_K => q5_k,
+        GgmlType::Q6_K => q6_k,
+        GgmlType::IQ4_XS => iq4_xs,
+        _ => return None,
+    })
+}
+
+/// Safe entry points: check that `w` and `x` hold the blocks the kernel reads, then call it.
+macro_rules! entry {
+    ($name:ident, $kernel:ident, $elems_per_block:expr, $w_bytes:expr, $x_bytes:expr) => {
+        fn $name(n: usize, w: &[u8], x: &[u8]) -> f32 {
+            let nb = n / $elems_per_block;
+            assert!(
+                w.len() >= nb * $w_bytes && x.len() >= nb * $x_bytes,
+                "dot of {n}: {} / {} bytes",
+                w.len(),
+                x.len()
+            );
+            // SAFETY: this function is only reachable through `dot_fn`, which hands it out when
+            // `available()` saw AVX2, FMA and F16C; the kernel reads `nb` blocks of each
+            // operand, whose presence was checked just above; unaligned loads throughout.
+            unsafe { $kernel(nb, w.as_ptr(), x.as_ptr()) }
+        }
+    };
+}
+
+entry!(f32_dot, f32_avx2, 1, 4, 4);
+entry!(f16_dot, f16_avx2, 1, 2, 2);
+entry!(bf16_dot, bf16_avx2, 1, 2, 2);
+entry!(q4_0, q4_0_avx2, QK, Q4_0_BYTES, Q8_0_BYTES);
+entry!(q4_1, q4_1_avx2, QK, Q4_1_BYTES, Q8_1_BYTES);
+entry!(q5_0, q5_0_avx2, QK, Q5_0_BYTES, Q8_0_BYTES);
+entry!(q5_1, q5_1_avx2, QK, Q5_1_BYTES, Q8_1_BYTES);
+entry!(q8_0, q8_0_avx2, QK, Q8_0_BYTES, Q8_0_BYTES);
+entry!(iq4_nl, iq4_nl_avx2, QK, IQ4_NL_BYTES, Q8_0_BYTES);
+entry!(q2_k, q2_k_avx2, QK_K, Q2_K_BYTES, Q8_K_BYTES);
+entry!(q3_k, q3_k_avx2, QK_K, Q3_K_BYTES, Q8_K_BYTES);
+entry!(q4_k, q4_k_avx2, QK_K, Q4_K_BYTES, Q8_K_BYTES);
+entry!(q5_k, q5_k_avx2, QK_K, Q5_K_BYTES, Q8_K_BYTES);
+entry!(q6_k, q6_k_avx2, QK_K, Q6_K_BYTES, Q8_K_BYTES);
+entry!(iq4_xs, iq4_xs_avx2, QK_K, IQ4_XS_BYTES, Q8_K_BYTES);
+
+// ------------------------------------------------------------------ helpers
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hsum_f32x8(x: __m256) -> f32 {
+    let mut r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    _mm_cvtss_f32(r)
+}
+
+/// The f16 at `p` as f32 (one `vcvtph2ps`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_load(p: *const u8) -> f32 {
+    let bits = p.cast::<u16>().read_unaligned();
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f32_load(p: *const u8) -> f32 {
+    p.cast::<f32>().read_unaligned()
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load256(p: *const u8) -> __m256i {
+    _mm256_loadu_si256(p.cast())
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load128(p: *const u8) -> __m128i {
+    _mm_loadu_si128(p.cast())
+}
+
+/// 16 bytes of nibbles into 32 bytes: low nibbles in the low half (elements 0..16), high
+/// nibbles in the high half (16..32), as ggml's `bytes_from_nibbles_32`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibbles_32(p: *const u8) -> __m256i {
+    let tmp = load128(p);
+    let bytes = _mm256_set_m128i(_mm_srli_epi16(tmp, 4), tmp);
+    _mm256_and_si256(bytes, _mm256_set1_epi8(0xF))
+}
+
+/// 32 bits into 32 bytes: 0xFF where the bit is set (ggml's `bytes_from_bits_32`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bits_32(p: *const u8) -> __m256i {
+    let x32 = p.cast::<u32>().read_unaligned() as i32;
+    let shuf = _mm256_set_epi64x(
+        0x0303_0303_0303_0303,
+        0x0202_0202_0202_0202,
+        0x0101_0101_0101_0101,
+        0,
+    );
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(x32), shuf);
+    let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe));
+    _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
+}
+
+/// Pairwise u8 × i8 products summed into 8 × i32 (ggml's `maddubs` + `madd(1)`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_u8_i8(ax: __m256i, sy: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1))
+}
+
+/// i8 × i8 through the sign trick (|x| × sign(x)·y), into 8 × i32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_i8_i8(x: __m256i, y: __m256i) -> __m256i {
+    dot_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+}
+
+/// i8 × i8 pairwise into 16 × i16 (sign trick), for the K-quant scale `madd`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mul_i8_pairs_i16(x: __m256i, y: __m256i) -> __m256i {
+    _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+}
+
+/// `_mm256_shuffle_epi8` masks for [`pair_scales`]: from 8 i16 (duplicated in both halves),
+/// lane 2h to the low half and lane 2h + 1 to the high half.
+static PAIR_MASKS: [[u8; 32]; 4] = {
+    let mut masks = [[0u8; 32]; 4];
+    let mut h = 0;
+    while h < 4 {
+        let mut b = 0;
+        while b < 32 {
+            let lane = 2 * h + b / 16;
+            masks[h][b] = (2 * lane + b % 2) as u8;
+            b += 1;
+        }
+        h += 1;
+    }
+    masks
+};
+
+/// 16 i8 sub-block scales (of 16 values each) as 8 vectors: vector g holds scale 2g in its
+/// low 8 i16 lanes and scale 2g + 1 in its high 8, matching a 32-byte `maddubs` product.
+#[inline(always)]
+unsafe fn pair_scales(sc: __m128i) -> [__m256i; 8] {
+    let lo = _mm_cvtepi8_epi16(sc);
+    let hi = _mm_cvtepi8_epi16(_mm_srli_si128(sc, 8));
+    let (vlo, vhi) = (_mm256_set_m128i(lo, lo), _mm256_set_m128i(hi, hi));
+    let mut out = [_mm256_setzero_si256(); 8];
+    for (g, o) in out.iter_mut().enumerate() {
+        let mask = _mm256_loadu_si256(PAIR_MASKS[g % 4].as_ptr().cast());
+        *o = _mm256_shuffle_epi8(if g < 4 { vlo } else { vhi }, mask);
+    }
+    out
+}
+
+// ------------------------------------------------------------------ float types
+
+/// Own kernels rather than the `gemm` crate (measured 2026-11-23, one thread, same process):
+/// for F16 (the KV cache's default type and F16 models) ours is as fast or faster (K·Q 512×64
+/// ·128: 0.32 vs 0.33 ms; V·P 64×512·128: 0.15 vs 0.29 ms; 1536×576·128: 3.8 vs 5.5 ms) and
+/// keeps ggml's semantics (f16-rounded activations, f32 accumulation; gemm's f16 path returns
+/// f16); for F32 gemm is 1.3–2.5× faster, but F32 matmuls are rare in the models served (F32
+/// KV cache only), and batch-size-invariant results need one arithmetic per output.
+///
+/// Dot products of one float row `w` with `C` activation rows `xs` bytes apart. Per output the
+/// arithmetic is fixed whatever `C` is — two 8-lane FMA accumulators over 16-element steps (an
+/// 8-element step into the first), `acc0 + acc1` summed horizontally in a fixed order, then
+/// the scalar tail in order — so batched products (the 1 × 4 tile) equal mat-vecs bit for bit.
+/// `load(p, i)` gives 8 values from element `i`, `scalar(p, i)` one.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn float_cols<const C: usize>(
+    n: usize,
+    w: *const u8,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; C],
+    load: impl Fn(*const u8, usize) -> __m256,
+    scalar: impl Fn(*const u8, usize) -> f32,
+) {
+    let mut acc = [[_mm256_setzero_ps(); 2]; C];
+    let mut i = 0;
+    while i + 16 <= n {
+        let (a0, a1) = (load(w, i), load(w, i + 8));
+        for (c, acc) in acc.iter_mut().enumerate() {
+            let xc = x.add(c * xs);
+            acc[0] = _mm256_fmadd_ps(a0, load(xc, i), acc[0]);
+            acc[1] = _mm256_fmadd_ps(a1, load(xc, i + 8), acc[1]);
+        }
+        i += 16;
+    }
+    if i + 8 <= n {
+        let a0 = load(w, i);
+        for (c, acc) in acc.iter_mut().enumerate() {
+            acc[0] = _mm256_fmadd_ps(a0, load(x.add(c * xs), i), acc[0]);
+        }
+        i += 8;
+    }
+    for (c, acc) in acc.iter().enumerate() {
+        let mut s = hsum_f32x8(_mm256_add_ps(acc[0], acc[1]));
+        for e in i..n {
+            s += scalar(w, e) * scalar(x.add(c * xs), e);
+        }
+        out[c] = s;
+    }
+}
+
+#[inline(always)]
+unsafe fn load_f32(p: *const u8, i: usize) -> __m256 {
+    _mm256_loadu_ps(p.cast::<f32>().add(i))
+}
+
+#[inline(always)]
+unsafe fn scalar_f32(p: *const u8, i: usize) -> f32 {
+    p.cast::<f32>().add(i).read_unaligned()
+}
+
+#[inline(always)]
+unsafe fn load_f16(p: *const u8, i: usize) -> __m256 {
+    _mm256_cvtph_ps(load128(p.add(2 * i)))
+}
+
+#[inline(always)]
+unsafe fn scalar_f16(p: *const u8, i: usize) -> f32 {
+    f16_load(p.add(2 * i))
+}
+
+#[inline(always)]
+unsafe fn load_bf16(p: *const u8, i: usize) -> __m256 {
+    _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(load128(p.add(2 * i))),
+        16,
+    ))
+}
+
+#[inline(always)]
+unsafe fn scalar_bf16(p: *const u8, i: usize) -> f32 {
+    f32::from_bits(u32::from(p.add(2 * i).cast::<u16>().read_unaligned()) << 16)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f32_avx2(n: usize, w: *const u8, x: *const u8) -> f32 {
+    let mut out = [0f32; 1];
+    float_cols::<1>(
+        n,
+        w,
+        x,
+        0,
+        &mut out,
+        |p, i| load_f32(p, i),
+        |p, i| scalar_f32(p, i),
+    );
+    out[0]
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_avx2(n: usize, w: *const u8, x: *const u8) -> f32 {
+    let mut out = [0f32; 1];
+    float_cols::<1>(
+        n,
+        w,
+        x,
+        0,
+        &mut out,
+        |p, i| load_f16(p, i),
+        |p, i| scalar_f16(p, i),
+    );
+    out[0]
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bf16_avx2(n: usize, w: *const u8, x: *const u8) -> f32 {
+    let mut out = [0f32; 1];
+    float_cols::<1>(
+        n,
+        w,
+        x,
+        0,
+        &mut out,
+        |p, i| load_bf16(p, i),
+        |p, i| scalar_bf16(p, i),
+    );
+    out[0]
+}
+
+// ------------------------------------------------------------------ 32-element blocks
+
+/// `d_w · d_x` of a block and its Q8_0 activation block (both f16 at offset 0), converted in
+/// one instruction, broadcast.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scale_q8_0(wb: *const u8, xb: *const u8) -> __m256 {
+    let w = i32::from(wb.cast::<u16>().read_unaligned());
+    let x = i32::from(xb.cast::<u16>().read_unaligned());
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(w | (x << 16)));
+    _mm256_broadcastss_ps(_mm_mul_ss(v, _mm_movehdup_ps(v)))
+}
+
+/// Shared loop of the Q8_0-activation kernels: `block(wb, xb)` gives the 8 × i32 partial sums
+/// of one block; two blocks per iteration on two accumulators.
+#[inline(always)]
+unsafe fn blocks_q8_0(
+    nb: usize,
+    w: *const u8,
+    wbytes: usize,
+    x: *const u8,
+    block: impl Fn(*const u8, *const u8) -> __m256i,
+) -> f32 {
+    let mut acc0 = _mm256_setzero_ps();
+    let mut acc1 = _mm256_setzero_ps();
+    let mut ib = 0;
+    while ib + 1 < nb {
+        let (w0, x0) = (w.add(ib * wbytes), x.add(ib * Q8_0_BYTES));
+        let (w1, x1) = (w0.add(wbytes), x0.add(Q8_0_BYTES));
+        let d0 = scale_q8_0(w0, x0);
+        let d1 = scale_q8_0(w1, x1);
+        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(block(w0, x0)), acc0);
+        acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(block(w1, x1)), acc1);
+        ib += 2;
+    }
+    if ib < nb {
+        let (w0, x0) = (w.add(ib * wbytes), x.add(ib * Q8_0_BYTES));
+        let d0 = scale_q8_0(w0, x0);
+        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(block(w0, x0)), acc0);
+    }
+    hsum_f32x8(_mm256_add_ps(acc0, acc1))
+}
+
+/// `[d_w, m_w, d_x, s_x]` of a Q4_1/Q5_1 block and its Q8_1 activation block, converted
+/// from f16 in one instruction (both pairs sit at offset 0), multiplied pairwise:
+/// `[d_w·d_x, m_w·s_x, _, _]`. One conversion instead of four scalar ones per block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scales_q8_1(wb: *const u8, xb: *const u8) -> __m128 {
+    let w = wb.cast::<i32>().read_unaligned();
+    let x = xb.cast::<i32>().read_unaligned();
+    let v = _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128(w), x, 1));
+    _mm_mul_ps(v, _mm_movehl_ps(v, v))
+}
+
+/// Shared loop of the Q8_1-activation kernels (unsigned quants plus a min): `block` gives the
+/// u8 × i8 sums; the min contributes `m · s` per block (lane 1 of the scale products).
+#[inline(always)]
+unsafe fn blocks_q8_1(
+    nb: usize,
+    w: *const u8,
+    wbytes: usize,
+    x: *const u8,
+    block: impl Fn(*const u8, *const u8) -> __m256i,
+) -> f32 {
+    let mut acc0 = _mm256_setzero_ps();
+    let mut acc1 = _mm256_setzero_ps();
+    let mut acc_ms = _mm_setzero_ps();
+    let mut ib = 0;
+    while ib + 1 < nb {
+        let (w0, x0) = (w.add(ib * wbytes), x.add(ib * Q8_1_BYTES));
+        let (w1, x1) = (w0.add(wbytes), x0.add(Q8_1_BYTES));
+        let s0 = scales_q8_1(w0, x0);
+        let s1 = scales_q8_1(w1, x1);
+        acc_ms = _mm_add_ps(acc_ms, _mm_add_ps(s0, s1));
+        let d0 = _mm256_broadcastss_ps(s0);
+        let d1 = _mm256_broadcastss_ps(s1);
+        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(block(w0, x0)), acc0);
+        acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(block(w1, x1)), acc1);
+        ib += 2;
+    }
+    if ib < nb {
+        let (w0, x0) = (w.add(ib * wbytes), x.add(ib * Q8_1_BYTES));
+        let s0 = scales_q8_1(w0, x0);
+        acc_ms = _mm_add_ps(acc_ms, s0);
+        acc0 = _mm256_fmadd_ps(
+            _mm256_broadcastss_ps(s0),
+            _mm256_cvtepi32_ps(block(w0, x0)),
+            acc0,
+        );
+    }
+    hsum_f32x8(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_movehdup_ps(acc_ms))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_0_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
+    blocks_q8_0(nb, w, Q4_0_BYTES, x, |wb, xb| {
+        let qx = _mm256_sub_epi8(nibbles_32(wb.add(2)), _mm256_set1_epi8(8));
+        dot_i8_i8(qx, load256(xb.add(2)))
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_1_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
+    blocks_q8_1(nb, w, Q4_1_BYTES, x, |wb, xb| {
+        dot_u8_i8(nibbles_32(wb.add(4)), load256(xb.add(4)))
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_0_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
+    blocks_q8_0(nb, w, Q5_0_BYTES, x, |wb, xb| {
+        // Bit clear: the value is nibble - 16, i.e. the nibble with 0xF0 set, as an i8.
+        let hi = _mm256_andnot_si256(bits_32(wb.add(2)), _mm256_set1_epi8(0xF0u8 as i8));
+        let qx = _mm256_or_si256(nibbles_32(wb.add(6)), hi);
+        dot_i8_i8(qx, load256(xb.add(2)))
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_1_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
+    blocks_q8_1(nb, w, Q5_1_BYTES, x, |wb, xb| {
+        let hi = _mm256_and_si256(bits_32(wb.add(4)), _mm256_set1_epi8(0x10));
+        let qx = _mm256_or_si256(nibbles_32(wb.add(8)), hi);
+        dot_u8_i8(qx, load256(xb.add(4)))
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
+    blocks_q8_0(nb, w, Q8_0_BYTES, x, |wb, xb| {
+        dot_i8_i8(load256(wb.add(2)), load256(xb.add(2)))
+    })
+}
+
+/// 16 bytes of IQ4 nibbles looked up in the code book: 32 i8 values, low nibbles first.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4_lookup(p: *const u8) -> __m256i {
+    let table = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast());
+    let bits = load128(p);
+    let m4 = _mm_set1_epi8(0xF);
+    let lo = _mm_shuffle_epi8(table, _mm_and_si128(bits, m4));
+    let hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(bits, 4), m4));
+    _mm256_set_m128i(hi, lo)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4_nl_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
+    blocks_q8_0(nb, w, IQ4_NL_BYTES, x, |wb, xb| {
+        dot_i8_i8(iq4_lookup(wb.add(2)), load256(xb.add(2)))
+    })
+}
+
+// ------------------------------------------------------------------ K-quants (Q8_K activations)
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q2_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
+    let m3 = _mm256_set1_epi8(3);
+    let m4 = _mm_set1_epi8(0xF);
+    let mut acc = _mm256_setzero_ps();
+    let mut acc_min = _mm256_setzero_ps();
+    for i in 0..nb {
+        let (wb, xb) = (w.add(i * Q2_K_BYTES), x.add(i * Q8_K_BYTES));
+        let yd = f32_load(xb);
+        let packed = load128(wb);
+        // Mins (high nibbles) against the 16 bsums, in one madd.
+        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
+        let m = _mm256_madd_epi16(mins, load256(xb.add(4 + QK_K)));
+        acc_min = _mm256_fmadd_ps(
+            _mm256_set1_ps(yd * f16_load(wb.add(82))),
+            _mm256_cvtepi32_ps(m),
+            acc_min,
+        );
+        let scv = pair_scales(_mm_and_si128(packed, m4));
+        let mut sumi = _mm256_setzero_si256();
+        for n in 0..2 {
+            let qbits = load256(wb.add(16 + 32 * n));
+            let q = [
+                _mm256_and_si256(qbits, m3),
+                _mm256_and_si256(_mm256_srli_epi16(qbits, 2), m3),
+                _mm256_and_si256(_mm256_srli_epi16(qbits, 4), m3),
+                _mm256_and_si256(_mm256_srli_epi16(qbits, 6), m3),
+            ];
+            for (j, q) in q.iter().enumerate() {
+                let y = load256(xb.add(4 + 128 * n + 32 * j));
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(*q, y), scv[4 * n + j]);
+                sumi = _mm256_add_epi32(sumi, p);
+            }
+        }
+        acc = _mm256_fmadd_ps(
+            _mm256_set1_ps(yd * f16_load(wb.add(80))),
+            _mm256_cvtepi32_ps(sumi),
+            acc,
+        );
+    }
+    hsum_f32x8(acc) - hsum_f32x8(acc_min)
+}
+
+/// The 16 Q3_K scales (minus 32) as i8 lanes, unpacked in registers (`q3_k_scales` goes
+/// through memory, and its four u32 stores read back as one vector stall store forwarding).
+#[inline(always)]
+unsafe fn q3_k_scales_simd(p: *const u8) -> __m128i {
+    const KMASK1: u32 = 0x0303_0303;
+    const KMASK2: u32 = 0x0f0f_0f0f;
+    let p = p.cast::<u32>();
+    let (a0, a1, tmp) = (
+        p.read_unaligned(),
+        p.add(1).read_unaligned(),
+        p.add(2).read_unaligned(),
+    );
+    let v = _mm_set_epi32(
+        (((a1 >> 4) & KMASK2) | (((tmp >> 6) & KMASK1) << 4)) as i32,
+        (((a0 >> 4) & KMASK2) | (((tmp >> 4) & KMASK1) << 4)) as i32,
+        ((a1 & KMASK2) | (((tmp >> 2) & KMASK1) << 4)) as i32,
+        ((a0 & KMASK2) | ((tmp & KMASK1) << 4)) as i32,
+    );
+    _mm_sub_epi8(v, _mm_set1_epi8(32))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q3_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
+    let m3 = _mm256_set1_epi8(3);
+    let four = _mm256_set1_epi8(4);
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..nb {
+        let (wb, xb) = (w.add(i * Q3_K_BYTES), x.add(i * Q8_K_BYTES));
+        let scv = pair_scales(q3_k_scales_simd(wb.add(96)));
+        let hmask = load256(wb);
+        let mut sumi = _mm256_setzero_si256();
+        for n in 0..2 {
+            let qbits = load256(wb.add(32 + 32 * n));
+            let q = [
+                _mm256_and_si256(qbits, m3),
+                _mm256_and_si256(_mm256_srli_epi16(qbits, 2), m3),
+                _mm256_and_si256(_mm256_srli_epi16(qbits, 4), m3),
+                _mm256_and_si256(_mm256_srli_epi16(qbits, 6), m3),
+            ];
+            for (j, q) in q.iter().enumerate() {
+                let bit = _mm256_set1_epi8((1u8 << (4 * n + j)) as i8);
+                // 4 where the high bit is clear: those values are q - 4.
+                let clear = _mm256_cmpeq_epi8(_mm256_and_si256(hmask, bit), _mm256_setzero_si256());
+                let sub = _mm256_and_si256(clear, four);
+                let y = load256(xb.add(4 + 128 * n + 32 * j));
+                let p16 =
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(*q, y), _mm256_maddubs_epi16(sub, y));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scv[4 * n + j]));
+            }
+        }
+        let d = f32_load(xb) * f16_load(wb.add(108));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_f32x8(acc)
+}
+
+/// `_mm256_shuffle_epi8` masks broadcasting 16-bit lane `i` (of a 128-bit half) to all lanes.
+static BROADCAST_I16: [[u8; 32]; 8] = {
+    let mut masks = [[0u8; 32]; 8];
+    let mut i = 0;
+    while i < 8 {
+        let mut b = 0;
+        while b < 32 {
+            masks[i][b] = (2 * i + b % 2) as u8;
+            b += 1;
+        }
+        i += 1;
+    }
+    masks
+};
+
+/// The 8 scales of a Q4_K/Q5_K block, each broadcast to 16 i16 lanes, and its 8 mins as
+/// 8 i16 lanes: the 12 packed bytes unpacked with ggml's `utmp` shuffles (one u32 pass instead
+/// of eight `get_scale_min_k4` calls).
+#[inline(always)]
+unsafe fn k4_scales(wb: *const u8) -> ([__m256i; 8], __m128i) {
+    const KMASK1: u32 = 0x3f3f_3f3f;
+    const KMASK2: u32 = 0x0f0f_0f0f;
+    const KMASK3: u32 = 0x0303_0303;
+    let p = wb.add(4).cast::<u32>();
+    let (u0, u1, u2) = (
+        p.read_unaligned(),
+        p.add(1).read_unaligned(),
+        p.add(2).read_unaligned(),
+    );
+    let scales_lo = u0 & KMASK1;
+    let scales_hi = (u2 & KMASK2) | (((u0 >> 6) & KMASK3) << 4);
+    let mins_lo = u1 & KMASK1;
+    let mins_hi = ((u2 >> 4) & KMASK2) | (((u1 >> 6) & KMASK3) << 4);
+    let both = _mm256_cvtepu8_epi16(_mm_set_epi32(
+        mins_hi as i32,
+        mins_lo as i32,
+        scales_hi as i32,
+        scales_lo as i32,
+    ));
+    let sc128 = _mm256_castsi256_si128(both);
+    let scales = _mm256_set_m128i(sc128, sc128);
+    let mut out = [_mm256_setzero_si256(); 8];
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = _mm256_shuffle_epi8(scales, _mm256_loadu_si256(BROADCAST_I16[j].as_ptr().cast()));
+    }
+    (out, _mm256_extracti128_si256(both, 1))
+}
+
+/// Σⱼ minⱼ · (bsum₂ⱼ + bsum₂ⱼ₊₁) of a Q8_K block as 4 i32 lanes (ggml's hadd + madd).
+#[inline(always)]
+unsafe fn k4_mins_dot(xb: *const u8, mins: __m128i) -> __m128i {
+    let bsums = load256(xb.add(4 + QK_K));
+    let pairs = _mm_hadd_epi16(
+        _mm256_castsi256_si128(bsums),
+        _mm256_extracti128_si256(bsums, 1),
+    );
+    _mm_madd_epi16(mins, pairs)
+}
+
+#[inline(always)]
+unsafe fn hsum_f32x4(x: __m128) -> f32 {
+    let r = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
+    let mut out = [0f32; 1];
+    q4_k_cols::<1>(nb, w, x, 0, &mut out);
+    out[0]
+}
+
+/// Q4_K against `C` activation rows `xs` bytes apart: the weight block's scales and nibbles
+/// are unpacked once for all columns; each column's arithmetic is the same for any `C`.
+#[inline(always)]
+unsafe fn q4_k_cols<const C: usize>(
+    nb: usize,
+    w: *const u8,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; C],
+) {
+    let m4 = _mm256_set1_epi8(0xF);
+    let mut acc = [_mm256_setzero_ps(); C];
+    let mut acc_min = [_mm_setzero_ps(); C];
+    for i in 0..nb {
+        let wb = w.add(i * Q4_K_BYTES);
+        let (scv, mins) = k4_scales(wb);
+        let (d, dmin) = (f16_load(wb), f16_load(wb.add(2)));
+        let mut q = [_mm256_setzero_si256(); 8];
+        for j in 0..4 {
+            let qbits = load256(wb.add(16 + 32 * j));
+            q[2 * j] = _mm256_and_si256(qbits, m4);
+            q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(qbits, 4), m4);
+        }
+        for c in 0..C {
+            let xb = x.add(c * xs + i * Q8_K_BYTES);
+            let yd = f32_load(xb);
+            let m = _mm_cvtepi32_ps(k4_mins_dot(xb, mins));
+            acc_min[c] = _mm_fmadd_ps(_mm_set1_ps(yd * dmin), m, acc_min[c]);
+            let mut sumi = _mm256_setzero_si256();
+            for g in 0..8 {
+                let y = load256(xb.add(4 + 32 * g));
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(q[g], y), scv[g]);
+                sumi = _mm256_add_epi32(sumi, p);
+            }
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(yd * d), _mm256_cvtepi32_ps(sumi), acc[c]);
+        }
+    }
+    for c in 0..C {
+        out[c] = hsum_f32x8(acc[c]) - hsum_f32x4(acc_min[c]);
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
+    let m4 = _mm256_set1_epi8(0xF);
+    let sixteen = _mm256_set1_epi8(16);
+    let mut acc = _mm256_setzero_ps();
+    let mut acc_min = _mm_setzero_ps();
+    for i in 0..nb {
+        let (wb, xb) = (w.add(i * Q5_K_BYTES), x.add(i * Q8_K_BYTES));
+        let yd = f32_load(xb);
+        let (scv, mins) = k4_scales(wb);
+        let m = _mm_cvtepi32_ps(k4_mins_dot(xb, mins));
+        acc_min = _mm_fmadd_ps(_mm_set1_ps(yd * f16_load(wb.add(2))), m, acc_min);
+        let hbits = load256(wb.add(16));
+        let high = |bit: usize| {
+            let b = _mm256_set1_epi8((1u8 << bit) as i8);
+            _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, b), b), sixteen)
+        };
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..4 {
+            let qbits = load256(wb.add(48 + 32 * j));
+            let ql = _mm256_or_si256(_mm256_and_si256(qbits, m4), high(2 * j));
+            let qh = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(qbits, 4), m4),
+                high(2 * j + 1),
+            );
+            let yl = load256(xb.add(4 + 64 * j));
+            let yh = load256(xb.add(4 + 64 * j + 32));
+            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(ql, yl), scv[2 * j]);
+            let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(qh, yh), scv[2 * j + 1]);
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(
+            _mm256_set1_ps(yd * f16_load(wb)),
+            _mm256_cvtepi32_ps(sumi),
+            acc,
+        );
+    }
+    hsum_f32x8(acc) - hsum_f32x4(acc_min)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
+    let mut out = [0f32; 1];
+    q6_k_cols::<1>(nb, w, x, 0, &mut out);
+    out[0]
+}
+
+/// Q6_K against `C` activation rows `xs` bytes apart (weights unpacked once per block).
+#[inline(always)]
+unsafe fn q6_k_cols<const C: usize>(
+    nb: usize,
+    w: *const u8,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; C],
+) {
+    let m4 = _mm256_set1_epi8(0xF);
+    let m2 = _mm256_set1_epi8(3);
+    let m32 = _mm256_set1_epi8(32);
+    let mut acc = [_mm256_setzero_ps(); C];
+    for i in 0..nb {
+        let wb = w.add(i * Q6_K_BYTES);
+        let scv = pair_scales(load128(wb.add(192)));
+        let mut q = [_mm256_setzero_si256(); 8];
+        for n in 0..2 {
+            let ql0 = load256(wb.add(64 * n));
+            let ql1 = load256(wb.add(64 * n + 32));
+            let qh = load256(wb.add(128 + 32 * n));
+            let high = |s: i32| {
+                let h = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(s)), m2);
+                _mm256_slli_epi16(h, 4)
+            };
+            q[4 * n] = _mm256_or_si256(_mm256_and_si256(ql0, m4), high(0));
+            q[4 * n + 1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), high(2));
+            q[4 * n + 2] =
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), high(4));
+            q[4 * n + 3] =
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), high(6));
+        }
+        let d = f16_load(wb.add(208));
+        for (c, acc) in acc.iter_mut().enumerate() {
+            let xb = x.add(c * xs + i * Q8_K_BYTES);
+            let mut sumi = _mm256_setzero_si256();
+            for g in 0..8 {
+                let y = load256(xb.add(4 + 32 * g));
+                // (q - 32)·y as q·y - 32·y, both through maddubs (q is 0..63).
+                let p16 =
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(q[g], y), _mm256_maddubs_epi16(m32, y));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scv[g]));
+            }
+            let dd = f32_load(xb) * d;
+            *acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(sumi), *acc);
+        }
+    }
+    for c in 0..C {
+        out[c] = hsum_f32x8(acc[c]);
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4_xs_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..nb {
+        let (wb, xb) = (w.add(i * IQ4_XS_BYTES), x.add(i * Q8_K_BYTES));
+        let block = std::slice::from_raw_parts(wb, IQ4_XS_BYTES);
+        let mut sumi = _mm256_setzero_si256();
+        for ib in 0..8 {
+            let q = iq4_lookup(wb.add(8 + 16 * ib));
+            let y = load256(xb.add(4 + 32 * ib));
+            let ls = _mm256_set1_epi16(iq4_xs_scale(block, ib) as i16);
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(mul_i8_pairs_i16(q, y), ls));
+        }
+        let d = f32_load(xb) * f16_load(wb);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_f32x8(acc)
+}
+
+// ------------------------------------------------------------------ tiles (batched products)
+
+/// The tile kernel for `t`: `ROWS` weight rows × `COLS` activation rows per call, when this
+/// CPU has AVX2 and one is written for `t`.
+pub fn tile_fn(t: GgmlType) -> Option<Tile> {
+    if !available() {
+        return None;
+    }
+    Some(match t {
+        GgmlType::F32 => Tile {
+            rows: 1,
+            cols: 4,
+            f: f32_tile,
+        },
+        GgmlType::F16 => Tile {
+            rows: 1,
+            cols: 4,
+            f: f16_tile,
+        },
+        GgmlType::BF16 => Tile {
+            rows: 1,
+            cols: 4,
+            f: bf16_tile,
+        },
+        GgmlType::Q4_0 => Tile {
+            rows: 1,
+            cols: 4,
+            f: q4_0_tile,
+        },
+        GgmlType::Q4_1 => Tile {
+            rows: 1,
+            cols: 4,
+            f: q4_1_tile,
+        },
+        GgmlType::Q8_0 => Tile {
+            rows: 1,
+            cols: 4,
+            f: q8_0_tile,
+        },
+        GgmlType::Q5_0 => Tile {
+            rows: 1,
+            cols: 4,
+            f: q5_0_tile,
+        },
+        GgmlType::Q5_1 => Tile {
+            rows: 1,
+            cols: 4,
+            f: q5_1_tile,
+        },
+        GgmlType::IQ4_NL => Tile {
+            rows: 1,
+            cols: 4,
+            f: iq4_nl_tile,
+        },
+        GgmlType::Q4_K => Tile {
+            rows: 1,
+            cols: 4,
+            f: q4_k_tile,
+        },
+        GgmlType::Q6_K => Tile {
+            rows: 1,
+            cols: 4,
+            f: q6_k_tile,
+        },
+        _ => return None,
+    })
+}
+
+/// Safe entry points of the tile kernels: check that every row the kernel reads is inside
+/// the slices.
+macro_rules! tile_entry {
+    ($name:ident, $kernel:ident, $rows:expr, $elems_per_block:expr, $w_bytes:expr, $x_bytes:expr) => {
+        fn $name(
+            k: usize,
+            w: &[u8],
+            w_stride: usize,
+            x: &[u8],
+            x_stride: usize,
+            out: &mut [f32; 8],
+        ) {
+            let nb = k / $elems_per_block;
+            assert!(
+                w.len() >= ($rows - 1) * w_stride + nb * $w_bytes
+                    && x.len() >= 3 * x_stride + nb * $x_bytes,
+                "tile of {k}: {} / {} bytes",
+                w.len(),
+                x.len()
+            );
+            // SAFETY: reachable only through `tile_fn`, which hands it out when `available()`
+            // saw AVX2, FMA and F16C; the kernel reads `nb` blocks of `$rows` weight rows and 4
+            // activation rows at the given strides, all inside the slices as checked above.
+            unsafe { $kernel(nb, w.as_ptr(), w_stride, x.as_ptr(), x_stride, out) }
+        }
+    };
+}
+
+tile_entry!(f32_tile, f32_tile_avx2, 1, 1, 4, 4);
+tile_entry!(f16_tile, f16_tile_avx2, 1, 1, 2, 2);
+tile_entry!(bf16_tile, bf16_tile_avx2, 1, 1, 2, 2);
+tile_entry!(q4_0_tile, q4_0_tile_avx2, 1, QK, Q4_0_BYTES, Q8_0_BYTES);
+tile_entry!(q4_1_tile, q4_1_tile_avx2, 1, QK, Q4_1_BYTES, Q8_1_BYTES);
+tile_entry!(q8_0_tile, q8_0_tile_avx2, 1, QK, Q8_0_BYTES, Q8_0_BYTES);
+tile_entry!(q5_0_tile, q5_0_tile_avx2, 1, QK, Q5_0_BYTES, Q8_0_BYTES);
+tile_entry!(q5_1_tile, q5_1_tile_avx2, 1, QK, Q5_1_BYTES, Q8_1_BYTES);
+tile_entry!(
+    iq4_nl_tile,
+    iq4_nl_tile_avx2,
+    1,
+    QK,
+    IQ4_NL_BYTES,
+    Q8_0_BYTES
+);
+tile_entry!(q4_k_tile, q4_k_tile_avx2, 1, QK_K, Q4_K_BYTES, Q8_K_BYTES);
+tile_entry!(q6_k_tile, q6_k_tile_avx2, 1, QK_K, Q6_K_BYTES, Q8_K_BYTES);
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_tile_avx2(
+    nb: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    let mut four = [0f32; 4];
+    q4_k_cols::<4>(nb, w, x, xs, &mut four);
+    out[..4].copy_from_slice(&four);
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6_k_tile_avx2(
+    nb: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    let mut four = [0f32; 4];
+    q6_k_cols::<4>(nb, w, x, xs, &mut four);
+    out[..4].copy_from_slice(&four);
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f32_tile_avx2(
+    n: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    let mut four = [0f32; 4];
+    float_cols::<4>(
+        n,
+        w,
+        x,
+        xs,
+        &mut four,
+        |p, i| load_f32(p, i),
+        |p, i| scalar_f32(p, i),
+    );
+    out[..4].copy_from_slice(&four);
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_tile_avx2(
+    n: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    let mut four = [0f32; 4];
+    float_cols::<4>(
+        n,
+        w,
+        x,
+        xs,
+        &mut four,
+        |p, i| load_f16(p, i),
+        |p, i| scalar_f16(p, i),
+    );
+    out[..4].copy_from_slice(&four);
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bf16_tile_avx2(
+    n: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    let mut four = [0f32; 4];
+    float_cols::<4>(
+        n,
+        w,
+        x,
+        xs,
+        &mut four,
+        |p, i| load_bf16(p, i),
+        |p, i| scalar_bf16(p, i),
+    );
+    out[..4].copy_from_slice(&four);
+}
+
+/// 1 × 4 outputs of a Q8_0-activation product: each weight block is unpacked once
+/// (`prepare`) and used for 4 activation blocks (`dot`). Per column the arithmetic is exactly
+/// the 1 × 1 kernel's (same two-accumulator order), so results do not depend on the tiling.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_q8_0<P: Copy>(
+    nb: usize,
+    w: *const u8,
+    wbytes: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+    prepare: impl Fn(*const u8) -> P,
+    dot: impl Fn(P, *const u8) -> __m256i,
+) {
+    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+    let mut ib = 0;
+    while ib < nb {
+        let pair = (ib + 1 < nb) as usize + 1;
+        for h in 0..pair {
+            let wb = w.add((ib + h) * wbytes);
+            let q = prepare(wb);
+            for (c, acc) in acc.iter_mut().enumerate() {
+                let xb = x.add(c * xs + (ib + h) * Q8_0_BYTES);
+                acc[h] =
+                    _mm256_fmadd_ps(scale_q8_0(wb, xb), _mm256_cvtepi32_ps(dot(q, xb)), acc[h]);
+            }
+        }
+        ib += 2;
+    }
+    for (c, acc) in acc.iter().enumerate() {
+        out[c] = hsum_f32x8(_mm256_add_ps(acc[0], acc[1]));
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_0_tile_avx2(
+    nb: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    tile_q8_0(
+        nb,
+        w,
+        Q4_0_BYTES,
+        x,
+        xs,
+        out,
+        |wb| {
+            let q = _mm256_sub_epi8(nibbles_32(wb.add(2)), _mm256_set1_epi8(8));
+            (_mm256_sign_epi8(q, q), q)
+        },
+        |(aq, q), xb| dot_u8_i8(aq, _mm256_sign_epi8(load256(xb.add(2)), q)),
+    )
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0_tile_avx2(
+    nb: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    tile_q8_0(
+        nb,
+        w,
+        Q8_0_BYTES,
+        x,
+        xs,
+        out,
+        |wb| {
+            let q = load256(wb.add(2));
+            (_mm256_sign_epi8(q, q), q)
+        },
+        |(aq, q), xb| dot_u8_i8(aq, _mm256_sign_epi8(load256(xb.add(2)), q)),
+    )
+}
+
+/// 1 × 4 outputs of a Q8_1-activation product (Q4_1, Q5_1): each weight block unpacked once
+/// (`unpack` gives its 32 unsigned quants); per column the same arithmetic as the 1 × 1 kernel.
+#[inline(always)]
+unsafe fn tile_q8_1(
+    nb: usize,
+    w: *const u8,
+    wbytes: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+    unpack: impl Fn(*const u8) -> __m256i,
+) {
+    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+    let mut acc_ms = [_mm_setzero_ps(); 4];
+    let mut ib = 0;
+    while ib < nb {
+        let pair = (ib + 1 < nb) as usize + 1;
+        let mut s_pair = [[_mm_setzero_ps(); 2]; 4];
+        for h in 0..pair {
+            let wb = w.add((ib + h) * wbytes);
+            let q = unpack(wb);
+            for c in 0..4 {
+                let xb = x.add(c * xs + (ib + h) * Q8_1_BYTES);
+                let s = scales_q8_1(wb, xb);
+                s_pair[c][h] = s;
+                let p = dot_u8_i8(q, load256(xb.add(4)));
+                acc[c][h] =
+                    _mm256_fmadd_ps(_mm256_broadcastss_ps(s), _mm256_cvtepi32_ps(p), acc[c][h]);
+            }
+        }
+        for c in 0..4 {
+            // The 1 × 1 kernel adds the pair's sum (or the lone last block) to the running total.
+            let add = if pair == 2 {
+                _mm_add_ps(s_pair[c][0], s_pair[c][1])
+            } else {
+                s_pair[c][0]
+            };
+            acc_ms[c] = _mm_add_ps(acc_ms[c], add);
+        }
+        ib += 2;
+    }
+    for c in 0..4 {
+        out[c] = hsum_f32x8(_mm256_add_ps(acc[c][0], acc[c][1]))
+            + _mm_cvtss_f32(_mm_movehdup_ps(acc_ms[c]));
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_1_tile_avx2(
+    nb: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    tile_q8_1(nb, w, Q4_1_BYTES, x, xs, out, |wb| nibbles_32(wb.add(4)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_1_tile_avx2(
+    nb: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    tile_q8_1(nb, w, Q5_1_BYTES, x, xs, out, |wb| {
+        let hi = _mm256_and_si256(bits_32(wb.add(4)), _mm256_set1_epi8(0x10));
+        _mm256_or_si256(nibbles_32(wb.add(8)), hi)
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_0_tile_avx2(
+    nb: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    tile_q8_0(
+        nb,
+        w,
+        Q5_0_BYTES,
+        x,
+        xs,
+        out,
+        |wb| {
+            let hi = _mm256_andnot_si256(bits_32(wb.add(2)), _mm256_set1_epi8(0xF0u8 as i8));
+            let q = _mm256_or_si256(nibbles_32(wb.add(6)), hi);
+            (_mm256_sign_epi8(q, q), q)
+        },
+        |(aq, q), xb| dot_u8_i8(aq, _mm256_sign_epi8(load256(xb.add(2)), q)),
+    )
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4_nl_tile_avx2(
+    nb: usize,
+    w: *const u8,
+    _ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; 8],
+) {
+    tile_q8_0(
+        nb,
+        w,
+        IQ4_NL_BYTES,
+        x,
+        xs,
+        out,
+        |wb| {
+            let q = iq4_lookup(wb.add(2));
+            (_mm256_sign_epi8(q, q), q)
+        },
+        |(aq, q), xb| dot_u8_i8(aq, _mm256_sign_epi8(load256(xb.add(2)), q)),
+    )
+}
+
+// ------------------------------------------------------------------ activation quantizers
+
+/// Q8_0 (`sum == false`) or Q8_1 (`sum == true`) quantization of `x` (a multiple of 32
+/// values), bit-exact with the scalar `quantize::q8_0` / `q8_1` (ggml's AVX2 quantizer: scale
+/// from the block's largest magnitude, multiply by 127 / amax, round half to even, saturating
+/// packs). Returns false when the SIMD path is unavailable.
+pub fn quantize_q8(x: &[f32], dst: &mut [u8], sum: bool) -> bool {
+    if !available() {
+        return false;
+    }
+    let nb = x.len() / QK;
+    let block = if sum { Q8_1_BYTES } else { Q8_0_BYTES };
+    assert!(
+        dst.len() >= nb * block,
+        "quantize_q8: {} bytes for {nb} blocks",
+        dst.len()
+    );
+    // SAFETY: AVX2/FMA/F16C are available (checked above); the kernel reads nb * 32 floats of
+    // `x` and writes nb blocks of `dst`, both within the slices (x.len() >= nb * 32 by the
+    // definition of nb, dst checked above).
+    unsafe { quantize_q8_avx2(x.as_ptr(), nb, dst.as_mut_ptr(), sum) };
+    true
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_q8_avx2(x: *const f32, nb: usize, dst: *mut u8, sum: bool) {
+    let sign = _mm256_set1_ps(-0.0);
+    let perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let (block, qs) = if sum {
+        (Q8_1_BYTES, 4)
+    } else {
+        (Q8_0_BYTES, 2)
+    };
+    for i in 0..nb {
+        let xp = x.add(i * QK);
+        let v = [
+            _mm256_loadu_ps(xp),
+            _mm256_loadu_ps(xp.add(8)),
+            _mm256_loadu_ps(xp.add(16)),
+            _mm256_loadu_ps(xp.add(24)),
+        ];
+        let mut m = _mm256_andnot_ps(sign, v[0]);
+        for vv in &v[1..] {
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, *vv));
+        }
+        let mut m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        let amax = _mm_cvtss_f32(m4);
+        let d = amax / 127.0;
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        let mul = _mm256_set1_ps(id);
+        let q: [__m256i; 4] = std::array::from_fn(|j| {
+            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm256_mul_ps(v[j], mul),
+            );
+            _mm256_cvtps_epi32(r)
+        });
+        let out = dst.add(i * block);
+        let d_bits = _mm_extract_epi16::<0>(_mm_cvtps_ph::<0>(_mm_set_ss(d))) as u16;
+        out.cast::<u16>().write_unaligned(d_bits);
+        if sum {
+            let total =
+                _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            let s = d * hsum_i32x8(total) as f32;
+            let s_bits = _mm_extract_epi16::<0>(_mm_cvtps_ph::<0>(_mm_set_ss(s))) as u16;
+            out.add(2).cast::<u16>().write_unaligned(s_bits);
+        }
+        let p16a = _mm256_packs_epi32(q[0], q[1]);
+        let p16b = _mm256_packs_epi32(q[2], q[3]);
+        let p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), perm);
+        _mm256_storeu_si256(out.add(qs).cast(), p8);
+    }
+}
+
+#[inline(always)]
+unsafe fn hsum_i32x8(x: __m256i) -> i32 {
+    let r = _mm_add_epi32(_mm256_extracti128_si256(x, 1), _mm256_castsi256_si128(x));
+    let r = _mm_add_epi32(r, _mm_unpackhi_epi64(r, r));
+    let r = _mm_add_epi32(r, _mm_shuffle_epi32(r, 0b01));
+    _mm_cvtsi128_si32(r)
+}
+
+/// f32 to f16 (round to nearest even, as `half` and ggml's `_mm256_cvtps_ph(x, 0)`), 8 at a
+/// time. Returns false when the SIMD path is unavailable.
+pub fn convert_f16(x: &[f32], dst: &mut [u8]) -> bool {
+    if !available() {
+        return false;
+    }
+    assert!(
+        dst.len() >= 2 * x.len(),
+        "convert_f16: {} bytes for {} values",
+        dst.len(),
+        x.len()
+    );
+    let n8 = x.len() / 8 * 8;
+    // SAFETY: F16C is available (checked above); reads x[..n8] and writes dst[..2 * n8], both
+    // inside the slices (dst checked above).
+    unsafe { convert_f16_f16c(x.as_ptr(), n8, dst.as_mut_ptr()) };
+    for (v, out) in x[n8..].iter().zip(dst[2 * n8..].chunks_exact_mut(2)) {
+        out.copy_from_slice(&half::f16::from_f32(*v).to_bits().to_le_bytes());
+    }
+    true
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn convert_f16_f16c(x: *const f32, n8: usize, dst: *mut u8) {
+    let mut i = 0;
+    while i < n8 {
+        let h = _mm256_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(_mm256_loadu_ps(x.add(i)));
+        _mm_storeu_si128(dst.add(2 * i).cast(), h);
+        i += 8;
+    }
+}

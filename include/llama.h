@@ -1628,16 +1628,17 @@ void llama_perf_context_print(const struct llama_context *ctx);
 // Not supported by llama-hotswap yet: logs once and returns.
 void llama_perf_context_reset(struct llama_context *ctx);
 
-// Upstream: the sampling time and count of a sampler chain (`llama_sampler_chain_init`).
-// Not supported by llama-hotswap yet: logs once and returns an all-zero struct.
+// The sampling time and count of a sampler chain (`llama_sampler_chain_init`): time spent
+// in its `apply` and `accept` (unless created with `no_perf`) and the number of accepted
+// tokens. An all-zero struct (and a log line) for anything but a live chain (upstream
+// aborts).
 struct llama_perf_sampler_data llama_perf_sampler(const struct llama_sampler *chain);
 
-// Upstream: logs a sampler chain's timings (`llama_perf_sampler`).
-// Not supported by llama-hotswap yet: logs once and returns.
+// Logs a sampler chain's timings (`llama_perf_sampler`) at info level, as upstream.
 void llama_perf_sampler_print(const struct llama_sampler *chain);
 
-// Upstream: resets a sampler chain's timings and count.
-// Not supported by llama-hotswap yet: logs once and returns.
+// Resets a sampler chain's timings and count; anything but a live chain is logged and
+// ignored (upstream aborts).
 void llama_perf_sampler_reset(struct llama_sampler *chain);
 
 // Upstream: quantizes the GGUF model `fname_inp` into `fname_out` as `params` says; returns
@@ -1648,125 +1649,131 @@ uint32_t llama_model_quantize(const char *fname_inp,
                               const char *fname_out,
                               const struct llama_model_quantize_params *params);
 
-// Upstream: wraps a host-implemented interface and its state `ctx` into a new sampler,
-// freed with `llama_sampler_free`.
-// Not supported by llama-hotswap yet: logs once and returns NULL. `iface` and `ctx` stay
-// owned by the caller (nothing will call `iface->free`).
+// Wraps a caller-implemented interface and its state `ctx` into a new sampler, freed with
+// `llama_sampler_free` (which calls `iface->free`). The sampler works everywhere one of ours
+// does, inside our chains included; `iface` must outlive it.
 struct llama_sampler *llama_sampler_init(struct llama_sampler_i *iface,
                                          llama_sampler_context_t ctx);
 
-// Upstream: the sampler's name (from `iface->name`), owned by the sampler.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// The sampler's name (from `iface->name`), owned by the sampler; "(null)" for a sampler
+// without an interface or without `name` (upstream crashes on the latter). NULL (and a log
+// line) for NULL (upstream crashes).
 const char *llama_sampler_name(const struct llama_sampler *smpl);
 
-// Upstream: tells the sampler that `token` was chosen, updating its state.
-// Not supported by llama-hotswap yet: logs once and returns.
+// Tells the sampler that `token` was chosen, updating its state (`iface->accept`, if any).
+// NULL is a no-op.
 void llama_sampler_accept(struct llama_sampler *smpl, llama_token token);
 
-// Upstream: applies the sampler to the candidates in `cur_p` (reordering, filtering or
-// selecting).
-// Not supported by llama-hotswap yet: logs once and returns; `cur_p` is left untouched.
+// Applies the sampler to the candidates in `cur_p` (`iface->apply`): it may reorder and
+// filter `cur_p->data[0..size]` in place, shrink `size`, set `selected` and `sorted`.
+// NULL `smpl` is a no-op; NULL `cur_p`, a NULL `data` with a non-zero size or a sampler
+// without `apply` are logged and `cur_p` is left untouched (upstream aborts or crashes).
 void llama_sampler_apply(struct llama_sampler *smpl, struct llama_token_data_array *cur_p);
 
-// Upstream: resets the sampler's state.
-// Not supported by llama-hotswap yet: logs once and returns.
+// Resets the sampler's state (`iface->reset`, if any). NULL is a no-op.
 void llama_sampler_reset(struct llama_sampler *smpl);
 
-// Upstream: a copy of the sampler with its state, freed with `llama_sampler_free`.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// A copy of the sampler with its state (`iface->clone`; a sampler without `clone` and
+// without `ctx` is copied as `{iface, NULL}`), freed with `llama_sampler_free`. NULL for
+// NULL, and (with a log line) for a sampler that cannot be cloned (upstream aborts).
 struct llama_sampler *llama_sampler_clone(const struct llama_sampler *smpl);
 
-// Upstream: copies the mutable state of `src` into `dst` (same type and configuration).
-// Not supported by llama-hotswap yet: logs once and returns; `dst` is left untouched.
+// Copies the mutable state of `src` into `dst`, samplers of the same type and
+// configuration (`iface->copy_state`, or a clone of `src` transplanted into `dst`). NULL or
+// equal pointers are a no-op; different types are logged and `dst` is left untouched
+// (upstream aborts).
 void llama_sampler_copy(const struct llama_sampler *src, struct llama_sampler *dst);
 
-// Upstream: frees a sampler (not one owned by a chain); NULL is a no-op.
-// Not supported by llama-hotswap yet: logs once and returns. No sampler of this library can
-// exist; a host-built sampler is not freed and its `iface->free` is not called.
+// Frees a sampler (`iface->free`, then the struct); a chain frees the samplers it owns.
+// NULL is a no-op. A sampler a chain owns, a sampler already freed and a struct this
+// library did not allocate are logged and left alone (upstream frees twice or crashes).
 void llama_sampler_free(struct llama_sampler *smpl);
 
-// Upstream: creates an empty sampler chain, itself a sampler.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Creates an empty sampler chain, itself a sampler: `apply` runs its samplers in order,
+// `accept`/`reset` reach all of them; it frees those it owns when freed.
 struct llama_sampler *llama_sampler_chain_init(struct llama_sampler_chain_params params);
 
-// Upstream: appends `smpl` to the chain, which takes ownership of it.
-// Not supported by llama-hotswap yet: logs once and returns. Ownership of `smpl` is NOT
-// taken: it stays with the caller.
+// Appends `smpl` to the chain, which takes ownership of a sampler this library allocated
+// (a `struct llama_sampler` the caller built itself is borrowed: never freed by the chain).
+// Refused with a log line (and `smpl` stays the caller's): NULL or non-chain `chain`, NULL
+// `smpl`, a sampler already in a chain (or twice in this one), the chain itself or one of
+// its ancestors.
 void llama_sampler_chain_add(struct llama_sampler *chain, struct llama_sampler *smpl);
 
-// Upstream: sampler `i` of the chain (the chain itself for -1); NULL if `chain` is not a
-// chain or `i` is out of range.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Sampler `i` of the chain (still owned by it), the chain itself for -1; NULL for NULL,
+// a sampler that is not a chain or `i` out of range (the last two with a log line).
 struct llama_sampler *llama_sampler_chain_get(struct llama_sampler *chain, int32_t i);
 
-// Upstream: the number of samplers in the chain.
-// Not supported by llama-hotswap yet: logs once and returns -1.
+// The number of samplers in the chain; -1 (and a log line) when `chain` is not a live chain.
 int32_t llama_sampler_chain_n(const struct llama_sampler *chain);
 
-// Upstream: removes sampler `i` from the chain and returns it, now owned by the caller.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Removes sampler `i` from the chain and returns it, now owned by the caller; NULL (and a
+// log line) when `chain` is not a live chain or `i` is out of range.
 struct llama_sampler *llama_sampler_chain_remove(struct llama_sampler *chain, int32_t i);
 
-// Upstream: a sampler that selects the most probable token.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// A sampler that selects the token with the highest logit (the first of equal ones).
 struct llama_sampler *llama_sampler_init_greedy(void);
 
-// Upstream: a sampler that draws a token from the distribution (random seed for
-// LLAMA_DEFAULT_SEED).
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// A sampler that draws a token from the softmax of the logits. Its random stream is
+// upstream's (`std::mt19937` seeded with `seed`, libstdc++'s distributions), so the same
+// seed draws the same tokens with either library; LLAMA_DEFAULT_SEED picks a random seed.
 struct llama_sampler *llama_sampler_init_dist(uint32_t seed);
 
-// Upstream: top-k filtering (k <= 0 keeps everything).
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Top-k filtering: keeps the `k` highest logits, sorted ("?top-k", a no-op, for k <= 0).
 struct llama_sampler *llama_sampler_init_top_k(int32_t k);
 
-// Upstream: nucleus (top-p) filtering, keeping at least `min_keep` tokens.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Nucleus (top-p) filtering, keeping at least `min_keep` tokens ("?top-p", a no-op, for
+// p >= 1).
 struct llama_sampler *llama_sampler_init_top_p(float p, size_t min_keep);
 
-// Upstream: min-p filtering, keeping at least `min_keep` tokens.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Min-p filtering, keeping at least `min_keep` tokens ("?min-p", a no-op, for p <= 0).
 struct llama_sampler *llama_sampler_init_min_p(float p, size_t min_keep);
 
-// Upstream: locally typical sampling, keeping at least `min_keep` tokens.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Locally typical sampling, keeping at least `min_keep` tokens ("?typical", a no-op, for
+// p >= 1).
 struct llama_sampler *llama_sampler_init_typical(float p, size_t min_keep);
 
-// Upstream: temperature scaling of the logits (t <= 0 keeps only the maximum).
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Temperature: divides the logits by `t`; t <= 0 keeps only the highest ("?temp", a
+// no-op, for t == 1).
 struct llama_sampler *llama_sampler_init_temp(float t);
 
-// Upstream: dynamic (entropy-based) temperature.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Dynamic (entropy-based) temperature in [t - delta, t + delta] ("?temp-ext", a no-op,
+// for t == 1 and delta <= 0).
 struct llama_sampler *llama_sampler_init_temp_ext(float t, float delta, float exponent);
 
-// Upstream: XTC (exclude top choices) sampling.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// XTC (exclude top choices) with upstream's random stream for `seed` ("?xtc", a no-op,
+// for p <= 0 or t > 0.5).
 struct llama_sampler *llama_sampler_init_xtc(float p, float t, size_t min_keep, uint32_t seed);
 
-// Upstream: top-n-sigma filtering.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Top-n-sigma: masks logits more than `n` standard deviations below the highest
+// ("?top-n-sigma", a no-op, for n <= 0).
 struct llama_sampler *llama_sampler_init_top_n_sigma(float n);
 
-// Upstream: Mirostat 1.0 sampling.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Mirostat 1.0, selecting a token with upstream's random stream for `seed`.
 struct llama_sampler *llama_sampler_init_mirostat(int32_t n_vocab,
                                                   uint32_t seed,
                                                   float tau,
                                                   float eta,
                                                   int32_t m);
 
-// Upstream: Mirostat 2.0 sampling.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Mirostat 2.0, selecting a token with upstream's random stream for `seed`.
 struct llama_sampler *llama_sampler_init_mirostat_v2(uint32_t seed, float tau, float eta);
 
-// Upstream: constrains sampling to a GBNF grammar (NULL if the grammar does not parse).
+// Repetition, frequency and presence penalties over the last `penalty_last_n` accepted
+// tokens ("?penalties", a no-op, when disabled: last_n == 0 or neutral values).
+struct llama_sampler *llama_sampler_init_penalties(int32_t n_vocab,
+                                                   int32_t penalty_last_n,
+                                                   float penalty_repeat,
+                                                   float penalty_freq,
+                                                   float penalty_present);
+
+// Constrains sampling to a GBNF grammar (NULL if the grammar does not parse).
 // Not supported by llama-hotswap yet: logs once and returns NULL.
 struct llama_sampler *llama_sampler_init_grammar(const struct llama_vocab *vocab,
                                                  const char *grammar_str,
                                                  const char *grammar_root);
 
-// Upstream (deprecated): a grammar sampler activated by trigger words or tokens.
+// Deprecated: a grammar sampler activated by trigger words or tokens.
 // Not supported by llama-hotswap yet: logs once and returns NULL.
 struct llama_sampler *llama_sampler_init_grammar_lazy(const struct llama_vocab *vocab,
                                                       const char *grammar_str,
@@ -1776,7 +1783,7 @@ struct llama_sampler *llama_sampler_init_grammar_lazy(const struct llama_vocab *
                                                       const llama_token *trigger_tokens,
                                                       size_t num_trigger_tokens);
 
-// Upstream: a grammar sampler activated by trigger patterns or tokens.
+// A grammar sampler activated by trigger patterns or tokens.
 // Not supported by llama-hotswap yet: logs once and returns NULL.
 struct llama_sampler *llama_sampler_init_grammar_lazy_patterns(const struct llama_vocab *vocab,
                                                                const char *grammar_str,
@@ -1786,16 +1793,11 @@ struct llama_sampler *llama_sampler_init_grammar_lazy_patterns(const struct llam
                                                                const llama_token *trigger_tokens,
                                                                size_t num_trigger_tokens);
 
-// Upstream: repetition, frequency and presence penalties over the last tokens.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
-struct llama_sampler *llama_sampler_init_penalties(int32_t n_vocab,
-                                                   int32_t penalty_last_n,
-                                                   float penalty_repeat,
-                                                   float penalty_freq,
-                                                   float penalty_present);
-
-// Upstream: the DRY ("don't repeat yourself") sampler.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// The DRY ("don't repeat yourself") sampler ("?dry", a no-op, when disabled: multiplier 0,
+// base < 1 or last_n 0). Sequence breakers are matched through the vocabulary: they need
+// detokenization and tokenization, and NULL (with a log line) is returned for breakers
+// while those are unavailable. NULL or empty breakers are skipped with a warning, as
+// upstream; a NULL `vocab` with breakers is refused (upstream crashes).
 struct llama_sampler *llama_sampler_init_dry(const struct llama_vocab *vocab,
                                              float dry_multiplier,
                                              float dry_base,
@@ -1804,27 +1806,33 @@ struct llama_sampler *llama_sampler_init_dry(const struct llama_vocab *vocab,
                                              const char **seq_breakers,
                                              size_t num_breakers);
 
-// Upstream: adaptive-p, selecting tokens near a target probability over time.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Adaptive-p: selects tokens near a target probability adapted over time, with upstream's
+// random stream for `seed` (a negative target draws from the distribution unchanged).
 struct llama_sampler *llama_sampler_init_adaptive_p(float target, float decay, uint32_t seed);
 
-// Upstream: adds fixed biases to the logits of given tokens.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Adds fixed biases to the logits of given tokens ("?logit-bias", a no-op, for
+// n_logit_bias <= 0). NULL `logit_bias` with a positive count: NULL and a log line.
 struct llama_sampler *llama_sampler_init_logit_bias(int32_t n_vocab,
                                                     int32_t n_logit_bias,
                                                     const struct llama_logit_bias *logit_bias);
 
-// Upstream: the fill-in-the-middle sampler (merges same-prefix tokens, prefers EOG).
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// The fill-in-the-middle sampler: prefers end-of-generation when text is unlikely, merges
+// tokens whose pieces are prefixes of each other, thresholds. Pieces come from
+// `llama_token_to_piece` (the token's text while that is unavailable). The model must
+// outlive the sampler, as upstream. NULL (and a log line) for a NULL or freed vocab.
 struct llama_sampler *llama_sampler_init_infill(const struct llama_vocab *vocab);
 
-// Upstream: the seed a sampler uses, or LLAMA_DEFAULT_SEED if it has none.
-// Not supported by llama-hotswap yet: logs once and returns LLAMA_DEFAULT_SEED (upstream's
-// "no seed" value).
+// The seed a sampler draws with (dist, mirostat, mirostat-v2; for a chain the last such
+// sampler's), or LLAMA_DEFAULT_SEED if it has none. LLAMA_DEFAULT_SEED (and a log line)
+// for NULL (upstream crashes).
 uint32_t llama_sampler_get_seed(const struct llama_sampler *smpl);
 
-// Upstream: samples and accepts a token from output `idx` of the last evaluation.
-// Not supported by llama-hotswap yet: logs once and returns LLAMA_TOKEN_NULL (-1).
+// Samples a token from output `idx` of the last evaluation: the candidates are all
+// `n_vocab` logits of `llama_get_logits_ith(ctx, idx)`, `smpl` is applied and the selected
+// token accepted and returned. LLAMA_TOKEN_NULL (-1) and a log line when `smpl` is NULL,
+// `ctx` is not a live context, there are no logits for `idx`, or the sampler selected
+// nothing (upstream aborts). Backend samplers never pre-select a token here: they run on
+// the CPU, in this call.
 llama_token llama_sampler_sample(struct llama_sampler *smpl,
                                  struct llama_context *ctx,
                                  int32_t idx);

@@ -11,6 +11,8 @@
 //!   the state hot-swap keeps on it (`model::swap`).
 //! * `storage` — where tensor bytes live and how they move: files, mappings, host arenas,
 //!   device buffers, row splits, the placement of each tensor.
+//! * `sampling` — the samplers behind `llama_sampler_*` (one file per sampler family) and
+//!   the C++ standard library pieces they need bit for bit (`sampling::cpp`).
 //! * `device` — the device registry (CUDA, virtual GPUs, CPU), allocations, layer placement.
 //! * `gguf` — the GGUF format: parsing and writing bytes; never sees a mapping.
 //! * `log` — the log sink shared by all.
@@ -20,8 +22,7 @@
 //! Rooms still to come, named so that the engine's code has a place: `tokenizer` (one file per
 //! algorithm; the vocabulary data stays in `model::vocab`), `context` (the context moves out of
 //! `model`), `kv_cache`, `kernels` (`cpu/`, later `cuda/`), `graph` (op graph + builder,
-//! `graph/arch/<arch>.rs` as upstream's `src/models/`), `sampling` (one file per sampler
-//! family).
+//! `graph/arch/<arch>.rs` as upstream's `src/models/`).
 //!
 //! # The dependency rule
 //! Dependencies point one way, down:
@@ -37,12 +38,12 @@
 //! between top-level modules.
 //!
 //! # Safety
-//! The core is safe Rust with typed `thiserror` errors: `gguf`, `model`, `hotswap` and
-//! `loader` forbid `unsafe`; `storage` denies it except in `storage::host` (file mappings and
-//! owned arenas, the one OS edge). `unsafe` is otherwise only in `ffi`, at the device edge
-//! (`device::cuda`) and in `kernels` (SIMD intrinsics, the thread pool's borrowed jobs,
-//! disjoint writes from pool threads), and every block carries a `// SAFETY:` comment (clippy's
-//! `undocumented_unsafe_blocks` is denied).
+//! The core is safe Rust with typed `thiserror` errors: `gguf`, `model`, `hotswap`,
+//! `loader` and `sampling` forbid `unsafe`; `storage` denies it except in `storage::host`
+//! (file mappings and owned arenas, the one OS edge). `unsafe` is otherwise only in `ffi`, at
+//! the device edge (`device::cuda`) and in `kernels` (SIMD intrinsics, the thread pool's
+//! borrowed jobs, disjoint writes from pool threads), and every block carries a `// SAFETY:`
+//! comment (clippy's `undocumented_unsafe_blocks` is denied).
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -62,6 +63,8 @@ pub mod loader;
 pub mod log;
 /// cbindgen:ignore
 pub mod model;
+/// cbindgen:ignore
+pub mod sampling;
 /// cbindgen:ignore
 pub mod storage;
 

@@ -163,13 +163,9 @@ fn decode_tokenize_sampling_stubs_return_failure_values() {
             -1
         );
 
-        assert!(sampling::llama_sampler_init_greedy().is_null());
-        assert!(sampling::llama_sampler_init_dist(LLAMA_DEFAULT_SEED).is_null());
-        assert!(sampling::llama_sampler_init_top_p(0.9, 1).is_null());
-        let chain = sampling::llama_sampler_chain_init(
-            llama::ffi::backend::llama_sampler_chain_default_params(),
-        );
-        assert!(chain.is_null());
+        // Samplers are implemented (tests in ffi-tests/test_sampling.c and the `sampling`
+        // part); grammar samplers are not yet. NULL arguments give the failure values.
+        assert!(sampling::llama_sampler_init_grammar(null(), null(), null()).is_null());
         assert_eq!(sampling::llama_sampler_chain_n(null()), -1);
         assert!(sampling::llama_sampler_chain_get(null_mut(), -1).is_null());
         assert!(sampling::llama_sampler_name(null()).is_null());
@@ -299,16 +295,21 @@ fn stubs_log_once_per_function() {
         sink_lines.lock().unwrap().push(text.to_string());
     })));
     for _ in 0..3 {
-        assert!(sampling::llama_sampler_init_mirostat_v2(0, 5.0, 0.1).is_null());
+        // (a stub no other test of this binary calls: the line is logged once per process)
+        // SAFETY: the stub never dereferences its arguments.
+        assert_eq!(
+            unsafe { state::llama_copy_state_data(null_mut(), null_mut()) },
+            0
+        );
     }
     llama::log::set_sink(None);
     let lines = lines.lock().unwrap();
     let ours: Vec<_> = lines
         .iter()
-        .filter(|l| l.contains("llama_sampler_init_mirostat_v2"))
+        .filter(|l| l.contains("llama_copy_state_data"))
         .collect();
     assert_eq!(
         ours,
-        ["llama_sampler_init_mirostat_v2: not supported by llama-hotswap yet\n"]
+        ["llama_copy_state_data: not supported by llama-hotswap yet\n"]
     );
 }

@@ -54,6 +54,14 @@ unsafe fn init_context(
             "n_batch and n_ubatch cannot both be zero".into(),
         ));
     }
+    if params.n_samplers > 0 {
+        crate::log_info!(
+            "llama_init_from_model: {} backend sampler chain(s) in params.samplers: accepted; \
+             llama-hotswap runs them on the CPU in llama_sampler_sample after decode \
+             (llama_get_sampled_* return nothing)",
+            params.n_samplers
+        );
+    }
     let inner = crate::model::Context::new(std::sync::Arc::clone(&handle.inner), params.n_ctx);
     if inner.n_ctx == 0 {
         return Err(FfiError::Invalid(

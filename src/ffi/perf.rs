@@ -1,4 +1,5 @@
-//! Performance counters (`llama_perf_*`). Not supported by llama-hotswap yet.
+//! Performance counters (`llama_perf_*`): a sampler chain's are implemented; a context's are
+//! not supported by llama-hotswap yet.
 
 #![allow(unused_variables)] // stub parameters keep upstream's names, which the header shows
 
@@ -26,25 +27,48 @@ pub unsafe extern "C" fn llama_perf_context_reset(ctx: *mut llama_context) {
     unsupported!("llama_perf_context_reset")
 }
 
-/// Upstream: the sampling time and count of a sampler chain (`llama_sampler_chain_init`).
-/// Not supported by llama-hotswap yet: logs once and returns an all-zero struct.
+/// The sampling time and count of a sampler chain (`llama_sampler_chain_init`): time spent
+/// in its `apply` and `accept` (unless created with `no_perf`) and the number of accepted
+/// tokens. An all-zero struct (and a log line) for anything but a live chain (upstream
+/// aborts).
 #[no_mangle]
 pub unsafe extern "C" fn llama_perf_sampler(
     chain: *const llama_sampler,
 ) -> llama_perf_sampler_data {
-    unsupported!("llama_perf_sampler", llama_perf_sampler_data::default())
+    boundary!("llama_perf_sampler", llama_perf_sampler_data::default(), {
+        // SAFETY: checked by `live_chain`.
+        let c = unsafe { super::sampling::live_chain(chain) }?;
+        Ok(llama_perf_sampler_data {
+            t_sample_ms: 1e-3 * c.t_sample_us as f64,
+            n_sample: c.n_sample.max(0),
+        })
+    })
 }
 
-/// Upstream: logs a sampler chain's timings (`llama_perf_sampler`).
-/// Not supported by llama-hotswap yet: logs once and returns.
+/// Logs a sampler chain's timings (`llama_perf_sampler`) at info level, as upstream.
 #[no_mangle]
 pub unsafe extern "C" fn llama_perf_sampler_print(chain: *const llama_sampler) {
-    unsupported!("llama_perf_sampler_print")
+    boundary!("llama_perf_sampler_print", (), {
+        // SAFETY: checked by `live_chain`.
+        let c = unsafe { super::sampling::live_chain(chain) }?;
+        crate::log_info!(
+            "llama_perf_sampler_print:    samplers time = {:10.2} ms / {:5} runs",
+            1e-3 * c.t_sample_us as f64,
+            c.n_sample.max(0)
+        );
+        Ok(())
+    })
 }
 
-/// Upstream: resets a sampler chain's timings and count.
-/// Not supported by llama-hotswap yet: logs once and returns.
+/// Resets a sampler chain's timings and count; anything but a live chain is logged and
+/// ignored (upstream aborts).
 #[no_mangle]
 pub unsafe extern "C" fn llama_perf_sampler_reset(chain: *mut llama_sampler) {
-    unsupported!("llama_perf_sampler_reset")
+    boundary!("llama_perf_sampler_reset", (), {
+        // SAFETY: checked by `live_chain`.
+        let c = unsafe { super::sampling::live_chain(chain) }?;
+        c.t_sample_us = 0;
+        c.n_sample = 0;
+        Ok(())
+    })
 }

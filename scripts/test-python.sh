@@ -12,7 +12,14 @@ py="$VENV/bin/python"
 status=0
 
 # The symbol check runs first so a failing import is explained by the list of missing names.
-"$py" tests/python/test_import_llama_cpp.py || status=1
+# The library's log goes to stderr: kept in a file, shown only on failure.
+log="$WORK/test-python.log"
+if "$py" tests/python/test_import_llama_cpp.py >"$log" 2>&1; then
+    say "$(grep -c '^ok ' "$log") python checks ok: $(tail -n 1 "$log") (full output: $log)"
+else
+    status=1
+    tail -n 80 "$log"
+fi
 
 if out="$("$py" -c 'import llama_cpp; print(llama_cpp.llama_max_devices())' 2>&1)" \
     && [ "$(printf '%s\n' "$out" | tail -n 1)" = 16 ]; then

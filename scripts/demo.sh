@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --lib --quiet
-model="$(bash scripts/fetch-models.sh)" # SmolLM2-135M Q4_1, cached
+model="$(bash scripts/fetch-models.sh | tail -n 1)" # SmolLM2-135M Q4_1, cached
 # Programs linked with -lllama record the SONAME, libllama.so.0; cargo writes only libllama.so.
 ln -sfn libllama.so target/release/libllama.so.0
 mkdir -p build/demo

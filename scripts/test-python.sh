@@ -29,4 +29,18 @@ else
     printf '%s\n' "$out" | tail -n 8
     status=1
 fi
+
+# End to end on the real model: Llama(...).eval and create_completion, ours vs upstream's
+# library, each in its own process (tests/python/test_eval_llama_cpp.py).
+need_upstream_lib
+model="$(bash scripts/fetch-models.sh)"
+if out="$("$py" tests/python/test_eval_llama_cpp.py "$model" "$RELEASE_DIR" "$UPSTREAM_BUILD/bin" \
+    "$WORK/python-eval" 2>&1)"; then
+    say "ok   Llama(SmolLM2).eval + create_completion, ours vs upstream:"
+    printf '%s\n' "$out" | sed 's/^/     /'
+else
+    say "FAIL Llama(SmolLM2).eval + create_completion, ours vs upstream:"
+    printf '%s\n' "$out" | tail -n 20
+    status=1
+fi
 exit "$status"

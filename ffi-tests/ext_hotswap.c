@@ -30,6 +30,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -189,62 +190,23 @@ static uint8_t *build(struct hs_model *m, size_t *len) {
     size_t size = 0;
     FILE *f = open_memstream(&buf, &size);
     if (!f) abort();
-    fwrite("GGUF", 1, 4, f);
-    put_u32(f, 3);
-    put_u64(f, (uint64_t)m->n);
-    put_u64(f, 13);
-    kv_str(f, "general.architecture", "llama");
-    kv_str(f, "general.name", "hotswap-test");
-    kv_u32(f, "llama.context_length", 2048);
-    kv_u32(f, "llama.embedding_length", N_EMBD);
-    kv_u32(f, "llama.block_count", N_LAYER);
-    kv_u32(f, "llama.feed_forward_length", N_FF);
-    kv_u32(f, "llama.attention.head_count", 8);
-    kv_u32(f, "llama.attention.head_count_kv", 4);
-    kv_f32(f, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    kv_str(f, "tokenizer.ggml.model", "llama");
-    kv_str(f, "tokenizer.chat_template", "{% for m in messages %}{{ m.content }}{% endfor %}");
-    put_str(f, "tokenizer.ggml.tokens");
-    put_i32(f, 9);
-    put_i32(f, 8);
-    put_u64(f, N_VOCAB);
-    for (int i = 0; i < N_VOCAB; i++) {
-        char tok[16];
-        if (i == 0) strcpy(tok, "<unk>");
-        else if (i == 1) strcpy(tok, "<s>");
-        else if (i == 2) strcpy(tok, "</s>");
-        else snprintf(tok, sizeof tok, "tok%d", i);
-        put_str(f, tok);
-    }
-    put_str(f, "tokenizer.ggml.scores");
-    put_i32(f, 9);
-    put_i32(f, 6);
-    put_u64(f, N_VOCAB);
-    for (int i = 0; i < N_VOCAB; i++) put_f32(f, -(float)i);
-
-    uint64_t rel[MAX_T], offset = 0;
+    struct tiny_gguf_info info[MAX_T];
+    uint64_t rel[MAX_T];
     for (int i = 0; i < m->n; i++) {
-        put_str(f, m->t[i].name);
-        put_u32(f, (uint32_t)m->t[i].n_dims);
-        for (int d = 0; d < m->t[i].n_dims; d++) put_u64(f, (uint64_t)m->t[i].ne[d]);
-        put_i32(f, m->t[i].type);
-        put_u64(f, offset);
-        rel[i] = offset;
-        offset += (t_nbytes(&m->t[i]) + ALIGN - 1) / ALIGN * ALIGN;
+        info[i].name = m->t[i].name;
+        info[i].n_dims = m->t[i].n_dims;
+        info[i].ne[0] = m->t[i].ne[0];
+        info[i].ne[1] = m->t[i].ne[1];
+        info[i].type = m->t[i].type;
+        info[i].nbytes = t_nbytes(&m->t[i]);
     }
-    long pos = ftell(f);
-    while (pos % ALIGN) {
-        fputc(0, f);
-        pos++;
-    }
-    m->data_start = (uint64_t)pos;
+    const struct tiny_gguf_meta meta = { "hotswap-test", 2048, N_EMBD, N_LAYER, N_FF, N_VOCAB, 1, 1 };
+    m->data_start = (uint64_t)tiny_gguf_begin(f, &meta, m->n, info, rel);
     for (int i = 0; i < m->n; i++) {
-        uint64_t nb = t_nbytes(&m->t[i]);
-        uint8_t *data = malloc(nb);
+        uint8_t *data = malloc(info[i].nbytes);
         gen(&m->t[i], data);
-        fwrite(data, 1, nb, f);
+        tiny_gguf_put_data(f, data, info[i].nbytes);
         free(data);
-        for (uint64_t p = nb; p % ALIGN; p++) fputc(0, f);
         m->off[i] = m->data_start + rel[i];
     }
     fclose(f);
@@ -650,12 +612,24 @@ static void in_place_case(int mode) {
     struct llama_context *ctx = new_context(model);
     CHECK_NOT_NULL(ctx);
     if (mode != LLAMA_LOAD_MODE_NONE) {
-        /* The first change of a mapped file moves its mapped tensors (token_embd) to owned
-         * memory: a relocation, so the generation moves once. */
+        /* A new file renamed into place leaves the loaded inode intact: token_embd, unchanged,
+         * keeps reading through its mapping and nothing relocates. */
+        struct llama_ext_tensor_info info;
         set_t(&a, "blk.2.attn_norm.weight", GGML_TYPE_F32, 21);
         CHECK_INT(publish(path, &a), 0);
         CHECK(llama_reload_changed_tensors(ctx));
         CHECK(tensor_is(model, &a, "token_embd.weight"));
+        CHECK_INT(llama_ext_tensor_info(model, "token_embd.weight", &info), 0);
+        CHECK_INT(info.buffer, LLAMA_EXT_BUFFER_MAPPED);
+        CHECK_INT(llama_ext_model_generation(model), 0);
+        /* token_embd itself changes: it moves off the mapping to owned memory (a relocation,
+         * so the generation moves once). */
+        set_t(&a, "token_embd.weight", GGML_TYPE_F32, 21);
+        CHECK_INT(publish(path, &a), 0);
+        CHECK(llama_reload_changed_tensors(ctx));
+        CHECK(tensor_is(model, &a, "token_embd.weight"));
+        CHECK_INT(llama_ext_tensor_info(model, "token_embd.weight", &info), 0);
+        CHECK(info.buffer != LLAMA_EXT_BUFFER_MAPPED);
         CHECK_INT(llama_ext_model_generation(model), 1);
         CHECK(llama_ext_context_rebuild_graph(ctx));
     }
@@ -1107,6 +1081,70 @@ TEST(in_place_overwrites_while_mapped) {
     run_isolated("overwrite_in_place_while_mapped_shrinking");
     run_isolated("overwrite_in_place_while_mapped_shrinking_retyped");
     run_isolated("half_written_in_place_while_mapped");
+}
+
+/* Run in a child (it lowers the descriptor limit): a changed file that cannot be opened
+ * (EMFILE) is reported failed and its new version is not recorded as seen, so the next call,
+ * with descriptors available again, reloads it. */
+TEST(transient_open_failure_is_retried) {
+    const char *path = path_in_dir("emfile.gguf");
+    struct hs_model a;
+    model_init(&a, 140);
+    CHECK_INT(publish(path, &a), 0);
+    struct llama_model *model = load(path);
+    if (!CHECK_NOT_NULL(model)) return;
+    set_t(&a, Q, GGML_TYPE_F32, 141);
+    CHECK_INT(publish(path, &a), 0);
+    struct rlimit old, low;
+    CHECK_INT(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int lowest_free = dup(0);
+    CHECK(lowest_free >= 0);
+    close(lowest_free);
+    low = old;
+    low.rlim_cur = (rlim_t)lowest_free; /* every descriptor below is taken: open fails */
+    CHECK_INT(setrlimit(RLIMIT_NOFILE, &low), 0);
+    CHECK_INT(llama_ext_model_reload_changed_tensors(model), 0);
+    CHECK_INT(setrlimit(RLIMIT_NOFILE, &old), 0);
+    CHECK_INT(outcome_of(model, Q), LLAMA_EXT_RELOAD_FAILED);
+    CHECK_INT(llama_ext_model_reload_changed_tensors(model), 1);
+    CHECK(all_tensors_are(model, &a));
+    llama_model_free(model);
+}
+
+TEST(transient_failures) {
+    run_isolated("transient_open_failure_is_retried");
+}
+
+/* A model loaded by a relative path keeps watching that file after the host changes its
+ * working directory (where another model.gguf sits). */
+TEST(relative_path_survives_chdir) {
+    char here[1024], one[320], two[320];
+    snprintf(one, sizeof one, "%s", path_in_dir("rel-one"));
+    snprintf(two, sizeof two, "%s", path_in_dir("rel-two"));
+    CHECK_INT(mkdir(one, 0755), 0);
+    CHECK_INT(mkdir(two, 0755), 0);
+    struct hs_model a, b;
+    model_init(&a, 150);
+    model_init(&b, 151);
+    char pa[400], pb[400];
+    snprintf(pa, sizeof pa, "%s/model.gguf", one);
+    snprintf(pb, sizeof pb, "%s/model.gguf", two);
+    CHECK_INT(publish(pa, &a), 0);
+    CHECK_INT(publish(pb, &b), 0);
+    if (!CHECK_NOT_NULL(getcwd(here, sizeof here))) return;
+    CHECK_INT(chdir(one), 0);
+    struct llama_model *model = load("model.gguf");
+    CHECK_INT(chdir(two), 0);
+    if (CHECK_NOT_NULL(model)) {
+        CHECK_INT(llama_ext_model_reload_changed_tensors(model), 0);
+        CHECK(all_tensors_are(model, &a));
+        set_t(&a, Q, GGML_TYPE_F32, 152);
+        CHECK_INT(publish(pa, &a), 0);
+        CHECK_INT(llama_ext_model_reload_changed_tensors(model), 1);
+        CHECK(all_tensors_are(model, &a));
+        llama_model_free(model);
+    }
+    CHECK_INT(chdir(here), 0);
 }
 
 TEST(vgpu_full_falls_back_to_cpu) {
@@ -1673,6 +1711,8 @@ static const struct named_test g_tests[] = {
     T(concurrent_readers_never_see_torn_tensors),
     T(typed_report_agrees_with_json),
     T(tensor_set_and_reload_from_file),
+    T(transient_failures),
+    T(relative_path_survives_chdir),
 };
 /* Only run through run_isolated. */
 static const struct named_test g_child_tests[] = {
@@ -1680,6 +1720,7 @@ static const struct named_test g_child_tests[] = {
     T(overwrite_in_place_while_mapped_shrinking),
     T(overwrite_in_place_while_mapped_shrinking_retyped),
     T(half_written_in_place_while_mapped),
+    T(transient_open_failure_is_retried),
 };
 #undef T
 

@@ -110,39 +110,20 @@ static void add_spec(struct spec *t, int *n, const char *name, int n_dims, int64
 static int write_model(const char *path, uint32_t n_embd, uint32_t n_ff, uint32_t n_layer, struct spec *t, int n) {
     FILE *f = fopen(path, "wb");
     if (!f) return -1;
-    fwrite("GGUF", 1, 4, f);
-    put_u32(f, 3);
-    put_u64(f, (uint64_t)n);
-    put_u64(f, 11);
-    kv_str(f, "general.architecture", "llama");
-    kv_str(f, "general.name", "placement");
-    kv_u32(f, "llama.context_length", 256);
-    kv_u32(f, "llama.embedding_length", n_embd);
-    kv_u32(f, "llama.block_count", n_layer);
-    kv_u32(f, "llama.feed_forward_length", n_ff);
-    kv_u32(f, "llama.attention.head_count", 8);
-    kv_u32(f, "llama.attention.head_count_kv", 4);
-    kv_f32(f, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    kv_str(f, "tokenizer.ggml.model", "llama");
-    put_str(f, "tokenizer.ggml.tokens"); put_i32(f, 9); put_i32(f, 8); put_u64(f, 16);
-    for (int i = 0; i < 16; i++) {
-        char tok[16];
-        if (i == 0) strcpy(tok, "<unk>"); else if (i == 1) strcpy(tok, "<s>"); else if (i == 2) strcpy(tok, "</s>");
-        else snprintf(tok, sizeof tok, "tok%d", i);
-        put_str(f, tok);
-    }
-    uint64_t offset = 0;
+    struct tiny_gguf_info info[64] = { { 0 } };
+    uint64_t rel[64] = { 0 };
+    if (n > 64) { fclose(f); return -1; }
     for (int i = 0; i < n; i++) {
-        put_str(f, t[i].name);
-        put_u32(f, (uint32_t)t[i].n_dims);
-        for (int d = 0; d < t[i].n_dims; d++) put_u64(f, (uint64_t)t[i].ne[d]);
-        put_i32(f, t[i].type);
-        put_u64(f, offset);
-        t[i].abs_offset = offset; /* relative for now */
-        offset += (t[i].nbytes + ALIGN - 1) / ALIGN * ALIGN;
+        info[i].name = t[i].name;
+        info[i].n_dims = t[i].n_dims;
+        info[i].ne[0] = t[i].ne[0];
+        info[i].ne[1] = t[i].ne[1];
+        info[i].type = t[i].type;
+        info[i].nbytes = t[i].nbytes;
     }
-    long pos = ftell(f);
-    while (pos % ALIGN) { fputc(0, f); pos++; }
+    const struct tiny_gguf_meta meta = { "placement", 256, n_embd, n_layer, n_ff, 16, 0, 0 };
+    long pos = tiny_gguf_begin(f, &meta, n, info, rel);
+    for (int i = 0; i < n; i++) t[i].abs_offset = rel[i]; /* relative for now */
     uint64_t x = 0x9E3779B97F4A7C15ull;
     unsigned char *chunk = malloc(1 << 16);
     for (int i = 0; i < n; i++) {

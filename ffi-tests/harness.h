@@ -6,7 +6,7 @@
  *
  * Each failed check prints "FAIL file:line: ..." at once; passes are silent (set
  * HARNESS_VERBOSE=1 to see them). harness_finish() prints "N passed, N failed" as the
- * binary's last line and returns the exit status (1 when anything failed).
+ * binary's last line and returns the exit status (1 when anything failed or no check ran).
  *
  * Header-only and independent of llama.h, so the same tests compile against our header
  * and upstream's.
@@ -68,8 +68,12 @@ static inline int harness_check_str(const char *got, const char *want, const cha
 
 static inline int harness_finish(void) {
     printf("%d passed, %d failed\n", harness_passed, harness_failed);
+    if (harness_passed + harness_failed == 0) {
+        /* A run that checked nothing (tests filtered away, a RUN list lost) proves nothing. */
+        printf("FAIL: no checks ran\n");
+    }
     fflush(stdout);
-    return harness_failed ? 1 : 0;
+    return harness_failed || harness_passed == 0 ? 1 : 0;
 }
 
 #define CHECK(cond) harness_record((cond) ? 1 : 0, __FILE__, __LINE__, #cond)

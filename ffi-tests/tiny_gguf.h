@@ -59,11 +59,85 @@ static void quantize_q8_0(const float *x, size_t n, uint8_t *out) {
     }
 }
 
+
+/* The shared GGUF writer: one header layout (llama metadata and a tiny SPM-style vocabulary)
+ * for every C test model. Callers describe their tensors, write the header and tensor infos
+ * with tiny_gguf_begin, then each tensor's bytes in order with tiny_gguf_put_data. */
+struct tiny_gguf_meta {
+    const char *name;          /* general.name */
+    uint32_t context_length, n_embd, n_layer, n_ff;
+    uint64_t n_vocab;
+    int with_chat_template;    /* tokenizer.chat_template */
+    int with_scores;           /* tokenizer.ggml.scores */
+};
+
+struct tiny_gguf_info {
+    const char *name;
+    int n_dims;
+    int64_t ne[2];
+    int type;                  /* enum ggml_type */
+    uint64_t nbytes;
+};
+
+/* Writes the header and tensor infos and pads to the data section. rel[i] (may be NULL)
+ * receives tensor i's offset inside the data section. Returns the data section's offset. */
+static long tiny_gguf_begin(FILE *f, const struct tiny_gguf_meta *m, int n, const struct tiny_gguf_info *t, uint64_t *rel) {
+    fwrite("GGUF", 1, 4, f);
+    put_u32(f, 3);
+    put_u64(f, (uint64_t) n);
+    put_u64(f, 11 + (uint64_t) (m->with_chat_template != 0) + (uint64_t) (m->with_scores != 0));
+    kv_str(f, "general.architecture", "llama");
+    kv_str(f, "general.name", m->name);
+    kv_u32(f, "llama.context_length", m->context_length);
+    kv_u32(f, "llama.embedding_length", m->n_embd);
+    kv_u32(f, "llama.block_count", m->n_layer);
+    kv_u32(f, "llama.feed_forward_length", m->n_ff);
+    kv_u32(f, "llama.attention.head_count", 8);
+    kv_u32(f, "llama.attention.head_count_kv", 4);
+    kv_f32(f, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    kv_str(f, "tokenizer.ggml.model", "llama");
+    if (m->with_chat_template) {
+        kv_str(f, "tokenizer.chat_template", "{% for m in messages %}{{ m.content }}{% endfor %}");
+    }
+    put_str(f, "tokenizer.ggml.tokens"); put_i32(f, 9); put_i32(f, 8); put_u64(f, m->n_vocab);
+    for (uint64_t i = 0; i < m->n_vocab; i++) {
+        char tok[24];
+        if (i == 0) strcpy(tok, "<unk>"); else if (i == 1) strcpy(tok, "<s>"); else if (i == 2) strcpy(tok, "</s>");
+        else snprintf(tok, sizeof tok, "tok%d", (int) i);
+        put_str(f, tok);
+    }
+    if (m->with_scores) {
+        put_str(f, "tokenizer.ggml.scores"); put_i32(f, 9); put_i32(f, 6); put_u64(f, m->n_vocab);
+        for (uint64_t i = 0; i < m->n_vocab; i++) put_f32(f, -(float) i);
+    }
+    uint64_t offset = 0;
+    for (int i = 0; i < n; i++) {
+        put_str(f, t[i].name);
+        put_u32(f, (uint32_t) t[i].n_dims);
+        for (int d = 0; d < t[i].n_dims; d++) put_u64(f, (uint64_t) t[i].ne[d]);
+        put_i32(f, t[i].type);
+        put_u64(f, offset);
+        if (rel) rel[i] = offset;
+        offset += (t[i].nbytes + ALIGN - 1) / ALIGN * ALIGN;
+    }
+    long pos = ftell(f);
+    while (pos % ALIGN) { fputc(0, f); pos++; }
+    return pos;
+}
+
+/* Writes one tensor's bytes and its padding. */
+static void tiny_gguf_put_data(FILE *f, const void *data, uint64_t nbytes) {
+    fwrite(data, 1, nbytes, f);
+    for (uint64_t p = nbytes; p % ALIGN; p++) fputc(0, f);
+}
+
 /* Writes a GGUF v3 file: llama metadata, a tiny SPM-style vocabulary, F32 weights — except
  * tensor `q8_name` (NULL: none), stored as Q8_0; then *q8_offset (absolute) and *q8_size say
  * where its bytes are. Returns 0 on success. */
 static int tiny_gguf_write_q8(const char *path, const char *q8_name, long *q8_offset, size_t *q8_size) {
     struct tensor t[2 + 3 * N_LAYER + 1];
+    struct tiny_gguf_info info[2 + 3 * N_LAYER + 1];
+    uint64_t rel[2 + 3 * N_LAYER + 1];
     int n = 0;
     snprintf(t[n].name, 64, "token_embd.weight"); t[n].n_dims = 2; t[n].ne[0] = N_EMBD; t[n].ne[1] = N_VOCAB; n++;
     for (int l = 0; l < N_LAYER; l++) {
@@ -72,67 +146,40 @@ static int tiny_gguf_write_q8(const char *path, const char *q8_name, long *q8_of
         snprintf(t[n].name, 64, "blk.%d.ffn_up.weight", l); t[n].n_dims = 2; t[n].ne[0] = N_EMBD; t[n].ne[1] = N_FF; n++;
     }
     snprintf(t[n].name, 64, "output.weight"); t[n].n_dims = 2; t[n].ne[0] = N_EMBD; t[n].ne[1] = N_VOCAB; n++;
-
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    fwrite("GGUF", 1, 4, f);
-    put_u32(f, 3);
-    put_u64(f, (uint64_t) n);
-    put_u64(f, 13);
-    kv_str(f, "general.architecture", "llama");
-    kv_str(f, "general.name", "demo");
-    kv_u32(f, "llama.context_length", 2048);
-    kv_u32(f, "llama.embedding_length", N_EMBD);
-    kv_u32(f, "llama.block_count", N_LAYER);
-    kv_u32(f, "llama.feed_forward_length", N_FF);
-    kv_u32(f, "llama.attention.head_count", 8);
-    kv_u32(f, "llama.attention.head_count_kv", 4);
-    kv_f32(f, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    kv_str(f, "tokenizer.ggml.model", "llama");
-    kv_str(f, "tokenizer.chat_template", "{% for m in messages %}{{ m.content }}{% endfor %}");
-    put_str(f, "tokenizer.ggml.tokens"); put_i32(f, 9); put_i32(f, 8); put_u64(f, N_VOCAB);
-    for (int i = 0; i < N_VOCAB; i++) {
-        char tok[16];
-        if (i == 0) strcpy(tok, "<unk>"); else if (i == 1) strcpy(tok, "<s>"); else if (i == 2) strcpy(tok, "</s>");
-        else snprintf(tok, sizeof tok, "tok%d", i);
-        put_str(f, tok);
-    }
-    put_str(f, "tokenizer.ggml.scores"); put_i32(f, 9); put_i32(f, 6); put_u64(f, N_VOCAB);
-    for (int i = 0; i < N_VOCAB; i++) put_f32(f, -(float) i);
-
-    uint64_t offset = 0, rel = 0;
+    int q8_index = -1;
     for (int i = 0; i < n; i++) {
         int q8 = q8_name != NULL && strcmp(t[i].name, q8_name) == 0;
         uint64_t count = (uint64_t) t[i].ne[0] * t[i].ne[1];
-        uint64_t bytes = q8 ? count / 32 * 34 : count * 4;
-        put_str(f, t[i].name);
-        put_u32(f, (uint32_t) t[i].n_dims);
-        for (int d = 0; d < t[i].n_dims; d++) put_u64(f, (uint64_t) t[i].ne[d]);
-        put_i32(f, q8 ? 8 : 0); /* GGML_TYPE_Q8_0 : GGML_TYPE_F32 */
-        put_u64(f, offset);
-        if (q8 && q8_size) { rel = offset; *q8_size = (size_t) bytes; }
-        offset += (bytes + ALIGN - 1) / ALIGN * ALIGN;
+        if (q8) q8_index = i;
+        info[i].name = t[i].name;
+        info[i].n_dims = t[i].n_dims;
+        info[i].ne[0] = t[i].ne[0];
+        info[i].ne[1] = t[i].ne[1];
+        info[i].type = q8 ? 8 : 0; /* GGML_TYPE_Q8_0 : GGML_TYPE_F32 */
+        info[i].nbytes = q8 ? count / 32 * 34 : count * 4;
     }
-    long pos = ftell(f);
-    while (pos % ALIGN) { fputc(0, f); pos++; }
-    if (q8_offset) *q8_offset = pos + (long) rel;
+    const struct tiny_gguf_meta meta = { "demo", 2048, N_EMBD, N_LAYER, N_FF, N_VOCAB, 1, 1 };
+
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    long pos = tiny_gguf_begin(f, &meta, n, info, rel);
+    if (q8_index >= 0) {
+        if (q8_offset) *q8_offset = pos + (long) rel[q8_index];
+        if (q8_size) *q8_size = (size_t) info[q8_index].nbytes;
+    }
     for (int i = 0; i < n; i++) {
         uint64_t count = (uint64_t) t[i].ne[0] * t[i].ne[1];
         float *values = malloc(count * sizeof *values);
         for (uint64_t e = 0; e < count; e++) values[e] = (float) ((e * 7 + i) % 13) / 13.0f - 0.5f;
-        uint64_t bytes;
-        if (q8_name != NULL && strcmp(t[i].name, q8_name) == 0) {
-            bytes = count / 32 * 34;
-            uint8_t *q = malloc(bytes);
+        if (i == q8_index) {
+            uint8_t *q = malloc(info[i].nbytes);
             quantize_q8_0(values, count, q);
-            fwrite(q, 1, bytes, f);
+            tiny_gguf_put_data(f, q, info[i].nbytes);
             free(q);
         } else {
-            bytes = count * 4;
-            fwrite(values, 4, count, f);
+            tiny_gguf_put_data(f, values, info[i].nbytes);
         }
         free(values);
-        for (uint64_t p = bytes; p % ALIGN; p++) fputc(0, f);
     }
     return fclose(f);
 }

@@ -393,7 +393,8 @@ struct llama_context;
 struct llama_memory_i;
 
 // A loaded model (`struct llama_model`). Created by the load functions, freed by
-// `llama_model_free`.
+// `llama_model_free`. The vocab is a separate allocation, so a model pointer passed as a
+// vocab (or the other way round) is never a live handle of that kind.
 struct llama_model;
 
 // A model's vocabulary (`struct llama_vocab`), owned by its model.
@@ -1284,7 +1285,15 @@ int32_t llama_ext_model_placement_json(const struct llama_model *model, char *bu
 // hot-swap is disabled for the model (`LLAMA_HOTSWAP_ENABLED` unset, empty, `0`, `false` or
 // `off` when it was loaded; one log line), or `ctx` is NULL. Any relocated or retyped tensor
 // bumps the model's generation, which makes every context of the model rebuild its graph.
-// Safe to call from any thread; calls on one model serialize.
+// Safe to call from any thread; calls on one model serialize. A file at a watched path that
+// is not a regular file (a FIFO, a directory) is never opened: its tensors are reported
+// `failed` ("not a regular file"). A changed file that cannot be opened or read for a
+// transient reason (out of descriptors, I/O or allocation error) is looked at again by the
+// next call. Relative paths were resolved when the model loaded (a later `chdir` does not
+// change which files are watched). A model loaded with `check_tensors` validates new bytes
+// before committing them (invalid ones are refused). Metadata-only changes (chmod, touch)
+// move nothing. The model must not be freed while this runs (see `llama_model_free`); the
+// context keeps it alive.
 bool llama_reload_changed_tensors(struct llama_context *ctx);
 
 // Like `llama_reload_changed_tensors`, without a context. Returns the number of tensors
@@ -1296,15 +1305,17 @@ int32_t llama_ext_model_reload_changed_tensors(struct llama_model *model);
 // fine-tuned checkpoint or a different quantization. Tensors missing from it or with
 // another shape are refused and reported. The model's watched files do not change. Returns
 // the number of tensors reloaded (0 when hot-swap is disabled), or -1 when the model or path
-// is NULL or the file cannot be opened or parsed (nothing is touched then).
+// is NULL or the file cannot be opened or parsed, or is not a regular file (nothing is
+// touched then). The model must not be freed while this runs (see `llama_model_free`).
 int32_t llama_ext_model_reload_from_file(struct llama_model *model, const char *path);
 
 // Replaces tensor `name` with `size` bytes at `data`, stored as `ggml_type` (an
 // `enum ggml_type` value; it may differ from the current type, the shape may not): a trainer
 // pushing weights. The bytes are copied; `data` stays the caller's. Returns 1 when the
 // tensor was replaced, 0 when it was refused or failed (wrong size for the type and shape;
-// see the report) or hot-swap is disabled, -1 when the model, name or data is NULL, there is
-// no such tensor, or the type is not a valid ggml type.
+// see the report; with `check_tensors` at load, NaN or infinite values are refused) or
+// hot-swap is disabled, -1 when the model, name or data is NULL, there is no such tensor, or
+// the type is not a valid ggml type.
 int32_t llama_ext_tensor_set(struct llama_model *model,
                              const char *name,
                              int32_t ggml_type,
@@ -1414,6 +1425,12 @@ struct llama_model *llama_model_load_from_splits(const char **paths,
                                                  struct llama_model_params params);
 
 // Frees a model and everything it owns. NULL is a no-op.
+//
+// Freeing a model while another thread still uses it through the model handle (a reload,
+// `llama_ext_tensor_set`, a getter, a tensor read) is undefined behaviour, as it is upstream:
+// the caller must make sure those calls have returned. Contexts created from the model keep
+// it alive: it is really freed when the last of them is freed, so calls through a context
+// (`llama_reload_changed_tensors`) stay valid.
 void llama_model_free(struct llama_model *model);
 
 // Deprecated alias of `llama_model_free`.

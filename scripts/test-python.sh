@@ -12,7 +12,14 @@ py="$VENV/bin/python"
 status=0
 
 # The symbol check runs first so a failing import is explained by the list of missing names.
-"$py" tests/python/test_import_llama_cpp.py || status=1
+# The library's log goes to stderr: kept in a file, shown only on failure.
+log="$WORK/test-python.log"
+if "$py" tests/python/test_import_llama_cpp.py >"$log" 2>&1; then
+    say "$(grep -c '^ok ' "$log") python checks ok: $(tail -n 1 "$log") (full output: $log)"
+else
+    status=1
+    tail -n 80 "$log"
+fi
 
 if out="$("$py" -c 'import llama_cpp; print(llama_cpp.llama_max_devices())' 2>&1)" \
     && [ "$(printf '%s\n' "$out" | tail -n 1)" = 16 ]; then
@@ -20,6 +27,20 @@ if out="$("$py" -c 'import llama_cpp; print(llama_cpp.llama_max_devices())' 2>&1
 else
     say "FAIL python -c 'import llama_cpp; print(llama_cpp.llama_max_devices())':"
     printf '%s\n' "$out" | tail -n 8
+    status=1
+fi
+
+# End to end on the real model: Llama(...).eval and create_completion, ours vs upstream's
+# library, each in its own process (tests/python/test_eval_llama_cpp.py).
+need_upstream_lib
+model="$(bash scripts/fetch-models.sh)"
+if out="$("$py" tests/python/test_eval_llama_cpp.py "$model" "$RELEASE_DIR" "$UPSTREAM_BUILD/bin" \
+    "$WORK/python-eval" 2>&1)"; then
+    say "ok   Llama(SmolLM2).eval + create_completion, ours vs upstream:"
+    printf '%s\n' "$out" | sed 's/^/     /'
+else
+    say "FAIL Llama(SmolLM2).eval + create_completion, ours vs upstream:"
+    printf '%s\n' "$out" | tail -n 20
     status=1
 fi
 exit "$status"

@@ -24,11 +24,14 @@ if [ -z "${LLAMA_HOTSWAP_TEST_MODEL:-}" ]; then
 fi
 rounds="${VALGRIND_ROUNDS:-200}"
 if valgrind --quiet --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=1 \
-    --log-file="$out/valgrind.log" "$out/valgrind_loop" "$rounds" >"$out/stdout.txt"; then
+    --log-file="$out/valgrind.log" "$out/valgrind_loop" "$rounds" >"$out/stdout.txt" \
+    2>"$out/stderr.txt"; then
+    # The library's log lines (stderr) are kept in a file, shown only on failure.
     cat "$out/stdout.txt"
-    say "valgrind: no memory errors, no definite leaks"
+    say "valgrind: no memory errors, no definite leaks (library log: $out/stderr.txt)"
 else
     cat "$out/stdout.txt"
+    tail -n 60 "$out/stderr.txt"
     cat "$out/valgrind.log"
     fail "valgrind reported errors (log: $out/valgrind.log)"
 fi

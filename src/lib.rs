@@ -11,18 +11,25 @@
 //!   the state hot-swap keeps on it (`model::swap`).
 //! * `storage` — where tensor bytes live and how they move: files, mappings, host arenas,
 //!   device buffers, row splits, the placement of each tensor.
+//! * `context` — a context over a model: parameters, decode driver (batch validation, ubatch
+//!   splitting, outputs), logits and embeddings.
+//! * `kv_cache` — the unified KV cache: cells, sequences, slot search, shifts, SWA masks.
+//! * `graph` — ggml-equivalent op graphs, one builder per architecture (`graph/arch/<arch>.rs`
+//!   as upstream's `src/models/`), and the CPU executor.
+//! * `kernels` — compute kernels (`cpu/`: per-type dequantize, activation quantization,
+//!   `vec_dot` scalar + AVX2, `mul_mat`, ops, the persistent thread pool; later `cuda/`).
+//! * `tokenizer` — tokenization, pieces and detokenization (one file per algorithm; the
+//!   vocabulary data stays in `model::vocab`).
 //! * `sampling` — the samplers behind `llama_sampler_*` (one file per sampler family) and
-//!   the C++ standard library pieces they need bit for bit (`sampling::cpp`).
-//! * `device` — the device registry (CUDA, virtual GPUs, CPU), allocations, layer placement.
-//! * `gguf` — the GGUF format: parsing and writing bytes; never sees a mapping.
-//! * `log` — the log sink shared by all.
+//!   GBNF grammars (`sampling::grammar`).
 //! * `chat` — upstream's built-in chat templates (detection from a template string and
 //!   formatting); uses nothing but std.
-//!
-//! Rooms still to come, named so that the engine's code has a place: `tokenizer` (one file per
-//! algorithm; the vocabulary data stays in `model::vocab`), `context` (the context moves out of
-//! `model`), `kv_cache`, `kernels` (`cpu/`, later `cuda/`), `graph` (op graph + builder,
-//! `graph/arch/<arch>.rs` as upstream's `src/models/`).
+//! * `device` — the device registry (CUDA, virtual GPUs, CPU), allocations, layer placement.
+//! * `gguf` — the GGUF format: parsing and writing bytes; never sees a mapping.
+//! * `cpp` — the C++ standard library replayed bit for bit where upstream's results depend on
+//!   it (`std::mt19937`, libstdc++'s distributions, `std::sort`/`std::partial_sort` tie
+//!   orders); used by `sampling` and `model::vocab`; uses nothing.
+//! * `log` — the log sink shared by all.
 //!
 //! # The dependency rule
 //! Dependencies point one way, down:
@@ -51,6 +58,8 @@
 pub mod chat;
 /// cbindgen:ignore
 pub mod context;
+/// cbindgen:ignore
+pub mod cpp;
 /// cbindgen:ignore
 pub mod device;
 /// cbindgen:ignore

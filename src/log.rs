@@ -45,6 +45,18 @@ pub fn emit(level: Level, message: &str) {
 }
 
 /// The default sink: upstream writes to stderr and flushes.
+/// Text of a caught panic payload, for a log line or an error (the C boundary and the CUDA
+/// driver edge both catch panics).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_string()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}
+
 pub fn write_stderr(text: &str) {
     use std::io::Write;
     let mut err = std::io::stderr().lock();

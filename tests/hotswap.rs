@@ -715,6 +715,12 @@ fn readers_never_see_a_torn_tensor() {
     }
 }
 
+/// Tests that measure the process's memory run one at a time.
+fn memory_test_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
@@ -728,6 +734,7 @@ fn rss_bytes() -> u64 {
 
 #[test]
 fn oscillation_keeps_memory_bounded() {
+    let _alone = memory_test_lock();
     let dir = tempdir("osc");
     let path = dir.0.join("m.gguf");
     let opts = TinyLlamaOpts {
@@ -778,4 +785,252 @@ fn oscillation_keeps_memory_bounded() {
         "device memory grows: {used:?}"
     );
     assert!(rss[3] < rss[0] + 4 * f32_bytes, "RSS grows: {rss:?}");
+}
+
+/// Runs `f` on a thread and waits at most a minute for it: a call that blocks (a FIFO opened
+/// for reading) fails the test instead of hanging it.
+fn finishes<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("{what} blocked"))
+}
+
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+}
+
+#[test]
+fn fifo_is_never_opened_for_reading() {
+    let base = tiny_llama(&TinyLlamaOpts::with_type(GgmlType::Q8_0)).unwrap();
+    for mode in [LoadMode::Auto, LoadMode::None] {
+        let (dir, path) = setup(&format!("fifo-{mode:?}"), &base);
+        let model = Arc::new(load_model(
+            &path,
+            PlacementParams {
+                registry: registry(&[]),
+                ..Default::default()
+            },
+            mode,
+        ));
+        let before = current(&model, Q);
+        std::fs::remove_file(&path).unwrap();
+        mkfifo(&path);
+        let m = Arc::clone(&model);
+        let report = finishes("reload of a FIFO", move || {
+            hotswap::reload_changed(&m).unwrap()
+        });
+        let entry = report.entry(Q).unwrap();
+        assert_eq!(entry.outcome, Outcome::Failed, "{report:?}");
+        assert!(entry.reason.contains("not a regular file"), "{report:?}");
+        assert_eq!(current(&model, Q), before);
+        // Nothing changed since: the FIFO is not looked at again.
+        let m = Arc::clone(&model);
+        let again = finishes("second reload", move || {
+            hotswap::reload_changed(&m).unwrap()
+        });
+        assert!(again.entries.is_empty(), "{again:?}");
+        let (m, fifo) = (Arc::clone(&model), path.clone());
+        let err = finishes("reload_from_file of a FIFO", move || {
+            hotswap::reload_from_file(&m, &fifo)
+                .map(|_| ())
+                .unwrap_err()
+        });
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        let fifo = path.clone();
+        let err = finishes("load of a FIFO", move || {
+            load(ModelSource::Path(fifo), LoadOptions::default())
+                .map(|_| ())
+                .unwrap_err()
+        });
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        // A regular file put back is reloaded.
+        std::fs::remove_file(&path).unwrap();
+        let b = variant(
+            &base,
+            &[(
+                Q,
+                Some((GgmlType::Q8_0, bytes_for(&base, Q, GgmlType::Q8_0, 5))),
+            )],
+        );
+        replace(&path, &b);
+        let report = hotswap::reload_changed(&model).unwrap();
+        assert!(outcome(&report, Q).reloaded(), "{report:?}");
+        assert_eq!(current(&model, Q), file_bytes(&path, Q));
+        drop(dir);
+    }
+}
+
+fn rss_anon_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("RssAnon:")).unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1024
+}
+
+fn mapped_count(model: &Model) -> usize {
+    model
+        .tensors
+        .iter()
+        .filter(|t| matches!(t.read().data, TensorData::Mapped { .. }))
+        .count()
+}
+
+#[test]
+fn metadata_only_change_keeps_mappings_and_memory() {
+    let _alone = memory_test_lock();
+    let opts = TinyLlamaOpts {
+        n_embd: 512,
+        n_ff: 4096,
+        n_layer: 2,
+        ..TinyLlamaOpts::with_type(GgmlType::F32)
+    };
+    let base = tiny_llama(&opts).unwrap();
+    let (_dir, path) = setup("metadata-only", &base);
+    let model = load_model(
+        &path,
+        PlacementParams {
+            registry: registry(&[]),
+            ..Default::default()
+        },
+        LoadMode::Auto,
+    );
+    let n = model.tensors.len();
+    assert_eq!(mapped_count(&model), n);
+    let model_bytes = std::fs::metadata(&path).unwrap().len();
+    let rss0 = rss_anon_bytes();
+    // chmod to the same mode: only the ctime moves.
+    let perms = std::fs::metadata(&path).unwrap().permissions();
+    std::fs::set_permissions(&path, perms).unwrap();
+    let report = hotswap::reload_changed(&model).unwrap();
+    assert!(report.entries.is_empty(), "{report:?}");
+    assert_eq!(mapped_count(&model), n, "chmod moved mapped tensors");
+    // touch: the mtime moves too.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let f = std::fs::File::options().write(true).open(&path).unwrap();
+    f.set_modified(std::time::SystemTime::now()).unwrap();
+    drop(f);
+    let report = hotswap::reload_changed(&model).unwrap();
+    assert!(report.entries.is_empty(), "{report:?}");
+    assert_eq!(mapped_count(&model), n, "touch moved mapped tensors");
+    let grown = rss_anon_bytes().saturating_sub(rss0);
+    assert!(
+        grown < model_bytes / 2,
+        "anonymous memory grew by {grown} bytes for a {model_bytes}-byte model"
+    );
+    for t in model.tensors.iter() {
+        assert_eq!(current(&model, &t.name), file_bytes(&path, &t.name));
+    }
+
+    // Renamed into place with one tensor changed: the old inode stays intact under the
+    // mapping, so the unchanged tensors keep reading through it.
+    let b = variant(
+        &base,
+        &[(
+            Q,
+            Some((GgmlType::F32, bytes_for(&base, Q, GgmlType::F32, 3))),
+        )],
+    );
+    replace(&path, &b);
+    let report = hotswap::reload_changed(&model).unwrap();
+    assert_eq!(report.entries.len(), 1, "{report:?}");
+    assert!(outcome(&report, Q).reloaded());
+    assert_eq!(mapped_count(&model), n - 1);
+    for t in model.tensors.iter() {
+        assert_eq!(current(&model, &t.name), file_bytes(&path, &t.name));
+    }
+
+    // The new inode rewritten in place: the mapped tensors read the old inode, which nothing
+    // wrote, so they stay (an in-place rewrite of the loaded inode moves them: see
+    // mapped_tensors_survive_in_place_overwrite_and_truncation and ext_hotswap.c).
+    let c = variant(
+        &b,
+        &[(
+            Q,
+            Some((GgmlType::F32, bytes_for(&base, Q, GgmlType::F32, 4))),
+        )],
+    );
+    let fresh = base_path_sibling(&path);
+    replace(&fresh, &c);
+    std::fs::write(&path, std::fs::read(&fresh).unwrap()).unwrap();
+    let report = hotswap::reload_changed(&model).unwrap();
+    assert!(outcome(&report, Q).reloaded(), "{report:?}");
+    assert_eq!(mapped_count(&model), n - 1);
+    for t in model.tensors.iter() {
+        assert_eq!(current(&model, &t.name), file_bytes(&path, &t.name));
+    }
+}
+
+fn base_path_sibling(path: &Path) -> PathBuf {
+    path.with_extension("other")
+}
+
+/// Q8_0 bytes for `name` whose first block scale is a NaN.
+fn q8_0_with_nan(base: &GgufWriter, name: &str) -> Vec<u8> {
+    let mut b = bytes_for(base, name, GgmlType::Q8_0, 21);
+    for block in b.chunks_exact_mut(34) {
+        block[0..2].copy_from_slice(&0x3c00u16.to_le_bytes()); // 1.0
+    }
+    b[0..2].copy_from_slice(&0x7e00u16.to_le_bytes()); // NaN
+    b
+}
+
+#[test]
+fn check_tensors_validates_swapped_bytes() {
+    let base = tiny_llama(&TinyLlamaOpts::with_type(GgmlType::Q8_0)).unwrap();
+    let (_dir, path) = setup("check-tensors", &base);
+    let bad = q8_0_with_nan(&base, Q);
+    let load_checked = |check_tensors| {
+        load(
+            ModelSource::Path(path.clone()),
+            LoadOptions {
+                load_mode: LoadMode::None,
+                placement: PlacementParams {
+                    registry: registry(&[]),
+                    ..Default::default()
+                },
+                hotswap: true,
+                check_tensors,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    };
+    let model = load_checked(true);
+    let before = current(&model, Q);
+    let report = hotswap::tensor_set(&model, Q, GgmlType::Q8_0.id() as i32, &bad).unwrap();
+    let entry = report.entry(Q).unwrap();
+    assert_eq!(entry.outcome, Outcome::Refused, "{report:?}");
+    assert!(entry.reason.contains("non-finite"), "{report:?}");
+    assert_eq!(current(&model, Q), before);
+    replace(
+        &path,
+        &variant(&base, &[(Q, Some((GgmlType::Q8_0, bad.clone())))]),
+    );
+    let report = hotswap::reload_changed(&model).unwrap();
+    assert_eq!(outcome(&report, Q), Outcome::Refused, "{report:?}");
+    assert_eq!(current(&model, Q), before);
+    // A fresh load with check_tensors refuses the same file...
+    assert!(load(
+        ModelSource::Path(path.clone()),
+        LoadOptions {
+            check_tensors: true,
+            ..Default::default()
+        }
+    )
+    .is_err());
+    // ...and without check_tensors the bytes are taken as they are.
+    replace(&path, &base);
+    let unchecked = load_checked(false);
+    let report = hotswap::tensor_set(&unchecked, Q, GgmlType::Q8_0.id() as i32, &bad).unwrap();
+    assert!(outcome(&report, Q).reloaded(), "{report:?}");
+    assert_eq!(current(&unchecked, Q).1, bad);
 }

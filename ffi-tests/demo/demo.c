@@ -4,7 +4,12 @@
  * Hot-swap part: two virtual GPUs (48 MiB, 16 MiB) and LLAMA_HOTSWAP_ENABLED=1 are set first
  * thing in main; the model is loaded across both GPUs (split mode LAYER, all layers
  * offloaded), one tensor is quantized to Q8_0 in a new version of the file (renamed into
- * place), and llama_reload_changed_tensors picks it up. Exits 1 if anything is off. */
+ * place), and llama_reload_changed_tensors picks it up.
+ *
+ * Real-model part (SmolLM2-135M Q4_1, path in argv[2]): tokenize a prompt, greedy-generate a
+ * few tokens through llama_decode, then replace blk.0.ffn_down.weight (Q4_1) by a Q8_0 copy
+ * with llama_ext_tensor_set, decode the prompt again (logits change), put the Q4_1 bytes back
+ * and decode once more (logits bit-identical to the first run). Exits 1 if anything is off. */
 #define _POSIX_C_SOURCE 200809L
 #include "llama.h"
 
@@ -161,6 +166,152 @@ static int hotswap_demo(const char *path) {
     return ok ? 0 : 1;
 }
 
+
+/* ---- the real model: generate, swap one tensor's type, swap back ---- */
+
+#define PROMPT "The capital of France is"
+#define SWAP_REAL "blk.0.ffn_down.weight"
+#define N_GENERATE 8
+
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t) (h >> 15) << 31, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    float value;
+    if (exp == 0) value = ldexpf((float) mant, -24); /* subnormal */
+    else if (exp == 31) value = mant ? NAN : INFINITY;
+    else value = ldexpf((float) (mant | 0x400), (int) exp - 25);
+    return sign ? -value : value;
+}
+
+/* Round to nearest even; the scales here are small normal numbers. */
+static uint16_t float_to_half(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    uint16_t sign = (uint16_t) ((bits >> 16) & 0x8000);
+    float a = fabsf(f);
+    if (a == 0.0f) return sign;
+    if (a >= 65520.0f) return sign | 0x7c00;
+    int e;
+    frexpf(a, &e); /* a = m * 2^e, m in [0.5, 1) */
+    int exp = e - 1 + 15;
+    if (exp <= 0) return sign | (uint16_t) lrintf(ldexpf(a, 24)); /* subnormal */
+    uint32_t mant = (uint32_t) lrintf(ldexpf(a, 11 - e)); /* 11 significant bits */
+    if (mant == 0x800) { mant = 0x400; exp++; }
+    return sign | (uint16_t) (exp << 10) | (uint16_t) (mant & 0x3ff);
+}
+
+/* Q4_1 (per 32 values: f16 d, f16 m, 16 bytes of nibbles; x = q*d + m) to Q8_0 (per 32: f16
+ * d, 32 int8; x = q*d), as ggml's reference quantizer does it. */
+static void q4_1_to_q8_0(const uint8_t *src, uint8_t *dst, size_t blocks) {
+    for (size_t b = 0; b < blocks; b++, src += 20, dst += 34) {
+        float x[32], amax = 0.0f;
+        float d = half_to_float((uint16_t) (src[0] | src[1] << 8));
+        float m = half_to_float((uint16_t) (src[2] | src[3] << 8));
+        for (int j = 0; j < 16; j++) {
+            x[j] = (float) (src[4 + j] & 0x0f) * d + m;
+            x[j + 16] = (float) (src[4 + j] >> 4) * d + m;
+        }
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float scale = amax / 127.0f, inv = scale ? 1.0f / scale : 0.0f;
+        uint16_t h = float_to_half(scale);
+        dst[0] = (uint8_t) h;
+        dst[1] = (uint8_t) (h >> 8);
+        for (int j = 0; j < 32; j++) dst[2 + j] = (uint8_t) (int8_t) lrintf(x[j] * inv);
+    }
+}
+
+/* Clears the memory, decodes the prompt and copies the last position's logits into `out`. */
+static int decode_prompt(struct llama_context *ctx, llama_token *tokens, int n, float *out, int n_vocab) {
+    llama_memory_clear(llama_get_memory(ctx), true);
+    if (llama_decode(ctx, llama_batch_get_one(tokens, n)) != 0) return 1;
+    const float *logits = llama_get_logits_ith(ctx, -1);
+    if (!logits) return 1;
+    memcpy(out, logits, (size_t) n_vocab * sizeof *out);
+    return 0;
+}
+
+static int real_model_demo(const char *path) {
+    struct llama_model_params mparams = llama_model_default_params();
+    mparams.n_gpu_layers = 0; /* the CPU engine computes */
+    struct llama_model *model = llama_model_load_from_file(path, mparams);
+    if (!model) { fprintf(stderr, "cannot load %s\n", path); return 1; }
+    struct llama_context_params cparams = llama_context_default_params();
+    cparams.n_ctx = 256;
+    cparams.n_batch = 256;
+    struct llama_context *ctx = llama_init_from_model(model, cparams);
+    if (!ctx) { fprintf(stderr, "context failed\n"); return 1; }
+    const struct llama_vocab *vocab = llama_model_get_vocab(model);
+    int n_vocab = llama_vocab_n_tokens(vocab);
+    char desc[128];
+    llama_model_desc(model, desc, sizeof desc);
+    printf("\nreal model: %s (%s)\n", desc, path);
+
+    llama_token tokens[64];
+    int n = llama_tokenize(vocab, PROMPT, (int32_t) strlen(PROMPT), tokens, 64, true, false);
+    if (n <= 0) { fprintf(stderr, "tokenize failed\n"); return 1; }
+    printf("  prompt \"%s\" -> %d tokens:", PROMPT, n);
+    for (int i = 0; i < n; i++) printf(" %d", tokens[i]);
+    printf("\n");
+
+    float *first = malloc((size_t) n_vocab * sizeof(float));
+    float *swapped = malloc((size_t) n_vocab * sizeof(float));
+    float *back = malloc((size_t) n_vocab * sizeof(float));
+    int rc = decode_prompt(ctx, tokens, n, first, n_vocab);
+    if (rc) { fprintf(stderr, "decode failed\n"); return 1; }
+
+    /* Greedy generation, one token per llama_decode. */
+    struct llama_sampler *greedy = llama_sampler_init_greedy();
+    printf("  greedy: \"%s", PROMPT);
+    for (int i = 0; i < N_GENERATE && rc == 0; i++) {
+        llama_token next = llama_sampler_sample(greedy, ctx, -1);
+        if (llama_vocab_is_eog(vocab, next)) break;
+        char piece[64];
+        int len = llama_token_to_piece(vocab, next, piece, sizeof piece, 0, false);
+        printf("%.*s", len > 0 ? len : 0, piece);
+        fflush(stdout);
+        rc = llama_decode(ctx, llama_batch_get_one(&next, 1)) != 0;
+    }
+    printf("\"\n");
+    llama_sampler_free(greedy);
+    if (rc) { fprintf(stderr, "decode failed while generating\n"); return 1; }
+
+    /* Swap in a Q8_0 copy of one Q4_1 tensor. */
+    struct llama_ext_tensor_info info;
+    if (llama_ext_tensor_info(model, SWAP_REAL, &info) != 0 || info.type != GGML_TYPE_Q4_1) {
+        fprintf(stderr, "%s is not Q4_1 in this model\n", SWAP_REAL);
+        return 1;
+    }
+    size_t q4_size = (size_t) info.nbytes, blocks = q4_size / 20, q8_size = blocks * 34;
+    uint8_t *q4 = malloc(q4_size), *q8 = malloc(q8_size);
+    if (llama_ext_tensor_read(model, SWAP_REAL, q4, q4_size) != (int64_t) q4_size) return 1;
+    q4_1_to_q8_0(q4, q8, blocks);
+    int set = llama_ext_tensor_set(model, SWAP_REAL, GGML_TYPE_Q8_0, q8, q8_size);
+    llama_ext_tensor_info(model, SWAP_REAL, &info);
+    printf("  llama_ext_tensor_set(%s, q8_0, %zu bytes) = %d; type now %s\n", SWAP_REAL, q8_size,
+           set, type_name(info.type));
+    if (set != 1 || info.type != GGML_TYPE_Q8_0) { fprintf(stderr, "swap to q8_0 failed\n"); return 1; }
+    rc = decode_prompt(ctx, tokens, n, swapped, n_vocab);
+    float max_diff = 0.0f;
+    for (int i = 0; i < n_vocab; i++) max_diff = fmaxf(max_diff, fabsf(first[i] - swapped[i]));
+    printf("  prompt decoded again: max |logit diff| vs the Q4_1 run = %g (%s)\n", max_diff,
+           max_diff > 0.0f ? "changed" : "UNCHANGED");
+    rc = rc || !(max_diff > 0.0f);
+
+    /* Swap the original bytes back: the logits must be bit-identical to the first run. */
+    set = llama_ext_tensor_set(model, SWAP_REAL, GGML_TYPE_Q4_1, q4, q4_size);
+    rc = rc || set != 1 || decode_prompt(ctx, tokens, n, back, n_vocab);
+    bool same = rc == 0 && memcmp(first, back, (size_t) n_vocab * sizeof(float)) == 0;
+    printf("  swapped back to q4_1 (= %d): logits %s to the first run\n", set,
+           same ? "bit-identical (memcmp)" : "DIFFERENT");
+    free(q4);
+    free(q8);
+    free(first);
+    free(swapped);
+    free(back);
+    llama_free(ctx);
+    llama_model_free(model);
+    return same ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     /* First thing: the library reads these on first use (GPUs) and at load (hot-swap). */
     setenv("LLAMA_VIRTUAL_GPUS", "48MiB,16MiB", 1);
@@ -218,6 +369,7 @@ int main(int argc, char **argv) {
            llama_vocab_get_text(vocab, llama_vocab_eos(vocab)), llama_model_chat_template(first, NULL));
     llama_model_free(first);
     int rc = hotswap_demo(path);
+    if (rc == 0 && argc > 2) rc = real_model_demo(argv[2]);
     llama_backend_free();
     printf("\n%s\n", rc == 0 ? "done" : "FAILED");
     return rc;

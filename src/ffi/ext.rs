@@ -214,7 +214,15 @@ fn reload_count(
 /// hot-swap is disabled for the model (`LLAMA_HOTSWAP_ENABLED` unset, empty, `0`, `false` or
 /// `off` when it was loaded; one log line), or `ctx` is NULL. Any relocated or retyped tensor
 /// bumps the model's generation, which makes every context of the model rebuild its graph.
-/// Safe to call from any thread; calls on one model serialize.
+/// Safe to call from any thread; calls on one model serialize. A file at a watched path that
+/// is not a regular file (a FIFO, a directory) is never opened: its tensors are reported
+/// `failed` ("not a regular file"). A changed file that cannot be opened or read for a
+/// transient reason (out of descriptors, I/O or allocation error) is looked at again by the
+/// next call. Relative paths were resolved when the model loaded (a later `chdir` does not
+/// change which files are watched). A model loaded with `check_tensors` validates new bytes
+/// before committing them (invalid ones are refused). Metadata-only changes (chmod, touch)
+/// move nothing. The model must not be freed while this runs (see `llama_model_free`); the
+/// context keeps it alive.
 #[no_mangle]
 pub unsafe extern "C" fn llama_reload_changed_tensors(ctx: *mut llama_context) -> bool {
     boundary!("llama_reload_changed_tensors", false, {
@@ -248,7 +256,8 @@ pub unsafe extern "C" fn llama_ext_model_reload_changed_tensors(model: *mut llam
 /// fine-tuned checkpoint or a different quantization. Tensors missing from it or with
 /// another shape are refused and reported. The model's watched files do not change. Returns
 /// the number of tensors reloaded (0 when hot-swap is disabled), or -1 when the model or path
-/// is NULL or the file cannot be opened or parsed (nothing is touched then).
+/// is NULL or the file cannot be opened or parsed, or is not a regular file (nothing is
+/// touched then). The model must not be freed while this runs (see `llama_model_free`).
 #[no_mangle]
 pub unsafe extern "C" fn llama_ext_model_reload_from_file(
     model: *mut llama_model,
@@ -270,8 +279,9 @@ pub unsafe extern "C" fn llama_ext_model_reload_from_file(
 /// `enum ggml_type` value; it may differ from the current type, the shape may not): a trainer
 /// pushing weights. The bytes are copied; `data` stays the caller's. Returns 1 when the
 /// tensor was replaced, 0 when it was refused or failed (wrong size for the type and shape;
-/// see the report) or hot-swap is disabled, -1 when the model, name or data is NULL, there is
-/// no such tensor, or the type is not a valid ggml type.
+/// see the report; with `check_tensors` at load, NaN or infinite values are refused) or
+/// hot-swap is disabled, -1 when the model, name or data is NULL, there is no such tensor, or
+/// the type is not a valid ggml type.
 #[no_mangle]
 pub unsafe extern "C" fn llama_ext_tensor_set(
     model: *mut llama_model,

@@ -1,27 +1,139 @@
-//! Opaque handles handed to C. Each starts with a magic tag checked on entry, so a freed or
-//! foreign pointer is reported instead of silently corrupting memory (best effort: reading
-//! the tag of freed memory is itself undefined, but in practice catches use-after-free, since
-//! `free` overwrites the tag first).
+//! Opaque handles handed to C, and the registry of live ones.
+//!
+//! Every handle this library returns is recorded in [`LIVE`] (its address and kind) when it is
+//! created and removed when it is freed. A handle coming back from C is looked up there
+//! *before* it is dereferenced, so a freed, foreign or wild pointer (`(void *)0x1234`) is
+//! reported (log line, failure value) instead of read. The lookup is a read lock and one hash
+//! probe: a few tens of nanoseconds on a getter (see README, "Handle checks").
+//!
+//! What the registry cannot catch: a handle freed by another thread *while* a call that has
+//! already checked it is running (using and freeing one handle concurrently is undefined, as
+//! upstream), and an address reused by a new handle of the same kind after a free.
+
+use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{OnceLock, RwLock};
 
 use super::FfiError;
 
-const MODEL_MAGIC: u64 = u64::from_le_bytes(*b"LHSmodel");
-const VOCAB_MAGIC: u64 = u64::from_le_bytes(*b"LHSvocab");
-#[allow(dead_code)] // contexts become real with the hot-swap work
-const CONTEXT_MAGIC: u64 = u64::from_le_bytes(*b"LHSctx\0\0");
-const DEAD_MAGIC: u64 = u64::from_le_bytes(*b"LHSdead\0");
+/// The kinds of handle the registry tells apart (a model pointer passed as a vocab is
+/// refused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    Model,
+    Vocab,
+    Context,
+}
+
+/// A type handed to C as an opaque handle.
+pub(crate) trait Handle {
+    const KIND: Kind;
+    /// The parameter name used in log lines ("model is not a live handle ...").
+    const WHAT: &'static str;
+}
+
+/// A multiplicative hash for addresses: the keys are not attacker-chosen, and SipHash would
+/// be most of a getter's cost.
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+    fn write_isize(&mut self, v: isize) {
+        self.write_u64(v as u64);
+    }
+}
+
+type LiveSet = HashSet<(usize, Kind), BuildHasherDefault<AddrHasher>>;
+
+/// Live handles: address and kind.
+static LIVE: OnceLock<RwLock<LiveSet>> = OnceLock::new();
+
+fn live() -> &'static RwLock<LiveSet> {
+    LIVE.get_or_init(|| RwLock::new(LiveSet::default()))
+}
+
+fn register<T: Handle>(ptr: *const T) {
+    live()
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert((ptr as usize, T::KIND));
+}
+
+/// Removes a handle; false when it was not live (double free, foreign pointer).
+fn unregister<T: Handle>(ptr: *const T) -> bool {
+    live()
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&(ptr as usize, T::KIND))
+}
+
+fn is_live<T: Handle>(ptr: *const T) -> bool {
+    live()
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&(ptr as usize, T::KIND))
+}
+
+/// Borrows a handle after finding it in the registry of live handles.
+///
+/// # Safety
+/// If `ptr` is a live handle, no other thread frees it while the returned borrow is used.
+pub(crate) unsafe fn check<'a, T: Handle>(ptr: *const T) -> Result<&'a T, FfiError> {
+    if ptr.is_null() {
+        return Err(FfiError::Null(T::WHAT));
+    }
+    if !is_live(ptr) {
+        return Err(FfiError::BadHandle(T::WHAT));
+    }
+    // SAFETY: registered means created by `Box::into_raw` below and not freed since; the
+    // caller guarantees it is not freed while borrowed.
+    Ok(unsafe { &*ptr })
+}
+
+/// Frees a boxed handle (and unregisters it). NULL is a no-op; a pointer that is not live is
+/// refused (double free, foreign pointer).
+///
+/// # Safety
+/// As [`check`]; the pointer must not be used afterwards.
+unsafe fn free<T: Handle>(ptr: *mut T, also: impl FnOnce(&T)) -> Result<(), FfiError> {
+    if ptr.is_null() {
+        return Ok(());
+    }
+    if !unregister(ptr.cast_const()) {
+        return Err(FfiError::BadHandle(T::WHAT));
+    }
+    // SAFETY: it was live, so it came from `Box::into_raw` and is freed once (the unregister
+    // above succeeds for one caller only).
+    let boxed = unsafe { Box::from_raw(ptr) };
+    also(&boxed);
+    drop(boxed);
+    Ok(())
+}
 
 /// A loaded model (`struct llama_model`). Created by the load functions, freed by
-/// `llama_model_free`.
+/// `llama_model_free`. The vocab is a separate allocation, so a model pointer passed as a
+/// vocab (or the other way round) is never a live handle of that kind.
 pub struct llama_model {
-    magic: u64,
-    pub(crate) vocab: llama_vocab,
+    pub(crate) vocab: Box<llama_vocab>,
     pub(crate) inner: std::sync::Arc<crate::model::Model>,
 }
 
 /// A model's vocabulary (`struct llama_vocab`), owned by its model.
 pub struct llama_vocab {
-    magic: u64,
     pub(crate) inner: std::sync::Arc<crate::model::Model>,
     /// The vocabulary's tokenizer, built when the model was loaded.
     pub(crate) tokenizer: crate::tokenizer::Tokenizer,
@@ -29,9 +141,23 @@ pub struct llama_vocab {
 
 /// An inference context (`struct llama_context`).
 pub struct llama_context {
-    magic: u64,
     pub(crate) model: *const llama_model,
     pub(crate) inner: crate::context::Context,
+}
+
+impl Handle for llama_model {
+    const KIND: Kind = Kind::Model;
+    const WHAT: &'static str = "model";
+}
+
+impl Handle for llama_vocab {
+    const KIND: Kind = Kind::Vocab;
+    const WHAT: &'static str = "vocab";
+}
+
+impl Handle for llama_context {
+    const KIND: Kind = Kind::Context;
+    const WHAT: &'static str = "ctx";
 }
 
 impl llama_model {
@@ -40,113 +166,77 @@ impl llama_model {
         tokenizer: crate::tokenizer::Tokenizer,
     ) -> *mut llama_model {
         let inner = std::sync::Arc::new(model);
-        Box::into_raw(Box::new(llama_model {
-            magic: MODEL_MAGIC,
-            vocab: llama_vocab {
-                magic: VOCAB_MAGIC,
+        let ptr = Box::into_raw(Box::new(llama_model {
+            vocab: Box::new(llama_vocab {
                 inner: inner.clone(),
                 tokenizer,
-            },
+            }),
             inner,
-        }))
+        }));
+        // SAFETY: just created by `Box::into_raw`: valid and not shared yet.
+        let vocab: *const llama_vocab = unsafe { &*(*ptr).vocab };
+        register(vocab);
+        register(ptr.cast_const());
+        ptr
     }
 }
 
-#[allow(dead_code)]
 impl llama_context {
     pub(crate) fn new_boxed(
         model: *const llama_model,
         inner: crate::context::Context,
     ) -> *mut llama_context {
-        Box::into_raw(Box::new(llama_context {
-            magic: CONTEXT_MAGIC,
-            model,
-            inner,
-        }))
+        let ptr = Box::into_raw(Box::new(llama_context { model, inner }));
+        register(ptr.cast_const());
+        ptr
     }
 }
 
-/// Borrows a model handle after checking it.
+/// Borrows a model handle after checking it is live.
 ///
 /// # Safety
-/// `ptr` must be NULL or a pointer this library returned and that has not been freed.
+/// As [`check`].
 pub(crate) unsafe fn model<'a>(ptr: *const llama_model) -> Result<&'a llama_model, FfiError> {
-    if ptr.is_null() {
-        return Err(FfiError::Null("model"));
-    }
-    // SAFETY: non-NULL and, per the contract, a live allocation of ours.
-    let handle = unsafe { &*ptr };
-    if handle.magic != MODEL_MAGIC {
-        return Err(FfiError::BadHandle("model"));
-    }
-    Ok(handle)
+    // SAFETY: the caller's contract is `check`'s.
+    unsafe { check(ptr) }
 }
 
-/// Borrows a vocab handle after checking it.
+/// Borrows a vocab handle after checking it is live.
 ///
 /// # Safety
-/// As [`model`].
+/// As [`check`].
 pub(crate) unsafe fn vocab<'a>(ptr: *const llama_vocab) -> Result<&'a llama_vocab, FfiError> {
-    if ptr.is_null() {
-        return Err(FfiError::Null("vocab"));
-    }
-    // SAFETY: as in `model`.
-    let handle = unsafe { &*ptr };
-    if handle.magic != VOCAB_MAGIC {
-        return Err(FfiError::BadHandle("vocab"));
-    }
-    Ok(handle)
+    // SAFETY: the caller's contract is `check`'s.
+    unsafe { check(ptr) }
 }
 
-/// Borrows a context handle after checking it.
-#[allow(dead_code)]
+/// Borrows a context handle after checking it is live.
 ///
 /// # Safety
-/// As [`model`].
+/// As [`check`].
 pub(crate) unsafe fn context<'a>(ptr: *const llama_context) -> Result<&'a llama_context, FfiError> {
-    if ptr.is_null() {
-        return Err(FfiError::Null("ctx"));
-    }
-    // SAFETY: as in `model`.
-    let handle = unsafe { &*ptr };
-    if handle.magic != CONTEXT_MAGIC {
-        return Err(FfiError::BadHandle("ctx"));
-    }
-    Ok(handle)
+    // SAFETY: the caller's contract is `check`'s.
+    unsafe { check(ptr) }
 }
 
-/// Frees a model handle. NULL is a no-op.
+/// Frees a model handle (its vocab handle dies with it). NULL is a no-op.
 ///
 /// # Safety
-/// As [`model`]; the pointer must not be used afterwards.
+/// As [`check`]; the pointer must not be used afterwards.
 pub(crate) unsafe fn free_model(ptr: *mut llama_model) -> Result<(), FfiError> {
-    if ptr.is_null() {
-        return Ok(());
+    // SAFETY: the caller's contract.
+    unsafe {
+        free(ptr, |m| {
+            unregister(&*m.vocab as *const llama_vocab);
+        })
     }
-    // SAFETY: checked below before taking ownership.
-    unsafe { model(ptr)? };
-    // SAFETY: a live handle created by `Box::into_raw` in `new_boxed`.
-    let mut boxed = unsafe { Box::from_raw(ptr) };
-    boxed.magic = DEAD_MAGIC;
-    boxed.vocab.magic = DEAD_MAGIC;
-    drop(boxed);
-    Ok(())
 }
 
 /// Frees a context handle. NULL is a no-op.
-#[allow(dead_code)]
 ///
 /// # Safety
-/// As [`context`]; the pointer must not be used afterwards.
+/// As [`check`]; the pointer must not be used afterwards.
 pub(crate) unsafe fn free_context(ptr: *mut llama_context) -> Result<(), FfiError> {
-    if ptr.is_null() {
-        return Ok(());
-    }
-    // SAFETY: checked below before taking ownership.
-    unsafe { context(ptr)? };
-    // SAFETY: a live handle created by `Box::into_raw` in `new_boxed`.
-    let mut boxed = unsafe { Box::from_raw(ptr) };
-    boxed.magic = DEAD_MAGIC;
-    drop(boxed);
-    Ok(())
+    // SAFETY: the caller's contract.
+    unsafe { free(ptr, |_| {}) }
 }

@@ -21,7 +21,7 @@ use std::fmt;
 pub enum FfiError {
     /// A required pointer argument was NULL.
     Null(&'static str),
-    /// A handle whose tag is wrong: freed, foreign or corrupted.
+    /// A pointer that is not a live handle of this kind: freed, foreign or wild.
     BadHandle(&'static str),
     /// An argument outside its documented range.
     Invalid(String),
@@ -44,16 +44,7 @@ impl fmt::Display for FfiError {
     }
 }
 
-/// Text of a caught panic payload, for the log line.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "unknown panic".to_string()
-    }
-}
+pub(crate) use crate::log::panic_message;
 
 /// Runs an export's body (an expression of type `Result<T, FfiError>`), returning `T`, or
 /// `$fail` after logging when the body fails or panics.
@@ -88,8 +79,8 @@ macro_rules! boundary {
 macro_rules! getter {
     ($with:ident, $name:literal, $handle:ident, $fail:expr, |$obj:ident| $value:expr) => {
         boundary!($name, $fail, {
-            // SAFETY: the export's contract: `$handle` is NULL or a live handle, which is what
-            // `$with` requires; it checks the handle's tag before dereferencing.
+            // SAFETY: `$with` looks `$handle` up in the registry of live handles before
+            // dereferencing it; the export's contract is that it is not freed meanwhile.
             unsafe { $with($handle, |$obj| $value) }
         })
     };

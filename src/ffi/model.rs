@@ -276,6 +276,12 @@ pub unsafe extern "C" fn llama_model_load_from_splits(
 }
 
 /// Frees a model and everything it owns. NULL is a no-op.
+///
+/// Freeing a model while another thread still uses it through the model handle (a reload,
+/// `llama_ext_tensor_set`, a getter, a tensor read) is undefined behaviour, as it is upstream:
+/// the caller must make sure those calls have returned. Contexts created from the model keep
+/// it alive: it is really freed when the last of them is freed, so calls through a context
+/// (`llama_reload_changed_tensors`) stay valid.
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_free(model: *mut llama_model) {
     boundary!("llama_model_free", (), {
@@ -311,7 +317,7 @@ pub unsafe extern "C" fn llama_model_get_vocab(model: *const llama_model) -> *co
     boundary!("llama_model_get_vocab", std::ptr::null(), {
         // SAFETY: NULL or a live model.
         let handle = unsafe { handles::model(model) }?;
-        Ok(&handle.vocab as *const llama_vocab)
+        Ok(&*handle.vocab as *const llama_vocab)
     })
 }
 

@@ -20,6 +20,7 @@ pub mod fixtures;
 pub mod quant;
 pub mod reader;
 pub mod types;
+pub mod validate;
 pub mod value;
 pub mod writer;
 

@@ -83,7 +83,10 @@ pub(super) fn commit(model: &Model, mut staged: Vec<Staged>, out: &mut Outcomes)
                 Some(o) => (o, reason),
                 None => continue,
             },
-            Err(e) => (Outcome::Failed, format!("write failed: {e}")),
+            Err(e) => {
+                out.retry = true;
+                (Outcome::Failed, format!("write failed: {e}"))
+            }
         };
         let t = model.tensors.at(m);
         let state = t.read();

@@ -12,9 +12,15 @@
 //!   differs. A changed file is opened once; its header and its data are read through that
 //!   one descriptor, so a rename in between cannot pair one file's header with another's bytes.
 //!   Shape changes and missing tensors are refused; a file whose data ends early (truncated or
-//!   still being written) fails as a whole (its header does not validate). The file's new
-//!   identity is recorded either way, so a refused tensor is looked at again the next time
-//!   its file changes (not on every call).
+//!   still being written) fails as a whole (its header does not validate). Only regular files
+//!   are opened (type checked first, then a non-blocking open re-checked with `fstat`): a
+//!   FIFO at the path fails "not a regular file" instead of blocking. The file's new identity
+//!   is recorded when the outcome is about its content (refused, reloaded, bad header, not a
+//!   regular file, gone), so a refused tensor is looked at again only when its file changes;
+//!   a transient failure (open, read, allocation) keeps the old identity, so the next call
+//!   retries. Watched paths were made absolute at load (a host `chdir` changes nothing).
+//! * **check_tensors.** A model loaded with it validates staged bytes (NaN/Inf as at load)
+//!   before anything is committed; invalid bytes are refused with the reason.
 //! * **Jobs** run tensors returning to their original type first (their private buffers are
 //!   freed before new ones are allocated).
 //! * **Transactional per tensor.** Bytes are read into a staging buffer and every new buffer is
@@ -28,10 +34,15 @@
 //! * **Invalidation.** Any relocation or retype bumps the model's generation, which every
 //!   context compares with the generation its cached graph was built for. A tensor written in
 //!   place (same type, size and placement) keeps its storage and bumps nothing.
-//! * **Mappings.** Tensors are never written through a file mapping. When a file changes,
-//!   every tensor still reading through that file's mapping moves to owned memory at that call
-//!   (from the new file when it reloads, else from the descriptor opened at load, which reads
-//!   safely even if the file shrank).
+//! * **Mappings.** Tensors are never written through a file mapping. A mapped tensor whose
+//!   bytes changed moves to owned memory. The others move only when the bytes under the
+//!   mapping can change: when the *loaded inode itself* was written in place (new size, new
+//!   header, or changed tensors), every tensor still reading through it moves to owned memory
+//!   at that call (read through the descriptor opened at load, which reads safely even if the
+//!   file shrank). A rename-into-place leaves the loaded inode intact (its descriptor is held),
+//!   and a metadata-only change (chmod, touch) writes nothing: mapped tensors stay mapped.
+//!   (An in-place rewrite that changes only mapped tensors' bytes, at the same offsets, shows
+//!   through the mapping and cannot be told from a touch; replace files by renaming.)
 //!
 //! # Where each step lives
 //! `watch.rs`: detection (identity, one `stat` per file) · `plan.rs`: header checks, jobs and
@@ -86,6 +97,9 @@ pub enum HotSwapError {
 pub(super) struct Outcomes {
     pub(super) entries: Vec<ReportEntry>,
     pub(super) relocated: bool,
+    /// A transient failure (read, allocation) happened: the file's new identity is not
+    /// recorded, so the next call tries again.
+    pub(super) retry: bool,
 }
 
 pub(super) fn hotswap_of(model: &Model) -> Result<&HotSwap, HotSwapError> {
@@ -161,6 +175,18 @@ impl Outcomes {
         reason: String,
     ) {
         self.push(model, i, Outcome::Failed, new_type, reason);
+    }
+
+    /// A failure that may pass (I/O, allocation): reported, and retried by the next call.
+    pub(super) fn fail_transient(
+        &mut self,
+        model: &Model,
+        i: usize,
+        new_type: Option<GgmlType>,
+        reason: String,
+    ) {
+        self.retry = true;
+        self.fail(model, i, new_type, reason);
     }
 }
 

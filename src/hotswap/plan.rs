@@ -25,16 +25,44 @@ pub(super) struct Job<'a> {
     pub(super) source: Bytes<'a>,
 }
 
-/// Opens a GGUF and reads its header through the returned descriptor.
-pub(super) fn open_gguf(path: &Path) -> Result<(File, crate::gguf::GgufHeader), String> {
-    let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+/// Why a changed file could not be opened and parsed.
+pub(super) struct OpenFailure {
+    pub(super) reason: String,
+    /// The failure says something about what is at the path (gone, not a regular file, not a
+    /// valid header), as opposed to a transient one (out of descriptors, I/O error) that the
+    /// next call must retry.
+    pub(super) about_content: bool,
+}
+
+impl From<OpenFailure> for String {
+    fn from(f: OpenFailure) -> String {
+        f.reason
+    }
+}
+
+/// Opens a GGUF (a regular file only, without blocking) and reads its header through the
+/// returned descriptor.
+pub(super) fn open_gguf(path: &Path) -> Result<(File, crate::gguf::GgufHeader), OpenFailure> {
+    let file = crate::storage::file::open_regular(path, 0).map_err(|e| OpenFailure {
+        reason: format!("cannot open: {e}"),
+        about_content: matches!(
+            e.kind(),
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidInput
+        ),
+    })?;
     let size = file
         .metadata()
-        .map_err(|e| format!("cannot stat: {e}"))?
+        .map_err(|e| OpenFailure {
+            reason: format!("cannot stat: {e}"),
+            about_content: false,
+        })?
         .len();
     let header =
         crate::gguf::read_header_from(&file, size, crate::gguf::file::DEFAULT_MAX_HEADER_BYTES)
-            .map_err(|e| format!("invalid GGUF header: {e}"))?;
+            .map_err(|e| OpenFailure {
+                reason: format!("invalid GGUF header: {e}"),
+                about_content: true,
+            })?;
     Ok((file, header))
 }
 
@@ -107,7 +135,7 @@ pub fn reload_from_file(model: &Model, path: &Path) -> Result<Arc<Report>, HotSw
         path: p.display().to_string(),
         reason,
     };
-    let (first, header) = open_gguf(path).map_err(|r| file_error(path, r))?;
+    let (first, header) = open_gguf(path).map_err(|r| file_error(path, r.into()))?;
     let gguf = header.gguf().map_err(|e| file_error(path, e.to_string()))?;
     let count = match gguf.get("split.count") {
         Some(crate::gguf::Value::U16(n)) => *n,
@@ -122,7 +150,7 @@ pub fn reload_from_file(model: &Model, path: &Path) -> Result<Arc<Report>, HotSw
             .ok_or_else(|| file_error(path, "not the first shard of a split set".into()))?;
         for n in 1..i32::from(count) {
             let shard = PathBuf::from(crate::model::split::split_path(prefix, n, i32::from(count)));
-            let (f, h) = open_gguf(&shard).map_err(|r| file_error(&shard, r))?;
+            let (f, h) = open_gguf(&shard).map_err(|r| file_error(&shard, r.into()))?;
             shards.push((f, h, shard));
         }
     }

@@ -197,20 +197,22 @@ pub(super) fn stage_member(
         )));
     }
     if current_matches && state.swap == SwapState::OnOriginal {
-        // Still reading through a file mapping: the original becomes owned CPU memory.
+        // Still reading through a file mapping. The same bytes: the mapping stays (its
+        // inode is intact, or the caller moves it off after an in-place write). New bytes:
+        // the original becomes owned CPU memory.
         let same = same_as_current(model, m, &state, &bytes);
+        if same {
+            recycle(model, bytes);
+            return Ok(None);
+        }
         let fresh = cpu_copy(devices, &bytes)?;
         return Ok(Some(staged(
             Action::Reattach {
                 bytes,
                 fresh: Some(fresh),
             },
-            if same { None } else { Some(Outcome::Relocated) },
-            if same {
-                String::new()
-            } else {
-                "moved off the file mapping".to_string()
-            },
+            Some(Outcome::Relocated),
+            "moved off the file mapping".to_string(),
         )));
     }
     let (data, swap, outcome, reason) = match devices
@@ -338,10 +340,23 @@ pub(super) fn run_job(model: &Model, job: Job<'_>, out: &mut Outcomes) {
     let bytes = match stage_bytes(model, &job, new_layout.nbytes) {
         Ok(b) => b,
         Err(reason) => {
-            out.fail(model, i, Some(job.new_type), reason);
+            out.fail_transient(model, i, Some(job.new_type), reason);
             return;
         }
     };
+
+    if model.hotswap.as_ref().is_some_and(|hs| hs.check_tensors) {
+        if let Some(why) = crate::gguf::validate::find_invalid(job.new_type, &bytes) {
+            recycle(model, bytes);
+            out.refuse(
+                model,
+                i,
+                Some(job.new_type),
+                format!("invalid data (the model was loaded with check_tensors): {why}"),
+            );
+            return;
+        }
+    }
 
     // The family that must share one partition (just the tensor unless it is a row-split
     // MoE expert tensor).
@@ -380,7 +395,7 @@ pub(super) fn run_job(model: &Model, job: Job<'_>, out: &mut Outcomes) {
                 break;
             }
             Err(StageError::Failed(e)) => {
-                out.fail(model, i, Some(job.new_type), e);
+                out.fail_transient(model, i, Some(job.new_type), e);
                 return;
             }
         }
@@ -393,7 +408,7 @@ pub(super) fn run_job(model: &Model, job: Job<'_>, out: &mut Outcomes) {
             None => match stage_bytes(model, &job, new_layout.nbytes) {
                 Ok(b) => b,
                 Err(reason) => {
-                    out.fail(model, i, Some(job.new_type), reason);
+                    out.fail_transient(model, i, Some(job.new_type), reason);
                     return;
                 }
             },
@@ -405,7 +420,7 @@ pub(super) fn run_job(model: &Model, job: Job<'_>, out: &mut Outcomes) {
             match stage_on_cpu(model, devices, m, type_of(m), b, &reason) {
                 Ok(s) => staged.push(s),
                 Err(e) => {
-                    out.fail(
+                    out.fail_transient(
                         model,
                         i,
                         Some(job.new_type),

@@ -27,48 +27,70 @@ pub fn reload_changed(model: &Model) -> Result<Arc<Report>, HotSwapError> {
         if now == watched.identity {
             continue;
         }
-        watched.identity = now;
-        reload_file(model, fi, watched, &mut out);
+        if let Some(seen) = reload_file(model, fi, watched, now, &mut out) {
+            watched.identity = seen;
+        }
     }
     drop(watch);
     Ok(finish(model, hs, out))
 }
 
-/// Handles one changed shard: parse its header once, reload its tensors from it.
-pub(super) fn reload_file(model: &Model, fi: usize, watched: &mut WatchedFile, out: &mut Outcomes) {
+/// Handles one changed shard: parse its header once, reload its tensors from it. Returns the
+/// identity to record as seen, or None when a transient failure (open, read, allocation)
+/// means the next call must look at this version again.
+pub(super) fn reload_file(
+    model: &Model,
+    fi: usize,
+    watched: &WatchedFile,
+    now: Option<FileIdentity>,
+    out: &mut Outcomes,
+) -> Option<Option<FileIdentity>> {
     let ours = &watched.tensors;
-    let Some(path) = watched.path.as_deref() else {
-        return;
+    let path = watched.path.as_deref()?;
+    let loaded = model.files[fi].identity;
+    // Bytes under a mapping can change only when the loaded inode itself was written: a
+    // rename-into-place leaves it intact (its descriptor is held open), a metadata-only
+    // change (chmod, touch) writes nothing.
+    let same_inode = |id: &Option<FileIdentity>| {
+        id.is_some_and(|id| id.dev == loaded.dev && id.ino == loaded.ino)
     };
-    let opened = open_gguf(path);
-    let (file, header) = match opened {
+    let (file, header) = match open_gguf(path) {
         Ok(x) => x,
-        Err(reason) => {
+        Err(failure) => {
+            let reason = failure.reason;
             crate::log_warn!("hot-swap: {}: {reason}", path.display());
             for &i in ours {
                 out.fail(model, i, None, format!("{}: {reason}", path.display()));
             }
-            migrate_off_mapping(model, fi, ours, out);
-            return;
+            let resized = now.is_some_and(|id| id.size != loaded.size);
+            if same_inode(&now) && (failure.about_content || resized) {
+                migrate_off_mapping(model, fi, ours, out);
+            }
+            return failure.about_content.then_some(now);
         }
     };
     // The identity of what we actually opened (the path may have moved on since the stat).
     let meta = file.metadata().ok();
     let file_size = meta.as_ref().map_or(0, |m| m.len());
     let opened_identity = meta.map(|m| FileIdentity::of(&m));
+    let seen = opened_identity.or(watched.identity);
+    let in_place = same_inode(&opened_identity);
     let gguf = match header.gguf() {
         Ok(g) => g,
         Err(e) => {
             for &i in ours {
                 out.fail(model, i, None, format!("{}: {e}", path.display()));
             }
-            migrate_off_mapping(model, fi, ours, out);
-            watched.identity = opened_identity.or(watched.identity);
-            return;
+            if in_place {
+                migrate_off_mapping(model, fi, ours, out);
+            }
+            return Some(seen);
         }
     };
     let by_name: HashMap<&str, &TensorInfo<'_>> =
         gguf.tensors().iter().map(|t| (t.name, t)).collect();
+    let entries_before = out.entries.len();
+    let retry_before = std::mem::take(&mut out.retry);
     let mut jobs = Vec::new();
     for &i in ours {
         let info = by_name.get(model.tensors.at(i).name.as_str()).copied();
@@ -77,6 +99,17 @@ pub(super) fn reload_file(model: &Model, fi: usize, watched: &mut WatchedFile, o
         }
     }
     run_jobs(model, jobs, out);
-    migrate_off_mapping(model, fi, ours, out);
-    watched.identity = opened_identity.or(watched.identity);
+    // Written in place: what changed shows in the report (tensors with owned copies, a new
+    // size or layout); then every tensor still mapped moves off the mapping, whose bytes the
+    // writer may change again. Nothing changed: a metadata-only change, nothing moves.
+    let content_changed = out.entries.len() > entries_before || file_size != loaded.size;
+    if in_place && content_changed {
+        migrate_off_mapping(model, fi, ours, out);
+    }
+    let retry = std::mem::replace(&mut out.retry, retry_before);
+    if retry {
+        None
+    } else {
+        Some(seen)
+    }
 }

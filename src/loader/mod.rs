@@ -4,7 +4,7 @@
 
 pub mod file;
 pub mod place;
-pub mod validate;
+pub use crate::gguf::validate;
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -472,7 +472,10 @@ pub fn load(source: ModelSource, mut options: LoadOptions<'_>) -> Result<Model, 
     model.files = sources;
     model.devices = Some(devices);
     if options.hotswap {
-        model.hotswap = Some(crate::model::swap::HotSwap::register(&model));
+        model.hotswap = Some(crate::model::swap::HotSwap::register(
+            &model,
+            options.check_tensors,
+        ));
     }
     Ok(model)
 }

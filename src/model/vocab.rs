@@ -1058,7 +1058,7 @@ impl Vocab {
             .filter(|&id| self.tokens[id as usize].attr & special != 0)
             .collect();
         let len = |id: i32| self.tokens[id as usize].text.as_bytes().len();
-        libstdcxx_sort(&mut ids, &|a: &i32, b: &i32| len(*a) > len(*b));
+        crate::cpp::sort(&mut ids, &|a: &i32, b: &i32| len(*a) > len(*b));
         self.cache_special_tokens = ids;
     }
 
@@ -1313,177 +1313,6 @@ pub fn libstdcxx_iteration_order<'a>(texts: impl Iterator<Item = &'a [u8]>) -> V
     order
 }
 
-/// libstdc++'s `std::sort` (introsort: median-of-three quicksort down to runs of 16, heapsort
-/// past the depth limit, then insertion sort), replayed step for step so that elements the
-/// comparator calls equal end up where upstream's end up. `less` is the strict weak order.
-pub fn libstdcxx_sort<T: Copy>(v: &mut [T], less: &dyn Fn(&T, &T) -> bool) {
-    const THRESHOLD: usize = 16;
-    let n = v.len();
-    if n < 2 {
-        return;
-    }
-    let depth = 2 * (usize::BITS - 1 - n.leading_zeros()) as usize;
-    introsort_loop(v, 0, n, depth, less);
-    // __final_insertion_sort
-    if n > THRESHOLD {
-        insertion_sort(v, 0, THRESHOLD, less);
-        for i in THRESHOLD..n {
-            unguarded_linear_insert(v, i, less);
-        }
-    } else {
-        insertion_sort(v, 0, n, less);
-    }
-
-    fn introsort_loop<T: Copy>(
-        v: &mut [T],
-        first: usize,
-        mut last: usize,
-        mut depth: usize,
-        less: &dyn Fn(&T, &T) -> bool,
-    ) {
-        while last - first > THRESHOLD {
-            if depth == 0 {
-                heap_sort(&mut v[first..last], less);
-                return;
-            }
-            depth -= 1;
-            let mid = first + (last - first) / 2;
-            move_median_to_first(v, first, first + 1, mid, last - 1, less);
-            let cut = unguarded_partition(v, first + 1, last, first, less);
-            introsort_loop(v, cut, last, depth, less);
-            last = cut;
-        }
-    }
-    fn move_median_to_first<T: Copy>(
-        v: &mut [T],
-        result: usize,
-        a: usize,
-        b: usize,
-        c: usize,
-        less: &dyn Fn(&T, &T) -> bool,
-    ) {
-        let pick = if less(&v[a], &v[b]) {
-            if less(&v[b], &v[c]) {
-                b
-            } else if less(&v[a], &v[c]) {
-                c
-            } else {
-                a
-            }
-        } else if less(&v[a], &v[c]) {
-            a
-        } else if less(&v[b], &v[c]) {
-            c
-        } else {
-            b
-        };
-        v.swap(result, pick);
-    }
-    fn unguarded_partition<T: Copy>(
-        v: &mut [T],
-        mut first: usize,
-        mut last: usize,
-        pivot: usize,
-        less: &dyn Fn(&T, &T) -> bool,
-    ) -> usize {
-        loop {
-            while less(&v[first], &v[pivot]) {
-                first += 1;
-            }
-            last -= 1;
-            while less(&v[pivot], &v[last]) {
-                last -= 1;
-            }
-            if first >= last {
-                return first;
-            }
-            v.swap(first, last);
-            first += 1;
-        }
-    }
-    fn insertion_sort<T: Copy>(
-        v: &mut [T],
-        first: usize,
-        last: usize,
-        less: &dyn Fn(&T, &T) -> bool,
-    ) {
-        for i in first + 1..last {
-            if less(&v[i], &v[first]) {
-                let val = v[i];
-                v.copy_within(first..i, first + 1);
-                v[first] = val;
-            } else {
-                unguarded_linear_insert(v, i, less);
-            }
-        }
-    }
-    fn unguarded_linear_insert<T: Copy>(
-        v: &mut [T],
-        mut last: usize,
-        less: &dyn Fn(&T, &T) -> bool,
-    ) {
-        let val = v[last];
-        while less(&val, &v[last - 1]) {
-            v[last] = v[last - 1];
-            last -= 1;
-        }
-        v[last] = val;
-    }
-    // __make_heap + __sort_heap (std::__partial_sort(first, last, last)).
-    fn heap_sort<T: Copy>(v: &mut [T], less: &dyn Fn(&T, &T) -> bool) {
-        let len = v.len();
-        if len >= 2 {
-            let mut parent = (len - 2) / 2;
-            loop {
-                let val = v[parent];
-                adjust_heap(v, parent, len, val, less);
-                if parent == 0 {
-                    break;
-                }
-                parent -= 1;
-            }
-        }
-        let mut last = len;
-        while last > 1 {
-            last -= 1;
-            let val = v[last];
-            v[last] = v[0];
-            adjust_heap(v, 0, last, val, less);
-        }
-    }
-    fn adjust_heap<T: Copy>(
-        v: &mut [T],
-        mut hole: usize,
-        len: usize,
-        val: T,
-        less: &dyn Fn(&T, &T) -> bool,
-    ) {
-        let top = hole;
-        let mut child = hole;
-        while child < (len - 1) / 2 {
-            child = 2 * (child + 1);
-            if less(&v[child], &v[child - 1]) {
-                child -= 1;
-            }
-            v[hole] = v[child];
-            hole = child;
-        }
-        if len & 1 == 0 && child == (len - 2) / 2 {
-            child = 2 * (child + 1);
-            v[hole] = v[child - 1];
-            hole = child - 1;
-        }
-        // __push_heap
-        let mut parent = hole.wrapping_sub(1) / 2;
-        while hole > top && less(&v[parent], &val) {
-            v[hole] = v[parent];
-            hole = parent;
-            parent = (hole.wrapping_sub(1)) / 2;
-        }
-        v[hole] = val;
-    }
-}
-
 /// `strtol(buf, NULL, 16)` on at most two characters: leading hex digits, stopping at the
 /// first other character (an optional sign and whitespace are ignored here: token texts of
 /// BYTE tokens are `<0xXX>`).
@@ -1586,7 +1415,7 @@ mod tests {
                 .map(|i| (i.wrapping_mul(7919) + 13) % 11)
                 .collect();
             let mut ids: Vec<i32> = (0..n as i32).collect();
-            libstdcxx_sort(&mut ids, &|a: &i32, b: &i32| {
+            crate::cpp::sort(&mut ids, &|a: &i32, b: &i32| {
                 lens[*a as usize] > lens[*b as usize]
             });
             let h = ids.iter().fold(1_469_598_103_934_665_603u64, |h, &id| {

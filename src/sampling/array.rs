@@ -1,8 +1,8 @@
 //! Operations on candidate arrays shared by the samplers: upstream's bucket partial sort,
 //! softmax, temperature and top-k, and the seed and draw helpers.
 
-use super::cpp::{self, Mt19937};
 use super::{Candidates, TokenData};
+use crate::cpp::{self, Mt19937};
 
 /// `LLAMA_DEFAULT_SEED`: "pick a random seed".
 pub const DEFAULT_SEED: u32 = 0xFFFF_FFFF;

@@ -3,8 +3,8 @@
 //! constructors return for parameters that disable a sampler (named "?top-k" and so on).
 
 use super::array::{self, rng_seed};
-use super::cpp::{self, Mt19937};
 use super::{Candidates, Sampler, TokenData};
+use crate::cpp::{self, Mt19937};
 
 macro_rules! clone_self {
     () => {

@@ -216,7 +216,7 @@ impl Sampler for Dry {
         const FLOAT_MAX_LOG: f32 = 88.722_84; // upstream: 88.7228391f, the same float
         let mut max_exponent = 0i32;
         if self.base > 1.000_001 {
-            max_exponent = super::cpp::f32_to_int(FLOAT_MAX_LOG / self.base.ln());
+            max_exponent = crate::cpp::f32_to_int(FLOAT_MAX_LOG / self.base.ln());
         }
         for t in cur.data_mut() {
             let Some(&max_repeat) = self.max_token_repeat.get(&t.id) else {

@@ -1,8 +1,8 @@
 //! The samplers with a random stream besides `dist`: XTC, Mirostat 1 and 2, adaptive-p.
 
 use super::array::{self, rng_seed, TOKEN_NULL};
-use super::cpp::{self, Mt19937};
 use super::{Candidates, Sampler};
+use crate::cpp::{self, Mt19937};
 
 /// XTC: with probability `probability`, removes the top tokens above `threshold` but the
 /// last of them (by moving the start of the caller's array, as upstream).

@@ -14,7 +14,6 @@
 
 pub mod array;
 pub mod basic;
-pub mod cpp;
 pub mod dry;
 pub mod grammar;
 pub mod infill;

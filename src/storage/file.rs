@@ -43,12 +43,37 @@ pub struct SourceFile {
     pub identity: FileIdentity,
 }
 
+/// Opens a model file for reading, refusing anything but a regular file without blocking:
+/// the type is checked first (a FIFO at the path would block `open(2)` until a writer
+/// comes), the open is non-blocking (the path may have become a FIFO since), and the opened
+/// descriptor is checked again. O_NONBLOCK has no effect on reads of a regular file.
+pub fn open_regular(path: &Path, extra_flags: i32) -> io::Result<File> {
+    let not_regular = || io::Error::new(io::ErrorKind::InvalidInput, "not a regular file");
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(not_regular());
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | extra_flags)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(not_regular());
+    }
+    Ok(file)
+}
+
+/// `path` made absolute against the current directory now, so that a later `chdir` of the
+/// host does not change which file a watched path names.
+pub fn resolve(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
 impl SourceFile {
     pub fn open(path: &Path) -> io::Result<SourceFile> {
-        let file = File::open(path)?;
+        let file = open_regular(path, 0)?;
         let identity = FileIdentity::of(&file.metadata()?);
         Ok(SourceFile {
-            path: Some(path.to_path_buf()),
+            path: Some(resolve(path)),
             file,
             base: 0,
             identity,
@@ -97,11 +122,7 @@ pub fn read_header(source: &SourceFile) -> Result<GgufHeader, GgufError> {
 
 /// Opens a second handle on the same file with O_DIRECT when the filesystem allows it.
 pub fn reopen_direct(path: &Path) -> Option<File> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-        .ok()
+    open_regular(path, libc::O_DIRECT).ok()
 }
 
 /// `read_exact_at`, split across two threads for large reads (page-cache copies are bound by

@@ -57,15 +57,7 @@ pub(super) fn describe(error: DriverError) -> String {
     }
 }
 
-pub(super) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(text) = payload.downcast_ref::<&str>() {
-        (*text).to_string()
-    } else if let Some(text) = payload.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "unknown panic".to_string()
-    }
-}
+pub(super) use crate::log::panic_message;
 
 /// Runs `f`, turning a panic (cudarc panics on a missing library or symbol) into an error.
 pub(super) fn guarded<T>(

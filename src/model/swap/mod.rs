@@ -49,6 +49,9 @@ pub struct HotSwap {
     /// A staging buffer kept between calls (the largest tensor staged so far), so that a
     /// reload does not pay page faults for a fresh buffer every time.
     pub staging: Mutex<Vec<u8>>,
+    /// The model was loaded with `check_tensors`: swapped-in bytes are validated the same way
+    /// before they are committed.
+    pub check_tensors: bool,
 }
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -57,7 +60,7 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl HotSwap {
     /// Records every shard's path and identity (tensor offsets stay on the tensors).
-    pub fn register(model: &Model) -> HotSwap {
+    pub fn register(model: &Model, check_tensors: bool) -> HotSwap {
         let mut files: Vec<WatchedFile> = model
             .files
             .iter()
@@ -87,6 +90,7 @@ impl HotSwap {
             watch: Mutex::new(files),
             report: Mutex::new(Arc::new(Report::default())),
             staging: Mutex::new(Vec::new()),
+            check_tensors,
         }
     }
 

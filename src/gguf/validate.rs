@@ -1,5 +1,6 @@
-//! `check_tensors`: NaN/Inf in float data and in the fp16 scales of block types, as
-//! upstream's `ggml_validate_row_data` checks them.
+//! `check_tensors` (at load, and for hot-swapped bytes): NaN/Inf in float data and in the
+//! fp16 scales of block types, as upstream's `ggml_validate_row_data` checks them. Here, below
+//! both `loader` and `hotswap`, because it is about a type's bytes only.
 
 use crate::gguf::GgmlType;
 

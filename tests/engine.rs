@@ -13,7 +13,6 @@ use llama::gguf::fixtures::{
     llama_tensor_specs, tensor_values, tiny_llama, tiny_moe, TinyLlamaOpts,
 };
 use llama::gguf::{GgmlType, GgufWriter};
-use llama::graph::params::RopeOverrides;
 use llama::loader::place::PlacementParams;
 use llama::loader::{load, LoadOptions, ModelSource};
 use llama::model::{LoadMode, Model};
@@ -81,24 +80,8 @@ fn params() -> ContextParams {
         n_seq_max: 4,
         n_threads: 1,
         n_threads_batch: 1,
-        pooling_type: -1,
-        attention_type: -1,
-        flash_attn_type: -1,
-        rope: RopeOverrides {
-            rope_scaling_type: -1,
-            freq_base: 0.0,
-            freq_scale: 0.0,
-            yarn_ext_factor: -1.0,
-            yarn_attn_factor: -1.0,
-            yarn_beta_fast: -1.0,
-            yarn_beta_slow: -1.0,
-            yarn_orig_ctx: 0,
-        },
-        type_k: 1,
-        type_v: 1,
-        embeddings: false,
         kv_unified: true,
-        swa_full: true,
+        ..ContextParams::default()
     }
 }
 

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use llama::context::{Context, ContextParams};
 use llama::gguf::fixtures::{tiny_llama, TinyLlamaOpts};
-use llama::graph::params::RopeOverrides;
 use llama::loader::{load, LoadOptions, ModelSource};
 use llama::model::LoadMode;
 
@@ -74,24 +73,8 @@ fn single_token_steps_allocate_nothing() {
             n_seq_max: 1,
             n_threads: 2,
             n_threads_batch: 2,
-            pooling_type: -1,
-            attention_type: -1,
-            flash_attn_type: -1,
-            rope: RopeOverrides {
-                rope_scaling_type: -1,
-                freq_base: 0.0,
-                freq_scale: 0.0,
-                yarn_ext_factor: -1.0,
-                yarn_attn_factor: -1.0,
-                yarn_beta_fast: -1.0,
-                yarn_beta_slow: -1.0,
-                yarn_orig_ctx: 0,
-            },
-            type_k: 1,
-            type_v: 1,
-            embeddings: false,
             kv_unified: true,
-            swa_full: true,
+            ..ContextParams::default()
         },
     )
     .unwrap();

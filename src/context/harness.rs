@@ -6,7 +6,6 @@
 use std::sync::{Arc, OnceLock};
 
 use super::{Context, ContextParams};
-use crate::graph::params::RopeOverrides;
 
 fn params() -> ContextParams {
     ContextParams {
@@ -16,24 +15,8 @@ fn params() -> ContextParams {
         n_seq_max: 3,
         n_threads: 1,
         n_threads_batch: 1,
-        pooling_type: -1,
-        attention_type: -1,
-        flash_attn_type: -1,
-        rope: RopeOverrides {
-            rope_scaling_type: -1,
-            freq_base: 0.0,
-            freq_scale: 0.0,
-            yarn_ext_factor: -1.0,
-            yarn_attn_factor: -1.0,
-            yarn_beta_fast: -1.0,
-            yarn_beta_slow: -1.0,
-            yarn_orig_ctx: 0,
-        },
-        type_k: 1,
-        type_v: 1,
-        embeddings: false,
         kv_unified: true,
-        swa_full: true,
+        ..ContextParams::default()
     }
 }
 

@@ -43,4 +43,14 @@ else
     printf '%s\n' "$out" | tail -n 20
     status=1
 fi
+# A vocab-only model: Llama(model_path, vocab_only=True) constructs as on upstream's library
+# (tests/python/test_vocab_only_llama_cpp.py).
+if out="$("$py" tests/python/test_vocab_only_llama_cpp.py "$model" "$RELEASE_DIR" "$UPSTREAM_BUILD/bin" \
+    "$WORK/python-vocab-only" 2>&1)"; then
+    say "ok   $out"
+else
+    say "FAIL Llama(SmolLM2, vocab_only=True), ours vs upstream:"
+    printf '%s\n' "$out" | tail -n 20
+    status=1
+fi
 exit "$status"

@@ -141,6 +141,9 @@ impl std::fmt::Debug for Engine {
 pub struct Context {
     pub model: Arc<Model>,
     pub hp: ArchParams,
+    /// The model was loaded with `vocab_only`: the context has no memory (upstream's
+    /// `llama_get_memory` gives NULL) and decode fails after checking the batch.
+    pub vocab_only: bool,
     engine: Mutex<Engine>,
     graph_generation: AtomicU64,
 }
@@ -160,7 +163,13 @@ impl Context {
     /// Creates a context: resolves the parameters as upstream, checks that the engine can
     /// run the model (architecture, tensor types, tensors in host memory) and allocates the
     /// KV cache.
+    /// A `vocab_only` model gets a context without memory, as upstream's (which creates no
+    /// backend and no KV cache for it).
     pub fn new(model: Arc<Model>, p: &ContextParams) -> Result<Context, ContextError> {
+        let vocab_only = model.devices.is_none();
+        if vocab_only {
+            return Self::new_vocab_only(model, p);
+        }
         if !arch::is_supported(&model.arch) {
             return Err(ContextError::Unsupported(format!(
                 "model architecture '{}' is not supported by llama-hotswap's engine yet (supported: {})",
@@ -265,11 +274,83 @@ impl Context {
             "llama_context: n_seq_max = {n_seq_max}, n_ctx = {n_ctx}, n_ctx_seq = {n_ctx_seq}, n_batch = {n_batch}, n_ubatch = {n_ubatch}, causal_attn = {}",
             causal_attn as i32
         );
+        Ok(Self::assemble(model, hp, cparams, KvCache::new(&shape), false))
+    }
+
+    /// The context of a `vocab_only` model: upstream's parameter resolution (its n_ctx_train
+    /// is 0 then), no memory.
+    fn new_vocab_only(model: Arc<Model>, p: &ContextParams) -> Result<Context, ContextError> {
+        if p.n_ctx == 0 {
+            return Err(ContextError::Invalid(
+                "n_ctx and model->hparams.n_ctx_train cannot both be zero".into(),
+            ));
+        }
+        let hp = ArchParams::vocab_only(&model);
+        let n_seq_max = p.n_seq_max.max(1);
+        if n_seq_max as usize > crate::kv_cache::MAX_SEQ {
+            return Err(ContextError::Invalid(format!(
+                "n_seq_max must be <= {}",
+                crate::kv_cache::MAX_SEQ
+            )));
+        }
+        let causal_attn = p.attention_type != 1;
+        let n_batch = if causal_attn {
+            p.n_ctx.min(p.n_batch)
+        } else {
+            p.n_batch
+        };
+        let n_ubatch = n_batch.min(if p.n_ubatch == 0 {
+            p.n_batch
+        } else {
+            p.n_ubatch
+        });
+        let mut n_ctx = p.n_ctx.div_ceil(CTX_PAD) * CTX_PAD;
+        let n_ctx_seq = if p.kv_unified {
+            n_ctx
+        } else {
+            let per = (n_ctx / n_seq_max).div_ceil(CTX_PAD) * CTX_PAD;
+            n_ctx = per * n_seq_max;
+            per
+        };
+        let cparams = CParams {
+            n_ctx,
+            n_ctx_seq,
+            n_batch,
+            n_ubatch,
+            n_seq_max,
+            n_threads: p.n_threads,
+            n_threads_batch: p.n_threads_batch,
+            pooling_type: p.pooling_type.max(0),
+            causal_attn,
+            embeddings: p.embeddings,
+            warmup: false,
+            rope: RopeConfig::resolve(&hp, &p.rope),
+        };
+        crate::log_info!(
+            "llama_context: vocab-only model: a context without memory (n_ctx = {n_ctx}); decode cannot run on it"
+        );
+        let empty = KvShape {
+            size: 0,
+            n_seq_max: n_seq_max as usize,
+            type_k: KvType::F16,
+            type_v: KvType::F16,
+            layers: Vec::new(),
+        };
+        Ok(Self::assemble(model, hp, cparams, KvCache::new(&empty), true))
+    }
+
+    fn assemble(
+        model: Arc<Model>,
+        hp: ArchParams,
+        cparams: CParams,
+        kv: KvCache,
+        vocab_only: bool,
+    ) -> Context {
         let generation = model.generation.load(Ordering::Acquire);
-        Ok(Context {
+        Context {
             engine: Mutex::new(Engine {
                 cparams,
-                kv: KvCache::new(&shape),
+                kv,
                 graph: None,
                 exec: Executor::default(),
                 raw: RawBatch::default(),
@@ -285,8 +366,9 @@ impl Context {
             }),
             model,
             hp,
+            vocab_only,
             graph_generation: AtomicU64::new(generation),
-        })
+        }
     }
 
     /// The engine state (parameters, memory, outputs).
@@ -346,6 +428,13 @@ impl Context {
                 crate::log_error!("decode: failed to initialize batch");
             }
             return -1;
+        }
+        if self.vocab_only {
+            // upstream decodes through its encoder path and aborts the process (no backend)
+            crate::log_error!(
+                "decode: the model was loaded with vocab_only: it has no weights to compute with"
+            );
+            return -3;
         }
         // pending position shifts re-rotate the cached keys first
         if e.kv.cells.has_shift() {

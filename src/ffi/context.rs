@@ -17,10 +17,13 @@ use super::FfiError;
 /// Creates a context for `model`; free it with `llama_free` (before or after the model: the
 /// context keeps the model's data alive, although upstream requires the model to outlive it).
 /// `params.n_ctx == 0` takes the model's training context. Returns NULL (with a log line) for
-/// a NULL or freed model, a vocab-only model, `n_batch == 0 && n_ubatch == 0`, a context size
-/// that resolves to 0, as upstream; and, until the engine supports them, for an architecture
+/// a NULL or freed model, `n_batch == 0 && n_ubatch == 0`, a context size that resolves to
+/// 0, as upstream; and, until the engine supports them, for an architecture
 /// other than those it runs, a tensor type it cannot compute, tensors on a CUDA device, a
 /// pooling type other than NONE, or KV cache types other than F32/F16 (the line names which).
+/// A `vocab_only` model gets a context without memory, as upstream (`llama_get_memory` gives
+/// NULL; `llama_decode` checks the batch, then fails with -3 and a log line where upstream
+/// aborts the process).
 #[no_mangle]
 pub unsafe extern "C" fn llama_init_from_model(
     model: *mut llama_model,
@@ -43,11 +46,6 @@ unsafe fn init_context(
     use super::FfiError;
     // SAFETY: per the caller's contract.
     let handle = unsafe { handles::model(model) }?;
-    if handle.inner.devices.is_none() {
-        return Err(FfiError::Invalid(
-            "model was loaded with vocab_only: it cannot have a context".into(),
-        ));
-    }
     if params.n_batch == 0 && params.n_ubatch == 0 {
         return Err(FfiError::Invalid(
             "n_batch and n_ubatch cannot both be zero".into(),
@@ -233,15 +231,21 @@ pub unsafe extern "C" fn llama_n_rs_seq(ctx: *const llama_context) -> u32 {
 }
 
 /// The context's memory (its KV cache), owned by the context, for the `llama_memory_*`
-/// functions; NULL for a NULL context.
+/// functions; NULL for a NULL context and for a context of a `vocab_only` model (which has
+/// no memory, as upstream).
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_memory(ctx: *const llama_context) -> llama_memory_t {
     boundary!("llama_get_memory", std::ptr::null_mut(), {
         // SAFETY: NULL or a live context per the contract.
         let handle = unsafe { handles::context(ctx) }?;
         let _ = handle;
-        // the memory handle is the context itself: memory calls lock its KV cache
-        Ok(ctx as llama_memory_t)
+        // the memory handle is the context itself: memory calls lock its KV cache; a
+        // vocab-only context has none (NULL, as upstream)
+        Ok(if handle.inner.vocab_only {
+            std::ptr::null_mut()
+        } else {
+            ctx as llama_memory_t
+        })
     })
 }
 

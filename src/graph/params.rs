@@ -179,6 +179,47 @@ impl ArchParams {
         })
     }
 
+    /// The parameters of a `vocab_only` model: no layers (upstream loads no hyperparameters
+    /// then); the vocabulary size and embedding width for the getters.
+    pub fn vocab_only(model: &Model) -> ArchParams {
+        ArchParams {
+            n_layer: 0,
+            n_embd: model.hparams.n_embd as usize,
+            n_vocab: model.vocab.tokens.len(),
+            n_head: Vec::new(),
+            n_head_kv: Vec::new(),
+            n_ff: Vec::new(),
+            head_k: 0,
+            head_v: 0,
+            n_rot: 0,
+            eps_rms: 0.0,
+            eps_norm: 0.0,
+            n_ctx_train: 0,
+            n_ctx_orig_yarn: 0,
+            rope_freq_base: 0.0,
+            rope_freq_scale: 1.0,
+            rope_scaling: RopeScaling::None,
+            rope_attn_factor: 1.0,
+            yarn_ext_factor: -1.0,
+            yarn_attn_factor: 1.0,
+            yarn_beta_fast: 32.0,
+            yarn_beta_slow: 1.0,
+            attention_scale: 0.0,
+            n_expert: 0,
+            n_expert_used: 0,
+            n_ff_exp: 0,
+            expert_weights_scale: 0.0,
+            expert_weights_norm: true,
+            n_swa: 0,
+            swa_layers: Vec::new(),
+            rope_freq_base_swa: 10000.0,
+            rope_freq_scale_swa: 1.0,
+            final_logit_softcap: 0.0,
+            attn_logit_softcap: 0.0,
+            causal: true,
+        }
+    }
+
     pub fn n_embd_k_gqa(&self, il: usize) -> usize {
         self.head_k * self.n_head_kv[il]
     }

@@ -21,10 +21,11 @@ tools="$(bash scripts/build-upstream-tools.sh llama-quantize test-llama-archs)"
 out=target/ffi-tests/engine
 rm -rf "$out" && mkdir -p "$out"
 inc=(-I"$UPSTREAM_LLAMA/include" -I"$UPSTREAM_LLAMA/ggml/include")
-for p in probe_decode tokenize; do
-    cc -std=c11 -O1 "${inc[@]}" "ffi-tests/engine/$p.c" -L"$UPSTREAM_BUILD/bin" -lllama -o "$out/$p"
+for p in probe_decode tokenize probe_embd; do
+    cc -std=c11 -O1 "${inc[@]}" "ffi-tests/engine/$p.c" -L"$UPSTREAM_BUILD/bin" -lllama -lm -o "$out/$p"
 done
 cc -std=c11 -O2 ffi-tests/engine/compare_logits.c -lm -o "$out/compare_logits"
+cc -std=c11 -O2 ffi-tests/engine/compare_vectors.c -lm -o "$out/compare_vectors"
 ours="$PWD/target/release"
 ln -sf libllama.so target/release/libllama.so.0
 
@@ -109,5 +110,88 @@ for t in BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K IQ4_NL IQ4
     kl=1e-2; [ "$t" = BF16 ] && kl=1e-3
     check "types-${t,,}" "$f" "$kl" 0
 done
+
+# Embeddings (ffi-tests/engine/probe_embd.c). Input embeddings (llama_batch.embd, no token
+# ids) decoded with all logits, then fixed single-token steps on top: the same logits
+# tolerances as above (random inputs give flat distributions: top-1 over clear rows).
+check_inembd() { # NAME MODEL MAX_KL MARGIN
+    local name=$1 file=$2 max_kl=$3 margin=$4 stats
+    for side in upstream ours; do
+        local lib="$UPSTREAM_BUILD/bin"; [ "$side" = ours ] && lib="$ours"
+        if ! LD_LIBRARY_PATH="$lib" "$out/probe_embd" inembd "$file" "$out/$name.$side.bin" 4 6 \
+            >"$out/$name.$side.txt" 2>"$out/$name.$side.err"; then
+            echo "FAIL $name: $side run failed"; tail -3 "$out/$name.$side.err"; failed=$((failed + 1)); return
+        fi
+    done
+    if stats="$("$out/compare_logits" "$out/$name.upstream.bin" "$out/$name.ours.bin" "$max_kl" 0.99 "$margin")"; then
+        echo "ok   $name: $stats"; passed=$((passed + 1))
+    else
+        echo "FAIL $name: $stats"; failed=$((failed + 1))
+    fi
+}
+check_inembd inembd-smollm2-q4_1 "$model" 1e-2 0.25
+for f in llama-dense gemma3-dense qwen3-dense phi3-dense; do
+    [ -e "$fixtures/$f.gguf" ] && check_inembd "inembd-$f" "$fixtures/$f.gguf" 1e-3 0
+done
+# Pooling: embeddings on (in the context parameters, or by llama_set_embeddings), two
+# sequences in one batch; per-token rows (NONE) or per-sequence pooled vectors (MEAN, CLS,
+# LAST, RANK) must match upstream's by cosine and relative L2 error; the probe's text
+# (pooling type, return codes, which sequences have a pooled vector after a second decode)
+# must be identical. RANK on a model without a classifier head: sequence 0's score only
+# (upstream copies sequence s's score from offset s of the pooled tensor, i.e. from
+# sequence 0's row: not copied).
+check_pool() { # NAME MODEL POOLING MIN_COS MAX_REL [env...]
+    local name=$1 file=$2 pooling=$3 min_cos=$4 max_rel=$5 stats rows=""; shift 5
+    [ "$pooling" = 4 ] && rows=1
+    for side in upstream ours; do
+        local lib="$UPSTREAM_BUILD/bin"; [ "$side" = ours ] && lib="$ours"
+        if ! env "$@" LD_LIBRARY_PATH="$lib" "$out/probe_embd" pool "$file" "$out/$name.$side.bin" "$pooling" \
+            1 5 9 17 33 65 100 7 >"$out/$name.$side.txt" 2>"$out/$name.$side.err"; then
+            echo "FAIL $name: $side run failed: $(cat "$out/$name.$side.txt")"; tail -3 "$out/$name.$side.err"
+            failed=$((failed + 1)); return
+        fi
+    done
+    if ! diff -q "$out/$name.upstream.txt" "$out/$name.ours.txt" >/dev/null; then
+        echo "FAIL $name: upstream '$(cat "$out/$name.upstream.txt")' ours '$(cat "$out/$name.ours.txt")'"
+        failed=$((failed + 1)); return
+    fi
+    if stats="$("$out/compare_vectors" "$out/$name.upstream.bin" "$out/$name.ours.bin" "$min_cos" "$max_rel" $rows)"; then
+        echo "ok   $name: $(cat "$out/$name.ours.txt"); $stats"; passed=$((passed + 1))
+    else
+        echo "FAIL $name: $stats"; failed=$((failed + 1))
+    fi
+}
+for p in -1 0 1 2 3 4; do
+    check_pool "pool$p-llama-dense" "$fixtures/llama-dense.gguf" "$p" 0.99999 1e-4
+    check_pool "pool$p-smollm2-q4_1" "$model" "$p" 0.995 0.1
+done
+check_pool pool1-smollm2-q4_1-set-embeddings "$model" 1 0.995 0.1 PROBE_SET_EMBD=1
+check_pool pool1-smollm2-q4_1-ubatch4 "$model" 1 0.995 0.1 PROBE_UBATCH=4
+# vocab_only: a context as upstream's (sizes, NULL memory, pooling type: identical text);
+# decode on it (upstream aborts the process: ours only) returns -3 with a log line, and
+# llama_encode on a decoder-only model (upstream crashes: ours only) -1 with a log line.
+for side in upstream ours; do
+    lib="$UPSTREAM_BUILD/bin"; [ "$side" = ours ] && lib="$ours"
+    LD_LIBRARY_PATH="$lib" "$out/probe_embd" vocab "$model" >"$out/vocab.$side.txt" 2>"$out/vocab.$side.err" || true
+done
+if [ -s "$out/vocab.ours.txt" ] && diff -q "$out/vocab.upstream.txt" "$out/vocab.ours.txt" >/dev/null; then
+    echo "ok   vocab-only context: $(tr '\n' ';' <"$out/vocab.ours.txt")"; passed=$((passed + 1))
+else
+    echo "FAIL vocab-only context: upstream '$(cat "$out/vocab.upstream.txt")' ours '$(cat "$out/vocab.ours.txt")'"
+    failed=$((failed + 1))
+fi
+vo="$(PROBE_DECODE=1 PROBE_ENCODE=1 LD_LIBRARY_PATH="$ours" "$out/probe_embd" vocab "$model" 2>"$out/vocab-decode.err" || true)"
+if grep -q '^decode -3$' <<<"$vo" && grep -q '^decode empty -1$' <<<"$vo" && grep -q '^encode -1$' <<<"$vo" \
+    && grep -q 'vocab_only' "$out/vocab-decode.err"; then
+    echo "ok   vocab-only decode: -3 with a log line ($(grep vocab_only "$out/vocab-decode.err" | head -1))"; passed=$((passed + 1))
+else
+    echo "FAIL vocab-only decode: $vo"; failed=$((failed + 1))
+fi
+enc="$(LD_LIBRARY_PATH="$ours" "$out/probe_embd" encode "$model" 2>"$out/encode.err" || true)"
+if [ "$enc" = "$(printf 'encode -1\ndecode 0')" ] && grep -q 'has no encoder' "$out/encode.err"; then
+    echo "ok   llama_encode on a decoder-only model: -1 with a log line, the context decodes after"; passed=$((passed + 1))
+else
+    echo "FAIL llama_encode on a decoder-only model: $enc"; failed=$((failed + 1))
+fi
 echo "engine: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

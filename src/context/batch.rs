@@ -10,7 +10,9 @@ use crate::kv_cache::{KvCache, SeqSet, MAX_SEQ};
 #[derive(Default, Debug)]
 pub struct RawBatch {
     pub tokens: Vec<i32>,
+    /// Input embeddings (n_tokens × n_embd) when the batch has no token ids.
     pub has_embd: bool,
+    pub embd: Vec<f32>,
     pub has_pos: bool,
     pub pos: Vec<i32>,
     /// Every token is in sequence 0 when false.
@@ -26,6 +28,7 @@ impl RawBatch {
     pub fn clear(&mut self) {
         self.tokens.clear();
         self.has_embd = false;
+        self.embd.clear();
         self.has_pos = false;
         self.pos.clear();
         self.has_seq = false;
@@ -88,11 +91,6 @@ pub fn validate(
     if n == 0 {
         return err("decode: n_tokens == 0".into());
     }
-    if raw.has_embd {
-        return err(
-            "decode: batches of input embeddings are not supported by llama-hotswap yet".into(),
-        );
-    }
     // sequence ids (checked before positions: automatic positions index by them)
     let mut at = 0;
     for i in 0..n {
@@ -121,7 +119,8 @@ pub fn validate(
         out.seq0.push(ids[0] as usize);
     }
     for (i, &id) in raw.tokens.iter().enumerate() {
-        if id < 0 || id >= n_vocab {
+        // an embeddings batch has no token ids to check (placeholders here)
+        if !raw.has_embd && (id < 0 || id >= n_vocab) {
             return err(format!("init: invalid token[{i}] = {id}"));
         }
         out.tokens.push(id);

@@ -121,6 +121,9 @@ pub struct Engine {
     pub embd: Vec<f32>,
     /// Batch index → output row (-1: no output).
     pub output_ids: Vec<i32>,
+    /// Pooled embeddings per sequence id of the last decode (pooling ≠ NONE): n_embd
+    /// values (n_cls_out for RANK); None for sequences that were not in it.
+    pub embd_seq: Vec<Option<Vec<f32>>>,
     pub n_outputs: usize,
     pub abort: Option<AbortFn>,
     /// Graph builds (for tests: reuse must not rebuild).
@@ -236,15 +239,23 @@ impl Context {
                 "n_batch and n_ubatch must be greater than zero".into(),
             ));
         }
+        // upstream's resolution: the caller's, else the file's, else NONE
         let pooling_type = if p.pooling_type < 0 {
-            0
+            hp.pooling_type.max(0)
         } else {
             p.pooling_type
         };
-        if pooling_type != 0 {
-            return Err(ContextError::Unsupported(format!(
-                "pooling type {pooling_type} is not supported by llama-hotswap's engine yet (only NONE)"
+        if pooling_type > 4 {
+            return Err(ContextError::Invalid(format!(
+                "unknown pooling type {pooling_type}"
             )));
+        }
+        if p.pooling_type >= 0 && p.pooling_type != hp.pooling_type {
+            crate::log_warn!(
+                "llama_init_from_model: model default pooling_type is [{}], but [{}] was specified",
+                hp.pooling_type,
+                p.pooling_type
+            );
         }
         let rope = RopeConfig::resolve(&hp, &p.rope);
         let shape = KvShape {
@@ -360,6 +371,7 @@ impl Context {
                 logits: Vec::new(),
                 embd: Vec::new(),
                 output_ids: Vec::new(),
+                embd_seq: Vec::new(),
                 n_outputs: 0,
                 abort: None,
                 n_graph_builds: 0,
@@ -429,6 +441,16 @@ impl Context {
             }
             return -1;
         }
+        if !e.cparams.causal_attn && n_tokens > e.cparams.n_ubatch as usize {
+            // upstream asserts (aborts the process) here
+            crate::log_error!(
+                "decode: non-causal attention requires n_ubatch >= n_tokens ({} < {n_tokens})",
+                e.cparams.n_ubatch
+            );
+            return -1;
+        }
+        e.embd_seq.clear();
+        e.embd_seq.resize(e.cparams.n_seq_max as usize, None);
         if self.vocab_only {
             // upstream decodes through its encoder path and aborts the process (no backend)
             crate::log_error!(
@@ -493,6 +515,7 @@ impl Context {
             n_tokens: n,
             n_outputs: n_out,
             generation,
+            embd_input: e.raw.has_embd,
         };
         if e.graph.as_ref().map(|g| g.shape) != Some(shape) {
             match arch::build(
@@ -514,8 +537,14 @@ impl Context {
             }
         }
         let graph = e.graph.as_ref().expect("built above");
+        let ne = self.hp.n_embd;
         let inputs = Inputs {
             tokens: &b.tokens[start..end],
+            embd: if e.raw.has_embd {
+                &e.raw.embd[start * ne..end * ne]
+            } else {
+                &[]
+            },
             pos: &b.pos[start..end],
             seq: &b.seq0[start..end],
             out_ids: &e.out_ids,
@@ -564,7 +593,124 @@ impl Context {
             e.output_ids[start + t] = (row0 + k) as i32;
         }
         e.n_outputs += n_out;
+        if e.cparams.embeddings && e.cparams.pooling_type != 0 {
+            // every token is an output when embeddings are on: rows row0.. are the tokens
+            // start..end in order
+            if let Err(err) = self.pool(e, start, end, row0) {
+                crate::log_error!("decode: {err}");
+                self.rollback(e, start, end);
+                return -3;
+            }
+        }
         0
+    }
+
+    /// Pools the micro-batch's token embeddings per sequence, as upstream's
+    /// `build_pooling`: MEAN averages the rows of the sequence's tokens in the micro-batch;
+    /// CLS takes the row of its lowest position, LAST of its highest; RANK takes the LAST
+    /// row (CLS with non-causal attention), then the classifier head `cls.output` when the
+    /// model has one (and qwen3's softmax), and keeps `n_cls_out` values. A sequence found
+    /// in a later micro-batch of the same decode is pooled again (upstream: the last wins).
+    fn pool(&self, e: &mut Engine, start: usize, end: usize, row0: usize) -> Result<(), String> {
+        let ne = self.hp.n_embd;
+        let pooling = e.cparams.pooling_type;
+        let b = &e.batch;
+        let mut seqs: Vec<usize> = Vec::new();
+        for t in start..end {
+            for s in b.seqs[t].iter() {
+                if !seqs.contains(&s) {
+                    seqs.push(s);
+                }
+            }
+        }
+        let row = |t: usize| &e.embd[(row0 + t - start) * ne..(row0 + t - start + 1) * ne];
+        for s in seqs {
+            let in_seq = (start..end).filter(|&t| b.seqs[t].test(s));
+            let pooled: Vec<f32> = match pooling {
+                1 => {
+                    let mut sum = vec![0.0f32; ne];
+                    let mut count = 0usize;
+                    for t in in_seq {
+                        for (a, &v) in sum.iter_mut().zip(row(t)) {
+                            *a += v;
+                        }
+                        count += 1;
+                    }
+                    let div = 1.0 / count as f32;
+                    sum.iter().map(|v| v * div).collect()
+                }
+                2..=4 => {
+                    let last = pooling == 3 || (pooling == 4 && e.cparams.causal_attn);
+                    let mut best: Option<(i32, usize)> = None;
+                    for t in in_seq {
+                        let p = b.pos[t];
+                        let take = match best {
+                            None => true,
+                            Some((bp, _)) => (last && p >= bp) || (!last && p < bp),
+                        };
+                        if take {
+                            best = Some((p, t));
+                        }
+                    }
+                    let t = best.map(|(_, t)| t).expect("the sequence has a token");
+                    let r = row(t).to_vec();
+                    if pooling == 4 {
+                        self.classify(r)?
+                    } else {
+                        r
+                    }
+                }
+                other => return Err(format!("unknown pooling type {other}")),
+            };
+            e.embd_seq[s] = Some(pooled);
+        }
+        Ok(())
+    }
+
+    /// RANK's classifier head: `cls.output` (n_embd → n_cls_out, optional bias; softmax for
+    /// qwen3) when the model has one; its first `n_cls_out` values are the score(s).
+    fn classify(&self, row: Vec<f32>) -> Result<Vec<f32>, String> {
+        let n_out = self.hp.n_cls_out;
+        let Some(w) = self.model.tensors.get("cls.output.weight") else {
+            // no head: the pooled row's first n_cls_out values, as upstream copies them
+            return Ok(row[..n_out.min(row.len())].to_vec());
+        };
+        let read = |t: &crate::model::tensors::Tensor| -> Result<Vec<f32>, String> {
+            let st = t.read();
+            let ne = st.layout.ne;
+            let bytes = st
+                .host_bytes()
+                .ok_or_else(|| format!("tensor '{}' is not in host memory", t.name))?;
+            let mut v = vec![0.0f32; (ne[0] * ne[1]) as usize];
+            crate::graph::kernel_api::dequantize_row(st.layout.ggml_type, bytes, &mut v);
+            Ok(v)
+        };
+        let wv = read(w)?;
+        let ne = self.hp.n_embd;
+        if wv.len() != ne * n_out {
+            return Err(format!(
+                "cls.output.weight has {} values, expected {ne} x {n_out}",
+                wv.len()
+            ));
+        }
+        let mut out: Vec<f32> = (0..n_out)
+            .map(|o| {
+                wv[o * ne..(o + 1) * ne]
+                    .iter()
+                    .zip(&row)
+                    .map(|(a, b)| a * b)
+                    .sum()
+            })
+            .collect();
+        if let Some(bias) = self.model.tensors.get("cls.output.bias") {
+            for (o, b) in out.iter_mut().zip(read(bias)?) {
+                *o += b;
+            }
+        }
+        if self.model.arch == "qwen3" {
+            crate::kernels::cpu::ops::soft_max_row(&mut out, 1.0);
+        }
+        Ok(out)
     }
 
     /// After a failed micro-batch: removes its positions (and later ones) of each of its

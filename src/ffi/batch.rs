@@ -146,11 +146,21 @@ pub unsafe extern "C" fn llama_batch_free(batch: llama_batch) {
 }
 
 /// Upstream: runs the encoder over the batch (no KV cache); 0 on success, negative on error.
-/// Not supported by llama-hotswap yet: logs once and returns -1 (an error); the batch is not
-/// read.
+/// Every architecture the engine runs is decoder-only, where upstream's encode crashes the
+/// process (it builds the decoder's graph without its KV cache): returns -1 with a log line
+/// naming the architecture; the batch is not read. Use `llama_decode` (with
+/// `llama_set_embeddings` for embeddings).
 #[no_mangle]
 pub unsafe extern "C" fn llama_encode(ctx: *mut llama_context, batch: llama_batch) -> i32 {
-    unsupported!("llama_encode", -1)
+    boundary!("llama_encode", -1, {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { super::handles::context(ctx) }?;
+        let _ = batch;
+        Err(FfiError::Invalid(format!(
+            "model architecture '{}' has no encoder (decoder-only): use llama_decode",
+            handle.inner.model.arch
+        )))
+    })
 }
 
 /// Evaluates the batch with the decoder: 0 on success, 1 when the KV cache has no room for
@@ -159,7 +169,9 @@ pub unsafe extern "C" fn llama_encode(ctx: *mut llama_context, batch: llama_batc
 /// [0, n_seq_max), positions that do not continue the memory, go backwards or leave gaps,
 /// NULL token and embedding arrays), -3 when the model cannot be computed. NULL `pos`,
 /// `seq_id`/`n_seq_id` and `logits` mean: positions continuing each sequence, sequence 0, and
-/// logits for the last token only. Input embeddings (`embd`) are not supported yet (-1).
+/// logits for the last token only. A batch with `embd` (from `llama_batch_init(n, n_embd, ..)`)
+/// and a NULL `token` feeds its n_tokens × n_embd floats to the first layer instead of the
+/// token table's rows, as upstream; with both, the token ids are used.
 #[no_mangle]
 pub unsafe extern "C" fn llama_decode(ctx: *mut llama_context, batch: llama_batch) -> i32 {
     let ret = boundary!("llama_decode", -1, {
@@ -188,6 +200,7 @@ pub unsafe extern "C" fn llama_decode(ctx: *mut llama_context, batch: llama_batc
 /// Each non-NULL array of `batch` must hold `batch.n_tokens` entries (and `seq_id[i]`
 /// `n_seq_id[i]` ids, or one when `n_seq_id` is NULL).
 unsafe fn copy_batch(ctx: &crate::context::Context, batch: &llama_batch) -> Result<(), String> {
+    let n_embd = ctx.hp.n_embd;
     let mut e = ctx.engine();
     let n_batch = e.cparams.n_batch as usize;
     let n_seq_max = e.cparams.n_seq_max as i32;
@@ -206,14 +219,21 @@ unsafe fn copy_batch(ctx: &crate::context::Context, batch: &llama_batch) -> Resu
         if batch.embd.is_null() {
             return Err("init: batch has neither token ids nor embeddings".into());
         }
+        // input embeddings (upstream reads them only when there are no token ids)
         raw.has_embd = true;
         raw.tokens.resize(n, 0);
-        return Ok(());
+        let len = n
+            .checked_mul(n_embd)
+            .ok_or_else(|| "init: embeddings batch too large".to_string())?;
+        // SAFETY: `embd` is non-NULL and holds n_tokens * n_embd floats per the contract
+        // (llama_batch_init(n, n_embd, ..)).
+        raw.embd
+            .extend_from_slice(unsafe { std::slice::from_raw_parts(batch.embd, len) });
+    } else {
+        // SAFETY: `token` is non-NULL and holds n entries per the contract.
+        raw.tokens
+            .extend_from_slice(unsafe { std::slice::from_raw_parts(batch.token, n) });
     }
-    // SAFETY: `token` is non-NULL and holds n entries per the contract.
-    raw.tokens
-        .extend_from_slice(unsafe { std::slice::from_raw_parts(batch.token, n) });
-    raw.has_embd = !batch.embd.is_null();
     if !batch.pos.is_null() {
         raw.has_pos = true;
         // SAFETY: `pos` is non-NULL and holds n entries per the contract.

@@ -19,8 +19,8 @@ use super::FfiError;
 /// `params.n_ctx == 0` takes the model's training context. Returns NULL (with a log line) for
 /// a NULL or freed model, `n_batch == 0 && n_ubatch == 0`, a context size that resolves to
 /// 0, as upstream; and, until the engine supports them, for an architecture
-/// other than those it runs, a tensor type it cannot compute, tensors on a CUDA device, a
-/// pooling type other than NONE, or KV cache types other than F32/F16 (the line names which).
+/// other than those it runs, a tensor type it cannot compute, tensors on a CUDA device, an
+/// unknown pooling type, or KV cache types other than F32/F16 (the line names which).
 /// A `vocab_only` model gets a context without memory, as upstream (`llama_get_memory` gives
 /// NULL; `llama_decode` checks the batch, then fails with -3 and a log line where upstream
 /// aborts the process).
@@ -249,9 +249,9 @@ pub unsafe extern "C" fn llama_get_memory(ctx: *const llama_context) -> llama_me
     })
 }
 
-/// The pooling type the context applies to embeddings (always LLAMA_POOLING_TYPE_NONE: other
-/// pooling types are refused at creation); LLAMA_POOLING_TYPE_UNSPECIFIED for a NULL
-/// context.
+/// The pooling type the context applies to embeddings: the one asked for in the context
+/// parameters, else the model's (`<arch>.pooling_type`), else LLAMA_POOLING_TYPE_NONE, as
+/// upstream; LLAMA_POOLING_TYPE_UNSPECIFIED for a NULL context.
 #[no_mangle]
 pub unsafe extern "C" fn llama_pooling_type(ctx: *const llama_context) -> LlamaPoolingType {
     boundary!(
@@ -416,7 +416,9 @@ pub unsafe extern "C" fn llama_get_logits_ith(ctx: *mut llama_context, i: i32) -
 }
 
 /// The output embeddings of the last decode (n_outputs rows of n_embd, the final normed
-/// hidden state) when embeddings are on; NULL otherwise.
+/// hidden state) when embeddings are on; NULL otherwise. With pooling the rows are the
+/// tokens' own (upstream leaves this buffer unwritten then); the pooled ones are
+/// `llama_get_embeddings_seq`'s.
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_embeddings(ctx: *mut llama_context) -> *mut f32 {
     boundary!("llama_get_embeddings", std::ptr::null_mut(), {
@@ -449,8 +451,10 @@ pub unsafe extern "C" fn llama_get_embeddings_ith(ctx: *mut llama_context, i: i3
     })
 }
 
-/// The pooled embedding of a sequence: always NULL, since contexts do not pool
-/// (LLAMA_POOLING_TYPE_NONE).
+/// The pooled embedding of sequence `seq_id` from the last decode, when the context pools
+/// (`embeddings` on, pooling MEAN, CLS or LAST: n_embd floats; RANK: n_cls_out scores), owned
+/// by the context until the next decode; NULL when the context does not pool or the
+/// sequence was not in the last batch, as upstream.
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_embeddings_seq(
     ctx: *mut llama_context,
@@ -459,9 +463,12 @@ pub unsafe extern "C" fn llama_get_embeddings_seq(
     boundary!("llama_get_embeddings_seq", std::ptr::null_mut(), {
         // SAFETY: NULL or a live context per the contract.
         let handle = unsafe { handles::context(ctx) }?;
-        let _ = (handle, seq_id);
-        // pooling is not supported (contexts use LLAMA_POOLING_TYPE_NONE): no sequence embeddings
-        Ok(std::ptr::null_mut())
+        let mut e = handle.inner.engine();
+        let slot = usize::try_from(seq_id)
+            .ok()
+            .and_then(|s| e.embd_seq.get_mut(s))
+            .and_then(|v| v.as_mut());
+        Ok(slot.map_or(std::ptr::null_mut(), |v| v.as_mut_ptr()))
     })
 }
 

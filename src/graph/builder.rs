@@ -29,6 +29,8 @@ pub struct Builder<'m> {
     pub rope: RopeConfig,
     pub n_tokens: usize,
     pub n_outputs: usize,
+    /// The micro-batch carries input embeddings (no GET_ROWS of the token table).
+    pub embd_input: bool,
     pub nodes: Vec<Node>,
     pub weights: Vec<WeightRef>,
 }
@@ -47,6 +49,7 @@ impl<'m> Builder<'m> {
             rope,
             n_tokens,
             n_outputs,
+            embd_input: false,
             nodes: Vec::new(),
             weights: Vec::new(),
         }
@@ -121,8 +124,13 @@ impl<'m> Builder<'m> {
         self.weights[w.0].ne[1] as usize
     }
 
+    /// The input of the first layer: the token table's rows, or the caller's embeddings
+    /// (upstream's `build_inp_embd`).
     pub fn get_rows_tokens(&mut self, table: WeightId) -> NodeId {
         let n = self.weights[table.0].ne[0] as usize;
+        if self.embd_input {
+            return self.push("inp_embd", Op::InputEmbd, n, self.n_tokens);
+        }
         self.push("inp_embd", Op::GetRowsTokens { table }, n, self.n_tokens)
     }
 

@@ -26,6 +26,8 @@ pub enum ExecError {
 /// Per-micro-batch inputs.
 pub struct Inputs<'a> {
     pub tokens: &'a [i32],
+    /// The caller's input embeddings (n_tokens × n_embd), for [`Op::InputEmbd`].
+    pub embd: &'a [f32],
     pub pos: &'a [i32],
     /// The first sequence id of each token (the one its attention mask uses).
     pub seq: &'a [usize],
@@ -240,6 +242,10 @@ impl Executor {
                         }
                     }
                 }
+            }
+            Op::InputEmbd => {
+                let (dst, []) = carve(&mut self.arena, dst_r, []);
+                dst.copy_from_slice(&inp.embd[..dst.len()]);
             }
             Op::View { src, offset } => {
                 let sn = &nodes[*src];

@@ -50,6 +50,9 @@ pub enum GluKind {
 pub enum Op {
     /// GET_ROWS(table, inp_tokens): the embedding rows of the micro-batch's tokens.
     GetRowsTokens { table: WeightId },
+    /// The caller's input embeddings (`llama_batch.embd`) instead of GET_ROWS: upstream's
+    /// `inp_embd` input tensor.
+    InputEmbd,
     /// VIEW + CONT: values `offset .. offset + ne0` of every row of `src` (a fused QKV or
     /// gate-up projection cut into its parts).
     View { src: NodeId, offset: usize },
@@ -152,6 +155,8 @@ pub struct GraphShape {
     pub n_tokens: usize,
     pub n_outputs: usize,
     pub generation: u64,
+    /// The micro-batch carries input embeddings instead of token ids.
+    pub embd_input: bool,
 }
 
 /// A built graph with its arena plan.
@@ -176,7 +181,7 @@ impl Op {
             Operand::Weight(_) => None,
         };
         match self {
-            Op::GetRowsTokens { .. } => vec![],
+            Op::GetRowsTokens { .. } | Op::InputEmbd => vec![],
             Op::GetRowsOut { src }
             | Op::RmsNorm { src, .. }
             | Op::Norm { src, .. }

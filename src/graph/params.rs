@@ -74,6 +74,10 @@ pub struct ArchParams {
     pub final_logit_softcap: f32,
     pub attn_logit_softcap: f32,
     pub causal: bool,
+    /// `pooling_type` from the file (-1 when absent: the context's default is NONE).
+    pub pooling_type: i32,
+    /// Outputs of a classifier head (`classifier.output_labels`, else 1).
+    pub n_cls_out: usize,
 }
 
 impl ArchParams {
@@ -176,6 +180,8 @@ impl ArchParams {
             },
             attn_logit_softcap: 0.0,
             causal: m.get_bool(&key("attention.causal")).unwrap_or(true),
+            pooling_type: m.get_u32(&key("pooling_type")).map_or(-1, |v| v as i32),
+            n_cls_out: hp.n_cls_out.max(1) as usize,
         })
     }
 
@@ -217,6 +223,8 @@ impl ArchParams {
             final_logit_softcap: 0.0,
             attn_logit_softcap: 0.0,
             causal: true,
+            pooling_type: -1,
+            n_cls_out: 1,
         }
     }
 

@@ -26,7 +26,12 @@ pub fn build(b: &mut Builder) -> Result<(NodeId, NodeId), BuildError> {
         1.0 / (head as f32).sqrt()
     };
     let inp = b.get_rows_tokens(tok_embd);
-    let mut inp = b.scale(inp, (hp.n_embd as f32).sqrt());
+    // raw input embeddings (e.g. encoded images) are not scaled, as upstream
+    let mut inp = if b.embd_input {
+        inp
+    } else {
+        b.scale(inp, (hp.n_embd as f32).sqrt())
+    };
     for il in 0..hp.n_layer {
         let swa = hp.swa_layers[il];
         let attn_norm = b.lw(il, "attn_norm.weight", &[n_embd])?;

@@ -28,6 +28,7 @@ pub fn build(
     n_ctx_seq: u32,
 ) -> Result<Graph, BuildError> {
     let mut b = Builder::new(model, hp, rope, shape.n_tokens, shape.n_outputs);
+    b.embd_input = shape.embd_input;
     let (logits, embd) = match model.arch.as_str() {
         "gemma3" => gemma3::build(&mut b)?,
         "phi3" => phi3::build(&mut b, n_ctx_seq)?,

@@ -5,7 +5,8 @@
  * writes every logits row to OUT (int32 n_vocab, int32 n_rows, then n_rows x n_vocab float32)
  * and the greedy tokens to stdout.
  *
- * usage: probe_decode MODEL OUT N_STEPS TOKEN... [env PROBE_THREADS, PROBE_TYPE_K=f32|f16,
+ * usage: probe_decode MODEL OUT N_STEPS TOKEN... [env PROBE_THREADS, PROBE_TYPE_K=f32|f16|bf16|
+ *        q8_0|q4_0|q4_1|... (both caches), PROBE_TYPE_V (V only), PROBE_FLASH_ATTN=-1|0|1,
  *        PROBE_UBATCH, PROBE_GPU_LAYERS, PROBE_SEQ2=1 (decode the prompt as two sequences in
  *        one batch and write sequence 1's rows), PROBE_MEMOPS=1 (after the prompt: seq_rm of
  *        the last 3 positions and their decode again, seq_cp to sequence 1 and a token there,
@@ -22,6 +23,18 @@ static int argmax(const float *v, int n) {
     int best = 0;
     for (int i = 1; i < n; i++) if (v[i] > v[best]) best = i;
     return best;
+}
+
+static enum ggml_type cache_type(const char *name) {
+    static const struct { const char *name; enum ggml_type type; } types[] = {
+        {"f32", GGML_TYPE_F32}, {"f16", GGML_TYPE_F16}, {"bf16", GGML_TYPE_BF16},
+        {"q8_0", GGML_TYPE_Q8_0}, {"q4_0", GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1},
+        {"q5_0", GGML_TYPE_Q5_0}, {"q5_1", GGML_TYPE_Q5_1}, {"iq4_nl", GGML_TYPE_IQ4_NL},
+    };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (strcmp(types[i].name, name) == 0) return types[i].type;
+    fprintf(stderr, "unknown cache type %s\n", name);
+    exit(2);
 }
 
 static void quiet(enum ggml_log_level level, const char *text, void *data) {
@@ -58,10 +71,12 @@ int main(int argc, char **argv) {
     cp.n_ubatch = (env = getenv("PROBE_UBATCH")) ? atoi(env) : 512;
     cp.n_seq_max = (seq2 || memops_cfg) ? 2 : 1;
     cp.n_threads = cp.n_threads_batch = (env = getenv("PROBE_THREADS")) ? atoi(env) : 2;
-    if ((env = getenv("PROBE_TYPE_K")) && strcmp(env, "f32") == 0) {
-        cp.type_k = GGML_TYPE_F32;
-        cp.type_v = GGML_TYPE_F32;
+    if ((env = getenv("PROBE_TYPE_K"))) {
+        /* one name sets both caches; PROBE_TYPE_V overrides V */
+        cp.type_k = cp.type_v = cache_type(env);
+        if ((env = getenv("PROBE_TYPE_V"))) cp.type_v = cache_type(env);
     }
+    if ((env = getenv("PROBE_FLASH_ATTN"))) cp.flash_attn_type = atoi(env);
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "context failed\n"); return 1; }
 

@@ -147,19 +147,94 @@ pub struct Context {
     /// The model was loaded with `vocab_only`: the context has no memory (upstream's
     /// `llama_get_memory` gives NULL) and decode fails after checking the batch.
     pub vocab_only: bool,
+    /// Hadamard rotation sizes of Q/K and V for a quantized cache (0: none).
+    pub kv_rot: (usize, usize),
     engine: Mutex<Engine>,
     graph_generation: AtomicU64,
 }
 
 fn kv_type(id: u32, which: &str) -> Result<KvType, ContextError> {
+    use crate::gguf::GgmlType;
     match id {
         0 => Ok(KvType::F32),
         1 => Ok(KvType::F16),
-        other => Err(ContextError::Unsupported(format!(
-            "{which} = {} is not supported by llama-hotswap's KV cache yet (f32 and f16 are)",
-            crate::gguf::GgmlType::from_id(other as i32).map_or("?", |t| t.name())
-        ))),
+        other => match GgmlType::from_id(other as i32) {
+            Some(t) if crate::kernels::cpu::is_kv_cache_type(t) => Ok(KvType::Packed(t)),
+            t => Err(ContextError::Unsupported(format!(
+                "{which} = {} is not supported by llama-hotswap's KV cache yet (f32, f16, bf16, q8_0, q4_0 and q4_1 are)",
+                t.map_or("?", |t| t.name())
+            ))),
+        },
     }
+}
+
+/// Upstream's attention rotation for quantized caches (`attn_rot_k`, `attn_rot_v`; off with
+/// `LLAMA_ATTN_ROT_DISABLE=1`, as upstream): with a quantized K and a head size that is a
+/// multiple of 64, Q and K are rotated by the Walsh-Hadamard matrix of the largest power of
+/// two dividing the head size; with a quantized V (head size a multiple of 64), V and the
+/// attention output by the one of size 64. Orthonormal and its own inverse, it spreads
+/// outliers before quantization without changing the exact result.
+fn kv_rotation(hp: &ArchParams, type_k: KvType, type_v: KvType) -> (usize, usize) {
+    let disabled = std::env::var("LLAMA_ATTN_ROT_DISABLE")
+        .ok()
+        .and_then(|v| v.trim().parse::<i32>().ok())
+        .is_some_and(|v| v != 0);
+    let quantized = |t: KvType| matches!(t, KvType::Packed(t) if t.block_size() > 1);
+    if disabled {
+        crate::log_warn!("llama_kv_cache: attention rotation force disabled (LLAMA_ATTN_ROT_DISABLE)");
+        return (0, 0);
+    }
+    let rot_k = if quantized(type_k) && hp.head_k > 0 && hp.head_k % 64 == 0 {
+        let mut n = 64;
+        while hp.head_k % (n * 2) == 0 {
+            n *= 2;
+        }
+        n
+    } else {
+        0
+    };
+    let rot_v = if quantized(type_v) && hp.head_v > 0 && hp.head_v % 64 == 0 {
+        64
+    } else {
+        0
+    };
+    (rot_k, rot_v)
+}
+
+/// Upstream's checks of the cache types against flash attention: a quantized V cache needs
+/// it (AUTO turns it on), and with flash attention a quantized type's block size must divide
+/// every layer's head size.
+fn check_kv_types(
+    hp: &ArchParams,
+    type_k: KvType,
+    type_v: KvType,
+    flash_attn_type: i32,
+) -> Result<(), ContextError> {
+    let quantized = |t: KvType| match t {
+        KvType::Packed(t) => t.block_size() > 1,
+        _ => false,
+    };
+    if quantized(type_v) && flash_attn_type == 0 {
+        return Err(ContextError::Invalid(
+            "quantized V cache requires flash_attn to be enabled".into(),
+        ));
+    }
+    if flash_attn_type == 0 {
+        return Ok(());
+    }
+    for (t, head, which) in [(type_k, hp.head_k, "K"), (type_v, hp.head_v, "V")] {
+        if let KvType::Packed(ty) = t {
+            let block = ty.block_size() as usize;
+            if quantized(t) && head % block != 0 {
+                return Err(ContextError::Invalid(format!(
+                    "{which} cache type {} with block size {block} does not divide n_embd_head_{}={head}",
+                    ty.name(),
+                    which.to_lowercase()
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Context {
@@ -258,11 +333,13 @@ impl Context {
             );
         }
         let rope = RopeConfig::resolve(&hp, &p.rope);
+        let (type_k, type_v) = (kv_type(p.type_k, "type_k")?, kv_type(p.type_v, "type_v")?);
+        check_kv_types(&hp, type_k, type_v, p.flash_attn_type)?;
         let shape = KvShape {
             size: n_ctx,
             n_seq_max: n_seq_max as usize,
-            type_k: kv_type(p.type_k, "type_k")?,
-            type_v: kv_type(p.type_v, "type_v")?,
+            type_k,
+            type_v,
             layers: (0..hp.n_layer)
                 .map(|il| (hp.n_embd_k_gqa(il), hp.n_embd_v_gqa(il)))
                 .collect(),
@@ -285,7 +362,10 @@ impl Context {
             "llama_context: n_seq_max = {n_seq_max}, n_ctx = {n_ctx}, n_ctx_seq = {n_ctx_seq}, n_batch = {n_batch}, n_ubatch = {n_ubatch}, causal_attn = {}",
             causal_attn as i32
         );
-        Ok(Self::assemble(model, hp, cparams, KvCache::new(&shape), false))
+        let kv_rot = kv_rotation(&hp, type_k, type_v);
+        let mut ctx = Self::assemble(model, hp, cparams, KvCache::new(&shape), false);
+        ctx.kv_rot = kv_rot;
+        Ok(ctx)
     }
 
     /// The context of a `vocab_only` model: upstream's parameter resolution (its n_ctx_train
@@ -379,6 +459,7 @@ impl Context {
             model,
             hp,
             vocab_only,
+            kv_rot: (0, 0),
             graph_generation: AtomicU64::new(generation),
         }
     }
@@ -524,6 +605,7 @@ impl Context {
                 e.cparams.rope,
                 shape,
                 e.cparams.n_ctx_seq,
+                self.kv_rot,
             ) {
                 Ok(g) => {
                     e.graph = Some(g);
@@ -789,7 +871,15 @@ impl Context {
                 }
                 ops::rope_cache(&params, shift as f32, freq_factors.as_deref(), &mut cache);
                 layer.k.get_row(j as usize, &mut row);
+                // a rotated (quantized) K is rotated back for the RoPE and again after, as
+                // upstream's shift graph does (the rotation is its own inverse)
+                if self.kv_rot.0 > 0 {
+                    ops::hadamard_rows(&mut row, self.kv_rot.0);
+                }
                 ops::rope_apply(&params, &cache, hp.head_k, &mut row);
+                if self.kv_rot.0 > 0 {
+                    ops::hadamard_rows(&mut row, self.kv_rot.0);
+                }
                 layer.k.set_row(j as usize, &row);
             }
         }

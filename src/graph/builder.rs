@@ -31,6 +31,9 @@ pub struct Builder<'m> {
     pub n_outputs: usize,
     /// The micro-batch carries input embeddings (no GET_ROWS of the token table).
     pub embd_input: bool,
+    /// Hadamard rotation sizes for a quantized K / V cache (0: none), upstream's
+    /// `attn_rot_k` / `attn_rot_v`.
+    pub kv_rot: (usize, usize),
     pub nodes: Vec<Node>,
     pub weights: Vec<WeightRef>,
 }
@@ -50,6 +53,7 @@ impl<'m> Builder<'m> {
             n_tokens,
             n_outputs,
             embd_input: false,
+            kv_rot: (0, 0),
             nodes: Vec::new(),
             weights: Vec::new(),
         }
@@ -351,6 +355,13 @@ impl<'m> Builder<'m> {
         let hp = self.hp;
         let n_head = hp.n_head[il];
         let n_head_kv = hp.n_head_kv[il];
+        let (rot_k, rot_v) = self.kv_rot;
+        let (q, k) = if rot_k > 0 {
+            (self.hadamard(q, rot_k), self.hadamard(k, rot_k))
+        } else {
+            (q, k)
+        };
+        let v = if rot_v > 0 { self.hadamard(v, rot_v) } else { v };
         let ks = self.push(
             "k_set",
             Op::SetRows {
@@ -390,7 +401,18 @@ impl<'m> Builder<'m> {
             n_head * hp.head_v,
             t,
         );
+        let kqv = if rot_v > 0 {
+            self.hadamard(kqv, rot_v)
+        } else {
+            kqv
+        };
         self.linear(wo, wo_b, kqv)
+    }
+
+    /// The Walsh-Hadamard rotation of every `n` values (see [`Op::Hadamard`]).
+    pub fn hadamard(&mut self, src: NodeId, n: usize) -> NodeId {
+        let (n0, n1) = (self.ne0(src), self.ne1(src));
+        self.push("hadamard", Op::Hadamard { src, n }, n0, n1)
     }
 
     /// `build_ffn` with PAR gating: `down(act(gate x) * up x)` (+ biases, and the per-tensor

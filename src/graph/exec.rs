@@ -319,6 +319,11 @@ impl Executor {
                     *d = v.tanh();
                 }
             }
+            Op::Hadamard { src, n } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                dst.copy_from_slice(x);
+                ops::hadamard_rows(dst, *n);
+            }
             Op::Silu { src } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
                 for (d, &v) in dst.iter_mut().zip(x) {

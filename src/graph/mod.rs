@@ -110,6 +110,12 @@ pub enum Op {
         up: NodeId,
         kind: GluKind,
     },
+    /// MUL_MAT by the orthonormal Walsh-Hadamard matrix of size `n` (upstream's
+    /// `llama_mul_mat_hadamard`) of every `n` consecutive values, computed as the CPU
+    /// backend's fast transform does (`ggml_compute_forward_fwht`): scale by 1/sqrt(n), then
+    /// the butterflies. Applied to Q, K, V and the attention output when the KV cache is
+    /// quantized.
+    Hadamard { src: NodeId, n: usize },
     /// UNARY(SILU).
     Silu { src: NodeId },
     /// SOFT_MAX of each row.
@@ -190,6 +196,7 @@ impl Op {
             | Op::Rope { src, .. }
             | Op::SetRows { src, .. }
             | Op::Silu { src }
+            | Op::Hadamard { src, .. }
             | Op::SoftMax { src }
             | Op::TopK { src, .. }
             | Op::DivSumRows { src }

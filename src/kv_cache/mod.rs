@@ -1,6 +1,6 @@
 //! The KV cache: a unified cache as upstream's `llama_kv_cache` with one stream — cells (a
 //! position and a set of sequence ids each, see [`cells`]), the search head, and per layer
-//! the cached keys and values (F32 or F16), one row of `n_embd_k_gqa` / `n_embd_v_gqa`
+//! the cached keys and values (F32, F16, or blocks of BF16/Q8_0/Q4_0/Q4_1), one row of `n_embd_k_gqa` / `n_embd_v_gqa`
 //! values per cell.
 //!
 //! Every sequence shares the cells, as with upstream's `kv_unified = true`; with
@@ -13,6 +13,8 @@ pub mod cells;
 
 use half::f16;
 
+use crate::gguf::GgmlType;
+
 pub use cells::{KvCells, SeqSet, MAX_SEQ};
 
 /// Element type of the cached keys or values.
@@ -20,6 +22,9 @@ pub use cells::{KvCells, SeqSet, MAX_SEQ};
 pub enum KvType {
     F32,
     F16,
+    /// Rows stored in ggml blocks of another type (BF16, Q8_0, Q4_0, Q4_1: see
+    /// `kernels::cpu::is_kv_cache_type`), written as the CPU backend's SET_ROWS does.
+    Packed(GgmlType),
 }
 
 /// Cached rows of one layer's keys or values.
@@ -27,13 +32,28 @@ pub enum KvType {
 pub enum KvBuffer {
     F32(Vec<f32>),
     F16(Vec<f16>),
+    /// Rows of `width` values in blocks of `ty`.
+    Packed {
+        ty: GgmlType,
+        row_bytes: usize,
+        data: Vec<u8>,
+    },
 }
 
 impl KvBuffer {
-    fn new(ty: KvType, len: usize) -> KvBuffer {
+    fn new(ty: KvType, rows: usize, width: usize) -> KvBuffer {
+        let len = rows * width;
         match ty {
             KvType::F32 => KvBuffer::F32(vec![0.0; len]),
             KvType::F16 => KvBuffer::F16(vec![f16::ZERO; len]),
+            KvType::Packed(ty) => {
+                let row_bytes = crate::kernels::cpu::row_bytes(ty, width);
+                KvBuffer::Packed {
+                    ty,
+                    row_bytes,
+                    data: vec![0; rows * row_bytes],
+                }
+            }
         }
     }
 
@@ -47,6 +67,15 @@ impl KvBuffer {
                     *d = f16::from_f32(*s);
                 }
             }
+            KvBuffer::Packed {
+                ty,
+                row_bytes,
+                data,
+            } => crate::kernels::cpu::store_row(
+                *ty,
+                src,
+                &mut data[cell * *row_bytes..(cell + 1) * *row_bytes],
+            ),
         }
     }
 
@@ -60,6 +89,15 @@ impl KvBuffer {
                     *d = s.to_f32();
                 }
             }
+            KvBuffer::Packed {
+                ty,
+                row_bytes,
+                data,
+            } => crate::kernels::cpu::dequantize_row(
+                *ty,
+                &data[cell * *row_bytes..(cell + 1) * *row_bytes],
+                dst,
+            ),
         }
     }
 
@@ -67,7 +105,7 @@ impl KvBuffer {
     pub fn row_f16(&self, cell: usize, n: usize) -> Option<&[f16]> {
         match self {
             KvBuffer::F16(v) => Some(&v[cell * n..(cell + 1) * n]),
-            KvBuffer::F32(_) => None,
+            _ => None,
         }
     }
 
@@ -75,6 +113,7 @@ impl KvBuffer {
         match self {
             KvBuffer::F32(v) => v.fill(0.0),
             KvBuffer::F16(v) => v.fill(f16::ZERO),
+            KvBuffer::Packed { data, .. } => data.fill(0),
         }
     }
 }
@@ -96,13 +135,31 @@ impl crate::kernels::cpu::ops::KvRows for KvLayerRows<'_> {
                     *d = s.to_f32();
                 }
             }
+            KvBuffer::Packed { .. } => {
+                let (ty, bytes) = self.packed(cell, off, n).expect("a packed buffer");
+                crate::kernels::cpu::dequantize_row(ty, bytes, dst);
+            }
         }
     }
     fn half(&self, cell: usize, off: usize, len: usize) -> Option<&[f16]> {
         let start = cell * self.width + off;
         match self.buf {
             KvBuffer::F16(v) => Some(&v[start..start + len]),
-            KvBuffer::F32(_) => None,
+            _ => None,
+        }
+    }
+    fn packed(&self, cell: usize, off: usize, len: usize) -> Option<(GgmlType, &[u8])> {
+        match self.buf {
+            KvBuffer::Packed {
+                ty,
+                row_bytes,
+                data,
+            } => {
+                let start = cell * row_bytes + crate::kernels::cpu::row_bytes(*ty, off);
+                let n = crate::kernels::cpu::row_bytes(*ty, len);
+                Some((*ty, &data[start..start + n]))
+            }
+            _ => None,
         }
     }
     fn is_f16(&self) -> bool {
@@ -151,8 +208,8 @@ impl KvCache {
                 .layers
                 .iter()
                 .map(|&(nk, nv)| KvLayer {
-                    k: KvBuffer::new(shape.type_k, n * nk),
-                    v: KvBuffer::new(shape.type_v, n * nv),
+                    k: KvBuffer::new(shape.type_k, n, nk),
+                    v: KvBuffer::new(shape.type_v, n, nv),
                     n_embd_k: nk,
                     n_embd_v: nv,
                 })

@@ -26,9 +26,11 @@ pub fn build(
     rope: RopeConfig,
     shape: GraphShape,
     n_ctx_seq: u32,
+    kv_rot: (usize, usize),
 ) -> Result<Graph, BuildError> {
     let mut b = Builder::new(model, hp, rope, shape.n_tokens, shape.n_outputs);
     b.embd_input = shape.embd_input;
+    b.kv_rot = kv_rot;
     let (logits, embd) = match model.arch.as_str() {
         "gemma3" => gemma3::build(&mut b)?,
         "phi3" => phi3::build(&mut b, n_ctx_seq)?,

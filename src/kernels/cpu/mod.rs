@@ -145,6 +145,37 @@ pub fn quantize_row(vt: GgmlType, x: &[f32], dst: &mut [u8]) {
     }
 }
 
+/// The types a KV cache can store here: F32, F16, BF16, Q8_0, Q4_0, Q4_1.
+pub fn is_kv_cache_type(t: GgmlType) -> bool {
+    matches!(
+        t,
+        GgmlType::F32
+            | GgmlType::F16
+            | GgmlType::BF16
+            | GgmlType::Q8_0
+            | GgmlType::Q4_0
+            | GgmlType::Q4_1
+    )
+}
+
+/// Stores one f32 row as type `t` the way the CPU backend's SET_ROWS does (its `from_float`):
+/// [`quantize_row`] for F32/F16/BF16/Q8_0, the reference quantizers for Q4_0/Q4_1. Panics for
+/// another type (see [`is_kv_cache_type`]).
+pub fn store_row(t: GgmlType, x: &[f32], dst: &mut [u8]) {
+    match t {
+        GgmlType::Q4_0 | GgmlType::Q4_1 => {
+            let n = row_bytes(t, x.len());
+            let dst = &mut dst[..n];
+            if t == GgmlType::Q4_0 {
+                quantize::q4_0(x, dst)
+            } else {
+                quantize::q4_1(x, dst)
+            }
+        }
+        _ => quantize_row(t, x, dst),
+    }
+}
+
 /// [`quantize_row`] with the scalar reference only (the SIMD quantizers are tested against it,
 /// bit for bit).
 pub fn quantize_row_scalar(vt: GgmlType, x: &[f32], dst: &mut [u8]) {

@@ -282,6 +282,8 @@ pub struct AttnScratch {
     m: Vec<f32>,
     s: Vec<f32>,
     cells: Vec<u32>,
+    /// Q of each head of the group converted to the vec_dot type of a packed K.
+    q_packed: Vec<u8>,
 }
 
 /// Shapes and constants of one FLASH_ATTN_EXT.
@@ -307,6 +309,11 @@ pub trait KvRows: Sync {
     /// Whether values are stored in half precision (Q is rounded to it for the dot, as ggml
     /// converts Q to K's type).
     fn is_f16(&self) -> bool;
+    /// The same values as ggml blocks of another type (BF16, Q8_0, ...) when the cache
+    /// stores them so: the type and the bytes of `len` values from `off`.
+    fn packed(&self, _cell: usize, _off: usize, _len: usize) -> Option<(crate::gguf::GgmlType, &[u8])> {
+        None
+    }
 }
 
 /// Wraps a pointer for disjoint writes from pool threads.
@@ -404,6 +411,22 @@ fn attn_task(
             x
         }
     }));
+    // a packed K (BF16, Q8_0, ...): Q goes to K's vec_dot type and each score is the
+    // type's vec_dot, as ggml's CPU flash attention does (q_to_vec_dot, kq_vec_dot)
+    let k_packed = k.packed(0, 0, dk).map(|(ty, _)| ty);
+    let mut q_row_bytes = 0;
+    if let Some(kt) = k_packed {
+        let vt = super::vec_dot_type(kt);
+        q_row_bytes = super::row_bytes(vt, dk);
+        sc.q_packed.resize(group * q_row_bytes, 0);
+        for h in 0..group {
+            super::quantize_row(
+                vt,
+                &sc.q[h * dk..(h + 1) * dk],
+                &mut sc.q_packed[h * q_row_bytes..(h + 1) * q_row_bytes],
+            );
+        }
+    }
     sc.k.resize(dk, 0.0);
     sc.v.resize(dv, 0.0);
     sc.acc.clear();
@@ -419,13 +442,27 @@ fn attn_task(
     sc.cells.extend((0..n_kv).filter(|&j| visible(t, j)));
     for ci in 0..sc.cells.len() {
         let j = sc.cells[ci] as usize;
-        k.read(j, g * dk, &mut sc.k);
+        let k_bytes = match k_packed {
+            Some(_) => k.packed(j, g * dk, dk),
+            None => {
+                k.read(j, g * dk, &mut sc.k);
+                None
+            }
+        };
         let v16 = v.half(j, g * dv, dv);
         if v16.is_none() {
             v.read(j, g * dv, &mut sc.v);
         }
         for h in 0..group {
-            let mut s = dot_f32(&sc.q[h * dk..(h + 1) * dk], &sc.k) * scale;
+            let mut s = match k_bytes {
+                Some((kt, kb)) => super::vec_dot(
+                    kt,
+                    dk,
+                    kb,
+                    &sc.q_packed[h * q_row_bytes..(h + 1) * q_row_bytes],
+                ),
+                None => dot_f32(&sc.q[h * dk..(h + 1) * dk], &sc.k),
+            } * scale;
             if softcap != 0.0 {
                 s = softcap * (s / softcap).tanh();
             }
@@ -473,6 +510,29 @@ fn attn_task(
             for (o, &a) in o.iter_mut().zip(&sc.acc[h * dv..(h + 1) * dv]) {
                 *o = a * inv;
             }
+        }
+    }
+}
+
+/// The orthonormal Walsh-Hadamard transform of every `n` (a power of two) consecutive values
+/// in place, as ggml's CPU `fwht`: scale by 1/sqrt(n), then the butterflies `(u + v, u - v)`
+/// with strides 1, 2, 4, ... (bit-identical to its SIMD passes, whose FMA by -1 is exact).
+pub fn hadamard_rows(x: &mut [f32], n: usize) {
+    let scale = 1.0 / (n as f32).sqrt();
+    for d in x.chunks_exact_mut(n) {
+        for v in d.iter_mut() {
+            *v *= scale;
+        }
+        let mut len = 1;
+        while len < n {
+            for i in (0..n).step_by(2 * len) {
+                for j in i..i + len {
+                    let (u, v) = (d[j], d[j + len]);
+                    d[j] = u + v;
+                    d[j + len] = u - v;
+                }
+            }
+            len <<= 1;
         }
     }
 }

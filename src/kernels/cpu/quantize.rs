@@ -117,3 +117,70 @@ pub fn f32_row(x: &[f32], dst: &mut [u8]) {
         out.copy_from_slice(&v.to_le_bytes());
     }
 }
+
+/// `quantize_row_q4_0_ref` (what the CPU backend's SET_ROWS runs for a Q4_0 KV cache):
+/// per block `d = max / -8` of the value with the largest magnitude, codes
+/// `min(15, trunc(x / d + 8.5))`.
+pub fn q4_0(x: &[f32], dst: &mut [u8]) {
+    for (xb, yb) in x.chunks_exact(QK).zip(dst.chunks_exact_mut(Q4_0_BYTES)) {
+        let (mut amax, mut max) = (0.0f32, 0.0f32);
+        for &v in xb {
+            if amax < v.abs() {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        let d = max / -8.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        yb[0..2].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
+        for j in 0..QK / 2 {
+            let lo = ((xb[j] * id + 8.5) as i8).min(15) as u8;
+            let hi = ((xb[QK / 2 + j] * id + 8.5) as i8).min(15) as u8;
+            yb[2 + j] = lo | (hi << 4);
+        }
+    }
+}
+
+/// `quantize_row_q4_1_ref`: per block `d = (max - min) / 15`, `m = min`, codes
+/// `min(15, trunc((x - min) / d + 0.5))`.
+pub fn q4_1(x: &[f32], dst: &mut [u8]) {
+    for (xb, yb) in x.chunks_exact(QK).zip(dst.chunks_exact_mut(Q4_1_BYTES)) {
+        let (mut min, mut max) = (f32::MAX, -f32::MAX);
+        for &v in xb {
+            min = min.min(v);
+            max = max.max(v);
+        }
+        let d = (max - min) / 15.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        yb[0..2].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
+        yb[2..4].copy_from_slice(&f16::from_f32(min).to_bits().to_le_bytes());
+        for j in 0..QK / 2 {
+            let lo = (((xb[j] - min) * id + 0.5) as i8).min(15) as u8;
+            let hi = (((xb[QK / 2 + j] - min) * id + 0.5) as i8).min(15) as u8;
+            yb[4 + j] = lo | (hi << 4);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Known answers from gguf-py's `quantize` (a numpy port of the reference quantizers) on
+    /// `sin(0.7 i)`, i < 64.
+    #[test]
+    fn q4_0_and_q4_1_match_gguf_py() {
+        let x: Vec<f32> = (0..64).map(|i| (i as f32 * 0.7).sin()).collect();
+        let hex = |b: &[u8]| b.iter().map(|v| format!("{v:02x}")).collect::<String>();
+        let mut q = vec![0u8; 36];
+        super::q4_0(&x, &mut q);
+        assert_eq!(
+            hex(&q),
+            "f1aff8d38031051b6fbffdf8d38031051b6ffbaf1b6fbffdf7d27021062b6fcffdf7c270"
+        );
+        let mut q = vec![0u8; 40];
+        super::q4_1(&x, &mut q);
+        assert_eq!(
+            hex(&q),
+            "3730dcbb073c8fdefae5a15013083c8fdefae5a13430c6bbe4914003083d8fdef9e4914003083d8f"
+        );
+    }
+}

@@ -978,8 +978,10 @@ struct llama_batch llama_batch_init(int32_t n_tokens, int32_t embd, int32_t n_se
 void llama_batch_free(struct llama_batch batch);
 
 // Upstream: runs the encoder over the batch (no KV cache); 0 on success, negative on error.
-// Not supported by llama-hotswap yet: logs once and returns -1 (an error); the batch is not
-// read.
+// Every architecture the engine runs is decoder-only, where upstream's encode crashes the
+// process (it builds the decoder's graph without its KV cache): returns -1 with a log line
+// naming the architecture; the batch is not read. Use `llama_decode` (with
+// `llama_set_embeddings` for embeddings).
 int32_t llama_encode(struct llama_context *ctx, struct llama_batch batch);
 
 // Evaluates the batch with the decoder: 0 on success, 1 when the KV cache has no room for
@@ -988,7 +990,9 @@ int32_t llama_encode(struct llama_context *ctx, struct llama_batch batch);
 // [0, n_seq_max), positions that do not continue the memory, go backwards or leave gaps,
 // NULL token and embedding arrays), -3 when the model cannot be computed. NULL `pos`,
 // `seq_id`/`n_seq_id` and `logits` mean: positions continuing each sequence, sequence 0, and
-// logits for the last token only. Input embeddings (`embd`) are not supported yet (-1).
+// logits for the last token only. A batch with `embd` (from `llama_batch_init(n, n_embd, ..)`)
+// and a NULL `token` feeds its n_tokens × n_embd floats to the first layer instead of the
+// token table's rows, as upstream; with both, the token ids are used.
 int32_t llama_decode(struct llama_context *ctx, struct llama_batch batch);
 
 // Creates an empty extended batch sized for the context (`n_batch` entries, sequence ids
@@ -1054,10 +1058,15 @@ int32_t llama_process(struct llama_context *ctx,
 // Creates a context for `model`; free it with `llama_free` (before or after the model: the
 // context keeps the model's data alive, although upstream requires the model to outlive it).
 // `params.n_ctx == 0` takes the model's training context. Returns NULL (with a log line) for
-// a NULL or freed model, a vocab-only model, `n_batch == 0 && n_ubatch == 0`, a context size
-// that resolves to 0, as upstream; and, until the engine supports them, for an architecture
-// other than those it runs, a tensor type it cannot compute, tensors on a CUDA device, a
-// pooling type other than NONE, or KV cache types other than F32/F16 (the line names which).
+// a NULL or freed model, `n_batch == 0 && n_ubatch == 0`, a context size that resolves to
+// 0, as upstream; and, until the engine supports them, for an architecture
+// other than those it runs, a tensor type it cannot compute, tensors on a CUDA device, an
+// unknown pooling type, or KV cache types other than F32, F16, BF16, Q8_0, Q4_0 and Q4_1
+// (the line names which). A quantized V cache needs flash attention (AUTO turns it on;
+// DISABLED: NULL, as upstream).
+// A `vocab_only` model gets a context without memory, as upstream (`llama_get_memory` gives
+// NULL; `llama_decode` checks the batch, then fails with -3 and a log line where upstream
+// aborts the process).
 struct llama_context *llama_init_from_model(struct llama_model *model,
                                             struct llama_context_params params);
 
@@ -1096,12 +1105,13 @@ uint32_t llama_n_seq_max(const struct llama_context *ctx);
 uint32_t llama_n_rs_seq(const struct llama_context *ctx);
 
 // The context's memory (its KV cache), owned by the context, for the `llama_memory_*`
-// functions; NULL for a NULL context.
+// functions; NULL for a NULL context and for a context of a `vocab_only` model (which has
+// no memory, as upstream).
 llama_memory_t llama_get_memory(const struct llama_context *ctx);
 
-// The pooling type the context applies to embeddings (always LLAMA_POOLING_TYPE_NONE: other
-// pooling types are refused at creation); LLAMA_POOLING_TYPE_UNSPECIFIED for a NULL
-// context.
+// The pooling type the context applies to embeddings: the one asked for in the context
+// parameters, else the model's (`<arch>.pooling_type`), else LLAMA_POOLING_TYPE_NONE, as
+// upstream; LLAMA_POOLING_TYPE_UNSPECIFIED for a NULL context.
 enum llama_pooling_type llama_pooling_type(const struct llama_context *ctx);
 
 // Sets the thread counts for generation (`n_threads`) and for batches (`n_threads_batch`).
@@ -1144,15 +1154,19 @@ float *llama_get_logits(struct llama_context *ctx);
 float *llama_get_logits_ith(struct llama_context *ctx, int32_t i);
 
 // The output embeddings of the last decode (n_outputs rows of n_embd, the final normed
-// hidden state) when embeddings are on; NULL otherwise.
+// hidden state) when embeddings are on; NULL otherwise. With pooling the rows are the
+// tokens' own (upstream leaves this buffer unwritten then); the pooled ones are
+// `llama_get_embeddings_seq`'s.
 float *llama_get_embeddings(struct llama_context *ctx);
 
 // The embedding of batch token `i` (negative: counted from the last output); NULL with a
 // log line when there is none.
 float *llama_get_embeddings_ith(struct llama_context *ctx, int32_t i);
 
-// The pooled embedding of a sequence: always NULL, since contexts do not pool
-// (LLAMA_POOLING_TYPE_NONE).
+// The pooled embedding of sequence `seq_id` from the last decode, when the context pools
+// (`embeddings` on, pooling MEAN, CLS or LAST: n_embd floats; RANK: n_cls_out scores), owned
+// by the context until the next decode; NULL when the context does not pool or the
+// sequence was not in the last batch, as upstream.
 float *llama_get_embeddings_seq(struct llama_context *ctx, llama_seq_id seq_id);
 
 // Upstream: the token sampled on the backend for output `i`; LLAMA_TOKEN_NULL if none.

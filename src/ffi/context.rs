@@ -20,7 +20,9 @@ use super::FfiError;
 /// a NULL or freed model, `n_batch == 0 && n_ubatch == 0`, a context size that resolves to
 /// 0, as upstream; and, until the engine supports them, for an architecture
 /// other than those it runs, a tensor type it cannot compute, tensors on a CUDA device, an
-/// unknown pooling type, or KV cache types other than F32/F16 (the line names which).
+/// unknown pooling type, or KV cache types other than F32, F16, BF16, Q8_0, Q4_0 and Q4_1
+/// (the line names which). A quantized V cache needs flash attention (AUTO turns it on;
+/// DISABLED: NULL, as upstream).
 /// A `vocab_only` model gets a context without memory, as upstream (`llama_get_memory` gives
 /// NULL; `llama_decode` checks the batch, then fails with -3 and a log line where upstream
 /// aborts the process).

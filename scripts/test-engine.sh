@@ -124,6 +124,27 @@ for f in llama-dense qwen3-dense gemma3-dense phi3-dense; do
         [ -e "$fixtures/$f.gguf" ] && CHECK_STEPS=8 check "arch-kv-$t-$f" "$fixtures/$f.gguf" 1e-9 0 PROBE_TYPE_K=$t
     done
 done
+# Hyperparameters read as upstream, past the positions where they matter (40 steps): gemma3's
+# fixture gives sliding_window_pattern as an array ([1, 0]: layer 1 is full attention) with a
+# window of 32; mistral3 with attention temperature tuning (a copy of its fixture with
+# attention.temperature_scale = 8 and original_context_length = 2, set by gguf-py's
+# gguf_set_metadata.py: Q scaled by ln(floor(pos / 2) + 1) * 8 + 1). Random weights keep
+# the effects small (without the tuning KL is ~5e-10), hence the 1e-11 bound.
+CHECK_STEPS=40 check arch-gemma3-dense-long "$fixtures/gemma3-dense.gguf" 1e-11 0
+py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"
+m3t="$fixtures/mistral3-dense.temperature.gguf"
+if [ ! -s "$m3t" ] && [ -x "$py" ]; then
+    setmeta="$("$py" -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')/scripts/gguf_set_metadata.py"
+    cp "$fixtures/mistral3-dense.gguf" "$m3t.tmp" \
+        && "$py" "$setmeta" "$m3t.tmp" mistral3.attention.temperature_scale 8 --force >/dev/null 2>&1 \
+        && "$py" "$setmeta" "$m3t.tmp" mistral3.rope.scaling.original_context_length 2 --force >/dev/null 2>&1 \
+        && mv "$m3t.tmp" "$m3t"
+fi
+if [ -s "$m3t" ]; then
+    CHECK_STEPS=40 check arch-mistral3-dense-temperature "$m3t" 1e-11 0
+else
+    echo "FAIL arch-mistral3-dense-temperature: could not write the fixture (gguf-py in the venv?)"; failed=$((failed + 1))
+fi
 # a quantized V cache with flash attention disabled: no context, on both libraries
 for side in upstream ours; do
     lib="$UPSTREAM_BUILD/bin"; [ "$side" = ours ] && lib="$ours"

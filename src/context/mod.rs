@@ -181,7 +181,9 @@ fn kv_rotation(hp: &ArchParams, type_k: KvType, type_v: KvType) -> (usize, usize
         .is_some_and(|v| v != 0);
     let quantized = |t: KvType| matches!(t, KvType::Packed(t) if t.block_size() > 1);
     if disabled {
-        crate::log_warn!("llama_kv_cache: attention rotation force disabled (LLAMA_ATTN_ROT_DISABLE)");
+        crate::log_warn!(
+            "llama_kv_cache: attention rotation force disabled (LLAMA_ATTN_ROT_DISABLE)"
+        );
         return (0, 0);
     }
     let rot_k = if quantized(type_k) && hp.head_k > 0 && hp.head_k % 64 == 0 {
@@ -427,7 +429,13 @@ impl Context {
             type_v: KvType::F16,
             layers: Vec::new(),
         };
-        Ok(Self::assemble(model, hp, cparams, KvCache::new(&empty), true))
+        Ok(Self::assemble(
+            model,
+            hp,
+            cparams,
+            KvCache::new(&empty),
+            true,
+        ))
     }
 
     fn assemble(

@@ -361,7 +361,11 @@ impl<'m> Builder<'m> {
         } else {
             (q, k)
         };
-        let v = if rot_v > 0 { self.hadamard(v, rot_v) } else { v };
+        let v = if rot_v > 0 {
+            self.hadamard(v, rot_v)
+        } else {
+            v
+        };
         let ks = self.push(
             "k_set",
             Op::SetRows {

@@ -324,6 +324,26 @@ impl Executor {
                 dst.copy_from_slice(x);
                 ops::hadamard_rows(dst, *n);
             }
+            Op::AttnTempScale {
+                src,
+                floor_scale,
+                scale,
+            } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (t, (d, x)) in dst
+                    .chunks_exact_mut(ne0)
+                    .zip(x.chunks_exact(ne0))
+                    .enumerate()
+                {
+                    // computed in double then rounded, as upstream's set_input
+                    let pos = inp.pos[t] as f32;
+                    let f = ((((pos / floor_scale).floor()) as f64 + 1.0).ln() * *scale as f64
+                        + 1.0) as f32;
+                    for (d, &v) in d.iter_mut().zip(x) {
+                        *d = v * f;
+                    }
+                }
+            }
             Op::Silu { src } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
                 for (d, &v) in dst.iter_mut().zip(x) {

@@ -116,6 +116,13 @@ pub enum Op {
     /// the butterflies. Applied to Q, K, V and the attention output when the KV cache is
     /// quantized.
     Hadamard { src: NodeId, n: usize },
+    /// MUL by upstream's `inp_attn_scale` input: each token's row times
+    /// `ln(floor(pos / floor_scale) + 1) * scale + 1` (attention temperature tuning).
+    AttnTempScale {
+        src: NodeId,
+        floor_scale: f32,
+        scale: f32,
+    },
     /// UNARY(SILU).
     Silu { src: NodeId },
     /// SOFT_MAX of each row.
@@ -197,6 +204,7 @@ impl Op {
             | Op::SetRows { src, .. }
             | Op::Silu { src }
             | Op::Hadamard { src, .. }
+            | Op::AttnTempScale { src, .. }
             | Op::SoftMax { src }
             | Op::TopK { src, .. }
             | Op::DivSumRows { src }

@@ -74,6 +74,9 @@ pub struct ArchParams {
     pub final_logit_softcap: f32,
     pub attn_logit_softcap: f32,
     pub causal: bool,
+    /// mistral3's (llama 4's) attention temperature tuning: Q of a token at position p is
+    /// scaled by `ln(floor(p / n_ctx_orig_yarn) + 1) * attn_temp_scale + 1` (0: off).
+    pub attn_temp_scale: f32,
     /// `pooling_type` from the file (-1 when absent: the context's default is NONE).
     pub pooling_type: i32,
     /// Outputs of a classifier head (`classifier.output_labels`, else 1).
@@ -107,20 +110,38 @@ impl ArchParams {
             .ok_or_else(|| format!("{arch}: unknown rope.scaling.type '{scaling_name}'"))?;
         let n_vocab = model.vocab.tokens.len();
         let mistral3 = arch == "mistral3";
-        if mistral3 && f("attention.temperature_scale", 0.0) != 0.0 {
+        let n_ctx_orig_yarn = u("rope.scaling.original_context_length", hp.n_ctx_train);
+        let attn_temp_scale = if mistral3 {
+            f("attention.temperature_scale", 0.0)
+        } else {
+            0.0
+        };
+        if attn_temp_scale != 0.0 && n_ctx_orig_yarn == 0 {
             return Err(format!(
-                "{arch}: attention temperature scaling (attention.temperature_scale) is not supported by llama-hotswap's engine yet"
+                "{arch}: invalid n_ctx_orig_yarn for attention temperature scaling"
             ));
         }
         // of the supported architectures only gemma3 reads a sliding window (upstream turns
         // phi3's off; llama, mistral3 and the qwens ignore the key)
         let n_swa = if arch == "gemma3" { hp.n_swa } else { 0 };
         let swa_layers = if n_swa > 0 {
-            swa_pattern(
-                arch,
-                n_layer,
-                m.get_u32(&key("attention.sliding_window_pattern")),
-            )
+            let pattern_key = key("attention.sliding_window_pattern");
+            match m.get_array(&pattern_key) {
+                // upstream's load_swa_pattern: an array gives each layer's flag (layers past
+                // its end: full attention), a number the period
+                Some(crate::model::meta::MetaArray::Bools(v)) => (0..n_layer)
+                    .map(|il| v.get(il).copied().unwrap_or(false))
+                    .collect(),
+                Some(crate::model::meta::MetaArray::Ints(v)) => (0..n_layer)
+                    .map(|il| v.get(il).is_some_and(|&x| x != 0))
+                    .collect(),
+                Some(_) => {
+                    return Err(format!(
+                        "{arch}: {pattern_key} has an unexpected array type"
+                    ))
+                }
+                None => swa_pattern(arch, n_layer, m.get_u32(&pattern_key)),
+            }
         } else {
             vec![false; n_layer]
         };
@@ -137,7 +158,8 @@ impl ArchParams {
             eps_rms: f("attention.layer_norm_rms_epsilon", 0.0),
             eps_norm: f("attention.layer_norm_epsilon", 0.0),
             n_ctx_train: hp.n_ctx_train,
-            n_ctx_orig_yarn: u("rope.scaling.original_context_length", hp.n_ctx_train),
+            n_ctx_orig_yarn,
+            attn_temp_scale,
             rope_freq_base: hp.rope_freq_base_train,
             rope_freq_scale: hp.rope_freq_scale_train,
             rope_scaling,
@@ -202,6 +224,7 @@ impl ArchParams {
             eps_norm: 0.0,
             n_ctx_train: 0,
             n_ctx_orig_yarn: 0,
+            attn_temp_scale: 0.0,
             rope_freq_base: 0.0,
             rope_freq_scale: 1.0,
             rope_scaling: RopeScaling::None,

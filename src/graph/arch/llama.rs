@@ -105,6 +105,22 @@ pub fn build(b: &mut Builder, var: Variant) -> Result<(NodeId, NodeId), BuildErr
         };
         let q = b.rope(q, head, var.rope, rope_freqs, false);
         let k = b.rope(k, head, var.rope, rope_freqs, false);
+        // mistral3's temperature tuning of Q (upstream: after RoPE, before attention)
+        let q = if hp.attn_temp_scale != 0.0 {
+            let (n0, n1) = (b.ne0(q), b.ne1(q));
+            b.push(
+                "attn_temp",
+                crate::graph::Op::AttnTempScale {
+                    src: q,
+                    floor_scale: hp.n_ctx_orig_yarn as f32,
+                    scale: hp.attn_temp_scale,
+                },
+                n0,
+                n1,
+            )
+        } else {
+            q
+        };
         let mut cur = b.attn(il, q, k, v, wo, wo_b, kq_scale);
         let mut res = inp;
         if il == hp.n_layer - 1 {

@@ -311,7 +311,12 @@ pub trait KvRows: Sync {
     fn is_f16(&self) -> bool;
     /// The same values as ggml blocks of another type (BF16, Q8_0, ...) when the cache
     /// stores them so: the type and the bytes of `len` values from `off`.
-    fn packed(&self, _cell: usize, _off: usize, _len: usize) -> Option<(crate::gguf::GgmlType, &[u8])> {
+    fn packed(
+        &self,
+        _cell: usize,
+        _off: usize,
+        _len: usize,
+    ) -> Option<(crate::gguf::GgmlType, &[u8])> {
         None
     }
 }

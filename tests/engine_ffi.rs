@@ -189,13 +189,20 @@ fn hostile_batches_through_the_c_api() {
             &vec![0; n],
         );
         assert_eq!(batch::llama_decode(c, bad.batch()), -1);
-        // input embeddings: refused (not supported yet)
-        let mut e = vec![0.0f32; 64];
+        // input embeddings (token NULL): decoded into the memory, with logits; an
+        // embeddings batch is not checked against the vocabulary
+        let n_embd = model::llama_model_n_embd(m) as usize;
+        let mut e: Vec<f32> = (0..3 * n_embd)
+            .map(|i| (i as f32 * 0.37).sin() * 0.1)
+            .collect();
         let mut b = ok.batch();
         b.token = null_mut();
         b.embd = e.as_mut_ptr();
-        assert_eq!(batch::llama_decode(c, b), -1);
+        assert_eq!(batch::llama_decode(c, b), 0);
+        assert!(!context::llama_get_logits_ith(c, 2).is_null());
         let mem = context::llama_get_memory(c);
+        assert_eq!(memory::llama_memory_seq_pos_max(mem, 0), 2);
+        memory::llama_memory_clear(mem, true);
         assert_eq!(
             memory::llama_memory_seq_pos_max(mem, 0),
             -1,

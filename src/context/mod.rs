@@ -516,6 +516,14 @@ impl Context {
             );
             return -1;
         }
+        if e.raw.has_embd && e.raw.embd.len() != n_tokens * self.hp.n_embd {
+            crate::log_error!(
+                "decode: the batch has {} input embedding values, expected n_tokens * n_embd = {}",
+                e.raw.embd.len(),
+                n_tokens * self.hp.n_embd
+            );
+            return -1;
+        }
         if let Err(err) = batch::validate(
             &e.raw,
             n_vocab,

@@ -118,7 +118,9 @@ done
 # amplify the model's tiny activation differences through code flips (ours and upstream's
 # are each ~0.1 KL from the F16 cache, ~0.05 from each other), so they are checked on the
 # fixtures only.
-check smollm2-q4_1-kv-q8_0 "$model" 1e-2 PROBE_TYPE_K=q8_0
+# (15 greedy steps: the 16th token is a near-tie between 3902 and 504 that the cache's
+# rounding decides, on either library; every row before it is within the tolerance)
+CHECK_STEPS=15 check smollm2-q4_1-kv-q8_0 "$model" 1e-2 PROBE_TYPE_K=q8_0
 for f in llama-dense qwen3-dense gemma3-dense phi3-dense; do
     for t in bf16 q8_0 q4_0 q4_1; do
         [ -e "$fixtures/$f.gguf" ] && CHECK_STEPS=8 check "arch-kv-$t-$f" "$fixtures/$f.gguf" 1e-9 0 PROBE_TYPE_K=$t

@@ -216,7 +216,9 @@ for p in -1 0 1 2 3 4; do
     check_pool "pool$p-smollm2-q4_1" "$model" "$p" 0.995 0.1
 done
 check_pool pool1-smollm2-q4_1-set-embeddings "$model" 1 0.995 0.1 PROBE_SET_EMBD=1
-check_pool pool1-smollm2-q4_1-ubatch4 "$model" 1 0.995 0.1 PROBE_UBATCH=4
+# (a batch split into micro-batches is not compared: with kv_unified = false upstream splits
+# two sequences "equally" across streams, so each pooled vector covers other tokens than
+# ours; pooling covers the last micro-batch holding the sequence on both)
 # vocab_only: a context as upstream's (sizes, NULL memory, pooling type: identical text);
 # decode on it (upstream aborts the process: ours only) returns -3 with a log line, and
 # llama_encode on a decoder-only model (upstream crashes: ours only) -1 with a log line.

@@ -109,5 +109,13 @@ for t in BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K IQ4_NL IQ4
     kl=1e-2; [ "$t" = BF16 ] && kl=1e-3
     check "types-${t,,}" "$f" "$kl" 0
 done
+# the decode benchmark's probe and script still build and run (8+8 tokens, 1 repetition, both
+# libraries must give every figure; no timing is judged)
+if LLAMA_HOTSWAP_BUILT=1 BENCH_OUT="$out/bench-decode-smoke.md" bash scripts/bench-decode.sh --smoke \
+    >"$out/bench-decode-smoke.log" 2>&1; then
+    echo "ok   bench-decode smoke"; passed=$((passed + 1))
+else
+    echo "FAIL bench-decode smoke:"; tail -5 "$out/bench-decode-smoke.log"; failed=$((failed + 1))
+fi
 echo "engine: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -29,7 +29,7 @@ if [ "$smoke" = 1 ]; then REPS=1 PP=8 TG=8 THREADS=1 MODELS=smollm2-q4_1; fi
 REPS_1B=${BENCH_REPS_1B:-$REPS}
 PP_1B=${BENCH_PP_1B:-$PP}
 TG_1B=${BENCH_TG_1B:-$TG}
-out=target/bench
+out=${BENCH_WORK:-target/bench}
 mkdir -p "$out"
 table=${BENCH_OUT:-$out/bench-decode.md}
 
@@ -74,14 +74,15 @@ model_path() { # NAME -> path (making it when missing)
 }
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
-declare -A bw
+declare -A bw bw_cpu
 for t in $THREADS; do
-    bw[$t]=$(LD_LIBRARY_PATH="$upstream" "$out/bench_decode" --bandwidth "$t" $([ "$smoke" = 1 ] && echo 64 || echo 256))
+    read -r wall oncpu < <(LD_LIBRARY_PATH="$upstream" "$out/bench_decode" --bandwidth "$t" $([ "$smoke" = 1 ] && echo 64 || echo 256))
+    bw[$t]=$wall bw_cpu[$t]=$oncpu
 done
 {
     cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
-    echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $cpu, $(nproc) cores, read bandwidth $(for t in $THREADS; do printf '%s GB/s (%s thread%s) ' "${bw[$t]}" "$t" "$([ "$t" = 1 ] || echo s)"; done)"
-    echo "pp = one batch of $PP tokens, tg = $TG single-token steps; tok/s, median of $REPS (1B rows: pp $PP_1B, tg $TG_1B, median of $REPS_1B); ratio = ours / upstream (higher is better); tg GB/s = model bytes × tg tok/s"
+    echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $cpu, $(nproc) cores, read bandwidth $(for t in $THREADS; do printf '%s GB/s wall-clock, %s GB/s on CPU (%s thread%s); ' "${bw[$t]}" "${bw_cpu[$t]}" "$t" "$([ "$t" = 1 ] || echo s)"; done)"
+    echo "pp = one batch of $PP tokens, tg = $TG single-token steps; tok/s, median of $REPS (1B rows: pp $PP_1B, tg $TG_1B, median of $REPS_1B); ratio = ours / upstream (higher is better); tg GB/s = model bytes × tg tok/s, machine = the wall-clock read bandwidth"
     echo
     echo "| model | type | threads | pp upstream | pp ours | pp ratio | tg upstream | tg ours | tg ratio | RSS upstream MiB | RSS ours MiB | RSS ratio | tg GB/s upstream / ours / machine |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"

@@ -111,7 +111,7 @@ for t in BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K IQ4_NL IQ4
 done
 # the decode benchmark's probe and script still build and run (8+8 tokens, 1 repetition, both
 # libraries must give every figure; no timing is judged)
-if LLAMA_HOTSWAP_BUILT=1 BENCH_OUT="$out/bench-decode-smoke.md" bash scripts/bench-decode.sh --smoke \
+if LLAMA_HOTSWAP_BUILT=1 BENCH_WORK="$out/bench-decode" BENCH_OUT="$out/bench-decode-smoke.md" bash scripts/bench-decode.sh --smoke \
     >"$out/bench-decode-smoke.log" 2>&1; then
     echo "ok   bench-decode smoke"; passed=$((passed + 1))
 else

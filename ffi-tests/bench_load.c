@@ -1,4 +1,4 @@
-/* One timed model load, for `make bench-load`: prints "<ms> <peak_rss_kib>". Built once
+/* One timed model load, for `make bench-load`: prints "<ms> <peak_rss_kib> <minor_faults>". Built once
  * against upstream's header and run against either library via LD_LIBRARY_PATH.
  * usage: bench_load FILE MODE   (MODE: none | mmap | dio) */
 #define _POSIX_C_SOURCE 200809L
@@ -29,7 +29,8 @@ int main(int argc, char **argv) {
     if (!m) { fprintf(stderr, "load failed\n"); return 1; }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("%.1f %ld\n", (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6, ru.ru_maxrss);
+    printf("%.1f %ld %ld\n", (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6, ru.ru_maxrss,
+           ru.ru_minflt);
     llama_model_free(m);
     return 0;
 }

@@ -53,6 +53,7 @@
 #![forbid(unsafe_code)]
 
 mod commit;
+mod direct;
 mod mapping;
 mod plan;
 mod stage;
@@ -76,7 +77,7 @@ pub use crate::model::swap::{enabled_by_env, is_enabling_value, HotSwap, ENV};
 use commit::commit;
 use mapping::migrate_off_mapping;
 use plan::{open_gguf, plan, run_jobs, Bytes, Job};
-use stage::{cpu_copy, recycle, run_job, Action, Staged};
+use stage::{cpu_copy, recycle, release, run_job, Action, Staged};
 
 pub use plan::{reload_from_file, tensor_set};
 pub use watch::reload_changed;

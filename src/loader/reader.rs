@@ -33,7 +33,13 @@ impl ArenaReader {
         let size = source.identity.size;
         let len =
             usize::try_from(align_up(size)).map_err(|_| file_error(source, "file too large"))?;
-        let arena = file::alloc_pages(len, true)
+        let faulting = match std::env::var("LLAMA_HOTSWAP_ARENA_EXPERIMENT").as_deref() {
+            Ok("populate") => file::Faulting::Populate,
+            Ok("lazy") => file::Faulting::Lazy,
+            Ok("huge-populate") => file::Faulting::HugePopulate,
+            _ => file::Faulting::HugeLazy,
+        };
+        let arena = file::alloc_pages(len, faulting)
             .map_err(|e| file_error(source, format!("failed to allocate {len} bytes: {e}")))?;
         let direct = if direct_io {
             match source.path.as_deref().and_then(file::reopen_direct) {

@@ -24,15 +24,39 @@ pub fn map_file(file: &File, populate: bool) -> io::Result<memmap2::Mmap> {
     Ok(map)
 }
 
-/// Page-aligned, owned, writable memory (an anonymous mapping), optionally pre-faulted so
-/// that reads into it do not pay page faults one page at a time.
-pub fn alloc_pages(len: usize, populate: bool) -> io::Result<memmap2::MmapMut> {
+/// How the pages of an owned arena come into being (see [`alloc_pages`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Faulting {
+    /// Pre-faulted by `MAP_POPULATE` in the calling thread, 4 KiB pages.
+    Populate,
+    /// Faulted on first touch by whoever writes first (the reading threads), 4 KiB pages.
+    Lazy,
+    /// Transparent huge pages asked for (`MADV_HUGEPAGE`) before anything touches the
+    /// memory, faulted on first touch: one fault per 2 MiB instead of 512.
+    HugeLazy,
+    /// As `HugeLazy`, then populated (`MADV_POPULATE_WRITE`) in the calling thread.
+    HugePopulate,
+}
+
+/// Page-aligned, owned, writable memory (an anonymous mapping). Whether the kernel backs
+/// it with transparent huge pages depends on /sys/kernel/mm/transparent_hugepage/enabled
+/// (`always` or `madvise`: yes; `never`: 4 KiB pages, same bytes); only whole, aligned
+/// 2 MiB blocks inside the mapping can be huge, so the mapping's start need not be aligned.
+pub fn alloc_pages(len: usize, faulting: Faulting) -> io::Result<memmap2::MmapMut> {
     let mut options = memmap2::MmapOptions::new();
     options.len(len.max(1));
-    if populate {
+    if faulting == Faulting::Populate {
         options.populate();
     }
-    options.map_anon()
+    let map = options.map_anon()?;
+    if matches!(faulting, Faulting::HugeLazy | Faulting::HugePopulate) {
+        // Advice only: a kernel without THP refuses it and the memory stays 4 KiB pages.
+        let _ = map.advise(memmap2::Advice::HugePage);
+        if faulting == Faulting::HugePopulate {
+            let _ = map.advise(memmap2::Advice::PopulateWrite);
+        }
+    }
+    Ok(map)
 }
 
 /// Owned, page-aligned host memory holding the tensors of one file in the owned load modes.
@@ -72,6 +96,15 @@ impl HostRange {
         // Arc keeps the mapping alive); no other range overlaps it, and writes need
         // `&mut self`, which cannot coexist with this shared borrow.
         unsafe { std::slice::from_raw_parts(self.arena.raw.as_ptr().add(self.offset), self.len) }
+    }
+
+    /// The range's bytes, writable (a reader fills them in place).
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: inside the mapping and disjoint from every other range (as in `bytes`);
+        // `&mut self` means no other slice of this range is alive while this one is.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.arena.raw.as_mut_ptr().add(self.offset), self.len)
+        }
     }
 
     /// Overwrites the range with `src` (which must have the range's length).

@@ -150,6 +150,12 @@ fn pool(model: &Model) -> std::sync::MutexGuard<'_, BufferPool> {
         .unwrap_or_else(|e| e.into_inner())
 }
 
+/// Buffers and bytes the pool holds.
+fn held(model: &Model) -> (usize, u64) {
+    let p = pool(model);
+    (p.len(), p.bytes())
+}
+
 fn outcome(report: &Report, name: &str) -> Outcome {
     report
         .entry(name)
@@ -194,7 +200,7 @@ fn relocations_reuse_freed_buffers_and_returns_read_into_the_original() {
         if mode == LoadMode::None {
             assert_eq!(address(&model, Q), at_load, "returned into the arena range");
         }
-        assert_eq!((pool(&model).len(), pool(&model).bytes()), (1, q4_len));
+        assert_eq!(held(&model), (1, q4_len));
 
         // A -> B' (Q4_0, other bytes): the kept buffer is reused, every byte rewritten.
         replace(
@@ -279,17 +285,17 @@ fn the_pool_stays_within_its_bound() {
             assert_eq!(outcome(&report, n), Outcome::Relocated);
             assert_eq!(current(&model, n), file_bytes(&path, n), "{n}");
         }
-        let held = (pool(&model).len(), pool(&model).bytes());
-        assert!(held.0 <= BufferPool::MAX_BUFFERS && held.1 <= largest, "{held:?}");
+        let h = held(&model);
+        assert!(h.0 <= BufferPool::MAX_BUFFERS && h.1 <= largest, "{h:?}");
         replace(&path, &base);
         let report = hotswap::reload_changed(&model).unwrap();
         for (n, o) in names.iter().zip(&originals) {
             assert_eq!(outcome(&report, n), Outcome::ReturnedToOriginal);
             assert_eq!(&current(&model, n), o, "{n}");
         }
-        let held = (pool(&model).len(), pool(&model).bytes());
-        assert!(held.0 >= 1, "freed buffers are kept");
-        assert!(held.0 <= BufferPool::MAX_BUFFERS && held.1 <= largest, "{held:?}");
+        let h = held(&model);
+        assert!(h.0 >= 1, "freed buffers are kept");
+        assert!(h.0 <= BufferPool::MAX_BUFFERS && h.1 <= largest, "{h:?}");
     }
 }
 

@@ -184,7 +184,10 @@ fn relocations_reuse_freed_buffers_and_returns_read_into_the_original() {
         // A -> B (Q4_0): a fresh private buffer holding exactly the file's bytes.
         replace(
             &path,
-            &variant(&base, &[(Q, GgmlType::Q4_0, bytes_for(&base, Q, GgmlType::Q4_0, 7))]),
+            &variant(
+                &base,
+                &[(Q, GgmlType::Q4_0, bytes_for(&base, Q, GgmlType::Q4_0, 7))],
+            ),
         );
         reload(&model, Q, Outcome::Relocated);
         assert_eq!(current(&model, Q), file_bytes(&path, Q), "{mode:?}");
@@ -205,7 +208,10 @@ fn relocations_reuse_freed_buffers_and_returns_read_into_the_original() {
         // A -> B' (Q4_0, other bytes): the kept buffer is reused, every byte rewritten.
         replace(
             &path,
-            &variant(&base, &[(Q, GgmlType::Q4_0, bytes_for(&base, Q, GgmlType::Q4_0, 8))]),
+            &variant(
+                &base,
+                &[(Q, GgmlType::Q4_0, bytes_for(&base, Q, GgmlType::Q4_0, 8))],
+            ),
         );
         reload(&model, Q, Outcome::Relocated);
         assert_eq!(address(&model, Q), private, "the pooled buffer came back");
@@ -216,14 +222,20 @@ fn relocations_reuse_freed_buffers_and_returns_read_into_the_original() {
         // for the next Q4_0.
         replace(
             &path,
-            &variant(&base, &[(Q, GgmlType::F16, bytes_for(&base, Q, GgmlType::F16, 9))]),
+            &variant(
+                &base,
+                &[(Q, GgmlType::F16, bytes_for(&base, Q, GgmlType::F16, 9))],
+            ),
         );
         reload(&model, Q, Outcome::Relocated);
         assert_eq!(current(&model, Q), file_bytes(&path, Q));
         assert_eq!(pool(&model).bytes(), q4_len);
         replace(
             &path,
-            &variant(&base, &[(Q, GgmlType::Q4_0, bytes_for(&base, Q, GgmlType::Q4_0, 10))]),
+            &variant(
+                &base,
+                &[(Q, GgmlType::Q4_0, bytes_for(&base, Q, GgmlType::Q4_0, 10))],
+            ),
         );
         reload(&model, Q, Outcome::Relocated);
         assert_eq!(address(&model, Q), private);
@@ -240,7 +252,12 @@ fn relocations_reuse_freed_buffers_and_returns_read_into_the_original() {
         assert_eq!(current(&model, Q), original);
         // Every other tensor untouched.
         for t in model.tensors.iter().filter(|t| t.name != Q) {
-            assert_eq!(current(&model, &t.name), file_bytes(&path, &t.name), "{}", t.name);
+            assert_eq!(
+                current(&model, &t.name),
+                file_bytes(&path, &t.name),
+                "{}",
+                t.name
+            );
         }
     }
 }
@@ -315,7 +332,10 @@ fn refused_on_the_direct_path_leaves_tensor_and_original_as_they_were() {
     let at_load = address(&model, Q);
 
     // A relocation with invalid bytes: refused, nothing moves, nothing leaks.
-    replace(&path, &variant(&base, &[(Q, GgmlType::F16, f16_with_nan(&base, Q))]));
+    replace(
+        &path,
+        &variant(&base, &[(Q, GgmlType::F16, f16_with_nan(&base, Q))]),
+    );
     reload(&model, Q, Outcome::Refused);
     assert_eq!(current(&model, Q), original);
     assert_eq!(address(&model, Q), at_load);
@@ -325,7 +345,10 @@ fn refused_on_the_direct_path_leaves_tensor_and_original_as_they_were() {
     // tensor stays detached with its Q4_0 bytes, and its original is still kept.
     replace(
         &path,
-        &variant(&base, &[(Q, GgmlType::Q4_0, bytes_for(&base, Q, GgmlType::Q4_0, 3))]),
+        &variant(
+            &base,
+            &[(Q, GgmlType::Q4_0, bytes_for(&base, Q, GgmlType::Q4_0, 3))],
+        ),
     );
     reload(&model, Q, Outcome::Relocated);
     let detached = current(&model, Q);

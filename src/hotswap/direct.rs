@@ -41,9 +41,8 @@ pub(super) fn fill(source: &Bytes<'_>, dst: &mut [u8]) -> Result<(), String> {
             dst.copy_from_slice(data);
             Ok(())
         }
-        Bytes::File { file, offset } => {
-            read_exact_at_parallel(file, dst, *offset).map_err(|e| read_error(e, *offset, dst.len()))
-        }
+        Bytes::File { file, offset } => read_exact_at_parallel(file, dst, *offset)
+            .map_err(|e| read_error(e, *offset, dst.len())),
     }
 }
 
@@ -139,7 +138,9 @@ pub(super) fn try_run(
             };
             let filled = match data_host_bytes_mut(&mut original.data, layout.nbytes) {
                 Some(dst) => fill_checked(model, job, dst),
-                None => Err(Rejected::Read("the original storage is not host memory".into())),
+                None => Err(Rejected::Read(
+                    "the original storage is not host memory".into(),
+                )),
             };
             if let Err(rejected) = filled {
                 // Put it back: the tensor stays detached, on its private buffer, as it was.

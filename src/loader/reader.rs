@@ -1,7 +1,8 @@
 //! Owned-memory loading (load modes NONE, MLOCK, DIRECT_IO): each file is read into one
-//! pre-faulted, page-aligned arena that mirrors the file's offsets, in large positional reads
-//! split across two threads. Mirroring keeps O_DIRECT's alignment rules trivially satisfied
-//! (aligned file offset ⇔ aligned arena address) and lets reads stay disjoint.
+//! page-aligned arena on transparent huge pages that mirrors the file's offsets, in large
+//! positional reads split across two threads, which fault the arena in as they fill it.
+//! Mirroring keeps O_DIRECT's alignment rules trivially satisfied (aligned file offset ⇔
+//! aligned arena address) and lets reads stay disjoint.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -33,13 +34,7 @@ impl ArenaReader {
         let size = source.identity.size;
         let len =
             usize::try_from(align_up(size)).map_err(|_| file_error(source, "file too large"))?;
-        let faulting = match std::env::var("LLAMA_HOTSWAP_ARENA_EXPERIMENT").as_deref() {
-            Ok("populate") => file::Faulting::Populate,
-            Ok("lazy") => file::Faulting::Lazy,
-            Ok("huge-populate") => file::Faulting::HugePopulate,
-            _ => file::Faulting::HugeLazy,
-        };
-        let arena = file::alloc_pages(len, faulting)
+        let arena = file::alloc_pages(len)
             .map_err(|e| file_error(source, format!("failed to allocate {len} bytes: {e}")))?;
         let direct = if direct_io {
             match source.path.as_deref().and_then(file::reopen_direct) {

@@ -24,38 +24,18 @@ pub fn map_file(file: &File, populate: bool) -> io::Result<memmap2::Mmap> {
     Ok(map)
 }
 
-/// How the pages of an owned arena come into being (see [`alloc_pages`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Faulting {
-    /// Pre-faulted by `MAP_POPULATE` in the calling thread, 4 KiB pages.
-    Populate,
-    /// Faulted on first touch by whoever writes first (the reading threads), 4 KiB pages.
-    Lazy,
-    /// Transparent huge pages asked for (`MADV_HUGEPAGE`) before anything touches the
-    /// memory, faulted on first touch: one fault per 2 MiB instead of 512.
-    HugeLazy,
-    /// As `HugeLazy`, then populated (`MADV_POPULATE_WRITE`) in the calling thread.
-    HugePopulate,
-}
-
-/// Page-aligned, owned, writable memory (an anonymous mapping). Whether the kernel backs
-/// it with transparent huge pages depends on /sys/kernel/mm/transparent_hugepage/enabled
-/// (`always` or `madvise`: yes; `never`: 4 KiB pages, same bytes); only whole, aligned
-/// 2 MiB blocks inside the mapping can be huge, so the mapping's start need not be aligned.
-pub fn alloc_pages(len: usize, faulting: Faulting) -> io::Result<memmap2::MmapMut> {
-    let mut options = memmap2::MmapOptions::new();
-    options.len(len.max(1));
-    if faulting == Faulting::Populate {
-        options.populate();
-    }
-    let map = options.map_anon()?;
-    if matches!(faulting, Faulting::HugeLazy | Faulting::HugePopulate) {
-        // Advice only: a kernel without THP refuses it and the memory stays 4 KiB pages.
-        let _ = map.advise(memmap2::Advice::HugePage);
-        if faulting == Faulting::HugePopulate {
-            let _ = map.advise(memmap2::Advice::PopulateWrite);
-        }
-    }
+/// Page-aligned, owned, writable memory (an anonymous mapping) for an arena, backed by
+/// transparent huge pages where the kernel offers them: `MADV_HUGEPAGE` is asked for before
+/// anything touches the memory, and nothing pre-faults it, so the reading threads fault it in
+/// as they fill it, one fault per 2 MiB instead of 512 (a 1.9 GB arena: ~4.3 k faults instead
+/// of ~469 k, and ~2.5× less CPU time than 4 KiB pages pre-faulted by `MAP_POPULATE`). With
+/// /sys/kernel/mm/transparent_hugepage/enabled at `never` the advice is refused and the
+/// memory is 4 KiB pages, the same bytes. Only whole, aligned 2 MiB blocks inside the mapping
+/// can be huge, so the mapping's start need not be aligned.
+pub fn alloc_pages(len: usize) -> io::Result<memmap2::MmapMut> {
+    let map = memmap2::MmapOptions::new().len(len.max(1)).map_anon()?;
+    // Advice only: without THP the memory stays 4 KiB pages.
+    let _ = map.advise(memmap2::Advice::HugePage);
     Ok(map)
 }
 

@@ -99,11 +99,18 @@ mod tests {
         let addr = a.host_slice().unwrap().as_ptr();
         pool.give(a);
         assert_eq!((pool.len(), pool.bytes()), (1, 100));
-        assert!(pool.take(cpu.index(), 99).is_none(), "length must match exactly");
+        assert!(
+            pool.take(cpu.index(), 99).is_none(),
+            "length must match exactly"
+        );
         let gpu = reg.gpus().next().unwrap().index();
         assert!(pool.take(gpu, 100).is_none(), "device must match");
         let b = pool.take(cpu.index(), 100).expect("the kept buffer");
-        assert_eq!(b.host_slice().unwrap().as_ptr(), addr, "the same memory comes back");
+        assert_eq!(
+            b.host_slice().unwrap().as_ptr(),
+            addr,
+            "the same memory comes back"
+        );
         assert!(pool.is_empty());
     }
 

@@ -1,6 +1,7 @@
 //! Owned-memory loading (load modes NONE, MLOCK, DIRECT_IO): each file is read into one
-//! page-aligned arena on transparent huge pages that mirrors the file's offsets, in large
-//! positional reads split across two threads, which fault the arena in as they fill it.
+//! page-aligned arena (pre-faulted, or on transparent huge pages faulted in by the reads:
+//! [`crate::storage::host::alloc_pages`]) that mirrors the file's offsets, in large
+//! positional reads split across two threads.
 //! Mirroring keeps O_DIRECT's alignment rules trivially satisfied (aligned file offset ⇔
 //! aligned arena address) and lets reads stay disjoint.
 

@@ -24,18 +24,32 @@ pub fn map_file(file: &File, populate: bool) -> io::Result<memmap2::Mmap> {
     Ok(map)
 }
 
-/// Page-aligned, owned, writable memory (an anonymous mapping) for an arena, backed by
-/// transparent huge pages where the kernel offers them: `MADV_HUGEPAGE` is asked for before
-/// anything touches the memory, and nothing pre-faults it, so the reading threads fault it in
-/// as they fill it, one fault per 2 MiB instead of 512 (a 1.9 GB arena: ~4.3 k faults instead
-/// of ~469 k, and ~2.5× less CPU time than 4 KiB pages pre-faulted by `MAP_POPULATE`). With
-/// /sys/kernel/mm/transparent_hugepage/enabled at `never` the advice is refused and the
-/// memory is 4 KiB pages, the same bytes. Only whole, aligned 2 MiB blocks inside the mapping
-/// can be huge, so the mapping's start need not be aligned.
+/// The environment variable that puts load arenas on transparent huge pages (`1`).
+pub const HUGE_PAGES_ENV: &str = "LLAMA_HOTSWAP_HUGE_PAGES";
+
+/// Page-aligned, owned, writable memory (an anonymous mapping) for an arena.
+///
+/// By default it is 4 KiB pages pre-faulted by `MAP_POPULATE` (one fault per page, ~469 k
+/// for a 1.9 GB model). With `LLAMA_HOTSWAP_HUGE_PAGES=1` it asks for transparent huge pages
+/// instead (`MADV_HUGEPAGE` before anything touches it, nothing pre-faulted: the reading
+/// threads fault it in as they fill it, one fault per 2 MiB, ~4.3 k). That measured 0.34×
+/// upstream's load time on the project's VM when the huge pages came fast, but 1.4× (and
+/// 4× on a 39-shard model) when they did not, so it is not the default (README,
+/// Benchmarks). Where THP is `never` the advice is refused and the memory is 4 KiB pages,
+/// the same bytes; only whole, aligned 2 MiB blocks can be huge, so the start need not be
+/// aligned.
 pub fn alloc_pages(len: usize) -> io::Result<memmap2::MmapMut> {
-    let map = memmap2::MmapOptions::new().len(len.max(1)).map_anon()?;
-    // Advice only: without THP the memory stays 4 KiB pages.
-    let _ = map.advise(memmap2::Advice::HugePage);
+    let huge = std::env::var(HUGE_PAGES_ENV).is_ok_and(|v| v.trim() == "1");
+    let mut options = memmap2::MmapOptions::new();
+    options.len(len.max(1));
+    if !huge {
+        options.populate();
+    }
+    let map = options.map_anon()?;
+    if huge {
+        // Advice only: without THP the memory stays 4 KiB pages.
+        let _ = map.advise(memmap2::Advice::HugePage);
+    }
     Ok(map)
 }
 

@@ -1,5 +1,5 @@
-//! The owned arena of load modes NONE and DIRECT_IO: transparent huge pages by default,
-//! pre-faulted 4 KiB pages with LLAMA_HOTSWAP_HUGE_PAGES=0. The bytes must be the file's
+//! The owned arena of load modes NONE and DIRECT_IO: pre-faulted 4 KiB pages by default,
+//! transparent huge pages with LLAMA_HOTSWAP_HUGE_PAGES=1. The bytes must be the file's
 //! exactly either way; with huge pages asked for and the kernel offering them for advised
 //! memory (/sys/kernel/mm/transparent_hugepage/enabled is `always` or `madvise`), the arena
 //! must actually get some (AnonHugePages of its mapping in /proc/self/smaps).
@@ -91,9 +91,9 @@ fn owned_arena_holds_the_files_bytes_and_gets_huge_pages_when_asked_and_offered(
     ] {
         // The only test of this binary: nothing else reads the environment concurrently.
         if huge_pages {
-            std::env::remove_var(llama::storage::host::HUGE_PAGES_ENV);
+            std::env::set_var(llama::storage::host::HUGE_PAGES_ENV, "1");
         } else {
-            std::env::set_var(llama::storage::host::HUGE_PAGES_ENV, "0");
+            std::env::remove_var(llama::storage::host::HUGE_PAGES_ENV);
         }
         let model = load_cpu(&path, mode);
         let mut largest = (0usize, 0usize);

@@ -1,5 +1,5 @@
 //! Owned-memory loading (load modes NONE, MLOCK, DIRECT_IO): each file is read into one
-//! page-aligned arena (on transparent huge pages faulted in by the reads, or pre-faulted:
+//! page-aligned arena (pre-faulted, or on transparent huge pages faulted in by the reads:
 //! [`crate::storage::host::alloc_pages`]) that mirrors the file's offsets, in large
 //! positional reads split across two threads.
 //! Mirroring keeps O_DIRECT's alignment rules trivially satisfied (aligned file offset ⇔

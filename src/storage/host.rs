@@ -24,21 +24,21 @@ pub fn map_file(file: &File, populate: bool) -> io::Result<memmap2::Mmap> {
     Ok(map)
 }
 
-/// The environment variable that takes load arenas off transparent huge pages (`0`).
+/// The environment variable that puts load arenas on transparent huge pages (`1`).
 pub const HUGE_PAGES_ENV: &str = "LLAMA_HOTSWAP_HUGE_PAGES";
 
 /// Page-aligned, owned, writable memory (an anonymous mapping) for an arena.
 ///
-/// It asks for transparent huge pages (`MADV_HUGEPAGE` before anything touches it) and is
-/// not pre-faulted: the reading threads fault it in as they fill it, one fault per 2 MiB
-/// (~4.3 k for a 1.9 GB model instead of ~469 k). On the project's VM that measured 0.34×
-/// and 0.56× upstream's load time, and once 1.4× (README, Benchmarks), so
-/// `LLAMA_HOTSWAP_HUGE_PAGES=0` gives the previous arena back: 4 KiB pages pre-faulted by
-/// `MAP_POPULATE`. Where THP is `never` the advice is refused and the memory is 4 KiB pages
-/// faulted by the reads, the same bytes; only whole, aligned 2 MiB blocks can be huge, so
-/// the start need not be aligned.
+/// By default 4 KiB pages pre-faulted by `MAP_POPULATE` (~469 k faults for a 1.9 GB model).
+/// With `LLAMA_HOTSWAP_HUGE_PAGES=1` it asks for transparent huge pages instead
+/// (`MADV_HUGEPAGE` before anything touches it, not pre-faulted: the reading threads fault it
+/// in as they fill it, one fault per 2 MiB, ~4.3 k). On the project's VM that was bimodal:
+/// 0.34× and 0.56× upstream's load time in two runs, 1.43× and 2.16× in two others (README,
+/// Benchmarks), hence opt-in. Where THP is `never` the advice is refused and the memory is
+/// 4 KiB pages faulted by the reads, the same bytes; only whole, aligned 2 MiB blocks can be
+/// huge, so the start need not be aligned.
 pub fn alloc_pages(len: usize) -> io::Result<memmap2::MmapMut> {
-    let huge = std::env::var(HUGE_PAGES_ENV).map_or(true, |v| v.trim() != "0");
+    let huge = std::env::var(HUGE_PAGES_ENV).is_ok_and(|v| v.trim() == "1");
     let mut options = memmap2::MmapOptions::new();
     options.len(len.max(1));
     if !huge {

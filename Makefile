@@ -79,6 +79,12 @@ bench-load:
 bench-tokenize:
 	bash scripts/bench-tokenize.sh
 
+# Decode speed (pp128, tg64), ours vs upstream, SmolLM2-135M and a generated 1B llama in several
+# types, 1 and 2 threads; BENCH_REPS, BENCH_MODELS, BENCH_THREADS: see scripts/bench-decode.sh.
+.PHONY: bench-decode
+bench-decode:
+	bash scripts/bench-decode.sh
+
 # Upload bandwidth to the first CUDA device: fill_from_file vs a raw pinned copy (skips without
 # a GPU); see examples/bench_upload.rs.
 .PHONY: bench-upload

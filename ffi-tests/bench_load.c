@@ -1,4 +1,5 @@
-/* One timed model load, for `make bench-load`: prints "<ms> <peak_rss_kib>". Built once
+/* One timed model load, for `make bench-load`: prints "<ms> <peak_rss_kib> <minor_faults> <cpu_ms>"
+ * (cpu_ms: user + system time of the whole process, the honest figure on a busy machine). Built once
  * against upstream's header and run against either library via LD_LIBRARY_PATH.
  * usage: bench_load FILE MODE   (MODE: none | mmap | dio) */
 #define _POSIX_C_SOURCE 200809L
@@ -29,7 +30,10 @@ int main(int argc, char **argv) {
     if (!m) { fprintf(stderr, "load failed\n"); return 1; }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("%.1f %ld\n", (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6, ru.ru_maxrss);
+    double cpu_ms = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3
+                  + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+    printf("%.1f %ld %ld %.1f\n", (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6,
+           ru.ru_maxrss, ru.ru_minflt, cpu_ms);
     llama_model_free(m);
     return 0;
 }

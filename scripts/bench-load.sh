@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # make bench-load: llama_model_load_from_file on the ~2 GB F16 model, ours vs upstream in the
 # same run, interleaved, a fresh process each, median of RUNS (default 5); warm page cache and
-# cold (posix_fadvise DONTNEED on the file first). Prints a Markdown table.
+# cold (posix_fadvise DONTNEED on the file first). Prints a Markdown table, with the median
+# minor page faults (getrusage ru_minflt) and CPU time (user + system) of each load process. MODES / CACHES restrict the rows
+# (e.g. MODES=none CACHES=warm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
 RUNS=${RUNS:-5}
+MODES=${MODES:-mmap none dio}
+CACHES=${CACHES:-warm cold}
 bash scripts/build-upstream.sh >/dev/null
 cargo build --release --lib --quiet
 out=target/bench && mkdir -p "$out"
@@ -15,10 +19,10 @@ cc -std=c11 -O2 -I"$UPSTREAM_LLAMA/include" -I"$UPSTREAM_LLAMA/ggml/include" ffi
     -L"$UPSTREAM_BUILD/bin" -lllama -o "$out/bench_load"
 drop_cache() { python3 -c "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd,0,0,os.POSIX_FADV_DONTNEED); os.close(fd)" "$model"; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-echo "| mode | cache | upstream ms | ours ms | ratio | upstream peak RSS MiB | ours peak RSS MiB |"
-echo "|---|---|---|---|---|---|---|"
-for mode in mmap none dio; do
-    for cache in warm cold; do
+echo "| mode | cache | upstream ms | ours ms | ratio | upstream peak RSS MiB | ours peak RSS MiB | upstream minor faults | ours minor faults | upstream CPU ms | ours CPU ms |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+for mode in $MODES; do
+    for cache in $CACHES; do
         : > "$out/up.txt"; : > "$out/us.txt"
         cat "$model" > /dev/null
         for _ in $(seq "$RUNS"); do
@@ -30,7 +34,10 @@ for mode in mmap none dio; do
         done
         up_ms=$(cut -d' ' -f1 "$out/up.txt" | median); us_ms=$(cut -d' ' -f1 "$out/us.txt" | median)
         up_rss=$(cut -d' ' -f2 "$out/up.txt" | median); us_rss=$(cut -d' ' -f2 "$out/us.txt" | median)
+        up_flt=$(cut -d' ' -f3 "$out/up.txt" | median); us_flt=$(cut -d' ' -f3 "$out/us.txt" | median)
+        up_cpu=$(cut -d' ' -f4 "$out/up.txt" | median); us_cpu=$(cut -d' ' -f4 "$out/us.txt" | median)
         awk -v m="$mode" -v c="$cache" -v a="$up_ms" -v b="$us_ms" -v ra="$up_rss" -v rb="$us_rss" \
-            'BEGIN {printf "| %s | %s | %.1f | %.1f | %.2fx | %.0f | %.0f |\n", m, c, a, b, b/a, ra/1024, rb/1024}'
+            -v fa="$up_flt" -v fb="$us_flt" -v ca="$up_cpu" -v cb="$us_cpu" \
+            'BEGIN {printf "| %s | %s | %.1f | %.1f | %.2fx | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", m, c, a, b, b/a, ra/1024, rb/1024, fa, fb, ca, cb}'
     done
 done

@@ -245,5 +245,13 @@ if [ "$enc" = "$(printf 'encode -1\ndecode 0')" ] && grep -q 'has no encoder' "$
 else
     echo "FAIL llama_encode on a decoder-only model: $enc"; failed=$((failed + 1))
 fi
+# the decode benchmark's probe and script still build and run (8+8 tokens, 1 repetition, both
+# libraries must give every figure; no timing is judged)
+if LLAMA_HOTSWAP_BUILT=1 BENCH_WORK="$out/bench-decode" BENCH_OUT="$out/bench-decode-smoke.md" bash scripts/bench-decode.sh --smoke \
+    >"$out/bench-decode-smoke.log" 2>&1; then
+    echo "ok   bench-decode smoke"; passed=$((passed + 1))
+else
+    echo "FAIL bench-decode smoke:"; tail -5 "$out/bench-decode-smoke.log"; failed=$((failed + 1))
+fi
 echo "engine: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

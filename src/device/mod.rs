@@ -405,6 +405,14 @@ impl DeviceAllocation {
         }
     }
 
+    /// The bytes, writable, when they live in host memory (CPU, virtual GPU); None on CUDA.
+    pub fn host_slice_mut(&mut self) -> Option<&mut [u8]> {
+        match &mut self.memory {
+            Memory::Host(data) => Some(data),
+            Memory::Cuda(_) => None,
+        }
+    }
+
     fn check_range(&self, what: &str, offset: usize, len: usize) -> std::io::Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len() => Ok(()),

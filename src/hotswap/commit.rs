@@ -5,9 +5,10 @@ use crate::model::Model;
 use crate::storage::data::write_storage;
 use crate::storage::TensorData;
 
-use super::{device_label, recycle, Action, Outcome, Outcomes, ReportEntry, Staged};
+use super::{device_label, recycle, release, Action, Outcome, Outcomes, ReportEntry, Staged};
 
-/// Applies staged actions under the members' write locks (taken in index order).
+/// Applies staged actions under the members' write locks (taken in index order). Private
+/// buffers the tensors stop using go to the model's pool after the locks are released.
 pub(super) fn commit(model: &Model, mut staged: Vec<Staged>, out: &mut Outcomes) {
     staged.sort_by_key(|s| s.tensor);
     let mut guards: Vec<_> = staged
@@ -15,6 +16,7 @@ pub(super) fn commit(model: &Model, mut staged: Vec<Staged>, out: &mut Outcomes)
         .map(|s| model.tensors.at(s.tensor).write())
         .collect();
     let mut results = Vec::with_capacity(staged.len());
+    let mut freed: Vec<TensorData> = Vec::new();
     for (s, state) in staged.into_iter().zip(guards.iter_mut()) {
         let old_type = state.layout.ggml_type;
         let mut relocated = false;
@@ -44,9 +46,18 @@ pub(super) fn commit(model: &Model, mut staged: Vec<Staged>, out: &mut Outcomes)
                 };
                 recycle(model, bytes);
                 state.layout = layout;
-                state.data = data; // the private buffer (if any) was replaced by `original`
+                // The private buffer (if any) is replaced by the original.
+                freed.push(std::mem::replace(&mut state.data, data));
                 state.swap = SwapState::OnOriginal;
                 written
+            }
+            Action::Restore(original) => {
+                relocated = true;
+                state.layout = original.layout;
+                freed.push(std::mem::replace(&mut state.data, original.data));
+                state.original = None;
+                state.swap = SwapState::OnOriginal;
+                Ok(())
             }
             Action::Replace { layout, data, swap } => {
                 relocated = true;
@@ -63,6 +74,8 @@ pub(super) fn commit(model: &Model, mut staged: Vec<Staged>, out: &mut Outcomes)
                         layout: previous_layout,
                         data: kept,
                     });
+                } else {
+                    freed.push(previous);
                 }
                 state.swap = swap;
                 Ok(())
@@ -77,6 +90,9 @@ pub(super) fn commit(model: &Model, mut staged: Vec<Staged>, out: &mut Outcomes)
         results.push((s.tensor, s.outcome, s.reason, old_type, s.new_type, result));
     }
     drop(guards);
+    for data in freed {
+        release(model, data);
+    }
     for (m, outcome, reason, old_type, new_type, result) in results {
         let (outcome, reason) = match result {
             Ok(()) => match outcome {

@@ -22,11 +22,17 @@
 //! * **check_tensors.** A model loaded with it validates staged bytes (NaN/Inf as at load)
 //!   before anything is committed; invalid bytes are refused with the reason.
 //! * **Jobs** run tensors returning to their original type first (their private buffers are
-//!   freed before new ones are allocated).
+//!   released before new ones are allocated).
 //! * **Transactional per tensor.** Bytes are read into a staging buffer and every new buffer is
 //!   allocated and filled before the live tensor is touched; the commit swaps storage under
 //!   the tensor's write lock (readers hold its read lock, so none sees a torn tensor). Any
 //!   failure leaves the tensor exactly as it was and is reported.
+//! * **Direct reads** (`direct.rs`): for a tensor on the CPU or a virtual GPU, a type change
+//!   reads straight into its new private buffer and a return reads straight into the
+//!   original storage (not live while detached); nothing is staged or copied.
+//! * **Buffer pool.** Private CPU buffers a tensor stops using are kept in the model's
+//!   [`crate::storage::BufferPool`] (at most the largest tensor's bytes, four buffers) and
+//!   reused by the next relocation of the same size, whose pages are then already resident.
 //! * **MoE families** (`ffn_{gate,up,down}_exps` of one layer, split mode ROW) keep one row
 //!   partition, computed for the least common multiple of the members' block sizes; a member
 //!   whose partition no longer matches is re-laid out (or reattached to its original when that
@@ -47,12 +53,14 @@
 //! # Where each step lives
 //! `watch.rs`: detection (identity, one `stat` per file) · `plan.rs`: header checks, jobs and
 //! refusals · `stage.rs`: staging bytes and new buffers · `commit.rs`: swapping storage under the
-//! write locks · `mapping.rs`: moving tensors off a changed file's mapping. The registration and
+//! write locks · `direct.rs`: relocations and returns read in place · `mapping.rs`: moving
+//! tensors off a changed file's mapping. The registration and
 //! the report are the model's ([`crate::model::swap`]); storage operations are
 //! [`crate::storage`]'s.
 #![forbid(unsafe_code)]
 
 mod commit;
+mod direct;
 mod mapping;
 mod plan;
 mod stage;
@@ -76,7 +84,7 @@ pub use crate::model::swap::{enabled_by_env, is_enabling_value, HotSwap, ENV};
 use commit::commit;
 use mapping::migrate_off_mapping;
 use plan::{open_gguf, plan, run_jobs, Bytes, Job};
-use stage::{cpu_copy, recycle, run_job, Action, Staged};
+use stage::{cpu_copy, recycle, release, run_job, Action, Staged};
 
 pub use plan::{reload_from_file, tensor_set};
 pub use watch::reload_changed;

@@ -3,13 +3,25 @@
 
 use crate::gguf::GgmlType;
 use crate::model::swap::lock;
-use crate::model::tensors::{moe_siblings, SwapState, TensorState};
+use crate::model::tensors::{moe_siblings, Original, SwapState, TensorState};
 use crate::model::Model;
 use crate::storage::data::writable;
 use crate::storage::place::lcm_block;
 use crate::storage::{read_exact_at_parallel, Home, ModelDevices, TensorData, TensorLayout};
 
 use super::{commit, Bytes, Job, Outcome, Outcomes};
+
+/// Gives storage a tensor no longer uses to the model's pool of private buffers: a buffer on
+/// the CPU is kept for the next relocation of its size (within the pool's bounds); anything
+/// else is freed. A buffer kept on a GPU would shrink the free memory that other models and
+/// contexts see (and that placement reads), so only the CPU's are kept.
+pub(super) fn release(model: &Model, data: TensorData) {
+    if let (Some(hs), TensorData::Device(buffer)) = (&model.hotswap, data) {
+        if buffer.device_index() == model.cpu_index() && buffer.host_slice().is_some() {
+            lock(&hs.buffers).give(buffer);
+        }
+    }
+}
 
 /// Gives a staging buffer back to the model's pool (the larger one is kept).
 pub(super) fn recycle(model: &Model, buf: Vec<u8>) {
@@ -48,13 +60,8 @@ pub(super) fn stage_bytes(model: &Model, job: &Job<'_>, nbytes: u64) -> Result<V
             } else {
                 buf.truncate(len);
             }
-            read_exact_at_parallel(file, &mut buf, offset).map_err(|e| {
-                if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                    format!("short read: the file ends inside the tensor's data (offset {offset}, {len} bytes)")
-                } else {
-                    format!("read error at offset {offset}: {e}")
-                }
-            })?;
+            read_exact_at_parallel(file, &mut buf, offset)
+                .map_err(|e| super::direct::read_error(e, offset, len))?;
             Ok(buf)
         }
     }
@@ -78,6 +85,8 @@ pub(super) enum Action {
         bytes: Vec<u8>,
         fresh: Option<TensorData>,
     },
+    /// Return to the original, already filled with the new bytes (the direct path).
+    Restore(Original),
     /// Move to new storage.
     Replace {
         layout: TensorLayout,
@@ -337,6 +346,9 @@ pub(super) fn run_job(model: &Model, job: Job<'_>, out: &mut Outcomes) {
         );
         return;
     };
+    if super::direct::try_run(model, devices, &job, new_layout, out) {
+        return;
+    }
     let bytes = match stage_bytes(model, &job, new_layout.nbytes) {
         Ok(b) => b,
         Err(reason) => {

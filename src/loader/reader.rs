@@ -1,7 +1,9 @@
 //! Owned-memory loading (load modes NONE, MLOCK, DIRECT_IO): each file is read into one
-//! pre-faulted, page-aligned arena that mirrors the file's offsets, in large positional reads
-//! split across two threads. Mirroring keeps O_DIRECT's alignment rules trivially satisfied
-//! (aligned file offset ⇔ aligned arena address) and lets reads stay disjoint.
+//! page-aligned arena (pre-faulted, or on transparent huge pages faulted in by the reads:
+//! [`crate::storage::host::alloc_pages`]) that mirrors the file's offsets, in large
+//! positional reads split across two threads.
+//! Mirroring keeps O_DIRECT's alignment rules trivially satisfied (aligned file offset ⇔
+//! aligned arena address) and lets reads stay disjoint.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -33,7 +35,7 @@ impl ArenaReader {
         let size = source.identity.size;
         let len =
             usize::try_from(align_up(size)).map_err(|_| file_error(source, "file too large"))?;
-        let arena = file::alloc_pages(len, true)
+        let arena = file::alloc_pages(len)
             .map_err(|e| file_error(source, format!("failed to allocate {len} bytes: {e}")))?;
         let direct = if direct_io {
             match source.path.as_deref().and_then(file::reopen_direct) {

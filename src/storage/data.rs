@@ -163,6 +163,17 @@ pub fn data_host_bytes(data: &TensorData, nbytes: u64) -> Option<&[u8]> {
     }
 }
 
+/// The bytes, writable in place, when the storage is owned host memory (an arena range, or
+/// a CPU or virtual-GPU buffer); None for mappings, CUDA and row splits.
+pub fn data_host_bytes_mut(data: &mut TensorData, nbytes: u64) -> Option<&mut [u8]> {
+    let len = usize::try_from(nbytes).ok()?;
+    match data {
+        TensorData::Host(range) => range.bytes_mut().get_mut(..len),
+        TensorData::Device(a) => a.host_slice_mut().and_then(|s| s.get_mut(..len)),
+        _ => None,
+    }
+}
+
 /// Copies the bytes of `data` (laid out as `layout`) into `dst`.
 pub fn read_data(layout: &TensorLayout, data: &TensorData, dst: &mut [u8]) -> std::io::Result<()> {
     let len = dst.len();

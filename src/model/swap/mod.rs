@@ -1,5 +1,6 @@
 //! What a model keeps for hot-swap: the registration made at load (each shard's path and
-//! identity, the tensors that came from it), the last report and the staging pool. The logic
+//! identity, the tensors that came from it), the last report, the staging buffer and the pool
+//! of freed private buffers. The logic
 //! that uses them (detection, plans, staging, commits) is [`crate::hotswap`], which sits above
 //! the model; keeping the state here lets the model own it without importing that logic.
 
@@ -8,7 +9,7 @@ pub mod report;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::storage::FileIdentity;
+use crate::storage::{BufferPool, FileIdentity};
 
 use super::Model;
 use report::Report;
@@ -49,6 +50,9 @@ pub struct HotSwap {
     /// A staging buffer kept between calls (the largest tensor staged so far), so that a
     /// reload does not pay page faults for a fresh buffer every time.
     pub staging: Mutex<Vec<u8>>,
+    /// Private buffers freed by returns and relocations, kept for the next relocation of
+    /// the same size (their pages are resident). Bounded by the model's largest tensor.
+    pub buffers: Mutex<BufferPool>,
     /// The model was loaded with `check_tensors`: swapped-in bytes are validated the same way
     /// before they are committed.
     pub check_tensors: bool,
@@ -81,6 +85,12 @@ impl HotSwap {
         for (i, t) in model.tensors.iter().enumerate() {
             files[t.source.file_index].tensors.push(i);
         }
+        let largest = model
+            .tensors
+            .iter()
+            .map(|t| t.read().layout.nbytes)
+            .max()
+            .unwrap_or(0);
         crate::log_info!(
             "hot-swap: enabled, watching {} file(s) for {} tensors",
             model.files.len(),
@@ -90,6 +100,7 @@ impl HotSwap {
             watch: Mutex::new(files),
             report: Mutex::new(Arc::new(Report::default())),
             staging: Mutex::new(Vec::new()),
+            buffers: Mutex::new(BufferPool::new(largest)),
             check_tensors,
         }
     }

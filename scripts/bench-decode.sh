@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# make bench-decode: prompt processing (one batch of BENCH_PP=128 tokens) and token generation
+# (BENCH_TG=64 single-token steps), tokens/s, ours vs upstream's library in the same run, a
+# fresh process per measurement (ffi-tests/bench_decode.c, built against upstream's header),
+# interleaved upstream/ours, median of BENCH_REPS=5, at BENCH_THREADS="1 2" threads; peak RSS
+# of each process; for tg the bandwidth the weights were read at (model bytes × tok/s) next to
+# the machine's read bandwidth measured by the probe at the same thread count.
+# Models (BENCH_MODELS, a subset of these names; default all):
+#   smollm2-q4_1 smollm2-q4_0 smollm2-q8_0 smollm2-f16: SmolLM2-135M as shipped (Q4_1) and
+#       requantized by upstream's llama-quantize (cached, as scripts/test-engine.sh makes them);
+#   1b-q4_0 1b-q8_0 1b-q4_k_m 1b-f16: a generated 1.07 B-parameter llama with random weights
+#       (scripts/gen_bench_model.py, F16, written once into the cache) and its requantizations.
+# BENCH_REPS_1B, BENCH_PP_1B, BENCH_TG_1B override repetitions and token counts for the 1B rows
+# (default: the same as the others; on a loaded 2-core machine one 1B run takes minutes).
+# Writes the Markdown table to BENCH_OUT (default target/bench/bench-decode.md) and prints it.
+# --smoke: one repetition, 8+8 tokens, 1 thread, SmolLM2 Q4_1 only, and fails unless both
+# libraries give a positive figure in every column (the engine test part runs this).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/env.sh
+smoke=0
+[ "${1:-}" = --smoke ] && smoke=1
+REPS=${BENCH_REPS:-5}
+PP=${BENCH_PP:-128}
+TG=${BENCH_TG:-64}
+THREADS=${BENCH_THREADS:-1 2}
+MODELS=${BENCH_MODELS:-smollm2-q4_1 smollm2-q4_0 smollm2-q8_0 smollm2-f16 1b-q4_0 1b-q8_0 1b-q4_k_m 1b-f16}
+if [ "$smoke" = 1 ]; then REPS=1 PP=8 TG=8 THREADS=1 MODELS=smollm2-q4_1; fi
+REPS_1B=${BENCH_REPS_1B:-$REPS}
+PP_1B=${BENCH_PP_1B:-$PP}
+TG_1B=${BENCH_TG_1B:-$TG}
+out=${BENCH_WORK:-target/bench}
+mkdir -p "$out"
+table=${BENCH_OUT:-$out/bench-decode.md}
+
+bash scripts/build-upstream.sh >/dev/null
+[ -n "${LLAMA_HOTSWAP_BUILT:-}" ] || cargo build --release --lib --quiet
+ln -sf libllama.so target/release/libllama.so.0
+cc -std=c11 -O2 -I"$UPSTREAM_LLAMA/include" -I"$UPSTREAM_LLAMA/ggml/include" ffi-tests/bench_decode.c \
+    -L"$UPSTREAM_BUILD/bin" -lllama -lpthread -o "$out/bench_decode"
+ours="$PWD/target/release"
+upstream="$UPSTREAM_BUILD/bin"
+
+smollm2="$(bash scripts/fetch-models.sh)"
+need_tools() { tools="${tools:-$(bash scripts/build-upstream-tools.sh llama-quantize)}"; }
+# requantize SRC DST TYPE: upstream's llama-quantize, cached (written aside, renamed in place)
+requantize() {
+    [ -s "$2" ] && return 0
+    need_tools
+    LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --allow-requantize "$1" "$2.tmp" "$3" \
+        >"$out/quantize-$(basename "$2").log" 2>&1 || { tail -5 "$out/quantize-$(basename "$2").log" >&2; return 1; }
+    mv "$2.tmp" "$2"
+}
+model_path() { # NAME -> path (making it when missing)
+    local name=$1 t
+    case "$name" in
+        smollm2-q4_1) echo "$smollm2" ;;
+        smollm2-*)
+            t=${name#smollm2-}; t=${t^^}
+            local f="$LLAMA_HOTSWAP_CACHE/models/engine/SmolLM2-135M-Instruct.$t.gguf"
+            mkdir -p "$(dirname "$f")"
+            requantize "$smollm2" "$f" "$t" && echo "$f" ;;
+        1b-*)
+            local dir="$LLAMA_HOTSWAP_CACHE/models/bench" f16
+            f16="$dir/llama-1B.F16.gguf"
+            mkdir -p "$dir"
+            [ -s "$f16" ] || bash scripts/setup-venv.sh >/dev/null
+            [ -s "$f16" ] || "$VENV/bin/python" scripts/gen_bench_model.py "$smollm2" "$f16" >&2
+            t=${name#1b-}; t=${t^^}
+            if [ "$t" = F16 ]; then echo "$f16"; else
+                requantize "$f16" "$dir/llama-1B.$t.gguf" "$t" && echo "$dir/llama-1B.$t.gguf"; fi ;;
+        *) echo "unknown model $name" >&2; return 1 ;;
+    esac
+}
+median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+declare -A bw bw_cpu
+for t in $THREADS; do
+    read -r wall oncpu < <(LD_LIBRARY_PATH="$upstream" "$out/bench_decode" --bandwidth "$t" $([ "$smoke" = 1 ] && echo 64 || echo 256))
+    bw[$t]=$wall bw_cpu[$t]=$oncpu
+done
+{
+    cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
+    echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $cpu, $(nproc) cores, read bandwidth $(for t in $THREADS; do printf '%s GB/s wall-clock, %s GB/s on CPU (%s thread%s); ' "${bw[$t]}" "${bw_cpu[$t]}" "$t" "$([ "$t" = 1 ] || echo s)"; done)"
+    echo "pp = one batch of $PP tokens, tg = $TG single-token steps; tok/s, median of $REPS (1B rows: pp $PP_1B, tg $TG_1B, median of $REPS_1B); ratio = ours / upstream (higher is better); tg GB/s = model bytes × tg tok/s, machine = the wall-clock read bandwidth"
+    echo
+    echo "| model | type | threads | pp upstream | pp ours | pp ratio | tg upstream | tg ours | tg ratio | RSS upstream MiB | RSS ours MiB | RSS ratio | tg GB/s upstream / ours / machine |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+} | tee "$table"
+failed=0
+for name in $MODELS; do
+    file=$(model_path "$name") || { echo "| $name | (model could not be made) |" | tee -a "$table"; failed=1; continue; }
+    reps=$REPS pp=$PP tg=$TG
+    case "$name" in 1b-*) reps=$REPS_1B pp=$PP_1B tg=$TG_1B ;; esac
+    for t in $THREADS; do
+        : >"$out/up.txt"; : >"$out/us.txt"
+        for _ in $(seq "$reps"); do
+            for who in up us; do
+                lib=$upstream; [ "$who" = us ] && lib=$ours
+                LD_LIBRARY_PATH="$lib" "$out/bench_decode" "$file" "$t" "$pp" "$tg" >>"$out/$who.txt" \
+                    2>"$out/$who.err" || { echo "($who failed on $name: $(tail -1 "$out/$who.err"))" >&2; failed=1; }
+            done
+        done
+        col() { cut -d' ' -f"$2" "$out/$1.txt" | median; }
+        awk -v m="${name%%-*}" -v ty="${name#*-}" -v t="$t" \
+            -v upp="$(col up 1)" -v opp="$(col us 1)" -v utg="$(col up 2)" -v otg="$(col us 2)" \
+            -v ubytes="$(col up 3)" -v obytes="$(col us 3)" -v urss="$(col up 4)" -v orss="$(col us 4)" \
+            -v bw="${bw[$t]}" 'BEGIN {
+                m = (m == "1b") ? "llama-1B (random)" : "SmolLM2-135M"
+                printf "| %s | %s | %s | %.1f | %.1f | %.2f× | %.1f | %.1f | %.2f× | %.0f | %.0f | %.2f× | %.1f / %.1f / %s |\n",
+                    m, toupper(ty), t, upp, opp, opp / upp, utg, otg, otg / utg, urss / 1024, orss / 1024,
+                    orss / urss, ubytes * utg / 1e9, obytes * otg / 1e9, bw
+            }' | tee -a "$table"
+        if [ "$smoke" = 1 ]; then
+            for who in up us; do
+                awk '{ exit !(NF == 4 && $1 > 0 && $2 > 0 && $3 > 0 && $4 > 0) }' "$out/$who.txt" \
+                    || { echo "bench-decode smoke: $who gave no figures: $(cat "$out/$who.txt" "$out/$who.err")" >&2; failed=1; }
+            done
+        fi
+    done
+done
+[ "$failed" = 0 ]

@@ -1,0 +1,80 @@
+"""Writes the ~1 B-parameter llama-shaped benchmark model (random F16 weights) for
+`make bench-decode`, if absent: n_embd 2048, n_ff 5632, 22 layers, 32 heads / 4 KV heads
+(every row a multiple of 256, so K-quants are real), tied output embedding, and the real
+SmolLM2 vocabulary (its tokenizer.* metadata copied), so both libraries load it as they load a
+trained model. Written next to DST and renamed into place, so an interrupted run leaves nothing.
+
+usage: python gen_bench_model.py SMOLLM2_GGUF DST
+"""
+import os
+import sys
+
+import numpy as np
+import gguf
+
+N_EMBD, N_FF, N_LAYER, N_HEAD, N_HEAD_KV = 2048, 5632, 22, 32, 4
+HEAD_DIM = N_EMBD // N_HEAD
+
+
+def main() -> None:
+    src, dst = sys.argv[1], sys.argv[2]
+    if os.path.exists(dst):
+        return
+    reader = gguf.GGUFReader(src)
+    tmp = dst + ".tmp"
+    w = gguf.GGUFWriter(tmp, "llama")
+    w.add_name("bench-llama-1B (random weights)")
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    w.add_context_length(2048)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(N_LAYER)
+    w.add_feed_forward_length(N_FF)
+    w.add_head_count(N_HEAD)
+    w.add_head_count_kv(N_HEAD_KV)
+    w.add_rope_dimension_count(HEAD_DIM)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    n_vocab = 0
+    for name, field in reader.fields.items():
+        if not name.startswith("tokenizer."):
+            continue
+        vtype = field.types[0]
+        if vtype == gguf.GGUFValueType.ARRAY:
+            value = field.contents()
+            w.add_key_value(name, value, vtype, sub_type=field.types[-1])
+            if name == "tokenizer.ggml.tokens":
+                n_vocab = len(value)
+        else:
+            w.add_key_value(name, field.contents(), vtype)
+    w.add_vocab_size(n_vocab)
+
+    rng = np.random.default_rng(42)
+
+    def weight(rows: int, cols: int) -> np.ndarray:
+        # numpy shape (rows, cols) is GGUF ne = [cols, rows]: rows outputs of cols inputs
+        return (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
+
+    ones = np.ones(N_EMBD, dtype=np.float32)
+    w.add_tensor("token_embd.weight", weight(n_vocab, N_EMBD))
+    w.add_tensor("output_norm.weight", ones)
+    kv = N_HEAD_KV * HEAD_DIM
+    for i in range(N_LAYER):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", ones)
+        w.add_tensor(p + "attn_q.weight", weight(N_EMBD, N_EMBD))
+        w.add_tensor(p + "attn_k.weight", weight(kv, N_EMBD))
+        w.add_tensor(p + "attn_v.weight", weight(kv, N_EMBD))
+        w.add_tensor(p + "attn_output.weight", weight(N_EMBD, N_EMBD))
+        w.add_tensor(p + "ffn_norm.weight", ones)
+        w.add_tensor(p + "ffn_gate.weight", weight(N_FF, N_EMBD))
+        w.add_tensor(p + "ffn_up.weight", weight(N_FF, N_EMBD))
+        w.add_tensor(p + "ffn_down.weight", weight(N_EMBD, N_FF))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(tmp, dst)
+
+
+if __name__ == "__main__":
+    main()

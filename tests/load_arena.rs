@@ -1,0 +1,130 @@
+//! The owned arena of load modes NONE and DIRECT_IO: pre-faulted 4 KiB pages by default,
+//! transparent huge pages with LLAMA_HOTSWAP_HUGE_PAGES=1. The bytes must be the file's
+//! exactly either way; with huge pages asked for and the kernel offering them for advised
+//! memory (/sys/kernel/mm/transparent_hugepage/enabled is `always` or `madvise`), the arena
+//! must actually get some (AnonHugePages of its mapping in /proc/self/smaps).
+
+use std::path::{Path, PathBuf};
+
+use llama::device::Registry;
+use llama::gguf::fixtures::{tiny_llama, TinyLlamaOpts};
+use llama::gguf::{GgmlType, Gguf};
+use llama::loader::place::PlacementParams;
+use llama::loader::{load, LoadOptions, ModelSource};
+use llama::model::{LoadMode, Model};
+
+struct Dir(PathBuf);
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn load_cpu(path: &Path, mode: LoadMode) -> Model {
+    load(
+        ModelSource::Path(path.to_path_buf()),
+        LoadOptions {
+            load_mode: mode,
+            placement: PlacementParams {
+                registry: Box::leak(Box::new(Registry::with_virtual_gpus(&[]))),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// The selected value of a THP sysfs setting ("[madvise]" → "madvise").
+fn thp_setting(name: &str) -> Option<String> {
+    let text =
+        std::fs::read_to_string(format!("/sys/kernel/mm/transparent_hugepage/{name}")).ok()?;
+    let start = text.find('[')? + 1;
+    let end = text[start..].find(']')? + start;
+    Some(text[start..end].to_string())
+}
+
+/// AnonHugePages (bytes) of the mapping that contains `addr`.
+fn anon_huge_bytes_at(addr: usize) -> Option<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut inside = false;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((a, b)) = first.split_once('-') {
+            if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
+                inside = (a..b).contains(&addr);
+                continue;
+            }
+        }
+        if inside {
+            if let Some(rest) = line.strip_prefix("AnonHugePages:") {
+                let kib: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
+                return Some(kib * 1024);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn owned_arena_holds_the_files_bytes_and_gets_huge_pages_when_asked_and_offered() {
+    // F32 FFN matrices of 1024 x 2048 (8 MiB each): whole 2 MiB blocks inside the arena.
+    let base = tiny_llama(&TinyLlamaOpts {
+        n_embd: 1024,
+        n_ff: 2048,
+        n_layer: 2,
+        ..TinyLlamaOpts::with_type(GgmlType::F32)
+    })
+    .unwrap();
+    let dir = Dir(std::env::temp_dir().join(format!("llama-hotswap-arena-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let path = dir.0.join("m.gguf");
+    base.write_to(&path).unwrap();
+    let file = std::fs::read(&path).unwrap();
+    let g = Gguf::parse(&file).unwrap();
+
+    for (mode, huge_pages) in [
+        (LoadMode::None, false),
+        (LoadMode::None, true),
+        (LoadMode::DirectIo, true),
+    ] {
+        // The only test of this binary: nothing else reads the environment concurrently.
+        if huge_pages {
+            std::env::set_var(llama::storage::host::HUGE_PAGES_ENV, "1");
+        } else {
+            std::env::remove_var(llama::storage::host::HUGE_PAGES_ENV);
+        }
+        let model = load_cpu(&path, mode);
+        let mut largest = (0usize, 0usize);
+        for t in g.tensors() {
+            let state = model.tensors.get(t.name).unwrap().read();
+            let bytes = state.host_bytes().expect("owned host memory");
+            let off = t.abs_offset(&g) as usize;
+            assert!(
+                bytes == &file[off..off + t.nbytes as usize],
+                "{mode:?}: {} differs from the file",
+                t.name
+            );
+            if bytes.len() > largest.1 {
+                largest = (bytes.as_ptr() as usize, bytes.len());
+            }
+        }
+        assert!(largest.1 >= 8 << 20, "{largest:?}");
+        let offered = matches!(
+            thp_setting("enabled").as_deref(),
+            Some("always" | "madvise")
+        );
+        let huge = anon_huge_bytes_at(largest.0);
+        eprintln!(
+            "{mode:?}: THP enabled={:?}, AnonHugePages of the arena: {huge:?}",
+            thp_setting("enabled")
+        );
+        if offered && huge_pages {
+            assert!(
+                huge.unwrap_or(0) >= 2 << 20,
+                "{mode:?}: the arena got no huge pages ({huge:?})"
+            );
+        }
+    }
+}

@@ -16,7 +16,10 @@ part, a near-tie on upstream:
   by less than 0.25 (the margin rule of test_eval_llama_cpp.py; both picks are allowed by the
   same grammar state, since everything before them is equal);
 - seeded: upstream's draw lies within 1% of the probability mass of an end of the interval
-  it picked (the rule of scripts/test-sampling.sh). The upstream worker replays each step: the
+  it picked (the rule of scripts/test-sampling.sh), or two neighbouring candidates whose
+  logits are less than 0.25 apart (the greedy rule) would, swapped, put the same draw on
+  another token (dist walks the candidates in the chain's order: top-k sorts them, so a
+  near-tie in logits is a near-tie in the walk). The upstream worker replays each step: the
   chain without dist on a fresh candidate array (llama_sampler_apply), then dist's single-pass
   cumulative sum with the draw of a Python std::mt19937(42) + uniform_real_distribution<double>
   (libstdc++'s generate_canonical); the replayed pick must equal upstream's actual pick at
@@ -115,14 +118,29 @@ def replay_dist_steps(llama_cpp, n_vocab, rows, picks, expf):
             total += p
         rnd = rng.canonical()
         target = total * rnd
-        run, before, chosen = 0.0, 0.0, size - 1
-        for i, p in enumerate(ps):
-            before = run
-            run += p
-            if run >= target:
-                chosen = i
-                break
-        out.append((data[chosen].id, (target - before) / total, (run - target) / total))
+
+        def draw(order):
+            run, before = 0.0, 0.0
+            for i in order:
+                before = run
+                run += ps[i]
+                if run >= target:
+                    return i, before, run
+            return order[-1], before, run
+
+        chosen, before, run = draw(list(range(size)))
+        # The order of the candidates matters as much as their mass: two whose logits are
+        # nearly equal may come in the other order on another library, and the same draw
+        # then lands on the other one. The smallest logit gap (before temp) between
+        # neighbours whose swap changes the pick.
+        flip_gap = np.inf
+        for j in range(size - 1):
+            order = list(range(size))
+            order[j], order[j + 1] = order[j + 1], order[j]
+            if draw(order)[0] != chosen:
+                gap = abs(float(row[data[j].id]) - float(row[data[j + 1].id]))
+                flip_gap = min(flip_gap, gap)
+        out.append((data[chosen].id, (target - before) / total, (run - target) / total, flip_gap))
         llama_cpp.llama_sampler_accept(chain, int(pick))
     llama_cpp.llama_sampler_free(chain)
     return out
@@ -222,13 +240,15 @@ def check_case(case, up, ours):
             print(f"  the same {len(a)} tokens")
         return failures
     if case == "seeded":
-        _, below, above = replay[part]
+        _, below, above, flip_gap = replay[part]
         margin = min(below, above)
         print(f"  parts at generated token {part} ({a[part]} vs {b[part]}): upstream's draw is "
-              f"{below:.3g} above / {above:.3g} below its interval's ends")
-        if not margin < DRAW_MARGIN:
+              f"{below:.3g} above / {above:.3g} below its interval's ends; swapping two "
+              f"neighbours {flip_gap:.3f} logit apart changes its pick")
+        if not (margin < DRAW_MARGIN or flip_gap < LEAD):
             failures.append(f"seeded: parts at token {part} where upstream's draw is no near-tie "
-                            f"(margin {margin:.3g} >= {DRAW_MARGIN})")
+                            f"(margin {margin:.3g} >= {DRAW_MARGIN}, order gap {flip_gap:.3f} >= "
+                            f"{LEAD})")
     else:
         row = up[f"{case}_rows"][part]
         lead = float(row[a[part]] - row[b[part]])

@@ -90,8 +90,7 @@ def replay_dist_steps(llama_cpp, n_vocab, rows, picks, expf):
     """Upstream's seeded chain step by step: (replayed pick, margin below, margin above)."""
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
     for s in (
-        # As LlamaSampler.add_penalties calls it (its binding passes n_vocab first, an older
-        # signature: on x86-64 the C function reads penalty_last_n = n_vocab; a no-op at 1.0).
+        # As LlamaSampler.add_penalties adds it (last_n_tokens_size 64; a no-op at 1.0).
         llama_cpp.llama_sampler_init_penalties(n_vocab, 64, 1.0, 0.0, 0.0),
         llama_cpp.llama_sampler_init_top_k(40),
         llama_cpp.llama_sampler_init_typical(1.0, 1),

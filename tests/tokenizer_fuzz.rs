@@ -26,7 +26,9 @@ fn upstream_models() -> Option<PathBuf> {
             .join("llama-hotswap"),
     };
     let dir = cache.join("llama_cpp_python-0.3.36/vendor/llama.cpp/models");
-    dir.join("ggml-vocab-llama-spm.gguf").exists().then_some(dir)
+    dir.join("ggml-vocab-llama-spm.gguf")
+        .exists()
+        .then_some(dir)
 }
 
 /// The in-memory vocabularies, then the sdist's SPM/WPM/UGM files when the cache has them.
@@ -72,14 +74,62 @@ impl Rng {
 /// escapes, whitespace runs, combining marks, CJK, emoji, invalid UTF-8, code points above
 /// U+10FFFF as lax UTF-8.
 const PIECES: &[&[u8]] = &[
-    b"the", b" the", b"hello", b" world", b"abc", b"42", b"9999", b"  ", b"   ", b"\n", b"\r\n",
-    b"\t", "\u{a0}".as_bytes(), "\u{3000}".as_bytes(), "日本語".as_bytes(), "é".as_bytes(),
-    "e\u{301}".as_bytes(), "ﬁﬂ".as_bytes(), "Ⅻ!".as_bytes(), "straße".as_bytes(),
-    "Привет".as_bytes(), "👍🏽".as_bytes(), "👨‍👩‍👧".as_bytes(), "\u{feff}".as_bytes(),
-    "▁".as_bytes(), b"<|s|>", b"<|e|>", b"<s>", b"</s>", b"<unk>", b"<user>", b"<|im_start|>",
-    b"[CLS]", b"[SEP]", b"[MASK]", b"<pad>", b"<|plamo:bos|>", b"<0x41>", b"\\x41", b"\\n",
-    b"\\", b"xyz", b"kmz", b"##b", b"\xff", b"\xfe", b"\xc3", b"\xe6\x97", b"\xed\xa0\x80",
-    b"\xf7\xbf\xbf\xbf", b"\xf4\x90\x80\x80", b"\x00", b"'s", b"'LL", b"!?", b"...",
+    b"the",
+    b" the",
+    b"hello",
+    b" world",
+    b"abc",
+    b"42",
+    b"9999",
+    b"  ",
+    b"   ",
+    b"\n",
+    b"\r\n",
+    b"\t",
+    "\u{a0}".as_bytes(),
+    "\u{3000}".as_bytes(),
+    "日本語".as_bytes(),
+    "é".as_bytes(),
+    "e\u{301}".as_bytes(),
+    "ﬁﬂ".as_bytes(),
+    "Ⅻ!".as_bytes(),
+    "straße".as_bytes(),
+    "Привет".as_bytes(),
+    "👍🏽".as_bytes(),
+    "👨‍👩‍👧".as_bytes(),
+    "\u{feff}".as_bytes(),
+    "▁".as_bytes(),
+    b"<|s|>",
+    b"<|e|>",
+    b"<s>",
+    b"</s>",
+    b"<unk>",
+    b"<user>",
+    b"<|im_start|>",
+    b"[CLS]",
+    b"[SEP]",
+    b"[MASK]",
+    b"<pad>",
+    b"<|plamo:bos|>",
+    b"<0x41>",
+    b"\\x41",
+    b"\\n",
+    b"\\",
+    b"xyz",
+    b"kmz",
+    b"##b",
+    b"\xff",
+    b"\xfe",
+    b"\xc3",
+    b"\xe6\x97",
+    b"\xed\xa0\x80",
+    b"\xf7\xbf\xbf\xbf",
+    b"\xf4\x90\x80\x80",
+    b"\x00",
+    b"'s",
+    b"'LL",
+    b"!?",
+    b"...",
 ];
 
 fn random_input(rng: &mut Rng, n_vocabs: usize) -> Vec<u8> {
@@ -107,7 +157,11 @@ fn committed_corpus_never_panics() {
         .filter(|p| p.is_file())
         .collect();
     entries.sort();
-    assert!(entries.len() >= builtin_vocabs().len(), "seed corpus incomplete: {}", entries.len());
+    assert!(
+        entries.len() >= builtin_vocabs().len(),
+        "seed corpus incomplete: {}",
+        entries.len()
+    );
     for path in entries {
         let bytes = std::fs::read(&path).unwrap();
         let outcome = std::panic::catch_unwind(|| check_input(&vocabs, &bytes));

@@ -29,12 +29,18 @@ fn sdist_vocabs() -> Vec<FuzzVocab> {
     let mut out = Vec::new();
     for name in ["llama-spm", "bert-bge", "nomic-bert-moe"] {
         let path = dir.join(format!("ggml-vocab-{name}.gguf"));
-        let opts = LoadOptions { vocab_only: true, hotswap: false, ..LoadOptions::default() };
+        let opts = LoadOptions {
+            vocab_only: true,
+            hotswap: false,
+            ..LoadOptions::default()
+        };
         match load(ModelSource::Path(path.clone()), opts) {
             Ok(mut model) => match attach(&mut model.vocab) {
-                Ok(tokenizer) => {
-                    out.push(FuzzVocab { name: name.to_string(), vocab: model.vocab, tokenizer })
-                }
+                Ok(tokenizer) => out.push(FuzzVocab {
+                    name: name.to_string(),
+                    vocab: model.vocab,
+                    tokenizer,
+                }),
                 Err(e) => panic!("{}: tokenizer: {e}", path.display()),
             },
             Err(e) => eprintln!("tokenize fuzz: skipping {}: {e}", path.display()),

@@ -53,7 +53,11 @@ impl TextIndex {
     }
 
     fn key(&self, entry: usize) -> &[u8] {
-        let start = if entry == 0 { 0 } else { self.ends[entry - 1] as usize };
+        let start = if entry == 0 {
+            0
+        } else {
+            self.ends[entry - 1] as usize
+        };
         &self.arena[start..self.ends[entry] as usize]
     }
 
@@ -197,7 +201,9 @@ mod tests {
             x ^= x << 17;
             // Short keys from a small alphabet: many repeats, the empty key too.
             let len = (x % 5) as usize;
-            let key: Vec<u8> = (0..len).map(|k| b"ab \xff"[(x >> (8 + 2 * k)) as usize % 4]).collect();
+            let key: Vec<u8> = (0..len)
+                .map(|k| b"ab \xff"[(x >> (8 + 2 * k)) as usize % 4])
+                .collect();
             if x & 0x100 != 0 {
                 assert_eq!(ours.insert(&key, i), reference.insert(key.clone(), i));
             } else {

@@ -106,7 +106,6 @@ pub mod pre {
     pub const UFAKZEKA: i32 = 59;
 }
 
-
 /// One token's text (NUL-terminated for C), score and attributes (`token_data`).
 #[derive(Debug)]
 pub struct Token {

@@ -276,7 +276,10 @@ pub fn check_input(vocabs: &[FuzzVocab], data: &[u8]) {
                 assert!(len >= 0 || len.unsigned_abs() as usize > piece.len());
                 let size = token_to_piece(vocab, id, &mut [], lstrip, special).unwrap();
                 let expected = if len > 0 { -len } else { len };
-                assert_eq!(size, expected, "{name}: piece of {id}: {len} bytes, size query {size}");
+                assert_eq!(
+                    size, expected,
+                    "{name}: piece of {id}: {len} bytes, size query {size}"
+                );
             }
             Err(_) => assert!(!in_range, "{name}: no piece for id {id}"),
         }
@@ -292,7 +295,10 @@ mod tests {
         let vocabs = builtin_vocabs();
         for i in 0..vocabs.len() as u8 {
             for flags in [0u8, 0x37, 0xF4] {
-                for text in [&b"the hello world 42 \xe6\x97\xa5 <|s|> <user> [CLS]"[..], b"\xff\xfe a"] {
+                for text in [
+                    &b"the hello world 42 \xe6\x97\xa5 <|s|> <user> [CLS]"[..],
+                    b"\xff\xfe a",
+                ] {
                     let mut data = vec![i << 2 | 3, flags];
                     data.extend_from_slice(text);
                     check_input(&vocabs, &data);

@@ -252,7 +252,11 @@ mod tests {
         for (cpt, &f) in flat.iter().enumerate() {
             assert_eq!(flags(cpt as u32), f, "U+{cpt:04X}");
         }
-        assert!(flags_table().blocks.len() < 1024, "{} distinct blocks", flags_table().blocks.len());
+        assert!(
+            flags_table().blocks.len() < 1024,
+            "{} distinct blocks",
+            flags_table().blocks.len()
+        );
     }
 
     #[test]

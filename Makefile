@@ -96,3 +96,9 @@ bench-upload:
 .PHONY: bench-hotswap
 bench-hotswap:
 	bash scripts/bench-hotswap.sh
+
+# Every cargo-fuzz target for FUZZ_SECONDS (default 30) each, ASan on nightly (not a test part:
+# the instrumented build takes minutes; `cargo test` replays the harnesses).
+.PHONY: fuzz-smoke
+fuzz-smoke:
+	bash scripts/fuzz-smoke.sh

@@ -53,4 +53,18 @@ else
     printf '%s\n' "$out" | tail -n 20
     status=1
 fi
+
+# llama-cpp-python's create_completion (greedy; temperature 0.8 with seed 42) and
+# create_chat_completion with response_format json_object / a JSON schema, ours vs upstream's
+# library: the same tokens, or a near-tie on upstream where they part
+# (tests/python/test_completion_llama_cpp.py).
+if out="$("$py" tests/python/test_completion_llama_cpp.py "$model" "$RELEASE_DIR" "$UPSTREAM_BUILD/bin" \
+    "$WORK/python-completion" 2>&1)"; then
+    say "ok   Llama(SmolLM2).create_completion (greedy, seeded) + create_chat_completion (JSON), ours vs upstream:"
+    printf '%s\n' "$out" | sed 's/^/     /'
+else
+    say "FAIL Llama(SmolLM2).create_completion / create_chat_completion, ours vs upstream:"
+    printf '%s\n' "$out" | tail -n 20
+    status=1
+fi
 exit "$status"

@@ -9,6 +9,7 @@ pub mod report;
 pub mod split;
 pub mod swap;
 pub mod tensors;
+pub mod text_index;
 pub mod vocab;
 
 use std::collections::HashMap;

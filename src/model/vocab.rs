@@ -10,10 +10,11 @@
 //! what upstream derives by tokenizing: the newline id of BPE/UGM/RWKV/PLaMo2/TEST vocabs and
 //! `cache_token_to_piece`.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::ffi::CString;
 
 use super::meta::{MetaArray, Metadata};
+use super::text_index::TextIndex;
 
 pub const TOKEN_NULL: i32 = -1;
 
@@ -104,34 +105,6 @@ pub mod pre {
     pub const SPARK2_5: i32 = 58;
     pub const UFAKZEKA: i32 = 59;
 }
-
-/// FNV-1a over the key's bytes: token texts are short and hashed on every lookup of the
-/// tokenizers' inner loops, where SipHash's DoS resistance buys nothing (keys come from the
-/// model file, not from the text being tokenized).
-#[derive(Default, Clone, Copy)]
-pub struct FastHasher(u64);
-
-impl std::hash::Hasher for FastHasher {
-    fn finish(&self) -> u64 {
-        // Mix the high bits down: hashbrown takes its control bits from the top.
-        let h = self.0;
-        h ^ (h >> 29) ^ (h << 17)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for &b in bytes {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
-    }
-}
-
-/// Hash maps keyed by token text.
-pub type TextMap<V> = HashMap<Vec<u8>, V, std::hash::BuildHasherDefault<FastHasher>>;
 
 /// One token's text (NUL-terminated for C), score and attributes (`token_data`).
 #[derive(Debug)]
@@ -225,7 +198,7 @@ pub struct Vocab {
     /// `id_to_token`.
     pub tokens: Vec<Token>,
     /// Token text → id; a later duplicate text wins, as in upstream.
-    pub token_to_id: TextMap<i32>,
+    pub token_to_id: TextIndex,
     pub specials: Specials,
     /// `special_eog_ids`.
     pub eog: BTreeSet<i32>,
@@ -243,7 +216,7 @@ pub struct Vocab {
     /// BPE merge ranks keyed by the merge line `"left right"` (first space at index ≥ 1 splits
     /// it, as upstream's pair key; the first occurrence of a line keeps its rank). Lookups
     /// go through [`Vocab::find_bpe_rank`].
-    pub bpe_ranks: TextMap<i32>,
+    pub bpe_ranks: TextIndex,
     /// Control, user-defined and unknown tokens, longest text first: the tokens
     /// `tokenize` matches in the text (upstream's `cache_special_tokens`).
     pub cache_special_tokens: Vec<i32>,
@@ -269,7 +242,7 @@ impl Default for Vocab {
             n_token_types: 0,
             max_token_len: 0,
             tokens: Vec::new(),
-            token_to_id: TextMap::default(),
+            token_to_id: TextIndex::default(),
             specials: Specials::default(),
             eog: BTreeSet::new(),
             add_space_prefix: false,
@@ -282,7 +255,7 @@ impl Default for Vocab {
             escape_whitespaces: true,
             treat_whitespace_as_suffix: false,
             normalizer_opts: NormalizerOptions::default(),
-            bpe_ranks: TextMap::default(),
+            bpe_ranks: TextIndex::default(),
             cache_special_tokens: Vec::new(),
             cache_token_to_piece: Vec::new(),
             suppress_tokens: Vec::new(),
@@ -556,10 +529,10 @@ fn read_merges(meta: &Metadata, v: &mut Vocab) -> Result<bool, String> {
                 let word = c_str_bytes(word);
                 // first/second split at the first space after index 0; no space → ("", "").
                 let key = match word.iter().skip(1).position(|&c| c == b' ') {
-                    Some(_) => word.to_vec(),
-                    None => b" ".to_vec(),
+                    Some(_) => word,
+                    None => b" ",
                 };
-                v.bpe_ranks.entry(key).or_insert(i as i32);
+                v.bpe_ranks.insert_if_absent(key, i as i32);
             }
             Ok(true)
         }
@@ -796,7 +769,7 @@ impl Vocab {
                 crate::log_warn!("empty token at index {i}");
                 word = format!("[EMPTY_{i}]").into_bytes();
             }
-            v.token_to_id.insert(word.clone(), i as i32);
+            v.token_to_id.insert(&word, i as i32);
             v.max_token_len = v.max_token_len.max(word.len());
             let attr = match types.map(|t| t[i] as i32) {
                 None => ATTR_NORMAL,
@@ -825,7 +798,7 @@ impl Vocab {
         }
 
         if v.tokenizer_model == "hybriddna" {
-            if let Some(&oov) = v.token_to_id.get(b"<oov>".as_slice()) {
+            if let Some(oov) = v.token_to_id.get(b"<oov>") {
                 for t in &mut v.tokens[oov as usize + 1..] {
                     let b = t.text.as_bytes();
                     if b.len() > DNA_KMER_MARKER.len() && b.ends_with(DNA_KMER_MARKER) {
@@ -945,7 +918,7 @@ impl Vocab {
         let candidates: Vec<i32> = detect
             .iter()
             .flat_map(|(texts, _)| texts.iter())
-            .filter_map(|t| self.token_to_id.get(t.as_bytes()).copied())
+            .filter_map(|t| self.token_to_id.get(t.as_bytes()))
             .collect();
         if !candidates.is_empty() {
             for &id in &order {
@@ -982,14 +955,14 @@ impl Vocab {
             }
         }
         for text in EOG_TEXTS {
-            if let Some(&id) = self.token_to_id.get(text.as_bytes()) {
+            if let Some(id) = self.token_to_id.get(text.as_bytes()) {
                 self.eog.insert(id);
                 self.mark_control(id);
             }
         }
         // gpt-oss: always render these.
         for text in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
-            if let Some(&id) = self.token_to_id.get(text.as_bytes()) {
+            if let Some(id) = self.token_to_id.get(text.as_bytes()) {
                 self.tokens[id as usize].attr = ATTR_USER_DEFINED;
             }
         }
@@ -1074,7 +1047,7 @@ impl Vocab {
         let set = |v: &mut Vocab, text: &str, attr: i32, on: bool| {
             // Upstream's `token_to_id.at` throws for a missing text (load fails); skip it.
             match v.token_to_id.get(text.as_bytes()) {
-                Some(&id) => v.set_attr(id, attr, on),
+                Some(id) => v.set_attr(id, attr, on),
                 None => crate::log_warn!("token '{text}' missing from the vocab"),
             }
         };
@@ -1083,7 +1056,7 @@ impl Vocab {
             &["jina-v2-de", "jina-v2-es", "jina-v2-code"],
         ) || contains_any(&general_arch, &["nomic-bert-moe", "jina-bert-v3"])
         {
-            if self.token_to_id.contains_key(b"<mask>".as_slice()) {
+            if self.token_to_id.contains_key(b"<mask>") {
                 set(self, "<mask>", ATTR_LSTRIP, true);
             } else {
                 crate::log_warn!("Mask token is missing in vocab, please reconvert model!");
@@ -1097,7 +1070,7 @@ impl Vocab {
                 set(self, text, ATTR_RSTRIP, false);
             }
         } else if contains_any(&model_name, &["modern-bert"]) {
-            if self.token_to_id.contains_key(b"[MASK]".as_slice()) {
+            if self.token_to_id.contains_key(b"[MASK]") {
                 set(self, "[MASK]", ATTR_LSTRIP, true);
             } else {
                 crate::log_warn!("Mask token missing in vocab!");
@@ -1147,7 +1120,7 @@ impl Vocab {
 
     /// The id of a token text, if any (`text_to_token`; None for upstream's NULL).
     pub fn text_to_token(&self, text: &[u8]) -> Option<i32> {
-        self.token_to_id.get(text).copied()
+        self.token_to_id.get(text)
     }
 
     /// Upstream's `byte_to_token`: `<0xXX>` (SPM/UGM, falling back to the raw byte),
@@ -1192,7 +1165,7 @@ impl Vocab {
         key.extend_from_slice(left);
         key.push(b' ');
         key.extend_from_slice(right);
-        self.bpe_ranks.get(key.as_slice()).copied().unwrap_or(-1)
+        self.bpe_ranks.get(key).unwrap_or(-1)
     }
 }
 

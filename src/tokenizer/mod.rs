@@ -8,6 +8,8 @@
 //! tokenizes it, not rejected.
 
 pub mod bpe;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod harness;
 pub mod plamo2;
 pub mod rwkv;
 pub mod spm;

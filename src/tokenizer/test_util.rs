@@ -12,7 +12,7 @@ pub fn vocab(vocab_type: i32, tokens: &[(&str, f32, i32)], unk: i32) -> Vocab {
         ..Vocab::default()
     };
     for (i, &(text, score, attr)) in tokens.iter().enumerate() {
-        v.token_to_id.insert(text.as_bytes().to_vec(), i as i32);
+        v.token_to_id.insert(text.as_bytes(), i as i32);
         v.max_token_len = v.max_token_len.max(text.len());
         v.tokens.push(Token {
             text: CString::new(text).unwrap(),

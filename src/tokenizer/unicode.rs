@@ -113,37 +113,71 @@ pub fn cpt_to_utf8(cpt: u32) -> Option<Vec<u8>> {
     push_utf8(cpt, &mut v).then_some(v)
 }
 
-fn flags_table() -> &'static [u16] {
-    static TABLE: OnceLock<Vec<u16>> = OnceLock::new();
+/// Code points per block of the two-level flags table.
+const BLOCK: usize = 256;
+
+/// Upstream's per-code-point flags (`unicode_cpt_flags_array`), as a two-level table: the
+/// 4,352 blocks of 256 code points index into the distinct blocks (a few hundred), 100 kB or
+/// so where a flat table takes 2.2 MB. Built on first use, block by block (the flat table is
+/// never materialised).
+struct FlagsTable {
+    block_of: Vec<u16>,
+    blocks: Vec<[u16; BLOCK]>,
+}
+
+fn flags_table() -> &'static FlagsTable {
+    static TABLE: OnceLock<FlagsTable> = OnceLock::new();
     TABLE.get_or_init(|| {
-        let mut t = vec![UNDEFINED; MAX_CODEPOINTS as usize];
-        for w in unicode_data::RANGES_FLAGS.windows(2) {
-            let (start, f) = w[0];
-            let end = w[1].0;
-            t[start as usize..end as usize].fill(f);
+        // The per-code-point bits, in code point order.
+        let mut extra: Vec<(u32, u16)> = Vec::new();
+        extra.extend(unicode_data::WHITESPACE.iter().map(|&c| (c, WHITESPACE)));
+        extra.extend(MAP_LOWERCASE.iter().map(|&(_, lower)| (lower, LOWERCASE)));
+        extra.extend(MAP_UPPERCASE.iter().map(|&(_, upper)| (upper, UPPERCASE)));
+        extra.extend(RANGES_NFD.iter().map(|&(_, _, nfd)| (nfd, NFD)));
+        extra.sort_unstable_by_key(|&(c, _)| c);
+        let ranges = unicode_data::RANGES_FLAGS;
+        let n_blocks = MAX_CODEPOINTS as usize / BLOCK;
+        let mut block_of = Vec::with_capacity(n_blocks);
+        let mut blocks: Vec<[u16; BLOCK]> = Vec::new();
+        let mut seen: std::collections::HashMap<[u16; BLOCK], u16> = Default::default();
+        let (mut r, mut e) = (0, 0);
+        for b in 0..n_blocks {
+            let base = (b * BLOCK) as u32;
+            let mut block = [UNDEFINED; BLOCK];
+            for (k, f) in block.iter_mut().enumerate() {
+                let cpt = base + k as u32;
+                // RANGES_FLAGS: (start, flags) sorted; a range runs to the next start, and
+                // code points past the last start keep UNDEFINED.
+                while r + 1 < ranges.len() && ranges[r + 1].0 <= cpt {
+                    r += 1;
+                }
+                if r + 1 < ranges.len() && ranges[r].0 <= cpt {
+                    *f = ranges[r].1;
+                }
+                while e < extra.len() && extra[e].0 == cpt {
+                    *f |= extra[e].1;
+                    e += 1;
+                }
+            }
+            let next = blocks.len() as u16;
+            let index = *seen.entry(block).or_insert_with(|| {
+                blocks.push(block);
+                next
+            });
+            block_of.push(index);
         }
-        for &c in unicode_data::WHITESPACE {
-            t[c as usize] |= WHITESPACE;
-        }
-        for &(_, lower) in MAP_LOWERCASE {
-            t[lower as usize] |= LOWERCASE;
-        }
-        for &(_, upper) in MAP_UPPERCASE {
-            t[upper as usize] |= UPPERCASE;
-        }
-        for &(_, _, nfd) in RANGES_NFD {
-            t[nfd as usize] |= NFD;
-        }
-        t
+        blocks.shrink_to_fit();
+        FlagsTable { block_of, blocks }
     })
 }
 
 /// `unicode_cpt_flags_from_cpt(cpt).as_uint()`: UNDEFINED beyond the table.
 pub fn flags(cpt: u32) -> u16 {
-    flags_table()
-        .get(cpt as usize)
-        .copied()
-        .unwrap_or(UNDEFINED)
+    let t = flags_table();
+    match t.block_of.get(cpt as usize / BLOCK) {
+        Some(&b) => t.blocks[usize::from(b)][cpt as usize % BLOCK],
+        None => UNDEFINED,
+    }
 }
 
 /// Flags at `pos` of a fragment, or 0 outside it (the splitters' `_get_flags`).
@@ -194,6 +228,35 @@ mod tests {
         assert_eq!(cpts_from_utf8(b"\xC0\x80"), vec![0]);
         assert_eq!(cpts_from_utf8(b"\xF7\xBF\xBF\xBF"), vec![0x1FFFFF]);
         assert_eq!(cpt_to_utf8(0x1FFFFF), None);
+    }
+
+    /// The two-level table equals the flat table built the way upstream builds its array.
+    #[test]
+    fn two_level_flags_equal_the_flat_table() {
+        let mut flat = vec![UNDEFINED; MAX_CODEPOINTS as usize];
+        for w in unicode_data::RANGES_FLAGS.windows(2) {
+            flat[w[0].0 as usize..w[1].0 as usize].fill(w[0].1);
+        }
+        for &c in unicode_data::WHITESPACE {
+            flat[c as usize] |= WHITESPACE;
+        }
+        for &(_, lower) in MAP_LOWERCASE {
+            flat[lower as usize] |= LOWERCASE;
+        }
+        for &(_, upper) in MAP_UPPERCASE {
+            flat[upper as usize] |= UPPERCASE;
+        }
+        for &(_, _, nfd) in RANGES_NFD {
+            flat[nfd as usize] |= NFD;
+        }
+        for (cpt, &f) in flat.iter().enumerate() {
+            assert_eq!(flags(cpt as u32), f, "U+{cpt:04X}");
+        }
+        assert!(
+            flags_table().blocks.len() < 1024,
+            "{} distinct blocks",
+            flags_table().blocks.len()
+        );
     }
 
     #[test]

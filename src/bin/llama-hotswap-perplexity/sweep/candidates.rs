@@ -156,9 +156,26 @@ pub fn from_file(model: &Model, path: &Path, label: &str, per_file: bool) -> Vec
     let header = match read_header_from(&file, size, MAX_HEADER_BYTES) {
         Ok(h) => h,
         Err(e) => {
-            return vec![failed(format!(
-                "not a valid GGUF (truncated or corrupt?): {e}"
-            ))]
+            let reason = format!("not a valid GGUF (truncated or corrupt?): {e}");
+            // A file cut short in its data still has a whole header: name its tensors in
+            // the failed rows (one row per tensor, as a sound file would have had).
+            return match names_despite_truncation(&file, size) {
+                Some(tensors) if !tensors.is_empty() => {
+                    let one = |tensors: Vec<CandidateTensor>| Candidate {
+                        label: label.to_string(),
+                        path: path.to_path_buf(),
+                        tensors,
+                        problem: Some(reason.clone()),
+                        fallback_name: None,
+                    };
+                    if per_file {
+                        vec![one(tensors)]
+                    } else {
+                        tensors.into_iter().map(|t| one(vec![t])).collect()
+                    }
+                }
+                _ => vec![failed(reason)],
+            };
         }
     };
     let gguf = match header.gguf() {
@@ -203,6 +220,26 @@ pub fn from_file(model: &Model, path: &Path, label: &str, per_file: bool) -> Vec
         }
     }
     out
+}
+
+/// The tensors a header names when the header is whole but the file ends before their data.
+fn names_despite_truncation(file: &File, size: u64) -> Option<Vec<CandidateTensor>> {
+    let len = usize::try_from(size.min(MAX_HEADER_BYTES)).ok()?;
+    let mut prefix = vec![0u8; len];
+    file.read_exact_at(&mut prefix, 0).ok()?;
+    // As if the file were as long as its header says: only the names and types are used.
+    let gguf = llama::gguf::Gguf::parse_header(&prefix, u64::MAX / 4).ok()?;
+    Some(
+        gguf.tensors()
+            .iter()
+            .map(|info| CandidateTensor {
+                name: info.name.to_string(),
+                ggml_type: info.ggml_type,
+                offset: info.abs_offset(&gguf),
+                nbytes: info.nbytes,
+            })
+            .collect(),
+    )
 }
 
 /// Why a candidate tensor cannot replace the model's, if it cannot.

@@ -90,3 +90,9 @@ bench-upload:
 .PHONY: bench-hotswap
 bench-hotswap:
 	bash scripts/bench-hotswap.sh
+
+# One quantization-sweep round (swap + evaluate + swap back) vs the evaluation alone and vs a
+# full reload (ours and upstream's llama-perplexity), SmolLM2 in one-tensor shards.
+.PHONY: bench-sweep
+bench-sweep:
+	bash scripts/bench-sweep.sh

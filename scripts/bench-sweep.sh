@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# make bench-sweep: what one quantization-sweep round costs on the real SmolLM2 model split
+# into one-tensor shards (the layout sweep users keep), with Q8_0 candidates of a few tensors
+# in the GGUF-Tool-Suite layout (drop-in shards with the base's file names).
+#   in-process round : `llama-hotswap-perplexity sweep`: swap in + evaluate PPL/KLD + swap
+#                      back + hash check, from the rows' `seconds`; the evaluation alone is
+#                      the rows' `eval_seconds` (same round, same process).
+#   full-reload round: put the candidate's shard in place and run the tool on the model:
+#                      ours (llama-hotswap-perplexity --kl-divergence) and upstream's
+#                      llama-perplexity, interleaved, same base-logits file, wall time.
+# Prints medians and the ratios; the goal is round / evaluation <= 1.1.
+# Env: CTX (128), CHUNKS (2), THREADS (2), REPEAT (1 full-reload run per candidate per tool).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/env.sh
+CTX="${CTX:-128}" CHUNKS="${CHUNKS:-2}" THREADS="${THREADS:-2}" REPEAT="${REPEAT:-1}"
+model="$(bash scripts/fetch-models.sh)"
+tools="$(bash scripts/build-upstream-tools.sh llama-perplexity llama-quantize)"
+cargo build --release --quiet --bin llama-hotswap-perplexity --example sweep_fixtures
+ours="$PWD/target/release/llama-hotswap-perplexity"
+fixtures="$PWD/target/release/examples/sweep_fixtures"
+
+data="$LLAMA_HOTSWAP_CACHE/bench-sweep"
+q8="$LLAMA_HOTSWAP_CACHE/models/engine/SmolLM2-135M-Instruct.Q8_0.gguf"
+mkdir -p "$data" "$(dirname "$q8")"
+[ -s "$q8" ] || { LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --allow-requantize "$model" "$q8.tmp" Q8_0 \
+    >/dev/null 2>&1 && mv "$q8.tmp" "$q8"; }
+shards=$("$fixtures" split "$model" "$data/shards/smol")
+first=$(head -n1 <<<"$shards")
+n_shards=$(wc -l <<<"$shards")
+tensors=(blk.0.ffn_down.weight blk.10.attn_q.weight blk.20.ffn_up.weight)
+rm -rf "$data/cand" && "$fixtures" candidates "$data/shards/smol" "$q8" "$data/cand/q8_0" "${tensors[@]}" >/dev/null
+cat "$UPSTREAM_LLAMA/README.md" "$UPSTREAM_LLAMA/docs/build.md" >"$data/text.txt"
+
+work="$PWD/target/bench-sweep"
+rm -rf "$work" && mkdir -p "$work"
+echo "bench-sweep: SmolLM2-135M Q4_1 in $n_shards one-tensor shards, ${#tensors[@]} Q8_0 candidates," \
+     "-c $CTX --chunks $CHUNKS -t $THREADS, $(date -u +%F)"
+
+# In-process: the sweep (base logits computed here, then reused by every full-reload run).
+base="$work/base.kld"
+"$ours" sweep -m "$first" -f "$data/text.txt" --candidates "$data/cand" --csv "$work/rounds.csv" \
+    --kl-divergence-base "$base" -c "$CTX" -b "$CTX" --chunks "$CHUNKS" -t "$THREADS" --plain \
+    >"$work/sweep.log" 2>&1 || { tail -n 30 "$work/sweep.log"; exit 1; }
+grep -E '^sweep: (base|median|\[)' "$work/sweep.log" | sed 's/^/  /'
+
+# Full reload: a model directory of links to the base shards, the candidate's shard swapped in.
+full="$work/full"
+mkdir -p "$full"
+for s in $shards; do ln -sf "$s" "$full/$(basename "$s")"; done
+now() { date +%s.%N; }
+: >"$work/full.tsv"
+for c in "$data"/cand/q8_0/*.gguf; do
+    name=$(basename "$c")
+    ln -sf "$c" "$full/$name"
+    for r in $(seq "$REPEAT"); do
+        t0=$(now)
+        "$ours" -m "$full/$(basename "$first")" --kl-divergence-base "$base" --kl-divergence \
+            -c "$CTX" -b "$CTX" --chunks "$CHUNKS" -t "$THREADS" >"$work/ours-$name-$r.log" 2>&1
+        t1=$(now)
+        LD_LIBRARY_PATH="$tools" "$tools/llama-perplexity" -m "$full/$(basename "$first")" \
+            --kl-divergence-base "$base" --kl-divergence -c "$CTX" -b "$CTX" --chunks "$CHUNKS" \
+            -t "$THREADS" >"$work/upstream-$name-$r.log" 2>&1
+        t2=$(now)
+        echo -e "$name\t$(awk "BEGIN{print $t1 - $t0}")\t$(awk "BEGIN{print $t2 - $t1}")" >>"$work/full.tsv"
+    done
+    ln -sf "$data/shards/smol/$name" "$full/$name"
+    kl_ours=$(grep -m1 -E '^Mean +KLD' "$work/ours-$name-1.log" || true)
+    kl_up=$(grep -m1 -E '^Mean +KLD' "$work/upstream-$name-1.log" || true)
+    echo "  full reload with $name: ours [$kl_ours] upstream [$kl_up]"
+done
+
+python3 - "$work/rounds.csv" "$work/full.tsv" <<'PY'
+import csv, statistics as st, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["status"] == "ok"]
+if not rows:
+    sys.exit("bench-sweep: no ok rows")
+rnd = st.median(float(r["seconds"]) for r in rows)
+ev = st.median(float(r["eval_seconds"]) for r in rows)
+per = st.median(float(r["seconds"]) / float(r["eval_seconds"]) for r in rows)
+full = [l.split("\t") for l in open(sys.argv[2]).read().splitlines()]
+ours = st.median(float(f[1]) for f in full)
+up = st.median(float(f[2]) for f in full)
+print(f"bench-sweep: in-process round {rnd:.3f} s, evaluation alone {ev:.3f} s: "
+      f"round / evaluation = {rnd / ev:.3f} (median of per-round ratios {per:.3f}; goal <= 1.1)")
+print(f"bench-sweep: full-reload round: ours {ours:.3f} s, upstream llama-perplexity {up:.3f} s "
+      f"(ours / upstream = {ours / up:.2f})")
+print(f"bench-sweep: full-reload round / in-process round: ours {ours / rnd:.2f}x, upstream {up / rnd:.2f}x")
+PY

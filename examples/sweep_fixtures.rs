@@ -36,10 +36,25 @@ fn split(model: &Path, prefix: &str) -> Result<(), Error> {
     let n = gguf.tensors().len() as u32;
     let last = PathBuf::from(llama::gguf::split_path(prefix, n - 1, n));
     if !last.exists() {
-        if let Some(dir) = Path::new(prefix).parent() {
-            std::fs::create_dir_all(dir)?;
+        // Written into a directory of its own and renamed into place: a run stopped halfway
+        // (or two at once) never leaves a partial set under the prefix's directory.
+        let dir = Path::new(prefix).parent().ok_or("bad prefix")?;
+        let stem = Path::new(prefix).file_name().ok_or("bad prefix")?;
+        let tmp = dir.with_extension(format!("tmp{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp)?;
+        let tmp_prefix = tmp.join(stem);
+        GgufWriter::from_gguf(&gguf)
+            .write_split(tmp_prefix.to_str().ok_or("non-UTF-8 path")?, SplitMode::MaxTensors(1))?;
+        if dir.exists() && !last.exists() {
+            std::fs::remove_dir_all(dir)?;
         }
-        GgufWriter::from_gguf(&gguf).write_split(prefix, SplitMode::MaxTensors(1))?;
+        if std::fs::rename(&tmp, dir).is_err() {
+            std::fs::remove_dir_all(&tmp)?;
+        }
+        if !last.exists() {
+            return Err(format!("{}: not written", last.display()).into());
+        }
     }
     for k in 0..n {
         println!("{}", llama::gguf::split_path(prefix, k, n));

@@ -21,9 +21,12 @@ fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("split") if args.len() == 3 => split(Path::new(&args[1]), &args[2]),
-        Some("candidates") if args.len() >= 5 => {
-            candidates(&args[1], Path::new(&args[2]), Path::new(&args[3]), &args[4..])
-        }
+        Some("candidates") if args.len() >= 5 => candidates(
+            &args[1],
+            Path::new(&args[2]),
+            Path::new(&args[3]),
+            &args[4..],
+        ),
         _ => Err("usage: sweep_fixtures split MODEL PREFIX | \
                   candidates PREFIX SOURCE OUTDIR TENSOR..."
             .into()),
@@ -44,8 +47,10 @@ fn split(model: &Path, prefix: &str) -> Result<(), Error> {
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(&tmp)?;
         let tmp_prefix = tmp.join(stem);
-        GgufWriter::from_gguf(&gguf)
-            .write_split(tmp_prefix.to_str().ok_or("non-UTF-8 path")?, SplitMode::MaxTensors(1))?;
+        GgufWriter::from_gguf(&gguf).write_split(
+            tmp_prefix.to_str().ok_or("non-UTF-8 path")?,
+            SplitMode::MaxTensors(1),
+        )?;
         if dir.exists() && !last.exists() {
             std::fs::remove_dir_all(dir)?;
         }
@@ -69,7 +74,8 @@ fn candidates(prefix: &str, source: &Path, out: &Path, tensors: &[String]) -> Re
     let first = std::fs::read_dir(Path::new(prefix).parent().ok_or("bad prefix")?)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| {
-            p.to_string_lossy().starts_with(&format!("{prefix}-00001-of-"))
+            p.to_string_lossy()
+                .starts_with(&format!("{prefix}-00001-of-"))
         })
         .ok_or("no first shard for the prefix")?;
     let first_bytes = std::fs::read(&first)?;
@@ -79,7 +85,9 @@ fn candidates(prefix: &str, source: &Path, out: &Path, tensors: &[String]) -> Re
     };
     std::fs::create_dir_all(out)?;
     for name in tensors {
-        let info = src.tensor(name).ok_or_else(|| format!("{name}: not in {}", source.display()))?;
+        let info = src
+            .tensor(name)
+            .ok_or_else(|| format!("{name}: not in {}", source.display()))?;
         let data = src.tensor_data(info).ok_or("tensor data missing")?.to_vec();
         let mut written = false;
         for k in 0..count {

@@ -94,7 +94,9 @@ fn sweep(fx: &Fixture, out: &str, extra: &[&str], env: &[(&str, &str)]) -> Run {
         .arg(&csv)
         .arg("--jsonl")
         .arg(&jsonl)
-        .args(["-c", "32", "-b", "32", "--chunks", "3", "-t", "2", "--plain"])
+        .args([
+            "-c", "32", "-b", "32", "--chunks", "3", "-t", "2", "--plain",
+        ])
         .args(extra)
         .env_remove("LLAMA_HOTSWAP_SWEEP_TEST_CORRUPT_RESTORE");
     for (k, v) in env {
@@ -173,7 +175,10 @@ fn sweep_rows_resume_truncated_and_type_change() {
     assert!(base_kld.parse::<f64>().unwrap().abs() < 1e-4, "{base_kld}");
     assert_eq!(same["top1"], "100");
     assert_eq!(same["bytes"], (64 * 64 * 4).to_string());
-    assert_eq!((same["chunks"].as_str(), same["n_ctx"].as_str()), ("3", "32"));
+    assert_eq!(
+        (same["chunks"].as_str(), same["n_ctx"].as_str()),
+        ("3", "32")
+    );
 
     // Type change: Q8_0 bytes, an ok row whose KLD is above the base's.
     let retyped = row(&r, RETYPED);
@@ -181,7 +186,10 @@ fn sweep_rows_resume_truncated_and_type_change() {
     assert_eq!(retyped["type"], "q8_0");
     assert_eq!(retyped["bytes"], (128 * 64 / 32 * 34).to_string());
     assert!(retyped["kld"].parse::<f64>().unwrap() > base_kld.parse::<f64>().unwrap());
-    assert!(retyped["seconds"].parse::<f64>().unwrap() >= retyped["eval_seconds"].parse::<f64>().unwrap());
+    assert!(
+        retyped["seconds"].parse::<f64>().unwrap()
+            >= retyped["eval_seconds"].parse::<f64>().unwrap()
+    );
 
     // Truncated: a failed row with its reason, and the others still ran.
     let cut = row(&r, TRUNCATED);
@@ -194,13 +202,20 @@ fn sweep_rows_resume_truncated_and_type_change() {
     // JSON lines got the same rows.
     let jsonl = std::fs::read_to_string(fx.dir.path().join("out.jsonl")).unwrap();
     assert_eq!(jsonl.lines().count(), 3);
-    assert!(jsonl.contains(&format!("\"ppl\":{}", same["ppl"])), "{jsonl}");
+    assert!(
+        jsonl.contains(&format!("\"ppl\":{}", same["ppl"])),
+        "{jsonl}"
+    );
 
     // Resume: nothing left to do, nothing appended.
     let before = std::fs::read_to_string(&csv).unwrap();
     let again = sweep(&fx, "out", &[], &[]);
     assert!(again.ok, "{}", again.stderr);
-    assert!(again.stderr.contains("0 to run, 3 already"), "{}", again.stderr);
+    assert!(
+        again.stderr.contains("0 to run, 3 already"),
+        "{}",
+        again.stderr
+    );
     assert_eq!(std::fs::read_to_string(&csv).unwrap(), before);
 
     // Resume after losing the last row and half of a line: only that candidate runs, and
@@ -211,7 +226,11 @@ fn sweep_rows_resume_truncated_and_type_change() {
     std::fs::write(&csv, cut_text).unwrap();
     let third = sweep(&fx, "out", &[], &[]);
     assert!(third.ok, "{}", third.stderr);
-    assert!(third.stderr.contains("1 to run, 2 already"), "{}", third.stderr);
+    assert!(
+        third.stderr.contains("1 to run, 2 already"),
+        "{}",
+        third.stderr
+    );
     let after = rows(&csv);
     assert_eq!(after.len(), 3);
     let rerun = after.last().unwrap();
@@ -223,7 +242,11 @@ fn sweep_rows_resume_truncated_and_type_change() {
     // Resume refuses rows measured with other settings.
     let other = sweep(&fx, "out", &["--chunks", "2"], &[]);
     assert!(!other.ok);
-    assert!(other.stderr.contains("use another output file"), "{}", other.stderr);
+    assert!(
+        other.stderr.contains("use another output file"),
+        "{}",
+        other.stderr
+    );
 
     // A fresh load of a model whose tensor is Q8_0 from the start, evaluated against the same
     // base logits, measures exactly what the swapped-in candidate did.
@@ -236,9 +259,19 @@ fn sweep_rows_resume_truncated_and_type_change() {
     }
     for spec in llama_tensor_specs(&opts()) {
         let count = spec.dims.iter().product::<i64>() as usize;
-        let values = tensor_values(opts().seed, &spec.name, count, spec.name.ends_with("_norm.weight"));
-        let ty = if spec.name == RETYPED { GgmlType::Q8_0 } else { spec.ggml_type };
-        w.add_tensor_f32(&spec.name, &spec.dims, ty, &values).unwrap();
+        let values = tensor_values(
+            opts().seed,
+            &spec.name,
+            count,
+            spec.name.ends_with("_norm.weight"),
+        );
+        let ty = if spec.name == RETYPED {
+            GgmlType::Q8_0
+        } else {
+            spec.ggml_type
+        };
+        w.add_tensor_f32(&spec.name, &spec.dims, ty, &values)
+            .unwrap();
     }
     let q8 = w
         .write_split(q8_prefix.to_str().unwrap(), SplitMode::MaxTensors(1))
@@ -255,7 +288,9 @@ fn sweep_rows_resume_truncated_and_type_change() {
         .arg(fx.dir.path().join("out.csv.base-logits"))
         .arg("--csv")
         .arg(fx.dir.path().join("q8.csv"))
-        .args(["-c", "32", "-b", "32", "--chunks", "3", "-t", "2", "--plain"])
+        .args([
+            "-c", "32", "-b", "32", "--chunks", "3", "-t", "2", "--plain",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
@@ -299,7 +334,10 @@ fn a_corrupted_restore_is_caught() {
         &fx,
         "always",
         &[],
-        &[("LLAMA_HOTSWAP_SWEEP_TEST_CORRUPT_RESTORE", &format!("{SAME}:always"))],
+        &[(
+            "LLAMA_HOTSWAP_SWEEP_TEST_CORRUPT_RESTORE",
+            &format!("{SAME}:always"),
+        )],
     );
     assert!(!run.ok, "{}", run.stderr);
     assert!(run.stderr.contains("stopped"), "{}", run.stderr);
@@ -326,7 +364,14 @@ fn bad_arguments_are_errors() {
         assert!(!o.stderr.is_empty(), "{args:?}");
     }
     let missing = Command::new(BIN)
-        .args(["sweep", "-m", "/nonexistent/m.gguf", "--candidates", "/tmp", "--csv"])
+        .args([
+            "sweep",
+            "-m",
+            "/nonexistent/m.gguf",
+            "--candidates",
+            "/tmp",
+            "--csv",
+        ])
         .arg(std::env::temp_dir().join(format!("sweep-missing-{}.csv", std::process::id())))
         .output()
         .unwrap();

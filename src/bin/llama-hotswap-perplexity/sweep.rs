@@ -121,12 +121,13 @@ fn parse_args(argv: &[String]) -> Result<SweepArgs, String> {
             "--chunks" => a.n_chunks = Some(number()?),
             "--include" => {
                 let v = value()?;
-                a.include = Some(
-                    regex::Regex::new(&v).map_err(|e| format!("sweep: --include: {e}"))?,
-                );
+                a.include =
+                    Some(regex::Regex::new(&v).map_err(|e| format!("sweep: --include: {e}"))?);
             }
             "--budget" => {
-                a.budget = Some(summary::parse_size(&value()?).map_err(|e| format!("sweep: --budget: {e}"))?)
+                a.budget = Some(
+                    summary::parse_size(&value()?).map_err(|e| format!("sweep: --budget: {e}"))?,
+                )
             }
             "--per-file" | "--retry-failed" | "--plain" => {
                 takes_value = false;
@@ -154,7 +155,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
         print!("{USAGE}");
         return Ok(());
     }
-    let model_path = a.model.clone().ok_or(format!("sweep: -m MODEL is required\n\n{USAGE}"))?;
+    let model_path = a
+        .model
+        .clone()
+        .ok_or(format!("sweep: -m MODEL is required\n\n{USAGE}"))?;
     if a.candidates.is_empty() {
         return Err(format!("sweep: --candidates DIR is required\n\n{USAGE}"));
     }
@@ -163,7 +167,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .filter_map(|(p, f)| p.clone().map(|p| (p, f)))
         .collect();
     if outputs.is_empty() {
-        return Err(format!("sweep: an output is required (--csv FILE and/or --jsonl FILE)\n\n{USAGE}"));
+        return Err(format!(
+            "sweep: an output is required (--csv FILE and/or --jsonl FILE)\n\n{USAGE}"
+        ));
     }
     let base_path = a.base.clone().unwrap_or_else(|| {
         let mut p = outputs[0].0.clone().into_os_string();
@@ -227,7 +233,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
         cfg.n_threads_batch = n;
     }
     let mut base = base_logits(&model, &a, &base_path, &mut cfg)?;
-    let mut ev = Evaluator::new(Arc::clone(&model), cfg.clone()).map_err(|e| format!("sweep: {e}"))?;
+    let mut ev =
+        Evaluator::new(Arc::clone(&model), cfg.clone()).map_err(|e| format!("sweep: {e}"))?;
 
     // The base round: the unmodified model against its own logits. Its PPL is the one an
     // identical candidate must give exactly; its KLD is the floor (the file's log-probs are
@@ -241,7 +248,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
         base_summary.ppl, base_summary.ppl_err, base_summary.n_chunks, base.n_ctx, base_summary.seconds
     );
     let (n_chunks, n_ctx) = (base_summary.n_chunks, base.n_ctx);
-    if let Some(r) = done_rows.iter().find(|r| r.chunks != n_chunks || r.n_ctx != n_ctx) {
+    if let Some(r) = done_rows
+        .iter()
+        .find(|r| r.chunks != n_chunks || r.n_ctx != n_ctx)
+    {
         return Err(format!(
             "sweep: {} holds rows measured on {} chunks of {} tokens, this run measures {n_chunks} \
              of {n_ctx}: use another output file, or the same --chunks and -c",
@@ -300,7 +310,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         // Every tensor swept is back to its first bytes (each round checked its own; this
         // also catches a tensor changed behind the sweep's back).
         if let Err(e) = swap::verify_all(&swapper) {
-            fatal = Some(format!("the model is no longer the base after the sweep: {e}"));
+            fatal = Some(format!(
+                "the model is no longer the base after the sweep: {e}"
+            ));
         }
     }
 
@@ -321,7 +333,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
 /// Opens the base logits, computing them from the base model first when the file does not
 /// exist (written to a temporary name and renamed, so an interrupted run leaves no half
 /// file). `cfg.n_ctx` becomes the file's.
-fn base_logits(model: &Arc<Model>, a: &SweepArgs, path: &Path, cfg: &mut EvalConfig) -> Result<KldBase, String> {
+fn base_logits(
+    model: &Arc<Model>,
+    a: &SweepArgs,
+    path: &Path,
+    cfg: &mut EvalConfig,
+) -> Result<KldBase, String> {
     if !path.exists() {
         let text_path = a.file.as_ref().ok_or_else(|| {
             format!(
@@ -329,14 +346,15 @@ fn base_logits(model: &Arc<Model>, a: &SweepArgs, path: &Path, cfg: &mut EvalCon
                 path.display()
             )
         })?;
-        let text = std::fs::read(text_path)
-            .map_err(|e| format!("sweep: {}: {e}", text_path.display()))?;
+        let text =
+            std::fs::read(text_path).map_err(|e| format!("sweep: {}: {e}", text_path.display()))?;
         let tokens = tokenize_text(model, &Tokenizer::new(&model.vocab), &text)
             .map_err(|e| format!("sweep: {e}"))?;
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");
         let tmp = PathBuf::from(tmp);
-        let mut ev = Evaluator::new(Arc::clone(model), cfg.clone()).map_err(|e| format!("sweep: {e}"))?;
+        let mut ev =
+            Evaluator::new(Arc::clone(model), cfg.clone()).map_err(|e| format!("sweep: {e}"))?;
         let s: Summary = ev
             .perplexity(&tokens, Some(&tmp))
             .map_err(|e| format!("sweep: computing the base logits: {e}"))?;
@@ -459,9 +477,7 @@ fn print_budget(model: &Model, rows: &[Row], budget: u64) {
     let swept_base: u64 = choices.values().map(|c| c[0].bytes).sum();
     let fixed = model.size.saturating_sub(swept_base);
     let Some(for_swept) = budget.checked_sub(fixed) else {
-        eprintln!(
-            "sweep: budget {budget} bytes: the tensors not swept alone take {fixed} bytes"
-        );
+        eprintln!("sweep: budget {budget} bytes: the tensors not swept alone take {fixed} bytes");
         return;
     };
     match summary::assign(&choices, for_swept) {
@@ -476,7 +492,10 @@ fn print_budget(model: &Model, rows: &[Row], budget: u64) {
                 "sweep: budget {budget} bytes: model {bytes} bytes, estimated KLD {kld:.6} (sum over tensors)"
             );
             for (name, c) in pick {
-                eprintln!("sweep:   {name} {} {} bytes KLD {:.6}", c.ggml_type, c.bytes, c.kld);
+                eprintln!(
+                    "sweep:   {name} {} {} bytes KLD {:.6}",
+                    c.ggml_type, c.bytes, c.kld
+                );
             }
         }
     }

@@ -255,9 +255,16 @@ fn check(model: &Model, t: &CandidateTensor, ne: [i64; 4], file_size: u64) -> Op
         ));
     }
     if t.ggml_type.type_size() == 0 {
-        return Some(format!("'{}': type {} has no data layout", t.name, t.ggml_type.name()));
+        return Some(format!(
+            "'{}': type {} has no data layout",
+            t.name,
+            t.ggml_type.name()
+        ));
     }
-    if t.offset.checked_add(t.nbytes).map_or(true, |end| end > file_size) {
+    if t.offset
+        .checked_add(t.nbytes)
+        .map_or(true, |end| end > file_size)
+    {
         return Some(format!(
             "'{}': data {}..{} past the end of the file ({file_size} bytes): truncated",
             t.name,

@@ -51,7 +51,10 @@ impl Progress {
         if self.tty {
             // Clear the bar, print the result line, redraw the bar below it.
             eprint!("\r\x1b[2K");
-            eprintln!("[{}/{}] {what}: {result} ({:.2} s)", self.done, self.total, row.seconds);
+            eprintln!(
+                "[{}/{}] {what}: {result} ({:.2} s)",
+                self.done, self.total, row.seconds
+            );
             if self.done < self.total {
                 self.draw("");
             }

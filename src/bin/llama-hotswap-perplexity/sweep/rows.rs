@@ -487,7 +487,15 @@ mod tests {
         for format in [Format::Csv, Format::JsonLines] {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("out");
-            let rows = vec![row("a"), row("b,c"), Row { ok: false, ppl: None, ..row("d") }];
+            let rows = vec![
+                row("a"),
+                row("b,c"),
+                Row {
+                    ok: false,
+                    ppl: None,
+                    ..row("d")
+                },
+            ];
             {
                 let (mut sink, old) = Sink::open(&path, format).unwrap();
                 assert!(old.is_empty());

@@ -34,7 +34,11 @@ pub fn summarize(rows: &[Row], base_ppl: Option<f64>) -> Vec<String> {
         ));
     }
     let mut by_kld = ok.clone();
-    by_kld.sort_by(|a, b| a.kld.unwrap_or(f64::MAX).total_cmp(&b.kld.unwrap_or(f64::MAX)));
+    by_kld.sort_by(|a, b| {
+        a.kld
+            .unwrap_or(f64::MAX)
+            .total_cmp(&b.kld.unwrap_or(f64::MAX))
+    });
     for r in by_kld.iter().rev().take(5) {
         lines.push(format!(
             "sweep: most sensitive: {} {}: KLD {:.6} PPL {:.4}",
@@ -68,7 +72,10 @@ fn median(v: &[f64]) -> Option<f64> {
 
 /// Per tensor, the choices the rows offer: the base (`base` gives each swept tensor's type
 /// and bytes, KLD 0) and every ok single-tensor row.
-pub fn choices(rows: &[Row], base: &dyn Fn(&str) -> Option<(String, u64)>) -> BTreeMap<String, Vec<Choice>> {
+pub fn choices(
+    rows: &[Row],
+    base: &dyn Fn(&str) -> Option<(String, u64)>,
+) -> BTreeMap<String, Vec<Choice>> {
     let mut out: BTreeMap<String, Vec<Choice>> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.ok && !r.tensor.contains('+')) {
         let (Some(kld), Some((base_type, base_bytes))) = (r.kld, base(&r.tensor)) else {
@@ -98,7 +105,10 @@ pub fn choices(rows: &[Row], base: &dyn Fn(&str) -> Option<(String, u64)>) -> BT
 /// greedily: start from each tensor's smallest choice, then take the upgrade that removes
 /// the most KLD per added byte while it fits. None when even the smallest choices exceed
 /// the budget. (KLDs of separate swaps are treated as additive: an estimate.)
-pub fn assign(choices: &BTreeMap<String, Vec<Choice>>, budget: u64) -> Option<Vec<(String, Choice)>> {
+pub fn assign(
+    choices: &BTreeMap<String, Vec<Choice>>,
+    budget: u64,
+) -> Option<Vec<(String, Choice)>> {
     let mut pick: Vec<(&String, &Choice)> = choices
         .iter()
         .map(|(name, list)| {
@@ -134,7 +144,11 @@ pub fn assign(choices: &BTreeMap<String, Vec<Choice>>, budget: u64) -> Option<Ve
         total = total - pick[k].1.bytes + c.bytes;
         pick[k].1 = c;
     }
-    Some(pick.into_iter().map(|(n, c)| (n.clone(), c.clone())).collect())
+    Some(
+        pick.into_iter()
+            .map(|(n, c)| (n.clone(), c.clone()))
+            .collect(),
+    )
 }
 
 /// Parses a size: bytes, or with a K/M/G/T suffix (powers of 1024; `KiB`, `GB` and so on
@@ -148,7 +162,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let value: f64 = num
         .parse()
         .map_err(|_| format!("'{s}' is not a size (bytes, or a number with K/M/G/T)"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().trim_end_matches(['b', 'i']) {
+    let mult: u64 = match unit
+        .trim()
+        .to_ascii_lowercase()
+        .trim_end_matches(['b', 'i'])
+    {
         "" => 1,
         "k" => 1 << 10,
         "m" => 1 << 20,
@@ -174,15 +192,24 @@ mod tests {
     #[test]
     fn the_budget_goes_where_it_removes_the_most_kld() {
         let mut m = BTreeMap::new();
-        m.insert("a".to_string(), vec![c("f16", 100, 0.0), c("q8_0", 50, 0.001), c("q4_0", 25, 0.1)]);
-        m.insert("b".to_string(), vec![c("f16", 100, 0.0), c("q8_0", 50, 0.01), c("q4_0", 25, 0.02)]);
+        m.insert(
+            "a".to_string(),
+            vec![c("f16", 100, 0.0), c("q8_0", 50, 0.001), c("q4_0", 25, 0.1)],
+        );
+        m.insert(
+            "b".to_string(),
+            vec![c("f16", 100, 0.0), c("q8_0", 50, 0.01), c("q4_0", 25, 0.02)],
+        );
         // Everything at its smallest: 50 bytes.
         let all_small = assign(&m, 50).unwrap();
         assert_eq!(all_small[0].1.ggml_type, "q4_0");
         assert_eq!(all_small[1].1.ggml_type, "q4_0");
         // 75 bytes: a's q8_0 saves 0.099 for 25 bytes, b's 0.01: a goes up.
         let p = assign(&m, 75).unwrap();
-        assert_eq!((p[0].1.ggml_type.as_str(), p[1].1.ggml_type.as_str()), ("q8_0", "q4_0"));
+        assert_eq!(
+            (p[0].1.ggml_type.as_str(), p[1].1.ggml_type.as_str()),
+            ("q8_0", "q4_0")
+        );
         // Room for everything: the base.
         let p = assign(&m, 200).unwrap();
         assert!(p.iter().all(|(_, c)| c.ggml_type == "f16"));

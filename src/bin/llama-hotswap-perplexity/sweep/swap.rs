@@ -198,7 +198,9 @@ pub fn verify_all(sw: &Swapper<'_>) -> Result<(), String> {
     for (name, &h) in &sw.first_hash {
         let now = live_hash(sw.model, name)?;
         if now != h {
-            return Err(format!("'{name}' hashes to {now:016x}, {h:016x} originally"));
+            return Err(format!(
+                "'{name}' hashes to {now:016x}, {h:016x} originally"
+            ));
         }
     }
     Ok(())
@@ -247,7 +249,9 @@ pub fn hash64(data: &[u8]) -> u64 {
     for stripe in &mut stripes {
         for (k, lane) in lanes.iter_mut().enumerate() {
             let w = u64::from_le_bytes(stripe[k * 8..k * 8 + 8].try_into().unwrap());
-            *lane = (*lane ^ w.wrapping_mul(P2)).rotate_left(31).wrapping_mul(P1);
+            *lane = (*lane ^ w.wrapping_mul(P2))
+                .rotate_left(31)
+                .wrapping_mul(P1);
         }
     }
     let mut h = (data.len() as u64).wrapping_mul(P3);

@@ -86,11 +86,10 @@ impl Progress {
 
     fn draw(&self, what: &str) {
         const WIDTH: usize = 30;
-        let filled = if self.total == 0 {
-            WIDTH
-        } else {
-            self.done * WIDTH / self.total
-        };
+        let filled = (self.done * WIDTH)
+            .checked_div(self.total)
+            .unwrap_or(WIDTH)
+            .min(WIDTH);
         let bar: String = "#".repeat(filled) + &" ".repeat(WIDTH - filled);
         let pct = if self.total == 0 {
             100.0

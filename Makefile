@@ -9,7 +9,7 @@ RELEASE_DIR := target/release
 LIB := $(RELEASE_DIR)/libllama.so
 # The llama.cpp version whose API this library mirrors (llama_version() reports the same).
 LLAMA_PC_VERSION := 0.5.0-dev
-TEST_PARTS := rust cuda-mock header abi symbols c asan valgrind python differential tokenizer chat sampling grammar engine sweep status
+TEST_PARTS := rust cuda-mock header abi symbols c asan valgrind python differential tokenizer chat sampling grammar engine status perplexity sweep
 
 .PHONY: all build header tools install demo test setup $(addprefix test-,$(TEST_PARTS))
 all: build
@@ -25,10 +25,12 @@ header: tools
 	@$(CACHE_ENV); "$$LLAMA_HOTSWAP_CACHE/bin/cbindgen" --config cbindgen.toml --quiet --output include/llama.h .
 
 # Installs like llama.cpp: lib/libllama.so.0 (the SONAME) with a libllama.so link,
-# include/llama.h and lib/pkgconfig/llama.pc.  `make install PREFIX=$HOME/.local`
+# include/llama.h and lib/pkgconfig/llama.pc, and bin/llama-hotswap-perplexity.  `make install PREFIX=$HOME/.local`
 install: build
-	install -d "$(DESTDIR)$(PREFIX)/lib/pkgconfig" "$(DESTDIR)$(PREFIX)/include"
+	$(CARGO) build --release --bin llama-hotswap-perplexity
+	install -d "$(DESTDIR)$(PREFIX)/lib/pkgconfig" "$(DESTDIR)$(PREFIX)/include" "$(DESTDIR)$(PREFIX)/bin"
 	install -m 755 $(LIB) "$(DESTDIR)$(PREFIX)/lib/libllama.so.0"
+	install -m 755 $(RELEASE_DIR)/llama-hotswap-perplexity "$(DESTDIR)$(PREFIX)/bin/llama-hotswap-perplexity"
 	ln -sfn libllama.so.0 "$(DESTDIR)$(PREFIX)/lib/libllama.so"
 	install -m 644 include/llama.h "$(DESTDIR)$(PREFIX)/include/llama.h"
 	printf '%s\n' \

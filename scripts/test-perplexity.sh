@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# llama-hotswap-perplexity against upstream's llama-perplexity (the oracle), on SmolLM2-135M
+# (Q4_1 as shipped; base F16 requantized by upstream's llama-quantize, cached by test-engine)
+# over upstream's own docs (README + docs, generated in the work dir, never committed),
+# chunks of 128 tokens, 4 chunks:
+#  * PPL: our final estimate within 0.1% of upstream's, with 4 per-chunk estimates; the same
+#    from several chunks per batch (-b 512: 4 sequences side by side) and several batches per
+#    chunk (-b 64).
+#  * KLD both ways: a base-logits file written by upstream (F16) read by ours and by upstream
+#    on Q4_1, and one written by ours read by both: headers and tokens byte-identical, mean
+#    KLD within 10% + 0.001, top-1 agreement within 2 points, PPL(Q)/PPL(base) within 0.2%.
+#    Ours reading its own F16 file on F16: KLD < 1e-4, top-1 100%.
+#  * Hostile input: unknown flag, missing model/text/base file, a text shorter than 2 chunks,
+#    a file that is not base logits, a truncated one, a bad batch: upstream's message, exit
+#    status non-zero, never a panic.
+#  * ik's loop mode on the model split one tensor per shard (upstream's llama-gguf-split):
+#    a pre-reload script swaps a Q8_0 copy of one tensor in, then back, then nothing: three
+#    evaluations, `reloaded tensor '<name>'` twice, the swapped round equal to a fresh load of
+#    the swapped model, the restored round equal to the first.
+#  * ik's signal-file mode (tests/perplexity/signal_driver.py): commands with sequence
+#    numbers, stale/no-op/exit, statuses read back atomically.
+. "$(dirname "$0")/test-common.sh"
+out="$WORK/perplexity"
+rm -rf "$out" && mkdir -p "$out"
+log="$out/build.log"
+cargo build --release --bin llama-hotswap-perplexity >"$log" 2>&1 || { tail -30 "$log"; fail "build failed"; }
+tool="$ROOT/target/release/llama-hotswap-perplexity"
+model="$(bash scripts/fetch-models.sh)"
+tools="$(bash scripts/build-upstream-tools.sh llama-perplexity llama-quantize llama-gguf-split)"
+models_dir="$LLAMA_HOTSWAP_CACHE/models/engine"
+mkdir -p "$models_dir"
+for t in F16 Q8_0; do
+    f="$models_dir/SmolLM2-135M-Instruct.$t.gguf"
+    [ -s "$f" ] || { LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --allow-requantize "$model" "$f.tmp" "$t" \
+        >"$out/quantize-$t.log" 2>&1 && mv "$f.tmp" "$f"; } || fail "llama-quantize $t failed"
+done
+f16="$models_dir/SmolLM2-135M-Instruct.F16.gguf"
+q80="$models_dir/SmolLM2-135M-Instruct.Q8_0.gguf"
+text="$out/text.txt"
+cat "$UPSTREAM_LLAMA/README.md" "$UPSTREAM_LLAMA/docs/build.md" "$UPSTREAM_LLAMA/tools/perplexity/README.md" \
+    "$UPSTREAM_LLAMA/CONTRIBUTING.md" >"$text"
+C=(-c 128 --chunks 4 -t 2)
+up() { LD_LIBRARY_PATH="$tools" "$tools/llama-perplexity" "$@"; }
+passed=0; failed=0
+ok() { say "ok   $*"; passed=$((passed + 1)); }
+bad() { say "FAIL $*"; failed=$((failed + 1)); }
+# run NAME PROGRAM ARGS...: stdout+stderr to $out/NAME.log; non-zero status is a failure
+run() {
+    local name=$1; shift
+    if ! "$@" >"$out/$name.log" 2>&1; then
+        bad "$name: exit status $? (log $out/$name.log)"; tail -5 "$out/$name.log"; return 1
+    fi
+    if grep -q "panicked" "$out/$name.log"; then bad "$name: panicked"; return 1; fi
+}
+final_ppl() { sed -n 's/.*Final estimate: PPL = \([0-9.]*\) .*/\1/p' "$out/$1.log" | tail -1; }
+stat() { # NAME LABEL: the first number after "LABEL"
+    grep -F "$2" "$out/$1.log" | head -1 | sed 's/^[^:]*: *//' | awk '{print $1}'
+}
+within() { awk -v a="$1" -v b="$2" -v rel="$3" -v abs="${4:-0}" \
+    'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; exit !(a != "" && b != "" && d <= rel * m + abs) }'; }
+
+# --- PPL
+if run ppl-up up -m "$model" -f "$text" "${C[@]}" -b 512 && run ppl-ours "$tool" -m "$model" -f "$text" "${C[@]}" -b 512; then
+    u=$(final_ppl ppl-up); o=$(final_ppl ppl-ours)
+    n=$(grep -o '\[[0-9]*\][0-9.]*,' "$out/ppl-ours.log" | wc -l)
+    if within "$o" "$u" 1e-3 && [ "$n" = 4 ]; then ok "ppl: ours $o, upstream $u (4 chunks of 128)"
+    else bad "ppl: ours $o (estimates printed: $n), upstream $u"; fi
+    if run ppl-ours-b64 "$tool" -m "$model" -f "$text" "${C[@]}" -b 64; then
+        b=$(final_ppl ppl-ours-b64)
+        if within "$b" "$u" 1e-3; then ok "ppl with 2 batches per chunk: $b"; else bad "ppl -b 64: $b vs upstream $u"; fi
+    fi
+fi
+
+# --- KLD both ways
+kld_report() { # NAME
+    printf 'KLD %s, top-1 %s%%, PPL ratio %s' "$(stat "$1" 'Mean    KLD')" "$(stat "$1" 'Same top p')" \
+        "$(stat "$1" 'Mean PPL(Q)/PPL(base)')"
+}
+kld_same() { # A B: the statistics of two KLD runs agree within the stated tolerances
+    within "$(stat "$1" 'Mean    KLD')" "$(stat "$2" 'Mean    KLD')" 0.1 0.001 \
+        && within "$(stat "$1" 'Same top p')" "$(stat "$2" 'Same top p')" 0 2 \
+        && within "$(stat "$1" 'Mean PPL(Q)/PPL(base)')" "$(stat "$2" 'Mean PPL(Q)/PPL(base)')" 2e-3
+}
+if run base-up up -m "$f16" -f "$text" "${C[@]}" --kl-divergence-base "$out/up.kld" \
+    && run base-ours "$tool" -m "$f16" -f "$text" "${C[@]}" --kl-divergence-base "$out/ours.kld"; then
+    hdr=$(( 20 + 4 * 128 * 4 ))
+    if cmp -s <(head -c $hdr "$out/up.kld") <(head -c $hdr "$out/ours.kld") \
+        && [ "$(stat -c %s "$out/up.kld" 2>/dev/null || wc -c <"$out/up.kld")" = "$(wc -c <"$out/ours.kld")" ]; then
+        ok "base files: header and tokens identical, same size"
+    else bad "base files differ in header/tokens or size"; fi
+    for w in up ours; do
+        run "kld-up-reads-$w" up -m "$model" "${C[@]}" --kl-divergence-base "$out/$w.kld" --kl-divergence || continue
+        run "kld-ours-reads-$w" "$tool" -m "$model" "${C[@]}" --kl-divergence-base "$out/$w.kld" --kl-divergence || continue
+        if kld_same "kld-ours-reads-$w" "kld-up-reads-$w"; then
+            ok "kld, base written by $w: ours $(kld_report "kld-ours-reads-$w"); upstream $(kld_report "kld-up-reads-$w")"
+        else
+            bad "kld, base written by $w: ours $(kld_report "kld-ours-reads-$w"); upstream $(kld_report "kld-up-reads-$w")"
+        fi
+    done
+    if run kld-self "$tool" -m "$f16" "${C[@]}" --kl-divergence-base "$out/ours.kld" --kl-divergence; then
+        k=$(stat kld-self 'Mean    KLD'); t=$(stat kld-self 'Same top p')
+        if within "$k" 0 0 1e-4 && [ "$t" = 100.000 ]; then ok "kld of our F16 base on F16: $k, top-1 $t%"
+        else bad "kld of our F16 base on F16: $k, top-1 $t%"; fi
+    fi
+fi
+
+# --- hostile input: non-zero status, the expected message, no panic
+hostile() { # NAME MESSAGE ARGS...
+    local name=$1 msg=$2; shift 2
+    if "$tool" "$@" >"$out/hostile-$name.log" 2>&1; then bad "hostile $name: exit status 0"; return; fi
+    if grep -q panicked "$out/hostile-$name.log"; then bad "hostile $name: panicked"; return; fi
+    if ! grep -qF -- "$msg" "$out/hostile-$name.log"; then bad "hostile $name: no '$msg' in $(head -c 300 "$out/hostile-$name.log")"; return; fi
+    ok "hostile $name: $msg"
+}
+head -c 2000 "$text" >"$out/short.txt"
+head -c 100000 "$out/ours.kld" >"$out/truncated.kld"
+hostile flag "error: invalid argument: --bogus" --bogus
+hostile value "expected value for argument" -m "$model" -c
+hostile number "invalid integer" -m "$model" -c x12
+hostile model "unable to load model" -m "$out/missing.gguf" -f "$text"
+hostile text "failed to open file" -m "$model" -f "$out/missing.txt"
+hostile short "you need at least 256 tokens" -m "$model" -f "$out/short.txt" -c 128
+hostile batch "must be smaller than the context" -m "$model" -f "$text" -c 128 -b 200
+hostile not-base "does not look like a file containing log-probabilities" -m "$model" --kl-divergence-base "$text" --kl-divergence
+hostile truncated "failed reading log-probs for chunk" -m "$model" -c 128 --kl-divergence-base "$out/truncated.kld" --kl-divergence
+hostile no-base "you must provide a name of a file" -m "$model" --kl-divergence
+
+# --- ik's loop mode on one-tensor shards
+split="$LLAMA_HOTSWAP_CACHE/models/perplexity-split"
+if [ ! -s "$split/q4_1/q41-00002-of-00272.gguf" ] || [ ! -s "$split/q8_0/q80-00002-of-00272.gguf" ]; then
+    rm -rf "$split" && mkdir -p "$split/q4_1" "$split/q8_0"
+    LD_LIBRARY_PATH="$tools" "$tools/llama-gguf-split" --split --split-max-tensors 1 "$model" "$split/q4_1/q41" >"$out/split.log" 2>&1 \
+        && LD_LIBRARY_PATH="$tools" "$tools/llama-gguf-split" --split --split-max-tensors 1 "$q80" "$split/q8_0/q80" >>"$out/split.log" 2>&1 \
+        || fail "llama-gguf-split failed (see $out/split.log)"
+fi
+n=$(ls "$split/q4_1" | wc -l)
+shard_no=$(printf '%05d' 4)   # the shard of the 4th tensor
+tensor=$("$VENV/bin/python" -c "import gguf,sys; print(gguf.GGUFReader(sys.argv[1]).tensors[0].name)" \
+    "$split/q4_1/q41-$shard_no-of-$(printf '%05d' "$n").gguf")
+work="$out/shards"
+mkdir -p "$work"
+cp "$split/q4_1/"*.gguf "$work/"
+first="$work/q41-00001-of-$(printf '%05d' "$n").gguf"
+shard="$work/q41-$shard_no-of-$(printf '%05d' "$n").gguf"
+cand="$split/q8_0/q80-$shard_no-of-$(printf '%05d' "$n").gguf"
+one=(-c 128 --chunks 1 -t 2)
+if run loop env LLAMA_HOTSWAP_ENABLED=1 \
+    LLAMA_PERPLEXITY_PRE_RELOAD_SCRIPT="bash $ROOT/tests/perplexity/swap_round.sh $out/round $shard $cand" \
+    "$tool" -m "$first" -f "$text" "${one[@]}"; then
+    mapfile -t p < <(sed -n 's/.*Final estimate: PPL = \([0-9.]*\) .*/\1/p' "$out/loop.log")
+    reloaded=$(grep -c "^reloaded tensor '$tensor'$" "$out/loop.log" || true)
+    others=$(grep "^reloaded tensor" "$out/loop.log" | grep -vc "'$tensor'" || true)
+    cp "$cand" "$work/swapped.gguf" && ln -f "$shard" "$work/orig.gguf" && mv -f "$work/swapped.gguf" "$shard"
+    run loop-fresh "$tool" -m "$first" -f "$text" "${one[@]}"
+    mv -f "$work/orig.gguf" "$shard"
+    fresh=$(final_ppl loop-fresh)
+    if [ "${#p[@]}" = 3 ] && [ "$reloaded" = 2 ] && [ "$others" = 0 ] && [ "${p[0]}" = "${p[2]}" ] \
+        && [ "${p[1]}" != "${p[0]}" ] && [ "${p[1]}" = "$fresh" ] && grep -q "\[pre-reload\] round 3" "$out/loop.log"; then
+        ok "loop mode: PPL ${p[*]} ($tensor Q4_1 -> Q8_0 -> Q4_1; fresh load of the swapped model $fresh), 'reloaded tensor' x2"
+    else
+        bad "loop mode: PPL ${p[*]} (fresh swapped $fresh), '$tensor' reloaded $reloaded times, others $others"
+    fi
+fi
+
+# --- ik's signal-file mode
+if s=$("$VENV/bin/python" tests/perplexity/signal_driver.py "$tool" "$first" "$shard" "$cand" "$text" "$out/signal.log" 2>&1); then
+    read -r s1 s2 s3 <<<"$s"
+    r=$(grep -c "^reloaded tensor '$tensor'$" "$out/signal.log" || true)
+    if [ "$s1" = "$s3" ] && [ "$s2" = "$fresh" ] && [ "$r" = 2 ]; then
+        ok "signal mode: PPL $s1 $s2 $s3, statuses as commanded, stale command ignored"
+    else bad "signal mode: PPL $s1 $s2 $s3 (expected $s2 = $fresh, first = last), reloaded $r times"; fi
+else
+    bad "signal mode: $s"
+fi
+
+say "perplexity: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

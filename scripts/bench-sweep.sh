@@ -37,40 +37,52 @@ rm -rf "$work" && mkdir -p "$work"
 echo "bench-sweep: SmolLM2-135M Q4_1 in $n_shards one-tensor shards, ${#tensors[@]} Q8_0 candidates," \
      "-c $CTX --chunks $CHUNKS -t $THREADS, $(date -u +%F)"
 
-# In-process: the sweep (base logits computed here, then reused by every full-reload run).
+# Base logits, computed once by our tool and read by every run below (ours and upstream's).
 base="$work/base.kld"
-"$ours" sweep -m "$first" -f "$data/text.txt" --candidates "$data/cand" --csv "$work/rounds.csv" \
-    --kl-divergence-base "$base" -c "$CTX" -b "$CTX" --chunks "$CHUNKS" -t "$THREADS" --plain \
-    >"$work/sweep.log" 2>&1 || { tail -n 30 "$work/sweep.log"; exit 1; }
-grep -E '^sweep: (base|median|\[)' "$work/sweep.log" | sed 's/^/  /'
+"$ours" -m "$first" -f "$data/text.txt" --kl-divergence-base "$base" -c "$CTX" -b "$CTX" \
+    --chunks "$CHUNKS" -t "$THREADS" >"$work/base.log" 2>&1 || { tail -n 30 "$work/base.log"; exit 1; }
 
-# Full reload: a model directory of links to the base shards, the candidate's shard swapped in.
+# For each candidate, interleaved: (1) the in-process sweep round (a sweep of that one
+# candidate: its row has the round's and the evaluation's seconds), (2) our tool on the
+# model with the candidate's shard in place (full reload), (3) upstream's, the same way.
+# The full-reload model is a directory of links to the base shards, one replaced.
 full="$work/full"
 mkdir -p "$full"
 for s in $shards; do ln -sf "$s" "$full/$(basename "$s")"; done
 now() { date +%s.%N; }
 : >"$work/full.tsv"
-for c in "$data"/cand/q8_0/*.gguf; do
-    name=$(basename "$c")
-    ln -sf "$c" "$full/$name"
-    for r in $(seq "$REPEAT"); do
+for r in $(seq "$REPEAT"); do
+    for t in "${tensors[@]}"; do
+        "$ours" sweep -m "$first" --candidates "$data/cand" --include "^${t//./\\.}\$" \
+            --csv "$work/rounds.csv" --retry-failed --kl-divergence-base "$base" -c "$CTX" -b "$CTX" \
+            --chunks "$CHUNKS" -t "$THREADS" --plain >"$work/sweep-$t-$r.log" 2>&1 \
+            || { tail -n 30 "$work/sweep-$t-$r.log"; exit 1; }
+        # the row was appended: the next repeat must run it again, so forget it
+        cp "$work/rounds.csv" "$work/rounds-$t-$r.csv"
+        head -n1 "$work/rounds.csv" >"$work/rounds.tmp" && mv "$work/rounds.tmp" "$work/rounds.csv"
+        tail -n1 "$work/rounds-$t-$r.csv" >>"$work/all-rounds.csv"
+        c=$(grep -m1 -F "$t," "$work/rounds-$t-$r.csv" | awk -F, '{print $14}')
+        name=$(basename "$c")
+        ln -sf "$data/cand/$c" "$full/$name"
         t0=$(now)
         "$ours" -m "$full/$(basename "$first")" --kl-divergence-base "$base" --kl-divergence \
-            -c "$CTX" -b "$CTX" --chunks "$CHUNKS" -t "$THREADS" >"$work/ours-$name-$r.log" 2>&1
+            -c "$CTX" -b "$CTX" --chunks "$CHUNKS" -t "$THREADS" >"$work/ours-$t-$r.log" 2>&1
         t1=$(now)
         LD_LIBRARY_PATH="$tools" "$tools/llama-perplexity" -m "$full/$(basename "$first")" \
             --kl-divergence-base "$base" --kl-divergence -c "$CTX" -b "$CTX" --chunks "$CHUNKS" \
-            -t "$THREADS" >"$work/upstream-$name-$r.log" 2>&1
+            -t "$THREADS" >"$work/upstream-$t-$r.log" 2>&1
         t2=$(now)
-        echo -e "$name\t$(awk "BEGIN{print $t1 - $t0}")\t$(awk "BEGIN{print $t2 - $t1}")" >>"$work/full.tsv"
+        ln -sf "$(dirname "$first")/$name" "$full/$name"
+        echo -e "$t\t$(awk "BEGIN{print $t1 - $t0}")\t$(awk "BEGIN{print $t2 - $t1}")" >>"$work/full.tsv"
+        load=$(grep -m1 -o 'tensors, [0-9]* bytes) in [0-9.]* s' "$work/sweep-$t-$r.log" | awk '{print $(NF-1)}')
+        echo "  $t: in-process $(tail -n1 "$work/rounds-$t-$r.csv" | awk -F, '{printf "round %.3f s (evaluation %.3f s), KLD %s", $9, $10, $6}'); load $load s;" \
+             "full reload: ours $(awk "BEGIN{printf \"%.3f\", $t1 - $t0}") s [$(grep -m1 -E '^Mean +KLD' "$work/ours-$t-$r.log" | tr -s ' ')]," \
+             "upstream $(awk "BEGIN{printf \"%.3f\", $t2 - $t1}") s [$(grep -m1 -E '^Mean +KLD' "$work/upstream-$t-$r.log" | tr -s ' ')]"
     done
-    ln -sf "$data/shards/smol/$name" "$full/$name"
-    kl_ours=$(grep -m1 -E '^Mean +KLD' "$work/ours-$name-1.log" || true)
-    kl_up=$(grep -m1 -E '^Mean +KLD' "$work/upstream-$name-1.log" || true)
-    echo "  full reload with $name: ours [$kl_ours] upstream [$kl_up]"
 done
+(head -n1 "$work/rounds.csv"; cat "$work/all-rounds.csv") >"$work/rounds.csv.all"
 
-python3 - "$work/rounds.csv" "$work/full.tsv" <<'PY'
+python3 - "$work/rounds.csv.all" "$work/full.tsv" <<'PY'
 import csv, statistics as st, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["status"] == "ok"]
 if not rows:

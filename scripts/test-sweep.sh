@@ -24,7 +24,8 @@ mkdir -p "$(dirname "$q8")"
 [ -s "$q8" ] || { LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --allow-requantize "$model" "$q8.tmp" Q8_0 \
     >/dev/null 2>&1 && mv "$q8.tmp" "$q8"; }
 data="$LLAMA_HOTSWAP_CACHE/bench-sweep"
-first=$("$fixtures" split "$model" "$data/shards/smol" | head -n1)
+shards=$("$fixtures" split "$model" "$data/shards/smol")
+first=$(head -n1 <<<"$shards")
 out="$WORK/sweep-smol"
 rm -rf "$out" && mkdir -p "$out"
 "$fixtures" candidates "$data/shards/smol" "$model" "$out/cand/same" blk.3.ffn_gate.weight >/dev/null

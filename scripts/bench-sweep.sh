@@ -82,8 +82,8 @@ for r in $(seq "$REPEAT"); do
 done
 (head -n1 "$work/rounds.csv"; cat "$work/all-rounds.csv") >"$work/rounds.csv.all"
 
-python3 - "$work/rounds.csv.all" "$work/full.tsv" <<'PY'
-import csv, statistics as st, sys
+python3 - "$work/rounds.csv.all" "$work/full.tsv" "$work" <<'PY'
+import csv, glob, re, statistics as st, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["status"] == "ok"]
 if not rows:
     sys.exit("bench-sweep: no ok rows")
@@ -93,8 +93,14 @@ per = st.median(float(r["seconds"]) / float(r["eval_seconds"]) for r in rows)
 full = [l.split("\t") for l in open(sys.argv[2]).read().splitlines()]
 ours = st.median(float(f[1]) for f in full)
 up = st.median(float(f[2]) for f in full)
+swap_ms = st.median(1000 * (float(r["seconds"]) - float(r["eval_seconds"])) for r in rows)
+loads = [float(m.group(1)) for f in glob.glob(sys.argv[3] + "/sweep-*.log")
+         for m in [re.search(r"bytes\) in ([0-9.]+) s", open(f).read())] if m]
 print(f"bench-sweep: in-process round {rnd:.3f} s, evaluation alone {ev:.3f} s: "
-      f"round / evaluation = {rnd / ev:.3f} (median of per-round ratios {per:.3f}; goal <= 1.1)")
+      f"round / evaluation = {rnd / ev:.3f} (median of per-round ratios {per:.4f}; goal <= 1.1); "
+      f"swap in + back + hash check {swap_ms:.1f} ms")
+if loads:
+    print(f"bench-sweep: our load of the 272-shard model: median {st.median(loads):.2f} s")
 print(f"bench-sweep: full-reload round: ours {ours:.3f} s, upstream llama-perplexity {up:.3f} s "
       f"(ours / upstream = {ours / up:.2f})")
 print(f"bench-sweep: full-reload round / in-process round: ours {ours / rnd:.2f}x, upstream {up / rnd:.2f}x")

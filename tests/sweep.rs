@@ -378,3 +378,50 @@ fn bad_arguments_are_errors() {
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot load"));
 }
+
+#[test]
+fn candidates_that_do_not_fit_are_failed_rows() {
+    let fx = fixture();
+    let bad = fx.dir.path().join("bad");
+    // A tensor the model lacks, a shape that differs, and one good candidate after them.
+    let mut w = GgufWriter::new();
+    w.add_tensor_f32("blk.9.attn_q.weight", &[64, 64], GgmlType::F32, &[0.0; 64 * 64])
+        .unwrap();
+    std::fs::create_dir_all(&bad).unwrap();
+    w.write_to(bad.join("a-unknown.gguf")).unwrap();
+    let mut w = GgufWriter::new();
+    w.add_tensor_f32(SAME, &[32, 128], GgmlType::F32, &[0.0; 64 * 64])
+        .unwrap();
+    w.write_to(bad.join("b-shape.gguf")).unwrap();
+    std::fs::write(bad.join("c-empty.gguf"), b"").unwrap();
+    candidate(RETYPED, GgmlType::Q4_0, &bad.join("d-good.gguf"));
+    let csv = fx.dir.path().join("bad.csv");
+    let o = Command::new(BIN)
+        .arg("sweep")
+        .arg("-m")
+        .arg(&fx.model)
+        .arg("-f")
+        .arg(&fx.text)
+        .arg("--candidates")
+        .arg(&bad)
+        .arg("--csv")
+        .arg(&csv)
+        .args(["-c", "32", "-b", "32", "--chunks", "2", "-t", "2", "--plain"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let r = rows(&csv);
+    assert_eq!(r.len(), 4, "{r:?}");
+    let by_file = |f: &str| r.iter().find(|x| x["file"] == f).unwrap();
+    let unknown = by_file("a-unknown.gguf");
+    assert_eq!(unknown["status"], "failed");
+    assert!(unknown["reason"].contains("no tensor named"), "{unknown:?}");
+    let shape = by_file("b-shape.gguf");
+    assert_eq!(shape["status"], "failed");
+    assert!(shape["reason"].contains("shape"), "{shape:?}");
+    assert_eq!(by_file("c-empty.gguf")["status"], "failed");
+    let good = by_file("d-good.gguf");
+    assert_eq!(good["status"], "ok", "{good:?}");
+    assert_eq!(good["type"], "q4_0");
+}

@@ -239,6 +239,37 @@ fn sweep_rows_resume_truncated_and_type_change() {
         assert_eq!(rerun[k], old[k], "{k}");
     }
 
+    // The size budget: room for everything keeps the base types; a model that must shed
+    // the F32 ffn_down's 32768 - 8704 bytes takes its Q8_0 candidate.
+    let size: u64 = 460_032;
+    let roomy = sweep(&fx, "out", &["--budget", &size.to_string()], &[]);
+    assert!(roomy.ok, "{}", roomy.stderr);
+    assert!(
+        roomy
+            .stderr
+            .contains(&format!("sweep:   {RETYPED} f32 32768 bytes")),
+        "{}",
+        roomy.stderr
+    );
+    let tight = size - (32768 - 8704);
+    let tight = sweep(&fx, "out", &["--budget", &tight.to_string()], &[]);
+    assert!(tight.ok, "{}", tight.stderr);
+    assert!(
+        tight
+            .stderr
+            .contains(&format!("sweep:   {RETYPED} q8_0 8704 bytes")),
+        "{}",
+        tight.stderr
+    );
+    let impossible = sweep(&fx, "out", &["--budget", "1000"], &[]);
+    assert!(
+        impossible
+            .stderr
+            .contains("budget 1000 bytes: the tensors not swept alone take"),
+        "{}",
+        impossible.stderr
+    );
+
     // Resume refuses rows measured with other settings.
     let other = sweep(&fx, "out", &["--chunks", "2"], &[]);
     assert!(!other.ok);
@@ -385,8 +416,13 @@ fn candidates_that_do_not_fit_are_failed_rows() {
     let bad = fx.dir.path().join("bad");
     // A tensor the model lacks, a shape that differs, and one good candidate after them.
     let mut w = GgufWriter::new();
-    w.add_tensor_f32("blk.9.attn_q.weight", &[64, 64], GgmlType::F32, &[0.0; 64 * 64])
-        .unwrap();
+    w.add_tensor_f32(
+        "blk.9.attn_q.weight",
+        &[64, 64],
+        GgmlType::F32,
+        &[0.0; 64 * 64],
+    )
+    .unwrap();
     std::fs::create_dir_all(&bad).unwrap();
     w.write_to(bad.join("a-unknown.gguf")).unwrap();
     let mut w = GgufWriter::new();
@@ -406,7 +442,9 @@ fn candidates_that_do_not_fit_are_failed_rows() {
         .arg(&bad)
         .arg("--csv")
         .arg(&csv)
-        .args(["-c", "32", "-b", "32", "--chunks", "2", "-t", "2", "--plain"])
+        .args([
+            "-c", "32", "-b", "32", "--chunks", "2", "-t", "2", "--plain",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);

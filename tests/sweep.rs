@@ -431,6 +431,12 @@ fn candidates_that_do_not_fit_are_failed_rows() {
     w.write_to(bad.join("b-shape.gguf")).unwrap();
     std::fs::write(bad.join("c-empty.gguf"), b"").unwrap();
     candidate(RETYPED, GgmlType::Q4_0, &bad.join("d-good.gguf"));
+    // A FIFO named like a candidate must not block the sweep.
+    let fifo = Command::new("mkfifo")
+        .arg(bad.join("e-fifo.gguf"))
+        .status()
+        .unwrap();
+    assert!(fifo.success());
     let csv = fx.dir.path().join("bad.csv");
     let o = Command::new(BIN)
         .arg("sweep")
@@ -450,7 +456,7 @@ fn candidates_that_do_not_fit_are_failed_rows() {
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{stderr}");
     let r = rows(&csv);
-    assert_eq!(r.len(), 4, "{r:?}");
+    assert_eq!(r.len(), 5, "{r:?}");
     let by_file = |f: &str| r.iter().find(|x| x["file"] == f).unwrap();
     let unknown = by_file("a-unknown.gguf");
     assert_eq!(unknown["status"], "failed");
@@ -462,4 +468,7 @@ fn candidates_that_do_not_fit_are_failed_rows() {
     let good = by_file("d-good.gguf");
     assert_eq!(good["status"], "ok", "{good:?}");
     assert_eq!(good["type"], "q4_0");
+    let fifo = by_file("e-fifo.gguf");
+    assert_eq!(fifo["status"], "failed");
+    assert!(fifo["reason"].contains("not a regular file"), "{fifo:?}");
 }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use llama::gguf::{read_header_from, GgmlType};
 use llama::model::Model;
+use llama::storage::file::open_regular;
 
 /// Headers larger than this are refused (a candidate file holds a few tensors).
 const MAX_HEADER_BYTES: u64 = 64 << 20;
@@ -67,7 +68,7 @@ impl Candidate {
 
     /// Reads the candidate's bytes, one buffer per tensor.
     pub fn read_bytes(&self) -> Result<Vec<Vec<u8>>, String> {
-        let file = File::open(&self.path)
+        let file = open_regular(&self.path, 0)
             .map_err(|e| format!("{}: cannot open: {e}", self.path.display()))?;
         self.tensors
             .iter()
@@ -144,7 +145,8 @@ pub fn from_file(model: &Model, path: &Path, label: &str, per_file: bool) -> Vec
         problem: Some(reason),
         fallback_name: Some(String::new()),
     };
-    let file = match File::open(path) {
+    // Only regular files (through symlinks): a FIFO named *.gguf must not block the sweep.
+    let file = match open_regular(path, 0) {
         Ok(f) => f,
         Err(e) => return vec![failed(format!("cannot open: {e}"))],
     };

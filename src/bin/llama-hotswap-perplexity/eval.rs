@@ -37,7 +37,9 @@ use llama::context::{Context, ContextParams};
 use llama::model::Model;
 use llama::tokenizer::Tokenizer;
 
-use crate::kld_file::{encode_row, row_len, row_scale, rows_per_chunk, KldBase, KldFileError, KldWriter};
+use crate::kld_file::{
+    encode_row, row_len, row_scale, rows_per_chunk, KldBase, KldFileError, KldWriter,
+};
 
 /// What an evaluation needs to know.
 #[derive(Clone, Debug)]
@@ -351,7 +353,11 @@ fn encode_rows(
         let (mut a, mut b) = (0.0, 0.0);
         for (j, row) in out.chunks_mut(rl).enumerate() {
             let k = k0 + j;
-            let v = encode_row(&logits[k * n_vocab..(k + 1) * n_vocab], row, toks[k + 1] as usize);
+            let v = encode_row(
+                &logits[k * n_vocab..(k + 1) * n_vocab],
+                row,
+                toks[k + 1] as usize,
+            );
             a += v;
             b += v * v;
         }
@@ -445,8 +451,7 @@ impl Evaluator {
             n_threads_batch: cfg.n_threads_batch.max(1) as i32,
             ..ContextParams::default()
         };
-        let ctx =
-            Context::new(model, &params).map_err(|e| EvalError::Context(e.to_string()))?;
+        let ctx = Context::new(model, &params).map_err(|e| EvalError::Context(e.to_string()))?;
         let vocab = &ctx.model.vocab;
         if vocab.add_eos {
             // upstream: GGML_ASSERT(!llama_vocab_get_add_eos(vocab))
@@ -726,7 +731,10 @@ impl Evaluator {
             )));
         }
         base.rewind()?;
-        let n_chunk = self.cfg.n_chunks.map_or(base.n_chunk, |c| c.min(base.n_chunk));
+        let n_chunk = self
+            .cfg
+            .n_chunks
+            .map_or(base.n_chunk, |c| c.min(base.n_chunk));
         let n_batch = self.cfg.n_batch.min(n_seq_ctx * self.cfg.n_ctx);
         let mut n_seq = (n_batch / n_ctx).max(1);
         if n_seq > n_seq_ctx {
@@ -814,7 +822,12 @@ impl Evaluator {
             mean_and_uncertainty(acc.sum_nll_base, acc.sum_nll_base2, acc.count);
         let ppl_base = log_base.exp();
         let ppl_base_err = ppl_base * log_base_err;
-        let cov = covariance(acc.sum_nll, acc.sum_nll_base, acc.sum_nll_nll_base, acc.count);
+        let cov = covariance(
+            acc.sum_nll,
+            acc.sum_nll_base,
+            acc.sum_nll_nll_base,
+            acc.count,
+        );
         let ln_ratio = log_ppl - log_base;
         let ln_ratio_err =
             (log_ppl_err * log_ppl_err + log_base_err * log_base_err - 2.0 * cov).sqrt();
@@ -835,8 +848,7 @@ impl Evaluator {
             ppl_ratio,
             ppl_ratio_err: ppl_ratio * ln_ratio_err,
             ppl_diff: ppl - ppl_base,
-            ppl_diff_err: (ppl_err * ppl_err + ppl_base_err * ppl_base_err - 2.0 * ppl_cov)
-                .sqrt(),
+            ppl_diff_err: (ppl_err * ppl_err + ppl_base_err * ppl_base_err - 2.0 * ppl_cov).sqrt(),
             kld_mean,
             kld_err,
             kld_values,
@@ -886,7 +898,12 @@ fn print_kld_chunk(chunk: usize, acc: &KldAcc) {
     let ppl = log_ppl.exp();
     let (log_base, log_base_err) =
         mean_and_uncertainty(acc.sum_nll_base, acc.sum_nll_base2, acc.count);
-    let cov = covariance(acc.sum_nll, acc.sum_nll_base, acc.sum_nll_nll_base, acc.count);
+    let cov = covariance(
+        acc.sum_nll,
+        acc.sum_nll_base,
+        acc.sum_nll_nll_base,
+        acc.count,
+    );
     let ratio = log_ppl - log_base;
     let ratio_err = (log_ppl_err * log_ppl_err + log_base_err * log_base_err - 2.0 * cov).sqrt();
     let (kld, kld_err) = mean_and_uncertainty(acc.sum_kld, acc.sum_kld2, acc.count);
@@ -913,12 +930,30 @@ pub fn print_kld_report(s: &Summary) {
         return;
     }
     println!("====== Perplexity statistics ======");
-    println!("Mean PPL(Q)                   : {:10.6} ± {:10.6}", s.ppl, s.ppl_err);
-    println!("Mean PPL(base)                : {:10.6} ± {:10.6}", k.ppl_base, k.ppl_base_err);
-    println!("Cor(ln(PPL(Q)), ln(PPL(base))): {:6.2}%", 100.0 * k.ln_ppl_cor);
-    println!("Mean ln(PPL(Q)/PPL(base))     : {:10.6} ± {:10.6}", k.ln_ppl_ratio, k.ln_ppl_ratio_err);
-    println!("Mean PPL(Q)/PPL(base)         : {:10.6} ± {:10.6}", k.ppl_ratio, k.ppl_ratio_err);
-    println!("Mean PPL(Q)-PPL(base)         : {:10.6} ± {:10.6}", k.ppl_diff, k.ppl_diff_err);
+    println!(
+        "Mean PPL(Q)                   : {:10.6} ± {:10.6}",
+        s.ppl, s.ppl_err
+    );
+    println!(
+        "Mean PPL(base)                : {:10.6} ± {:10.6}",
+        k.ppl_base, k.ppl_base_err
+    );
+    println!(
+        "Cor(ln(PPL(Q)), ln(PPL(base))): {:6.2}%",
+        100.0 * k.ln_ppl_cor
+    );
+    println!(
+        "Mean ln(PPL(Q)/PPL(base))     : {:10.6} ± {:10.6}",
+        k.ln_ppl_ratio, k.ln_ppl_ratio_err
+    );
+    println!(
+        "Mean PPL(Q)/PPL(base)         : {:10.6} ± {:10.6}",
+        k.ppl_ratio, k.ppl_ratio_err
+    );
+    println!(
+        "Mean PPL(Q)-PPL(base)         : {:10.6} ± {:10.6}",
+        k.ppl_diff, k.ppl_diff_err
+    );
     println!();
     println!("====== KL divergence statistics ======");
     println!("Mean    KLD: {:10.6} ± {:10.6}", k.kld_mean, k.kld_err);
@@ -937,24 +972,45 @@ pub fn print_kld_report(s: &Summary) {
     println!("Minimum KLD: {:10.6}", kv.first().copied().unwrap_or(0.0));
     println!();
     println!("====== Token probability statistics ======");
-    println!("Mean    Δp: {:6.3} ± {:5.3} %", 100.0 * k.p_diff_mean, 100.0 * k.p_diff_err);
+    println!(
+        "Mean    Δp: {:6.3} ± {:5.3} %",
+        100.0 * k.p_diff_mean,
+        100.0 * k.p_diff_err
+    );
     let pv = &k.p_diff_values;
     let pp = |f: f32| 100.0 * f64::from(KldStats::percentile(pv, f));
-    println!("Maximum Δp: {:6.3}%", 100.0 * f64::from(pv.last().copied().unwrap_or(0.0)));
+    println!(
+        "Maximum Δp: {:6.3}%",
+        100.0 * f64::from(pv.last().copied().unwrap_or(0.0))
+    );
     println!("99.9%   Δp: {:6.3}%", pp(0.999));
     println!("99.0%   Δp: {:6.3}%", pp(0.990));
     println!("95.0%   Δp: {:6.3}%", pp(0.950));
     println!("90.0%   Δp: {:6.3}%", pp(0.900));
     println!("75.0%   Δp: {:6.3}%", pp(0.750));
-    println!("Median  Δp: {:6.3}%", 100.0 * f64::from(KldStats::median(pv)));
+    println!(
+        "Median  Δp: {:6.3}%",
+        100.0 * f64::from(KldStats::median(pv))
+    );
     println!("25.0%   Δp: {:6.3}%", pp(0.250));
     println!("10.0%   Δp: {:6.3}%", pp(0.100));
     println!(" 5.0%   Δp: {:6.3}%", pp(0.050));
     println!(" 1.0%   Δp: {:6.3}%", pp(0.010));
     println!(" 0.1%   Δp: {:6.3}%", pp(0.001));
-    println!("Minimum Δp: {:6.3}%", 100.0 * f64::from(pv.first().copied().unwrap_or(0.0)));
-    println!("RMS Δp    : {:6.3} ± {:5.3} %", 100.0 * k.rms_dp, 100.0 * k.rms_dp_err);
-    println!("Same top p: {:6.3} ± {:5.3} %", 100.0 * k.same_top, 100.0 * k.same_top_err);
+    println!(
+        "Minimum Δp: {:6.3}%",
+        100.0 * f64::from(pv.first().copied().unwrap_or(0.0))
+    );
+    println!(
+        "RMS Δp    : {:6.3} ± {:5.3} %",
+        100.0 * k.rms_dp,
+        100.0 * k.rms_dp_err
+    );
+    println!(
+        "Same top p: {:6.3} ± {:5.3} %",
+        100.0 * k.same_top,
+        100.0 * k.same_top_err
+    );
 }
 
 #[cfg(test)]
@@ -974,14 +1030,16 @@ mod tests {
 
     #[test]
     fn kld_of_identical_distribution_is_near_zero() {
-        let logits: Vec<f32> = (0..50).map(|i| ((i * 37) % 11) as f32 * 0.7 - 3.0).collect();
+        let logits: Vec<f32> = (0..50)
+            .map(|i| ((i * 37) % 11) as f32 * 0.7 - 3.0)
+            .collect();
         let mut row = vec![0u16; row_len(logits.len())];
         let nll = encode_row(&logits, &mut row, 7);
         let mut acc = KldAcc::default();
         let (kld, dp) = kld_row(&logits, &row, 7, &mut acc);
         assert!(kld.abs() < 1e-4, "{kld}");
         assert!(dp.abs() < 1e-3, "{dp}");
-        assert!((f64::from(acc.sum_nll) - nll).abs() < 1e-5);
+        assert!((acc.sum_nll - nll).abs() < 1e-5);
         assert_eq!(acc.n_same_top, 1);
         // a different distribution diverges
         let other: Vec<f32> = logits.iter().rev().copied().collect();

@@ -114,7 +114,9 @@ fn run_perplexity(argv: &[String]) -> Result<(), String> {
         }
         // chunks as the file has them (upstream uses the file's n_ctx, not -c)
         cfg.n_ctx = b.n_ctx;
-        cfg.n_batch = cfg.n_batch.min((a.n_batch as usize / a.n_ctx as usize).max(1) * a.n_ctx as usize);
+        cfg.n_batch = cfg
+            .n_batch
+            .min((a.n_batch as usize / a.n_ctx as usize).max(1) * a.n_ctx as usize);
         base = Some(b);
     } else {
         let Some(f) = &a.file else {
@@ -122,8 +124,8 @@ fn run_perplexity(argv: &[String]) -> Result<(), String> {
         };
         text = Some(read_text(f)?);
     }
-    let (model, tokenizer) = load_model(&model_path)
-        .map_err(|e| format!("{e}\nmain: unable to load model"))?;
+    let (model, tokenizer) =
+        load_model(&model_path).map_err(|e| format!("{e}\nmain: unable to load model"))?;
     let mut ev = Evaluator::new(Arc::clone(&model), cfg).map_err(|e| format!("main: {e}"))?;
     let tokens = match &text {
         Some(t) => {
@@ -146,7 +148,11 @@ fn run_perplexity(argv: &[String]) -> Result<(), String> {
         }
         None => Vec::new(),
     };
-    let save = if a.kl_divergence { None } else { a.logits_file.clone() };
+    let save = if a.kl_divergence {
+        None
+    } else {
+        a.logits_file.clone()
+    };
     let env = protocol::ProtocolEnv::from_env();
     let mut evaluate = |_iter: u64| {
         let r = match base.as_mut() {

@@ -403,8 +403,7 @@ mod tests {
             &mut || {
                 reloads += 1;
                 // the initial call and the first commanded reload succeed
-                let ok = reloads <= 2 && flag.load(Ordering::SeqCst) == 1;
-                ok
+                reloads <= 2 && flag.load(Ordering::SeqCst) == 1
             },
         )
         .unwrap();

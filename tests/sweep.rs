@@ -218,6 +218,19 @@ fn sweep_rows_resume_truncated_and_type_change() {
     );
     assert_eq!(std::fs::read_to_string(&csv).unwrap(), before);
 
+    // An output lost (or added later) is filled in; the other gets no duplicates.
+    std::fs::remove_file(fx.dir.path().join("out.jsonl")).unwrap();
+    let refill = sweep(&fx, "out", &[], &[]);
+    assert!(refill.ok, "{}", refill.stderr);
+    assert!(
+        refill.stderr.contains("3 to run, 0 already"),
+        "{}",
+        refill.stderr
+    );
+    assert_eq!(std::fs::read_to_string(&csv).unwrap(), before);
+    let jsonl = std::fs::read_to_string(fx.dir.path().join("out.jsonl")).unwrap();
+    assert_eq!(jsonl.lines().count(), 3, "{jsonl}");
+
     // Resume after losing the last row and half of a line: only that candidate runs, and
     // it measures the same as before (the base logits file is reused).
     let mut lines: Vec<&str> = before.lines().collect();

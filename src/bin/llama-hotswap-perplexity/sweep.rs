@@ -178,14 +178,20 @@ pub fn run(args: &[String]) -> Result<(), String> {
     });
 
     // The outputs first: a bad output file fails before minutes of loading.
+    // A candidate is done when every output has its row; a new row goes to the outputs
+    // that lack it (one output lost or added later is filled in, none gets duplicates).
     let mut sinks = Vec::new();
+    let mut sink_done: Vec<HashSet<RowKey>> = Vec::new();
     let mut done_rows: Vec<Row> = Vec::new();
-    for (k, (path, format)) in outputs.iter().enumerate() {
+    for (path, format) in &outputs {
         let (sink, rows) = Sink::open(path, *format)?;
-        // The first output's rows decide what is done; the others only receive new rows.
-        if k == 0 {
-            done_rows = rows;
-        }
+        sink_done.push(
+            rows.iter()
+                .filter(|r| r.ok || !a.retry_failed)
+                .map(Row::key)
+                .collect(),
+        );
+        done_rows.extend(rows);
         sinks.push(sink);
     }
 
@@ -253,11 +259,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .find(|r| r.chunks != n_chunks || r.n_ctx != n_ctx)
     {
         return Err(format!(
-            "sweep: {} holds rows measured on {} chunks of {} tokens, this run measures {n_chunks} \
-             of {n_ctx}: use another output file, or the same --chunks and -c",
-            outputs[0].0.display(),
-            r.chunks,
-            r.n_ctx
+            "sweep: the output holds rows measured on {} chunks of {} tokens ({} {}), this run \
+             measures {n_chunks} of {n_ctx}: use another output file, or the same --chunks and -c",
+            r.chunks, r.n_ctx, r.tensor, r.ggml_type
         ));
     }
 
@@ -270,14 +274,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if let Some(re) = &a.include {
         all.retain(|c| c.tensors.is_empty() || c.tensors.iter().any(|t| re.is_match(&t.name)));
     }
-    let done: HashSet<RowKey> = done_rows
-        .iter()
-        .filter(|r| r.ok || !a.retry_failed)
-        .map(Row::key)
-        .collect();
+    let key = |c: &Candidate| (c.label.clone(), c.tensor_label(), c.type_label());
     let todo: Vec<&Candidate> = all
         .iter()
-        .filter(|c| !done.contains(&(c.label.clone(), c.tensor_label(), c.type_label())))
+        .filter(|c| sink_done.iter().any(|d| !d.contains(&key(c))))
         .collect();
     eprintln!(
         "sweep: {} candidate file(s), {} candidate(s): {} to run, {} already in {}",
@@ -285,7 +285,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
         all.len(),
         todo.len(),
         all.len() - todo.len(),
-        outputs[0].0.display()
+        outputs
+            .iter()
+            .map(|(p, _)| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" and ")
     );
 
     let mut swapper = Swapper::new(&model);
@@ -295,8 +299,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
     for cand in todo {
         progress.starting(&format!("{} {}", cand.tensor_label(), cand.type_label()));
         let (row, stop) = round(cand, &mut swapper, &mut ev, &mut base, n_chunks, n_ctx);
-        for sink in &mut sinks {
-            sink.append(&row)?;
+        for (sink, done) in sinks.iter_mut().zip(&sink_done) {
+            if !done.contains(&row.key()) {
+                sink.append(&row)?;
+            }
         }
         progress.finished(&row);
         new_rows.push(row);
@@ -316,8 +322,18 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
     }
 
-    let mut rows = done_rows;
-    rows.extend(new_rows);
+    // The summary: one row per candidate, the newest (a retried row replaces the old one).
+    let mut rows: Vec<Row> = Vec::new();
+    let mut at: std::collections::HashMap<RowKey, usize> = std::collections::HashMap::new();
+    for r in done_rows.into_iter().chain(new_rows) {
+        match at.get(&r.key()) {
+            Some(&i) => rows[i] = r,
+            None => {
+                at.insert(r.key(), rows.len());
+                rows.push(r);
+            }
+        }
+    }
     for line in summary::summarize(&rows, Some(base_summary.ppl)) {
         eprintln!("{line}");
     }

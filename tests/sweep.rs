@@ -485,3 +485,60 @@ fn candidates_that_do_not_fit_are_failed_rows() {
     assert_eq!(fifo["status"], "failed");
     assert!(fifo["reason"].contains("not a regular file"), "{fifo:?}");
 }
+
+#[test]
+fn a_file_of_several_tensors_is_one_round_with_per_file() {
+    let fx = fixture();
+    let dir = fx.dir.path().join("group");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut w = GgufWriter::new();
+    for (name, ty) in [(SAME, GgmlType::F16), (RETYPED, GgmlType::Q8_0)] {
+        let spec = llama_tensor_specs(&opts())
+            .into_iter()
+            .find(|s| s.name == name)
+            .unwrap();
+        let count = spec.dims.iter().product::<i64>() as usize;
+        let values = tensor_values(opts().seed, name, count, false);
+        w.add_tensor_f32(name, &spec.dims, ty, &values).unwrap();
+    }
+    w.write_to(dir.join("group.gguf")).unwrap();
+    let run = |per_file: bool, out: &str| {
+        let csv = fx.dir.path().join(out);
+        let mut cmd = Command::new(BIN);
+        cmd.arg("sweep")
+            .arg("-m")
+            .arg(&fx.model)
+            .arg("-f")
+            .arg(&fx.text)
+            .arg("--candidates")
+            .arg(&dir)
+            .arg("--csv")
+            .arg(&csv)
+            .args([
+                "-c", "32", "-b", "32", "--chunks", "2", "-t", "2", "--plain",
+            ]);
+        if per_file {
+            cmd.arg("--per-file");
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        rows(&csv)
+    };
+    let each = run(false, "each.csv");
+    assert_eq!(each.len(), 2, "{each:?}");
+    assert_eq!(row(&each, SAME)["type"], "f16");
+    assert_eq!(row(&each, RETYPED)["type"], "q8_0");
+    let together = run(true, "together.csv");
+    assert_eq!(together.len(), 1, "{together:?}");
+    let g = &together[0];
+    assert_eq!(g["tensor"], format!("{SAME}+{RETYPED}"));
+    assert_eq!(g["type"], "f16+q8_0");
+    assert_eq!(g["status"], "ok", "{g:?}");
+    assert_eq!(g["bytes"], (64 * 64 * 2 + 128 * 64 / 32 * 34).to_string());
+    // Both swapped at once move the output more than either alone.
+    let kld = |r: &HashMap<String, String>| r["kld"].parse::<f64>().unwrap();
+    assert!(
+        kld(g) > kld(row(&each, SAME)).max(kld(row(&each, RETYPED))),
+        "{g:?} {each:?}"
+    );
+}

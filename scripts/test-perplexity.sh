@@ -49,8 +49,10 @@ bad() { say "FAIL $*"; failed=$((failed + 1)); }
 # run NAME PROGRAM ARGS...: stdout+stderr to $out/NAME.log; non-zero status is a failure
 run() {
     local name=$1; shift
-    if ! "$@" >"$out/$name.log" 2>&1; then
-        bad "$name: exit status $? (log $out/$name.log)"; tail -5 "$out/$name.log"; return 1
+    local rc=0
+    "$@" >"$out/$name.log" 2>&1 || rc=$?
+    if [ "$rc" != 0 ]; then
+        bad "$name: exit status $rc (log $out/$name.log)"; tail -5 "$out/$name.log"; return 1
     fi
     if grep -q "panicked" "$out/$name.log"; then bad "$name: panicked"; return 1; fi
 }
@@ -61,9 +63,11 @@ stat() { # NAME LABEL: the first number after the line starting with LABEL
 within() { awk -v a="$1" -v b="$2" -v rel="$3" -v abs="${4:-0}" \
     'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; exit !(a != "" && b != "" && d <= rel * m + abs) }'; }
 
+# PERPLEXITY_ONLY="ppl kld hostile protocols" runs some sections (default: all)
+want() { [ -z "${PERPLEXITY_ONLY:-}" ] || [[ " $PERPLEXITY_ONLY " == *" $1 "* ]]; }
 # --- PPL: Q4_1 at upstream's default context (4 chunks of 512, decoded as 4 sequences side by
 # side), and F16 at 128 (below, from the base-logits runs)
-if run ppl-up up -m "$model" -f "$text" -c 512 --chunks 4 -t 2 && run ppl-ours "$tool" -m "$model" -f "$text" -c 512 --chunks 4 -t 2; then
+if want ppl && run ppl-up up -m "$model" -f "$text" -c 512 --chunks 4 -t 2 && run ppl-ours "$tool" -m "$model" -f "$text" -c 512 --chunks 4 -t 2; then
     u=$(final_ppl ppl-up); o=$(final_ppl ppl-ours)
     n=$(grep -o '\[[0-9]*\][0-9.]*,' "$out/ppl-ours.log" | wc -l)
     if within "$o" "$u" 1e-3 && [ "$n" = 4 ]; then ok "ppl Q4_1: ours $o, upstream $u (4 chunks of 512)"
@@ -71,7 +75,7 @@ if run ppl-up up -m "$model" -f "$text" -c 512 --chunks 4 -t 2 && run ppl-ours "
 fi
 # one chunk per batch (-b 128) and two batches per chunk (-b 64) give the same as 4 sequences
 # side by side (the default -b 2048)
-if run ppl-ours-b128 "$tool" -m "$model" -f "$text" "${C[@]}" -b 128 && run ppl-ours-b64 "$tool" -m "$model" -f "$text" "${C[@]}" -b 64; then
+if want ppl && run ppl-ours-b128 "$tool" -m "$model" -f "$text" "${C[@]}" -b 128 && run ppl-ours-b64 "$tool" -m "$model" -f "$text" "${C[@]}" -b 64; then
     a=$(final_ppl ppl-ours-b128); b=$(final_ppl ppl-ours-b64)
     if [ -n "$a" ] && within "$b" "$a" 1e-4; then ok "ppl batching: -b 128 $a, -b 64 $b"; else bad "ppl batching: -b 128 $a, -b 64 $b"; fi
 fi
@@ -89,7 +93,7 @@ kld_close() { # A B KLD_REL TOP_POINTS RATIO_REL
         && within "$(stat "$1" 'Same top p')" "$(stat "$2" 'Same top p')" 0 "$4" \
         && within "$(stat "$1" 'Mean PPL(Q)/PPL(base)')" "$(stat "$2" 'Mean PPL(Q)/PPL(base)')" "$5"
 }
-if run base-up up -m "$f16" -f "$text" "${C[@]}" --kl-divergence-base "$out/up.kld" \
+if want kld && run base-up up -m "$f16" -f "$text" "${C[@]}" --kl-divergence-base "$out/up.kld" \
     && run base-ours "$tool" -m "$f16" -f "$text" "${C[@]}" --kl-divergence-base "$out/ours.kld"; then
     u=$(final_ppl base-up); o=$(final_ppl base-ours)
     if within "$o" "$u" 1e-3; then ok "ppl F16: ours $o, upstream $u (4 chunks of 128)"; else bad "ppl F16: ours $o, upstream $u"; fi
@@ -124,14 +128,15 @@ fi
 
 # --- hostile input: non-zero status, the expected message, no panic
 hostile() { # NAME MESSAGE ARGS...
+    want hostile || return 0
     local name=$1 msg=$2; shift 2
     if "$tool" "$@" >"$out/hostile-$name.log" 2>&1; then bad "hostile $name: exit status 0"; return; fi
     if grep -q panicked "$out/hostile-$name.log"; then bad "hostile $name: panicked"; return; fi
     if ! grep -qF -- "$msg" "$out/hostile-$name.log"; then bad "hostile $name: no '$msg' in $(head -c 300 "$out/hostile-$name.log")"; return; fi
     ok "hostile $name: $msg"
 }
-head -c 2000 "$text" >"$out/short.txt"
-head -c 100000 "$out/ours.kld" >"$out/truncated.kld"
+head -c 400 "$text" >"$out/short.txt"
+python3 -c "import struct,sys; sys.stdout.buffer.write(b'_logits_' + struct.pack('<iii', 128, 49152, 4) + bytes(4 * 128 * 4 + 1000))" >"$out/truncated.kld"
 hostile flag "error: invalid argument: --bogus" --bogus
 hostile value "expected value for argument" -m "$model" -c
 hostile number "invalid integer" -m "$model" -c x12
@@ -160,9 +165,28 @@ mkdir -p "$work"
 cp "$split/q4_1/"*.gguf "$work/"
 first="$work/q41-00001-of-$(printf '%05d' "$n").gguf"
 shard="$work/q41-$shard_no-of-$(printf '%05d' "$n").gguf"
-cand="$split/q8_0/q80-$shard_no-of-$(printf '%05d' "$n").gguf"
+# the Q8_0 shard holding the same tensor (llama-quantize orders tensors its own way)
+cand=$("$VENV/bin/python" -c "
+import gguf, glob, sys
+for p in sorted(glob.glob(sys.argv[1] + '/*.gguf')):
+    if gguf.GGUFReader(p).tensors[0].name == sys.argv[2]:
+        print(p)
+" "$split/q8_0" "$tensor")
+[ -s "$cand" ] || fail "no Q8_0 shard holds $tensor"
+# numbered as the shard it replaces (split.no), as a sweep's candidate shards are, so that a
+# fresh load of the swapped set accepts it too
+python3 -c "
+import struct, sys
+b = bytearray(open(sys.argv[1], 'rb').read())
+k = b.index(b'split.no') + len('split.no')
+assert struct.unpack_from('<I', b, k)[0] == 2  # GGUF_TYPE_UINT16
+struct.pack_into('<H', b, k + 4, int(sys.argv[2]) - 1)
+open(sys.argv[3], 'wb').write(b)
+" "$cand" "$((10#$shard_no))" "$out/candidate.gguf" || fail "cannot renumber the candidate shard"
+cand="$out/candidate.gguf"
 one=(-c 128 --chunks 1 -t 2)
-if run loop env LLAMA_HOTSWAP_ENABLED=1 \
+fresh=
+if want protocols && run loop env LLAMA_HOTSWAP_ENABLED=1 \
     LLAMA_PERPLEXITY_PRE_RELOAD_SCRIPT="bash $ROOT/tests/perplexity/swap_round.sh $out/round $shard $cand" \
     "$tool" -m "$first" -f "$text" "${one[@]}"; then
     mapfile -t p < <(sed -n 's/.*Final estimate: PPL = \([0-9.]*\) .*/\1/p' "$out/loop.log")
@@ -181,7 +205,8 @@ if run loop env LLAMA_HOTSWAP_ENABLED=1 \
 fi
 
 # --- ik's signal-file mode
-if s=$("$VENV/bin/python" tests/perplexity/signal_driver.py "$tool" "$first" "$shard" "$cand" "$text" "$out/signal.log" 2>&1); then
+if ! want protocols; then :
+elif s=$("$VENV/bin/python" tests/perplexity/signal_driver.py "$tool" "$first" "$shard" "$cand" "$text" "$out/signal.log" 2>&1); then
     read -r s1 s2 s3 <<<"$s"
     r=$(grep -c "^reloaded tensor '$tensor'$" "$out/signal.log" || true)
     if [ "$s1" = "$s3" ] && [ "$s2" = "$fresh" ] && [ "$r" = 2 ]; then

@@ -9,7 +9,7 @@ RELEASE_DIR := target/release
 LIB := $(RELEASE_DIR)/libllama.so
 # The llama.cpp version whose API this library mirrors (llama_version() reports the same).
 LLAMA_PC_VERSION := 0.5.0-dev
-TEST_PARTS := rust cuda-mock header abi symbols c asan valgrind python differential tokenizer chat sampling grammar engine status perplexity
+TEST_PARTS := rust cuda-mock header abi symbols c asan valgrind python differential tokenizer chat sampling grammar engine status perplexity sweep
 
 .PHONY: all build header tools install demo test setup $(addprefix test-,$(TEST_PARTS))
 all: build
@@ -104,3 +104,9 @@ bench-hotswap:
 .PHONY: fuzz-smoke
 fuzz-smoke:
 	bash scripts/fuzz-smoke.sh
+
+# One quantization-sweep round (swap + evaluate + swap back) vs the evaluation alone and vs a
+# full reload (ours and upstream's llama-perplexity), SmolLM2 in one-tensor shards.
+.PHONY: bench-sweep
+bench-sweep:
+	bash scripts/bench-sweep.sh

@@ -1,8 +1,518 @@
-//! The in-process hot-swap sweep (`llama-hotswap-perplexity sweep ...`): written on its own
-//! branch on top of `eval.rs`; this placeholder says so.
+//! `llama-hotswap-perplexity sweep`: the in-process quantization sweep. The base model is
+//! loaded once (one-tensor shards, any split set, or one file); for each candidate tensor
+//! (GGUF files under the candidate directories, the GGUF-Tool-Suite layout) one round swaps
+//! it in through the core's `tensor_set` (`llama_ext_tensor_set`; the type may change),
+//! evaluates PPL and KL-divergence on the chunks of the base logits, swaps the original back
+//! and checks it bit-identical (hash of the restored bytes against the hash before the swap),
+//! and appends one row (tensor, type, bytes, PPL, KLD, top-1 agreement, seconds) to CSV
+//! and/or JSON lines. Rows already in the output are skipped (resume); a candidate that
+//! cannot be used is a failed row with its reason and the sweep goes on; a restore that
+//! cannot be verified stops it (every later row would be measured on a model that is not
+//! the base). The base logits are computed once from the base model (and kept in a file in
+//! upstream's format, so a resumed sweep reuses them) or read from `--kl-divergence-base`.
 
-/// Runs the sweep with the arguments after `sweep`.
+mod candidates;
+mod progress;
+mod rows;
+mod summary;
+mod swap;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use llama::loader::{load, LoadOptions, ModelSource};
+use llama::model::{LoadMode, Model};
+use llama::tokenizer::Tokenizer;
+
+use crate::eval::{tokenize_text, EvalConfig, Evaluator, Summary};
+use crate::kld_file::KldBase;
+use candidates::Candidate;
+use progress::Progress;
+use rows::{Format, Row, RowKey, Sink};
+use swap::{SwapInError, Swapper};
+
+const USAGE: &str = "\
+usage: llama-hotswap-perplexity sweep -m MODEL --candidates DIR [--candidates DIR ...]
+                                      (--csv FILE | --jsonl FILE) [options]
+
+For each candidate tensor (every tensor of every *.gguf under the candidate directories):
+swap it into the loaded base model, evaluate PPL and KL-divergence against the base
+logits, swap the original back and check it is bit-identical, write one row.
+
+  -m, --model FILE            base model: a GGUF, or the first shard of a split set
+  --candidates DIR            candidate GGUF files (repeatable; a file is taken as is)
+  -f, --file FILE             text to evaluate (needed to compute the base logits)
+  --kl-divergence-base FILE   base logits in upstream's format: read when the file exists,
+                              else computed from the base model and written there
+                              (default: the first output file + '.base-logits')
+  --csv FILE, --jsonl FILE    outputs (either or both); rows already there are skipped
+  -c, --ctx-size N            tokens per chunk (default 512; an existing base file's wins)
+  -b, --batch-size N          logical batch (default 2048)
+  -ub, --ubatch-size N        physical batch (default 512)
+  -t, --threads N             threads (default: all)
+  --chunks N                  evaluate at most N chunks
+  --per-file                  one round per file, all its tensors together
+                              (default: one round per tensor)
+  --include REGEX             only tensors whose name matches
+  --retry-failed              run failed rows again (default: failed rows count as done)
+  --budget SIZE               at the end, pick a type per swept tensor keeping the whole
+                              model under SIZE (bytes, or with K/M/G/T) with the least
+                              summed KLD
+  --plain                     plain progress lines even on a terminal
+";
+
+#[derive(Debug, Default)]
+struct SweepArgs {
+    model: Option<PathBuf>,
+    candidates: Vec<PathBuf>,
+    file: Option<PathBuf>,
+    base: Option<PathBuf>,
+    csv: Option<PathBuf>,
+    jsonl: Option<PathBuf>,
+    n_ctx: Option<usize>,
+    n_batch: Option<usize>,
+    n_ubatch: Option<usize>,
+    n_threads: Option<usize>,
+    n_chunks: Option<usize>,
+    per_file: bool,
+    include: Option<regex::Regex>,
+    retry_failed: bool,
+    budget: Option<u64>,
+    plain: bool,
+    help: bool,
+}
+
+fn parse_args(argv: &[String]) -> Result<SweepArgs, String> {
+    let mut a = SweepArgs::default();
+    let mut i = 0;
+    while i < argv.len() {
+        let flag = argv[i].as_str();
+        let value = || {
+            argv.get(i + 1)
+                .cloned()
+                .ok_or_else(|| format!("sweep: {flag} needs a value"))
+        };
+        let number = || -> Result<usize, String> {
+            let v = value()?;
+            v.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0 && n <= i32::MAX as usize)
+                .ok_or_else(|| format!("sweep: {flag}: '{v}' is not a positive integer"))
+        };
+        let mut takes_value = true;
+        match flag {
+            "-h" | "--help" => {
+                a.help = true;
+                takes_value = false;
+            }
+            "-m" | "--model" => a.model = Some(value()?.into()),
+            "--candidates" => a.candidates.push(value()?.into()),
+            "-f" | "--file" => a.file = Some(value()?.into()),
+            "--kl-divergence-base" => a.base = Some(value()?.into()),
+            "--csv" => a.csv = Some(value()?.into()),
+            "--jsonl" => a.jsonl = Some(value()?.into()),
+            "-c" | "--ctx-size" => a.n_ctx = Some(number()?),
+            "-b" | "--batch-size" => a.n_batch = Some(number()?),
+            "-ub" | "--ubatch-size" => a.n_ubatch = Some(number()?),
+            "-t" | "--threads" => a.n_threads = Some(number()?),
+            "--chunks" => a.n_chunks = Some(number()?),
+            "--include" => {
+                let v = value()?;
+                a.include =
+                    Some(regex::Regex::new(&v).map_err(|e| format!("sweep: --include: {e}"))?);
+            }
+            "--budget" => {
+                a.budget = Some(
+                    summary::parse_size(&value()?).map_err(|e| format!("sweep: --budget: {e}"))?,
+                )
+            }
+            "--per-file" | "--retry-failed" | "--plain" => {
+                takes_value = false;
+                match flag {
+                    "--per-file" => a.per_file = true,
+                    "--retry-failed" => a.retry_failed = true,
+                    _ => a.plain = true,
+                }
+            }
+            _ => return Err(format!("sweep: unknown argument '{flag}'\n\n{USAGE}")),
+        }
+        i += if takes_value { 2 } else { 1 };
+    }
+    Ok(a)
+}
+
+/// Entry point of `llama-hotswap-perplexity sweep ARGS` (`args` after the word `sweep`).
 pub fn run(args: &[String]) -> Result<(), String> {
-    let _ = args;
-    Err("sweep not built yet".to_string())
+    let args = match args.first().map(String::as_str) {
+        Some("sweep") => &args[1..],
+        _ => args,
+    };
+    let a = parse_args(args)?;
+    if a.help {
+        print!("{USAGE}");
+        return Ok(());
+    }
+    let model_path = a
+        .model
+        .clone()
+        .ok_or(format!("sweep: -m MODEL is required\n\n{USAGE}"))?;
+    if a.candidates.is_empty() {
+        return Err(format!("sweep: --candidates DIR is required\n\n{USAGE}"));
+    }
+    let outputs: Vec<(PathBuf, Format)> = [(&a.csv, Format::Csv), (&a.jsonl, Format::JsonLines)]
+        .into_iter()
+        .filter_map(|(p, f)| p.clone().map(|p| (p, f)))
+        .collect();
+    if outputs.is_empty() {
+        return Err(format!(
+            "sweep: an output is required (--csv FILE and/or --jsonl FILE)\n\n{USAGE}"
+        ));
+    }
+    let base_path = a.base.clone().unwrap_or_else(|| {
+        let mut p = outputs[0].0.clone().into_os_string();
+        p.push(".base-logits");
+        PathBuf::from(p)
+    });
+
+    // The outputs first: a bad output file fails before minutes of loading.
+    // A candidate is done when every output has its row; a new row goes to the outputs
+    // that lack it (one output lost or added later is filled in, none gets duplicates).
+    let mut sinks = Vec::new();
+    let mut sink_done: Vec<HashSet<RowKey>> = Vec::new();
+    let mut done_rows: Vec<Row> = Vec::new();
+    for (path, format) in &outputs {
+        let (sink, rows) = Sink::open(path, *format)?;
+        sink_done.push(
+            rows.iter()
+                .filter(|r| r.ok || !a.retry_failed)
+                .map(Row::key)
+                .collect(),
+        );
+        done_rows.extend(rows);
+        sinks.push(sink);
+    }
+
+    let t_load = Instant::now();
+    let model = Arc::new(
+        load(
+            ModelSource::Path(model_path.clone()),
+            LoadOptions {
+                load_mode: LoadMode::Auto,
+                vocab_only: false,
+                no_alloc: false,
+                check_tensors: false,
+                overrides: Vec::new(),
+                progress: Some(&mut |_| true),
+                placement: Default::default(),
+                hotswap: true,
+            },
+        )
+        .map_err(|e| format!("sweep: cannot load {}: {e}", model_path.display()))?,
+    );
+    eprintln!(
+        "sweep: loaded {} ({} tensors, {} bytes) in {:.2} s",
+        model_path.display(),
+        model.tensors.len(),
+        model.size,
+        t_load.elapsed().as_secs_f64()
+    );
+
+    let mut cfg = EvalConfig {
+        print: false,
+        n_chunks: a.n_chunks,
+        ..EvalConfig::default()
+    };
+    if let Some(n) = a.n_ctx {
+        cfg.n_ctx = n;
+    }
+    if let Some(n) = a.n_batch {
+        cfg.n_batch = n;
+    }
+    if let Some(n) = a.n_ubatch {
+        cfg.n_ubatch = n;
+    }
+    if let Some(n) = a.n_threads {
+        cfg.n_threads = n;
+        cfg.n_threads_batch = n;
+    }
+    let mut base = base_logits(&model, &a, &base_path, &mut cfg)?;
+    let mut ev =
+        Evaluator::new(Arc::clone(&model), cfg.clone()).map_err(|e| format!("sweep: {e}"))?;
+
+    // The base round: the unmodified model against its own logits. Its PPL is the one an
+    // identical candidate must give exactly; its KLD is the floor (the file's log-probs are
+    // quantized, so even the base is not at exactly 0).
+    let base_summary = ev
+        .kl_divergence(&mut base)
+        .map_err(|e| format!("sweep: evaluating the base model: {e}"))?;
+    let base_kld = base_summary.kld.as_ref().map_or(f64::NAN, |k| k.kld_mean);
+    eprintln!(
+        "sweep: base model: PPL = {} +/- {:.6}, KLD vs base logits = {base_kld}, {} chunks of {} in {:.2} s",
+        base_summary.ppl, base_summary.ppl_err, base_summary.n_chunks, base.n_ctx, base_summary.seconds
+    );
+    let (n_chunks, n_ctx) = (base_summary.n_chunks, base.n_ctx);
+    if let Some(r) = done_rows
+        .iter()
+        .find(|r| r.chunks != n_chunks || r.n_ctx != n_ctx)
+    {
+        return Err(format!(
+            "sweep: the output holds rows measured on {} chunks of {} tokens ({} {}), this run \
+             measures {n_chunks} of {n_ctx}: use another output file, or the same --chunks and -c",
+            r.chunks, r.n_ctx, r.tensor, r.ggml_type
+        ));
+    }
+
+    // Candidates.
+    let files = candidates::find_files(&a.candidates)?;
+    let mut all: Vec<Candidate> = Vec::new();
+    for (path, label) in &files {
+        all.extend(candidates::from_file(&model, path, label, a.per_file));
+    }
+    if let Some(re) = &a.include {
+        all.retain(|c| c.tensors.is_empty() || c.tensors.iter().any(|t| re.is_match(&t.name)));
+    }
+    let key = |c: &Candidate| (c.label.clone(), c.tensor_label(), c.type_label());
+    let todo: Vec<&Candidate> = all
+        .iter()
+        .filter(|c| sink_done.iter().any(|d| !d.contains(&key(c))))
+        .collect();
+    eprintln!(
+        "sweep: {} candidate file(s), {} candidate(s): {} to run, {} already in {}",
+        files.len(),
+        all.len(),
+        todo.len(),
+        all.len() - todo.len(),
+        outputs
+            .iter()
+            .map(|(p, _)| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" and ")
+    );
+
+    let mut swapper = Swapper::new(&model);
+    let mut progress = Progress::new(todo.len(), a.plain);
+    let mut new_rows = Vec::new();
+    let mut fatal = None;
+    for cand in todo {
+        progress.starting(&format!("{} {}", cand.tensor_label(), cand.type_label()));
+        let (row, stop) = round(cand, &mut swapper, &mut ev, &mut base, n_chunks, n_ctx);
+        for (sink, done) in sinks.iter_mut().zip(&sink_done) {
+            if !done.contains(&row.key()) {
+                sink.append(&row)?;
+            }
+        }
+        progress.finished(&row);
+        new_rows.push(row);
+        if let Some(reason) = stop {
+            fatal = Some(reason);
+            break;
+        }
+    }
+    progress.finish();
+    if fatal.is_none() {
+        // Every tensor swept is back to its first bytes (each round checked its own; this
+        // also catches a tensor changed behind the sweep's back).
+        if let Err(e) = swap::verify_all(&swapper) {
+            fatal = Some(format!(
+                "the model is no longer the base after the sweep: {e}"
+            ));
+        }
+    }
+
+    // The summary: one row per candidate, the newest (a retried row replaces the old one).
+    let mut rows: Vec<Row> = Vec::new();
+    let mut at: std::collections::HashMap<RowKey, usize> = std::collections::HashMap::new();
+    for r in done_rows.into_iter().chain(new_rows) {
+        match at.get(&r.key()) {
+            Some(&i) => rows[i] = r,
+            None => {
+                at.insert(r.key(), rows.len());
+                rows.push(r);
+            }
+        }
+    }
+    for line in summary::summarize(&rows, Some(base_summary.ppl)) {
+        eprintln!("{line}");
+    }
+    if let Some(budget) = a.budget {
+        print_budget(&model, &rows, budget);
+    }
+    if let Some(reason) = fatal {
+        return Err(format!("sweep: stopped: {reason}"));
+    }
+    Ok(())
+}
+
+/// Opens the base logits, computing them from the base model first when the file does not
+/// exist (written to a temporary name and renamed, so an interrupted run leaves no half
+/// file). `cfg.n_ctx` becomes the file's.
+fn base_logits(
+    model: &Arc<Model>,
+    a: &SweepArgs,
+    path: &Path,
+    cfg: &mut EvalConfig,
+) -> Result<KldBase, String> {
+    if !path.exists() {
+        let text_path = a.file.as_ref().ok_or_else(|| {
+            format!(
+                "sweep: {} does not exist: give -f TEXT to compute the base logits",
+                path.display()
+            )
+        })?;
+        let text =
+            std::fs::read(text_path).map_err(|e| format!("sweep: {}: {e}", text_path.display()))?;
+        let tokens = tokenize_text(model, &Tokenizer::new(&model.vocab), &text)
+            .map_err(|e| format!("sweep: {e}"))?;
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        let tmp = PathBuf::from(tmp);
+        let mut ev =
+            Evaluator::new(Arc::clone(model), cfg.clone()).map_err(|e| format!("sweep: {e}"))?;
+        let s: Summary = ev
+            .perplexity(&tokens, Some(&tmp))
+            .map_err(|e| format!("sweep: computing the base logits: {e}"))?;
+        std::fs::rename(&tmp, path).map_err(|e| format!("sweep: {}: {e}", path.display()))?;
+        eprintln!(
+            "sweep: base logits of {} chunks written to {} ({:.2} s)",
+            s.n_chunks,
+            path.display(),
+            s.seconds
+        );
+    } else if a.file.is_some() {
+        eprintln!(
+            "sweep: reading the base logits from {} (its tokens; -f is not used)",
+            path.display()
+        );
+    }
+    let base = KldBase::open(path).map_err(|e| format!("sweep: {e}"))?;
+    if base.n_vocab != model.vocab.tokens.len() {
+        return Err(format!(
+            "sweep: {} has logits over {} tokens, the model's vocabulary has {}",
+            path.display(),
+            base.n_vocab,
+            model.vocab.tokens.len()
+        ));
+    }
+    cfg.n_ctx = base.n_ctx;
+    Ok(base)
+}
+
+/// One round. Returns the row and, when the model could not be verified back to the base,
+/// why the sweep must stop.
+fn round(
+    cand: &Candidate,
+    swapper: &mut Swapper<'_>,
+    ev: &mut Evaluator,
+    base: &mut KldBase,
+    chunks: usize,
+    n_ctx: usize,
+) -> (Row, Option<String>) {
+    let t0 = Instant::now();
+    let mut row = Row {
+        tensor: cand.tensor_label(),
+        ggml_type: cand.type_label(),
+        bytes: cand.nbytes(),
+        chunks,
+        n_ctx,
+        file: cand.label.clone(),
+        ..Row::default()
+    };
+    let fail = |mut row: Row, reason: String, stop: Option<String>| {
+        row.ok = false;
+        row.reason = reason;
+        row.seconds = t0.elapsed().as_secs_f64();
+        (row, stop)
+    };
+    if let Some(p) = &cand.problem {
+        return fail(row, p.clone(), None);
+    }
+    let bytes = match cand.read_bytes() {
+        Ok(b) => b,
+        Err(e) => return fail(row, e, None),
+    };
+    let tensors: Vec<(String, i32, Vec<u8>)> = cand
+        .tensors
+        .iter()
+        .zip(bytes)
+        .map(|(t, b)| (t.name.clone(), t.ggml_type.id() as i32, b))
+        .collect();
+    let saved = match swapper.swap_in(&tensors) {
+        Ok(s) => s,
+        Err(SwapInError::Refused(e)) => return fail(row, e, None),
+        Err(SwapInError::Restore(e, r)) => {
+            let stop = (!r.repaired).then(|| r.reason.clone());
+            return fail(row, format!("{e}; {}", r.reason), stop);
+        }
+    };
+    drop(tensors);
+    let t_eval = Instant::now();
+    let result = ev.kl_divergence(base);
+    let eval_seconds = t_eval.elapsed().as_secs_f64();
+    let restored = swapper.restore_all(saved);
+    match result {
+        Ok(s) => {
+            row.ppl = Some(s.ppl);
+            row.ppl_err = Some(s.ppl_err);
+            if let Some(k) = &s.kld {
+                row.kld = Some(k.kld_mean);
+                row.kld_err = Some(k.kld_err);
+                row.top1 = Some(100.0 * k.same_top);
+            }
+            row.eval_seconds = Some(eval_seconds);
+            row.ok = true;
+        }
+        Err(e) => row.reason = format!("evaluation failed: {e}"),
+    }
+    if let Err(r) = restored {
+        let stop = (!r.repaired).then(|| r.reason.clone());
+        row.ok = false;
+        row.reason = if row.reason.is_empty() {
+            r.reason
+        } else {
+            format!("{}; {}", row.reason, r.reason)
+        };
+        row.seconds = t0.elapsed().as_secs_f64();
+        return (row, stop);
+    }
+    row.seconds = t0.elapsed().as_secs_f64();
+    (row, None)
+}
+
+fn print_budget(model: &Model, rows: &[Row], budget: u64) {
+    let base = |name: &str| {
+        // Every tensor is back on the base when this runs.
+        model.tensors.get(name).map(|t| {
+            let s = t.read();
+            (s.layout.ggml_type.name().to_string(), s.layout.nbytes)
+        })
+    };
+    let choices = summary::choices(rows, &base);
+    let swept_base: u64 = choices.values().map(|c| c[0].bytes).sum();
+    let fixed = model.size.saturating_sub(swept_base);
+    let Some(for_swept) = budget.checked_sub(fixed) else {
+        eprintln!("sweep: budget {budget} bytes: the tensors not swept alone take {fixed} bytes");
+        return;
+    };
+    match summary::assign(&choices, for_swept) {
+        None => eprintln!(
+            "sweep: budget {budget} bytes: not reachable with the swept types (the smallest \
+             choices exceed it)"
+        ),
+        Some(pick) => {
+            let bytes: u64 = fixed + pick.iter().map(|(_, c)| c.bytes).sum::<u64>();
+            let kld: f64 = pick.iter().map(|(_, c)| c.kld).sum();
+            eprintln!(
+                "sweep: budget {budget} bytes: model {bytes} bytes, estimated KLD {kld:.6} (sum over tensors)"
+            );
+            for (name, c) in pick {
+                eprintln!(
+                    "sweep:   {name} {} {} bytes KLD {:.6}",
+                    c.ggml_type, c.bytes, c.kld
+                );
+            }
+        }
+    }
 }

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The in-process quantization sweep (`llama-hotswap-perplexity sweep`):
+# 1. tests/sweep.rs and the sweep's unit tests: a tiny llama model in one-tensor shards with
+#    3 candidates (identical, Q8_0 type change, truncated): rows, resume, a corrupted restore
+#    caught by the return check, the type change equal to a fresh load of the retyped model.
+# 2. The real SmolLM2 (Q4_1 as shipped) in one-tensor shards, with an identical candidate
+#    and a Q8_0 one from upstream's requantized copy: the identical candidate's PPL and KLD
+#    equal the base round's exactly; the Q8_0 one is an ok row with a larger KLD.
+. "$(dirname "$0")/test-common.sh"
+log="$WORK/test-sweep.log"
+if ! cargo test --test sweep --bin llama-hotswap-perplexity >"$log" 2>&1; then
+    grep -nE 'panicked at|^failures:|FAILED|^error(\[|:)' "$log" | head -n 40 || true
+    tail -n 60 "$log"
+    fail "sweep tests (full output: $log)"
+fi
+grep -E '^test result:' "$log"
+
+model="$(bash scripts/fetch-models.sh)"
+tools="$(bash scripts/build-upstream-tools.sh llama-quantize)"
+cargo build --release --quiet --bin llama-hotswap-perplexity --example sweep_fixtures
+fixtures="$ROOT/target/release/examples/sweep_fixtures"
+q8="$LLAMA_HOTSWAP_CACHE/models/engine/SmolLM2-135M-Instruct.Q8_0.gguf"
+mkdir -p "$(dirname "$q8")"
+[ -s "$q8" ] || { LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --allow-requantize "$model" "$q8.tmp" Q8_0 \
+    >/dev/null 2>&1 && mv "$q8.tmp" "$q8"; }
+data="$LLAMA_HOTSWAP_CACHE/bench-sweep"
+shards=$("$fixtures" split "$model" "$data/shards/smol")
+first=$(head -n1 <<<"$shards")
+out="$WORK/sweep-smol"
+rm -rf "$out" && mkdir -p "$out"
+"$fixtures" candidates "$data/shards/smol" "$model" "$out/cand/same" blk.3.ffn_gate.weight >/dev/null
+"$fixtures" candidates "$data/shards/smol" "$q8" "$out/cand/q8_0" blk.3.ffn_gate.weight >/dev/null
+cat "$UPSTREAM_LLAMA/README.md" >"$out/text.txt"
+"$ROOT/target/release/llama-hotswap-perplexity" sweep -m "$first" -f "$out/text.txt" \
+    --candidates "$out/cand" --csv "$out/rows.csv" -c 128 -b 128 --chunks 1 -t 2 --plain \
+    >"$out/sweep.log" 2>&1 || { tail -n 30 "$out/sweep.log"; fail "sweep on SmolLM2"; }
+python3 - "$out/rows.csv" "$out/sweep.log" <<'PY'
+import csv, re, sys
+rows = {r["file"].split("/")[0]: r for r in csv.DictReader(open(sys.argv[1]))}
+log = open(sys.argv[2]).read()
+m = re.search(r"^sweep: base model: PPL = (\S+) .*KLD vs base logits = ([^,]+),", log, re.M)
+assert m, "no base line"
+ppl, kld = m.group(1), m.group(2)
+same, q8 = rows["same"], rows["q8_0"]
+assert same["status"] == "ok" and q8["status"] == "ok", (same, q8)
+assert same["ppl"] == ppl and same["kld"] == kld, (same["ppl"], ppl, same["kld"], kld)
+assert q8["type"] == "q8_0" and float(q8["kld"]) > float(kld), q8
+print(f"SmolLM2 shards: identical candidate PPL {same['ppl']} = base, KLD {same['kld']} = base; "
+      f"Q8_0 candidate PPL {float(q8['ppl']):.4f}, KLD {float(q8['kld']):.6f}, top1 {float(q8['top1']):.2f}%")
+PY
+say "sweep: ok"

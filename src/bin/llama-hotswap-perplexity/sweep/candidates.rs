@@ -1,0 +1,278 @@
+//! Finding candidate tensors: every `*.gguf` under the candidate directories (the
+//! GGUF-Tool-Suite layout: one directory per quantization type, one tensor per file, but any
+//! file with one or more tensors works), checked against the loaded model. A file or tensor
+//! that cannot be used becomes a failed candidate with its reason; the sweep goes on.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use llama::gguf::{read_header_from, GgmlType};
+use llama::model::Model;
+use llama::storage::file::open_regular;
+
+/// Headers larger than this are refused (a candidate file holds a few tensors).
+const MAX_HEADER_BYTES: u64 = 64 << 20;
+
+/// One tensor of a candidate: where its bytes are and what they are.
+#[derive(Clone, Debug)]
+pub struct CandidateTensor {
+    pub name: String,
+    pub ggml_type: GgmlType,
+    pub offset: u64,
+    pub nbytes: u64,
+}
+
+/// What one sweep round swaps in: one tensor, or every tensor of a file (`--per-file`).
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    /// The file, as shown in rows (relative to its candidate directory when possible).
+    pub label: String,
+    pub path: PathBuf,
+    pub tensors: Vec<CandidateTensor>,
+    /// Why this candidate cannot be swept (the row is written as failed).
+    pub problem: Option<String>,
+    /// Shown in the row when the tensor list is unknown (unreadable header).
+    pub fallback_name: Option<String>,
+}
+
+impl Candidate {
+    /// The row's tensor column: the tensor's name, or the names joined by `+`.
+    pub fn tensor_label(&self) -> String {
+        if self.tensors.is_empty() {
+            return self.fallback_name.clone().unwrap_or_default();
+        }
+        self.tensors
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>()
+            .join("+")
+    }
+
+    /// The row's type column: the type name, or the distinct type names joined by `+`.
+    pub fn type_label(&self) -> String {
+        let mut names: Vec<&str> = Vec::new();
+        for t in &self.tensors {
+            let n = t.ggml_type.name();
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+        names.join("+")
+    }
+
+    /// Bytes of the candidate's tensors (the row's bytes column).
+    pub fn nbytes(&self) -> u64 {
+        self.tensors.iter().map(|t| t.nbytes).sum()
+    }
+
+    /// Reads the candidate's bytes, one buffer per tensor.
+    pub fn read_bytes(&self) -> Result<Vec<Vec<u8>>, String> {
+        let file = open_regular(&self.path, 0)
+            .map_err(|e| format!("{}: cannot open: {e}", self.path.display()))?;
+        self.tensors
+            .iter()
+            .map(|t| {
+                let len = usize::try_from(t.nbytes).map_err(|_| "tensor too large".to_string())?;
+                let mut buf = Vec::new();
+                buf.try_reserve_exact(len)
+                    .map_err(|_| format!("cannot allocate {len} bytes for '{}'", t.name))?;
+                buf.resize(len, 0);
+                file.read_exact_at(&mut buf, t.offset).map_err(|e| {
+                    format!(
+                        "{}: reading '{}' ({len} bytes at offset {}): {e}",
+                        self.path.display(),
+                        t.name,
+                        t.offset
+                    )
+                })?;
+                Ok(buf)
+            })
+            .collect()
+    }
+}
+
+/// Every `*.gguf` file under `dirs` (recursively; a path that is a file is taken as it is),
+/// sorted by path, paired with its label.
+pub fn find_files(dirs: &[PathBuf]) -> Result<Vec<(PathBuf, String)>, String> {
+    let mut out = Vec::new();
+    for dir in dirs {
+        if dir.is_file() {
+            out.push((dir.clone(), dir.display().to_string()));
+            continue;
+        }
+        let mut stack = vec![dir.clone()];
+        let mut found = Vec::new();
+        while let Some(d) = stack.pop() {
+            let entries =
+                std::fs::read_dir(&d).map_err(|e| format!("{}: cannot list: {e}", d.display()))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| format!("{}: cannot list: {e}", d.display()))?;
+                let path = entry.path();
+                let kind = entry
+                    .file_type()
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                if kind.is_dir() {
+                    stack.push(path);
+                } else if path
+                    .extension()
+                    .is_some_and(|x| x.eq_ignore_ascii_case("gguf"))
+                {
+                    found.push(path);
+                }
+            }
+        }
+        found.sort();
+        for path in found {
+            let label = path
+                .strip_prefix(dir)
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|_| path.clone())
+                .display()
+                .to_string();
+            out.push((path, label));
+        }
+    }
+    Ok(out)
+}
+
+/// The candidates in `path`: one per tensor, or one for the whole file when `per_file`.
+pub fn from_file(model: &Model, path: &Path, label: &str, per_file: bool) -> Vec<Candidate> {
+    let failed = |reason: String| Candidate {
+        label: label.to_string(),
+        path: path.to_path_buf(),
+        tensors: Vec::new(),
+        problem: Some(reason),
+        fallback_name: Some(String::new()),
+    };
+    // Only regular files (through symlinks): a FIFO named *.gguf must not block the sweep.
+    let file = match open_regular(path, 0) {
+        Ok(f) => f,
+        Err(e) => return vec![failed(format!("cannot open: {e}"))],
+    };
+    let size = match file.metadata() {
+        Ok(m) if m.is_file() => m.len(),
+        Ok(_) => return vec![failed("not a regular file".into())],
+        Err(e) => return vec![failed(format!("cannot stat: {e}"))],
+    };
+    let header = match read_header_from(&file, size, MAX_HEADER_BYTES) {
+        Ok(h) => h,
+        Err(e) => {
+            let reason = format!("not a valid GGUF (truncated or corrupt?): {e}");
+            // A file cut short in its data still has a whole header: name its tensors in
+            // the failed rows (one row per tensor, as a sound file would have had).
+            return match names_despite_truncation(&file, size) {
+                Some(tensors) if !tensors.is_empty() => {
+                    let one = |tensors: Vec<CandidateTensor>| Candidate {
+                        label: label.to_string(),
+                        path: path.to_path_buf(),
+                        tensors,
+                        problem: Some(reason.clone()),
+                        fallback_name: None,
+                    };
+                    if per_file {
+                        vec![one(tensors)]
+                    } else {
+                        tensors.into_iter().map(|t| one(vec![t])).collect()
+                    }
+                }
+                _ => vec![failed(reason)],
+            };
+        }
+    };
+    let gguf = match header.gguf() {
+        Ok(g) => g,
+        Err(e) => return vec![failed(format!("not a valid GGUF: {e}"))],
+    };
+    if gguf.tensors().is_empty() {
+        return vec![failed("holds no tensors".into())];
+    }
+    let mut out: Vec<Candidate> = Vec::new();
+    for info in gguf.tensors() {
+        let tensor = CandidateTensor {
+            name: info.name.to_string(),
+            ggml_type: info.ggml_type,
+            offset: info.abs_offset(&gguf),
+            nbytes: info.nbytes,
+        };
+        let problem = check(model, &tensor, info.ne, size);
+        if per_file {
+            if out.is_empty() {
+                out.push(Candidate {
+                    label: label.to_string(),
+                    path: path.to_path_buf(),
+                    tensors: Vec::new(),
+                    problem: None,
+                    fallback_name: None,
+                });
+            }
+            let c = &mut out[0];
+            if c.problem.is_none() {
+                c.problem = problem;
+            }
+            c.tensors.push(tensor);
+        } else {
+            out.push(Candidate {
+                label: label.to_string(),
+                path: path.to_path_buf(),
+                tensors: vec![tensor],
+                problem,
+                fallback_name: None,
+            });
+        }
+    }
+    out
+}
+
+/// The tensors a header names when the header is whole but the file ends before their data.
+fn names_despite_truncation(file: &File, size: u64) -> Option<Vec<CandidateTensor>> {
+    let len = usize::try_from(size.min(MAX_HEADER_BYTES)).ok()?;
+    let mut prefix = vec![0u8; len];
+    file.read_exact_at(&mut prefix, 0).ok()?;
+    // As if the file were as long as its header says: only the names and types are used.
+    let gguf = llama::gguf::Gguf::parse_header(&prefix, u64::MAX / 4).ok()?;
+    Some(
+        gguf.tensors()
+            .iter()
+            .map(|info| CandidateTensor {
+                name: info.name.to_string(),
+                ggml_type: info.ggml_type,
+                offset: info.abs_offset(&gguf),
+                nbytes: info.nbytes,
+            })
+            .collect(),
+    )
+}
+
+/// Why a candidate tensor cannot replace the model's, if it cannot.
+fn check(model: &Model, t: &CandidateTensor, ne: [i64; 4], file_size: u64) -> Option<String> {
+    let Some(live) = model.tensors.get(&t.name) else {
+        return Some(format!("the model has no tensor named '{}'", t.name));
+    };
+    let live_ne = live.read().layout.ne;
+    if ne != live_ne {
+        return Some(format!(
+            "'{}': shape {:?} in the candidate, {:?} in the model",
+            t.name, ne, live_ne
+        ));
+    }
+    if t.ggml_type.type_size() == 0 {
+        return Some(format!(
+            "'{}': type {} has no data layout",
+            t.name,
+            t.ggml_type.name()
+        ));
+    }
+    if t.offset
+        .checked_add(t.nbytes)
+        .map_or(true, |end| end > file_size)
+    {
+        return Some(format!(
+            "'{}': data {}..{} past the end of the file ({file_size} bytes): truncated",
+            t.name,
+            t.offset,
+            t.offset.saturating_add(t.nbytes)
+        ));
+    }
+    None
+}

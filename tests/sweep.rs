@@ -1,0 +1,544 @@
+//! `llama-hotswap-perplexity sweep` end to end on a tiny llama model in one-tensor shards,
+//! with candidates in the GGUF-Tool-Suite layout (one directory per type, one tensor per
+//! file): an identical candidate gives the base PPL and KLD exactly; a type change gives the
+//! same PPL and KLD as a fresh load of a model with that tensor in that type; a truncated
+//! candidate is a failed row and the sweep goes on; a corrupted restore is caught (and the
+//! sweep stops when it cannot be repaired); a second run skips the rows already written.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use llama::gguf::fixtures::{llama_tensor_specs, tensor_values, tiny_llama, TinyLlamaOpts};
+use llama::gguf::{GgmlType, GgufWriter, SplitMode};
+
+const BIN: &str = env!("CARGO_BIN_EXE_llama-hotswap-perplexity");
+const SAME: &str = "blk.0.attn_q.weight";
+const RETYPED: &str = "blk.1.ffn_down.weight";
+const TRUNCATED: &str = "output.weight";
+
+fn opts() -> TinyLlamaOpts {
+    TinyLlamaOpts {
+        name: "sweep-test".into(),
+        ..TinyLlamaOpts::default()
+    }
+}
+
+/// A one-tensor GGUF holding `name` with the fixture's values encoded as `ty`.
+fn candidate(name: &str, ty: GgmlType, path: &Path) {
+    let spec = llama_tensor_specs(&opts())
+        .into_iter()
+        .find(|s| s.name == name)
+        .unwrap();
+    let count = spec.dims.iter().product::<i64>() as usize;
+    let values = tensor_values(opts().seed, name, count, false);
+    let mut w = GgufWriter::new();
+    w.set("general.architecture", "llama");
+    w.add_tensor_f32(name, &spec.dims, ty, &values).unwrap();
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    w.write_to(path).unwrap();
+}
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    model: PathBuf,
+    text: PathBuf,
+    cands: PathBuf,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("model").join("tiny");
+    std::fs::create_dir_all(prefix.parent().unwrap()).unwrap();
+    let shards = tiny_llama(&opts())
+        .unwrap()
+        .write_split(prefix.to_str().unwrap(), SplitMode::MaxTensors(1))
+        .unwrap();
+    assert!(shards.len() > 10, "one tensor per shard");
+    let text = dir.path().join("text.txt");
+    let sentence = "the quick brown fox jumps over the lazy dog while three tired otters sing. ";
+    std::fs::write(&text, sentence.repeat(40)).unwrap();
+    let cands = dir.path().join("candidates");
+    candidate(SAME, GgmlType::F32, &cands.join("f32").join("a.gguf"));
+    candidate(RETYPED, GgmlType::Q8_0, &cands.join("q8_0").join("b.gguf"));
+    let cut = cands.join("q4_0").join("c.gguf");
+    candidate(TRUNCATED, GgmlType::Q4_0, &cut);
+    let len = std::fs::metadata(&cut).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&cut).unwrap();
+    f.set_len(len - 100).unwrap();
+    Fixture {
+        model: shards[0].clone(),
+        dir,
+        text,
+        cands,
+    }
+}
+
+struct Run {
+    ok: bool,
+    stderr: String,
+}
+
+fn sweep(fx: &Fixture, out: &str, extra: &[&str], env: &[(&str, &str)]) -> Run {
+    let csv = fx.dir.path().join(format!("{out}.csv"));
+    let jsonl = fx.dir.path().join(format!("{out}.jsonl"));
+    let mut cmd = Command::new(BIN);
+    cmd.arg("sweep")
+        .arg("-m")
+        .arg(&fx.model)
+        .arg("-f")
+        .arg(&fx.text)
+        .arg("--candidates")
+        .arg(&fx.cands)
+        .arg("--csv")
+        .arg(&csv)
+        .arg("--jsonl")
+        .arg(&jsonl)
+        .args([
+            "-c", "32", "-b", "32", "--chunks", "3", "-t", "2", "--plain",
+        ])
+        .args(extra)
+        .env_remove("LLAMA_HOTSWAP_SWEEP_TEST_CORRUPT_RESTORE");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let o = cmd.output().unwrap();
+    Run {
+        ok: o.status.success(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+/// CSV rows as maps (the test's fields hold no quotes or commas except the reason, last).
+fn rows(path: &Path) -> Vec<HashMap<String, String>> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<String> = lines.next().unwrap().split(',').map(String::from).collect();
+    assert_eq!(header.last().map(String::as_str), Some("reason"));
+    lines
+        .map(|l| {
+            let fields: Vec<&str> = l.splitn(header.len(), ',').collect();
+            header
+                .iter()
+                .cloned()
+                .zip(fields.iter().map(|s| s.to_string()))
+                .collect()
+        })
+        .collect()
+}
+
+fn row<'a>(rows: &'a [HashMap<String, String>], tensor: &str) -> &'a HashMap<String, String> {
+    rows.iter()
+        .find(|r| r["tensor"] == tensor)
+        .unwrap_or_else(|| panic!("no row for {tensor}: {rows:?}"))
+}
+
+/// (PPL, KLD) of the base round, printed exactly.
+fn base_line(stderr: &str) -> (String, String) {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("sweep: base model: PPL = "))
+        .unwrap_or_else(|| panic!("no base line in:\n{stderr}"));
+    let ppl = line["sweep: base model: PPL = ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_string();
+    let kld = line
+        .split("KLD vs base logits = ")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .to_string();
+    (ppl, kld)
+}
+
+#[test]
+fn sweep_rows_resume_truncated_and_type_change() {
+    let fx = fixture();
+    let run = sweep(&fx, "out", &[], &[]);
+    assert!(run.ok, "{}", run.stderr);
+    let csv = fx.dir.path().join("out.csv");
+    let r = rows(&csv);
+    assert_eq!(r.len(), 3, "{r:?}");
+    let (base_ppl, base_kld) = base_line(&run.stderr);
+
+    // Identical candidate: exactly the base's PPL and KLD (the base-logits file quantizes
+    // log-probs, so the base's own KLD is tiny but not 0).
+    let same = row(&r, SAME);
+    assert_eq!(same["status"], "ok");
+    assert_eq!(same["type"], "f32");
+    assert_eq!(same["ppl"], base_ppl);
+    assert_eq!(same["kld"], base_kld);
+    assert!(base_kld.parse::<f64>().unwrap().abs() < 1e-4, "{base_kld}");
+    assert_eq!(same["top1"], "100");
+    assert_eq!(same["bytes"], (64 * 64 * 4).to_string());
+    assert_eq!(
+        (same["chunks"].as_str(), same["n_ctx"].as_str()),
+        ("3", "32")
+    );
+
+    // Type change: Q8_0 bytes, an ok row whose KLD is above the base's.
+    let retyped = row(&r, RETYPED);
+    assert_eq!(retyped["status"], "ok", "{retyped:?}");
+    assert_eq!(retyped["type"], "q8_0");
+    assert_eq!(retyped["bytes"], (128 * 64 / 32 * 34).to_string());
+    assert!(retyped["kld"].parse::<f64>().unwrap() > base_kld.parse::<f64>().unwrap());
+    assert!(
+        retyped["seconds"].parse::<f64>().unwrap()
+            >= retyped["eval_seconds"].parse::<f64>().unwrap()
+    );
+
+    // Truncated: a failed row with its reason, and the others still ran.
+    let cut = row(&r, TRUNCATED);
+    assert_eq!(cut["status"], "failed");
+    assert_eq!(cut["type"], "q4_0");
+    assert_eq!(cut["file"], "q4_0/c.gguf");
+    assert!(cut["reason"].contains("GGUF"), "{cut:?}");
+    assert!(cut["ppl"].is_empty());
+
+    // JSON lines got the same rows.
+    let jsonl = std::fs::read_to_string(fx.dir.path().join("out.jsonl")).unwrap();
+    assert_eq!(jsonl.lines().count(), 3);
+    assert!(
+        jsonl.contains(&format!("\"ppl\":{}", same["ppl"])),
+        "{jsonl}"
+    );
+
+    // Resume: nothing left to do, nothing appended.
+    let before = std::fs::read_to_string(&csv).unwrap();
+    let again = sweep(&fx, "out", &[], &[]);
+    assert!(again.ok, "{}", again.stderr);
+    assert!(
+        again.stderr.contains("0 to run, 3 already"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(std::fs::read_to_string(&csv).unwrap(), before);
+
+    // An output lost (or added later) is filled in; the other gets no duplicates.
+    std::fs::remove_file(fx.dir.path().join("out.jsonl")).unwrap();
+    let refill = sweep(&fx, "out", &[], &[]);
+    assert!(refill.ok, "{}", refill.stderr);
+    assert!(
+        refill.stderr.contains("3 to run, 0 already"),
+        "{}",
+        refill.stderr
+    );
+    assert_eq!(std::fs::read_to_string(&csv).unwrap(), before);
+    let jsonl = std::fs::read_to_string(fx.dir.path().join("out.jsonl")).unwrap();
+    assert_eq!(jsonl.lines().count(), 3, "{jsonl}");
+
+    // Resume after losing the last row and half of a line: only that candidate runs, and
+    // it measures the same as before (the base logits file is reused).
+    let mut lines: Vec<&str> = before.lines().collect();
+    let last = lines.pop().unwrap().to_string();
+    let cut_text = format!("{}\n{}", lines.join("\n"), &last[..last.len() / 2]);
+    std::fs::write(&csv, cut_text).unwrap();
+    let third = sweep(&fx, "out", &[], &[]);
+    assert!(third.ok, "{}", third.stderr);
+    assert!(
+        third.stderr.contains("1 to run, 2 already"),
+        "{}",
+        third.stderr
+    );
+    let after = rows(&csv);
+    assert_eq!(after.len(), 3);
+    let rerun = after.last().unwrap();
+    let old = rows_from_line(&before, &last);
+    for k in ["tensor", "type", "bytes", "ppl", "kld", "top1", "status"] {
+        assert_eq!(rerun[k], old[k], "{k}");
+    }
+
+    // The size budget: room for everything keeps the base types; a model that must shed
+    // the F32 ffn_down's 32768 - 8704 bytes takes its Q8_0 candidate.
+    let size: u64 = 460_032;
+    let roomy = sweep(&fx, "out", &["--budget", &size.to_string()], &[]);
+    assert!(roomy.ok, "{}", roomy.stderr);
+    assert!(
+        roomy
+            .stderr
+            .contains(&format!("sweep:   {RETYPED} f32 32768 bytes")),
+        "{}",
+        roomy.stderr
+    );
+    let tight = size - (32768 - 8704);
+    let tight = sweep(&fx, "out", &["--budget", &tight.to_string()], &[]);
+    assert!(tight.ok, "{}", tight.stderr);
+    assert!(
+        tight
+            .stderr
+            .contains(&format!("sweep:   {RETYPED} q8_0 8704 bytes")),
+        "{}",
+        tight.stderr
+    );
+    let impossible = sweep(&fx, "out", &["--budget", "1000"], &[]);
+    assert!(
+        impossible
+            .stderr
+            .contains("budget 1000 bytes: the tensors not swept alone take"),
+        "{}",
+        impossible.stderr
+    );
+
+    // Resume refuses rows measured with other settings.
+    let other = sweep(&fx, "out", &["--chunks", "2"], &[]);
+    assert!(!other.ok);
+    assert!(
+        other.stderr.contains("use another output file"),
+        "{}",
+        other.stderr
+    );
+
+    // A fresh load of a model whose tensor is Q8_0 from the start, evaluated against the same
+    // base logits, measures exactly what the swapped-in candidate did.
+    let q8_prefix = fx.dir.path().join("model-q8").join("tiny");
+    std::fs::create_dir_all(q8_prefix.parent().unwrap()).unwrap();
+    let mut w = GgufWriter::new();
+    let base = tiny_llama(&opts()).unwrap();
+    for (k, v) in base.kvs() {
+        w.set(k, v.clone());
+    }
+    for spec in llama_tensor_specs(&opts()) {
+        let count = spec.dims.iter().product::<i64>() as usize;
+        let values = tensor_values(
+            opts().seed,
+            &spec.name,
+            count,
+            spec.name.ends_with("_norm.weight"),
+        );
+        let ty = if spec.name == RETYPED {
+            GgmlType::Q8_0
+        } else {
+            spec.ggml_type
+        };
+        w.add_tensor_f32(&spec.name, &spec.dims, ty, &values)
+            .unwrap();
+    }
+    let q8 = w
+        .write_split(q8_prefix.to_str().unwrap(), SplitMode::MaxTensors(1))
+        .unwrap();
+    let empty = fx.dir.path().join("no-candidates");
+    std::fs::create_dir_all(&empty).unwrap();
+    let o = Command::new(BIN)
+        .arg("sweep")
+        .arg("-m")
+        .arg(&q8[0])
+        .arg("--candidates")
+        .arg(&empty)
+        .arg("--kl-divergence-base")
+        .arg(fx.dir.path().join("out.csv.base-logits"))
+        .arg("--csv")
+        .arg(fx.dir.path().join("q8.csv"))
+        .args([
+            "-c", "32", "-b", "32", "--chunks", "3", "-t", "2", "--plain",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let (ppl, kld) = base_line(&stderr);
+    assert_eq!(ppl, retyped["ppl"]);
+    assert_eq!(kld, retyped["kld"]);
+}
+
+fn rows_from_line(text: &str, line: &str) -> HashMap<String, String> {
+    let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+    header
+        .iter()
+        .map(|h| h.to_string())
+        .zip(line.splitn(header.len(), ',').map(String::from))
+        .collect()
+}
+
+#[test]
+fn a_corrupted_restore_is_caught() {
+    let fx = fixture();
+    // Corrupted once: the check fires, the second restore repairs it, the sweep goes on.
+    let run = sweep(
+        &fx,
+        "once",
+        &[],
+        &[("LLAMA_HOTSWAP_SWEEP_TEST_CORRUPT_RESTORE", SAME)],
+    );
+    assert!(run.ok, "{}", run.stderr);
+    let r = rows(&fx.dir.path().join("once.csv"));
+    assert_eq!(r.len(), 3);
+    let same = row(&r, SAME);
+    assert_eq!(same["status"], "failed");
+    assert!(same["reason"].contains("restore check failed"), "{same:?}");
+    assert!(same["reason"].contains("repaired"), "{same:?}");
+    assert_eq!(row(&r, RETYPED)["status"], "ok");
+
+    // Corrupted every time: the check fires and the sweep stops (later rows would be
+    // measured on a model that is not the base).
+    let run = sweep(
+        &fx,
+        "always",
+        &[],
+        &[(
+            "LLAMA_HOTSWAP_SWEEP_TEST_CORRUPT_RESTORE",
+            &format!("{SAME}:always"),
+        )],
+    );
+    assert!(!run.ok, "{}", run.stderr);
+    assert!(run.stderr.contains("stopped"), "{}", run.stderr);
+    let r = rows(&fx.dir.path().join("always.csv"));
+    let same = row(&r, SAME);
+    assert_eq!(same["status"], "failed");
+    assert!(same["reason"].contains("no longer the base"), "{same:?}");
+    // a.gguf (f32/) sorts first: nothing ran after it.
+    assert_eq!(r.len(), 1, "{r:?}");
+}
+
+#[test]
+fn bad_arguments_are_errors() {
+    for args in [
+        vec!["sweep"],
+        vec!["sweep", "-m", "x.gguf"],
+        vec!["sweep", "-m", "x.gguf", "--candidates", "d"],
+        vec!["sweep", "--bogus"],
+        vec!["sweep", "--chunks", "0"],
+        vec!["sweep", "--budget", "lots"],
+    ] {
+        let o = Command::new(BIN).args(&args).output().unwrap();
+        assert!(!o.status.success(), "{args:?}");
+        assert!(!o.stderr.is_empty(), "{args:?}");
+    }
+    let missing = Command::new(BIN)
+        .args([
+            "sweep",
+            "-m",
+            "/nonexistent/m.gguf",
+            "--candidates",
+            "/tmp",
+            "--csv",
+        ])
+        .arg(std::env::temp_dir().join(format!("sweep-missing-{}.csv", std::process::id())))
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot load"));
+}
+
+#[test]
+fn candidates_that_do_not_fit_are_failed_rows() {
+    let fx = fixture();
+    let bad = fx.dir.path().join("bad");
+    // A tensor the model lacks, a shape that differs, and one good candidate after them.
+    let mut w = GgufWriter::new();
+    w.add_tensor_f32(
+        "blk.9.attn_q.weight",
+        &[64, 64],
+        GgmlType::F32,
+        &[0.0; 64 * 64],
+    )
+    .unwrap();
+    std::fs::create_dir_all(&bad).unwrap();
+    w.write_to(bad.join("a-unknown.gguf")).unwrap();
+    let mut w = GgufWriter::new();
+    w.add_tensor_f32(SAME, &[32, 128], GgmlType::F32, &[0.0; 64 * 64])
+        .unwrap();
+    w.write_to(bad.join("b-shape.gguf")).unwrap();
+    std::fs::write(bad.join("c-empty.gguf"), b"").unwrap();
+    candidate(RETYPED, GgmlType::Q4_0, &bad.join("d-good.gguf"));
+    // A FIFO named like a candidate must not block the sweep.
+    let fifo = Command::new("mkfifo")
+        .arg(bad.join("e-fifo.gguf"))
+        .status()
+        .unwrap();
+    assert!(fifo.success());
+    let csv = fx.dir.path().join("bad.csv");
+    let o = Command::new(BIN)
+        .arg("sweep")
+        .arg("-m")
+        .arg(&fx.model)
+        .arg("-f")
+        .arg(&fx.text)
+        .arg("--candidates")
+        .arg(&bad)
+        .arg("--csv")
+        .arg(&csv)
+        .args([
+            "-c", "32", "-b", "32", "--chunks", "2", "-t", "2", "--plain",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let r = rows(&csv);
+    assert_eq!(r.len(), 5, "{r:?}");
+    let by_file = |f: &str| r.iter().find(|x| x["file"] == f).unwrap();
+    let unknown = by_file("a-unknown.gguf");
+    assert_eq!(unknown["status"], "failed");
+    assert!(unknown["reason"].contains("no tensor named"), "{unknown:?}");
+    let shape = by_file("b-shape.gguf");
+    assert_eq!(shape["status"], "failed");
+    assert!(shape["reason"].contains("shape"), "{shape:?}");
+    assert_eq!(by_file("c-empty.gguf")["status"], "failed");
+    let good = by_file("d-good.gguf");
+    assert_eq!(good["status"], "ok", "{good:?}");
+    assert_eq!(good["type"], "q4_0");
+    let fifo = by_file("e-fifo.gguf");
+    assert_eq!(fifo["status"], "failed");
+    assert!(fifo["reason"].contains("not a regular file"), "{fifo:?}");
+}
+
+#[test]
+fn a_file_of_several_tensors_is_one_round_with_per_file() {
+    let fx = fixture();
+    let dir = fx.dir.path().join("group");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut w = GgufWriter::new();
+    for (name, ty) in [(SAME, GgmlType::F16), (RETYPED, GgmlType::Q8_0)] {
+        let spec = llama_tensor_specs(&opts())
+            .into_iter()
+            .find(|s| s.name == name)
+            .unwrap();
+        let count = spec.dims.iter().product::<i64>() as usize;
+        let values = tensor_values(opts().seed, name, count, false);
+        w.add_tensor_f32(name, &spec.dims, ty, &values).unwrap();
+    }
+    w.write_to(dir.join("group.gguf")).unwrap();
+    let run = |per_file: bool, out: &str| {
+        let csv = fx.dir.path().join(out);
+        let mut cmd = Command::new(BIN);
+        cmd.arg("sweep")
+            .arg("-m")
+            .arg(&fx.model)
+            .arg("-f")
+            .arg(&fx.text)
+            .arg("--candidates")
+            .arg(&dir)
+            .arg("--csv")
+            .arg(&csv)
+            .args([
+                "-c", "32", "-b", "32", "--chunks", "2", "-t", "2", "--plain",
+            ]);
+        if per_file {
+            cmd.arg("--per-file");
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        rows(&csv)
+    };
+    let each = run(false, "each.csv");
+    assert_eq!(each.len(), 2, "{each:?}");
+    assert_eq!(row(&each, SAME)["type"], "f16");
+    assert_eq!(row(&each, RETYPED)["type"], "q8_0");
+    let together = run(true, "together.csv");
+    assert_eq!(together.len(), 1, "{together:?}");
+    let g = &together[0];
+    assert_eq!(g["tensor"], format!("{SAME}+{RETYPED}"));
+    assert_eq!(g["type"], "f16+q8_0");
+    assert_eq!(g["status"], "ok", "{g:?}");
+    assert_eq!(g["bytes"], (64 * 64 * 2 + 128 * 64 / 32 * 34).to_string());
+    // Both swapped at once move the output more than either alone.
+    let kld = |r: &HashMap<String, String>| r["kld"].parse::<f64>().unwrap();
+    assert!(
+        kld(g) > kld(row(&each, SAME)).max(kld(row(&each, RETYPED))),
+        "{g:?} {each:?}"
+    );
+}

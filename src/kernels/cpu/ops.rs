@@ -199,6 +199,32 @@ pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
 mod tests {
     use super::*;
 
+    /// The SIMD half-precision scale + FMA (when the CPU has it) equals the scalar one bit for
+    /// bit, tail included, with and without the rescale.
+    #[test]
+    fn f16_scale_mad_matches_scalar() {
+        let mut seed = 0x2545_f491_u32;
+        let mut rnd = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            (seed as f32 / u32::MAX as f32) * 8.0 - 4.0
+        };
+        for n in [1usize, 7, 8, 64, 67, 128] {
+            let v: Vec<half::f16> = (0..n).map(|_| half::f16::from_f32(rnd())).collect();
+            let acc0: Vec<half::f16> = (0..n).map(|_| half::f16::from_f32(rnd() * 50.0)).collect();
+            for ms in [None, Some(0.37f32), Some(1e-3)] {
+                let vs = rnd().abs();
+                let (mut a, mut b) = (acc0.clone(), acc0.clone());
+                f16_scale_mad(&mut a, &v, ms, vs);
+                f16_scale_mad_scalar(&mut b, &v, ms, vs);
+                let bits = |x: &[half::f16]| x.iter().map(|h| h.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&a), bits(&b), "n {n} ms {ms:?}");
+                assert_ne!(bits(&a), bits(&acc0), "the accumulator changed");
+            }
+        }
+    }
+
     #[test]
     fn rms_norm_unit_rms() {
         let x = [3.0f32, -4.0];
@@ -274,7 +300,8 @@ mod tests {
 /// Per-thread buffers of [`flash_attn`].
 #[derive(Debug, Default)]
 pub struct AttnScratch {
-    q: Vec<f32>,
+    /// Q of the task's heads in K's type (F16 or F32), as bytes.
+    q_bytes: Vec<u8>,
     k: Vec<f32>,
     v: Vec<f32>,
     acc: Vec<f32>,
@@ -371,6 +398,44 @@ pub fn flash_attn(
     });
 }
 
+/// The bytes of a half-precision row (as the F16 dot kernel reads them).
+fn f16_bytes(h: &[half::f16]) -> &[u8] {
+    // SAFETY: `half::f16` is `repr(transparent)` over `u16` (2 bytes, no padding); the byte
+    // slice covers exactly the same memory, borrowed for the same lifetime; u8 has alignment 1.
+    unsafe { std::slice::from_raw_parts(h.as_ptr().cast::<u8>(), std::mem::size_of_val(h)) }
+}
+
+/// The bytes of an f32 row (as the F32 dot kernel reads them: native order, which is the
+/// little-endian order the kernels decode on every target this crate builds for).
+fn f32_bytes(x: &[f32]) -> &[u8] {
+    // SAFETY: f32 has no padding; the byte slice covers exactly the same memory, borrowed for
+    // the same lifetime; u8 has alignment 1.
+    unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
+}
+
+/// ggml's `vec_scale_f16` (when `ms` is given) followed by `vec_mad_f16` on a half-precision
+/// accumulator: `acc = f16(acc * ms)`, then `acc = f16(fma(v, vs, acc))`, elementwise. The
+/// SIMD version (F16C) rounds exactly as this one does.
+pub fn f16_scale_mad(acc: &mut [half::f16], v: &[half::f16], ms: Option<f32>, vs: f32) {
+    assert!(v.len() >= acc.len(), "f16 mad: v shorter than the accumulator");
+    #[cfg(target_arch = "x86_64")]
+    if super::x86::f16_scale_mad(acc, v, ms, vs) {
+        return;
+    }
+    f16_scale_mad_scalar(acc, v, ms, vs);
+}
+
+/// [`f16_scale_mad`] without SIMD (the reference the SIMD version is tested against).
+pub fn f16_scale_mad_scalar(acc: &mut [half::f16], v: &[half::f16], ms: Option<f32>, vs: f32) {
+    for (a, &x) in acc.iter_mut().zip(v) {
+        let scaled = match ms {
+            Some(ms) => half::f16::from_f32(a.to_f32() * ms).to_f32(),
+            None => a.to_f32(),
+        };
+        *a = half::f16::from_f32(x.to_f32().mul_add(vs, scaled));
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn attn_task(
     shape: AttnShape,
@@ -384,6 +449,7 @@ fn attn_task(
     out: &mut [f32],
     sc: &mut AttnScratch,
 ) {
+    use crate::gguf::GgmlType;
     let AttnShape {
         n_head,
         n_head_kv,
@@ -396,14 +462,22 @@ fn attn_task(
     let group = n_head / n_head_kv;
     let f16_v = v.is_f16();
     let sc = &mut *sc;
-    sc.q.clear();
-    sc.q.extend(qrow.iter().map(|&x| {
-        if k.is_f16() {
-            half::f16::from_f32(x).to_f32()
-        } else {
-            x
-        }
-    }));
+    // Q in K's type (ggml converts Q to K's vec_dot type), K·Q with that type's dot kernel
+    let k_type = if k.is_f16() {
+        GgmlType::F16
+    } else {
+        GgmlType::F32
+    };
+    let kdot = super::dot_fn(k_type);
+    let q_row_bytes = super::row_bytes(k_type, dk);
+    sc.q_bytes.resize(group * q_row_bytes, 0);
+    for h in 0..group {
+        super::quantize_row(
+            k_type,
+            &qrow[h * dk..(h + 1) * dk],
+            &mut sc.q_bytes[h * q_row_bytes..(h + 1) * q_row_bytes],
+        );
+    }
     sc.k.resize(dk, 0.0);
     sc.v.resize(dv, 0.0);
     sc.acc.clear();
@@ -419,13 +493,19 @@ fn attn_task(
     sc.cells.extend((0..n_kv).filter(|&j| visible(t, j)));
     for ci in 0..sc.cells.len() {
         let j = sc.cells[ci] as usize;
-        k.read(j, g * dk, &mut sc.k);
+        let k_row: &[u8] = match k.half(j, g * dk, dk) {
+            Some(h) => f16_bytes(h),
+            None => {
+                k.read(j, g * dk, &mut sc.k);
+                f32_bytes(&sc.k)
+            }
+        };
         let v16 = v.half(j, g * dv, dv);
         if v16.is_none() {
             v.read(j, g * dv, &mut sc.v);
         }
         for h in 0..group {
-            let mut s = dot_f32(&sc.q[h * dk..(h + 1) * dk], &sc.k) * scale;
+            let mut s = kdot(dk, k_row, &sc.q_bytes[h * q_row_bytes..]) * scale;
             if softcap != 0.0 {
                 s = softcap * (s / softcap).tanh();
             }
@@ -439,14 +519,8 @@ fn attn_task(
             }
             match v16 {
                 Some(vh) if f16_v => {
-                    for (a, &x) in sc.acc16[h * dv..(h + 1) * dv].iter_mut().zip(vh) {
-                        let scaled = if ms != 1.0 {
-                            half::f16::from_f32(a.to_f32() * ms).to_f32()
-                        } else {
-                            a.to_f32()
-                        };
-                        *a = half::f16::from_f32(x.to_f32().mul_add(vs, scaled));
-                    }
+                    let scale = (ms != 1.0).then_some(ms);
+                    f16_scale_mad(&mut sc.acc16[h * dv..(h + 1) * dv], vh, scale, vs);
                 }
                 _ => {
                     let acc = &mut sc.acc[h * dv..(h + 1) * dv];

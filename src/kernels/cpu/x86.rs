@@ -1353,3 +1353,51 @@ unsafe fn convert_f16_f16c(x: *const f32, n8: usize, dst: *mut u8) {
         i += 8;
     }
 }
+
+// ------------------------------------------------------------------ attention helpers
+
+/// [`super::ops::f16_scale_mad`] with F16C: 8 values at a time, each rounded to half precision
+/// after the scale and after the FMA exactly as the scalar version does (`cvtps_ph` rounds to
+/// nearest even, as `half::f16::from_f32`). False when the CPU lacks the features.
+pub fn f16_scale_mad(acc: &mut [half::f16], v: &[half::f16], ms: Option<f32>, vs: f32) -> bool {
+    if !available() {
+        return false;
+    }
+    assert!(v.len() >= acc.len(), "f16 mad: v shorter than the accumulator");
+    // SAFETY: the features were checked just above; `acc` has `acc.len()` elements and `v` at
+    // least as many (asserted), and `half::f16` is `repr(transparent)` over `u16`, so the
+    // kernel's 2-byte unaligned loads and stores stay inside both slices.
+    unsafe {
+        f16_scale_mad_avx2(
+            acc.as_mut_ptr().cast::<u16>(),
+            v.as_ptr().cast::<u16>(),
+            acc.len(),
+            ms,
+            vs,
+        )
+    };
+    true
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_scale_mad_avx2(acc: *mut u16, v: *const u16, n: usize, ms: Option<f32>, vs: f32) {
+    let vvs = _mm256_set1_ps(vs);
+    let mut i = 0;
+    while i + 8 <= n {
+        let pa = acc.add(i).cast::<__m128i>();
+        let mut a = _mm256_cvtph_ps(_mm_loadu_si128(pa));
+        if let Some(ms) = ms {
+            let scaled = _mm256_mul_ps(a, _mm256_set1_ps(ms));
+            a = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(scaled));
+        }
+        let x = _mm256_cvtph_ps(_mm_loadu_si128(v.add(i).cast::<__m128i>()));
+        let r = _mm256_fmadd_ps(x, vvs, a);
+        _mm_storeu_si128(pa, _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(r));
+        i += 8;
+    }
+    if i < n {
+        let acc = std::slice::from_raw_parts_mut(acc.add(i).cast::<half::f16>(), n - i);
+        let v = std::slice::from_raw_parts(v.add(i).cast::<half::f16>(), n - i);
+        super::ops::f16_scale_mad_scalar(acc, v, ms, vs);
+    }
+}

@@ -1050,15 +1050,35 @@ unsafe fn tile_q8_0<P: Copy>(
 ) {
     let mut acc = [[_mm256_setzero_ps(); 2]; 4];
     let mut ib = 0;
+    let f16_at = |p: *const u8| p.cast::<i16>().read_unaligned();
     while ib < nb {
         let pair = (ib + 1 < nb) as usize + 1;
         for h in 0..pair {
             let wb = w.add((ib + h) * wbytes);
             let q = prepare(wb);
+            // d_w · d_x for the 4 columns at once: one conversion of the 4 activation scales
+            // and the weight's, one multiply (each product rounds as `scale_q8_0`'s does).
+            let xb0 = x.add((ib + h) * Q8_0_BYTES);
+            let xd = _mm_setr_epi16(
+                f16_at(xb0),
+                f16_at(xb0.add(xs)),
+                f16_at(xb0.add(2 * xs)),
+                f16_at(xb0.add(3 * xs)),
+                0,
+                0,
+                0,
+                0,
+            );
+            let wd = _mm_cvtph_ps(_mm_set1_epi16(f16_at(wb)));
+            let mut ds = [0f32; 4];
+            _mm_storeu_ps(ds.as_mut_ptr(), _mm_mul_ps(wd, _mm_cvtph_ps(xd)));
             for (c, acc) in acc.iter_mut().enumerate() {
-                let xb = x.add(c * xs + (ib + h) * Q8_0_BYTES);
-                acc[h] =
-                    _mm256_fmadd_ps(scale_q8_0(wb, xb), _mm256_cvtepi32_ps(dot(q, xb)), acc[h]);
+                let xb = xb0.add(c * xs);
+                acc[h] = _mm256_fmadd_ps(
+                    _mm256_set1_ps(ds[c]),
+                    _mm256_cvtepi32_ps(dot(q, xb)),
+                    acc[h],
+                );
             }
         }
         ib += 2;

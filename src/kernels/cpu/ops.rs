@@ -417,7 +417,10 @@ fn f32_bytes(x: &[f32]) -> &[u8] {
 /// accumulator: `acc = f16(acc * ms)`, then `acc = f16(fma(v, vs, acc))`, elementwise. The
 /// SIMD version (F16C) rounds exactly as this one does.
 pub fn f16_scale_mad(acc: &mut [half::f16], v: &[half::f16], ms: Option<f32>, vs: f32) {
-    assert!(v.len() >= acc.len(), "f16 mad: v shorter than the accumulator");
+    assert!(
+        v.len() >= acc.len(),
+        "f16 mad: v shorter than the accumulator"
+    );
     #[cfg(target_arch = "x86_64")]
     if super::x86::f16_scale_mad(acc, v, ms, vs) {
         return;

@@ -1383,7 +1383,10 @@ pub fn f16_scale_mad(acc: &mut [half::f16], v: &[half::f16], ms: Option<f32>, vs
     if !available() {
         return false;
     }
-    assert!(v.len() >= acc.len(), "f16 mad: v shorter than the accumulator");
+    assert!(
+        v.len() >= acc.len(),
+        "f16 mad: v shorter than the accumulator"
+    );
     // SAFETY: the features were checked just above; `acc` has `acc.len()` elements and `v` at
     // least as many (asserted), and `half::f16` is `repr(transparent)` over `u16`, so the
     // kernel's 2-byte unaligned loads and stores stay inside both slices.

@@ -199,6 +199,33 @@ pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
 mod tests {
     use super::*;
 
+    /// The SIMD ggml-order F16 dot equals the scalar one bit for bit (with leftovers).
+    #[test]
+    fn dot_f16_ggml_matches_scalar() {
+        let mut seed = 0x9e37_79b9_u32;
+        let mut rnd = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            half::f16::from_f32((seed as f32 / u32::MAX as f32) * 4.0 - 2.0)
+        };
+        for n in [1usize, 31, 32, 64, 80, 128, 131] {
+            let x: Vec<half::f16> = (0..n).map(|_| rnd()).collect();
+            let y: Vec<half::f16> = (0..n).map(|_| rnd()).collect();
+            let (a, b) = (dot_f16_ggml(&x, &y), dot_f16_ggml_scalar(&x, &y));
+            assert_eq!(a.to_bits(), b.to_bits(), "n {n}: {a} vs {b}");
+            let exact: f64 = x
+                .iter()
+                .zip(&y)
+                .map(|(p, q)| f64::from(p.to_f32() * q.to_f32()))
+                .sum();
+            assert!(
+                (f64::from(a) - exact).abs() < 1e-4 * (1.0 + exact.abs()),
+                "n {n}"
+            );
+        }
+    }
+
     /// The SIMD half-precision scale + FMA (when the CPU has it) equals the scalar one bit for
     /// bit, tail included, with and without the rescale.
     #[test]
@@ -302,6 +329,8 @@ mod tests {
 pub struct AttnScratch {
     /// Q of the task's heads in K's type (F16 or F32), as bytes.
     q_bytes: Vec<u8>,
+    /// The same Q in half precision when K is F16.
+    q16: Vec<half::f16>,
     k: Vec<f32>,
     v: Vec<f32>,
     acc: Vec<f32>,
@@ -413,6 +442,47 @@ fn f32_bytes(x: &[f32]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
 }
 
+/// ggml's `ggml_vec_dot_f16` as its AVX2 build computes it (K·Q in flash attention): four
+/// 8-lane f32 FMA accumulators over steps of 32, reduced 0+2 and 1+3, then 0+1, then the two
+/// halves and two horizontal adds; the leftover elements added in f64. Following its order
+/// keeps attention scores equal to upstream's, so near-ties in the logits break the same way.
+pub fn dot_f16_ggml(x: &[half::f16], y: &[half::f16]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(v) = super::x86::dot_f16_ggml(x, y) {
+        return v;
+    }
+    dot_f16_ggml_scalar(x, y)
+}
+
+/// [`dot_f16_ggml`] without SIMD, in the same order (the SIMD version is tested against it).
+pub fn dot_f16_ggml_scalar(x: &[half::f16], y: &[half::f16]) -> f32 {
+    let n = x.len().min(y.len());
+    let np = n & !31;
+    let mut sum = [[0f32; 8]; 4];
+    for i in (0..np).step_by(32) {
+        for (j, acc) in sum.iter_mut().enumerate() {
+            for (l, a) in acc.iter_mut().enumerate() {
+                let e = i + 8 * j + l;
+                *a = x[e].to_f32().mul_add(y[e].to_f32(), *a);
+            }
+        }
+    }
+    for l in 0..8 {
+        sum[0][l] += sum[2][l];
+        sum[1][l] += sum[3][l];
+    }
+    for l in 0..8 {
+        sum[0][l] += sum[1][l];
+    }
+    let s = sum[0];
+    let t0 = [s[0] + s[4], s[1] + s[5], s[2] + s[6], s[3] + s[7]];
+    let mut sumf = f64::from((t0[0] + t0[1]) + (t0[2] + t0[3]));
+    for i in np..n {
+        sumf += f64::from(x[i].to_f32() * y[i].to_f32());
+    }
+    sumf as f32
+}
+
 /// ggml's `vec_scale_f16` (when `ms` is given) followed by `vec_mad_f16` on a half-precision
 /// accumulator: `acc = f16(acc * ms)`, then `acc = f16(fma(v, vs, acc))`, elementwise. The
 /// SIMD version (F16C) rounds exactly as this one does.
@@ -481,6 +551,11 @@ fn attn_task(
             &mut sc.q_bytes[h * q_row_bytes..(h + 1) * q_row_bytes],
         );
     }
+    sc.q16.clear();
+    if k_type == GgmlType::F16 {
+        sc.q16
+            .extend(qrow[..group * dk].iter().map(|&x| half::f16::from_f32(x)));
+    }
     sc.k.resize(dk, 0.0);
     sc.v.resize(dv, 0.0);
     sc.acc.clear();
@@ -507,8 +582,12 @@ fn attn_task(
         if v16.is_none() {
             v.read(j, g * dv, &mut sc.v);
         }
+        let k16 = k.half(j, g * dk, dk);
         for h in 0..group {
-            let mut s = kdot(dk, k_row, &sc.q_bytes[h * q_row_bytes..]) * scale;
+            let mut s = match k16 {
+                Some(kh) => dot_f16_ggml(kh, &sc.q16[h * dk..(h + 1) * dk]),
+                None => kdot(dk, k_row, &sc.q_bytes[h * q_row_bytes..]),
+            } * scale;
             if softcap != 0.0 {
                 s = softcap * (s / softcap).tanh();
             }

@@ -442,10 +442,9 @@ fn f32_bytes(x: &[f32]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
 }
 
-/// ggml's `ggml_vec_dot_f16` as its AVX2 build computes it (K·Q in flash attention): four
-/// 8-lane f32 FMA accumulators over steps of 32, reduced 0+2 and 1+3, then 0+1, then the two
-/// halves and two horizontal adds; the leftover elements added in f64. Following its order
-/// keeps attention scores equal to upstream's, so near-ties in the logits break the same way.
+/// K·Q for an F16 cache: `Σ k·q` over half-precision values, in the order of [`dot_f32`]
+/// (8 lanes of separate multiply and add, lanes summed in order, then the tail), which is the
+/// order the engine's attention has used since it matched upstream's outputs.
 pub fn dot_f16_ggml(x: &[half::f16], y: &[half::f16]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if let Some(v) = super::x86::dot_f16_ggml(x, y) {
@@ -457,30 +456,18 @@ pub fn dot_f16_ggml(x: &[half::f16], y: &[half::f16]) -> f32 {
 /// [`dot_f16_ggml`] without SIMD, in the same order (the SIMD version is tested against it).
 pub fn dot_f16_ggml_scalar(x: &[half::f16], y: &[half::f16]) -> f32 {
     let n = x.len().min(y.len());
-    let np = n & !31;
-    let mut sum = [[0f32; 8]; 4];
-    for i in (0..np).step_by(32) {
-        for (j, acc) in sum.iter_mut().enumerate() {
-            for (l, a) in acc.iter_mut().enumerate() {
-                let e = i + 8 * j + l;
-                *a = x[e].to_f32().mul_add(y[e].to_f32(), *a);
-            }
+    let mut acc = [0.0f32; 8];
+    let chunks = n / 8;
+    for c in 0..chunks {
+        for (l, a) in acc.iter_mut().enumerate() {
+            *a += x[c * 8 + l].to_f32() * y[c * 8 + l].to_f32();
         }
     }
-    for l in 0..8 {
-        sum[0][l] += sum[2][l];
-        sum[1][l] += sum[3][l];
+    let mut sum = acc.iter().sum::<f32>();
+    for i in chunks * 8..n {
+        sum += x[i].to_f32() * y[i].to_f32();
     }
-    for l in 0..8 {
-        sum[0][l] += sum[1][l];
-    }
-    let s = sum[0];
-    let t0 = [s[0] + s[4], s[1] + s[5], s[2] + s[6], s[3] + s[7]];
-    let mut sumf = f64::from((t0[0] + t0[1]) + (t0[2] + t0[3]));
-    for i in np..n {
-        sumf += f64::from(x[i].to_f32() * y[i].to_f32());
-    }
-    sumf as f32
+    sum
 }
 
 /// ggml's `vec_scale_f16` (when `ms` is given) followed by `vec_mad_f16` on a half-precision
@@ -585,7 +572,7 @@ fn attn_task(
         let k16 = k.half(j, g * dk, dk);
         for h in 0..group {
             let mut s = match k16 {
-                Some(kh) => dot_f16_ggml(kh, &sc.q16[h * dk..(h + 1) * dk]),
+                Some(kh) => dot_f16_ggml(&sc.q16[h * dk..(h + 1) * dk], kh),
                 None => kdot(dk, k_row, &sc.q_bytes[h * q_row_bytes..]),
             } * scale;
             if softcap != 0.0 {

@@ -1425,7 +1425,7 @@ unsafe fn f16_scale_mad_avx2(acc: *mut u16, v: *const u16, n: usize, ms: Option<
     }
 }
 
-/// [`super::ops::dot_f16_ggml`] with F16C/FMA in ggml's order; None without the features.
+/// [`super::ops::dot_f16_ggml`] with F16C in the same order; None without the features.
 pub fn dot_f16_ggml(x: &[half::f16], y: &[half::f16]) -> Option<f32> {
     if !available() {
         return None;
@@ -1438,32 +1438,17 @@ pub fn dot_f16_ggml(x: &[half::f16], y: &[half::f16]) -> Option<f32> {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_f16_ggml_avx2(x: *const u16, y: *const u16, n: usize) -> f32 {
-    let np = n & !31;
-    let (mut s0, mut s1, mut s2, mut s3) = (
-        _mm256_setzero_ps(),
-        _mm256_setzero_ps(),
-        _mm256_setzero_ps(),
-        _mm256_setzero_ps(),
-    );
-    let mut i = 0;
-    while i < np {
-        let (xp, yp) = (x.add(i).cast::<u8>(), y.add(i).cast::<u8>());
-        s0 = _mm256_fmadd_ps(load_f16(xp, 0), load_f16(yp, 0), s0);
-        s1 = _mm256_fmadd_ps(load_f16(xp, 8), load_f16(yp, 8), s1);
-        s2 = _mm256_fmadd_ps(load_f16(xp, 16), load_f16(yp, 16), s2);
-        s3 = _mm256_fmadd_ps(load_f16(xp, 24), load_f16(yp, 24), s3);
-        i += 32;
+    let mut acc = _mm256_setzero_ps();
+    let chunks = n / 8;
+    for c in 0..chunks {
+        let (xp, yp) = (x.add(c * 8).cast::<u8>(), y.add(c * 8).cast::<u8>());
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(load_f16(xp, 0), load_f16(yp, 0)));
     }
-    s0 = _mm256_add_ps(s0, s2);
-    s1 = _mm256_add_ps(s1, s3);
-    s0 = _mm256_add_ps(s0, s1);
-    let t0 = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
-    let t1 = _mm_hadd_ps(t0, t0);
-    let mut sumf = f64::from(_mm_cvtss_f32(_mm_hadd_ps(t1, t1)));
-    for e in np..n {
-        let a = f16_load(x.add(e).cast());
-        let b = f16_load(y.add(e).cast());
-        sumf += f64::from(a * b);
+    let mut lanes = [0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+    let mut sum = lanes.iter().sum::<f32>();
+    for e in chunks * 8..n {
+        sum += f16_load(x.add(e).cast()) * f16_load(y.add(e).cast());
     }
-    sumf as f32
+    sum
 }

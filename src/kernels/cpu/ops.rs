@@ -199,6 +199,59 @@ pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
 mod tests {
     use super::*;
 
+    /// The SIMD ggml-order F16 dot equals the scalar one bit for bit (with leftovers).
+    #[test]
+    fn dot_f16_ggml_matches_scalar() {
+        let mut seed = 0x9e37_79b9_u32;
+        let mut rnd = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            half::f16::from_f32((seed as f32 / u32::MAX as f32) * 4.0 - 2.0)
+        };
+        for n in [1usize, 31, 32, 64, 80, 128, 131] {
+            let x: Vec<half::f16> = (0..n).map(|_| rnd()).collect();
+            let y: Vec<half::f16> = (0..n).map(|_| rnd()).collect();
+            let (a, b) = (dot_f16_ggml(&x, &y), dot_f16_ggml_scalar(&x, &y));
+            assert_eq!(a.to_bits(), b.to_bits(), "n {n}: {a} vs {b}");
+            let exact: f64 = x
+                .iter()
+                .zip(&y)
+                .map(|(p, q)| f64::from(p.to_f32() * q.to_f32()))
+                .sum();
+            assert!(
+                (f64::from(a) - exact).abs() < 1e-4 * (1.0 + exact.abs()),
+                "n {n}"
+            );
+        }
+    }
+
+    /// The SIMD half-precision scale + FMA (when the CPU has it) equals the scalar one bit for
+    /// bit, tail included, with and without the rescale.
+    #[test]
+    fn f16_scale_mad_matches_scalar() {
+        let mut seed = 0x2545_f491_u32;
+        let mut rnd = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            (seed as f32 / u32::MAX as f32) * 8.0 - 4.0
+        };
+        for n in [1usize, 7, 8, 64, 67, 128] {
+            let v: Vec<half::f16> = (0..n).map(|_| half::f16::from_f32(rnd())).collect();
+            let acc0: Vec<half::f16> = (0..n).map(|_| half::f16::from_f32(rnd() * 50.0)).collect();
+            for ms in [None, Some(0.37f32), Some(1e-3)] {
+                let vs = rnd().abs();
+                let (mut a, mut b) = (acc0.clone(), acc0.clone());
+                f16_scale_mad(&mut a, &v, ms, vs);
+                f16_scale_mad_scalar(&mut b, &v, ms, vs);
+                let bits = |x: &[half::f16]| x.iter().map(|h| h.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&a), bits(&b), "n {n} ms {ms:?}");
+                assert_ne!(bits(&a), bits(&acc0), "the accumulator changed");
+            }
+        }
+    }
+
     #[test]
     fn rms_norm_unit_rms() {
         let x = [3.0f32, -4.0];
@@ -274,7 +327,10 @@ mod tests {
 /// Per-thread buffers of [`flash_attn`].
 #[derive(Debug, Default)]
 pub struct AttnScratch {
-    q: Vec<f32>,
+    /// Q of the task's heads in K's vec_dot type (F16, F32, Q8_0, ...), as bytes.
+    q_bytes: Vec<u8>,
+    /// The same Q in half precision when K is F16.
+    q16: Vec<half::f16>,
     k: Vec<f32>,
     v: Vec<f32>,
     acc: Vec<f32>,
@@ -282,8 +338,6 @@ pub struct AttnScratch {
     m: Vec<f32>,
     s: Vec<f32>,
     cells: Vec<u32>,
-    /// Q of each head of the group converted to the vec_dot type of a packed K.
-    q_packed: Vec<u8>,
 }
 
 /// Shapes and constants of one FLASH_ATTN_EXT.
@@ -383,6 +437,75 @@ pub fn flash_attn(
     });
 }
 
+/// The bytes of a half-precision row (as the F16 dot kernel reads them).
+fn f16_bytes(h: &[half::f16]) -> &[u8] {
+    // SAFETY: `half::f16` is `repr(transparent)` over `u16` (2 bytes, no padding); the byte
+    // slice covers exactly the same memory, borrowed for the same lifetime; u8 has alignment 1.
+    unsafe { std::slice::from_raw_parts(h.as_ptr().cast::<u8>(), std::mem::size_of_val(h)) }
+}
+
+/// The bytes of an f32 row (as the F32 dot kernel reads them: native order, which is the
+/// little-endian order the kernels decode on every target this crate builds for).
+fn f32_bytes(x: &[f32]) -> &[u8] {
+    // SAFETY: f32 has no padding; the byte slice covers exactly the same memory, borrowed for
+    // the same lifetime; u8 has alignment 1.
+    unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
+}
+
+/// K·Q for an F16 cache: `Σ k·q` over half-precision values, in the order of [`dot_f32`]
+/// (8 lanes of separate multiply and add, lanes summed in order, then the tail), which is the
+/// order the engine's attention has used since it matched upstream's outputs.
+pub fn dot_f16_ggml(x: &[half::f16], y: &[half::f16]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(v) = super::x86::dot_f16_ggml(x, y) {
+        return v;
+    }
+    dot_f16_ggml_scalar(x, y)
+}
+
+/// [`dot_f16_ggml`] without SIMD, in the same order (the SIMD version is tested against it).
+pub fn dot_f16_ggml_scalar(x: &[half::f16], y: &[half::f16]) -> f32 {
+    let n = x.len().min(y.len());
+    let mut acc = [0.0f32; 8];
+    let chunks = n / 8;
+    for c in 0..chunks {
+        for (l, a) in acc.iter_mut().enumerate() {
+            *a += x[c * 8 + l].to_f32() * y[c * 8 + l].to_f32();
+        }
+    }
+    let mut sum = acc.iter().sum::<f32>();
+    for i in chunks * 8..n {
+        sum += x[i].to_f32() * y[i].to_f32();
+    }
+    sum
+}
+
+/// ggml's `vec_scale_f16` (when `ms` is given) followed by `vec_mad_f16` on a half-precision
+/// accumulator: `acc = f16(acc * ms)`, then `acc = f16(fma(v, vs, acc))`, elementwise. The
+/// SIMD version (F16C) rounds exactly as this one does.
+pub fn f16_scale_mad(acc: &mut [half::f16], v: &[half::f16], ms: Option<f32>, vs: f32) {
+    assert!(
+        v.len() >= acc.len(),
+        "f16 mad: v shorter than the accumulator"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if super::x86::f16_scale_mad(acc, v, ms, vs) {
+        return;
+    }
+    f16_scale_mad_scalar(acc, v, ms, vs);
+}
+
+/// [`f16_scale_mad`] without SIMD (the reference the SIMD version is tested against).
+pub fn f16_scale_mad_scalar(acc: &mut [half::f16], v: &[half::f16], ms: Option<f32>, vs: f32) {
+    for (a, &x) in acc.iter_mut().zip(v) {
+        let scaled = match ms {
+            Some(ms) => half::f16::from_f32(a.to_f32() * ms).to_f32(),
+            None => a.to_f32(),
+        };
+        *a = half::f16::from_f32(x.to_f32().mul_add(vs, scaled));
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn attn_task(
     shape: AttnShape,
@@ -396,6 +519,7 @@ fn attn_task(
     out: &mut [f32],
     sc: &mut AttnScratch,
 ) {
+    use crate::gguf::GgmlType;
     let AttnShape {
         n_head,
         n_head_kv,
@@ -408,29 +532,29 @@ fn attn_task(
     let group = n_head / n_head_kv;
     let f16_v = v.is_f16();
     let sc = &mut *sc;
-    sc.q.clear();
-    sc.q.extend(qrow.iter().map(|&x| {
-        if k.is_f16() {
-            half::f16::from_f32(x).to_f32()
-        } else {
-            x
-        }
-    }));
-    // a packed K (BF16, Q8_0, ...): Q goes to K's vec_dot type and each score is the
-    // type's vec_dot, as ggml's CPU flash attention does (q_to_vec_dot, kq_vec_dot)
+    // Q in K's vec_dot type, each score that type's dot, as ggml's CPU flash attention
+    // (q_to_vec_dot, kq_vec_dot): F16 and F32 caches through the engine's F16/F32 dots, a
+    // packed K (BF16, Q8_0, ...) through the type's vec_dot
     let k_packed = k.packed(0, 0, dk).map(|(ty, _)| ty);
-    let mut q_row_bytes = 0;
-    if let Some(kt) = k_packed {
-        let vt = super::vec_dot_type(kt);
-        q_row_bytes = super::row_bytes(vt, dk);
-        sc.q_packed.resize(group * q_row_bytes, 0);
-        for h in 0..group {
-            super::quantize_row(
-                vt,
-                &sc.q[h * dk..(h + 1) * dk],
-                &mut sc.q_packed[h * q_row_bytes..(h + 1) * q_row_bytes],
-            );
-        }
+    let k_type = match k_packed {
+        Some(kt) => super::vec_dot_type(kt),
+        None if k.is_f16() => GgmlType::F16,
+        None => GgmlType::F32,
+    };
+    let kdot = super::dot_fn(if k_packed.is_some() { GgmlType::F32 } else { k_type });
+    let q_row_bytes = super::row_bytes(k_type, dk);
+    sc.q_bytes.resize(group * q_row_bytes, 0);
+    for h in 0..group {
+        super::quantize_row(
+            k_type,
+            &qrow[h * dk..(h + 1) * dk],
+            &mut sc.q_bytes[h * q_row_bytes..(h + 1) * q_row_bytes],
+        );
+    }
+    sc.q16.clear();
+    if k_type == GgmlType::F16 && k_packed.is_none() {
+        sc.q16
+            .extend(qrow[..group * dk].iter().map(|&x| half::f16::from_f32(x)));
     }
     sc.k.resize(dk, 0.0);
     sc.v.resize(dv, 0.0);
@@ -447,11 +571,14 @@ fn attn_task(
     sc.cells.extend((0..n_kv).filter(|&j| visible(t, j)));
     for ci in 0..sc.cells.len() {
         let j = sc.cells[ci] as usize;
-        let k_bytes = match k_packed {
-            Some(_) => k.packed(j, g * dk, dk),
-            None => {
+        let k_bytes = k_packed.and_then(|_| k.packed(j, g * dk, dk));
+        let k16 = k.half(j, g * dk, dk);
+        let k_row: &[u8] = match (k_bytes, k16) {
+            (Some((_, kb)), _) => kb,
+            (None, Some(h)) => f16_bytes(h),
+            (None, None) => {
                 k.read(j, g * dk, &mut sc.k);
-                None
+                f32_bytes(&sc.k)
             }
         };
         let v16 = v.half(j, g * dv, dv);
@@ -459,14 +586,11 @@ fn attn_task(
             v.read(j, g * dv, &mut sc.v);
         }
         for h in 0..group {
-            let mut s = match k_bytes {
-                Some((kt, kb)) => super::vec_dot(
-                    kt,
-                    dk,
-                    kb,
-                    &sc.q_packed[h * q_row_bytes..(h + 1) * q_row_bytes],
-                ),
-                None => dot_f32(&sc.q[h * dk..(h + 1) * dk], &sc.k),
+            let q = &sc.q_bytes[h * q_row_bytes..(h + 1) * q_row_bytes];
+            let mut s = match (k_bytes, k16) {
+                (Some((kt, kb)), _) => super::vec_dot(kt, dk, kb, q),
+                (None, Some(kh)) => dot_f16_ggml(&sc.q16[h * dk..(h + 1) * dk], kh),
+                (None, None) => kdot(dk, k_row, q),
             } * scale;
             if softcap != 0.0 {
                 s = softcap * (s / softcap).tanh();
@@ -481,14 +605,8 @@ fn attn_task(
             }
             match v16 {
                 Some(vh) if f16_v => {
-                    for (a, &x) in sc.acc16[h * dv..(h + 1) * dv].iter_mut().zip(vh) {
-                        let scaled = if ms != 1.0 {
-                            half::f16::from_f32(a.to_f32() * ms).to_f32()
-                        } else {
-                            a.to_f32()
-                        };
-                        *a = half::f16::from_f32(x.to_f32().mul_add(vs, scaled));
-                    }
+                    let scale = (ms != 1.0).then_some(ms);
+                    f16_scale_mad(&mut sc.acc16[h * dv..(h + 1) * dv], vh, scale, vs);
                 }
                 _ => {
                     let acc = &mut sc.acc[h * dv..(h + 1) * dv];

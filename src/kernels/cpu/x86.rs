@@ -1050,15 +1050,35 @@ unsafe fn tile_q8_0<P: Copy>(
 ) {
     let mut acc = [[_mm256_setzero_ps(); 2]; 4];
     let mut ib = 0;
+    let f16_at = |p: *const u8| p.cast::<i16>().read_unaligned();
     while ib < nb {
         let pair = (ib + 1 < nb) as usize + 1;
         for h in 0..pair {
             let wb = w.add((ib + h) * wbytes);
             let q = prepare(wb);
+            // d_w · d_x for the 4 columns at once: one conversion of the 4 activation scales
+            // and the weight's, one multiply (each product rounds as `scale_q8_0`'s does).
+            let xb0 = x.add((ib + h) * Q8_0_BYTES);
+            let xd = _mm_setr_epi16(
+                f16_at(xb0),
+                f16_at(xb0.add(xs)),
+                f16_at(xb0.add(2 * xs)),
+                f16_at(xb0.add(3 * xs)),
+                0,
+                0,
+                0,
+                0,
+            );
+            let wd = _mm_cvtph_ps(_mm_set1_epi16(f16_at(wb)));
+            let mut ds = [0f32; 4];
+            _mm_storeu_ps(ds.as_mut_ptr(), _mm_mul_ps(wd, _mm_cvtph_ps(xd)));
             for (c, acc) in acc.iter_mut().enumerate() {
-                let xb = x.add(c * xs + (ib + h) * Q8_0_BYTES);
-                acc[h] =
-                    _mm256_fmadd_ps(scale_q8_0(wb, xb), _mm256_cvtepi32_ps(dot(q, xb)), acc[h]);
+                let xb = xb0.add(c * xs);
+                acc[h] = _mm256_fmadd_ps(
+                    _mm256_set1_ps(ds[c]),
+                    _mm256_cvtepi32_ps(dot(q, xb)),
+                    acc[h],
+                );
             }
         }
         ib += 2;
@@ -1352,4 +1372,83 @@ unsafe fn convert_f16_f16c(x: *const f32, n8: usize, dst: *mut u8) {
         _mm_storeu_si128(dst.add(2 * i).cast(), h);
         i += 8;
     }
+}
+
+// ------------------------------------------------------------------ attention helpers
+
+/// [`super::ops::f16_scale_mad`] with F16C: 8 values at a time, each rounded to half precision
+/// after the scale and after the FMA exactly as the scalar version does (`cvtps_ph` rounds to
+/// nearest even, as `half::f16::from_f32`). False when the CPU lacks the features.
+pub fn f16_scale_mad(acc: &mut [half::f16], v: &[half::f16], ms: Option<f32>, vs: f32) -> bool {
+    if !available() {
+        return false;
+    }
+    assert!(
+        v.len() >= acc.len(),
+        "f16 mad: v shorter than the accumulator"
+    );
+    // SAFETY: the features were checked just above; `acc` has `acc.len()` elements and `v` at
+    // least as many (asserted), and `half::f16` is `repr(transparent)` over `u16`, so the
+    // kernel's 2-byte unaligned loads and stores stay inside both slices.
+    unsafe {
+        f16_scale_mad_avx2(
+            acc.as_mut_ptr().cast::<u16>(),
+            v.as_ptr().cast::<u16>(),
+            acc.len(),
+            ms,
+            vs,
+        )
+    };
+    true
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_scale_mad_avx2(acc: *mut u16, v: *const u16, n: usize, ms: Option<f32>, vs: f32) {
+    let vvs = _mm256_set1_ps(vs);
+    let mut i = 0;
+    while i + 8 <= n {
+        let pa = acc.add(i).cast::<__m128i>();
+        let mut a = _mm256_cvtph_ps(_mm_loadu_si128(pa));
+        if let Some(ms) = ms {
+            let scaled = _mm256_mul_ps(a, _mm256_set1_ps(ms));
+            a = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(scaled));
+        }
+        let x = _mm256_cvtph_ps(_mm_loadu_si128(v.add(i).cast::<__m128i>()));
+        let r = _mm256_fmadd_ps(x, vvs, a);
+        _mm_storeu_si128(pa, _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(r));
+        i += 8;
+    }
+    if i < n {
+        let acc = std::slice::from_raw_parts_mut(acc.add(i).cast::<half::f16>(), n - i);
+        let v = std::slice::from_raw_parts(v.add(i).cast::<half::f16>(), n - i);
+        super::ops::f16_scale_mad_scalar(acc, v, ms, vs);
+    }
+}
+
+/// [`super::ops::dot_f16_ggml`] with F16C in the same order; None without the features.
+pub fn dot_f16_ggml(x: &[half::f16], y: &[half::f16]) -> Option<f32> {
+    if !available() {
+        return None;
+    }
+    let n = x.len().min(y.len());
+    // SAFETY: features checked above; the kernel reads `n` elements of each slice (n is the
+    // shorter length), `half::f16` being `repr(transparent)` over `u16`; unaligned loads.
+    Some(unsafe { dot_f16_ggml_avx2(x.as_ptr().cast::<u16>(), y.as_ptr().cast::<u16>(), n) })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16_ggml_avx2(x: *const u16, y: *const u16, n: usize) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let chunks = n / 8;
+    for c in 0..chunks {
+        let (xp, yp) = (x.add(c * 8).cast::<u8>(), y.add(c * 8).cast::<u8>());
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(load_f16(xp, 0), load_f16(yp, 0)));
+    }
+    let mut lanes = [0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+    let mut sum = lanes.iter().sum::<f32>();
+    for e in chunks * 8..n {
+        sum += f16_load(x.add(e).cast()) * f16_load(y.add(e).cast());
+    }
+    sum
 }

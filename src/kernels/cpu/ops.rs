@@ -541,7 +541,11 @@ fn attn_task(
         None if k.is_f16() => GgmlType::F16,
         None => GgmlType::F32,
     };
-    let kdot = super::dot_fn(if k_packed.is_some() { GgmlType::F32 } else { k_type });
+    let kdot = super::dot_fn(if k_packed.is_some() {
+        GgmlType::F32
+    } else {
+        k_type
+    });
     let q_row_bytes = super::row_bytes(k_type, dk);
     sc.q_bytes.resize(group * q_row_bytes, 0);
     for h in 0..group {

@@ -77,10 +77,18 @@ check() { # NAME MODEL MAX_KL [MARGIN=0.25 for quantized, 0 otherwise] [env...]
     echo "ok   $name: $stats; greedy $(cat "$out/$name.ours.txt")"
     passed=$((passed + 1))
 }
-check smollm2-q4_1 "$model" 1e-2
+# The kernels follow upstream's float order (ggml's AVX2 dots, tinyBLAS's float matmul, its
+# exp in silu, the FMAs GCC makes in rope and flash attention), so on Q4_1 and Q8_0 every row,
+# prompt and greedy steps, equals upstream's bit for bit; on F16 the prompt rows do (single-token
+# F16 products still part); Q4_0 parts after row 1 (upstream runs its repacked Q4_0 kernels).
+COMPARE_EXACT_ROWS=28 check smollm2-q4_1 "$model" 1e-2
 check smollm2-q4_1-ubatch5 "$model" 1e-2 PROBE_UBATCH=5
 check smollm2-q4_1-f32cache "$model" 1e-2 PROBE_TYPE_K=f32
-check smollm2-q4_1-two-seqs "$model" 1e-2 PROBE_SEQ2=1
+# two sequences in one batch: sequence 1's prompt rows equal upstream's bit for bit. Greedy
+# steps are not compared here: upstream gives each sequence its own KV stream when
+# kv_unified=false (the default) and ours shares one cache (issue 13), and its steps on
+# sequence 1 part from upstream's in the last bits.
+CHECK_STEPS=0 COMPARE_EXACT_ROWS=12 check smollm2-q4_1-two-seqs "$model" 1e-2 PROBE_SEQ2=1
 # memory operations then decode (seq_rm + re-decode, seq_cp + decode on the copy, seq_rm +
 # seq_add context shift + decode), equal to upstream's on the same calls; few greedy steps
 # after the shift, whose re-rotated keys make near-ties flip later on
@@ -89,7 +97,8 @@ for t in Q8_0 Q4_0 F16; do
     f="$models_dir/SmolLM2-135M-Instruct.$t.gguf"
     if [ ! -s "$f" ]; then echo "FAIL smollm2-$t: llama-quantize did not produce $f"; failed=$((failed + 1)); continue; fi
     kl=1e-2; [ "$t" = F16 ] && kl=1e-3
-    check "smollm2-${t,,}" "$f" "$kl"
+    exact_rows=1; [ "$t" = Q8_0 ] && exact_rows=28; [ "$t" = F16 ] && exact_rows=12
+    COMPARE_EXACT_ROWS=$exact_rows check "smollm2-${t,,}" "$f" "$kl"
 done
 for arch in "${archs[@]}"; do
     found=0

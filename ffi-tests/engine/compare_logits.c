@@ -9,11 +9,13 @@
  * quantize activations at every matrix product, so float differences far below 1e-5 flip
  * rounding steps and reorder near-ties; MARGIN keeps the check about real disagreements.
  *
- * usage: compare_logits UPSTREAM OURS MAX_KL MIN_TOP1 [MARGIN]
+ * usage: compare_logits UPSTREAM OURS MAX_KL MIN_TOP1 [MARGIN]  [env COMPARE_EXACT_ROWS=N:
+ *        the first N rows must be bit-identical]
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static float *load(const char *path, int *n_vocab, int *n_rows) {
     FILE *f = fopen(path, "rb");
@@ -44,9 +46,12 @@ int main(int argc, char **argv) {
     double max_kl_allowed = atof(argv[3]), min_top1 = atof(argv[4]);
     double *la = malloc(sizeof(double) * nv_a), *lb = malloc(sizeof(double) * nv_a);
     double sum_kl = 0, max_kl = 0;
-    int agree = 0, finite = 1, decisive = 0, agree_decisive = 0;
+    int agree = 0, finite = 1, decisive = 0, agree_decisive = 0, exact = 0, exact_prefix = 0;
     for (int r = 0; r < nr_a; r++) {
         const float *ra = a + (size_t) r * nv_a, *rb = b + (size_t) r * nv_a;
+        int same = memcmp(ra, rb, sizeof(float) * (size_t) nv_a) == 0;
+        exact += same;
+        if (same && exact_prefix == r) exact_prefix++;
         for (int i = 0; i < nv_a; i++) if (!isfinite(rb[i])) finite = 0;
         log_softmax(ra, nv_a, la);
         log_softmax(rb, nv_a, lb);
@@ -69,6 +74,11 @@ int main(int argc, char **argv) {
     double top1_decisive = decisive ? (double) agree_decisive / decisive : 1.0;
     printf("rows %d mean_kl %.3e max_kl %.3e top1 %.4f", nr_a, mean_kl, max_kl, top1);
     if (margin > 0) printf(" top1(margin>%g: %d rows) %.4f", margin, decisive, top1_decisive);
+    printf(" bit-identical rows %d (first %d)", exact, exact_prefix);
+    /* COMPARE_EXACT_ROWS=N: the first N rows must equal upstream's bit for bit */
+    const char *need = getenv("COMPARE_EXACT_ROWS");
+    int exact_ok = !need || exact_prefix >= atoi(need);
+    if (!exact_ok) printf(" (need the first %s bit-identical)", need);
     printf("%s\n", finite ? "" : " NON-FINITE");
-    return (finite && mean_kl <= max_kl_allowed && top1_decisive >= min_top1) ? 0 : 1;
+    return (finite && exact_ok && mean_kl <= max_kl_allowed && top1_decisive >= min_top1) ? 0 : 1;
 }

@@ -94,7 +94,10 @@ pub fn rope_cache(p: &RopeParams, pos: f32, freq_factors: Option<&[f32]>, cache:
 }
 
 /// Rotates the heads of one token in place (`x` holds `x.len() / head_dim` heads); the first
-/// `n_rot` dimensions of each head rotate, the rest are kept.
+/// `n_rot` dimensions of each head rotate, the rest are kept. Each pair rotates as ggml's
+/// `rotate_pairs` does in upstream's build, where GCC fuses the first product of each
+/// expression with the sum (`x0*c - x1*s` → fma(x0, c, -(x1*s))): rows equal upstream's bit
+/// for bit.
 pub fn rope_apply(p: &RopeParams, cache: &[f32], head_dim: usize, x: &mut [f32]) {
     for head in x.chunks_exact_mut(head_dim) {
         match p.mode {
@@ -102,8 +105,8 @@ pub fn rope_apply(p: &RopeParams, cache: &[f32], head_dim: usize, x: &mut [f32])
                 for i0 in (0..p.n_rot).step_by(2) {
                     let (c, s) = (cache[i0], cache[i0 + 1]);
                     let (x0, x1) = (head[i0], head[i0 + 1]);
-                    head[i0] = x0 * c - x1 * s;
-                    head[i0 + 1] = x0 * s + x1 * c;
+                    head[i0] = x0.mul_add(c, -(x1 * s));
+                    head[i0 + 1] = x0.mul_add(s, x1 * c);
                 }
             }
             RopeMode::Neox => {
@@ -112,8 +115,8 @@ pub fn rope_apply(p: &RopeParams, cache: &[f32], head_dim: usize, x: &mut [f32])
                     let (c, s) = (cache[i0], cache[i0 + 1]);
                     let i = i0 / 2;
                     let (x0, x1) = (head[i], head[i + half]);
-                    head[i] = x0 * c - x1 * s;
-                    head[i + half] = x0 * s + x1 * c;
+                    head[i] = x0.mul_add(c, -(x1 * s));
+                    head[i + half] = x0.mul_add(s, x1 * c);
                 }
             }
         }
@@ -123,7 +126,38 @@ pub fn rope_apply(p: &RopeParams, cache: &[f32], head_dim: usize, x: &mut [f32])
 /// ggml's SiLU: `x / (1 + exp(-x))`.
 #[inline]
 pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
+    // ggml's SIMD silu (`ggml_v_silu`): its own exp, `0 - x`, then the division
+    x / (1.0 + ggml_expf(0.0 - x))
+}
+
+/// One lane of ggml's vectorized `ggml_v_expf` (AVX2/FMA build): a degree-5 polynomial on a
+/// range reduction, with ggml's handling of large |x|. Upstream's silu and softmax use it, not
+/// libm's `expf`; following it bit for bit keeps activations equal to upstream's, which
+/// matters where they are re-quantized to int8. Every `mul_add` is the FMA ggml issues.
+pub fn ggml_expf(x: f32) -> f32 {
+    let c = f32::from_bits;
+    let r = c(0x4b40_0000); // 0x1.8p23
+    let z = x.mul_add(c(0x3fb8_aa3b), r);
+    let n = z - r;
+    let b = (-n).mul_add(c(0x35bf_be8e), (-n).mul_add(c(0x3f31_7200), x));
+    let e = z.to_bits() << 23;
+    let k = c(e.wrapping_add(1.0f32.to_bits()));
+    let u = b * b;
+    let j = c(0x3c07_2010)
+        .mul_add(b, c(0x3d2b_9f17))
+        .mul_add(u, c(0x3e2a_af33).mul_add(b, c(0x3eff_fedb)))
+        .mul_add(u, c(0x3f7f_fff6) * b);
+    if n.abs() <= 126.0 || n.is_nan() {
+        return k.mul_add(j, k);
+    }
+    let g: u32 = if n <= 0.0 { 0x8200_0000 } else { 0 };
+    let s1 = c(g.wrapping_add(0x7f00_0000));
+    let s2 = c(e.wrapping_sub(g));
+    if n.abs() > 192.0 {
+        s1 * s1
+    } else {
+        s2.mul_add(j, s2) * s1
+    }
 }
 
 const GELU_COEF_A: f32 = 0.044715;
@@ -452,9 +486,10 @@ fn f32_bytes(x: &[f32]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
 }
 
-/// K·Q for an F16 cache: `Σ k·q` over half-precision values, in the order of [`dot_f32`]
-/// (8 lanes of separate multiply and add, lanes summed in order, then the tail), which is the
-/// order the engine's attention has used since it matched upstream's outputs.
+/// ggml's `ggml_vec_dot_f16` as its AVX2 build computes it (K·Q in flash attention): four
+/// 8-lane f32 FMA accumulators over steps of 32, reduced 0+2 and 1+3, then 0+1, then the two
+/// halves and two horizontal adds; the leftover elements added in f64. Following its order
+/// keeps attention scores equal to upstream's, so near-ties in the logits break the same way.
 pub fn dot_f16_ggml(x: &[half::f16], y: &[half::f16]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if let Some(v) = super::x86::dot_f16_ggml(x, y) {
@@ -466,18 +501,30 @@ pub fn dot_f16_ggml(x: &[half::f16], y: &[half::f16]) -> f32 {
 /// [`dot_f16_ggml`] without SIMD, in the same order (the SIMD version is tested against it).
 pub fn dot_f16_ggml_scalar(x: &[half::f16], y: &[half::f16]) -> f32 {
     let n = x.len().min(y.len());
-    let mut acc = [0.0f32; 8];
-    let chunks = n / 8;
-    for c in 0..chunks {
-        for (l, a) in acc.iter_mut().enumerate() {
-            *a += x[c * 8 + l].to_f32() * y[c * 8 + l].to_f32();
+    let np = n & !31;
+    let mut sum = [[0f32; 8]; 4];
+    for i in (0..np).step_by(32) {
+        for (j, acc) in sum.iter_mut().enumerate() {
+            for (l, a) in acc.iter_mut().enumerate() {
+                let e = i + 8 * j + l;
+                *a = x[e].to_f32().mul_add(y[e].to_f32(), *a);
+            }
         }
     }
-    let mut sum = acc.iter().sum::<f32>();
-    for i in chunks * 8..n {
-        sum += x[i].to_f32() * y[i].to_f32();
+    for l in 0..8 {
+        sum[0][l] += sum[2][l];
+        sum[1][l] += sum[3][l];
     }
-    sum
+    for l in 0..8 {
+        sum[0][l] += sum[1][l];
+    }
+    let s = sum[0];
+    let t0 = [s[0] + s[4], s[1] + s[5], s[2] + s[6], s[3] + s[7]];
+    let mut sumf = f64::from((t0[0] + t0[1]) + (t0[2] + t0[3]));
+    for i in np..n {
+        sumf += f64::from(x[i].to_f32() * y[i].to_f32());
+    }
+    sumf as f32
 }
 
 /// ggml's `vec_scale_f16` (when `ms` is given) followed by `vec_mad_f16` on a half-precision
@@ -593,7 +640,7 @@ fn attn_task(
             let q = &sc.q_bytes[h * q_row_bytes..(h + 1) * q_row_bytes];
             let mut s = match (k_bytes, k16) {
                 (Some((kt, kb)), _) => super::vec_dot(kt, dk, kb, q),
-                (None, Some(kh)) => dot_f16_ggml(&sc.q16[h * dk..(h + 1) * dk], kh),
+                (None, Some(kh)) => dot_f16_ggml(kh, &sc.q16[h * dk..(h + 1) * dk]),
                 (None, None) => kdot(dk, k_row, q),
             } * scale;
             if softcap != 0.0 {
@@ -622,7 +669,8 @@ fn attn_task(
                     axpy(vs, &sc.v, acc);
                 }
             }
-            sc.s[h] = sc.s[h] * ms + vs;
+            // one rounding: upstream's build (GCC, FMA enabled) fuses ggml's `S = S*ms + vs`
+            sc.s[h] = sc.s[h].mul_add(ms, vs);
         }
     }
     for h in 0..group {

@@ -217,9 +217,10 @@ unsafe fn pair_scales(sc: __m128i) -> [__m256i; 8] {
 /// KV cache only), and batch-size-invariant results need one arithmetic per output.
 ///
 /// Dot products of one float row `w` with `C` activation rows `xs` bytes apart. Per output the
-/// arithmetic is fixed whatever `C` is — two 8-lane FMA accumulators over 16-element steps (an
-/// 8-element step into the first), `acc0 + acc1` summed horizontally in a fixed order, then
-/// the scalar tail in order — so batched products (the 1 × 4 tile) equal mat-vecs bit for bit.
+/// arithmetic is fixed whatever `C` is — one 8-lane FMA accumulator over 8-element steps, the
+/// horizontal sum of ggml's kernels, then the scalar tail in order (llamafile's tinyBLAS, which
+/// upstream runs for float matmuls, sums in this order) — so batched products (the 1 × 4 tile)
+/// equal mat-vecs bit for bit.
 /// `load(p, i)` gives 8 values from element `i`, `scalar(p, i)` one.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -232,26 +233,19 @@ unsafe fn float_cols<const C: usize>(
     load: impl Fn(*const u8, usize) -> __m256,
     scalar: impl Fn(*const u8, usize) -> f32,
 ) {
-    let mut acc = [[_mm256_setzero_ps(); 2]; C];
+    // one 8-lane FMA accumulator per output over 8-element steps, then ggml's horizontal sum:
+    // the order of llamafile's tinyBLAS, which upstream runs for float matmuls
+    let mut acc = [_mm256_setzero_ps(); C];
     let mut i = 0;
-    while i + 16 <= n {
-        let (a0, a1) = (load(w, i), load(w, i + 8));
-        for (c, acc) in acc.iter_mut().enumerate() {
-            let xc = x.add(c * xs);
-            acc[0] = _mm256_fmadd_ps(a0, load(xc, i), acc[0]);
-            acc[1] = _mm256_fmadd_ps(a1, load(xc, i + 8), acc[1]);
-        }
-        i += 16;
-    }
-    if i + 8 <= n {
+    while i + 8 <= n {
         let a0 = load(w, i);
         for (c, acc) in acc.iter_mut().enumerate() {
-            acc[0] = _mm256_fmadd_ps(a0, load(x.add(c * xs), i), acc[0]);
+            *acc = _mm256_fmadd_ps(a0, load(x.add(c * xs), i), *acc);
         }
         i += 8;
     }
     for (c, acc) in acc.iter().enumerate() {
-        let mut s = hsum_f32x8(_mm256_add_ps(acc[0], acc[1]));
+        let mut s = hsum_f32x8(*acc);
         for e in i..n {
             s += scalar(w, e) * scalar(x.add(c * xs), e);
         }
@@ -360,24 +354,14 @@ unsafe fn blocks_q8_0(
     x: *const u8,
     block: impl Fn(*const u8, *const u8) -> __m256i,
 ) -> f32 {
-    let mut acc0 = _mm256_setzero_ps();
-    let mut acc1 = _mm256_setzero_ps();
-    let mut ib = 0;
-    while ib + 1 < nb {
+    // One accumulator, blocks in order: the float order of ggml's AVX2 kernels, so results
+    // are bit-identical to upstream's.
+    let mut acc = _mm256_setzero_ps();
+    for ib in 0..nb {
         let (w0, x0) = (w.add(ib * wbytes), x.add(ib * Q8_0_BYTES));
-        let (w1, x1) = (w0.add(wbytes), x0.add(Q8_0_BYTES));
-        let d0 = scale_q8_0(w0, x0);
-        let d1 = scale_q8_0(w1, x1);
-        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(block(w0, x0)), acc0);
-        acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(block(w1, x1)), acc1);
-        ib += 2;
+        acc = _mm256_fmadd_ps(scale_q8_0(w0, x0), _mm256_cvtepi32_ps(block(w0, x0)), acc);
     }
-    if ib < nb {
-        let (w0, x0) = (w.add(ib * wbytes), x.add(ib * Q8_0_BYTES));
-        let d0 = scale_q8_0(w0, x0);
-        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(block(w0, x0)), acc0);
-    }
-    hsum_f32x8(_mm256_add_ps(acc0, acc1))
+    hsum_f32x8(acc)
 }
 
 /// `[d_w, m_w, d_x, s_x]` of a Q4_1/Q5_1 block and its Q8_1 activation block, converted
@@ -402,33 +386,21 @@ unsafe fn blocks_q8_1(
     x: *const u8,
     block: impl Fn(*const u8, *const u8) -> __m256i,
 ) -> f32 {
-    let mut acc0 = _mm256_setzero_ps();
-    let mut acc1 = _mm256_setzero_ps();
-    let mut acc_ms = _mm_setzero_ps();
-    let mut ib = 0;
-    while ib + 1 < nb {
-        let (w0, x0) = (w.add(ib * wbytes), x.add(ib * Q8_1_BYTES));
-        let (w1, x1) = (w0.add(wbytes), x0.add(Q8_1_BYTES));
-        let s0 = scales_q8_1(w0, x0);
-        let s1 = scales_q8_1(w1, x1);
-        acc_ms = _mm_add_ps(acc_ms, _mm_add_ps(s0, s1));
-        let d0 = _mm256_broadcastss_ps(s0);
-        let d1 = _mm256_broadcastss_ps(s1);
-        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(block(w0, x0)), acc0);
-        acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(block(w1, x1)), acc1);
-        ib += 2;
-    }
-    if ib < nb {
+    // One accumulator and the min terms summed block by block, as ggml's AVX2 kernels: the
+    // same float order, so results are bit-identical to upstream's.
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0.0f32;
+    for ib in 0..nb {
         let (w0, x0) = (w.add(ib * wbytes), x.add(ib * Q8_1_BYTES));
         let s0 = scales_q8_1(w0, x0);
-        acc_ms = _mm_add_ps(acc_ms, s0);
-        acc0 = _mm256_fmadd_ps(
+        summs += _mm_cvtss_f32(_mm_movehdup_ps(s0));
+        acc = _mm256_fmadd_ps(
             _mm256_broadcastss_ps(s0),
             _mm256_cvtepi32_ps(block(w0, x0)),
-            acc0,
+            acc,
         );
     }
-    hsum_f32x8(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_movehdup_ps(acc_ms))
+    hsum_f32x8(acc) + summs
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -1048,7 +1020,9 @@ unsafe fn tile_q8_0<P: Copy>(
     prepare: impl Fn(*const u8) -> P,
     dot: impl Fn(P, *const u8) -> __m256i,
 ) {
-    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+    // one accumulator per column, blocks in order: the float order of the mat-vec kernel
+    // (and of ggml's), so a tile equals its columns' mat-vecs bit for bit
+    let mut acc = [_mm256_setzero_ps(); 4];
     let mut ib = 0;
     let f16_at = |p: *const u8| p.cast::<i16>().read_unaligned();
     while ib < nb {
@@ -1074,17 +1048,13 @@ unsafe fn tile_q8_0<P: Copy>(
             _mm_storeu_ps(ds.as_mut_ptr(), _mm_mul_ps(wd, _mm_cvtph_ps(xd)));
             for (c, acc) in acc.iter_mut().enumerate() {
                 let xb = xb0.add(c * xs);
-                acc[h] = _mm256_fmadd_ps(
-                    _mm256_set1_ps(ds[c]),
-                    _mm256_cvtepi32_ps(dot(q, xb)),
-                    acc[h],
-                );
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(ds[c]), _mm256_cvtepi32_ps(dot(q, xb)), *acc);
             }
         }
         ib += 2;
     }
     for (c, acc) in acc.iter().enumerate() {
-        out[c] = hsum_f32x8(_mm256_add_ps(acc[0], acc[1]));
+        out[c] = hsum_f32x8(*acc);
     }
 }
 
@@ -1148,38 +1118,23 @@ unsafe fn tile_q8_1(
     out: &mut [f32; 8],
     unpack: impl Fn(*const u8) -> __m256i,
 ) {
-    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
-    let mut acc_ms = [_mm_setzero_ps(); 4];
-    let mut ib = 0;
-    while ib < nb {
-        let pair = (ib + 1 < nb) as usize + 1;
-        let mut s_pair = [[_mm_setzero_ps(); 2]; 4];
-        for h in 0..pair {
-            let wb = w.add((ib + h) * wbytes);
-            let q = unpack(wb);
-            for c in 0..4 {
-                let xb = x.add(c * xs + (ib + h) * Q8_1_BYTES);
-                let s = scales_q8_1(wb, xb);
-                s_pair[c][h] = s;
-                let p = dot_u8_i8(q, load256(xb.add(4)));
-                acc[c][h] =
-                    _mm256_fmadd_ps(_mm256_broadcastss_ps(s), _mm256_cvtepi32_ps(p), acc[c][h]);
-            }
-        }
+    // one accumulator and one min sum per column, blocks in order: the float order of the
+    // mat-vec kernel (and of ggml's), so a tile equals its columns' mat-vecs bit for bit
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut summs = [0f32; 4];
+    for ib in 0..nb {
+        let wb = w.add(ib * wbytes);
+        let q = unpack(wb);
         for c in 0..4 {
-            // The 1 × 1 kernel adds the pair's sum (or the lone last block) to the running total.
-            let add = if pair == 2 {
-                _mm_add_ps(s_pair[c][0], s_pair[c][1])
-            } else {
-                s_pair[c][0]
-            };
-            acc_ms[c] = _mm_add_ps(acc_ms[c], add);
+            let xb = x.add(c * xs + ib * Q8_1_BYTES);
+            let s = scales_q8_1(wb, xb);
+            summs[c] += _mm_cvtss_f32(_mm_movehdup_ps(s));
+            let p = dot_u8_i8(q, load256(xb.add(4)));
+            acc[c] = _mm256_fmadd_ps(_mm256_broadcastss_ps(s), _mm256_cvtepi32_ps(p), acc[c]);
         }
-        ib += 2;
     }
     for c in 0..4 {
-        out[c] = hsum_f32x8(_mm256_add_ps(acc[c][0], acc[c][1]))
-            + _mm_cvtss_f32(_mm_movehdup_ps(acc_ms[c]));
+        out[c] = hsum_f32x8(acc[c]) + summs[c];
     }
 }
 
@@ -1425,7 +1380,7 @@ unsafe fn f16_scale_mad_avx2(acc: *mut u16, v: *const u16, n: usize, ms: Option<
     }
 }
 
-/// [`super::ops::dot_f16_ggml`] with F16C in the same order; None without the features.
+/// [`super::ops::dot_f16_ggml`] with F16C/FMA in ggml's order; None without the features.
 pub fn dot_f16_ggml(x: &[half::f16], y: &[half::f16]) -> Option<f32> {
     if !available() {
         return None;
@@ -1438,17 +1393,32 @@ pub fn dot_f16_ggml(x: &[half::f16], y: &[half::f16]) -> Option<f32> {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_f16_ggml_avx2(x: *const u16, y: *const u16, n: usize) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let chunks = n / 8;
-    for c in 0..chunks {
-        let (xp, yp) = (x.add(c * 8).cast::<u8>(), y.add(c * 8).cast::<u8>());
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(load_f16(xp, 0), load_f16(yp, 0)));
+    let np = n & !31;
+    let (mut s0, mut s1, mut s2, mut s3) = (
+        _mm256_setzero_ps(),
+        _mm256_setzero_ps(),
+        _mm256_setzero_ps(),
+        _mm256_setzero_ps(),
+    );
+    let mut i = 0;
+    while i < np {
+        let (xp, yp) = (x.add(i).cast::<u8>(), y.add(i).cast::<u8>());
+        s0 = _mm256_fmadd_ps(load_f16(xp, 0), load_f16(yp, 0), s0);
+        s1 = _mm256_fmadd_ps(load_f16(xp, 8), load_f16(yp, 8), s1);
+        s2 = _mm256_fmadd_ps(load_f16(xp, 16), load_f16(yp, 16), s2);
+        s3 = _mm256_fmadd_ps(load_f16(xp, 24), load_f16(yp, 24), s3);
+        i += 32;
     }
-    let mut lanes = [0f32; 8];
-    _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
-    let mut sum = lanes.iter().sum::<f32>();
-    for e in chunks * 8..n {
-        sum += f16_load(x.add(e).cast()) * f16_load(y.add(e).cast());
+    s0 = _mm256_add_ps(s0, s2);
+    s1 = _mm256_add_ps(s1, s3);
+    s0 = _mm256_add_ps(s0, s1);
+    let t0 = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+    let t1 = _mm_hadd_ps(t0, t0);
+    let mut sumf = f64::from(_mm_cvtss_f32(_mm_hadd_ps(t1, t1)));
+    for e in np..n {
+        let a = f16_load(x.add(e).cast());
+        let b = f16_load(y.add(e).cast());
+        sumf += f64::from(a * b);
     }
-    sum
+    sumf as f32
 }

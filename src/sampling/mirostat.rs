@@ -67,31 +67,66 @@ impl Sampler for Xtc {
     }
 }
 
-/// Mirostat 1.0.
+/// What mirostat 1.0 and 2.0 share: the target surprise `tau`, the learning rate `eta`, the
+/// running `mu` (starts at 2·tau) and the seeded generator.
 #[derive(Clone)]
-pub struct Mirostat {
-    n_vocab: i32,
+struct MirostatState {
     seed: u32,
     seed_cur: u32,
     tau: f32,
     eta: f32,
-    m: i32,
     mu: f32,
     rng: Mt19937,
 }
 
-impl Mirostat {
-    pub fn new(n_vocab: i32, seed: u32, tau: f32, eta: f32, m: i32) -> Self {
+impl MirostatState {
+    fn new(seed: u32, tau: f32, eta: f32) -> Self {
         let seed_cur = rng_seed(seed);
-        Mirostat {
-            n_vocab,
+        MirostatState {
             seed,
             seed_cur,
             tau,
             eta,
-            m,
             mu: 2.0 * tau,
             rng: Mt19937::new(seed_cur),
+        }
+    }
+
+    /// Moves `mu` by the error between the picked token's surprise and `tau`.
+    fn observe(&mut self, p: f32) {
+        let observed_surprise = -p.log2();
+        let e = observed_surprise - self.tau;
+        self.mu -= self.eta * e;
+    }
+
+    fn reset(&mut self) {
+        self.mu = 2.0 * self.tau;
+        self.seed_cur = rng_seed(self.seed);
+        self.rng.seed(self.seed_cur);
+    }
+
+    /// A copy for `llama_sampler_clone`: upstream re-derives seed_cur and copies the generator.
+    fn cloned(&self) -> Self {
+        let mut copy = self.clone();
+        copy.seed_cur = rng_seed(self.seed);
+        copy
+    }
+}
+
+/// Mirostat 1.0.
+#[derive(Clone)]
+pub struct Mirostat {
+    n_vocab: i32,
+    m: i32,
+    state: MirostatState,
+}
+
+impl Mirostat {
+    pub fn new(n_vocab: i32, seed: u32, tau: f32, eta: f32, m: i32) -> Self {
+        Mirostat {
+            n_vocab,
+            m,
+            state: MirostatState::new(seed, tau, eta),
         }
     }
 }
@@ -120,53 +155,39 @@ impl Sampler for Mirostat {
         }
         let s_hat = sum_ti_bi / sum_ti_sq;
         let epsilon_hat = s_hat - 1.0;
-        let k = ((epsilon_hat * 2.0f32.powf(self.mu))
+        let k = ((epsilon_hat * 2.0f32.powf(self.state.mu))
             / (1.0 - (self.n_vocab as f32).powf(-epsilon_hat)))
         .powf(1.0 / s_hat);
         array::top_k(cur, cpp::f32_to_int(k).max(1));
         array::softmax(cur, true);
-        let idx = array::sample_dist(cur, &mut self.rng);
+        let idx = array::sample_dist(cur, &mut self.state.rng);
         cur.selected = idx as i64;
-        let observed_surprise = -cur.data()[idx as usize].p.log2();
-        let e = observed_surprise - self.tau;
-        self.mu -= self.eta * e;
+        self.state.observe(cur.data()[idx as usize].p);
     }
     fn reset(&mut self) {
-        self.mu = 2.0 * self.tau;
-        self.seed_cur = rng_seed(self.seed);
-        self.rng.seed(self.seed_cur);
+        self.state.reset();
     }
     fn seed(&self) -> Option<u32> {
-        Some(self.seed_cur)
+        Some(self.state.seed_cur)
     }
     fn clone_sampler(&self) -> Option<Box<dyn Sampler>> {
-        let mut copy = self.clone();
-        copy.seed_cur = rng_seed(self.seed);
-        Some(Box::new(copy))
+        Some(Box::new(Mirostat {
+            state: self.state.cloned(),
+            ..self.clone()
+        }))
     }
 }
 
 /// Mirostat 2.0.
 #[derive(Clone)]
 pub struct MirostatV2 {
-    seed: u32,
-    seed_cur: u32,
-    tau: f32,
-    eta: f32,
-    mu: f32,
-    rng: Mt19937,
+    state: MirostatState,
 }
 
 impl MirostatV2 {
     pub fn new(seed: u32, tau: f32, eta: f32) -> Self {
-        let seed_cur = rng_seed(seed);
         MirostatV2 {
-            seed,
-            seed_cur,
-            tau,
-            eta,
-            mu: 2.0 * tau,
-            rng: Mt19937::new(seed_cur),
+            state: MirostatState::new(seed, tau, eta),
         }
     }
 }
@@ -181,7 +202,7 @@ impl Sampler for MirostatV2 {
             return;
         }
         array::softmax(cur, true);
-        let mu = self.mu;
+        let mu = self.state.mu;
         let n = cur
             .data()
             .iter()
@@ -189,24 +210,20 @@ impl Sampler for MirostatV2 {
             .unwrap_or(cur.len());
         cur.truncate(n.max(1));
         array::softmax(cur, true);
-        let idx = array::sample_dist(cur, &mut self.rng);
+        let idx = array::sample_dist(cur, &mut self.state.rng);
         cur.selected = idx as i64;
-        let observed_surprise = -cur.data()[idx as usize].p.log2();
-        let e = observed_surprise - self.tau;
-        self.mu -= self.eta * e;
+        self.state.observe(cur.data()[idx as usize].p);
     }
     fn reset(&mut self) {
-        self.mu = 2.0 * self.tau;
-        self.seed_cur = rng_seed(self.seed);
-        self.rng.seed(self.seed_cur);
+        self.state.reset();
     }
     fn seed(&self) -> Option<u32> {
-        Some(self.seed_cur)
+        Some(self.state.seed_cur)
     }
     fn clone_sampler(&self) -> Option<Box<dyn Sampler>> {
-        let mut copy = self.clone();
-        copy.seed_cur = rng_seed(self.seed);
-        Some(Box::new(copy))
+        Some(Box::new(MirostatV2 {
+            state: self.state.cloned(),
+        }))
     }
 }
 

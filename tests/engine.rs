@@ -304,7 +304,7 @@ fn hostile_batches_get_upstreams_codes_and_leave_memory_intact() {
         "gap in positions"
     );
     assert_eq!(
-        ctx.engine().kv.cells.used(),
+        ctx.engine().kv.used(),
         0,
         "refused batches leave no trace"
     );

@@ -108,13 +108,13 @@ pub fn check_batch(data: &[u8]) {
         }
         e.raw.has_embd = flags & 8 != 0 && flags & 16 != 0;
     }
-    let used_before = ctx.engine().kv.cells.used();
+    let used_before = ctx.engine().kv.used();
     let code = ctx.decode();
     assert!((-1..=1).contains(&code), "decode returned {code}");
     let e = ctx.engine();
     if code != 0 {
         assert_eq!(
-            e.kv.cells.used(),
+            e.kv.used(),
             used_before,
             "a refused batch changed the memory"
         );

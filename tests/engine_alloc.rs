@@ -39,9 +39,19 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// One test for both cases: the counter is process-wide, so they must not run in parallel.
 #[test]
 fn single_token_steps_allocate_nothing() {
-    let dir = std::env::temp_dir().join(format!("lhs-engine-alloc-{}", std::process::id()));
+    steps_allocate_nothing(true, 1);
+    // with one KV stream per sequence: steps of two sequences in one batch (split per stream)
+    steps_allocate_nothing(false, 2);
+}
+
+fn steps_allocate_nothing(kv_unified: bool, n_seq: usize) {
+    let dir = std::env::temp_dir().join(format!(
+        "lhs-engine-alloc-{}-{kv_unified}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("m.gguf");
     tiny_llama(&TinyLlamaOpts::default())
@@ -70,10 +80,10 @@ fn single_token_steps_allocate_nothing() {
             n_ctx: 256,
             n_batch: 64,
             n_ubatch: 64,
-            n_seq_max: 1,
+            n_seq_max: n_seq as u32,
             n_threads: 2,
             n_threads_batch: 2,
-            kv_unified: true,
+            kv_unified,
             ..ContextParams::default()
         },
     )
@@ -82,7 +92,13 @@ fn single_token_steps_allocate_nothing() {
         {
             let mut e = ctx.engine();
             e.raw.clear();
-            e.raw.tokens.push(tok);
+            // one token per sequence, automatic positions
+            e.raw.has_seq = true;
+            for s in 0..n_seq {
+                e.raw.tokens.push(tok);
+                e.raw.seq_n.push(1);
+                e.raw.seq_flat.push(s as i32);
+            }
         }
         assert_eq!(ctx.decode(), 0);
     };
@@ -95,7 +111,7 @@ fn single_token_steps_allocate_nothing() {
         step(t % 300 + 1);
     }
     COUNTING.store(false, Ordering::SeqCst);
-    let n = ALLOCS.load(Ordering::SeqCst);
+    let n = ALLOCS.swap(0, Ordering::SeqCst);
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(n, 0, "{n} allocations in 64 single-token decode steps");
+    assert_eq!(n, 0, "{n} allocations in 64 decode steps of {n_seq} sequence(s)");
 }

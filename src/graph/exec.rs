@@ -662,6 +662,21 @@ impl Executor {
                 std::sync::Mutex::new(ops::AttnScratch::default())
             });
         }
+        let shape = ops::AttnShape {
+            n_head,
+            n_head_kv,
+            dk,
+            dv,
+            scale,
+            softcap,
+            n_cells_max: kv.size(),
+        };
+        // every thread's buffers sized up front: which threads get tasks varies run to run
+        for sc in &self.attn_scratch[..n_threads] {
+            sc.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .reserve_for(&shape);
+        }
         let qn = &nodes[q];
         let n_tokens = qn.ne1;
         let (dst, [qs]) = carve(&mut self.arena, range(node), [range(qn)]);
@@ -669,15 +684,7 @@ impl Executor {
         let rows = |t: usize| kv.rows_of(inp.seq[t]);
         let visible = |t: usize, j: u32| kv.visible(j, inp.seq[t], inp.pos[t], inp.causal, n_swa);
         ops::flash_attn(
-            ops::AttnShape {
-                n_head,
-                n_head_kv,
-                dk,
-                dv,
-                scale,
-                softcap,
-                n_cells_max: kv.size(),
-            },
+            shape,
             qs,
             n_tokens,
             &rows,

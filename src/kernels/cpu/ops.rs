@@ -374,6 +374,28 @@ pub struct AttnScratch {
     cells: Vec<u32>,
 }
 
+impl AttnScratch {
+    /// Sizes every buffer for `shape` (the largest Q row type, f32, included), so that a
+    /// pool thread never allocates in [`flash_attn`], whichever tasks it happens to get.
+    pub fn reserve_for(&mut self, shape: &AttnShape) {
+        fn at_least<T>(v: &mut Vec<T>, n: usize) {
+            if v.capacity() < n {
+                v.reserve(n - v.len());
+            }
+        }
+        let group = shape.n_head / shape.n_head_kv.max(1);
+        at_least(&mut self.q_bytes, group * shape.dk * 4);
+        at_least(&mut self.q16, group * shape.dk);
+        at_least(&mut self.k, shape.dk);
+        at_least(&mut self.v, shape.dv);
+        at_least(&mut self.acc, group * shape.dv);
+        at_least(&mut self.acc16, group * shape.dv);
+        at_least(&mut self.m, group);
+        at_least(&mut self.s, group);
+        at_least(&mut self.cells, shape.n_cells_max as usize);
+    }
+}
+
 /// Shapes and constants of one FLASH_ATTN_EXT.
 #[derive(Clone, Copy, Debug)]
 pub struct AttnShape {

@@ -201,6 +201,17 @@ fn two_sequences_in_one_batch_equal_each_alone() {
         };
         assert!(max_diff(got, want) < 1e-5, "row {row} (seq {s})");
     }
+    // one KV stream per sequence (kv_unified = false): sequences 0 and 3 are not consecutive
+    // ids, so they go through separate micro-batches into their own streams; the rows come
+    // back in the batch's order, equal to the shared cache's bit for bit
+    let mut p = params();
+    p.kv_unified = false;
+    let streams = Context::new(model.clone(), &p).unwrap();
+    assert_eq!(streams.engine().kv.n_stream(), 4);
+    let (code, per_stream) = decode(&streams, &toks, &pos, &seq, false);
+    assert_eq!(code, 0);
+    assert!(per_stream == mixed, "per-stream rows differ from the shared cache's");
+    assert_eq!(streams.engine().kv.seq_pos_max(3), 4);
     let e = ctx.engine();
     assert_eq!((e.kv.seq_pos_min(0), e.kv.seq_pos_max(0)), (0, 3));
     assert_eq!(e.kv.seq_pos_max(3), 4);

@@ -2,8 +2,8 @@
 //! returns is the context itself; every call locks its KV cache. NULL handles behave as
 //! upstream's (no-op, `seq_rm` true, positions -1). Sequence ids are checked as upstream's
 //! cache asserts them: below `n_seq_max` with one KV stream per sequence (`kv_unified =
-//! false`), below `LLAMA_MAX_SEQ` (256) with a unified cache; others are logged and ignored
-//! (upstream aborts the process).
+//! false`, `n_seq_max` > 1), below `LLAMA_MAX_SEQ` (256) with a single stream; others are
+//! logged and ignored (upstream aborts the process).
 
 use std::ffi::c_int;
 
@@ -49,7 +49,7 @@ pub unsafe extern "C" fn llama_memory_clear(mem: llama_memory_t, data: bool) {
 /// Removes the tokens of `seq_id` (every sequence when negative) with positions in
 /// [p0, p1) (p0 < 0: from 0; p1 < 0: to the end). Returns true (a KV cache can always remove
 /// a partial sequence); true for NULL; false with a log line for a sequence id out of range
-/// (>= n_seq_max with one KV stream per sequence, >= 256 with a unified cache).
+/// (>= n_seq_max with one KV stream per sequence, >= 256 with a single stream).
 #[no_mangle]
 pub unsafe extern "C" fn llama_memory_seq_rm(
     mem: llama_memory_t,

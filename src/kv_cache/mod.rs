@@ -226,7 +226,7 @@ pub struct KvError(pub String);
 pub struct KvCache {
     streams: Vec<KvStream>,
     /// Stream of each sequence id a memory operation accepts: [`MAX_SEQ`] ids mapping to
-    /// stream 0 when unified, `n_seq_max` ids mapping to themselves otherwise (upstream's
+    /// stream 0 with one stream, `n_seq_max` ids mapping to themselves otherwise (upstream's
     /// `seq_to_stream`, whose length bounds the ids its memory operations accept).
     seq_to_stream: Vec<usize>,
     size: u32,
@@ -252,7 +252,9 @@ impl KvCache {
                 head: 0,
             })
             .collect();
-        let seq_to_stream = if shape.unified {
+        // upstream keeps LLAMA_MAX_SEQ entries (all stream 0) whenever there is one stream,
+        // also with kv_unified = false and n_seq_max = 1
+        let seq_to_stream = if n_stream == 1 {
             vec![0; MAX_SEQ]
         } else {
             (0..n_seq_max).collect()
@@ -286,11 +288,6 @@ impl KvCache {
         self.streams.len()
     }
 
-    /// Whether every sequence shares one stream.
-    pub fn unified(&self) -> bool {
-        self.seq_to_stream.len() == MAX_SEQ && self.streams.len() == 1
-    }
-
     /// The stream of sequence `seq`; None for an id memory operations refuse.
     pub fn stream_of(&self, seq: usize) -> Option<usize> {
         self.seq_to_stream.get(seq).copied()
@@ -302,7 +299,7 @@ impl KvCache {
             return Err(KvError(format!(
                 "seq_id {seq_id} is outside [0, {}){}",
                 self.seq_to_stream.len(),
-                if self.unified() {
+                if self.streams.len() == 1 {
                     ""
                 } else {
                     " (one KV stream per sequence, kv_unified = false)"
@@ -775,6 +772,8 @@ mod tests {
         assert!(kv.check_seq(-1).is_err());
         assert!(cache(4).check_seq(255).is_ok());
         assert!(cache(4).check_seq(256).is_err());
+        // one stream (n_seq_max = 1) takes every id below 256 too, as upstream
+        assert!(streams(4, 1).check_seq(255).is_ok());
     }
 
     #[test]

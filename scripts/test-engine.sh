@@ -92,9 +92,9 @@ check smollm2-q4_1-f32cache "$model" 1e-2 PROBE_TYPE_K=f32
 COMPARE_EXACT_ROWS=28 check smollm2-q4_1-two-seqs "$model" 1e-2 PROBE_SEQ2=1
 COMPARE_EXACT_ROWS=28 check smollm2-q4_1-two-seqs-unified "$model" 1e-2 PROBE_SEQ2=1 PROBE_KV_UNIFIED=1
 # memory operations then decode (seq_rm + re-decode, seq_cp + decode on the copy, seq_rm +
-# seq_add context shift + decode), equal to upstream's on the same calls; few greedy steps
-# after the shift, whose re-rotated keys make near-ties flip later on
-CHECK_STEPS=3 check smollm2-q4_1-memops "$model" 1e-2 PROBE_MEMOPS=1
+# seq_add context shift + decode), then greedy steps: every row equals upstream's bit for
+# bit (the seq_cp copies sequence 0's stream into sequence 1's, as upstream's)
+COMPARE_EXACT_ROWS=33 check smollm2-q4_1-memops "$model" 1e-2 PROBE_MEMOPS=1
 for t in Q8_0 Q4_0 F16; do
     f="$models_dir/SmolLM2-135M-Instruct.$t.gguf"
     if [ ! -s "$f" ]; then echo "FAIL smollm2-$t: llama-quantize did not produce $f"; failed=$((failed + 1)); continue; fi
@@ -215,7 +215,7 @@ decode coupled 1'
 got0="$(grep -E '^context n_ctx 512|^decode (more-10|mixed|one-more|coupled)' "$out/streams-unified0-smollm2-q4_1.ours.txt" || true)"
 if [ "$got0" = "$want0" ] && grep -q '^decode exact-6-seq0 0' "$out/streams-unified0-smollm2-q4_1.ours.txt" \
     && grep -q '^context n_ctx 512 n_ctx_seq 512' "$out/streams-unified1-smollm2-q4_1.ours.txt" \
-    && ! grep -qE '^decode (more-10|mixed|one-more|coupled).* 1$' "$out/streams-unified1-smollm2-q4_1.ours.txt"; then
+    && ! grep -qE '^decode (more-10-seq0|mixed-7-1|one-more-seq0|coupled) 1( |$)' "$out/streams-unified1-smollm2-q4_1.ours.txt"; then
     echo "ok   streams: a full stream gives 1 while the other has room; a unified cache holds them all"; passed=$((passed + 1))
 else
     echo "FAIL streams: unexpected slot results: $got0"; failed=$((failed + 1))
@@ -240,7 +240,7 @@ for u in 0 1; do
         grep -q 'only whole sequences can be copied' "$out/$name.err" || ok=0
     else
         # below 256 the unified cache takes the id as upstream's does (same text as its run)
-        diff -q <(sed -n '/^id2/p' "$out/$name.txt") <(sed -n '/^id2/p' "$out/streams-unified1-smollm2-q4_1.upstream.txt") >/dev/null || ok=0
+        diff -q <(sed -n '/^id2 /p' "$out/$name.txt") <(sed -n '/^id2 /p' "$out/streams-unified1-smollm2-q4_1.upstream.txt") >/dev/null || ok=0
     fi
     if [ "$ok" = 1 ]; then
         echo "ok   $name: out-of-range sequence ids refused with a log line, the context still decodes"; passed=$((passed + 1))
@@ -304,9 +304,13 @@ for p in -1 0 1 2 3 4; do
     check_pool "pool$p-smollm2-q4_1" "$model" "$p" 0.995 0.1
 done
 check_pool pool1-smollm2-q4_1-set-embeddings "$model" 1 0.995 0.1 PROBE_SET_EMBD=1
-# (a batch split into micro-batches is not compared: with kv_unified = false upstream splits
-# two sequences "equally" across streams, so each pooled vector covers other tokens than
-# ours; pooling covers the last micro-batch holding the sequence on both)
+# a batch split into micro-batches of 2 + 2 tokens (n_ubatch 5, one stream per sequence:
+# upstream's split_equal, which ours follows): each pooled vector covers the last
+# micro-batch holding its sequence, on both libraries. (MEAN is not compared there: upstream
+# aborts creating such a context, ggml_can_mul_mat failing in its graph reserve.)
+for p in 2 3; do
+    check_pool "pool$p-llama-dense-ubatch5" "$fixtures/llama-dense.gguf" "$p" 0.99999 1e-4 PROBE_UBATCH=5
+done
 # vocab_only: a context as upstream's (sizes, NULL memory, pooling type: identical text);
 # decode on it (upstream aborts the process: ours only) returns -3 with a log line, and
 # llama_encode on a decoder-only model (upstream crashes: ours only) -1 with a log line.

@@ -671,12 +671,6 @@ impl Executor {
             softcap,
             n_cells_max: kv.size(),
         };
-        // every thread's buffers sized up front: which threads get tasks varies run to run
-        for sc in &self.attn_scratch[..n_threads] {
-            sc.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .reserve_for(&shape);
-        }
         let qn = &nodes[q];
         let n_tokens = qn.ne1;
         let (dst, [qs]) = carve(&mut self.arena, range(node), [range(qn)]);

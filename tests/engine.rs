@@ -210,7 +210,10 @@ fn two_sequences_in_one_batch_equal_each_alone() {
     assert_eq!(streams.engine().kv.n_stream(), 4);
     let (code, per_stream) = decode(&streams, &toks, &pos, &seq, false);
     assert_eq!(code, 0);
-    assert!(per_stream == mixed, "per-stream rows differ from the shared cache's");
+    assert!(
+        per_stream == mixed,
+        "per-stream rows differ from the shared cache's"
+    );
     assert_eq!(streams.engine().kv.seq_pos_max(3), 4);
     let e = ctx.engine();
     assert_eq!((e.kv.seq_pos_min(0), e.kv.seq_pos_max(0)), (0, 3));
@@ -314,11 +317,7 @@ fn hostile_batches_get_upstreams_codes_and_leave_memory_intact() {
         -1,
         "gap in positions"
     );
-    assert_eq!(
-        ctx.engine().kv.used(),
-        0,
-        "refused batches leave no trace"
-    );
+    assert_eq!(ctx.engine().kv.used(), 0, "refused batches leave no trace");
     assert_eq!(decode(&ctx, &[1, 2], &[0, 1], &[0, 0], false).0, 0);
     assert_eq!(
         decode(&ctx, &[3], &[5], &[0], false).0,

@@ -115,5 +115,8 @@ fn steps_allocate_nothing(kv_unified: bool, n_seq: usize) {
     COUNTING.store(false, Ordering::SeqCst);
     let n = ALLOCS.swap(0, Ordering::SeqCst);
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(n, 0, "{n} allocations in 64 decode steps of {n_seq} sequence(s)");
+    assert_eq!(
+        n, 0,
+        "{n} allocations in 64 decode steps of {n_seq} sequence(s)"
+    );
 }

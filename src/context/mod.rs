@@ -3,9 +3,9 @@
 //! the last evaluation.
 
 pub mod batch;
-pub mod split;
 #[cfg(feature = "fixtures")]
 pub mod harness;
+pub mod split;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -664,7 +664,9 @@ impl Context {
         ub.groups.clear();
         let per_group = n / n_seqs.max(1);
         for g in 0..n_seqs.max(1) {
-            let st = e.kv.stream_of(ub.seq0[g * per_group]).expect("validated sequence id");
+            let st =
+                e.kv.stream_of(ub.seq0[g * per_group])
+                    .expect("validated sequence id");
             ub.groups.push((st, per_group as u32));
         }
         if !e.kv.find_slot(&ub.groups, &mut e.slots) {

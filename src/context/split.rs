@@ -177,10 +177,7 @@ mod tests {
         assert_eq!(groups(&sp), vec![(vec![0, 1], 2), (vec![2, 3], 1)]);
         // n_ubatch bounds the tokens per sequence: (k + 1) * n_seqs > n_ubatch stops
         sp.equal(&batch(&[0, 0, 0, 1, 1, 1]), 5).unwrap();
-        assert_eq!(
-            groups(&sp),
-            vec![(vec![0, 1, 3, 4], 2), (vec![2, 5], 2)]
-        );
+        assert_eq!(groups(&sp), vec![(vec![0, 1, 3, 4], 2), (vec![2, 5], 2)]);
         // ids must follow each other: 2 then 0 go to separate micro-batches
         sp.equal(&batch(&[2, 0, 1, 2]), 512).unwrap();
         assert_eq!(groups(&sp), vec![(vec![0, 3], 1), (vec![1, 2], 2)]);

@@ -243,7 +243,7 @@ fn memory_operations_then_decode() {
     // seq_cp then continue on the copy
     let ctx = fresh();
     decode(&ctx, &PROMPT[..7], &pos[..7], &[0; 7], true);
-    ctx.engine().kv.seq_cp(0, 2, -1, -1);
+    ctx.engine().kv.seq_cp(0, 2, -1, -1).unwrap();
     let (code, on_copy) = decode(&ctx, &PROMPT[7..], &[7], &[2], true);
     assert_eq!(code, 0);
     assert!(max_diff(&on_copy, &reference) < 1e-5);

@@ -962,7 +962,7 @@ impl Context {
             row.resize(layer.n_embd_k, 0.0);
             for &(j, shift) in &shifted {
                 ops::rope_cache(&params, shift as f32, freq_factors.as_deref(), &mut cache);
-                layer.k.get_row(j as usize, &mut row);
+                layer.k.get_row(j, &mut row);
                 // a rotated (quantized) K is rotated back for the RoPE and again after, as
                 // upstream's shift graph does (the rotation is its own inverse)
                 if self.kv_rot.0 > 0 {
@@ -972,7 +972,7 @@ impl Context {
                 if self.kv_rot.0 > 0 {
                     ops::hadamard_rows(&mut row, self.kv_rot.0);
                 }
-                layer.k.set_row(j as usize, &row);
+                layer.k.set_row(j, &row);
             }
         }
         e.kv.reset_shift();

@@ -6,11 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use llama::device::{Registry, SplitMode};
+use llama::device::SplitMode;
 use llama::gguf::fixtures::{tiny_llama, TinyLlamaOpts};
-use llama::gguf::writer::TensorData as WriterData;
-use llama::gguf::{GgmlType, Gguf, GgufWriter};
-use llama::hotswap::{self, Outcome, Report};
+use llama::gguf::{GgmlType, GgufWriter};
+use llama::hotswap::{self, Outcome};
 use llama::loader::place::PlacementParams;
 use llama::loader::{load, LoadOptions, ModelSource};
 use llama::model::tensors::TensorData;
@@ -19,8 +18,8 @@ use llama::model::{LoadMode, Model};
 #[path = "common/hotswap.rs"]
 mod hotswap_common;
 use hotswap_common::{
-    bytes_for, current, file_bytes, noise, outcome, registry, replace, rewrite, setup, tempdir,
-    variant, Dir,
+    bytes_for, current, file_bytes, outcome, registry, replace, rewrite, setup, tempdir, variant,
+    Dir,
 };
 
 fn load_model(path: &Path, placement: PlacementParams, mode: LoadMode) -> Model {

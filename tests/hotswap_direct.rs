@@ -4,13 +4,11 @@
 //! the file's, buffers must really be reused, the pool must stay within its bound, and a
 //! refused job on this path must leave the tensor (and its kept original) as it was.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use llama::device::Registry;
 use llama::gguf::fixtures::{tiny_llama, TinyLlamaOpts};
-use llama::gguf::writer::TensorData as WriterData;
-use llama::gguf::{GgmlType, Gguf, GgufWriter};
-use llama::hotswap::{self, Outcome, Report};
+use llama::gguf::{GgmlType, GgufWriter};
+use llama::hotswap::{self, Outcome};
 use llama::loader::place::PlacementParams;
 use llama::loader::{load, LoadOptions, ModelSource};
 use llama::model::tensors::SwapState;
@@ -20,7 +18,7 @@ use llama::storage::BufferPool;
 #[path = "common/hotswap.rs"]
 mod hotswap_common;
 use hotswap_common::{
-    current, file_bytes, finite_bytes_for, outcome, registry, replace, setup, variant,
+    current, file_bytes, finite_bytes_for, ne_of, outcome, registry, replace, setup, variant,
 };
 
 fn cpu_only() -> PlacementParams {

@@ -89,12 +89,17 @@ pub fn variant(base: &GgufWriter, changes: &[(&str, Option<(GgmlType, Vec<u8>)>)
     })
 }
 
-/// Random bytes of the right size for `name` stored as `ty`.
-pub fn bytes_for(base: &GgufWriter, name: &str, ty: GgmlType, seed: u64) -> Vec<u8> {
+/// The shape of tensor `name` of `base`, padded to four dimensions.
+pub fn ne_of(base: &GgufWriter, name: &str) -> [i64; 4] {
     let t = base.tensors().iter().find(|t| t.name == name).unwrap();
     let mut ne = [1i64; 4];
     ne[..t.dims.len()].copy_from_slice(&t.dims);
-    noise(seed, ty.nbytes(ne).unwrap() as usize)
+    ne
+}
+
+/// Random bytes of the right size for `name` stored as `ty`.
+pub fn bytes_for(base: &GgufWriter, name: &str, ty: GgmlType, seed: u64) -> Vec<u8> {
+    noise(seed, ty.nbytes(ne_of(base, name)).unwrap() as usize)
 }
 
 /// [`bytes_for`] with every F16 (Q4_0/Q8_0 block scale, or F16 value) position made finite,

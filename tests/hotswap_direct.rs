@@ -19,6 +19,7 @@ use llama::storage::BufferPool;
 mod hotswap_common;
 use hotswap_common::{
     current, file_bytes, finite_bytes_for, ne_of, outcome, registry, replace, setup, variant,
+    Change,
 };
 
 fn cpu_only() -> PlacementParams {
@@ -212,7 +213,7 @@ fn the_pool_stays_within_its_bound() {
         .collect();
     assert!(names.len() > BufferPool::MAX_BUFFERS, "{names:?}");
     let originals: Vec<_> = names.iter().map(|n| current(&model, n)).collect();
-    let changes: Vec<(&str, Option<(GgmlType, Vec<u8>)>)> = names
+    let changes: Vec<Change> = names
         .iter()
         .enumerate()
         .map(|(k, n)| {

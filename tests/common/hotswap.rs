@@ -78,8 +78,11 @@ pub fn rewrite(base: &GgufWriter, edit: impl Fn(Spec) -> Option<Spec>) -> GgufWr
     w
 }
 
+/// A tensor's new type and bytes in a [`variant`] (None: drop the tensor).
+pub type Change<'a> = (&'a str, Option<(GgmlType, Vec<u8>)>);
+
 /// A copy of `base` where the named tensors get new types and bytes (None: drop the tensor).
-pub fn variant(base: &GgufWriter, changes: &[(&str, Option<(GgmlType, Vec<u8>)>)]) -> GgufWriter {
+pub fn variant(base: &GgufWriter, changes: &[Change]) -> GgufWriter {
     rewrite(base, |(name, dims, ty, bytes)| {
         match changes.iter().find(|(n, _)| *n == name) {
             Some((_, None)) => None,

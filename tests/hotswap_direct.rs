@@ -76,6 +76,11 @@ fn reload(model: &Model, name: &str, want: Outcome) {
 
 const Q: &str = "blk.1.attn_q.weight";
 
+/// Puts a copy of `base` in place where `Q` has type `ty` and these bytes.
+fn put_q(path: &Path, base: &GgufWriter, ty: GgmlType, bytes: Vec<u8>) {
+    replace(path, &variant(base, &[(Q, Some((ty, bytes)))]));
+}
+
 #[test]
 fn relocations_reuse_freed_buffers_and_returns_read_into_the_original() {
     for mode in [LoadMode::None, LoadMode::Auto] {
@@ -88,18 +93,11 @@ fn relocations_reuse_freed_buffers_and_returns_read_into_the_original() {
         assert!(pool(&model).is_empty());
 
         // A -> B (Q4_0): a fresh private buffer holding exactly the file's bytes.
-        replace(
+        put_q(
             &path,
-            &variant(
-                &base,
-                &[(
-                    Q,
-                    Some((
-                        GgmlType::Q4_0,
-                        finite_bytes_for(&base, Q, GgmlType::Q4_0, 7),
-                    )),
-                )],
-            ),
+            &base,
+            GgmlType::Q4_0,
+            finite_bytes_for(&base, Q, GgmlType::Q4_0, 7),
         );
         reload(&model, Q, Outcome::Relocated);
         assert_eq!(current(&model, Q), file_bytes(&path, Q), "{mode:?}");
@@ -118,18 +116,11 @@ fn relocations_reuse_freed_buffers_and_returns_read_into_the_original() {
         assert_eq!(held(&model), (1, q4_len));
 
         // A -> B' (Q4_0, other bytes): the kept buffer is reused, every byte rewritten.
-        replace(
+        put_q(
             &path,
-            &variant(
-                &base,
-                &[(
-                    Q,
-                    Some((
-                        GgmlType::Q4_0,
-                        finite_bytes_for(&base, Q, GgmlType::Q4_0, 8),
-                    )),
-                )],
-            ),
+            &base,
+            GgmlType::Q4_0,
+            finite_bytes_for(&base, Q, GgmlType::Q4_0, 8),
         );
         reload(&model, Q, Outcome::Relocated);
         assert_eq!(address(&model, Q), private, "the pooled buffer came back");
@@ -138,31 +129,20 @@ fn relocations_reuse_freed_buffers_and_returns_read_into_the_original() {
 
         // B' -> F16 (private to private): the Q4_0 buffer goes to the pool, and comes back
         // for the next Q4_0.
-        replace(
+        put_q(
             &path,
-            &variant(
-                &base,
-                &[(
-                    Q,
-                    Some((GgmlType::F16, finite_bytes_for(&base, Q, GgmlType::F16, 9))),
-                )],
-            ),
+            &base,
+            GgmlType::F16,
+            finite_bytes_for(&base, Q, GgmlType::F16, 9),
         );
         reload(&model, Q, Outcome::Relocated);
         assert_eq!(current(&model, Q), file_bytes(&path, Q));
         assert_eq!(pool(&model).bytes(), q4_len);
-        replace(
+        put_q(
             &path,
-            &variant(
-                &base,
-                &[(
-                    Q,
-                    Some((
-                        GgmlType::Q4_0,
-                        finite_bytes_for(&base, Q, GgmlType::Q4_0, 10),
-                    )),
-                )],
-            ),
+            &base,
+            GgmlType::Q4_0,
+            finite_bytes_for(&base, Q, GgmlType::Q4_0, 10),
         );
         reload(&model, Q, Outcome::Relocated);
         assert_eq!(address(&model, Q), private);
@@ -259,10 +239,7 @@ fn refused_on_the_direct_path_leaves_tensor_and_original_as_they_were() {
     let at_load = address(&model, Q);
 
     // A relocation with invalid bytes: refused, nothing moves, nothing leaks.
-    replace(
-        &path,
-        &variant(&base, &[(Q, Some((GgmlType::F16, f16_with_nan(&base, Q))))]),
-    );
+    put_q(&path, &base, GgmlType::F16, f16_with_nan(&base, Q));
     reload(&model, Q, Outcome::Refused);
     assert_eq!(current(&model, Q), original);
     assert_eq!(address(&model, Q), at_load);
@@ -270,25 +247,18 @@ fn refused_on_the_direct_path_leaves_tensor_and_original_as_they_were() {
 
     // Detach (valid Q4_0), then try to return with a NaN in a block scale: refused; the
     // tensor stays detached with its Q4_0 bytes, and its original is still kept.
-    replace(
+    put_q(
         &path,
-        &variant(
-            &base,
-            &[(
-                Q,
-                Some((
-                    GgmlType::Q4_0,
-                    finite_bytes_for(&base, Q, GgmlType::Q4_0, 3),
-                )),
-            )],
-        ),
+        &base,
+        GgmlType::Q4_0,
+        finite_bytes_for(&base, Q, GgmlType::Q4_0, 3),
     );
     reload(&model, Q, Outcome::Relocated);
     let detached = current(&model, Q);
     let private = address(&model, Q);
     let mut bad = finite_bytes_for(&base, Q, GgmlType::Q8_0, 4);
     bad[0..2].copy_from_slice(&0x7e00u16.to_le_bytes());
-    replace(&path, &variant(&base, &[(Q, Some((GgmlType::Q8_0, bad)))]));
+    put_q(&path, &base, GgmlType::Q8_0, bad);
     reload(&model, Q, Outcome::Refused);
     assert_eq!(current(&model, Q), detached);
     assert_eq!(address(&model, Q), private);

@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 bash scripts/build-upstream.sh >/dev/null
 [ -n "${LLAMA_HOTSWAP_BUILT:-}" ] || cargo build --release --lib --quiet
 model="$(bash scripts/fetch-models.sh)"
-tools="$(bash scripts/build-upstream-tools.sh llama-quantize test-llama-archs)"
+tools="$(bash scripts/build-upstream-tools.sh llama-quantize)"
 out=target/ffi-tests/engine
 rm -rf "$out" && mkdir -p "$out"
 inc=(-I"$UPSTREAM_LLAMA/include" -I"$UPSTREAM_LLAMA/ggml/include")
@@ -38,15 +38,13 @@ for t in Q8_0 Q4_0 F16; do
     [ -s "$f" ] || LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --allow-requantize "$model" "$f.tmp" "$t" \
         >"$out/quantize-$t.log" 2>&1 && mv "$f.tmp" "$f" 2>/dev/null || true
 done
-# random-weight fixtures of the supported architectures
-fixtures="$LLAMA_HOTSWAP_CACHE/models/engine/archs"
-mkdir -p "$fixtures"
+# random-weight fixtures of the supported architectures: the shared cache of upstream's
+# test-llama-archs models; the copies made of them here (requantized, retuned) are cached in
+# $derived, since test-differential checks every model in the shared directory
+fixtures="$(bash scripts/upstream-arch-fixtures.sh)"
+derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
+mkdir -p "$derived"
 archs=(${ENGINE_ARCHS:-llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3})
-for arch in "${archs[@]}"; do
-    [ -e "$fixtures/$arch-dense.gguf" ] || [ -e "$fixtures/$arch-moe.gguf" ] \
-        || LD_LIBRARY_PATH="$tools" "$tools/test-llama-archs" -a "$arch" -o "$fixtures" -s 42 \
-        >"$out/archs-$arch.log" 2>&1 || true
-done
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
     "The capital of France is Paris. The capital of Germany is")"
@@ -115,7 +113,7 @@ done
 # every weight type the engine computes with, on the llama fixture (256-wide rows) requantized
 # by upstream's llama-quantize (its logits are flat, so top-1 is checked on every position)
 for t in BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K IQ4_NL IQ4_XS; do
-    f="$fixtures/llama-dense.$t.gguf"
+    f="$derived/llama-dense.$t.gguf"
     [ -s "$f" ] || LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" "$fixtures/llama-dense.gguf" "$f.tmp" "$t" \
         >"$out/quantize-fixture-$t.log" 2>&1 && mv "$f.tmp" "$f" 2>/dev/null || true
     if [ ! -s "$f" ]; then echo "FAIL types-$t: llama-quantize did not produce $f"; failed=$((failed + 1)); continue; fi
@@ -146,7 +144,7 @@ done
 # the effects small (without the tuning KL is ~5e-10), hence the 1e-11 bound.
 CHECK_STEPS=40 check arch-gemma3-dense-long "$fixtures/gemma3-dense.gguf" 1e-11 0
 py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"
-m3t="$fixtures/mistral3-dense.temperature.gguf"
+m3t="$derived/mistral3-dense.temperature.gguf"
 if [ ! -s "$m3t" ] && [ -x "$py" ]; then
     setmeta="$("$py" -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')/scripts/gguf_set_metadata.py"
     cp "$fixtures/mistral3-dense.gguf" "$m3t.tmp" \

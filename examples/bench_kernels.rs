@@ -2,6 +2,7 @@
 //! (llama-3-8B's FFN shape) per type, on 1 and 2 threads; median of several runs.
 //!
 //! cargo run --release --example bench_kernels [-- [--upstream LIBGGML_CPU] TYPE...]
+//! cargo run --release --example bench_kernels -- pp [TYPE...]  (SmolLM2's batched products)
 //! (types by ggml name: q4_0 f16 ...). With `--upstream` (upstream's libggml-cpu.so), also
 //! times upstream's own `vec_dot` on the same bytes, one thread, in the same process,
 //! interleaved with ours, so the machine's noise hits both alike.
@@ -172,14 +173,159 @@ fn small_shapes() {
     }
 }
 
+/// SmolLM2-135M's prompt-processing products (a batch of 128 activation rows) per weight type,
+/// one thread, CPU time of the calling thread, median of 15: the batched (tile) kernels.
+fn prompt_shapes(filter: &[String], upstream: Option<&str>) {
+    // upstream's llamafile_sgemm (tinyBLAS), for Q8_0 only: its Q0 path needs no thread pool
+    type Sgemm = unsafe extern "C" fn(
+        *const SgemmParams,
+        i64,
+        i64,
+        i64,
+        *const u8,
+        i64,
+        *const u8,
+        i64,
+        *mut f32,
+        i64,
+        i32,
+        i32,
+        i32,
+    ) -> bool;
+    #[repr(C)]
+    struct SgemmParams {
+        ith: i32,
+        nth: i32,
+        wsize: usize,
+        wdata: *mut u8,
+        threadpool: *mut u8,
+        use_ref: bool,
+    }
+    let sgemm: Option<Sgemm> = upstream.map(|path| {
+        let c = std::ffi::CString::new(path).unwrap();
+        // SAFETY: dlopen/dlsym with valid C strings; `llamafile_sgemm` is upstream's exported
+        // function with the C signature of `Sgemm` (ggml-cpu/llamafile/sgemm.h).
+        unsafe {
+            let h = libc::dlopen(c.as_ptr(), libc::RTLD_NOW);
+            assert!(!h.is_null(), "dlopen {path} failed");
+            let f = libc::dlsym(h, c"llamafile_sgemm".as_ptr());
+            assert!(!f.is_null(), "llamafile_sgemm missing in {path}");
+            std::mem::transmute::<*mut libc::c_void, Sgemm>(f)
+        }
+    });
+    let pool = ThreadPool::new(1);
+    let m = 128usize;
+    println!("batched products, {m} activation rows, 1 thread, ms (CPU time), median of 15:");
+    for t in [
+        GgmlType::Q8_0,
+        GgmlType::F16,
+        GgmlType::Q4_1,
+        GgmlType::Q4_0,
+    ] {
+        if !filter.is_empty() && !filter.iter().any(|f| f.eq_ignore_ascii_case(t.name())) {
+            continue;
+        }
+        let mut line = format!("  {:<5}", t.name());
+        let mut total = 0.0;
+        for (n_rows, k) in [(576usize, 576usize), (192, 576), (1536, 576), (576, 1536)] {
+            let row = cpu::row_bytes(t, k);
+            let mut w = vec![0u8; n_rows * row];
+            for (i, b) in w.iter_mut().enumerate() {
+                *b = (i * 7 % 251) as u8;
+            }
+            if t.is_quantized() {
+                for block in w.chunks_exact_mut(t.type_size() as usize) {
+                    block[0..2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
+                }
+            } else {
+                for c in w.chunks_exact_mut(2) {
+                    let v = half::f16::from_f32((c[0] % 100) as f32 / 100.0 - 0.5);
+                    c.copy_from_slice(&v.to_bits().to_le_bytes());
+                }
+            }
+            let x: Vec<f32> = (0..m * k).map(|i| (i % 13) as f32 / 13.0 - 0.5).collect();
+            let mut dst = vec![0f32; n_rows * m];
+            let mut scratch = Scratch::new();
+            let mut times = Vec::new();
+            for _ in 0..15 {
+                let start = thread_cpu_ms();
+                cpu::mul_mat(t, &w, n_rows, k, &x, m, &mut dst, &pool, &mut scratch);
+                times.push(thread_cpu_ms() - start);
+            }
+            let ms = median(times);
+            total += ms;
+            line += &format!("  {n_rows}x{k} {ms:>7.3}");
+            if let (Some(sgemm), GgmlType::Q8_0) = (sgemm, t) {
+                let mut xq = vec![0u8; row * m];
+                for j in 0..m {
+                    cpu::quantize_row(t, &x[j * k..(j + 1) * k], &mut xq[j * row..(j + 1) * row]);
+                }
+                let params = SgemmParams {
+                    ith: 0,
+                    nth: 1,
+                    wsize: 0,
+                    wdata: std::ptr::null_mut(),
+                    threadpool: std::ptr::null_mut(),
+                    use_ref: false,
+                };
+                let (nbk, q8_0) = ((k / 32) as i64, t.id() as i32);
+                let mut times = Vec::new();
+                let mut theirs = vec![0f32; n_rows * m];
+                for _ in 0..15 {
+                    let start = thread_cpu_ms();
+                    // SAFETY: upstream's sgemm on Q8_0 weights (n_rows rows of k/32 blocks) and
+                    // Q8_0 activations (m rows), writing n_rows x m floats into `theirs`.
+                    let ok = unsafe {
+                        sgemm(
+                            &params,
+                            n_rows as i64,
+                            m as i64,
+                            nbk,
+                            w.as_ptr(),
+                            nbk,
+                            xq.as_ptr(),
+                            nbk,
+                            theirs.as_mut_ptr(),
+                            n_rows as i64,
+                            q8_0,
+                            q8_0,
+                            0,
+                        )
+                    };
+                    times.push(thread_cpu_ms() - start);
+                    assert!(ok, "llamafile_sgemm declined");
+                }
+                let same = theirs
+                    .iter()
+                    .zip(&dst)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                line += &format!(
+                    " (upstream {:.3}{})",
+                    median(times),
+                    if same { "" } else { " DIFFERS" }
+                );
+            }
+        }
+        println!("{line}  sum {total:.3}");
+    }
+}
+
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args_upstream_path = None;
     let upstream = args.iter().position(|a| a == "--upstream").map(|i| {
         let path = args.remove(i + 1);
         args.remove(i);
-        Upstream::open(&path)
+        let up = Upstream::open(&path);
+        args_upstream_path = Some(path);
+        up
     });
     let filter = args;
+    if filter.first().is_some_and(|f| f == "pp") {
+        let lib = args_upstream_path.as_deref();
+        prompt_shapes(&filter[1..], lib);
+        return;
+    }
     if filter.iter().any(|f| f == "small") {
         small_shapes();
         return;

@@ -537,6 +537,159 @@ fn batched_product_equals_column_mat_vecs() {
     }
 }
 
+/// Every tile kernel (the main shape of each type and every smaller edge shape) computes each
+/// of its outputs bit for bit as `vec_dot` (the mat-vec kernel) does, with weight and
+/// activation rows at strides wider than a row (as in attention's strided layouts), and
+/// leaves the rest of its output buffer alone.
+#[test]
+fn every_tile_shape_equals_vec_dot() {
+    let mut rng = Rng::new(37);
+    let mut shapes_checked = 0;
+    for t in cpu::SUPPORTED {
+        let Some(main) = cpu::tile_fn(t) else {
+            continue;
+        };
+        assert!(
+            main.rows * main.cols <= cpu::TILE_OUTPUTS,
+            "{t}: main tile {}x{} over the output buffer",
+            main.rows,
+            main.cols
+        );
+        for k in [256usize, 512 + 256] {
+            let vt = cpu::vec_dot_type(t);
+            let (w_row, x_row) = (cpu::row_bytes(t, k), cpu::row_bytes(vt, k));
+            // strides one row plus some bytes: rows do not start where the previous ends
+            let (ws, xs) = (w_row + 5, x_row + 3);
+            let wdense = random_weights(&mut rng, t, main.rows, k);
+            let mut w = vec![0u8; ws * main.rows];
+            for r in 0..main.rows {
+                w[r * ws..r * ws + w_row].copy_from_slice(&wdense[r * w_row..(r + 1) * w_row]);
+            }
+            let mut x = vec![0u8; xs * main.cols];
+            for c in 0..main.cols {
+                let xf = random_activations(&mut rng, k);
+                cpu::quantize_row(vt, &xf, &mut x[c * xs..c * xs + x_row]);
+            }
+            for rows in 1..=main.rows {
+                for cols in 1..=main.cols {
+                    let Some(tile) = cpu::tile_shape(t, rows, cols) else {
+                        assert!(
+                            rows == 1 && cols == 1 || main.rows == 1 && rows > 1,
+                            "{t}: no {rows}x{cols} tile"
+                        );
+                        continue;
+                    };
+                    assert_eq!((tile.rows, tile.cols), (rows, cols), "{t}");
+                    let mut out = [f32::NAN; cpu::TILE_OUTPUTS];
+                    (tile.f)(k, &w, ws, &x, xs, &mut out);
+                    for c in 0..cols {
+                        for r in 0..rows {
+                            let want = cpu::vec_dot(t, k, &w[r * ws..], &x[c * xs..]);
+                            let got = out[c * rows + r];
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{t} k={k} tile {rows}x{cols} [{r},{c}]: {got} vs {want}"
+                            );
+                        }
+                    }
+                    assert!(
+                        out[rows * cols..].iter().all(|v| v.is_nan()),
+                        "{t} tile {rows}x{cols} wrote past its outputs"
+                    );
+                    shapes_checked += 1;
+                }
+            }
+        }
+    }
+    if cpu::simd_level() == "avx2" {
+        assert!(
+            shapes_checked > 100,
+            "only {shapes_checked} tile shapes ran"
+        );
+    }
+}
+
+/// Batched products whose edges cut the tiles every way (rows and columns not multiples of
+/// any tile shape, 1 to 3 threads) and a batched layout whose batches split the tiles' column
+/// groups (GQA broadcast, strided activations) equal column-by-column mat-vecs bit for bit.
+#[test]
+fn tiled_products_at_odd_shapes_and_batches_equal_mat_vecs() {
+    let mut rng = Rng::new(43);
+    let mut scratch = Scratch::new();
+    for t in [
+        GgmlType::Q8_0,
+        GgmlType::F16,
+        GgmlType::Q4_1,
+        GgmlType::Q4_0,
+        GgmlType::F32,
+        GgmlType::Q5_1,
+    ] {
+        for (threads, n_rows, m) in [(1usize, 7usize, 5usize), (2, 13, 7), (3, 18, 3), (1, 33, 2)] {
+            let pool = ThreadPool::new(threads);
+            let k = 256;
+            let w = random_weights(&mut rng, t, n_rows, k);
+            let x: Vec<f32> = (0..m)
+                .flat_map(|_| random_activations(&mut rng, k))
+                .collect();
+            let mut batched = vec![0f32; n_rows * m];
+            cpu::mul_mat(t, &w, n_rows, k, &x, m, &mut batched, &pool, &mut scratch);
+            for j in 0..m {
+                let mut col = vec![0f32; n_rows];
+                let xj = &x[j * k..(j + 1) * k];
+                cpu::mul_mat(t, &w, n_rows, k, xj, 1, &mut col, &pool, &mut scratch);
+                for i in 0..n_rows {
+                    let (a, b) = (batched[j * n_rows + i], col[i]);
+                    assert_eq!(a.to_bits(), b.to_bits(), "{t} {n_rows}x{m} [{i},{j}]");
+                }
+            }
+        }
+        // 6 batches of 3 activation rows over 2 weight matrices of 9 rows (GQA broadcast):
+        // tile column groups meet batch edges
+        let (n_rows, k, m, n_batch, n_w_batch) = (9usize, 256usize, 3usize, 6usize, 2usize);
+        let w_row = cpu::row_bytes(t, k);
+        let w = random_weights(&mut rng, t, n_rows * n_w_batch, k);
+        let x_row_stride = k + 32;
+        let x: Vec<f32> = (0..n_batch * m)
+            .flat_map(|_| {
+                let mut v = random_activations(&mut rng, k);
+                v.resize(x_row_stride, 0.0);
+                v
+            })
+            .collect();
+        let layout = cpu::BatchedLayout {
+            n_rows,
+            k,
+            m,
+            n_batch,
+            n_w_batch,
+            w_row_stride: w_row,
+            w_batch_stride: n_rows * w_row,
+            x_row_stride,
+            x_batch_stride: m * x_row_stride,
+            dst_row_stride: n_rows,
+            dst_batch_stride: m * n_rows,
+        };
+        let pool = ThreadPool::new(2);
+        let mut dst = vec![0f32; n_batch * m * n_rows];
+        cpu::mul_mat_batched(t, &w, &x, &layout, &mut dst, &pool, &mut scratch);
+        let vt = cpu::vec_dot_type(t);
+        let mut xq = vec![0u8; cpu::row_bytes(vt, k)];
+        for b in 0..n_batch {
+            let wb = &w[(b / (n_batch / n_w_batch)) * n_rows * w_row..];
+            for j in 0..m {
+                let at = b * m * x_row_stride + j * x_row_stride;
+                cpu::quantize_row(vt, &x[at..at + k], &mut xq);
+                for i in 0..n_rows {
+                    let want = cpu::vec_dot(t, k, &wb[i * w_row..], &xq);
+                    let got = dst[b * m * n_rows + j * n_rows + i];
+                    assert_eq!(got.to_bits(), want.to_bits(), "{t} batch {b} [{i},{j}]");
+                }
+            }
+        }
+    }
+}
+
 /// Float rows of any length (not a multiple of the 8-lane vectors: the tiles' scalar tails),
 /// batched and mat-vec, against the f64 dot of the converted operands (1e-5 × Σ|wᵢ·x'ᵢ|).
 #[test]

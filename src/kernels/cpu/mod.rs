@@ -233,12 +233,22 @@ pub fn dot_fn(t: GgmlType) -> DotFn {
     scalar_dot_fn(t)
 }
 
-/// A batched-product kernel: `out[c * rows + r] = dot(w row r, x row c)` for `r < rows`,
-/// `c < cols` (at most 2 × 4), weight rows `w_stride` bytes apart, activation rows `x_stride`
-/// bytes apart. Reusing each loaded weight block for several activation rows is what makes
-/// batched products (prompt processing, attention) faster than one dot at a time.
-pub type TileFn =
-    fn(k: usize, w: &[u8], w_stride: usize, x: &[u8], x_stride: usize, out: &mut [f32; 8]);
+/// Most outputs one tile kernel computes (4 weight rows × 4 activation rows).
+pub const TILE_OUTPUTS: usize = 16;
+
+/// A batched-product kernel of `rows` × `cols` outputs (see [`Tile`]):
+/// `out[c * rows + r] = dot(w row r, x row c)`, weight rows `w_stride` bytes apart, activation
+/// rows `x_stride` bytes apart. Reusing each loaded weight block for several activation rows
+/// and each activation block for several weight rows is what makes batched products (prompt
+/// processing, attention) faster than one dot at a time.
+pub type TileFn = fn(
+    k: usize,
+    w: &[u8],
+    w_stride: usize,
+    x: &[u8],
+    x_stride: usize,
+    out: &mut [f32; TILE_OUTPUTS],
+);
 
 /// A tile kernel and its shape.
 #[derive(Clone, Copy)]
@@ -248,16 +258,28 @@ pub struct Tile {
     pub f: TileFn,
 }
 
-/// The tile kernel for `t` on this machine, if one exists (AVX2: 1 weight row × 4 activation
-/// rows for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q6_K). Every tile
-/// computes each output with exactly the arithmetic of [`dot_fn`], so results never depend on
-/// the batch size (nor, through the aligned chunking, on the thread count).
+/// The main tile kernel for `t` on this machine, if one exists (AVX2: 4 weight rows × 2
+/// activation rows for F32/F16/BF16 and Q4_0/Q5_0/Q8_0/IQ4_NL, 2 × 4 for Q4_1/Q5_1, 1 × 4 for
+/// Q4_K/Q6_K). Every tile computes each output with exactly the arithmetic of
+/// [`dot_fn`], so results never depend on the batch size nor on the thread count.
 pub fn tile_fn(t: GgmlType) -> Option<Tile> {
     #[cfg(target_arch = "x86_64")]
     return x86::tile_fn(t);
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = t;
+        None
+    }
+}
+
+/// The tile kernel of exactly `rows` × `cols` outputs for `t`, for the edges of a product
+/// (shapes up to [`tile_fn`]'s main one in each direction), if one exists.
+pub fn tile_shape(t: GgmlType, rows: usize, cols: usize) -> Option<Tile> {
+    #[cfg(target_arch = "x86_64")]
+    return x86::tile_shape(t, rows, cols);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (t, rows, cols);
         None
     }
 }
@@ -643,8 +665,19 @@ fn run_mul_mat(
     // along the longer side. Chunk edges are multiples of the tile shape, so which outputs a
     // tile computes depends on their position only, never on the thread count.
     let cols = n_batch * m;
-    let tile = tile_fn(t).filter(|_| cols >= 4);
+    let tile = tile_fn(t).filter(|_| cols >= 2);
     let (ra, ca) = tile.map_or((1, 1), |t| (t.rows, t.cols));
+    // kernels[r][c]: the r x c tile for the edges (r <= ra, c <= ca); 1 x 1 is a plain dot
+    let mut kernels: [[Option<TileFn>; 5]; 5] = [[None; 5]; 5];
+    if tile.is_some() {
+        for (r, row) in kernels.iter_mut().enumerate().take(ra + 1).skip(1) {
+            for (c, k) in row.iter_mut().enumerate().take(ca + 1).skip(1) {
+                if (r, c) != (1, 1) {
+                    *k = tile_shape(t, r, c).map(|k| k.f);
+                }
+            }
+        }
+    }
     let nth = pool.n_threads();
     let chunk = chunk_rows(cols);
     let (mut nchunk0, mut nchunk1) = (n_rows.div_ceil(chunk), cols.div_ceil(chunk));
@@ -685,43 +718,50 @@ fn run_mul_mat(
         let (c0, c1) = (task % nchunk0, task / nchunk0);
         let (r0, r1) = (c0 * dr0, c1 * dr1);
         let (r0_end, r1_end) = ((r0 + dr0).min(n_rows), (r1 + dr1).min(cols));
-        // 16x16 tiles: a few weight rows stay in L1 while the activation rows stream.
-        for tile1 in (r1..r1_end).step_by(16) {
-            let cols_end = (tile1 + 16).min(r1_end);
-            for tile0 in (r0..r0_end).step_by(16) {
-                let rows_end = (tile0 + 16).min(r0_end);
-                let mut col = tile1;
+        // Blocks of about 16 x 16 outputs (multiples of the tile shape): their weight and
+        // activation rows stay in L1 while the tiles sweep them.
+        let (block_rows, block_cols) = (16usize.next_multiple_of(ra), 16usize.next_multiple_of(ca));
+        for block1 in (r1..r1_end).step_by(block_cols) {
+            let cols_end = (block1 + block_cols).min(r1_end);
+            for block0 in (r0..r0_end).step_by(block_rows) {
+                let rows_end = (block0 + block_rows).min(r0_end);
+                let mut col = block1;
                 while col < cols_end {
-                    let group =
-                        tile.filter(|_| col + ca <= cols_end && col / m == (col + ca - 1) / m);
-                    let Some(tl) = group else {
-                        singles(col, tile0..rows_end);
+                    if tile.is_none() {
+                        singles(col, block0..rows_end);
                         col += 1;
                         continue;
-                    };
+                    }
+                    // up to ca columns of one batch (one weight matrix)
+                    let cw = ca.min(cols_end - col).min(m - col % m);
                     let (_, w_base) = bases(col);
                     let mut d_bases = [0usize; 4];
-                    for (c, d) in d_bases.iter_mut().enumerate().take(ca) {
+                    for (c, d) in d_bases.iter_mut().enumerate().take(cw) {
                         *d = bases(col + c).0;
                     }
                     let x = &act.bytes[col * act.row_bytes..];
-                    let mut i = tile0;
-                    let mut vals = [0f32; 8];
-                    while i + ra <= rows_end {
+                    let mut vals = [0f32; TILE_OUTPUTS];
+                    let mut i = block0;
+                    while i < rows_end {
+                        let rw = ra.min(rows_end - i);
+                        let Some(f) = kernels[rw][cw] else {
+                            for c in 0..cw {
+                                singles(col + c, i..i + rw);
+                            }
+                            i += rw;
+                            continue;
+                        };
                         let wr = &w[w_base + i * l.w_row_stride..];
-                        (tl.f)(k, wr, l.w_row_stride, x, act.row_bytes, &mut vals);
-                        for (c, d_base) in d_bases.iter().enumerate().take(ca) {
-                            for r in 0..ra {
+                        f(k, wr, l.w_row_stride, x, act.row_bytes, &mut vals);
+                        for (c, d_base) in d_bases.iter().enumerate().take(cw) {
+                            for r in 0..rw {
                                 // SAFETY: as in `singles`: (col + c, i + r) is in this chunk.
-                                unsafe { *out.ptr().add(d_base + i + r) = vals[c * ra + r] };
+                                unsafe { *out.ptr().add(d_base + i + r) = vals[c * rw + r] };
                             }
                         }
-                        i += ra;
+                        i += rw;
                     }
-                    for c in 0..ca {
-                        singles(col + c, i..rows_end);
-                    }
-                    col += ca;
+                    col += cw;
                 }
             }
         }

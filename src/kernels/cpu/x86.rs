@@ -13,7 +13,7 @@ use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
 use super::blocks::*;
-use super::{DotFn, Tile};
+use super::{DotFn, Tile, TileFn, TILE_OUTPUTS};
 use crate::gguf::GgmlType;
 
 /// Whether this CPU has AVX2, FMA and F16C (checked once), and the SIMD kernels are not
@@ -798,420 +798,506 @@ unsafe fn iq4_xs_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
 
 // ------------------------------------------------------------------ tiles (batched products)
 
-/// The tile kernel for `t`: `ROWS` weight rows × `COLS` activation rows per call, when this
-/// CPU has AVX2 and one is written for `t`.
+/// The main tile shape for `t` (weight rows × activation rows per call), when this CPU has
+/// AVX2 and tiles are written for `t`. Register tiles as llamafile's tinyBLAS on a 16-register
+/// AVX2 machine: 4 × 2 for the Q8_0-activation types (its `tinyBLAS_Q0_AVX` `gemm4xN<2>`) and
+/// for floats (tinyBLAS uses 4 × 3 there; ours spills at 12 accumulators and measured 4 × 2
+/// and 3 × 3 fastest, about 1.7× the 1 × 4 tile on SmolLM2's F16 shapes); Q4_1/Q5_1 (which
+/// upstream multiplies one dot at a time) 2 × 4; the K-quants 1 × 4. Smaller shapes for the
+/// edges come from [`tile_shape`].
 pub fn tile_fn(t: GgmlType) -> Option<Tile> {
+    let (rows, cols) = match t {
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => (4, 2),
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => (4, 2),
+        GgmlType::Q4_1 | GgmlType::Q5_1 => (2, 4),
+        GgmlType::Q4_K | GgmlType::Q6_K => (1, 4),
+        _ => return None,
+    };
+    tile_shape(t, rows, cols)
+}
+
+/// The tile kernel of exactly `rows` × `cols` outputs for `t` (each at most the main shape's,
+/// see [`tile_fn`]), when this CPU has AVX2 and one exists.
+pub fn tile_shape(t: GgmlType, rows: usize, cols: usize) -> Option<Tile> {
     if !available() {
         return None;
     }
-    Some(match t {
-        GgmlType::F32 => Tile {
-            rows: 1,
-            cols: 4,
-            f: f32_tile,
-        },
-        GgmlType::F16 => Tile {
-            rows: 1,
-            cols: 4,
-            f: f16_tile,
-        },
-        GgmlType::BF16 => Tile {
-            rows: 1,
-            cols: 4,
-            f: bf16_tile,
-        },
-        GgmlType::Q4_0 => Tile {
-            rows: 1,
-            cols: 4,
-            f: q4_0_tile,
-        },
-        GgmlType::Q4_1 => Tile {
-            rows: 1,
-            cols: 4,
-            f: q4_1_tile,
-        },
-        GgmlType::Q8_0 => Tile {
-            rows: 1,
-            cols: 4,
-            f: q8_0_tile,
-        },
-        GgmlType::Q5_0 => Tile {
-            rows: 1,
-            cols: 4,
-            f: q5_0_tile,
-        },
-        GgmlType::Q5_1 => Tile {
-            rows: 1,
-            cols: 4,
-            f: q5_1_tile,
-        },
-        GgmlType::IQ4_NL => Tile {
-            rows: 1,
-            cols: 4,
-            f: iq4_nl_tile,
-        },
-        GgmlType::Q4_K => Tile {
-            rows: 1,
-            cols: 4,
-            f: q4_k_tile,
-        },
-        GgmlType::Q6_K => Tile {
-            rows: 1,
-            cols: 4,
-            f: q6_k_tile,
-        },
+    /// `$entry::<R, C>` for the requested shape (R, C in 1..=4).
+    macro_rules! shapes {
+        ($entry:ident) => {
+            match (rows, cols) {
+                (1, 1) => $entry::<1, 1> as TileFn,
+                (1, 2) => $entry::<1, 2>,
+                (1, 3) => $entry::<1, 3>,
+                (1, 4) => $entry::<1, 4>,
+                (2, 1) => $entry::<2, 1>,
+                (2, 2) => $entry::<2, 2>,
+                (2, 3) => $entry::<2, 3>,
+                (2, 4) => $entry::<2, 4>,
+                (3, 1) => $entry::<3, 1>,
+                (3, 2) => $entry::<3, 2>,
+                (3, 3) => $entry::<3, 3>,
+                (3, 4) => $entry::<3, 4>,
+                (4, 1) => $entry::<4, 1>,
+                (4, 2) => $entry::<4, 2>,
+                (4, 3) => $entry::<4, 3>,
+                (4, 4) => $entry::<4, 4>,
+                _ => return None,
+            }
+        };
+    }
+    let f = match t {
+        GgmlType::F32 => shapes!(f32_tile),
+        GgmlType::F16 => shapes!(f16_tile),
+        GgmlType::BF16 => shapes!(bf16_tile),
+        GgmlType::Q4_0 => shapes!(q4_0_tile),
+        GgmlType::Q4_1 => shapes!(q4_1_tile),
+        GgmlType::Q5_0 => shapes!(q5_0_tile),
+        GgmlType::Q5_1 => shapes!(q5_1_tile),
+        GgmlType::Q8_0 => shapes!(q8_0_tile),
+        GgmlType::IQ4_NL => shapes!(iq4_nl_tile),
+        GgmlType::Q4_K if rows == 1 => shapes!(q4_k_tile),
+        GgmlType::Q6_K if rows == 1 => shapes!(q6_k_tile),
         _ => return None,
-    })
+    };
+    Some(Tile { rows, cols, f })
 }
 
-/// Safe entry points of the tile kernels: check that every row the kernel reads is inside
-/// the slices.
+/// Safe entry points of the tile kernels (`R` weight rows × `C` activation rows): check that
+/// every row the kernel reads is inside the slices.
 macro_rules! tile_entry {
-    ($name:ident, $kernel:ident, $rows:expr, $elems_per_block:expr, $w_bytes:expr, $x_bytes:expr) => {
-        fn $name(
+    ($name:ident, $kernel:ident, $elems_per_block:expr, $w_bytes:expr, $x_bytes:expr) => {
+        fn $name<const R: usize, const C: usize>(
             k: usize,
             w: &[u8],
             w_stride: usize,
             x: &[u8],
             x_stride: usize,
-            out: &mut [f32; 8],
+            out: &mut [f32; TILE_OUTPUTS],
         ) {
             let nb = k / $elems_per_block;
             assert!(
-                w.len() >= ($rows - 1) * w_stride + nb * $w_bytes
-                    && x.len() >= 3 * x_stride + nb * $x_bytes,
+                w.len() >= (R - 1) * w_stride + nb * $w_bytes
+                    && x.len() >= (C - 1) * x_stride + nb * $x_bytes,
                 "tile of {k}: {} / {} bytes",
                 w.len(),
                 x.len()
             );
-            // SAFETY: reachable only through `tile_fn`, which hands it out when `available()`
-            // saw AVX2, FMA and F16C; the kernel reads `nb` blocks of `$rows` weight rows and 4
-            // activation rows at the given strides, all inside the slices as checked above.
-            unsafe { $kernel(nb, w.as_ptr(), w_stride, x.as_ptr(), x_stride, out) }
+            // SAFETY: reachable only through `tile_shape`, which hands it out when
+            // `available()` saw AVX2, FMA and F16C; the kernel reads `nb` blocks of `R` weight
+            // rows and `C` activation rows at the given strides, all inside the slices as
+            // checked above, and writes `R * C <= TILE_OUTPUTS` outputs.
+            unsafe { $kernel::<R, C>(nb, w.as_ptr(), w_stride, x.as_ptr(), x_stride, out) }
         }
     };
 }
 
-tile_entry!(f32_tile, f32_tile_avx2, 1, 1, 4, 4);
-tile_entry!(f16_tile, f16_tile_avx2, 1, 1, 2, 2);
-tile_entry!(bf16_tile, bf16_tile_avx2, 1, 1, 2, 2);
-tile_entry!(q4_0_tile, q4_0_tile_avx2, 1, QK, Q4_0_BYTES, Q8_0_BYTES);
-tile_entry!(q4_1_tile, q4_1_tile_avx2, 1, QK, Q4_1_BYTES, Q8_1_BYTES);
-tile_entry!(q8_0_tile, q8_0_tile_avx2, 1, QK, Q8_0_BYTES, Q8_0_BYTES);
-tile_entry!(q5_0_tile, q5_0_tile_avx2, 1, QK, Q5_0_BYTES, Q8_0_BYTES);
-tile_entry!(q5_1_tile, q5_1_tile_avx2, 1, QK, Q5_1_BYTES, Q8_1_BYTES);
-tile_entry!(
-    iq4_nl_tile,
-    iq4_nl_tile_avx2,
-    1,
-    QK,
-    IQ4_NL_BYTES,
-    Q8_0_BYTES
-);
-tile_entry!(q4_k_tile, q4_k_tile_avx2, 1, QK_K, Q4_K_BYTES, Q8_K_BYTES);
-tile_entry!(q6_k_tile, q6_k_tile_avx2, 1, QK_K, Q6_K_BYTES, Q8_K_BYTES);
+tile_entry!(f32_tile, f32_tile_avx2, 1, 4, 4);
+tile_entry!(f16_tile, f16_tile_avx2, 1, 2, 2);
+tile_entry!(bf16_tile, bf16_tile_avx2, 1, 2, 2);
+tile_entry!(q4_0_tile, q4_0_tile_avx2, QK, Q4_0_BYTES, Q8_0_BYTES);
+tile_entry!(q4_1_tile, q4_1_tile_avx2, QK, Q4_1_BYTES, Q8_1_BYTES);
+tile_entry!(q8_0_tile, q8_0_tile_avx2, QK, Q8_0_BYTES, Q8_0_BYTES);
+tile_entry!(q5_0_tile, q5_0_tile_avx2, QK, Q5_0_BYTES, Q8_0_BYTES);
+tile_entry!(q5_1_tile, q5_1_tile_avx2, QK, Q5_1_BYTES, Q8_1_BYTES);
+tile_entry!(iq4_nl_tile, iq4_nl_tile_avx2, QK, IQ4_NL_BYTES, Q8_0_BYTES);
+tile_entry!(q4_k_tile, q4_k_tile_avx2, QK_K, Q4_K_BYTES, Q8_K_BYTES);
+tile_entry!(q6_k_tile, q6_k_tile_avx2, QK_K, Q6_K_BYTES, Q8_K_BYTES);
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k_tile_avx2(
+unsafe fn q4_k_tile_avx2<const R: usize, const C: usize>(
     nb: usize,
     w: *const u8,
     _ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; 8],
+    out: &mut [f32; TILE_OUTPUTS],
 ) {
-    let mut four = [0f32; 4];
-    q4_k_cols::<4>(nb, w, x, xs, &mut four);
-    out[..4].copy_from_slice(&four);
+    let mut cols = [0f32; C];
+    q4_k_cols::<C>(nb, w, x, xs, &mut cols);
+    out[..C].copy_from_slice(&cols);
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6_k_tile_avx2(
+unsafe fn q6_k_tile_avx2<const R: usize, const C: usize>(
     nb: usize,
     w: *const u8,
     _ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; 8],
+    out: &mut [f32; TILE_OUTPUTS],
 ) {
-    let mut four = [0f32; 4];
-    q6_k_cols::<4>(nb, w, x, xs, &mut four);
-    out[..4].copy_from_slice(&four);
+    let mut cols = [0f32; C];
+    q6_k_cols::<C>(nb, w, x, xs, &mut cols);
+    out[..C].copy_from_slice(&cols);
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f32_tile_avx2(
+/// `R` × `C` outputs of a float product (weight rows `ws` bytes apart, activation rows `xs`
+/// apart): every 8-element step loads each operand row once and feeds `R · C` accumulators,
+/// as tinyBLAS's `gemm_bloc`. Per output the arithmetic is [`float_cols`]'s (one 8-lane FMA
+/// accumulator, ggml's horizontal sum, the scalar tail in order), so a tile equals the dot
+/// products of its outputs bit for bit.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn float_tile<const R: usize, const C: usize>(
     n: usize,
     w: *const u8,
-    _ws: usize,
+    ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; 8],
+    out: &mut [f32; TILE_OUTPUTS],
+    load: impl Fn(*const u8, usize) -> __m256,
+    scalar: impl Fn(*const u8, usize) -> f32,
 ) {
-    let mut four = [0f32; 4];
-    float_cols::<4>(
+    let mut acc = [[_mm256_setzero_ps(); R]; C];
+    let mut i = 0;
+    while i + 8 <= n {
+        // keep the smaller side's vectors in registers (tinyBLAS's "help compiler" split)
+        if R <= C {
+            let a: [__m256; R] = std::array::from_fn(|r| load(w.add(r * ws), i));
+            for (c, acc) in acc.iter_mut().enumerate() {
+                let b = load(x.add(c * xs), i);
+                for (acc, a) in acc.iter_mut().zip(&a) {
+                    *acc = _mm256_fmadd_ps(*a, b, *acc);
+                }
+            }
+        } else {
+            let b: [__m256; C] = std::array::from_fn(|c| load(x.add(c * xs), i));
+            for r in 0..R {
+                let a = load(w.add(r * ws), i);
+                for (acc, b) in acc.iter_mut().zip(&b) {
+                    acc[r] = _mm256_fmadd_ps(a, *b, acc[r]);
+                }
+            }
+        }
+        i += 8;
+    }
+    for (c, acc) in acc.iter().enumerate() {
+        for (r, acc) in acc.iter().enumerate() {
+            let mut s = hsum_f32x8(*acc);
+            for e in i..n {
+                s += scalar(w.add(r * ws), e) * scalar(x.add(c * xs), e);
+            }
+            out[c * R + r] = s;
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f32_tile_avx2<const R: usize, const C: usize>(
+    n: usize,
+    w: *const u8,
+    ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; TILE_OUTPUTS],
+) {
+    float_tile::<R, C>(
         n,
         w,
+        ws,
         x,
         xs,
-        &mut four,
+        out,
         |p, i| load_f32(p, i),
         |p, i| scalar_f32(p, i),
     );
-    out[..4].copy_from_slice(&four);
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_tile_avx2(
+unsafe fn f16_tile_avx2<const R: usize, const C: usize>(
     n: usize,
     w: *const u8,
-    _ws: usize,
+    ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; 8],
+    out: &mut [f32; TILE_OUTPUTS],
 ) {
-    let mut four = [0f32; 4];
-    float_cols::<4>(
+    float_tile::<R, C>(
         n,
         w,
+        ws,
         x,
         xs,
-        &mut four,
+        out,
         |p, i| load_f16(p, i),
         |p, i| scalar_f16(p, i),
     );
-    out[..4].copy_from_slice(&four);
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn bf16_tile_avx2(
+unsafe fn bf16_tile_avx2<const R: usize, const C: usize>(
     n: usize,
     w: *const u8,
-    _ws: usize,
+    ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; 8],
+    out: &mut [f32; TILE_OUTPUTS],
 ) {
-    let mut four = [0f32; 4];
-    float_cols::<4>(
+    float_tile::<R, C>(
         n,
         w,
+        ws,
         x,
         xs,
-        &mut four,
+        out,
         |p, i| load_bf16(p, i),
         |p, i| scalar_bf16(p, i),
     );
-    out[..4].copy_from_slice(&four);
 }
 
-/// 1 × 4 outputs of a Q8_0-activation product: each weight block is unpacked once
-/// (`prepare`) and used for 4 activation blocks (`dot`). Per column the arithmetic is exactly
-/// the 1 × 1 kernel's (same two-accumulator order), so results do not depend on the tiling.
+/// Up to 4 f16 values `stride` bytes apart (the first `N`; the other lanes 0) as f32 lanes,
+/// converted in one instruction.
+#[inline(always)]
+unsafe fn f16_lanes<const N: usize>(p: *const u8, stride: usize) -> __m128 {
+    let h = |i: usize| {
+        if i < N {
+            i32::from(p.add(i * stride).cast::<u16>().read_unaligned())
+        } else {
+            0
+        }
+    };
+    _mm_cvtph_ps(_mm_setr_epi32(
+        h(0) | (h(1) << 16),
+        h(2) | (h(3) << 16),
+        0,
+        0,
+    ))
+}
+
+/// Lane `i` (0..4) of each 128-bit half of `v` in every lane of that half.
+#[inline(always)]
+unsafe fn lane256(v: __m256, i: usize) -> __m256 {
+    match i {
+        0 => _mm256_permute_ps::<0x00>(v),
+        1 => _mm256_permute_ps::<0x55>(v),
+        2 => _mm256_permute_ps::<0xAA>(v),
+        _ => _mm256_permute_ps::<0xFF>(v),
+    }
+}
+
+/// `R` × `C` outputs of a Q8_0-activation product (weight rows `ws` bytes apart, activation
+/// rows `xs` apart): each weight block is unpacked once (`prepare`) and used for `C`
+/// activation blocks (`dot`), as tinyBLAS_Q0_AVX's `gemm4xN`. Per output the arithmetic is
+/// exactly the mat-vec kernel's ([`blocks_q8_0`]: `d_w · d_x` rounded to f32, one FMA into one
+/// accumulator per block, blocks in order, ggml's horizontal sum), so results do not depend on
+/// the tiling.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile_q8_0<P: Copy>(
+unsafe fn tile_q8_0<const R: usize, const C: usize, P: Copy>(
     nb: usize,
     w: *const u8,
     wbytes: usize,
+    ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; 8],
+    out: &mut [f32; TILE_OUTPUTS],
     prepare: impl Fn(*const u8) -> P,
     dot: impl Fn(P, *const u8) -> __m256i,
 ) {
-    // one accumulator per column, blocks in order: the float order of the mat-vec kernel
-    // (and of ggml's), so a tile equals its columns' mat-vecs bit for bit
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut ib = 0;
-    let f16_at = |p: *const u8| p.cast::<i16>().read_unaligned();
-    while ib < nb {
-        let pair = (ib + 1 < nb) as usize + 1;
-        for h in 0..pair {
-            let wb = w.add((ib + h) * wbytes);
-            let q = prepare(wb);
-            // d_w · d_x for the 4 columns at once: one conversion of the 4 activation scales
-            // and the weight's, one multiply (each product rounds as `scale_q8_0`'s does).
-            let xb0 = x.add((ib + h) * Q8_0_BYTES);
-            let xd = _mm_setr_epi16(
-                f16_at(xb0),
-                f16_at(xb0.add(xs)),
-                f16_at(xb0.add(2 * xs)),
-                f16_at(xb0.add(3 * xs)),
-                0,
-                0,
-                0,
-                0,
-            );
-            let wd = _mm_cvtph_ps(_mm_set1_epi16(f16_at(wb)));
-            let mut ds = [0f32; 4];
-            _mm_storeu_ps(ds.as_mut_ptr(), _mm_mul_ps(wd, _mm_cvtph_ps(xd)));
-            for (c, acc) in acc.iter_mut().enumerate() {
-                let xb = xb0.add(c * xs);
-                *acc = _mm256_fmadd_ps(_mm256_set1_ps(ds[c]), _mm256_cvtepi32_ps(dot(q, xb)), *acc);
+    let mut acc = [[_mm256_setzero_ps(); R]; C];
+    for ib in 0..nb {
+        let wb = w.add(ib * wbytes);
+        let xb = x.add(ib * Q8_0_BYTES);
+        // the R weight scales and the C activation scales, one conversion each; then per
+        // column one multiply gives the R products d_w · d_x (each rounds as `scale_q8_0`'s)
+        let wd = f16_lanes::<R>(wb, ws);
+        let wd = _mm256_set_m128(wd, wd);
+        let xd = f16_lanes::<C>(xb, xs);
+        let xd = _mm256_set_m128(xd, xd);
+        let q: [P; R] = std::array::from_fn(|r| prepare(wb.add(r * ws)));
+        for (c, acc) in acc.iter_mut().enumerate() {
+            let d = _mm256_mul_ps(wd, lane256(xd, c));
+            let xc = xb.add(c * xs);
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let p = _mm256_cvtepi32_ps(dot(q[r], xc));
+                *acc = _mm256_fmadd_ps(lane256(d, r), p, *acc);
             }
         }
-        ib += 2;
     }
     for (c, acc) in acc.iter().enumerate() {
-        out[c] = hsum_f32x8(*acc);
+        for (r, acc) in acc.iter().enumerate() {
+            out[c * R + r] = hsum_f32x8(*acc);
+        }
     }
 }
 
+/// Signed weight quants `q` against the Q8_0 activation block at `xb` (the sign trick of
+/// [`dot_i8_i8`]; `|q|` is recomputed per use rather than kept: fewer live registers).
+#[inline(always)]
+unsafe fn signed_dot(q: __m256i, xb: *const u8) -> __m256i {
+    dot_i8_i8(q, load256(xb.add(2)))
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_0_tile_avx2(
+unsafe fn q4_0_tile_avx2<const R: usize, const C: usize>(
     nb: usize,
     w: *const u8,
-    _ws: usize,
+    ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; 8],
+    out: &mut [f32; TILE_OUTPUTS],
 ) {
-    tile_q8_0(
+    tile_q8_0::<R, C, _>(
         nb,
         w,
         Q4_0_BYTES,
+        ws,
         x,
         xs,
         out,
-        |wb| {
-            let q = _mm256_sub_epi8(nibbles_32(wb.add(2)), _mm256_set1_epi8(8));
-            (_mm256_sign_epi8(q, q), q)
-        },
-        |(aq, q), xb| dot_u8_i8(aq, _mm256_sign_epi8(load256(xb.add(2)), q)),
+        |wb| _mm256_sub_epi8(nibbles_32(wb.add(2)), _mm256_set1_epi8(8)),
+        |p, xb| signed_dot(p, xb),
     )
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_0_tile_avx2(
+unsafe fn q8_0_tile_avx2<const R: usize, const C: usize>(
     nb: usize,
     w: *const u8,
-    _ws: usize,
+    ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; 8],
+    out: &mut [f32; TILE_OUTPUTS],
 ) {
-    tile_q8_0(
+    tile_q8_0::<R, C, _>(
         nb,
         w,
         Q8_0_BYTES,
+        ws,
         x,
         xs,
         out,
-        |wb| {
-            let q = load256(wb.add(2));
-            (_mm256_sign_epi8(q, q), q)
-        },
-        |(aq, q), xb| dot_u8_i8(aq, _mm256_sign_epi8(load256(xb.add(2)), q)),
+        |wb| load256(wb.add(2)),
+        |p, xb| signed_dot(p, xb),
     )
 }
 
-/// 1 × 4 outputs of a Q8_1-activation product (Q4_1, Q5_1): each weight block unpacked once
-/// (`unpack` gives its 32 unsigned quants); per column the same arithmetic as the 1 × 1 kernel.
-#[inline(always)]
-unsafe fn tile_q8_1(
-    nb: usize,
-    w: *const u8,
-    wbytes: usize,
-    x: *const u8,
-    xs: usize,
-    out: &mut [f32; 8],
-    unpack: impl Fn(*const u8) -> __m256i,
-) {
-    // one accumulator and one min sum per column, blocks in order: the float order of the
-    // mat-vec kernel (and of ggml's), so a tile equals its columns' mat-vecs bit for bit
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut summs = [0f32; 4];
-    for ib in 0..nb {
-        let wb = w.add(ib * wbytes);
-        let q = unpack(wb);
-        for c in 0..4 {
-            let xb = x.add(c * xs + ib * Q8_1_BYTES);
-            let s = scales_q8_1(wb, xb);
-            summs[c] += _mm_cvtss_f32(_mm_movehdup_ps(s));
-            let p = dot_u8_i8(q, load256(xb.add(4)));
-            acc[c] = _mm256_fmadd_ps(_mm256_broadcastss_ps(s), _mm256_cvtepi32_ps(p), acc[c]);
-        }
-    }
-    for c in 0..4 {
-        out[c] = hsum_f32x8(acc[c]) + summs[c];
-    }
-}
-
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_1_tile_avx2(
+unsafe fn q5_0_tile_avx2<const R: usize, const C: usize>(
     nb: usize,
     w: *const u8,
-    _ws: usize,
+    ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; 8],
+    out: &mut [f32; TILE_OUTPUTS],
 ) {
-    tile_q8_1(nb, w, Q4_1_BYTES, x, xs, out, |wb| nibbles_32(wb.add(4)))
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_1_tile_avx2(
-    nb: usize,
-    w: *const u8,
-    _ws: usize,
-    x: *const u8,
-    xs: usize,
-    out: &mut [f32; 8],
-) {
-    tile_q8_1(nb, w, Q5_1_BYTES, x, xs, out, |wb| {
-        let hi = _mm256_and_si256(bits_32(wb.add(4)), _mm256_set1_epi8(0x10));
-        _mm256_or_si256(nibbles_32(wb.add(8)), hi)
-    })
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_0_tile_avx2(
-    nb: usize,
-    w: *const u8,
-    _ws: usize,
-    x: *const u8,
-    xs: usize,
-    out: &mut [f32; 8],
-) {
-    tile_q8_0(
+    tile_q8_0::<R, C, _>(
         nb,
         w,
         Q5_0_BYTES,
+        ws,
         x,
         xs,
         out,
         |wb| {
             let hi = _mm256_andnot_si256(bits_32(wb.add(2)), _mm256_set1_epi8(0xF0u8 as i8));
-            let q = _mm256_or_si256(nibbles_32(wb.add(6)), hi);
-            (_mm256_sign_epi8(q, q), q)
+            _mm256_or_si256(nibbles_32(wb.add(6)), hi)
         },
-        |(aq, q), xb| dot_u8_i8(aq, _mm256_sign_epi8(load256(xb.add(2)), q)),
+        |p, xb| signed_dot(p, xb),
     )
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn iq4_nl_tile_avx2(
+unsafe fn iq4_nl_tile_avx2<const R: usize, const C: usize>(
     nb: usize,
     w: *const u8,
-    _ws: usize,
+    ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; 8],
+    out: &mut [f32; TILE_OUTPUTS],
 ) {
-    tile_q8_0(
+    tile_q8_0::<R, C, _>(
         nb,
         w,
         IQ4_NL_BYTES,
+        ws,
         x,
         xs,
         out,
-        |wb| {
-            let q = iq4_lookup(wb.add(2));
-            (_mm256_sign_epi8(q, q), q)
-        },
-        |(aq, q), xb| dot_u8_i8(aq, _mm256_sign_epi8(load256(xb.add(2)), q)),
+        |wb| iq4_lookup(wb.add(2)),
+        |p, xb| signed_dot(p, xb),
     )
+}
+
+/// `R` × `C` outputs of a Q8_1-activation product (Q4_1, Q5_1): each weight block unpacked
+/// once (`unpack` gives its 32 unsigned quants) and used for `C` activation blocks. Per output
+/// exactly the mat-vec kernel's arithmetic ([`blocks_q8_1`]: `d_w · d_x` and `m_w · s_x`
+/// rounded to f32, one FMA per block into one accumulator, the min terms summed block by
+/// block, both in block order), so results do not depend on the tiling.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_q8_1<const R: usize, const C: usize>(
+    nb: usize,
+    w: *const u8,
+    wbytes: usize,
+    ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; TILE_OUTPUTS],
+    unpack: impl Fn(*const u8) -> __m256i,
+) {
+    let mut acc = [[_mm256_setzero_ps(); R]; C];
+    // per column, lane 2r + 1 sums row r's min terms (the even lanes are unused)
+    let mut summs = [_mm256_setzero_ps(); C];
+    let pair = |p: *const u8| p.cast::<i32>().read_unaligned();
+    for ib in 0..nb {
+        let wb = w.add(ib * wbytes);
+        let xb = x.add(ib * Q8_1_BYTES);
+        // [d_0, m_0, d_1, m_1, ...] of the R weight blocks, one conversion
+        let row = |r: usize| if r < R { pair(wb.add(r * ws)) } else { 0 };
+        let wdm = _mm256_cvtph_ps(_mm_setr_epi32(row(0), row(1), row(2), row(3)));
+        let q: [__m256i; R] = std::array::from_fn(|r| unpack(wb.add(r * ws)));
+        for c in 0..C {
+            let xc = xb.add(c * xs);
+            // [d_r · d_x, m_r · s_x] for every row r, one conversion and one multiply
+            let prod = _mm256_mul_ps(wdm, _mm256_cvtph_ps(_mm_set1_epi32(pair(xc))));
+            summs[c] = _mm256_add_ps(summs[c], prod);
+            let mut d = [0f32; 8];
+            _mm256_storeu_ps(d.as_mut_ptr(), prod);
+            let y = load256(xc.add(4));
+            for (r, q) in q.iter().enumerate() {
+                let p = _mm256_cvtepi32_ps(dot_u8_i8(*q, y));
+                acc[c][r] = _mm256_fmadd_ps(_mm256_set1_ps(d[2 * r]), p, acc[c][r]);
+            }
+        }
+    }
+    for (c, acc) in acc.iter().enumerate() {
+        let mut s = [0f32; 8];
+        _mm256_storeu_ps(s.as_mut_ptr(), summs[c]);
+        for (r, acc) in acc.iter().enumerate() {
+            out[c * R + r] = hsum_f32x8(*acc) + s[2 * r + 1];
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_1_tile_avx2<const R: usize, const C: usize>(
+    nb: usize,
+    w: *const u8,
+    ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; TILE_OUTPUTS],
+) {
+    tile_q8_1::<R, C>(nb, w, Q4_1_BYTES, ws, x, xs, out, |wb| {
+        nibbles_32(wb.add(4))
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_1_tile_avx2<const R: usize, const C: usize>(
+    nb: usize,
+    w: *const u8,
+    ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; TILE_OUTPUTS],
+) {
+    tile_q8_1::<R, C>(nb, w, Q5_1_BYTES, ws, x, xs, out, |wb| {
+        let hi = _mm256_and_si256(bits_32(wb.add(4)), _mm256_set1_epi8(0x10));
+        _mm256_or_si256(nibbles_32(wb.add(8)), hi)
+    })
 }
 
 // ------------------------------------------------------------------ activation quantizers

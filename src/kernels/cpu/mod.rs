@@ -25,10 +25,12 @@ mod dot_scalar;
 pub mod ops;
 mod pool;
 mod quantize;
+pub mod repack;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
 pub use pool::ThreadPool;
+pub use repack::{repack_kind, RepackKind, Repacked};
 
 use crate::gguf::GgmlType;
 

@@ -1422,3 +1422,98 @@ unsafe fn dot_f16_ggml_avx2(x: *const u16, y: *const u16, n: usize) -> f32 {
     }
     sumf as f32
 }
+
+/// The AVX2 kernels for a repacked layout (see `repack.rs`), when this CPU has AVX2.
+pub fn repacked_kernels(kind: super::repack::RepackKind) -> Option<super::repack::GroupKernels> {
+    if !available() {
+        return None;
+    }
+    let super::repack::RepackKind::Q4_0x8 = kind;
+    Some(super::repack::GroupKernels::from_parts(
+        q4_0x8_group::<1>,
+        q4_0x8_group::<4>,
+    ))
+}
+
+/// Safe entry of the Q4_0x8 group kernel: checks the slices, then runs the AVX2 code.
+fn q4_0x8_group<const C: usize>(
+    nb: usize,
+    w: &[u8],
+    x: [&[u8]; C],
+    out: &mut [[f32; super::repack::ROWS]; C],
+) {
+    assert!(
+        w.len() >= nb * 8 * Q4_0_BYTES && x.iter().all(|x| x.len() >= nb * Q8_0_BYTES),
+        "repacked Q4_0 group of {nb} blocks: {} bytes",
+        w.len()
+    );
+    // SAFETY: reachable only through `repacked_kernels`, which hands it out when `available()`
+    // saw AVX2, FMA and F16C; the kernel reads `nb` blocks of 144 bytes of `w` and `nb` Q8_0
+    // blocks of every `x` row, present as checked above; unaligned loads throughout.
+    unsafe { q4_0x8_group_avx2::<C>(nb, w.as_ptr(), x.map(<[u8]>::as_ptr), out) }
+}
+
+/// One 8-row group of a repacked Q4_0 weight times `C` Q8_0 activation rows. Per block and
+/// activation row: the 8 exact integer dot products (unsigned nibbles × i8 through `maddubs`,
+/// summed in i16 — at most 4 × 2 × 15 × 127 — then `madd` into i32, minus `8 · Σ x`), then
+/// `acc = fma(isum, d_w · d_x, acc)` per row: upstream's float order. The lanes hold the rows
+/// in `hadd`'s order (0 1 4 5 2 3 6 7) until the final permutation.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_0x8_group_avx2<const C: usize>(
+    nb: usize,
+    w: *const u8,
+    x: [*const u8; C],
+    out: &mut [[f32; 8]; C],
+) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let ones8 = _mm256_set1_epi8(1);
+    let ones16 = _mm256_set1_epi16(1);
+    // hadd order <-> row order (an involution)
+    let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    let mut acc = [_mm256_setzero_ps(); C];
+    for b in 0..nb {
+        let blk = w.add(b * 8 * Q4_0_BYTES);
+        let dw = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(load128(blk)), order);
+        let r0 = load256(blk.add(16)); // rows 0-3, qs bytes 0-7
+        let r1 = load256(blk.add(48)); // rows 4-7, qs bytes 0-7
+        let r2 = load256(blk.add(80)); // rows 0-3, qs bytes 8-15
+        let r3 = load256(blk.add(112)); // rows 4-7, qs bytes 8-15
+        let lo = |v: __m256i| _mm256_and_si256(v, m4);
+        let hi = |v: __m256i| _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        // elements 0-7, 8-15, 16-23, 24-31 of rows 0-3 and of rows 4-7
+        let (u0, u1, u2, u3) = (lo(r0), lo(r2), hi(r0), hi(r2));
+        let (v0, v1, v2, v3) = (lo(r1), lo(r3), hi(r1), hi(r3));
+        for c in 0..C {
+            let xb = x[c].add(b * Q8_0_BYTES);
+            let q = xb.add(2);
+            let bcast = |o: usize| _mm256_set1_epi64x(q.add(o).cast::<i64>().read_unaligned());
+            let (a0, a1, a2, a3) = (bcast(0), bcast(8), bcast(16), bcast(24));
+            let s03 = _mm256_add_epi16(
+                _mm256_add_epi16(_mm256_maddubs_epi16(u0, a0), _mm256_maddubs_epi16(u1, a1)),
+                _mm256_add_epi16(_mm256_maddubs_epi16(u2, a2), _mm256_maddubs_epi16(u3, a3)),
+            );
+            let s47 = _mm256_add_epi16(
+                _mm256_add_epi16(_mm256_maddubs_epi16(v0, a0), _mm256_maddubs_epi16(v1, a1)),
+                _mm256_add_epi16(_mm256_maddubs_epi16(v2, a2), _mm256_maddubs_epi16(v3, a3)),
+            );
+            let isum = _mm256_hadd_epi32(
+                _mm256_madd_epi16(s03, ones16),
+                _mm256_madd_epi16(s47, ones16),
+            );
+            // Σ x of the block, in every lane
+            let xs = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load256(q)), ones16);
+            let xs = _mm256_add_epi32(xs, _mm256_permute2x128_si256(xs, xs, 1));
+            let xs = _mm256_add_epi32(xs, _mm256_shuffle_epi32(xs, 0b01_00_11_10));
+            let xs = _mm256_add_epi32(xs, _mm256_shuffle_epi32(xs, 0b10_11_00_01));
+            let isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(xs, 3));
+            let dx = _mm256_set1_ps(f16_load(xb));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx), acc[c]);
+        }
+    }
+    for c in 0..C {
+        _mm256_storeu_ps(
+            out[c].as_mut_ptr(),
+            _mm256_permutevar8x32_ps(acc[c], order),
+        );
+    }
+}

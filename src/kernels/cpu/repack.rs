@@ -1,0 +1,265 @@
+//! Weights repacked at load into 8-row interleaved layouts, as upstream's CPU backend does on
+//! AVX2 (`ggml-cpu/repack.cpp`, the `CPU_REPACK` buffer type): a Q4_0 weight with a multiple
+//! of 8 rows becomes `block_q4_0x8`s (`q4_0_8x8_q8_0`), so one pass over a block column
+//! yields the dot products of 8 weight rows with an activation row (upstream's gemv), or with
+//! 4 activation rows at once (its gemm).
+//!
+//! Layout of one `block_q4_0x8` (144 bytes: the 8 blocks it came from, same size): the 8 f16
+//! scales of rows `8g .. 8g + 8` at one block index, then 128 bytes of quants, interleaved 8
+//! bytes at a time: bytes `8i .. 8i + 8` are bytes `8 (i / 8) .. 8 (i / 8) + 8` of row
+//! `i % 8`'s `qs` (upstream's `make_block_q4_0x8` with interleave 8). Upstream also XORs every
+//! nibble with 8 for its signed lookup; we keep the nibbles unsigned and subtract `8 · Σ x`
+//! from the integer sum, the same integer.
+//!
+//! Float order (what makes results bit-identical to upstream's): per output, one f32
+//! accumulator over the blocks in order, `acc = fma(isum_b as f32, d_w · d_x, acc)`, where
+//! `isum_b` is the exact integer dot product of block `b` and `d_w · d_x` the product of the two
+//! f16 scales rounded to f32 (upstream's `_mm256_fmadd_ps(cvtepi32(iacc), col_scale *
+//! row_scale, acc)` in both its gemv and its gemm). Activations are Q8_0 rows quantized as
+//! `quantize_row_q8_0` does; upstream's `quantize_mat_q8_0` interleaves 4 rows but computes
+//! the same values, so plain rows serve both shapes here.
+
+use super::blocks::*;
+use super::{Activations, SharedOut, ThreadPool};
+use crate::gguf::GgmlType;
+
+/// Rows interleaved per group.
+pub const ROWS: usize = 8;
+
+/// A repacked layout upstream's AVX2 build picks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RepackKind {
+    /// `q4_0_8x8_q8_0`.
+    Q4_0x8,
+}
+
+/// A weight in a repacked layout: `n_rows` rows of `k` elements of `ty`, in groups of
+/// [`ROWS`] rows.
+#[derive(Debug)]
+pub struct Repacked {
+    pub kind: RepackKind,
+    pub ty: GgmlType,
+    pub n_rows: usize,
+    pub k: usize,
+    bytes: Vec<u8>,
+}
+
+impl Repacked {
+    /// Bytes of the repacked layout.
+    pub fn nbytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    fn group_bytes(&self) -> usize {
+        self.k / QK * ROWS * Q4_0_BYTES
+    }
+}
+
+/// The layout upstream's `ggml_repack_get_optimal_repack_type` picks for a weight of type
+/// `t` and shape `ne` on this CPU, when the weight feeds MUL_MAT (2-D): `q4_0_8x8_q8_0` for
+/// Q4_0 with a multiple of 8 rows, on a CPU with AVX2 (off with `LLAMA_HOTSWAP_KERNELS=scalar`,
+/// as upstream's generic build does not repack).
+pub fn repack_kind(t: GgmlType, ne: [i64; 4]) -> Option<RepackKind> {
+    if !simd() || ne[2] != 1 || ne[3] != 1 || ne[1] <= 0 || ne[1] % ROWS as i64 != 0 {
+        return None;
+    }
+    match t {
+        GgmlType::Q4_0 if ne[0] > 0 && ne[0] % QK as i64 == 0 => Some(RepackKind::Q4_0x8),
+        _ => None,
+    }
+}
+
+fn simd() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return super::x86::available();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Repacks `n_rows` rows of `k` elements of `t` (ggml layout, `src`) into `kind`'s layout.
+/// Panics if `src` is short or the shape does not fit the layout.
+pub fn repack(kind: RepackKind, t: GgmlType, src: &[u8], n_rows: usize, k: usize) -> Repacked {
+    let RepackKind::Q4_0x8 = kind;
+    assert!(
+        t == GgmlType::Q4_0 && n_rows % ROWS == 0 && k % QK == 0,
+        "{t} [{k}, {n_rows}] does not repack as {kind:?}"
+    );
+    let nb = k / QK;
+    let row = nb * Q4_0_BYTES;
+    assert!(src.len() >= n_rows * row, "{t} weight: {} bytes", src.len());
+    let mut bytes = vec![0u8; n_rows * row];
+    for (g, out) in bytes.chunks_exact_mut(ROWS * row).enumerate() {
+        let rows = &src[g * ROWS * row..(g + 1) * ROWS * row];
+        for (b, blk) in out.chunks_exact_mut(ROWS * Q4_0_BYTES).enumerate() {
+            let (d, qs) = blk.split_at_mut(2 * ROWS);
+            for r in 0..ROWS {
+                let inb = &rows[r * row + b * Q4_0_BYTES..][..Q4_0_BYTES];
+                d[2 * r..2 * r + 2].copy_from_slice(&inb[..2]);
+                for half in 0..2 {
+                    let i = half * ROWS + r;
+                    qs[8 * i..8 * i + 8].copy_from_slice(&inb[2 + 8 * half..2 + 8 * half + 8]);
+                }
+            }
+        }
+    }
+    Repacked {
+        kind,
+        ty: t,
+        n_rows,
+        k,
+        bytes,
+    }
+}
+
+/// The f32 outputs of one row group for `C` activation rows.
+type GroupFn<const C: usize> = fn(nb: usize, w: &[u8], x: [&[u8]; C], out: &mut [[f32; ROWS]; C]);
+
+/// The kernels for a row group: 1 and 4 activation rows (upstream's gemv and gemm).
+#[derive(Clone, Copy)]
+pub struct GroupKernels {
+    one: GroupFn<1>,
+    four: GroupFn<4>,
+}
+
+/// The scalar reference kernels (the float order of the SIMD ones, with `f32::mul_add`).
+pub fn scalar_kernels(kind: RepackKind) -> GroupKernels {
+    let RepackKind::Q4_0x8 = kind;
+    GroupKernels {
+        one: q4_0x8_scalar::<1>,
+        four: q4_0x8_scalar::<4>,
+    }
+}
+
+/// The fastest kernels on this CPU (AVX2 when present, else the scalar reference).
+pub fn kernels(kind: RepackKind) -> GroupKernels {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(k) = super::x86::repacked_kernels(kind) {
+        return k;
+    }
+    scalar_kernels(kind)
+}
+
+impl GroupKernels {
+    pub(super) fn from_parts(one: GroupFn<1>, four: GroupFn<4>) -> GroupKernels {
+        GroupKernels { one, four }
+    }
+}
+
+fn q4_0x8_scalar<const C: usize>(
+    nb: usize,
+    w: &[u8],
+    x: [&[u8]; C],
+    out: &mut [[f32; ROWS]; C],
+) {
+    let blk_bytes = ROWS * Q4_0_BYTES;
+    assert!(w.len() >= nb * blk_bytes && x.iter().all(|x| x.len() >= nb * Q8_0_BYTES));
+    let mut acc = [[0f32; ROWS]; C];
+    for b in 0..nb {
+        let blk = &w[b * blk_bytes..(b + 1) * blk_bytes];
+        for c in 0..C {
+            let xb = &x[c][b * Q8_0_BYTES..(b + 1) * Q8_0_BYTES];
+            let dx = f16_at(xb, 0);
+            let q = |e: usize| i32::from(xb[2 + e] as i8);
+            for r in 0..ROWS {
+                let mut isum = 0i32;
+                for half in 0..2 {
+                    let bytes = &blk[2 * ROWS + 8 * (half * ROWS + r)..][..8];
+                    for (j, &byte) in bytes.iter().enumerate() {
+                        let e = 8 * half + j;
+                        isum += (i32::from(byte & 0xF) - 8) * q(e);
+                        isum += (i32::from(byte >> 4) - 8) * q(e + 16);
+                    }
+                }
+                let dw = f16_at(blk, 2 * r);
+                acc[c][r] = (isum as f32).mul_add(dw * dx, acc[c][r]);
+            }
+        }
+    }
+    *out = acc;
+}
+
+/// [`mul_mat_repacked`] with explicit kernels (tests run the scalar and SIMD ones).
+#[allow(clippy::too_many_arguments)]
+pub fn mul_mat_repacked_with(
+    kernels: GroupKernels,
+    w: &Repacked,
+    act: &Activations<'_>,
+    dst: &mut [f32],
+    dst_stride: usize,
+    dst_row_offset: usize,
+    pool: &ThreadPool,
+) {
+    assert_eq!(act.vec_dot_type(), GgmlType::Q8_0, "activations for {}", w.ty);
+    assert_eq!(act.k(), w.k, "activations of {} for a weight of {}", act.k(), w.k);
+    let (m, n_rows) = (act.m(), w.n_rows);
+    if m == 0 || n_rows == 0 {
+        return;
+    }
+    assert!(m == 1 || dst_row_offset + n_rows <= dst_stride, "dst rows overlap");
+    let need = (m - 1) * dst_stride + dst_row_offset + n_rows;
+    assert!(dst.len() >= need, "dst: {} values, needs {need}", dst.len());
+    let nb = w.k / QK;
+    let groups = n_rows / ROWS;
+    let gbytes = w.group_bytes();
+    // Four chunks per thread (as upstream's repacked MUL_MAT); every output's arithmetic is
+    // the same whatever the chunking.
+    let nth = pool.n_threads();
+    let nchunk = groups.min(nth * 4).max(1);
+    let per = groups.div_ceil(nchunk);
+    let nchunk = groups.div_ceil(per);
+    let out = SharedOut(dst.as_mut_ptr());
+    let store = |col: usize, g: usize, vals: &[f32; ROWS]| {
+        let at = col * dst_stride + dst_row_offset + g * ROWS;
+        for (r, &v) in vals.iter().enumerate() {
+            // SAFETY: (col, g) belongs to one task (groups are split among tasks, every task
+            // covers all columns); the index is in bounds (checked above) and distinct per
+            // (col, row); `dst` stays mutably borrowed until parallel_for returns.
+            unsafe { *out.ptr().add(at + r) = v };
+        }
+    };
+    let run = |task: usize, _thread: usize| {
+        let (g0, g1) = (task * per, ((task + 1) * per).min(groups));
+        for g in g0..g1 {
+            let wg = &w.bytes[g * gbytes..(g + 1) * gbytes];
+            let mut col = 0;
+            while col + 4 <= m {
+                let mut vals = [[0f32; ROWS]; 4];
+                let x = [act.row(col), act.row(col + 1), act.row(col + 2), act.row(col + 3)];
+                (kernels.four)(nb, wg, x, &mut vals);
+                for (c, v) in vals.iter().enumerate() {
+                    store(col + c, g, v);
+                }
+                col += 4;
+            }
+            while col < m {
+                let mut vals = [[0f32; ROWS]; 1];
+                (kernels.one)(nb, wg, [act.row(col)], &mut vals);
+                store(col, g, &vals[0]);
+                col += 1;
+            }
+        }
+    };
+    pool.parallel_for(nchunk, &run);
+}
+
+/// ggml's MUL_MAT with a repacked weight: `dst[j * dst_stride + dst_row_offset + i] =
+/// w row i · x row j` for the weight's rows and the activations' rows (already converted to
+/// Q8_0 by [`super::prepare_activations`] for the weight's type).
+pub fn mul_mat_repacked(
+    w: &Repacked,
+    act: &Activations<'_>,
+    dst: &mut [f32],
+    dst_stride: usize,
+    dst_row_offset: usize,
+    pool: &ThreadPool,
+) {
+    mul_mat_repacked_with(
+        kernels(w.kind),
+        w,
+        act,
+        dst,
+        dst_stride,
+        dst_row_offset,
+        pool,
+    )
+}

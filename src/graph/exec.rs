@@ -370,6 +370,11 @@ impl Executor {
                 let m = nodes[*x].ne1;
                 let st = model.tensors.at(wr.tensor).read();
                 let ty = st.layout.ggml_type;
+                if let Some(rp) = crate::model::derived::repacked(model, &st) {
+                    let (dst, [xs]) = carve(&mut self.arena, dst_r, [range(&nodes[*x])]);
+                    kernel_api::mul_mat_repacked(rp, xs, m, dst, &self.pool, &mut self.mat);
+                    return Ok(());
+                }
                 let bytes = weight_bytes(&st, &wr.name)?;
                 let (dst, [xs]) = carve(&mut self.arena, dst_r, [range(&nodes[*x])]);
                 match bytes {

@@ -50,6 +50,11 @@ impl Repacked {
         self.bytes.len()
     }
 
+    /// The repacked bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
     fn group_bytes(&self) -> usize {
         self.k / QK * ROWS * Q4_0_BYTES
     }

@@ -346,9 +346,7 @@ impl Executor {
             }
             Op::Silu { src } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
-                for (d, &v) in dst.iter_mut().zip(x) {
-                    *d = ops::silu(v);
-                }
+                ops::silu_rows(dst, x, None);
             }
             Op::Glu { gate, up, kind } => {
                 let (dst, [gt, u]) = carve(
@@ -356,11 +354,13 @@ impl Executor {
                     dst_r,
                     [range(&nodes[*gate]), range(&nodes[*up])],
                 );
-                for ((d, &x), &y) in dst.iter_mut().zip(gt).zip(u) {
-                    *d = match kind {
-                        GluKind::Swiglu => ops::silu(x) * y,
-                        GluKind::Geglu => ops::gelu(x) * y,
-                    };
+                match kind {
+                    GluKind::Swiglu => ops::silu_rows(dst, gt, Some(u)),
+                    GluKind::Geglu => {
+                        for ((d, &x), &y) in dst.iter_mut().zip(gt).zip(u) {
+                            *d = ops::gelu(x) * y;
+                        }
+                    }
                 }
             }
             Op::MulMat { w, x } => {

@@ -47,20 +47,21 @@ fn repacked_q4_0_is_upstreams_float_order_on_both_paths() {
         assert_eq!(rp.nbytes(), w.len(), "the repacked layout has the same size");
         let x: Vec<f32> = (0..m).flat_map(|_| random_activations(&mut rng, k)).collect();
         let pool = ThreadPool::new(threads);
-        let act = cpu::prepare_activations(t, &x, k, m, &pool, &mut scratch);
         // a piece of a wider output: stride n_rows + 5, offset 3
         let (stride, off) = (n_rows + 5, 3);
         let mut simd = vec![f32::NAN; m * stride];
         let mut scalar = vec![f32::NAN; m * stride];
-        repack::mul_mat_repacked(&rp, &act, &mut simd, stride, off, &pool);
-        repack::mul_mat_repacked_with(
+        repack::mul_mat_repacked(&rp, &x, m, &mut simd, stride, off, &pool, &mut scratch);
+        repack::mul_mat_repacked_using(
             repack::scalar_kernels(kind),
             &rp,
-            &act,
+            &x,
+            m,
             &mut scalar,
             stride,
             off,
             &pool,
+            &mut scratch,
         );
         let wrow = cpu::row_bytes(t, k);
         let xrow = cpu::row_bytes(GgmlType::Q8_0, k);

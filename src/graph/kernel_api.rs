@@ -49,6 +49,5 @@ pub fn mul_mat_repacked(
     pool: &ThreadPool,
     scratch: &mut Scratch,
 ) {
-    let act = cpu::prepare_activations(w.ty, x, w.k, m, pool, scratch);
-    cpu::repack::mul_mat_repacked(w, &act, dst, w.n_rows, 0, pool)
+    cpu::repack::mul_mat_repacked(w, x, m, dst, w.n_rows, 0, pool, scratch)
 }

@@ -300,6 +300,8 @@ pub fn vec_dot_scalar(t: GgmlType, k: usize, w: &[u8], x: &[u8]) -> f32 {
 #[derive(Debug, Default)]
 pub struct Scratch {
     activations: Vec<u8>,
+    /// Per-block activation scales and sums for the repacked kernels.
+    repack_meta: Vec<u32>,
 }
 
 impl Scratch {
@@ -309,7 +311,7 @@ impl Scratch {
 
     /// Bytes currently reserved (for tests of "no growth once warm").
     pub fn capacity(&self) -> usize {
-        self.activations.capacity()
+        self.activations.capacity() + 4 * self.repack_meta.capacity()
     }
 }
 

@@ -20,7 +20,7 @@
 //! the same values, so plain rows serve both shapes here.
 
 use super::blocks::*;
-use super::{Activations, SharedOut, ThreadPool};
+use super::{Activations, Scratch, SharedOut, ThreadPool};
 use crate::gguf::GgmlType;
 
 /// Rows interleaved per group.
@@ -116,8 +116,10 @@ pub fn repack(kind: RepackKind, t: GgmlType, src: &[u8], n_rows: usize, k: usize
     }
 }
 
-/// The f32 outputs of one row group for `C` activation rows.
-type GroupFn<const C: usize> = fn(nb: usize, w: &[u8], x: [&[u8]; C], out: &mut [[f32; ROWS]; C]);
+/// The f32 outputs of one row group for `C` activation rows. `meta` holds, per activation
+/// row and block, the block's f32 scale (bits) and `8 · Σ x` ([`fill_meta`]).
+pub type GroupFn<const C: usize> =
+    fn(nb: usize, w: &[u8], x: [&[u8]; C], meta: [&[u32]; C], out: &mut [[f32; ROWS]; C]);
 
 /// The kernels for a row group: 1 and 4 activation rows (upstream's gemv and gemm).
 #[derive(Clone, Copy)]
@@ -150,10 +152,28 @@ impl GroupKernels {
     }
 }
 
+/// Per activation row and block: the f16 scale as f32 bits and `8 · Σ x` (the Q4_0 offset
+/// term), computed once per product instead of once per row group.
+pub fn fill_meta(act: &Activations<'_>, meta: &mut Vec<u32>) {
+    let nb = act.k() / QK;
+    meta.clear();
+    meta.reserve(act.m() * nb * 2);
+    for j in 0..act.m() {
+        let row = act.row(j);
+        for b in 0..nb {
+            let blk = &row[b * Q8_0_BYTES..(b + 1) * Q8_0_BYTES];
+            let sum: i32 = blk[2..].iter().map(|&q| i32::from(q as i8)).sum();
+            meta.push(f16_at(blk, 0).to_bits());
+            meta.push((8 * sum) as u32);
+        }
+    }
+}
+
 fn q4_0x8_scalar<const C: usize>(
     nb: usize,
     w: &[u8],
     x: [&[u8]; C],
+    _meta: [&[u32]; C],
     out: &mut [[f32; ROWS]; C],
 ) {
     let blk_bytes = ROWS * Q4_0_BYTES;
@@ -189,6 +209,7 @@ pub fn mul_mat_repacked_with(
     kernels: GroupKernels,
     w: &Repacked,
     act: &Activations<'_>,
+    meta: &[u32],
     dst: &mut [f32],
     dst_stride: usize,
     dst_row_offset: usize,
@@ -204,6 +225,8 @@ pub fn mul_mat_repacked_with(
     let need = (m - 1) * dst_stride + dst_row_offset + n_rows;
     assert!(dst.len() >= need, "dst: {} values, needs {need}", dst.len());
     let nb = w.k / QK;
+    assert!(meta.len() >= m * nb * 2, "meta of {} for {m} rows", meta.len());
+    let meta_row = |j: usize| &meta[j * nb * 2..(j + 1) * nb * 2];
     let groups = n_rows / ROWS;
     let gbytes = w.group_bytes();
     // Four chunks per thread (as upstream's repacked MUL_MAT); every output's arithmetic is
@@ -215,12 +238,10 @@ pub fn mul_mat_repacked_with(
     let out = SharedOut(dst.as_mut_ptr());
     let store = |col: usize, g: usize, vals: &[f32; ROWS]| {
         let at = col * dst_stride + dst_row_offset + g * ROWS;
-        for (r, &v) in vals.iter().enumerate() {
-            // SAFETY: (col, g) belongs to one task (groups are split among tasks, every task
-            // covers all columns); the index is in bounds (checked above) and distinct per
-            // (col, row); `dst` stays mutably borrowed until parallel_for returns.
-            unsafe { *out.ptr().add(at + r) = v };
-        }
+        // SAFETY: (col, g) belongs to one task (groups are split among tasks, every task
+        // covers all columns); the 8 indices are in bounds (checked above) and distinct per
+        // (col, row); `dst` stays mutably borrowed until parallel_for returns.
+        unsafe { std::ptr::copy_nonoverlapping(vals.as_ptr(), out.ptr().add(at), ROWS) };
     };
     let run = |task: usize, _thread: usize| {
         let (g0, g1) = (task * per, ((task + 1) * per).min(groups));
@@ -230,7 +251,8 @@ pub fn mul_mat_repacked_with(
             while col + 4 <= m {
                 let mut vals = [[0f32; ROWS]; 4];
                 let x = [act.row(col), act.row(col + 1), act.row(col + 2), act.row(col + 3)];
-                (kernels.four)(nb, wg, x, &mut vals);
+                let mt = [meta_row(col), meta_row(col + 1), meta_row(col + 2), meta_row(col + 3)];
+                (kernels.four)(nb, wg, x, mt, &mut vals);
                 for (c, v) in vals.iter().enumerate() {
                     store(col + c, g, v);
                 }
@@ -238,7 +260,7 @@ pub fn mul_mat_repacked_with(
             }
             while col < m {
                 let mut vals = [[0f32; ROWS]; 1];
-                (kernels.one)(nb, wg, [act.row(col)], &mut vals);
+                (kernels.one)(nb, wg, [act.row(col)], [meta_row(col)], &mut vals);
                 store(col, g, &vals[0]);
                 col += 1;
             }
@@ -248,23 +270,40 @@ pub fn mul_mat_repacked_with(
 }
 
 /// ggml's MUL_MAT with a repacked weight: `dst[j * dst_stride + dst_row_offset + i] =
-/// w row i · x row j` for the weight's rows and the activations' rows (already converted to
-/// Q8_0 by [`super::prepare_activations`] for the weight's type).
+/// w row i · x row j` for the weight's rows and the `m` f32 rows of `x` (converted to Q8_0
+/// first, as for the plain weight).
+#[allow(clippy::too_many_arguments)]
 pub fn mul_mat_repacked(
     w: &Repacked,
-    act: &Activations<'_>,
+    x: &[f32],
+    m: usize,
     dst: &mut [f32],
     dst_stride: usize,
     dst_row_offset: usize,
     pool: &ThreadPool,
+    scratch: &mut Scratch,
 ) {
-    mul_mat_repacked_with(
-        kernels(w.kind),
-        w,
-        act,
-        dst,
-        dst_stride,
-        dst_row_offset,
-        pool,
-    )
+    mul_mat_repacked_using(kernels(w.kind), w, x, m, dst, dst_stride, dst_row_offset, pool, scratch)
+}
+
+/// [`mul_mat_repacked`] with explicit kernels (tests run the scalar and SIMD ones).
+#[allow(clippy::too_many_arguments)]
+pub fn mul_mat_repacked_using(
+    kernels: GroupKernels,
+    w: &Repacked,
+    x: &[f32],
+    m: usize,
+    dst: &mut [f32],
+    dst_stride: usize,
+    dst_row_offset: usize,
+    pool: &ThreadPool,
+    scratch: &mut Scratch,
+) {
+    let mut meta = std::mem::take(&mut scratch.repack_meta);
+    {
+        let act = super::prepare_activations(w.ty, x, w.k, m, pool, scratch);
+        fill_meta(&act, &mut meta);
+        mul_mat_repacked_with(kernels, w, &act, &meta, dst, dst_stride, dst_row_offset, pool);
+    }
+    scratch.repack_meta = meta;
 }

@@ -1440,17 +1440,29 @@ fn q4_0x8_group<const C: usize>(
     nb: usize,
     w: &[u8],
     x: [&[u8]; C],
+    meta: [&[u32]; C],
     out: &mut [[f32; super::repack::ROWS]; C],
 ) {
     assert!(
-        w.len() >= nb * 8 * Q4_0_BYTES && x.iter().all(|x| x.len() >= nb * Q8_0_BYTES),
+        w.len() >= nb * 8 * Q4_0_BYTES
+            && x.iter().all(|x| x.len() >= nb * Q8_0_BYTES)
+            && meta.iter().all(|m| m.len() >= 2 * nb),
         "repacked Q4_0 group of {nb} blocks: {} bytes",
         w.len()
     );
     // SAFETY: reachable only through `repacked_kernels`, which hands it out when `available()`
-    // saw AVX2, FMA and F16C; the kernel reads `nb` blocks of 144 bytes of `w` and `nb` Q8_0
-    // blocks of every `x` row, present as checked above; unaligned loads throughout.
-    unsafe { q4_0x8_group_avx2::<C>(nb, w.as_ptr(), x.map(<[u8]>::as_ptr), out) }
+    // saw AVX2, FMA and F16C; the kernel reads `nb` blocks of 144 bytes of `w`, `nb` Q8_0
+    // blocks of every `x` row and `2 nb` words of every `meta` row, present as checked above;
+    // unaligned loads throughout.
+    unsafe {
+        q4_0x8_group_avx2::<C>(
+            nb,
+            w.as_ptr(),
+            x.map(<[u8]>::as_ptr),
+            meta.map(<[u32]>::as_ptr),
+            out,
+        )
+    }
 }
 
 /// One 8-row group of a repacked Q4_0 weight times `C` Q8_0 activation rows. Per block and
@@ -1463,10 +1475,10 @@ unsafe fn q4_0x8_group_avx2<const C: usize>(
     nb: usize,
     w: *const u8,
     x: [*const u8; C],
+    meta: [*const u32; C],
     out: &mut [[f32; 8]; C],
 ) {
     let m4 = _mm256_set1_epi8(0x0F);
-    let ones8 = _mm256_set1_epi8(1);
     let ones16 = _mm256_set1_epi16(1);
     // hadd order <-> row order (an involution)
     let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
@@ -1500,13 +1512,10 @@ unsafe fn q4_0x8_group_avx2<const C: usize>(
                 _mm256_madd_epi16(s03, ones16),
                 _mm256_madd_epi16(s47, ones16),
             );
-            // Σ x of the block, in every lane
-            let xs = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load256(q)), ones16);
-            let xs = _mm256_add_epi32(xs, _mm256_permute2x128_si256(xs, xs, 1));
-            let xs = _mm256_add_epi32(xs, _mm256_shuffle_epi32(xs, 0b01_00_11_10));
-            let xs = _mm256_add_epi32(xs, _mm256_shuffle_epi32(xs, 0b10_11_00_01));
-            let isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(xs, 3));
-            let dx = _mm256_set1_ps(f16_load(xb));
+            // minus 8 · Σ x of the block; the block's scale (both precomputed)
+            let mt = meta[c].add(2 * b);
+            let isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(mt.add(1).read() as i32));
+            let dx = _mm256_set1_ps(f32::from_bits(mt.read()));
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx), acc[c]);
         }
     }

@@ -499,13 +499,8 @@ fn repacked_now(model: &Model, name: &str) -> Option<Vec<u8>> {
     let st = t.read();
     let rp = st.derived.get()?.as_ref()?;
     let plain = llama::hotswap::current_bytes(model, name).unwrap();
-    let again = llama::kernels::cpu::repack::repack(
-        rp.kind,
-        st.layout.ggml_type,
-        &plain,
-        rp.n_rows,
-        rp.k,
-    );
+    let again =
+        llama::kernels::cpu::repack::repack(rp.kind, st.layout.ggml_type, &plain, rp.n_rows, rp.k);
     assert!(
         rp.bytes() == again.bytes(),
         "{name}: the repacked layout is of the current bytes"
@@ -542,7 +537,8 @@ fn hot_swap_of_a_repacked_tensor_computes_with_the_new_bytes() {
                     (spec.ggml_type, opts.seed)
                 };
                 let values = tensor_values(seed, &spec.name, count, is_norm);
-                w.add_tensor_f32(&spec.name, &spec.dims, ty, &values).unwrap();
+                w.add_tensor_f32(&spec.name, &spec.dims, ty, &values)
+                    .unwrap();
             }
             w
         };
@@ -592,11 +588,21 @@ fn hot_swap_of_a_repacked_tensor_computes_with_the_new_bytes() {
                     "{label} {tag}: {name} reloads"
                 );
                 let now = repacked_now(&model, name);
-                assert_eq!(now.is_some(), repacked, "{label} {tag}: repacked again at reload");
+                assert_eq!(
+                    now.is_some(),
+                    repacked,
+                    "{label} {tag}: repacked again at reload"
+                );
                 let swapped = run(tag);
                 let (fresh, fresh_packed) = fresh_of(w, tag);
-                assert_eq!(swapped, fresh, "{label} {tag}: bit-identical to a fresh load");
-                assert_eq!(now, fresh_packed, "{label} {tag}: the fresh load's repacked bytes");
+                assert_eq!(
+                    swapped, fresh,
+                    "{label} {tag}: bit-identical to a fresh load"
+                );
+                assert_eq!(
+                    now, fresh_packed,
+                    "{label} {tag}: the fresh load's repacked bytes"
+                );
                 if tag == "b" {
                     assert_ne!(swapped, first, "{label}: the new bytes change the logits");
                     assert_ne!(now.as_deref(), Some(&packed_a[..]), "{label}: new layout");

@@ -15,15 +15,24 @@ fn f16(b: &[u8], at: usize) -> f32 {
     half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
 }
 
-/// Upstream's float order from the plain Q4_0 row and the Q8_0 activation row.
-fn reference(k: usize, w: &[u8], xq: &[u8]) -> f32 {
+/// IQ4_NL's value table (ggml's `kvalues_iq4nl`).
+const KVALUES_IQ4NL: [i32; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+/// Upstream's float order from the plain Q4_0 / IQ4_NL row and the Q8_0 activation row.
+fn reference(t: GgmlType, k: usize, w: &[u8], xq: &[u8]) -> f32 {
+    let v = |n: u8| match t {
+        GgmlType::Q4_0 => i32::from(n) - 8,
+        _ => KVALUES_IQ4NL[usize::from(n)],
+    };
     let mut acc = 0f32;
     for b in 0..k / 32 {
         let wb = &w[b * 18..(b + 1) * 18];
         let xb = &xq[b * 34..(b + 1) * 34];
         let mut isum = 0i32;
         for j in 0..16 {
-            let (lo, hi) = (i32::from(wb[2 + j] & 0xF) - 8, i32::from(wb[2 + j] >> 4) - 8);
+            let (lo, hi) = (v(wb[2 + j] & 0xF), v(wb[2 + j] >> 4));
             isum += lo * i32::from(xb[2 + j] as i8) + hi * i32::from(xb[2 + j + 16] as i8);
         }
         acc = (isum as f32).mul_add(f16(wb, 0) * f16(xb, 0), acc);
@@ -32,20 +41,34 @@ fn reference(k: usize, w: &[u8], xq: &[u8]) -> f32 {
 }
 
 #[test]
-fn repacked_q4_0_is_upstreams_float_order_on_both_paths() {
+fn repacked_q4_0_and_iq4_nl_are_upstreams_float_order_on_both_paths() {
     if cpu::simd_level() != "avx2" {
         eprintln!("SKIP: no AVX2 here (upstream does not repack either)");
         return;
     }
     let mut rng = Rng::new(1234);
     let mut scratch = Scratch::new();
-    for (n_rows, k, m, threads) in [(8, 32, 1, 1), (24, 256, 7, 2), (64, 576, 13, 3), (16, 1536, 4, 2)] {
-        let t = GgmlType::Q4_0;
+    let shapes = [
+        (8, 32, 1, 1),
+        (24, 256, 7, 2),
+        (64, 576, 13, 3),
+        (16, 1536, 4, 2),
+    ];
+    for (t, (n_rows, k, m, threads)) in [GgmlType::Q4_0, GgmlType::IQ4_NL]
+        .into_iter()
+        .flat_map(|t| shapes.map(|s| (t, s)))
+    {
         let kind = cpu::repack_kind(t, [k as i64, n_rows as i64, 1, 1]).expect("repackable");
         let w = random_weights(&mut rng, t, n_rows, k);
         let rp = repack::repack(kind, t, &w, n_rows, k);
-        assert_eq!(rp.nbytes(), w.len(), "the repacked layout has the same size");
-        let x: Vec<f32> = (0..m).flat_map(|_| random_activations(&mut rng, k)).collect();
+        assert_eq!(
+            rp.nbytes(),
+            w.len(),
+            "the repacked layout has the same size"
+        );
+        let x: Vec<f32> = (0..m)
+            .flat_map(|_| random_activations(&mut rng, k))
+            .collect();
         let pool = ThreadPool::new(threads);
         // a piece of a wider output: stride n_rows + 5, offset 3
         let (stride, off) = (n_rows + 5, 3);
@@ -69,16 +92,29 @@ fn repacked_q4_0_is_upstreams_float_order_on_both_paths() {
         for j in 0..m {
             cpu::quantize_row(GgmlType::Q8_0, &x[j * k..(j + 1) * k], &mut xq);
             for i in 0..n_rows {
-                let want = reference(k, &w[i * wrow..(i + 1) * wrow], &xq);
+                let want = reference(t, k, &w[i * wrow..(i + 1) * wrow], &xq);
                 let (a, b) = (simd[j * stride + off + i], scalar[j * stride + off + i]);
-                assert_eq!(a.to_bits(), want.to_bits(), "simd [{n_rows}x{k}] row {i} col {j}: {a} vs {want}");
-                assert_eq!(b.to_bits(), want.to_bits(), "scalar [{n_rows}x{k}] row {i} col {j}: {b} vs {want}");
+                assert_eq!(
+                    a.to_bits(),
+                    want.to_bits(),
+                    "{t} simd [{n_rows}x{k}] row {i} col {j}: {a} vs {want}"
+                );
+                assert_eq!(
+                    b.to_bits(),
+                    want.to_bits(),
+                    "{t} scalar [{n_rows}x{k}] row {i} col {j}: {b} vs {want}"
+                );
                 // and the plain dot product agrees to float precision
                 let plain = cpu::vec_dot(t, k, &w[i * wrow..(i + 1) * wrow], &xq);
-                assert!((plain - want).abs() <= 1e-4 * (1.0 + want.abs()), "{plain} vs {want}");
+                assert!(
+                    (plain - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                    "{plain} vs {want}"
+                );
             }
             // outside the piece: untouched
-            assert!(simd[j * stride..j * stride + off].iter().all(|v| v.is_nan()));
+            assert!(simd[j * stride..j * stride + off]
+                .iter()
+                .all(|v| v.is_nan()));
         }
     }
 }
@@ -92,4 +128,6 @@ fn repack_needs_a_multiple_of_8_rows_and_a_2d_weight() {
     assert!(cpu::repack_kind(GgmlType::Q4_0, [64, 16, 2, 1]).is_none());
     assert!(cpu::repack_kind(GgmlType::Q4_1, [64, 16, 1, 1]).is_none());
     assert!(cpu::repack_kind(GgmlType::Q4_0, [64, 16, 1, 1]).is_some());
+    assert!(cpu::repack_kind(GgmlType::IQ4_NL, [64, 16, 1, 1]).is_some());
+    assert!(cpu::repack_kind(GgmlType::IQ4_NL, [64, 20, 1, 1]).is_none());
 }

@@ -277,7 +277,12 @@ mod tests {
         silu_rows(&mut a, &gate, Some(&up));
         silu_rows(&mut b, &gate, None);
         for i in 0..4000 {
-            assert_eq!(a[i].to_bits(), (silu(gate[i]) * up[i]).to_bits(), "{}", gate[i]);
+            assert_eq!(
+                a[i].to_bits(),
+                (silu(gate[i]) * up[i]).to_bits(),
+                "{}",
+                gate[i]
+            );
             assert_eq!(b[i].to_bits(), silu(gate[i]).to_bits(), "{}", gate[i]);
         }
     }

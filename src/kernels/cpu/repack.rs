@@ -4,6 +4,8 @@
 //! yields the dot products of 8 weight rows with an activation row (upstream's gemv), or with
 //! 4 activation rows at once (its gemm).
 //!
+//! IQ4_NL weights become `block_iq4_nlx8`s (`iq4_nl_8x8_q8_0`) the same way.
+//!
 //! Layout of one `block_q4_0x8` (144 bytes: the 8 blocks it came from, same size): the 8 f16
 //! scales of rows `8g .. 8g + 8` at one block index, then 128 bytes of quants, interleaved 8
 //! bytes at a time: bytes `8i .. 8i + 8` are bytes `8 (i / 8) .. 8 (i / 8) + 8` of row
@@ -31,6 +33,8 @@ pub const ROWS: usize = 8;
 pub enum RepackKind {
     /// `q4_0_8x8_q8_0`.
     Q4_0x8,
+    /// `iq4_nl_8x8_q8_0` (the same interleave; nibbles index the IQ4_NL value table).
+    Iq4NlX8,
 }
 
 /// A weight in a repacked layout: `n_rows` rows of `k` elements of `ty`, in groups of
@@ -70,6 +74,7 @@ pub fn repack_kind(t: GgmlType, ne: [i64; 4]) -> Option<RepackKind> {
     }
     match t {
         GgmlType::Q4_0 if ne[0] > 0 && ne[0] % QK as i64 == 0 => Some(RepackKind::Q4_0x8),
+        GgmlType::IQ4_NL if ne[0] > 0 && ne[0] % QK as i64 == 0 => Some(RepackKind::Iq4NlX8),
         _ => None,
     }
 }
@@ -84,9 +89,12 @@ fn simd() -> bool {
 /// Repacks `n_rows` rows of `k` elements of `t` (ggml layout, `src`) into `kind`'s layout.
 /// Panics if `src` is short or the shape does not fit the layout.
 pub fn repack(kind: RepackKind, t: GgmlType, src: &[u8], n_rows: usize, k: usize) -> Repacked {
-    let RepackKind::Q4_0x8 = kind;
+    let want = match kind {
+        RepackKind::Q4_0x8 => GgmlType::Q4_0,
+        RepackKind::Iq4NlX8 => GgmlType::IQ4_NL,
+    };
     assert!(
-        t == GgmlType::Q4_0 && n_rows % ROWS == 0 && k % QK == 0,
+        t == want && n_rows % ROWS == 0 && k % QK == 0,
         "{t} [{k}, {n_rows}] does not repack as {kind:?}"
     );
     let nb = k / QK;
@@ -130,10 +138,15 @@ pub struct GroupKernels {
 
 /// The scalar reference kernels (the float order of the SIMD ones, with `f32::mul_add`).
 pub fn scalar_kernels(kind: RepackKind) -> GroupKernels {
-    let RepackKind::Q4_0x8 = kind;
-    GroupKernels {
-        one: q4_0x8_scalar::<1>,
-        four: q4_0x8_scalar::<4>,
+    match kind {
+        RepackKind::Q4_0x8 => GroupKernels {
+            one: group_scalar::<1, false>,
+            four: group_scalar::<4, false>,
+        },
+        RepackKind::Iq4NlX8 => GroupKernels {
+            one: group_scalar::<1, true>,
+            four: group_scalar::<4, true>,
+        },
     }
 }
 
@@ -169,7 +182,8 @@ pub fn fill_meta(act: &Activations<'_>, meta: &mut Vec<u32>) {
     }
 }
 
-fn q4_0x8_scalar<const C: usize>(
+/// The scalar group kernel: nibbles are `n - 8` (Q4_0) or `KVALUES_IQ4NL[n]` (`IQ4`).
+fn group_scalar<const C: usize, const IQ4: bool>(
     nb: usize,
     w: &[u8],
     x: [&[u8]; C],
@@ -191,8 +205,15 @@ fn q4_0x8_scalar<const C: usize>(
                     let bytes = &blk[2 * ROWS + 8 * (half * ROWS + r)..][..8];
                     for (j, &byte) in bytes.iter().enumerate() {
                         let e = 8 * half + j;
-                        isum += (i32::from(byte & 0xF) - 8) * q(e);
-                        isum += (i32::from(byte >> 4) - 8) * q(e + 16);
+                        let v = |n: u8| {
+                            if IQ4 {
+                                i32::from(KVALUES_IQ4NL[usize::from(n)])
+                            } else {
+                                i32::from(n) - 8
+                            }
+                        };
+                        isum += v(byte & 0xF) * q(e);
+                        isum += v(byte >> 4) * q(e + 16);
                     }
                 }
                 let dw = f16_at(blk, 2 * r);
@@ -215,17 +236,35 @@ pub fn mul_mat_repacked_with(
     dst_row_offset: usize,
     pool: &ThreadPool,
 ) {
-    assert_eq!(act.vec_dot_type(), GgmlType::Q8_0, "activations for {}", w.ty);
-    assert_eq!(act.k(), w.k, "activations of {} for a weight of {}", act.k(), w.k);
+    assert_eq!(
+        act.vec_dot_type(),
+        GgmlType::Q8_0,
+        "activations for {}",
+        w.ty
+    );
+    assert_eq!(
+        act.k(),
+        w.k,
+        "activations of {} for a weight of {}",
+        act.k(),
+        w.k
+    );
     let (m, n_rows) = (act.m(), w.n_rows);
     if m == 0 || n_rows == 0 {
         return;
     }
-    assert!(m == 1 || dst_row_offset + n_rows <= dst_stride, "dst rows overlap");
+    assert!(
+        m == 1 || dst_row_offset + n_rows <= dst_stride,
+        "dst rows overlap"
+    );
     let need = (m - 1) * dst_stride + dst_row_offset + n_rows;
     assert!(dst.len() >= need, "dst: {} values, needs {need}", dst.len());
     let nb = w.k / QK;
-    assert!(meta.len() >= m * nb * 2, "meta of {} for {m} rows", meta.len());
+    assert!(
+        meta.len() >= m * nb * 2,
+        "meta of {} for {m} rows",
+        meta.len()
+    );
     let meta_row = |j: usize| &meta[j * nb * 2..(j + 1) * nb * 2];
     let groups = n_rows / ROWS;
     let gbytes = w.group_bytes();
@@ -250,8 +289,18 @@ pub fn mul_mat_repacked_with(
             let mut col = 0;
             while col + 4 <= m {
                 let mut vals = [[0f32; ROWS]; 4];
-                let x = [act.row(col), act.row(col + 1), act.row(col + 2), act.row(col + 3)];
-                let mt = [meta_row(col), meta_row(col + 1), meta_row(col + 2), meta_row(col + 3)];
+                let x = [
+                    act.row(col),
+                    act.row(col + 1),
+                    act.row(col + 2),
+                    act.row(col + 3),
+                ];
+                let mt = [
+                    meta_row(col),
+                    meta_row(col + 1),
+                    meta_row(col + 2),
+                    meta_row(col + 3),
+                ];
                 (kernels.four)(nb, wg, x, mt, &mut vals);
                 for (c, v) in vals.iter().enumerate() {
                     store(col + c, g, v);
@@ -283,7 +332,17 @@ pub fn mul_mat_repacked(
     pool: &ThreadPool,
     scratch: &mut Scratch,
 ) {
-    mul_mat_repacked_using(kernels(w.kind), w, x, m, dst, dst_stride, dst_row_offset, pool, scratch)
+    mul_mat_repacked_using(
+        kernels(w.kind),
+        w,
+        x,
+        m,
+        dst,
+        dst_stride,
+        dst_row_offset,
+        pool,
+        scratch,
+    )
 }
 
 /// [`mul_mat_repacked`] with explicit kernels (tests run the scalar and SIMD ones).
@@ -303,7 +362,16 @@ pub fn mul_mat_repacked_using(
     {
         let act = super::prepare_activations(w.ty, x, w.k, m, pool, scratch);
         fill_meta(&act, &mut meta);
-        mul_mat_repacked_with(kernels, w, &act, &meta, dst, dst_stride, dst_row_offset, pool);
+        mul_mat_repacked_with(
+            kernels,
+            w,
+            &act,
+            &meta,
+            dst,
+            dst_stride,
+            dst_row_offset,
+            pool,
+        );
     }
     scratch.repack_meta = meta;
 }

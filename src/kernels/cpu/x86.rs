@@ -1428,11 +1428,88 @@ pub fn repacked_kernels(kind: super::repack::RepackKind) -> Option<super::repack
     if !available() {
         return None;
     }
-    let super::repack::RepackKind::Q4_0x8 = kind;
-    Some(super::repack::GroupKernels::from_parts(
-        q4_0x8_group::<1>,
-        q4_0x8_group::<4>,
-    ))
+    use super::repack::{GroupKernels, RepackKind};
+    Some(match kind {
+        RepackKind::Q4_0x8 => GroupKernels::from_parts(q4_0x8_group::<1>, q4_0x8_group::<4>),
+        RepackKind::Iq4NlX8 => GroupKernels::from_parts(iq4_nlx8_group::<1>, iq4_nlx8_group::<4>),
+    })
+}
+
+/// Safe entry of the IQ4_NLx8 group kernel: checks the slices, then runs the AVX2 code.
+fn iq4_nlx8_group<const C: usize>(
+    nb: usize,
+    w: &[u8],
+    x: [&[u8]; C],
+    meta: [&[u32]; C],
+    out: &mut [[f32; super::repack::ROWS]; C],
+) {
+    assert!(
+        w.len() >= nb * 8 * IQ4_NL_BYTES
+            && x.iter().all(|x| x.len() >= nb * Q8_0_BYTES)
+            && meta.iter().all(|m| m.len() >= 2 * nb),
+        "repacked IQ4_NL group of {nb} blocks: {} bytes",
+        w.len()
+    );
+    // SAFETY: as for `q4_0x8_group` (same block sizes and reads).
+    unsafe {
+        iq4_nlx8_group_avx2::<C>(
+            nb,
+            w.as_ptr(),
+            x.map(<[u8]>::as_ptr),
+            meta.map(<[u32]>::as_ptr),
+            out,
+        )
+    }
+}
+
+/// One 8-row group of a repacked IQ4_NL weight times `C` Q8_0 activation rows: nibbles
+/// through the value table, i8 × i8 products by the sign trick, each `maddubs` widened to
+/// i32 (values up to 127 in magnitude: i16 sums of several could overflow), then upstream's
+/// `acc = fma(isum, d_w · d_x, acc)` per row, as in [`q4_0x8_group_avx2`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4_nlx8_group_avx2<const C: usize>(
+    nb: usize,
+    w: *const u8,
+    x: [*const u8; C],
+    meta: [*const u32; C],
+    out: &mut [[f32; 8]; C],
+) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let lut = _mm256_broadcastsi128_si256(load128(KVALUES_IQ4NL.as_ptr().cast()));
+    let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    let mut acc = [_mm256_setzero_ps(); C];
+    for b in 0..nb {
+        let blk = w.add(b * 8 * IQ4_NL_BYTES);
+        let dw = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(load128(blk)), order);
+        let r0 = load256(blk.add(16));
+        let r1 = load256(blk.add(48));
+        let r2 = load256(blk.add(80));
+        let r3 = load256(blk.add(112));
+        let lo = |v: __m256i| _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
+        let hi =
+            |v: __m256i| _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+        let (u0, u1, u2, u3) = (lo(r0), lo(r2), hi(r0), hi(r2));
+        let (v0, v1, v2, v3) = (lo(r1), lo(r3), hi(r1), hi(r3));
+        for c in 0..C {
+            let q = x[c].add(b * Q8_0_BYTES + 2);
+            let bcast = |o: usize| _mm256_set1_epi64x(q.add(o).cast::<i64>().read_unaligned());
+            let (a0, a1, a2, a3) = (bcast(0), bcast(8), bcast(16), bcast(24));
+            let s03 = _mm256_add_epi32(
+                _mm256_add_epi32(dot_i8_i8(u0, a0), dot_i8_i8(u1, a1)),
+                _mm256_add_epi32(dot_i8_i8(u2, a2), dot_i8_i8(u3, a3)),
+            );
+            let s47 = _mm256_add_epi32(
+                _mm256_add_epi32(dot_i8_i8(v0, a0), dot_i8_i8(v1, a1)),
+                _mm256_add_epi32(dot_i8_i8(v2, a2), dot_i8_i8(v3, a3)),
+            );
+            let isum = _mm256_hadd_epi32(s03, s47);
+            let dx = _mm256_set1_ps(f32::from_bits(meta[c].add(2 * b).read()));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx), acc[c]);
+        }
+    }
+    for c in 0..C {
+        _mm256_storeu_ps(out[c].as_mut_ptr(), _mm256_permutevar8x32_ps(acc[c], order));
+    }
 }
 
 /// Safe entry of the Q4_0x8 group kernel: checks the slices, then runs the AVX2 code.
@@ -1520,9 +1597,6 @@ unsafe fn q4_0x8_group_avx2<const C: usize>(
         }
     }
     for c in 0..C {
-        _mm256_storeu_ps(
-            out[c].as_mut_ptr(),
-            _mm256_permutevar8x32_ps(acc[c], order),
-        );
+        _mm256_storeu_ps(out[c].as_mut_ptr(), _mm256_permutevar8x32_ps(acc[c], order));
     }
 }

@@ -37,6 +37,11 @@ for t in Q8_0 Q4_0 F16; do
     [ -s "$f" ] || LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --allow-requantize "$model" "$f.tmp" "$t" \
         >"$out/quantize-$t.log" 2>&1 && mv "$f.tmp" "$f" 2>/dev/null || true
 done
+# every tensor IQ4_NL (--pure: no k-quant mix; the tied output projection too), for the
+# repacked iq4_nl_8x8 kernels
+f="$models_dir/SmolLM2-135M-Instruct.IQ4_NL-pure.gguf"
+[ -s "$f" ] || LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --allow-requantize --pure "$model" "$f.tmp" IQ4_NL \
+    >"$out/quantize-IQ4_NL.log" 2>&1 && mv "$f.tmp" "$f" 2>/dev/null || true
 # random-weight fixtures of the supported architectures
 fixtures="$LLAMA_HOTSWAP_CACHE/models/engine/archs"
 mkdir -p "$fixtures"
@@ -79,9 +84,9 @@ check() { # NAME MODEL MAX_KL [MARGIN=0.25 for quantized, 0 otherwise] [env...]
 }
 # The kernels follow upstream's float order (ggml's AVX2 dots, tinyBLAS's float matmul, its
 # exp in silu, the FMAs GCC makes in rope and flash attention, the float order of its repacked
-# q4_0_8x8 gemv/gemm for Q4_0 weights), so on Q4_1, Q8_0 and Q4_0 every row, prompt and greedy
-# steps, equals upstream's bit for bit; on F16 the prompt rows do (single-token F16 products
-# still part).
+# q4_0_8x8 / iq4_nl_8x8 gemv/gemm for Q4_0 / IQ4_NL weights), so on Q4_1, Q8_0, Q4_0 and an
+# all-IQ4_NL copy every row, prompt and greedy steps, equals upstream's bit for bit; on F16 the
+# prompt rows do (single-token F16 products still part).
 COMPARE_EXACT_ROWS=28 check smollm2-q4_1 "$model" 1e-2
 check smollm2-q4_1-ubatch5 "$model" 1e-2 PROBE_UBATCH=5
 check smollm2-q4_1-f32cache "$model" 1e-2 PROBE_TYPE_K=f32
@@ -101,6 +106,12 @@ for t in Q8_0 Q4_0 F16; do
     exact_rows=28; [ "$t" = F16 ] && exact_rows=12
     COMPARE_EXACT_ROWS=$exact_rows check "smollm2-${t,,}" "$f" "$kl"
 done
+f="$models_dir/SmolLM2-135M-Instruct.IQ4_NL-pure.gguf"
+if [ -s "$f" ]; then
+    COMPARE_EXACT_ROWS=28 check smollm2-iq4_nl-pure "$f" 1e-2
+else
+    echo "FAIL smollm2-iq4_nl-pure: llama-quantize did not produce $f"; failed=$((failed + 1))
+fi
 for arch in "${archs[@]}"; do
     found=0
     for f in "$fixtures/$arch-dense.gguf" "$fixtures/$arch-moe.gguf"; do

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use llama::context::{Context, ContextParams};
 use llama::gguf::fixtures::{tiny_llama, TinyLlamaOpts};
+use llama::gguf::GgmlType;
 use llama::loader::{load, LoadOptions, ModelSource};
 use llama::model::LoadMode;
 
@@ -43,10 +44,17 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn single_token_steps_allocate_nothing() {
-    let dir = std::env::temp_dir().join(format!("lhs-engine-alloc-{}", std::process::id()));
+    // F32 weights, and Q4_0 ones (repacked on AVX2: the repacked product's buffers too)
+    for ty in [GgmlType::F32, GgmlType::Q4_0] {
+        steps_allocate_nothing(ty);
+    }
+}
+
+fn steps_allocate_nothing(ty: GgmlType) {
+    let dir = std::env::temp_dir().join(format!("lhs-engine-alloc-{}-{ty}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("m.gguf");
-    tiny_llama(&TinyLlamaOpts::default())
+    tiny_llama(&TinyLlamaOpts::with_type(ty))
         .unwrap()
         .write_to(&path)
         .unwrap();
@@ -99,5 +107,8 @@ fn single_token_steps_allocate_nothing() {
     COUNTING.store(false, Ordering::SeqCst);
     let n = ALLOCS.load(Ordering::SeqCst);
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(n, 0, "{n} allocations in 64 single-token decode steps");
+    assert_eq!(
+        n, 0,
+        "{ty}: {n} allocations in 64 single-token decode steps"
+    );
 }

@@ -623,3 +623,25 @@ fn hot_swap_of_a_repacked_tensor_computes_with_the_new_bytes() {
         }
     }
 }
+
+#[test]
+fn no_repacked_layouts_without_extra_buffer_types() {
+    let dir = tempdir("no-extra-bufts");
+    let path = model_file(&dir, &TinyLlamaOpts::with_type(GgmlType::Q4_0));
+    let mut model = load(
+        ModelSource::Path(path.clone()),
+        LoadOptions {
+            progress: Some(&mut |_| true),
+            hotswap: false,
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap();
+    model.use_extra_bufts = false; // upstream's use_extra_bufts = false
+    let model = Arc::new(model);
+    let pos: Vec<i32> = (0..8).collect();
+    let ctx = Context::new(model.clone(), &params()).unwrap();
+    assert_eq!(decode(&ctx, &PROMPT, &pos, &[0; 8], false).0, 0);
+    let st = model.tensors.get("blk.0.attn_q.weight").unwrap().read();
+    assert!(st.derived.get().is_none(), "no repacked layout was made");
+}

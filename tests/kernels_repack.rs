@@ -131,3 +131,149 @@ fn repack_needs_a_multiple_of_8_rows_and_a_2d_weight() {
     assert!(cpu::repack_kind(GgmlType::IQ4_NL, [64, 16, 1, 1]).is_some());
     assert!(cpu::repack_kind(GgmlType::IQ4_NL, [64, 20, 1, 1]).is_none());
 }
+
+fn scale_min_k4(j: usize, q: &[u8]) -> (i32, i32) {
+    let (a, b) = if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    };
+    (i32::from(a), i32::from(b))
+}
+
+/// Upstream's repacked Q4_K float order from the plain row and a Q8_K row: its gemm
+/// (`per_sb`: two FMAs per pair of sub-blocks) or its gemv (two per super-block).
+fn reference_q4_k(k: usize, w: &[u8], xq: &[u8], per_sb: bool) -> f32 {
+    let (mut acc, mut accm) = (0f32, 0f32);
+    for b in 0..k / 256 {
+        let wb = &w[b * 144..(b + 1) * 144];
+        let xb = &xq[b * 292..(b + 1) * 292];
+        let dx = f32::from_le_bytes(xb[0..4].try_into().unwrap());
+        let q = |e: usize| i32::from(xb[4 + e] as i8);
+        let (dw, dm) = (f16(wb, 0), f16(wb, 2));
+        let (mut isum_b, mut imin_b) = (0i32, 0i32);
+        for sb in 0..4 {
+            let (mut isum, mut imin) = (0i32, 0i32);
+            for hi in 0..2 {
+                let sub = 2 * sb + hi;
+                let (sc, mn) = scale_min_k4(sub, &wb[4..16]);
+                let mut dot = 0;
+                let mut bsum = 0;
+                for l in 0..32 {
+                    let byte = wb[16 + 32 * sb + l];
+                    let nib = if hi == 0 { byte & 0xF } else { byte >> 4 };
+                    dot += i32::from(nib) * q(64 * sb + 32 * hi + l);
+                    bsum += q(64 * sb + 32 * hi + l);
+                }
+                isum += sc * dot;
+                imin += mn * bsum;
+            }
+            if per_sb {
+                acc = (isum as f32).mul_add(dw * dx, acc);
+                accm = (imin as f32).mul_add(dm * dx, accm);
+            } else {
+                isum_b += isum;
+                imin_b += imin;
+            }
+        }
+        if !per_sb {
+            acc = (isum_b as f32).mul_add(dw * dx, acc);
+            accm = (imin_b as f32).mul_add(dm * dx, accm);
+        }
+    }
+    acc - accm
+}
+
+#[test]
+fn repacked_q4_k_is_upstreams_gemm_and_gemv_order() {
+    if cpu::simd_level() != "avx2" {
+        eprintln!("SKIP: no AVX2 here (upstream does not repack either)");
+        return;
+    }
+    let t = GgmlType::Q4_K;
+    let mut rng = Rng::new(99);
+    let mut scratch = Scratch::new();
+    for (n_rows, k, m, threads) in [(8, 256, 1, 1), (24, 512, 7, 2), (16, 1024, 9, 3)] {
+        let kind = cpu::repack_kind(t, [k as i64, n_rows as i64, 1, 1]).expect("repackable");
+        let w = random_weights(&mut rng, t, n_rows, k);
+        let rp = repack::repack(kind, t, &w, n_rows, k);
+        let mut x: Vec<f32> = (0..m)
+            .flat_map(|_| random_activations(&mut rng, k))
+            .collect();
+        // a super-block whose largest magnitude occurs with both signs, the negative first
+        // (upstream's 4-row quantizer and its row quantizer part there)
+        x[10] = -9.0;
+        x[200] = 9.0;
+        let pool = ThreadPool::new(threads);
+        let (stride, off) = (n_rows + 2, 1);
+        let mut simd = vec![f32::NAN; m * stride];
+        let mut scalar = vec![f32::NAN; m * stride];
+        repack::mul_mat_repacked(&rp, &x, m, &mut simd, stride, off, &pool, &mut scratch);
+        repack::mul_mat_repacked_using(
+            repack::scalar_kernels(kind),
+            &rp,
+            &x,
+            m,
+            &mut scalar,
+            stride,
+            off,
+            &pool,
+            &mut scratch,
+        );
+        let wrow = cpu::row_bytes(t, k);
+        let mut xq = vec![0u8; cpu::row_bytes(GgmlType::Q8_K, k)];
+        for j in 0..m {
+            let gemm = j < m - m % 4;
+            cpu::quantize_row(GgmlType::Q8_K, &x[j * k..(j + 1) * k], &mut xq);
+            if gemm {
+                repack::q8_k_mat_fixup(&x[j * k..(j + 1) * k], &mut xq);
+            }
+            for i in 0..n_rows {
+                let wr = &w[i * wrow..(i + 1) * wrow];
+                let want = reference_q4_k(k, wr, &xq, gemm);
+                let (a, b) = (simd[j * stride + off + i], scalar[j * stride + off + i]);
+                assert_eq!(
+                    a.to_bits(),
+                    want.to_bits(),
+                    "simd [{n_rows}x{k}] row {i} col {j}: {a} vs {want}"
+                );
+                assert_eq!(
+                    b.to_bits(),
+                    want.to_bits(),
+                    "scalar [{n_rows}x{k}] row {i} col {j}: {b} vs {want}"
+                );
+                let plain = cpu::vec_dot(t, k, wr, &xq);
+                assert!(
+                    (plain - want).abs() <= 1e-3 * (1.0 + want.abs()),
+                    "{plain} vs {want}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn q8_k_four_row_quantizer_prefers_the_positive_maximum() {
+    let mut x = vec![0.5f32; 256];
+    x[3] = -2.0;
+    x[100] = 2.0;
+    let mut row = vec![0u8; 292];
+    cpu::quantize_row(GgmlType::Q8_K, &x, &mut row);
+    assert_eq!(
+        row[4 + 3] as i8,
+        -127,
+        "the row quantizer keeps the first maximum's sign"
+    );
+    repack::q8_k_mat_fixup(&x, &mut row);
+    assert_eq!(
+        row[4 + 100] as i8,
+        -127,
+        "the 4-row quantizer maps +max to -127"
+    );
+    assert_eq!(row[4 + 3] as i8, 127);
+    let d = f32::from_le_bytes(row[0..4].try_into().unwrap());
+    assert_eq!(d, 1.0 / (-127.0 / 2.0));
+}

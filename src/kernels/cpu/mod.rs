@@ -433,6 +433,27 @@ pub fn prepare_activations<'a>(
     }
 }
 
+/// The [`Activations`] [`prepare_activations`] left in `scratch` for the same arguments
+/// (after a repacked product adjusted some rows in place).
+fn prepare_activations_done<'a>(
+    t: GgmlType,
+    x: &'a [f32],
+    k: usize,
+    m: usize,
+    scratch: &'a Scratch,
+) -> Activations<'a> {
+    let vt = vec_dot_type(t);
+    let row = row_bytes(vt, k);
+    let _ = x;
+    Activations {
+        vec_dot_type: vt,
+        k,
+        m,
+        row_bytes: row,
+        bytes: &scratch.activations[..row * m],
+    }
+}
+
 /// ggml's MUL_MAT for one 2-D weight: `w` holds `n_rows` rows of `k` elements of type `t`
 /// (ggml layout, row stride `row_bytes(t, k)`), `x` holds `m` f32 rows of `k`, and
 /// `dst[j * n_rows + i] = dot(w row i, x row j)`.

@@ -35,7 +35,40 @@ pub enum RepackKind {
     Q4_0x8,
     /// `iq4_nl_8x8_q8_0` (the same interleave; nibbles index the IQ4_NL value table).
     Iq4NlX8,
+    /// `q4_K_8x8_q8_K` (our layout of it: see [`repack`]).
+    Q4Kx8,
 }
+
+impl RepackKind {
+    /// Elements per block.
+    fn block_elems(self) -> usize {
+        match self {
+            RepackKind::Q4Kx8 => QK_K,
+            _ => QK,
+        }
+    }
+
+    /// Bytes of the 8 rows' blocks at one block index.
+    fn group_block_bytes(self) -> usize {
+        match self {
+            RepackKind::Q4Kx8 => Q4KX8_BYTES,
+            _ => ROWS * Q4_0_BYTES,
+        }
+    }
+
+    /// Words of [`fill_meta`] per activation block.
+    fn meta_words(self) -> usize {
+        match self {
+            RepackKind::Q4Kx8 => 9,
+            _ => 2,
+        }
+    }
+}
+
+/// One `Q4Kx8` block: d[8] and dmin[8] (f16), scales[8 sub-blocks][8 rows] and
+/// mins[8][8] (u8, unpacked from the 6-bit fields), then the quants: for each 64-element chunk
+/// c and 8-byte piece p, row r's `qs[32c + 8p .. 32c + 8p + 8]` at `((4c + p) · 8 + r) · 8`.
+pub const Q4KX8_BYTES: usize = 16 + 16 + 64 + 64 + 1024;
 
 /// A weight in a repacked layout: `n_rows` rows of `k` elements of `ty`, in groups of
 /// [`ROWS`] rows.
@@ -60,7 +93,7 @@ impl Repacked {
     }
 
     fn group_bytes(&self) -> usize {
-        self.k / QK * ROWS * Q4_0_BYTES
+        self.k / self.kind.block_elems() * self.kind.group_block_bytes()
     }
 }
 
@@ -75,6 +108,7 @@ pub fn repack_kind(t: GgmlType, ne: [i64; 4]) -> Option<RepackKind> {
     match t {
         GgmlType::Q4_0 if ne[0] > 0 && ne[0] % QK as i64 == 0 => Some(RepackKind::Q4_0x8),
         GgmlType::IQ4_NL if ne[0] > 0 && ne[0] % QK as i64 == 0 => Some(RepackKind::Iq4NlX8),
+        GgmlType::Q4_K if ne[0] > 0 && ne[0] % QK_K as i64 == 0 => Some(RepackKind::Q4Kx8),
         _ => None,
     }
 }
@@ -92,6 +126,7 @@ pub fn repack(kind: RepackKind, t: GgmlType, src: &[u8], n_rows: usize, k: usize
     let want = match kind {
         RepackKind::Q4_0x8 => GgmlType::Q4_0,
         RepackKind::Iq4NlX8 => GgmlType::IQ4_NL,
+        RepackKind::Q4Kx8 => return repack_q4_k(t, src, n_rows, k),
     };
     assert!(
         t == want && n_rows % ROWS == 0 && k % QK == 0,
@@ -124,6 +159,46 @@ pub fn repack(kind: RepackKind, t: GgmlType, src: &[u8], n_rows: usize, k: usize
     }
 }
 
+fn repack_q4_k(t: GgmlType, src: &[u8], n_rows: usize, k: usize) -> Repacked {
+    assert!(
+        t == GgmlType::Q4_K && n_rows % ROWS == 0 && k % QK_K == 0,
+        "{t} [{k}, {n_rows}] does not repack as Q4Kx8"
+    );
+    let nb = k / QK_K;
+    let row = nb * Q4_K_BYTES;
+    assert!(src.len() >= n_rows * row, "{t} weight: {} bytes", src.len());
+    let mut bytes = vec![0u8; n_rows / ROWS * nb * Q4KX8_BYTES];
+    for (g, out) in bytes.chunks_exact_mut(nb * Q4KX8_BYTES).enumerate() {
+        let rows = &src[g * ROWS * row..(g + 1) * ROWS * row];
+        for (b, blk) in out.chunks_exact_mut(Q4KX8_BYTES).enumerate() {
+            for r in 0..ROWS {
+                let inb = &rows[r * row + b * Q4_K_BYTES..][..Q4_K_BYTES];
+                blk[2 * r..2 * r + 2].copy_from_slice(&inb[0..2]);
+                blk[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&inb[2..4]);
+                for sub in 0..8 {
+                    let (sc, mn) = scale_min_k4(sub, &inb[4..16]);
+                    blk[32 + sub * ROWS + r] = sc;
+                    blk[96 + sub * ROWS + r] = mn;
+                }
+                for c in 0..4 {
+                    for p in 0..4 {
+                        let at = 160 + ((4 * c + p) * ROWS + r) * 8;
+                        let from = 16 + 32 * c + 8 * p;
+                        blk[at..at + 8].copy_from_slice(&inb[from..from + 8]);
+                    }
+                }
+            }
+        }
+    }
+    Repacked {
+        kind: RepackKind::Q4Kx8,
+        ty: t,
+        n_rows,
+        k,
+        bytes,
+    }
+}
+
 /// The f32 outputs of one row group for `C` activation rows. `meta` holds, per activation
 /// row and block, the block's f32 scale (bits) and `8 · Σ x` ([`fill_meta`]).
 pub type GroupFn<const C: usize> =
@@ -147,6 +222,75 @@ pub fn scalar_kernels(kind: RepackKind) -> GroupKernels {
             one: group_scalar::<1, true>,
             four: group_scalar::<4, true>,
         },
+        RepackKind::Q4Kx8 => GroupKernels {
+            one: q4_kx8_scalar::<1, false>,
+            four: q4_kx8_scalar::<4, true>,
+        },
+    }
+}
+
+/// The scalar Q4Kx8 kernel in upstream's float order: its gemv (`PER_SB` false) sums a
+/// whole super-block's integers, `acc = fma(Σ scale·dot, d·dx, acc)` and
+/// `acc_min = fma(Σ min·bsum, dmin·dx, acc_min)` once per super-block; its gemm (`PER_SB`)
+/// makes those two FMAs per pair of sub-blocks. The result is `acc - acc_min`.
+fn q4_kx8_scalar<const C: usize, const PER_SB: bool>(
+    nb: usize,
+    w: &[u8],
+    x: [&[u8]; C],
+    _meta: [&[u32]; C],
+    out: &mut [[f32; ROWS]; C],
+) {
+    assert!(w.len() >= nb * Q4KX8_BYTES && x.iter().all(|x| x.len() >= nb * Q8_K_BYTES));
+    let mut acc = [[0f32; ROWS]; C];
+    let mut accm = [[0f32; ROWS]; C];
+    for b in 0..nb {
+        let blk = &w[b * Q4KX8_BYTES..(b + 1) * Q4KX8_BYTES];
+        for c in 0..C {
+            let xb = &x[c][b * Q8_K_BYTES..(b + 1) * Q8_K_BYTES];
+            let dx = f32_at(xb, 0);
+            let q = |e: usize| i32::from(xb[4 + e] as i8);
+            let bsum = |sub: usize| (32 * sub..32 * sub + 32).map(q).sum::<i32>();
+            for r in 0..ROWS {
+                let (dw, dm) = (f16_at(blk, 2 * r), f16_at(blk, 16 + 2 * r));
+                let (mut isum_b, mut imin_b) = (0i32, 0i32);
+                for sb in 0..4 {
+                    let (mut isum, mut imin) = (0i32, 0i32);
+                    for hi in 0..2 {
+                        let sub = 2 * sb + hi;
+                        let mut dot = 0i32;
+                        for p in 0..4 {
+                            let at = 160 + ((4 * sb + p) * ROWS + r) * 8;
+                            for j in 0..8 {
+                                let nib = if hi == 0 {
+                                    blk[at + j] & 0xF
+                                } else {
+                                    blk[at + j] >> 4
+                                };
+                                dot += i32::from(nib) * q(64 * sb + 32 * hi + 8 * p + j);
+                            }
+                        }
+                        isum += i32::from(blk[32 + sub * ROWS + r]) * dot;
+                        imin += i32::from(blk[96 + sub * ROWS + r]) * bsum(sub);
+                    }
+                    if PER_SB {
+                        acc[c][r] = (isum as f32).mul_add(dw * dx, acc[c][r]);
+                        accm[c][r] = (imin as f32).mul_add(dm * dx, accm[c][r]);
+                    } else {
+                        isum_b += isum;
+                        imin_b += imin;
+                    }
+                }
+                if !PER_SB {
+                    acc[c][r] = (isum_b as f32).mul_add(dw * dx, acc[c][r]);
+                    accm[c][r] = (imin_b as f32).mul_add(dm * dx, accm[c][r]);
+                }
+            }
+        }
+    }
+    for c in 0..C {
+        for r in 0..ROWS {
+            out[c][r] = acc[c][r] - accm[c][r];
+        }
     }
 }
 
@@ -167,9 +311,26 @@ impl GroupKernels {
 
 /// Per activation row and block: the f16 scale as f32 bits and `8 · Σ x` (the Q4_0 offset
 /// term), computed once per product instead of once per row group.
-pub fn fill_meta(act: &Activations<'_>, meta: &mut Vec<u32>) {
-    let nb = act.k() / QK;
+pub fn fill_meta(kind: RepackKind, act: &Activations<'_>, meta: &mut Vec<u32>) {
     meta.clear();
+    if kind == RepackKind::Q4Kx8 {
+        // the Q8_K scale, then the sums of the 8 sub-blocks of 32
+        let nb = act.k() / QK_K;
+        meta.reserve(act.m() * nb * 9);
+        for j in 0..act.m() {
+            let row = act.row(j);
+            for b in 0..nb {
+                let blk = &row[b * Q8_K_BYTES..(b + 1) * Q8_K_BYTES];
+                meta.push(f32_at(blk, 0).to_bits());
+                for sub in 0..8 {
+                    let s = |i: usize| i32::from(i16_at(blk, 4 + QK_K + 2 * i));
+                    meta.push((s(2 * sub) + s(2 * sub + 1)) as u32);
+                }
+            }
+        }
+        return;
+    }
+    let nb = act.k() / QK;
     meta.reserve(act.m() * nb * 2);
     for j in 0..act.m() {
         let row = act.row(j);
@@ -238,7 +399,7 @@ pub fn mul_mat_repacked_with(
 ) {
     assert_eq!(
         act.vec_dot_type(),
-        GgmlType::Q8_0,
+        super::vec_dot_type(w.ty),
         "activations for {}",
         w.ty
     );
@@ -259,13 +420,14 @@ pub fn mul_mat_repacked_with(
     );
     let need = (m - 1) * dst_stride + dst_row_offset + n_rows;
     assert!(dst.len() >= need, "dst: {} values, needs {need}", dst.len());
-    let nb = w.k / QK;
+    let nb = w.k / w.kind.block_elems();
+    let mw = w.kind.meta_words();
     assert!(
-        meta.len() >= m * nb * 2,
+        meta.len() >= m * nb * mw,
         "meta of {} for {m} rows",
         meta.len()
     );
-    let meta_row = |j: usize| &meta[j * nb * 2..(j + 1) * nb * 2];
+    let meta_row = |j: usize| &meta[j * nb * mw..(j + 1) * nb * mw];
     let groups = n_rows / ROWS;
     let gbytes = w.group_bytes();
     // Four chunks per thread (as upstream's repacked MUL_MAT); every output's arithmetic is
@@ -360,8 +522,17 @@ pub fn mul_mat_repacked_using(
 ) {
     let mut meta = std::mem::take(&mut scratch.repack_meta);
     {
-        let act = super::prepare_activations(w.ty, x, w.k, m, pool, scratch);
-        fill_meta(&act, &mut meta);
+        let _ = super::prepare_activations(w.ty, x, w.k, m, pool, scratch);
+        if w.kind == RepackKind::Q4Kx8 {
+            // rows in groups of 4 take upstream's `quantize_mat_q8_K_4x8` (see below)
+            let row = super::row_bytes(GgmlType::Q8_K, w.k);
+            for j in 0..m - m % 4 {
+                let dst = &mut scratch.activations[j * row..(j + 1) * row];
+                q8_k_mat_fixup(&x[j * w.k..(j + 1) * w.k], dst);
+            }
+        }
+        let act = super::prepare_activations_done(w.ty, x, w.k, m, scratch);
+        fill_meta(w.kind, &act, &mut meta);
         mul_mat_repacked_with(
             kernels,
             w,
@@ -374,4 +545,39 @@ pub fn mul_mat_repacked_using(
         );
     }
     scratch.repack_meta = meta;
+}
+
+/// Upstream's `quantize_mat_q8_K_4x8` (the activations of its repacked Q4_K gemm) differs from
+/// `quantize_row_q8_K` in one case: when a super-block's largest magnitude occurs with both
+/// signs, the row quantizer keeps the sign of its first occurrence, the 4-row one takes the
+/// positive (scale `-127 / amax`). Re-quantizes such blocks of a row made by the former.
+pub fn q8_k_mat_fixup(x: &[f32], dst: &mut [u8]) {
+    for (xb, yb) in x.chunks_exact(QK_K).zip(dst.chunks_exact_mut(Q8_K_BYTES)) {
+        let mut max = 0.0f32;
+        let mut amax = 0.0f32;
+        for &v in xb {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        if !(max < 0.0 && xb.contains(&amax)) {
+            continue;
+        }
+        let iscale = -127.0 / amax;
+        for (q, &v) in yb[4..4 + QK_K].iter_mut().zip(xb) {
+            let val = iscale * v + 12_582_912.0;
+            let n = (val.to_bits() as i32 & 0x007f_ffff) - 0x0040_0000;
+            *q = n.min(127) as i8 as u8;
+        }
+        for j in 0..QK_K / 16 {
+            let sum: i32 = yb[4 + 16 * j..4 + 16 * j + 16]
+                .iter()
+                .map(|&q| i32::from(q as i8))
+                .sum();
+            let at = 4 + QK_K + 2 * j;
+            yb[at..at + 2].copy_from_slice(&(sum as i16).to_le_bytes());
+        }
+        yb[0..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+    }
 }

@@ -84,8 +84,8 @@ check() { # NAME MODEL MAX_KL [MARGIN=0.25 for quantized, 0 otherwise] [env...]
 }
 # The kernels follow upstream's float order (ggml's AVX2 dots, tinyBLAS's float matmul, its
 # exp in silu, the FMAs GCC makes in rope and flash attention, the float order of its repacked
-# q4_0_8x8 / iq4_nl_8x8 gemv/gemm for Q4_0 / IQ4_NL weights), so on Q4_1, Q8_0, Q4_0 and an
-# all-IQ4_NL copy every row, prompt and greedy steps, equals upstream's bit for bit; on F16 the
+# q4_0_8x8 / iq4_nl_8x8 / q4_K_8x8 gemv/gemm for Q4_0 / IQ4_NL / Q4_K weights), so on Q4_1,
+# Q8_0, Q4_0 and an all-IQ4_NL copy every row, prompt and greedy steps, equals upstream's bit for bit; on F16 the
 # prompt rows do (single-token F16 products still part).
 COMPARE_EXACT_ROWS=28 check smollm2-q4_1 "$model" 1e-2
 check smollm2-q4_1-ubatch5 "$model" 1e-2 PROBE_UBATCH=5
@@ -111,6 +111,18 @@ if [ -s "$f" ]; then
     COMPARE_EXACT_ROWS=28 check smollm2-iq4_nl-pure "$f" 1e-2
 else
     echo "FAIL smollm2-iq4_nl-pure: llama-quantize did not produce $f"; failed=$((failed + 1))
+fi
+# Q4_K through the repacked q4_K_8x8 kernels (gemm order on the prompt rows, gemv order on
+# the steps): the generated 1B llama of `make bench-decode` (256-multiple rows) requantized
+# to Q4_K throughout (--pure), when that model is in the cache (it takes minutes to make)
+f16_1b="$LLAMA_HOTSWAP_CACHE/models/bench/llama-1B.F16.gguf"
+f="$LLAMA_HOTSWAP_CACHE/models/bench/llama-1B.Q4_K-pure.gguf"
+if [ -s "$f16_1b" ]; then
+    [ -s "$f" ] || LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --pure "$f16_1b" "$f.tmp" Q4_K \
+        >"$out/quantize-1b-Q4_K.log" 2>&1 && mv "$f.tmp" "$f" 2>/dev/null || true
+    CHECK_STEPS=4 COMPARE_EXACT_ROWS=16 check llama-1b-q4_k-pure "$f" 1e-2
+else
+    echo "skip llama-1b-q4_k-pure: no $f16_1b (make bench-decode generates it)"
 fi
 for arch in "${archs[@]}"; do
     found=0

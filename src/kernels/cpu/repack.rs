@@ -4,7 +4,11 @@
 //! yields the dot products of 8 weight rows with an activation row (upstream's gemv), or with
 //! 4 activation rows at once (its gemm).
 //!
-//! IQ4_NL weights become `block_iq4_nlx8`s (`iq4_nl_8x8_q8_0`) the same way.
+//! IQ4_NL weights become `block_iq4_nlx8`s (`iq4_nl_8x8_q8_0`) the same way. Q4_K weights
+//! (`q4_K_8x8_q8_K`) get a layout of ours ([`Q4KX8_BYTES`]: the 6-bit scales unpacked, 2.8%
+//! larger than the blocks) with upstream's two float orders: its gemm makes the FMAs per pair
+//! of sub-blocks, its gemv per super-block, and its 4-row Q8_K quantizer breaks a tie of
+//! magnitudes differently from the row quantizer ([`q8_k_mat_fixup`]).
 //!
 //! Layout of one `block_q4_0x8` (144 bytes: the 8 blocks it came from, same size): the 8 f16
 //! scales of rows `8g .. 8g + 8` at one block index, then 128 bytes of quants, interleaved 8
@@ -98,8 +102,9 @@ impl Repacked {
 }
 
 /// The layout upstream's `ggml_repack_get_optimal_repack_type` picks for a weight of type
-/// `t` and shape `ne` on this CPU, when the weight feeds MUL_MAT (2-D): `q4_0_8x8_q8_0` for
-/// Q4_0 with a multiple of 8 rows, on a CPU with AVX2 (off with `LLAMA_HOTSWAP_KERNELS=scalar`,
+/// `t` and shape `ne` on this CPU, when the weight feeds MUL_MAT (2-D): `q4_0_8x8_q8_0`,
+/// `iq4_nl_8x8_q8_0` and `q4_K_8x8_q8_K` for Q4_0, IQ4_NL and Q4_K with a multiple of 8 rows,
+/// on a CPU with AVX2 (off with `LLAMA_HOTSWAP_KERNELS=scalar`,
 /// as upstream's generic build does not repack).
 pub fn repack_kind(t: GgmlType, ne: [i64; 4]) -> Option<RepackKind> {
     if !simd() || ne[2] != 1 || ne[3] != 1 || ne[1] <= 0 || ne[1] % ROWS as i64 != 0 {

@@ -42,16 +42,22 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// One test for both cases: the counter is process-wide, so they must not run in parallel.
 #[test]
 fn single_token_steps_allocate_nothing() {
     // F32 weights, and Q4_0 ones (repacked on AVX2: the repacked product's buffers too)
     for ty in [GgmlType::F32, GgmlType::Q4_0] {
-        steps_allocate_nothing(ty);
+        steps_allocate_nothing(ty, true, 1);
     }
+    // with one KV stream per sequence: steps of two sequences in one batch (split per stream)
+    steps_allocate_nothing(GgmlType::F32, false, 2);
 }
 
-fn steps_allocate_nothing(ty: GgmlType) {
-    let dir = std::env::temp_dir().join(format!("lhs-engine-alloc-{}-{ty}", std::process::id()));
+fn steps_allocate_nothing(ty: GgmlType, kv_unified: bool, n_seq: usize) {
+    let dir = std::env::temp_dir().join(format!(
+        "lhs-engine-alloc-{}-{ty}-{kv_unified}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("m.gguf");
     tiny_llama(&TinyLlamaOpts::with_type(ty))
@@ -80,10 +86,10 @@ fn steps_allocate_nothing(ty: GgmlType) {
             n_ctx: 256,
             n_batch: 64,
             n_ubatch: 64,
-            n_seq_max: 1,
+            n_seq_max: n_seq as u32,
             n_threads: 2,
             n_threads_batch: 2,
-            kv_unified: true,
+            kv_unified,
             ..ContextParams::default()
         },
     )
@@ -92,7 +98,13 @@ fn steps_allocate_nothing(ty: GgmlType) {
         {
             let mut e = ctx.engine();
             e.raw.clear();
-            e.raw.tokens.push(tok);
+            // one token per sequence, automatic positions
+            e.raw.has_seq = true;
+            for s in 0..n_seq {
+                e.raw.tokens.push(tok);
+                e.raw.seq_n.push(1);
+                e.raw.seq_flat.push(s as i32);
+            }
         }
         assert_eq!(ctx.decode(), 0);
     };
@@ -105,10 +117,10 @@ fn steps_allocate_nothing(ty: GgmlType) {
         step(t % 300 + 1);
     }
     COUNTING.store(false, Ordering::SeqCst);
-    let n = ALLOCS.load(Ordering::SeqCst);
+    let n = ALLOCS.swap(0, Ordering::SeqCst);
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(
         n, 0,
-        "{ty}: {n} allocations in 64 single-token decode steps"
+        "{ty}: {n} allocations in 64 decode steps of {n_seq} sequence(s)"
     );
 }

@@ -507,8 +507,8 @@ unsafe impl Sync for SharedOut {}
 unsafe impl Send for SharedOut {}
 
 /// ggml's FLASH_ATTN_EXT on the CPU: for each token (row of `q`, `n_head` heads of `dk`) and
-/// each of its heads, the online softmax over the cells `visible(token, cell)` accepts (in
-/// cell order) of `scale`·q·k (soft-capped when `softcap` ≠ 0), accumulating v; in half
+/// each of its heads, the online softmax over the cells of `rows(token)` (its KV stream's)
+/// that `visible(token, cell)` accepts (in cell order) of `scale`·q·k (soft-capped when `softcap` ≠ 0), accumulating v; in half
 /// precision for an F16 V cache, as ggml's kernel. Tasks are (token, KV head) pairs spread
 /// over `pool`; `scratch` holds one buffer set per pool thread.
 #[allow(clippy::too_many_arguments)]
@@ -516,7 +516,7 @@ pub fn flash_attn(
     shape: AttnShape,
     q: &[f32],
     n_tokens: usize,
-    n_kv: u32,
+    rows: &(dyn Fn(usize) -> std::ops::Range<u32> + Sync),
     visible: &(dyn Fn(usize, u32) -> bool + Sync),
     k: &dyn KvRows,
     v: &dyn KvRows,
@@ -553,7 +553,7 @@ pub fn flash_attn(
             )
         };
         let qrow = &q[(t * n_head + g * group) * dk..(t * n_head + (g + 1) * group) * dk];
-        attn_task(shape, qrow, t, g, n_kv, visible, k, v, o, &mut sc);
+        attn_task(shape, qrow, t, g, rows(t), visible, k, v, o, &mut sc);
     });
 }
 
@@ -645,7 +645,7 @@ fn attn_task(
     qrow: &[f32],
     t: usize,
     g: usize,
-    n_kv: u32,
+    rows: std::ops::Range<u32>,
     visible: &(dyn Fn(usize, u32) -> bool + Sync),
     k: &dyn KvRows,
     v: &dyn KvRows,
@@ -705,7 +705,7 @@ fn attn_task(
     sc.s.resize(group, 0.0);
     sc.cells.clear();
     sc.cells.reserve(n_cells_max as usize);
-    sc.cells.extend((0..n_kv).filter(|&j| visible(t, j)));
+    sc.cells.extend(rows.filter(|&j| visible(t, j)));
     for ci in 0..sc.cells.len() {
         let j = sc.cells[ci] as usize;
         let k_bytes = k_packed.and_then(|_| k.packed(j, g * dk, dk));
@@ -879,7 +879,7 @@ mod attn_scratch_tests {
                     qrow,
                     0,
                     g,
-                    n_cells,
+                    0..n_cells,
                     &|_, _| true,
                     &k,
                     &v,

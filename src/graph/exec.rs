@@ -36,6 +36,9 @@ pub struct Inputs<'a> {
     /// The KV cell of each token.
     pub slots: &'a [u32],
     pub causal: bool,
+    /// Flash attention is on in upstream's sense (`flash_attn_type` not disabled): its graph
+    /// then casts an F32 K/V cache to F16 before FLASH_ATTN_EXT, and so does ours.
+    pub flash_attn: bool,
 }
 
 /// Buffers reused across runs (no allocation per token once warmed up).
@@ -683,10 +686,12 @@ impl Executor {
             &KvLayerRows {
                 buf: &l.k,
                 width: l.n_embd_k,
+                cast_f16: inp.flash_attn,
             },
             &KvLayerRows {
                 buf: &l.v,
                 width: l.n_embd_v,
+                cast_f16: inp.flash_attn,
             },
             dst,
             &self.pool,

@@ -372,6 +372,11 @@ pub struct AttnScratch {
     m: Vec<f32>,
     s: Vec<f32>,
     cells: Vec<u32>,
+    /// K and V rows of an F32 cache rounded to half precision (see [`KvRows::cast_f16`]).
+    k16: Vec<half::f16>,
+    v16: Vec<half::f16>,
+    /// The tiled kernel's buffers.
+    pub(super) tiled: super::attn_tiled::TiledScratch,
 }
 
 /// Shapes and constants of one FLASH_ATTN_EXT.
@@ -397,6 +402,12 @@ pub trait KvRows: Sync {
     /// Whether values are stored in half precision (Q is rounded to it for the dot, as ggml
     /// converts Q to K's type).
     fn is_f16(&self) -> bool;
+    /// Whether attention reads these (F32) values rounded to half precision: upstream's graph
+    /// casts an F32 cache to F16 before FLASH_ATTN_EXT, so an F32 cache gives exactly the
+    /// results of an F16 one.
+    fn cast_f16(&self) -> bool {
+        false
+    }
     /// The same values as ggml blocks of another type (BF16, Q8_0, ...) when the cache
     /// stores them so: the type and the bytes of `len` values from `off`.
     fn packed(
@@ -411,11 +422,23 @@ pub trait KvRows: Sync {
 
 /// Wraps a pointer for disjoint writes from pool threads.
 #[derive(Clone, Copy)]
-struct SharedOut(*mut f32);
+pub(super) struct SharedOut(*mut f32);
 impl SharedOut {
+    pub(super) fn new(out: &mut [f32]) -> SharedOut {
+        SharedOut(out.as_mut_ptr())
+    }
     /// The pointer (a method, so closures capture the whole wrapper).
     fn get(self) -> *mut f32 {
         self.0
+    }
+    /// `len` values from `start`.
+    ///
+    /// # Safety
+    /// The range lies within the wrapped buffer, which outlives the use, and no other
+    /// thread reads or writes it meanwhile.
+    pub(super) unsafe fn slice<'a>(self, start: usize, len: usize) -> &'a mut [f32] {
+        // SAFETY: the caller's contract above
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(start), len) }
     }
 }
 
@@ -453,6 +476,12 @@ pub fn flash_attn(
     let group = n_head / n_head_kv;
     assert!(q.len() >= n_tokens * n_head * dk && out.len() >= n_tokens * n_head * dv);
     assert!(scratch.len() >= pool.n_threads());
+    if super::attn_tiled::applies(n_tokens, k, v) {
+        super::attn_tiled::flash_attn_tiled(
+            shape, q, n_tokens, n_kv, visible, k, v, out, pool, scratch,
+        );
+        return;
+    }
     let out_ptr = SharedOut(out.as_mut_ptr());
     pool.parallel_for(n_tokens * n_head_kv, &|task, thread| {
         let (t, g) = (task / n_head_kv, task % n_head_kv);
@@ -469,6 +498,12 @@ pub fn flash_attn(
         let qrow = &q[(t * n_head + g * group) * dk..(t * n_head + (g + 1) * group) * dk];
         attn_task(shape, qrow, t, g, n_kv, visible, k, v, o, &mut sc);
     });
+}
+
+/// `x` rounded to half precision into `out` (ggml's F32 → F16 cast).
+fn to_half(x: &[f32], out: &mut Vec<half::f16>) {
+    out.clear();
+    out.extend(x.iter().map(|&v| half::f16::from_f32(v)));
 }
 
 /// The bytes of a half-precision row (as the F16 dot kernel reads them).
@@ -577,7 +612,9 @@ fn attn_task(
         n_cells_max,
     } = shape;
     let group = n_head / n_head_kv;
-    let f16_v = v.is_f16();
+    // upstream folds the soft-cap's divisor into the scale
+    let scale = if softcap != 0.0 { scale / softcap } else { scale };
+    let f16_v = v.is_f16() || v.cast_f16();
     let sc = &mut *sc;
     // Q in K's vec_dot type, each score that type's dot, as ggml's CPU flash attention
     // (q_to_vec_dot, kq_vec_dot): F16 and F32 caches through the engine's F16/F32 dots, a
@@ -585,7 +622,7 @@ fn attn_task(
     let k_packed = k.packed(0, 0, dk).map(|(ty, _)| ty);
     let k_type = match k_packed {
         Some(kt) => super::vec_dot_type(kt),
-        None if k.is_f16() => GgmlType::F16,
+        None if k.is_f16() || k.cast_f16() => GgmlType::F16,
         None => GgmlType::F32,
     };
     let kdot = super::dot_fn(if k_packed.is_some() {
@@ -623,7 +660,12 @@ fn attn_task(
     for ci in 0..sc.cells.len() {
         let j = sc.cells[ci] as usize;
         let k_bytes = k_packed.and_then(|_| k.packed(j, g * dk, dk));
-        let k16 = k.half(j, g * dk, dk);
+        let mut k16 = k.half(j, g * dk, dk);
+        if k16.is_none() && k_bytes.is_none() && k.cast_f16() {
+            k.read(j, g * dk, &mut sc.k);
+            to_half(&sc.k, &mut sc.k16);
+            k16 = Some(&sc.k16);
+        }
         let k_row: &[u8] = match (k_bytes, k16) {
             (Some((_, kb)), _) => kb,
             (None, Some(h)) => f16_bytes(h),
@@ -632,9 +674,13 @@ fn attn_task(
                 f32_bytes(&sc.k)
             }
         };
-        let v16 = v.half(j, g * dv, dv);
+        let mut v16 = v.half(j, g * dv, dv);
         if v16.is_none() {
             v.read(j, g * dv, &mut sc.v);
+            if v.cast_f16() {
+                to_half(&sc.v, &mut sc.v16);
+                v16 = Some(&sc.v16);
+            }
         }
         for h in 0..group {
             let q = &sc.q_bytes[h * q_row_bytes..(h + 1) * q_row_bytes];
@@ -644,7 +690,8 @@ fn attn_task(
                 (None, None) => kdot(dk, k_row, q),
             } * scale;
             if softcap != 0.0 {
-                s = softcap * (s / softcap).tanh();
+                // `scale` already holds upstream's `scale / softcap`
+                s = softcap * s.tanh();
             }
             let m_old = sc.m[h];
             let (mut ms, mut vs) = (1.0f32, 1.0f32);

@@ -536,13 +536,18 @@ pub fn dot_f16_ggml(x: &[half::f16], y: &[half::f16]) -> f32 {
 /// [`dot_f16_ggml`] without SIMD, in the same order (the SIMD version is tested against it).
 pub fn dot_f16_ggml_scalar(x: &[half::f16], y: &[half::f16]) -> f32 {
     let n = x.len().min(y.len());
+    dot_f16_ggml_by(n, |i| x[i].to_f32(), |i| y[i].to_f32())
+}
+
+/// [`dot_f16_ggml_scalar`] over `n` values that `x(i)` and `y(i)` give (widened from F16).
+pub fn dot_f16_ggml_by(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
     let np = n & !31;
     let mut sum = [[0f32; 8]; 4];
     for i in (0..np).step_by(32) {
         for (j, acc) in sum.iter_mut().enumerate() {
             for (l, a) in acc.iter_mut().enumerate() {
                 let e = i + 8 * j + l;
-                *a = x[e].to_f32().mul_add(y[e].to_f32(), *a);
+                *a = x(e).mul_add(y(e), *a);
             }
         }
     }
@@ -557,7 +562,7 @@ pub fn dot_f16_ggml_scalar(x: &[half::f16], y: &[half::f16]) -> f32 {
     let t0 = [s[0] + s[4], s[1] + s[5], s[2] + s[6], s[3] + s[7]];
     let mut sumf = f64::from((t0[0] + t0[1]) + (t0[2] + t0[3]));
     for i in np..n {
-        sumf += f64::from(x[i].to_f32() * y[i].to_f32());
+        sumf += f64::from(x(i) * y(i));
     }
     sumf as f32
 }

@@ -1574,3 +1574,11 @@ unsafe fn soft_max_avx2(x: *mut f32, n: usize, max: f32) -> f64 {
     }
     sum
 }
+
+/// [`dot_f16_ggml`] over raw little-endian bytes (any alignment), as a [`super::DotFn`].
+pub fn dot_f16_ggml_bytes(k: usize, w: &[u8], x: &[u8]) -> f32 {
+    assert!(w.len() >= 2 * k && x.len() >= 2 * k);
+    // SAFETY: `available()` is checked by the caller handing this function out (matvec_dot_fn),
+    // the kernel reads `k` 2-byte values of each slice (asserted) with unaligned loads.
+    unsafe { dot_f16_ggml_avx2(w.as_ptr().cast::<u16>(), x.as_ptr().cast::<u16>(), k) }
+}

@@ -49,13 +49,19 @@ done
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
     "The capital of France is Paris. The capital of Germany is")"
+# a prompt of 68 tokens: a micro-batch of >= 64 rows, where upstream's flash attention runs its
+# tiled kernel (ggml_compute_forward_flash_attn_ext_tiled)
+long_prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
+    "The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is Rome. The capital of Spain is Madrid. The capital of Portugal is Lisbon. The capital of Austria is Vienna. The capital of Poland is Warsaw. The capital of Greece is Athens. The capital of Norway is Oslo. The capital of Sweden is")"
+n_long=$(wc -w <<<"$long_prompt")
+if [ "$n_long" -lt 64 ]; then echo "FAIL long prompt: $n_long tokens, the tiled path needs 64"; exit 1; fi
 passed=0; failed=0
 check() { # NAME MODEL MAX_KL [MARGIN=0.25 for quantized, 0 otherwise] [env...]
     local name=$1 file=$2 max_kl=$3; shift 3
     local margin=0.25
     [ "$max_kl" = 1e-3 ] && margin=0
     case "${1:-}" in [0-9]*) margin=$1; shift ;; esac
-    local toks="$prompt"
+    local toks="${CHECK_TOKENS:-$prompt}"
     case "$name" in arch-* | types-*) toks="1 5 9 17 33 65 100 7 3 2" ;; esac
     local steps=${CHECK_STEPS:-16}
     if ! env "$@" LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/probe_decode" "$file" "$out/$name.upstream.bin" "$steps" $toks \
@@ -77,13 +83,22 @@ check() { # NAME MODEL MAX_KL [MARGIN=0.25 for quantized, 0 otherwise] [env...]
     echo "ok   $name: $stats; greedy $(cat "$out/$name.ours.txt")"
     passed=$((passed + 1))
 }
-# The kernels follow upstream's float order (ggml's AVX2 dots, tinyBLAS's float matmul, its
-# exp in silu, the FMAs GCC makes in rope and flash attention), so on Q4_1 and Q8_0 every row,
-# prompt and greedy steps, equals upstream's bit for bit; on F16 the prompt rows do (single-token
-# F16 products still part); Q4_0 parts after row 1 (upstream runs its repacked Q4_0 kernels).
+# The kernels follow upstream's float order (ggml's AVX2 dots, tinyBLAS's float matmul and
+# ggml_vec_dot_f16 for F16 mat-vecs, its exp in silu, the FMAs GCC makes in rope and flash
+# attention, its tiled flash attention for micro-batches of >= 64 rows), so on Q4_1, Q8_0 and
+# F16 every row, prompt and greedy steps, equals upstream's bit for bit; Q4_0 parts after row 1
+# (upstream runs its repacked Q4_0 kernels). An F32 cache gives exactly the F16 cache's
+# results on both (upstream casts it to F16 for flash attention).
 COMPARE_EXACT_ROWS=28 check smollm2-q4_1 "$model" 1e-2
-check smollm2-q4_1-ubatch5 "$model" 1e-2 PROBE_UBATCH=5
-check smollm2-q4_1-f32cache "$model" 1e-2 PROBE_TYPE_K=f32
+COMPARE_EXACT_ROWS=28 check smollm2-q4_1-ubatch5 "$model" 1e-2 PROBE_UBATCH=5
+COMPARE_EXACT_ROWS=28 check smollm2-q4_1-f32cache "$model" 1e-2 PROBE_TYPE_K=f32
+# the tiled flash attention: 68 prompt rows in one micro-batch, then 16 steps, all exact; with
+# 1 thread (the task split must not matter), an F32 cache, and micro-batches of 32 (one-row
+# kernel for the prompt) for contrast
+CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4_1-long "$model" 1e-2
+CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4_1-long-1thread "$model" 1e-2 PROBE_THREADS=1
+CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4_1-long-f32cache "$model" 1e-2 PROBE_TYPE_K=f32
+CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4_1-long-ubatch32 "$model" 1e-2 PROBE_UBATCH=32
 # two sequences in one batch: sequence 1's prompt rows equal upstream's bit for bit. Greedy
 # steps are not compared here: upstream gives each sequence its own KV stream when
 # kv_unified=false (the default) and ours shares one cache (issue 13), and its steps on
@@ -97,8 +112,9 @@ for t in Q8_0 Q4_0 F16; do
     f="$models_dir/SmolLM2-135M-Instruct.$t.gguf"
     if [ ! -s "$f" ]; then echo "FAIL smollm2-$t: llama-quantize did not produce $f"; failed=$((failed + 1)); continue; fi
     kl=1e-2; [ "$t" = F16 ] && kl=1e-3
-    exact_rows=1; [ "$t" = Q8_0 ] && exact_rows=28; [ "$t" = F16 ] && exact_rows=12
+    exact_rows=1; [ "$t" != Q4_0 ] && exact_rows=28
     COMPARE_EXACT_ROWS=$exact_rows check "smollm2-${t,,}" "$f" "$kl"
+    [ "$t" = Q4_0 ] || CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check "smollm2-${t,,}-long" "$f" "$kl"
 done
 for arch in "${archs[@]}"; do
     found=0

@@ -678,6 +678,7 @@ impl Executor {
                 scale,
                 softcap,
                 n_cells_max: kv.size(),
+                flash_attn: inp.flash_attn,
             },
             qs,
             n_tokens,

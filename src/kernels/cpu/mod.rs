@@ -22,6 +22,7 @@
 mod blocks;
 mod dequant;
 mod dot_scalar;
+mod attn_nofa;
 mod attn_tiled;
 pub mod ops;
 mod pool;

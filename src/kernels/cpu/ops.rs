@@ -377,6 +377,8 @@ pub struct AttnScratch {
     v16: Vec<half::f16>,
     /// The tiled kernel's buffers.
     pub(super) tiled: super::attn_tiled::TiledScratch,
+    /// The buffers of attention without flash attention.
+    pub(super) nofa: super::attn_nofa::NoFaScratch,
 }
 
 /// Shapes and constants of one FLASH_ATTN_EXT.
@@ -391,6 +393,9 @@ pub struct AttnShape {
     /// Cells in the cache: per-thread buffers are sized for all of them once, so that a
     /// growing context never reallocates them.
     pub n_cells_max: u32,
+    /// Upstream's flash attention is on. Off (llama-cpp-python's default), upstream computes
+    /// attention as MUL_MAT, SOFT_MAX_EXT, MUL_MAT, whose float order is followed instead.
+    pub flash_attn: bool,
 }
 
 /// The cached keys or values of one layer, as the attention kernel reads them.
@@ -476,6 +481,11 @@ pub fn flash_attn(
     let group = n_head / n_head_kv;
     assert!(q.len() >= n_tokens * n_head * dk && out.len() >= n_tokens * n_head * dv);
     assert!(scratch.len() >= pool.n_threads());
+    if !shape.flash_attn && super::attn_nofa::applies(k, v) {
+        let n_kv = super::attn_nofa::upstream_n_kv(n_kv, shape.n_cells_max);
+        super::attn_nofa::attn_no_fa(shape, q, n_tokens, n_kv, visible, k, v, out, pool, scratch);
+        return;
+    }
     if super::attn_tiled::applies(n_tokens, k, v) {
         super::attn_tiled::flash_attn_tiled(
             shape, q, n_tokens, n_kv, visible, k, v, out, pool, scratch,
@@ -615,6 +625,7 @@ fn attn_task(
         scale,
         softcap,
         n_cells_max,
+        ..
     } = shape;
     let group = n_head / n_head_kv;
     // upstream folds the soft-cap's divisor into the scale

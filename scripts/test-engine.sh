@@ -99,6 +99,10 @@ CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4
 CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4_1-long-1thread "$model" 1e-2 PROBE_THREADS=1
 CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4_1-long-f32cache "$model" 1e-2 PROBE_TYPE_K=f32
 CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4_1-long-ubatch32 "$model" 1e-2 PROBE_UBATCH=32
+# flash attention disabled (llama-cpp-python's default): upstream's MUL_MAT / SOFT_MAX_EXT /
+# MUL_MAT attention, F16 and F32 caches, all rows exact
+CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4_1-long-nofa "$model" 1e-2 PROBE_FLASH_ATTN=0
+CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4_1-long-nofa-f32cache "$model" 1e-2 PROBE_FLASH_ATTN=0 PROBE_TYPE_K=f32
 # two sequences in one batch: sequence 1's prompt rows equal upstream's bit for bit. Greedy
 # steps are not compared here: upstream gives each sequence its own KV stream when
 # kv_unified=false (the default) and ours shares one cache (issue 13), and its steps on

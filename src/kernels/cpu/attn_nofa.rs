@@ -128,6 +128,10 @@ fn head_task(
         ..
     } = shape;
     let n = n_kv as usize;
+    // K·Q: an F32 K reads Q (permuted, already its vec_dot type) in place, which llamafile's
+    // sgemm declines: ggml's vec_dot order then, whatever the number of query rows
+    let tiny_k = tiny && k.is_f16();
+    let k_lanes = if tiny_k { 8 } else { 32 };
     let lanes = if tiny { 8 } else { 32 };
     sc.row.resize(dk.max(dv), 0.0);
     sc.w.clear();
@@ -149,17 +153,24 @@ fn head_task(
         }
         let kr = &mut sc.row[..dk];
         read(k, j, g * dk, kr);
-        acc[..lanes].fill(0.0);
-        let full = dk / lanes * lanes;
+        acc[..k_lanes].fill(0.0);
+        let full = dk / k_lanes * k_lanes;
         for (e, (&a, &b)) in kr[..full].iter().zip(&sc.q[..full]).enumerate() {
-            acc[e % lanes] = a.mul_add(b, acc[e % lanes]);
+            acc[e % k_lanes] = a.mul_add(b, acc[e % k_lanes]);
         }
-        let mut s = reduce(&acc[..lanes], tiny);
-        if tiny {
+        let mut s = reduce(&acc[..k_lanes], tiny_k);
+        if tiny_k {
+            // tinyBLAS's tail
             for e in full..dk {
                 s += kr[e] * sc.q[e];
             }
+        } else if !k_half {
+            // ggml_vec_dot_f32's tail: in float, fused by upstream's build
+            for e in full..dk {
+                s = kr[e].mul_add(sc.q[e], s);
+            }
         } else {
+            // ggml_vec_dot_f16's tail: in f64
             let mut sf = f64::from(s);
             for e in full..dk {
                 sf += f64::from(kr[e] * sc.q[e]);
@@ -199,5 +210,31 @@ fn head_task(
     }
     for (d, o) in out.iter_mut().enumerate() {
         *o = reduce(&sc.acc[d * lanes..(d + 1) * lanes], tiny);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_pads_the_kv_view_to_256() {
+        assert_eq!(upstream_n_kv(12, 512), 256);
+        assert_eq!(upstream_n_kv(256, 512), 256);
+        assert_eq!(upstream_n_kv(257, 512), 512);
+        assert_eq!(upstream_n_kv(300, 300), 300);
+        assert_eq!(upstream_n_kv(0, 1024), 256);
+    }
+
+    #[test]
+    fn reductions_follow_ggml() {
+        let x: Vec<f32> = (0..32).map(|i| 1.0 + i as f32 * 1e-7).collect();
+        // tinyBLAS: lanes summed ((0+4)+(2+6))+((1+5)+(3+7))
+        let w: [f32; 4] = std::array::from_fn(|i| x[i + 4] + x[i]);
+        assert_eq!(reduce(&x[..8], true), (w[0] + w[2]) + (w[1] + w[3]));
+        // vec_dot: accumulators (0+2)+(1+3), then lo+hi and two horizontal adds
+        let s: Vec<f32> = (0..8).map(|l| (x[l] + x[16 + l]) + (x[8 + l] + x[24 + l])).collect();
+        let t: [f32; 4] = std::array::from_fn(|i| s[i] + s[i + 4]);
+        assert_eq!(reduce(&x, false), (t[0] + t[1]) + (t[2] + t[3]));
     }
 }

@@ -1,5 +1,7 @@
 //! Decoding allocates nothing per token once warm: single-token steps after a first step
 //! of the same shape make no heap allocation (a counting global allocator checks it).
+//! It counts every thread on purpose: the kernel pool's workers run the decode too, and one
+//! that takes its first task of a kind late (descheduled under load) must not allocate then.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

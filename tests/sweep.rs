@@ -542,3 +542,65 @@ fn a_file_of_several_tensors_is_one_round_with_per_file() {
         "{g:?} {each:?}"
     );
 }
+
+/// The sweep's command line without `--plain`, as one shell-quoted string.
+fn sweep_command(fx: &Fixture, csv: &Path) -> String {
+    let quote = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', r"'\''"));
+    format!(
+        "{} sweep -m {} -f {} --candidates {} --csv {} -c 32 -b 32 --chunks 2 -t 2",
+        quote(Path::new(BIN)),
+        quote(&fx.model),
+        quote(&fx.text),
+        quote(&fx.cands),
+        quote(csv),
+    )
+}
+
+#[test]
+fn progress_is_a_bar_on_a_terminal_and_plain_lines_otherwise() {
+    let fx = fixture();
+    // On a terminal (a pseudo-terminal from util-linux `script`): the bar is redrawn in place
+    // with an ETA, each finished round is one line, and no plain `sweep: [i/n]` lines.
+    let csv = fx.dir.path().join("tty.csv");
+    let o = Command::new("script")
+        .args(["-q", "-e", "-c", &sweep_command(&fx, &csv), "/dev/null"])
+        .output()
+        .expect("util-linux `script` gives the test a pseudo-terminal");
+    let tty = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{tty}");
+    assert!(
+        tty.contains("\r\x1b[2K["),
+        "no bar redrawn in place:\n{tty:?}"
+    );
+    assert!(tty.contains("% ETA "), "no ETA on the bar:\n{tty:?}");
+    for i in 1..=3 {
+        assert!(
+            tty.contains(&format!("[{i}/3] ")),
+            "round {i} missing:\n{tty:?}"
+        );
+    }
+    assert!(
+        !tty.contains("sweep: [1/3]"),
+        "plain lines on a terminal:\n{tty:?}"
+    );
+    assert_eq!(rows(&csv).len(), 3);
+    // Through a pipe: one plain line per round with its ETA, and no escape sequences.
+    let csv = fx.dir.path().join("pipe.csv");
+    let o = Command::new("sh")
+        .args(["-c", &sweep_command(&fx, &csv)])
+        .output()
+        .unwrap();
+    let piped = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{piped}");
+    assert!(
+        !piped.contains('\x1b'),
+        "escape sequences in a pipe:\n{piped:?}"
+    );
+    for i in 1..=3 {
+        let line = piped
+            .lines()
+            .find(|l| l.starts_with(&format!("sweep: [{i}/3] ")))
+            .unwrap_or_else(|| panic!("no plain line for round {i}:\n{piped}"));
+        assert!(line.contains(", ETA "), "{line}");
+    }
+}

@@ -16,7 +16,7 @@ pub fn by_logit_desc(a: &TokenData, b: &TokenData) -> bool {
 }
 
 /// Upstream's `get_rng_seed`: the seed itself, or a random one for `LLAMA_DEFAULT_SEED`.
-pub fn rng_seed(seed: u32) -> u32 {
+fn rng_seed(seed: u32) -> u32 {
     if seed != DEFAULT_SEED {
         return seed;
     }
@@ -27,6 +27,58 @@ pub fn rng_seed(seed: u32) -> u32 {
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     std::collections::hash_map::RandomState::new().hash_one(nanos) as u32
+}
+
+/// The seeded `std::mt19937` of a sampler with a random stream (dist, XTC, mirostat 1 and 2,
+/// adaptive-p), as upstream keeps it: the seed asked for, the seed in use (upstream's
+/// `seed_cur`: a random one for `LLAMA_DEFAULT_SEED`) and the generator. `Clone` copies all
+/// three (upstream's dist clone).
+#[derive(Clone)]
+pub struct SeededRng {
+    seed: u32,
+    seed_cur: u32,
+    rng: Mt19937,
+}
+
+impl SeededRng {
+    pub fn new(seed: u32) -> Self {
+        let seed_cur = rng_seed(seed);
+        SeededRng {
+            seed,
+            seed_cur,
+            rng: Mt19937::new(seed_cur),
+        }
+    }
+
+    /// The seed asked for (`LLAMA_DEFAULT_SEED` stays so).
+    pub fn seed(&self) -> u32 {
+        self.seed
+    }
+
+    /// The seed in use (what `llama_sampler_get_seed` reports).
+    pub fn seed_cur(&self) -> u32 {
+        self.seed_cur
+    }
+
+    pub fn generator(&mut self) -> &mut Mt19937 {
+        &mut self.rng
+    }
+
+    /// Every seeded sampler's reset upstream: the seed in use derived anew from the seed (a new
+    /// random one for `LLAMA_DEFAULT_SEED`) and the generator restarted from it.
+    pub fn reseed(&mut self) {
+        self.seed_cur = rng_seed(self.seed);
+        self.rng.seed(self.seed_cur);
+    }
+
+    /// The copy upstream's XTC and mirostat clones make: a sampler initialised from the seed
+    /// (which derives the seed in use anew) that then takes over the generator's state.
+    pub fn clone_rederived(&self) -> Self {
+        SeededRng {
+            seed_cur: rng_seed(self.seed),
+            ..self.clone()
+        }
+    }
 }
 
 /// Upstream's `llama_token_data_array_partial_sort`: the top `npartial` of `cur` by logit,
@@ -266,5 +318,31 @@ mod tests {
         let b = a.clone();
         assert_eq!(cpp::discrete(&mut a, [1.0f32].into_iter()), 0);
         assert_eq!(a.clone().next_u32(), b.clone().next_u32());
+    }
+
+    #[test]
+    fn seeded_rng_resets_clones_and_rederives_as_upstream() {
+        let mut a = SeededRng::new(42);
+        assert_eq!((a.seed(), a.seed_cur()), (42, 42));
+        let first = a.generator().next_u32();
+        assert_eq!(first, Mt19937::new(42).next_u32());
+        // a clone takes over the generator's state: the next draws are the same
+        let mut b = a.clone();
+        let mut c = a.clone_rederived();
+        let next = a.generator().next_u32();
+        assert_eq!(b.generator().next_u32(), next);
+        assert_eq!(c.generator().next_u32(), next);
+        // reset restarts the stream from the seed
+        a.reseed();
+        assert_eq!(a.generator().next_u32(), first);
+        // LLAMA_DEFAULT_SEED: a random seed in use, kept by a plain clone, drawn anew by a
+        // re-deriving clone and by reset (two draws of 32 random bits differ but by chance)
+        let mut r = SeededRng::new(DEFAULT_SEED);
+        assert_eq!(r.seed(), DEFAULT_SEED);
+        let used = r.seed_cur();
+        assert_eq!(r.clone().seed_cur(), used);
+        let rederived = r.clone_rederived().seed_cur();
+        r.reseed();
+        assert!(rederived != used || r.seed_cur() != used);
     }
 }

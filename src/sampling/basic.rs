@@ -2,9 +2,9 @@
 //! temp-ext, top-n-sigma, logit-bias), `dist`, and upstream's "empty" sampler, which the
 //! constructors return for parameters that disable a sampler (named "?top-k" and so on).
 
-use super::array::{self, rng_seed};
+use super::array::{self, SeededRng};
 use super::{Candidates, Sampler, TokenData};
-use crate::cpp::{self, Mt19937};
+use crate::cpp;
 
 macro_rules! clone_self {
     () => {
@@ -53,18 +53,13 @@ impl Sampler for Greedy {
 /// Draws a token from the softmax of the logits with the sampler's `std::mt19937`.
 #[derive(Clone)]
 pub struct Dist {
-    seed: u32,
-    seed_cur: u32,
-    rng: Mt19937,
+    rng: SeededRng,
 }
 
 impl Dist {
     pub fn new(seed: u32) -> Self {
-        let seed_cur = rng_seed(seed);
         Dist {
-            seed,
-            seed_cur,
-            rng: Mt19937::new(seed_cur),
+            rng: SeededRng::new(seed),
         }
     }
 }
@@ -81,7 +76,7 @@ impl Sampler for Dist {
         cur.selected = 0;
         if cur.len() == 1 {
             // upstream draws once anyway, keeping the stream aligned with backend sampling
-            cpp::uniform_f64(&mut self.rng, 0.0, 1.0);
+            cpp::uniform_f64(self.rng.generator(), 0.0, 1.0);
             cur.data_mut()[0].p = 1.0;
             return;
         }
@@ -99,7 +94,7 @@ impl Sampler for Dist {
             t.p = p;
             sum_cum += p as f64;
         }
-        let rnd = cpp::uniform_f64(&mut self.rng, 0.0, 1.0);
+        let rnd = cpp::uniform_f64(self.rng.generator(), 0.0, 1.0);
         let mut sum_run = 0.0f64;
         let sum_tgt = sum_cum * rnd;
         let mut found = None;
@@ -116,12 +111,12 @@ impl Sampler for Dist {
         cur.selected = found.unwrap_or(n - 1) as i64;
     }
     fn reset(&mut self) {
-        self.seed_cur = rng_seed(self.seed);
-        self.rng.seed(self.seed_cur);
+        self.rng.reseed();
     }
     fn seed(&self) -> Option<u32> {
-        Some(self.seed_cur)
+        Some(self.rng.seed_cur())
     }
+    // upstream's clone copies the seed in use and the generator
     clone_self!();
 }
 

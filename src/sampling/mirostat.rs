@@ -1,8 +1,8 @@
 //! The samplers with a random stream besides `dist`: XTC, Mirostat 1 and 2, adaptive-p.
 
-use super::array::{self, rng_seed, TOKEN_NULL};
+use super::array::{self, SeededRng, TOKEN_NULL};
 use super::{Candidates, Sampler};
-use crate::cpp::{self, Mt19937};
+use crate::cpp;
 
 /// XTC: with probability `probability`, removes the top tokens above `threshold` but the
 /// last of them (by moving the start of the caller's array, as upstream).
@@ -11,21 +11,16 @@ pub struct Xtc {
     probability: f32,
     threshold: f32,
     min_keep: usize,
-    seed: u32,
-    seed_cur: u32,
-    rng: Mt19937,
+    rng: SeededRng,
 }
 
 impl Xtc {
     pub fn new(probability: f32, threshold: f32, min_keep: usize, seed: u32) -> Self {
-        let seed_cur = rng_seed(seed);
         Xtc {
             probability,
             threshold,
             min_keep,
-            seed,
-            seed_cur,
-            rng: Mt19937::new(seed_cur),
+            rng: SeededRng::new(seed),
         }
     }
 }
@@ -38,7 +33,7 @@ impl Sampler for Xtc {
         if self.probability <= 0.0 || self.threshold > 0.5 || cur.len() < 2 {
             return;
         }
-        let chance = cpp::uniform_f32(&mut self.rng, 0.0, 1.0);
+        let chance = cpp::uniform_f32(self.rng.generator(), 0.0, 1.0);
         if chance > self.probability {
             return;
         }
@@ -56,14 +51,13 @@ impl Sampler for Xtc {
         }
     }
     fn reset(&mut self) {
-        self.seed_cur = rng_seed(self.seed);
-        self.rng.seed(self.seed_cur);
+        self.rng.reseed();
     }
     fn clone_sampler(&self) -> Option<Box<dyn Sampler>> {
-        // upstream re-derives seed_cur and copies the generator
-        let mut copy = self.clone();
-        copy.seed_cur = rng_seed(self.seed);
-        Some(Box::new(copy))
+        Some(Box::new(Xtc {
+            rng: self.rng.clone_rederived(),
+            ..self.clone()
+        }))
     }
 }
 
@@ -71,24 +65,19 @@ impl Sampler for Xtc {
 /// running `mu` (starts at 2·tau) and the seeded generator.
 #[derive(Clone)]
 struct MirostatState {
-    seed: u32,
-    seed_cur: u32,
     tau: f32,
     eta: f32,
     mu: f32,
-    rng: Mt19937,
+    rng: SeededRng,
 }
 
 impl MirostatState {
     fn new(seed: u32, tau: f32, eta: f32) -> Self {
-        let seed_cur = rng_seed(seed);
         MirostatState {
-            seed,
-            seed_cur,
             tau,
             eta,
             mu: 2.0 * tau,
-            rng: Mt19937::new(seed_cur),
+            rng: SeededRng::new(seed),
         }
     }
 
@@ -101,15 +90,16 @@ impl MirostatState {
 
     fn reset(&mut self) {
         self.mu = 2.0 * self.tau;
-        self.seed_cur = rng_seed(self.seed);
-        self.rng.seed(self.seed_cur);
+        self.rng.reseed();
     }
 
-    /// A copy for `llama_sampler_clone`: upstream re-derives seed_cur and copies the generator.
+    /// A copy for `llama_sampler_clone`: mu and the generator copied, the seed in use derived
+    /// anew (as upstream).
     fn cloned(&self) -> Self {
-        let mut copy = self.clone();
-        copy.seed_cur = rng_seed(self.seed);
-        copy
+        MirostatState {
+            rng: self.rng.clone_rederived(),
+            ..self.clone()
+        }
     }
 }
 
@@ -160,7 +150,7 @@ impl Sampler for Mirostat {
         .powf(1.0 / s_hat);
         array::top_k(cur, cpp::f32_to_int(k).max(1));
         array::softmax(cur, true);
-        let idx = array::sample_dist(cur, &mut self.state.rng);
+        let idx = array::sample_dist(cur, self.state.rng.generator());
         cur.selected = idx as i64;
         self.state.observe(cur.data()[idx as usize].p);
     }
@@ -168,7 +158,7 @@ impl Sampler for Mirostat {
         self.state.reset();
     }
     fn seed(&self) -> Option<u32> {
-        Some(self.state.seed_cur)
+        Some(self.state.rng.seed_cur())
     }
     fn clone_sampler(&self) -> Option<Box<dyn Sampler>> {
         Some(Box::new(Mirostat {
@@ -210,7 +200,7 @@ impl Sampler for MirostatV2 {
             .unwrap_or(cur.len());
         cur.truncate(n.max(1));
         array::softmax(cur, true);
-        let idx = array::sample_dist(cur, &mut self.state.rng);
+        let idx = array::sample_dist(cur, self.state.rng.generator());
         cur.selected = idx as i64;
         self.state.observe(cur.data()[idx as usize].p);
     }
@@ -218,7 +208,7 @@ impl Sampler for MirostatV2 {
         self.state.reset();
     }
     fn seed(&self) -> Option<u32> {
-        Some(self.state.seed_cur)
+        Some(self.state.rng.seed_cur())
     }
     fn clone_sampler(&self) -> Option<Box<dyn Sampler>> {
         Some(Box::new(MirostatV2 {
@@ -237,9 +227,7 @@ const INV_WIDTH: f32 = 1.0 / DISTRIBUTION_WIDTH;
 pub struct AdaptiveP {
     target: f32,
     decay: f32,
-    seed: u32,
-    seed_cur: u32,
-    rng: Mt19937,
+    rng: SeededRng,
     weighted_sum: f32,
     total_weight: f32,
     original_probs: Vec<f32>,
@@ -249,14 +237,11 @@ pub struct AdaptiveP {
 
 impl AdaptiveP {
     pub fn new(target: f32, decay: f32, seed: u32) -> Self {
-        let seed_cur = rng_seed(seed);
         let decay = cpp::clamp_f32(decay, 0.0, 0.99);
         AdaptiveP {
             target,
             decay,
-            seed,
-            seed_cur,
-            rng: Mt19937::new(seed_cur),
+            rng: SeededRng::new(seed),
             weighted_sum: target / (1.0 - decay),
             total_weight: 1.0 / (1.0 - decay),
             original_probs: Vec::new(),
@@ -277,7 +262,7 @@ impl Sampler for AdaptiveP {
         }
         array::softmax(cur, false);
         if self.target < 0.0 {
-            cur.selected = array::sample_dist(cur, &mut self.rng) as i64;
+            cur.selected = array::sample_dist(cur, self.rng.generator()) as i64;
             return;
         }
         self.original_probs.clear();
@@ -300,7 +285,7 @@ impl Sampler for AdaptiveP {
             t.logit = PEAK_LOGIT_VALUE - SHARPNESS * dist * dist / (1.0 + dist);
         }
         array::softmax(cur, false);
-        let idx = array::sample_dist(cur, &mut self.rng);
+        let idx = array::sample_dist(cur, self.rng.generator());
         cur.selected = idx as i64;
         self.pending_token_id = cur.data()[idx as usize].id;
         self.pending_token_idx = idx;
@@ -325,13 +310,12 @@ impl Sampler for AdaptiveP {
         self.total_weight = 1.0 / (1.0 - self.decay);
         self.pending_token_id = TOKEN_NULL;
         self.pending_token_idx = -1;
-        self.seed_cur = rng_seed(self.seed);
-        self.rng.seed(self.seed_cur);
+        self.rng.reseed();
     }
     fn clone_sampler(&self) -> Option<Box<dyn Sampler>> {
         // as upstream: a fresh generator from the seed, the moving average and the pending
         // token copied (the original probabilities are not)
-        let mut copy = AdaptiveP::new(self.target, self.decay, self.seed);
+        let mut copy = AdaptiveP::new(self.target, self.decay, self.rng.seed());
         copy.weighted_sum = self.weighted_sum;
         copy.total_weight = self.total_weight;
         copy.pending_token_id = self.pending_token_id;

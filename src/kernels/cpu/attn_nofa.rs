@@ -17,6 +17,19 @@ pub struct NoFaScratch {
     acc: Vec<f32>,
 }
 
+impl NoFaScratch {
+    /// Gives every buffer the capacity a task of `shape` uses (see `AttnScratch::reserve_for`).
+    pub fn reserve_for(&mut self, shape: AttnShape) {
+        fn at_least<T>(v: &mut Vec<T>, n: usize) {
+            v.reserve(n.saturating_sub(v.len()));
+        }
+        at_least(&mut self.q, shape.dk);
+        at_least(&mut self.row, shape.dk.max(shape.dv));
+        at_least(&mut self.w, shape.n_cells_max as usize);
+        at_least(&mut self.acc, shape.dv * 32);
+    }
+}
+
 /// Whether this path can follow upstream here: K and V in F16 or F32 (not blocks).
 pub fn applies(k: &dyn KvRows, v: &dyn KvRows) -> bool {
     k.packed(0, 0, 0).is_none() && v.packed(0, 0, 0).is_none()
@@ -184,7 +197,9 @@ fn head_task(
         // SOFT_MAX_EXT: scale, then the mask (0 for a visible cell)
         sc.w[j] = s * scale + 0.0;
     }
-    let max = sc.w.iter().fold(f32::NEG_INFINITY, |m, &x| if m > x { m } else { x });
+    let max =
+        sc.w.iter()
+            .fold(f32::NEG_INFINITY, |m, &x| if m > x { m } else { x });
     let sum = super::attn_tiled::soft_max(&mut sc.w, max);
     let inv = (1.0 / sum) as f32;
     let v_half = v.is_f16();
@@ -233,7 +248,9 @@ mod tests {
         let w: [f32; 4] = std::array::from_fn(|i| x[i + 4] + x[i]);
         assert_eq!(reduce(&x[..8], true), (w[0] + w[2]) + (w[1] + w[3]));
         // vec_dot: accumulators (0+2)+(1+3), then lo+hi and two horizontal adds
-        let s: Vec<f32> = (0..8).map(|l| (x[l] + x[16 + l]) + (x[8 + l] + x[24 + l])).collect();
+        let s: Vec<f32> = (0..8)
+            .map(|l| (x[l] + x[16 + l]) + (x[8 + l] + x[24 + l]))
+            .collect();
         let t: [f32; 4] = std::array::from_fn(|i| s[i] + s[i + 4]);
         assert_eq!(reduce(&x, false), (t[0] + t[1]) + (t[2] + t[3]));
     }

@@ -29,6 +29,28 @@ pub struct TiledScratch {
     half: Vec<half::f16>,
 }
 
+fn at_least<T>(v: &mut Vec<T>, n: usize) {
+    v.reserve(n.saturating_sub(v.len()));
+}
+
+impl TiledScratch {
+    /// Gives every buffer the capacity a task of `shape` uses (see `AttnScratch::reserve_for`).
+    pub fn reserve_for(&mut self, shape: AttnShape) {
+        let rows = shape.n_head / shape.n_head_kv * TILE_Q;
+        let (dk, dv) = (shape.dk, shape.dv);
+        at_least(&mut self.q, rows * dk);
+        at_least(&mut self.kt, dk * TILE_KV);
+        at_least(&mut self.v, TILE_KV * dv);
+        at_least(&mut self.kq, rows * TILE_KV);
+        at_least(&mut self.acc, rows * dv);
+        at_least(&mut self.m, rows);
+        at_least(&mut self.s, rows);
+        at_least(&mut self.vis, TILE_Q * TILE_KV);
+        at_least(&mut self.row, dk.max(dv));
+        at_least(&mut self.half, dk.max(dv));
+    }
+}
+
 /// How the kernel reads a cache: F16 rows, F32 rows, or F32 rows rounded to F16 (upstream
 /// casts an F32 cache to F16 before flash attention).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -207,7 +229,11 @@ fn tile_task(
     let group = n_head / n_head_kv;
     let rows = group * nt;
     // upstream folds the soft-cap's divisor into the scale
-    let scale = if softcap != 0.0 { scale / softcap } else { scale };
+    let scale = if softcap != 0.0 {
+        scale / softcap
+    } else {
+        scale
+    };
     sc.q.resize(rows * dk, 0.0);
     for hl in 0..group {
         for tq in 0..nt {
@@ -308,21 +334,32 @@ mod tests {
     use super::*;
 
     fn lcg(seed: &mut u64) -> f32 {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     }
 
     #[test]
     fn simd_gemm_equals_the_scalar_order() {
         let mut seed = 7;
-        for &(m, k, n) in &[(1, 64, 64), (5, 64, 64), (13, 17, 27), (8, 3, 9), (192, 64, 64)] {
+        for &(m, k, n) in &[
+            (1, 64, 64),
+            (5, 64, 64),
+            (13, 17, 27),
+            (8, 3, 9),
+            (192, 64, 64),
+        ] {
             let a: Vec<f32> = (0..m * k).map(|_| lcg(&mut seed)).collect();
             let b: Vec<f32> = (0..k * n).map(|_| lcg(&mut seed)).collect();
             let c0: Vec<f32> = (0..m * n).map(|_| lcg(&mut seed)).collect();
             let (mut c1, mut c2) = (c0.clone(), c0.clone());
             gemm_acc(&mut c1, &a, &b, m, k, n);
             gemm_acc_scalar(&mut c2, &a, &b, m, k, n);
-            assert!(c1.iter().zip(&c2).all(|(x, y)| x.to_bits() == y.to_bits()), "{m}x{k}x{n}");
+            assert!(
+                c1.iter().zip(&c2).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{m}x{k}x{n}"
+            );
         }
     }
 

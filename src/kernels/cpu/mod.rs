@@ -19,11 +19,11 @@
 //! [`tile_fn`] a kernel for several activation rows at once (batched products).
 //! `LLAMA_HOTSWAP_KERNELS=scalar` forces the scalar path (as on a CPU without AVX2).
 
+mod attn_nofa;
+mod attn_tiled;
 mod blocks;
 mod dequant;
 mod dot_scalar;
-mod attn_nofa;
-mod attn_tiled;
 pub mod ops;
 mod pool;
 mod quantize;

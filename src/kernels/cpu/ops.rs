@@ -381,6 +381,37 @@ pub struct AttnScratch {
     pub(super) nofa: super::attn_nofa::NoFaScratch,
 }
 
+impl AttnScratch {
+    /// Gives every buffer the capacity a task of `shape` uses, so the task itself never
+    /// allocates. `flash_attn` calls it for every pool thread's set before the job: a thread
+    /// that takes its first attention task late (a worker the OS kept descheduled during the
+    /// first decodes) must not allocate in the middle of a later decode.
+    fn reserve_for(&mut self, shape: AttnShape) {
+        fn at_least<T>(v: &mut Vec<T>, n: usize) {
+            v.reserve(n.saturating_sub(v.len()));
+        }
+        let group = shape.n_head / shape.n_head_kv;
+        // F32 is the widest vec_dot type (4 bytes an element; F16, BF16 and the Q8 types
+        // are narrower), so Q in K's vec_dot type fits in this many bytes
+        at_least(
+            &mut self.q_bytes,
+            group * super::row_bytes(crate::gguf::GgmlType::F32, shape.dk),
+        );
+        at_least(&mut self.q16, group * shape.dk);
+        at_least(&mut self.k, shape.dk);
+        at_least(&mut self.v, shape.dv);
+        at_least(&mut self.acc, group * shape.dv);
+        at_least(&mut self.acc16, group * shape.dv);
+        at_least(&mut self.m, group);
+        at_least(&mut self.s, group);
+        at_least(&mut self.cells, shape.n_cells_max as usize);
+        at_least(&mut self.k16, shape.dk);
+        at_least(&mut self.v16, shape.dv);
+        self.tiled.reserve_for(shape);
+        self.nofa.reserve_for(shape);
+    }
+}
+
 /// Shapes and constants of one FLASH_ATTN_EXT.
 #[derive(Clone, Copy, Debug)]
 pub struct AttnShape {
@@ -481,6 +512,11 @@ pub fn flash_attn(
     let group = n_head / n_head_kv;
     assert!(q.len() >= n_tokens * n_head * dk && out.len() >= n_tokens * n_head * dv);
     assert!(scratch.len() >= pool.n_threads());
+    for sc in &scratch[..pool.n_threads()] {
+        sc.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .reserve_for(shape);
+    }
     if !shape.flash_attn && super::attn_nofa::applies(k, v) {
         let n_kv = super::attn_nofa::upstream_n_kv(n_kv, shape.n_cells_max);
         super::attn_nofa::attn_no_fa(shape, q, n_tokens, n_kv, visible, k, v, out, pool, scratch);
@@ -629,7 +665,11 @@ fn attn_task(
     } = shape;
     let group = n_head / n_head_kv;
     // upstream folds the soft-cap's divisor into the scale
-    let scale = if softcap != 0.0 { scale / softcap } else { scale };
+    let scale = if softcap != 0.0 {
+        scale / softcap
+    } else {
+        scale
+    };
     let f16_v = v.is_f16() || v.cast_f16();
     let sc = &mut *sc;
     // Q in K's vec_dot type, each score that type's dot, as ggml's CPU flash attention
@@ -771,6 +811,101 @@ pub fn hadamard_rows(x: &mut [f32], n: usize) {
                 }
             }
             len <<= 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod attn_scratch_tests {
+    use super::*;
+
+    /// Rows of a cache in f32, or in half precision when `f16`.
+    struct Rows {
+        width: usize,
+        f32s: Vec<f32>,
+        f16s: Vec<half::f16>,
+        f16: bool,
+    }
+
+    impl KvRows for Rows {
+        fn read(&self, cell: usize, off: usize, dst: &mut [f32]) {
+            let start = cell * self.width + off;
+            dst.copy_from_slice(&self.f32s[start..start + dst.len()]);
+        }
+        fn half(&self, cell: usize, off: usize, len: usize) -> Option<&[half::f16]> {
+            let start = cell * self.width + off;
+            self.f16.then(|| &self.f16s[start..start + len])
+        }
+        fn is_f16(&self) -> bool {
+            self.f16
+        }
+    }
+
+    fn capacities(sc: &AttnScratch) -> [usize; 9] {
+        [
+            sc.q_bytes.capacity(),
+            sc.q16.capacity(),
+            sc.k.capacity(),
+            sc.v.capacity(),
+            sc.acc.capacity(),
+            sc.acc16.capacity(),
+            sc.m.capacity(),
+            sc.s.capacity(),
+            sc.cells.capacity(),
+        ]
+    }
+
+    /// A task on a fresh buffer set that `reserve_for` prepared allocates nothing (a pool
+    /// thread's first attention task can come in any decode).
+    #[test]
+    fn reserved_scratch_does_not_grow_in_a_task() {
+        let (n_head, n_head_kv, dk, dv, n_cells) = (4, 2, 64, 32, 16u32);
+        let shape = AttnShape {
+            n_head,
+            n_head_kv,
+            dk,
+            dv,
+            scale: 0.125,
+            softcap: 0.0,
+            n_cells_max: n_cells,
+        };
+        let rows = |width: usize, f16: bool| {
+            let f32s: Vec<f32> = (0..n_cells as usize * width * n_head_kv)
+                .map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0)
+                .collect();
+            let f16s = f32s.iter().map(|&x| half::f16::from_f32(x)).collect();
+            Rows {
+                width: width * n_head_kv,
+                f32s,
+                f16s,
+                f16,
+            }
+        };
+        let q: Vec<f32> = (0..n_head * dk).map(|i| (i % 5) as f32 / 4.0).collect();
+        let group = n_head / n_head_kv;
+        for f16 in [false, true] {
+            let (k, v) = (rows(dk, f16), rows(dv, f16));
+            let mut sc = AttnScratch::default();
+            sc.reserve_for(shape);
+            let before = capacities(&sc);
+            let mut out = vec![0f32; group * dv];
+            for g in 0..n_head_kv {
+                let qrow = &q[g * group * dk..(g + 1) * group * dk];
+                attn_task(
+                    shape,
+                    qrow,
+                    0,
+                    g,
+                    n_cells,
+                    &|_, _| true,
+                    &k,
+                    &v,
+                    &mut out,
+                    &mut sc,
+                );
+            }
+            assert_eq!(capacities(&sc), before, "f16 cache: {f16}");
+            assert!(out.iter().all(|x| x.is_finite() && *x != 0.0));
         }
     }
 }

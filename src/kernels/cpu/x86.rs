@@ -1513,12 +1513,19 @@ unsafe fn v_expf(x: __m256) -> __m256 {
     let n = _mm256_sub_ps(z, r);
     let b = _mm256_fnmadd_ps(n, c(0x35bf_be8e), _mm256_fnmadd_ps(n, c(0x3f31_7200), x));
     let e = _mm256_slli_epi32::<23>(_mm256_castps_si256(z));
-    let k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1.0))));
+    let k = _mm256_castsi256_ps(_mm256_add_epi32(
+        e,
+        _mm256_castps_si256(_mm256_set1_ps(1.0)),
+    ));
     let abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0), n);
     let cm = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(126.0));
     let u = _mm256_mul_ps(b, b);
     let j = _mm256_fmadd_ps(
-        _mm256_fmadd_ps(_mm256_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)), u, _mm256_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb))),
+        _mm256_fmadd_ps(
+            _mm256_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
+            u,
+            _mm256_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
+        ),
         u,
         _mm256_mul_ps(c(0x3f7f_fff6), b),
     );
@@ -1559,7 +1566,10 @@ unsafe fn soft_max_avx2(x: *mut f32, n: usize, max: f32) -> f64 {
     let mut sum = 0f64;
     let mut i = 0;
     while i + 8 <= n {
-        let val = v_expf(_mm256_sub_ps(_mm256_loadu_ps(x.add(i)), _mm256_set1_ps(max)));
+        let val = v_expf(_mm256_sub_ps(
+            _mm256_loadu_ps(x.add(i)),
+            _mm256_set1_ps(max),
+        ));
         _mm256_storeu_ps(x.add(i), val);
         let mut v2 = _mm_add_ps(_mm256_extractf128_ps::<1>(val), _mm256_castps256_ps128(val));
         v2 = _mm_add_ps(v2, _mm_movehl_ps(v2, v2));

@@ -43,7 +43,21 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn single_token_steps_allocate_nothing() {
-    let dir = std::env::temp_dir().join(format!("lhs-engine-alloc-{}", std::process::id()));
+    // flash attention on (the default) and off (upstream's MUL_MAT / SOFT_MAX attention)
+    for flash_attn_type in [-1, 0] {
+        let n = allocations_in_steps(flash_attn_type);
+        assert_eq!(
+            n, 0,
+            "{n} allocations in 64 single-token decode steps (flash_attn_type {flash_attn_type})"
+        );
+    }
+}
+
+fn allocations_in_steps(flash_attn_type: i32) -> usize {
+    let dir = std::env::temp_dir().join(format!(
+        "lhs-engine-alloc-{}-{flash_attn_type}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("m.gguf");
     tiny_llama(&TinyLlamaOpts::default())
@@ -76,6 +90,7 @@ fn single_token_steps_allocate_nothing() {
             n_threads: 2,
             n_threads_batch: 2,
             kv_unified: true,
+            flash_attn_type,
             ..ContextParams::default()
         },
     )
@@ -92,6 +107,7 @@ fn single_token_steps_allocate_nothing() {
     for t in 0..4 {
         step(t + 1);
     }
+    ALLOCS.store(0, Ordering::SeqCst);
     COUNTING.store(true, Ordering::SeqCst);
     for t in 0..64 {
         step(t % 300 + 1);
@@ -99,5 +115,5 @@ fn single_token_steps_allocate_nothing() {
     COUNTING.store(false, Ordering::SeqCst);
     let n = ALLOCS.load(Ordering::SeqCst);
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(n, 0, "{n} allocations in 64 single-token decode steps");
+    n
 }

@@ -660,8 +660,9 @@ impl Executor {
     ) {
         let l = &kv.layers[layer];
         let n_threads = self.pool.n_threads();
-        if self.attn_scratch.len() < n_threads {
-            self.attn_scratch.resize_with(n_threads, || {
+        // one set per pool thread, and one for the split-KV path's partials
+        if self.attn_scratch.len() < n_threads + 1 {
+            self.attn_scratch.resize_with(n_threads + 1, || {
                 std::sync::Mutex::new(ops::AttnScratch::default())
             });
         }

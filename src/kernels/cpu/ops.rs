@@ -379,6 +379,8 @@ pub struct AttnScratch {
     pub(super) tiled: super::attn_tiled::TiledScratch,
     /// The buffers of attention without flash attention.
     pub(super) nofa: super::attn_nofa::NoFaScratch,
+    /// The split-KV path's partial results (in the extra set past the pool threads' ones).
+    partials: Vec<f32>,
 }
 
 impl AttnScratch {
@@ -522,6 +524,13 @@ pub fn flash_attn(
         super::attn_nofa::attn_no_fa(shape, q, n_tokens, n_kv, visible, k, v, out, pool, scratch);
         return;
     }
+    if n_tokens == 1 && split_kv_applies(k, v) {
+        let n_kv_up = super::attn_nofa::upstream_n_kv(n_kv, shape.n_cells_max);
+        if n_kv_up >= 512 {
+            flash_attn_split_kv(shape, q, n_kv_up, visible, k, v, out, pool, scratch);
+            return;
+        }
+    }
     if super::attn_tiled::applies(n_tokens, k, v) {
         super::attn_tiled::flash_attn_tiled(
             shape, q, n_tokens, n_kv, visible, k, v, out, pool, scratch,
@@ -542,7 +551,7 @@ pub fn flash_attn(
             )
         };
         let qrow = &q[(t * n_head + g * group) * dk..(t * n_head + (g + 1) * group) * dk];
-        attn_task(shape, qrow, t, g, n_kv, visible, k, v, o, &mut sc);
+        attn_task(shape, qrow, t, g, 0..n_kv, false, visible, k, v, o, &mut sc);
     });
 }
 
@@ -550,6 +559,91 @@ pub fn flash_attn(
 fn to_half(x: &[f32], out: &mut Vec<half::f16>) {
     out.clear();
     out.extend(x.iter().map(|&v| half::f16::from_f32(v)));
+}
+
+/// Whether K and V are both F16 or both F32 (an F32 cache cast to F16 counts as F16), the
+/// caches upstream's split-KV path takes.
+fn split_kv_applies(k: &dyn KvRows, v: &dyn KvRows) -> bool {
+    let half = |r: &dyn KvRows| r.is_f16() || r.cast_f16();
+    k.packed(0, 0, 0).is_none() && v.packed(0, 0, 0).is_none() && half(k) == half(v)
+}
+
+/// Upstream's split-KV flash attention for one query row over at least 512 cells
+/// (`use_split_kv_path`): the `n_kv` cells of its padded view in one chunk per thread
+/// (`ceil(n_kv / n_threads)` cells each), the one-row kernel over each chunk giving (M, S,
+/// unnormalized VKQ), then the chunks merged in order (`ggml_flash_attn_ext_reduce_partials`,
+/// with the FMAs upstream's build makes there). The result depends on the thread count, as
+/// upstream's does. `scratch[pool.n_threads()]` holds the partials.
+#[allow(clippy::too_many_arguments)]
+fn flash_attn_split_kv(
+    shape: AttnShape,
+    q: &[f32],
+    n_kv: u32,
+    visible: &(dyn Fn(usize, u32) -> bool + Sync),
+    k: &dyn KvRows,
+    v: &dyn KvRows,
+    out: &mut [f32],
+    pool: &super::ThreadPool,
+    scratch: &[std::sync::Mutex<AttnScratch>],
+) {
+    let AttnShape {
+        n_head,
+        n_head_kv,
+        dk,
+        dv,
+        ..
+    } = shape;
+    let group = n_head / n_head_kv;
+    let nth = pool.n_threads();
+    assert!(
+        scratch.len() > nth,
+        "the split path needs one more scratch set"
+    );
+    let chunk = n_kv.div_ceil(nth as u32);
+    let stride = 2 + dv;
+    let mut extra = scratch[nth].lock().unwrap_or_else(|e| e.into_inner());
+    let extra = &mut *extra;
+    extra.partials.resize(nth * n_head * stride, 0.0);
+    let parts = SharedOut::new(&mut extra.partials);
+    pool.parallel_for(nth * n_head_kv, &|task, thread| {
+        let (c, g) = (task / n_head_kv, task % n_head_kv);
+        let c0 = (c as u32 * chunk).min(n_kv);
+        let c1 = (c0 + chunk).min(n_kv);
+        let mut sc = scratch[thread].lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: task (c, g) writes only chunk c's partials of heads g*group..(g+1)*group,
+        // disjoint from every other task's; the buffer stays locked and borrowed until the
+        // job returns.
+        let o = unsafe { parts.slice((c * n_head + g * group) * stride, group * stride) };
+        let qrow = &q[g * group * dk..(g + 1) * group * dk];
+        attn_task(shape, qrow, 0, g, c0..c1, true, visible, k, v, o, &mut sc);
+    });
+    extra.acc.resize(dv, 0.0);
+    for h in 0..n_head {
+        let (mut m, mut s) = (f32::NEG_INFINITY, 0f32);
+        extra.acc.fill(0.0);
+        for c in 0..nth {
+            if c as u32 * chunk >= n_kv {
+                continue;
+            }
+            let p = &extra.partials[(c * n_head + h) * stride..(c * n_head + h + 1) * stride];
+            if p[1] == 0.0 {
+                continue;
+            }
+            let m_new = m.max(p[0]);
+            let (so, sn) = ((m - m_new).exp(), (p[0] - m_new).exp());
+            // `a*so + b*sn`: upstream's build fuses the first product
+            for (a, &b) in extra.acc.iter_mut().zip(&p[2..]) {
+                *a = a.mul_add(so, b * sn);
+            }
+            s = s.mul_add(so, p[1] * sn);
+            m = m_new;
+        }
+        let o = &mut out[h * dv..(h + 1) * dv];
+        let inv = if s != 0.0 { 1.0 / s } else { 1.0 };
+        for (o, &a) in o.iter_mut().zip(&extra.acc) {
+            *o = if s != 0.0 { a * inv } else { a };
+        }
+    }
 }
 
 /// The bytes of a half-precision row (as the F16 dot kernel reads them).
@@ -645,7 +739,8 @@ fn attn_task(
     qrow: &[f32],
     t: usize,
     g: usize,
-    n_kv: u32,
+    cells: std::ops::Range<u32>,
+    partial: bool,
     visible: &(dyn Fn(usize, u32) -> bool + Sync),
     k: &dyn KvRows,
     v: &dyn KvRows,
@@ -712,7 +807,7 @@ fn attn_task(
     sc.s.resize(group, 0.0);
     sc.cells.clear();
     sc.cells.reserve(n_cells_max as usize);
-    sc.cells.extend((0..n_kv).filter(|&j| visible(t, j)));
+    sc.cells.extend(cells.filter(|&j| visible(t, j)));
     for ci in 0..sc.cells.len() {
         let j = sc.cells[ci] as usize;
         let k_bytes = k_packed.and_then(|_| k.packed(j, g * dk, dk));
@@ -775,6 +870,22 @@ fn attn_task(
             // one rounding: upstream's build (GCC, FMA enabled) fuses ggml's `S = S*ms + vs`
             sc.s[h] = sc.s[h].mul_add(ms, vs);
         }
+    }
+    if partial {
+        // the split path's partial result per head: M, S, then the unnormalized VKQ in f32
+        for h in 0..group {
+            let o = &mut out[h * (2 + dv)..(h + 1) * (2 + dv)];
+            o[0] = sc.m[h];
+            o[1] = sc.s[h];
+            for (d, o) in o[2..].iter_mut().enumerate() {
+                *o = if f16_v {
+                    sc.acc16[h * dv + d].to_f32()
+                } else {
+                    sc.acc[h * dv + d]
+                };
+            }
+        }
+        return;
     }
     for h in 0..group {
         let s = sc.s[h];

@@ -99,6 +99,12 @@ CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4
 CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4_1-long-1thread "$model" 1e-2 PROBE_THREADS=1
 CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4_1-long-f32cache "$model" 1e-2 PROBE_TYPE_K=f32
 CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4_1-long-ubatch32 "$model" 1e-2 PROBE_UBATCH=32
+# one query row over >= 512 cells: upstream's split-KV flash attention (one chunk of cells per
+# thread, partials merged in order; the result depends on the thread count): a 272-token
+# prompt in a 512-cell context, then 16 steps, with 2 threads and with 1
+split_prompt="$long_prompt $long_prompt $long_prompt $long_prompt"
+CHECK_TOKENS="$split_prompt" COMPARE_EXACT_ROWS=$((4 * n_long + 16)) check smollm2-q4_1-split-kv "$model" 1e-2
+CHECK_TOKENS="$split_prompt" COMPARE_EXACT_ROWS=$((4 * n_long + 16)) check smollm2-q4_1-split-kv-1thread "$model" 1e-2 PROBE_THREADS=1
 # flash attention disabled (llama-cpp-python's default): upstream's MUL_MAT / SOFT_MAX_EXT /
 # MUL_MAT attention, F16 and F32 caches, all rows exact
 CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4_1-long-nofa "$model" 1e-2 PROBE_FLASH_ATTN=0

@@ -172,21 +172,22 @@ fn head_task(
             acc[e % k_lanes] = a.mul_add(b, acc[e % k_lanes]);
         }
         let mut s = reduce(&acc[..k_lanes], tiny_k);
+        let tail = kr[full..].iter().zip(&sc.q[full..dk]);
         if tiny_k {
             // tinyBLAS's tail
-            for e in full..dk {
-                s += kr[e] * sc.q[e];
+            for (&a, &b) in tail {
+                s += a * b;
             }
         } else if !k_half {
             // ggml_vec_dot_f32's tail: in float, fused by upstream's build
-            for e in full..dk {
-                s = kr[e].mul_add(sc.q[e], s);
+            for (&a, &b) in tail {
+                s = a.mul_add(b, s);
             }
         } else {
             // ggml_vec_dot_f16's tail: in f64
             let mut sf = f64::from(s);
-            for e in full..dk {
-                sf += f64::from(kr[e] * sc.q[e]);
+            for (&a, &b) in tail {
+                sf += f64::from(a * b);
             }
             s = sf as f32;
         }

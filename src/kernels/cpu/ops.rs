@@ -691,14 +691,8 @@ pub fn dot_f16_ggml_by(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> 
             }
         }
     }
-    for l in 0..8 {
-        sum[0][l] += sum[2][l];
-        sum[1][l] += sum[3][l];
-    }
-    for l in 0..8 {
-        sum[0][l] += sum[1][l];
-    }
-    let s = sum[0];
+    let [a0, a1, a2, a3] = sum;
+    let s: [f32; 8] = std::array::from_fn(|l| (a0[l] + a2[l]) + (a1[l] + a3[l]));
     let t0 = [s[0] + s[4], s[1] + s[5], s[2] + s[6], s[3] + s[7]];
     let mut sumf = f64::from((t0[0] + t0[1]) + (t0[2] + t0[3]));
     for i in np..n {
@@ -979,6 +973,7 @@ mod attn_scratch_tests {
             scale: 0.125,
             softcap: 0.0,
             n_cells_max: n_cells,
+            flash_attn: true,
         };
         let rows = |width: usize, f16: bool| {
             let f32s: Vec<f32> = (0..n_cells as usize * width * n_head_kv)
@@ -1007,7 +1002,8 @@ mod attn_scratch_tests {
                     qrow,
                     0,
                     g,
-                    n_cells,
+                    0..n_cells,
+                    false,
                     &|_, _| true,
                     &k,
                     &v,

@@ -1374,18 +1374,24 @@ void llama_memory_clear(llama_memory_t mem, bool data);
 
 // Removes the tokens of `seq_id` (every sequence when negative) with positions in
 // [p0, p1) (p0 < 0: from 0; p1 < 0: to the end). Returns true (a KV cache can always remove
-// a partial sequence); true for NULL; false with a log line for a sequence id >= n_seq_max.
+// a partial sequence); true for NULL; false with a log line for a sequence id out of range
+// (>= n_seq_max with one KV stream per sequence, >= 256 with a single stream).
 bool llama_memory_seq_rm(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1);
 
 // Adds `seq_id_dst` to the tokens of `seq_id_src` with positions in [p0, p1) (the cells are
-// shared, not copied).
+// shared, not copied) when both share a KV stream. With one stream per sequence
+// (`kv_unified = false`) the destination's stream is replaced by a copy of the source's
+// whole sequence (cells and cached rows); a bounded range there is refused with a log line
+// (upstream aborts).
 void llama_memory_seq_cp(llama_memory_t mem,
                          llama_seq_id seq_id_src,
                          llama_seq_id seq_id_dst,
                          llama_pos p0,
                          llama_pos p1);
 
-// Removes every token that does not belong to `seq_id`.
+// Removes every token that does not belong to `seq_id` from the KV stream of `seq_id`: the
+// whole cache when unified; with one stream per sequence, other sequences keep their
+// tokens, as upstream's.
 void llama_memory_seq_keep(llama_memory_t mem, llama_seq_id seq_id);
 
 // Adds `delta` to the positions of the tokens of `seq_id` in [p0, p1); tokens whose position

@@ -20,18 +20,11 @@ python3 scripts/gen-tokenizer-corpus.py "$UPSTREAM_LLAMA/models" "$out/corpus.tx
 
 vocabs=("$UPSTREAM_LLAMA"/models/ggml-vocab-*.gguf)
 vocabs+=("$(bash scripts/fetch-models.sh)")
-# A TEST-vocab model: upstream's random-architecture fixtures (llama only).
-if tools="$(bash scripts/build-upstream-tools.sh test-llama-archs 2>"$out/tools.log" | tail -n 1)" \
-        && [ -x "$tools/test-llama-archs" ]; then
-    mkdir -p "$out/archs"
-    LD_LIBRARY_PATH="$tools:$UPSTREAM_BUILD/bin" "$tools/test-llama-archs" -a '^llama$' -o "$out/archs" -s 42 \
-        >"$out/archs.log" 2>&1 || true
-    test_model="$(ls "$out"/archs/*.gguf 2>/dev/null | head -n 1 || true)"
-    [ -n "$test_model" ] || fail "test-llama-archs wrote no model (see $out/archs.log)"
-    vocabs+=("$test_model")
-else
-    fail "could not build upstream's test-llama-archs (see $out/tools.log)"
-fi
+# A TEST-vocab model: upstream's random-architecture fixture of llama (the shared cache).
+archs="$(bash scripts/upstream-arch-fixtures.sh 2>"$out/archs.log")" \
+    || fail "could not write upstream's test-llama-archs fixtures (see $out/archs.log)"
+[ -s "$archs/llama-dense.gguf" ] || fail "test-llama-archs wrote no llama model (see $archs/generate.log)"
+vocabs+=("$archs/llama-dense.gguf")
 
 # RWKV, PLaMo2 and UGM (user-defined tokens, whitespace flags) fixtures: the sdist has no
 # vocab of the first two and one UGM file (gguf::fixtures::vocab_algos).

@@ -41,21 +41,19 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// One test for both cases: the counter is process-wide, so they must not run in parallel.
 #[test]
 fn single_token_steps_allocate_nothing() {
-    // flash attention on (the default) and off (upstream's MUL_MAT / SOFT_MAX attention)
     for flash_attn_type in [-1, 0] {
-        let n = allocations_in_steps(flash_attn_type);
-        assert_eq!(
-            n, 0,
-            "{n} allocations in 64 single-token decode steps (flash_attn_type {flash_attn_type})"
-        );
+        steps_allocate_nothing(true, 1, flash_attn_type);
+        // with one KV stream per sequence: steps of two sequences in one batch (split per stream)
+        steps_allocate_nothing(false, 2, flash_attn_type);
     }
 }
 
-fn allocations_in_steps(flash_attn_type: i32) -> usize {
+fn steps_allocate_nothing(kv_unified: bool, n_seq: usize, flash_attn_type: i32) {
     let dir = std::env::temp_dir().join(format!(
-        "lhs-engine-alloc-{}-{flash_attn_type}",
+        "lhs-engine-alloc-{}-{kv_unified}-{flash_attn_type}",
         std::process::id()
     ));
     std::fs::create_dir_all(&dir).unwrap();
@@ -86,10 +84,10 @@ fn allocations_in_steps(flash_attn_type: i32) -> usize {
             n_ctx: 256,
             n_batch: 64,
             n_ubatch: 64,
-            n_seq_max: 1,
+            n_seq_max: n_seq as u32,
             n_threads: 2,
             n_threads_batch: 2,
-            kv_unified: true,
+            kv_unified,
             flash_attn_type,
             ..ContextParams::default()
         },
@@ -99,7 +97,13 @@ fn allocations_in_steps(flash_attn_type: i32) -> usize {
         {
             let mut e = ctx.engine();
             e.raw.clear();
-            e.raw.tokens.push(tok);
+            // one token per sequence, automatic positions
+            e.raw.has_seq = true;
+            for s in 0..n_seq {
+                e.raw.tokens.push(tok);
+                e.raw.seq_n.push(1);
+                e.raw.seq_flat.push(s as i32);
+            }
         }
         assert_eq!(ctx.decode(), 0);
     };
@@ -113,7 +117,10 @@ fn allocations_in_steps(flash_attn_type: i32) -> usize {
         step(t % 300 + 1);
     }
     COUNTING.store(false, Ordering::SeqCst);
-    let n = ALLOCS.load(Ordering::SeqCst);
+    let n = ALLOCS.swap(0, Ordering::SeqCst);
     let _ = std::fs::remove_dir_all(&dir);
-    n
+    assert_eq!(
+        n, 0,
+        "{n} allocations in 64 decode steps of {n_seq} sequence(s), flash_attn_type {flash_attn_type}"
+    );
 }

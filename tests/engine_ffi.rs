@@ -242,11 +242,13 @@ fn hostile_batches_through_the_c_api() {
             "seq id >= n_seq_max"
         );
         assert_eq!(memory::llama_memory_seq_pos_max(mem, 7), -1);
+        // one KV stream per sequence (kv_unified = false, the default): seq_keep acts on the
+        // stream of sequence 1 only and sequence 0 keeps its own, as upstream's
         memory::llama_memory_seq_keep(mem, 1);
         assert_eq!(
             memory::llama_memory_seq_pos_max(mem, 0),
-            -1,
-            "only sequence 1 is kept"
+            3,
+            "sequence 0 keeps its stream"
         );
         assert_eq!(memory::llama_memory_seq_pos_max(mem, 1), 1);
         memory::llama_memory_clear(mem, true);

@@ -6,102 +6,21 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use llama::device::{Registry, SplitMode};
+use llama::device::SplitMode;
 use llama::gguf::fixtures::{tiny_llama, TinyLlamaOpts};
-use llama::gguf::writer::TensorData as WriterData;
-use llama::gguf::{GgmlType, Gguf, GgufWriter};
-use llama::hotswap::{self, Outcome, Report};
+use llama::gguf::{GgmlType, GgufWriter};
+use llama::hotswap::{self, Outcome};
 use llama::loader::place::PlacementParams;
 use llama::loader::{load, LoadOptions, ModelSource};
 use llama::model::tensors::TensorData;
 use llama::model::{LoadMode, Model};
 
-struct Dir(PathBuf);
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-fn tempdir(tag: &str) -> Dir {
-    let p = std::env::temp_dir().join(format!("llama-hotswap-rs-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p);
-    std::fs::create_dir_all(&p).unwrap();
-    Dir(p)
-}
-
-fn registry(capacities: &[u64]) -> &'static Registry {
-    Box::leak(Box::new(Registry::with_virtual_gpus(capacities)))
-}
-
-/// Deterministic bytes.
-fn noise(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
-/// One tensor of a writer: name, dims, type, bytes.
-type Spec = (String, Vec<i64>, GgmlType, Vec<u8>);
-
-/// A copy of `base` (same metadata) with each tensor passed through `edit` (None drops it).
-fn rewrite(base: &GgufWriter, edit: impl Fn(Spec) -> Option<Spec>) -> GgufWriter {
-    let mut w = GgufWriter::new();
-    for (k, v) in base.kvs() {
-        w.set(k, v.clone());
-    }
-    for t in base.tensors() {
-        let bytes = match &t.data {
-            WriterData::Bytes(b) => b.clone(),
-            WriterData::Deferred => panic!("deferred"),
-        };
-        if let Some((name, dims, ty, bytes)) =
-            edit((t.name.clone(), t.dims.clone(), t.ggml_type, bytes))
-        {
-            w.add_tensor(&name, &dims, ty, bytes).unwrap();
-        }
-    }
-    w
-}
-
-/// A copy of `base` where the named tensors get new types and bytes (None: drop the tensor).
-fn variant(base: &GgufWriter, changes: &[(&str, Option<(GgmlType, Vec<u8>)>)]) -> GgufWriter {
-    rewrite(base, |(name, dims, ty, bytes)| {
-        match changes.iter().find(|(n, _)| *n == name) {
-            Some((_, None)) => None,
-            Some((_, Some((t, b)))) => Some((name, dims, *t, b.clone())),
-            None => Some((name, dims, ty, bytes)),
-        }
-    })
-}
-
-/// A fresh directory with `base` written as `m.gguf`.
-fn setup(tag: &str, base: &GgufWriter) -> (Dir, PathBuf) {
-    let dir = tempdir(tag);
-    let path = dir.0.join("m.gguf");
-    base.write_to(&path).unwrap();
-    (dir, path)
-}
-
-/// Random bytes of the right size for `name` stored as `ty`.
-fn bytes_for(base: &GgufWriter, name: &str, ty: GgmlType, seed: u64) -> Vec<u8> {
-    let t = base.tensors().iter().find(|t| t.name == name).unwrap();
-    let mut ne = [1i64; 4];
-    ne[..t.dims.len()].copy_from_slice(&t.dims);
-    noise(seed, ty.nbytes(ne).unwrap() as usize)
-}
-
-/// Writes `w` next to `path` and renames it into place (what a careful tool does).
-fn replace(path: &Path, w: &GgufWriter) {
-    let tmp = path.with_extension("tmp");
-    w.write_to(&tmp).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
-}
+#[path = "common/hotswap.rs"]
+mod hotswap_common;
+use hotswap_common::{
+    bytes_for, current, file_bytes, outcome, registry, replace, rewrite, setup, tempdir, variant,
+    Dir,
+};
 
 fn load_model(path: &Path, placement: PlacementParams, mode: LoadMode) -> Model {
     load(
@@ -114,30 +33,6 @@ fn load_model(path: &Path, placement: PlacementParams, mode: LoadMode) -> Model 
         },
     )
     .unwrap()
-}
-
-fn file_bytes(path: &Path, name: &str) -> (GgmlType, Vec<u8>) {
-    let bytes = std::fs::read(path).unwrap();
-    let g = Gguf::parse(&bytes).unwrap();
-    let t = g.tensors().iter().find(|t| t.name == name).unwrap();
-    let off = t.abs_offset(&g) as usize;
-    (t.ggml_type, bytes[off..off + t.nbytes as usize].to_vec())
-}
-
-/// Type and bytes, read under one lock (a consistent view).
-fn current(model: &Model, name: &str) -> (GgmlType, Vec<u8>) {
-    let tensor = model.tensors.get(name).unwrap();
-    let state = tensor.read();
-    let mut bytes = vec![0u8; state.layout.nbytes as usize];
-    state.read_into(&mut bytes).unwrap();
-    (state.layout.ggml_type, bytes)
-}
-
-fn outcome(report: &Report, name: &str) -> Outcome {
-    report
-        .entry(name)
-        .unwrap_or_else(|| panic!("{name} not in report {report:?}"))
-        .outcome
 }
 
 fn two_gpus() -> PlacementParams {

@@ -7,8 +7,9 @@
  *
  * usage: probe_decode MODEL OUT N_STEPS TOKEN... [env PROBE_THREADS, PROBE_TYPE_K=f32|f16|bf16|
  *        q8_0|q4_0|q4_1|... (both caches), PROBE_TYPE_V (V only), PROBE_FLASH_ATTN=-1|0|1,
- *        PROBE_UBATCH, PROBE_GPU_LAYERS, PROBE_SEQ2=1 (decode the prompt as two sequences in
- *        one batch and write sequence 1's rows), PROBE_MEMOPS=1 (after the prompt: seq_rm of
+ *        PROBE_UBATCH, PROBE_GPU_LAYERS, PROBE_KV_UNIFIED=0|1 (default 0, upstream's),
+ *        PROBE_SEQ2=1 (decode the prompt as two sequences in one batch and write sequence
+ *        1's rows), PROBE_MEMOPS=1 (after the prompt: seq_rm of
  *        the last 3 positions and their decode again, seq_cp to sequence 1 and a token there,
  *        seq_rm of positions 2..3 with seq_add shifting the rest back, and a token; 5 more
  *        rows before the greedy steps)]
@@ -77,6 +78,7 @@ int main(int argc, char **argv) {
         if ((env = getenv("PROBE_TYPE_V"))) cp.type_v = cache_type(env);
     }
     if ((env = getenv("PROBE_FLASH_ATTN"))) cp.flash_attn_type = atoi(env);
+    if ((env = getenv("PROBE_KV_UNIFIED"))) cp.kv_unified = atoi(env) != 0;
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "context failed\n"); return 1; }
 

@@ -1,13 +1,14 @@
 //! Fuzz harness for decode's batch intake: arbitrary bytes become a batch (token ids,
 //! positions, sequence ids, output flags, each field possibly absent) decoded on a tiny
 //! model; decode must return one of upstream's codes without panicking, and the memory must
-//! stay consistent. Used by `fuzz/fuzz_targets/batch_decode.rs` and replayed by the tests.
+//! stay consistent; with a unified KV cache and with one stream per sequence. Used by
+//! `fuzz/fuzz_targets/batch_decode.rs` and replayed by the tests.
 
 use std::sync::{Arc, OnceLock};
 
 use super::{Context, ContextParams};
 
-fn params() -> ContextParams {
+fn params(kv_unified: bool) -> ContextParams {
     ContextParams {
         n_ctx: 256,
         n_batch: 16,
@@ -15,7 +16,7 @@ fn params() -> ContextParams {
         n_seq_max: 3,
         n_threads: 1,
         n_threads_batch: 1,
-        kv_unified: true,
+        kv_unified,
         ..ContextParams::default()
     }
 }
@@ -58,9 +59,14 @@ fn model() -> &'static Arc<crate::model::Model> {
 }
 
 /// Decodes the batch described by `data` (on a fresh context, after an optional prefix
-/// decode) and checks the outcome.
+/// decode) and checks the outcome, with each KV cache layout.
 pub fn check_batch(data: &[u8]) {
-    let ctx = Context::new(Arc::clone(model()), &params()).expect("context");
+    check_batch_on(data, true);
+    check_batch_on(data, false);
+}
+
+fn check_batch_on(data: &[u8], kv_unified: bool) {
+    let ctx = Context::new(Arc::clone(model()), &params(kv_unified)).expect("context");
     let mut bytes = data.iter().copied();
     let mut next = || bytes.next().unwrap_or(0);
     // a first, valid decode so that the memory has something in it
@@ -108,13 +114,13 @@ pub fn check_batch(data: &[u8]) {
         }
         e.raw.has_embd = flags & 8 != 0 && flags & 16 != 0;
     }
-    let used_before = ctx.engine().kv.cells.used();
+    let used_before = ctx.engine().kv.used();
     let code = ctx.decode();
     assert!((-1..=1).contains(&code), "decode returned {code}");
     let e = ctx.engine();
     if code != 0 {
         assert_eq!(
-            e.kv.cells.used(),
+            e.kv.used(),
             used_before,
             "a refused batch changed the memory"
         );

@@ -5,6 +5,7 @@
 pub mod batch;
 #[cfg(feature = "fixtures")]
 pub mod harness;
+pub mod split;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -12,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::graph::exec::{self, Executor, Inputs};
 use crate::graph::params::{ArchParams, RopeConfig, RopeOverrides};
 use crate::graph::{arch, Graph, GraphShape};
-use crate::kv_cache::{KvCache, KvShape, KvType};
+use crate::kv_cache::{KvCache, KvShape, KvType, SeqSet};
 use crate::model::Model;
 use batch::{Batch, RawBatch};
 
@@ -104,6 +105,20 @@ pub struct CParams {
     pub flash_attn: bool,
 }
 
+/// A micro-batch's tokens in its order, and the KV streams they go to.
+#[derive(Default, Debug)]
+struct UbatchData {
+    tokens: Vec<i32>,
+    embd: Vec<f32>,
+    pos: Vec<i32>,
+    seq0: Vec<usize>,
+    seqs: Vec<SeqSet>,
+    /// (stream, tokens) per group of consecutive tokens.
+    groups: Vec<(usize, u32)>,
+    /// Tokens per stream over the whole batch (the capacity check).
+    per_stream: Vec<u32>,
+}
+
 /// The abort callback: polled between micro-batches and between graph nodes.
 pub type AbortFn = Box<dyn FnMut() -> bool + Send>;
 
@@ -117,6 +132,9 @@ pub struct Engine {
     batch: Batch,
     slots: Vec<u32>,
     out_ids: Vec<usize>,
+    split: split::Split,
+    /// The current micro-batch's tokens, gathered from the batch (reused buffers).
+    ub: UbatchData,
     /// n_outputs × n_vocab.
     pub logits: Vec<f32>,
     /// n_outputs × n_embd.
@@ -340,8 +358,10 @@ impl Context {
         let (type_k, type_v) = (kv_type(p.type_k, "type_k")?, kv_type(p.type_v, "type_v")?);
         check_kv_types(&hp, type_k, type_v, p.flash_attn_type)?;
         let shape = KvShape {
-            size: n_ctx,
+            // upstream's kv_size: each stream holds n_ctx_seq cells (n_ctx when unified)
+            size: n_ctx_seq,
             n_seq_max: n_seq_max as usize,
+            unified: p.kv_unified,
             type_k,
             type_v,
             layers: (0..hp.n_layer)
@@ -429,6 +449,7 @@ impl Context {
         let empty = KvShape {
             size: 0,
             n_seq_max: n_seq_max as usize,
+            unified: p.kv_unified,
             type_k: KvType::F16,
             type_v: KvType::F16,
             layers: Vec::new(),
@@ -460,6 +481,8 @@ impl Context {
                 batch: Batch::default(),
                 slots: Vec::new(),
                 out_ids: Vec::new(),
+                split: split::Split::default(),
+                ub: UbatchData::default(),
                 logits: Vec::new(),
                 embd: Vec::new(),
                 output_ids: Vec::new(),
@@ -560,10 +583,29 @@ impl Context {
             return -3;
         }
         // pending position shifts re-rotate the cached keys first
-        if e.kv.cells.has_shift() {
+        if e.kv.has_shift() {
             self.apply_k_shift(e);
         }
-        if (e.kv.n_free() as usize) < n_tokens {
+        // micro-batches: consecutive runs with one stream, else equal shares of consecutive
+        // sequences, each in its own stream (upstream's split_simple / split_equal)
+        let n_ubatch = e.cparams.n_ubatch as usize;
+        if e.kv.n_stream() == 1 {
+            e.split.simple(n_tokens, n_ubatch);
+        } else if let Err(err) = e.split.equal(&e.batch, n_ubatch) {
+            crate::log_error!("{err}");
+            crate::log_warn!("decode: failed to find a memory slot for batch of size {n_tokens}");
+            return 1;
+        }
+        // every micro-batch must fit before any is computed (upstream's prepare): each
+        // stream needs an empty cell per token going there
+        let per_stream = &mut e.ub.per_stream;
+        per_stream.clear();
+        per_stream.resize(e.kv.n_stream(), 0);
+        for &s in &e.batch.seq0 {
+            let st = e.kv.stream_of(s).expect("validated sequence id");
+            per_stream[st] += 1;
+        }
+        if (0..e.kv.n_stream()).any(|st| per_stream[st] > e.kv.n_free(st)) {
             crate::log_warn!("decode: failed to find a memory slot for batch of size {n_tokens}");
             return 1;
         }
@@ -572,42 +614,73 @@ impl Context {
         if e.cparams.embeddings {
             e.embd.resize(n_outputs_all * self.hp.n_embd, 0.0);
         }
+        // outputs keep the batch's order whatever the micro-batches' order (upstream sorts
+        // them after the last one)
         e.output_ids.clear();
-        e.output_ids.resize(n_tokens, -1);
+        let mut row = 0;
+        for &o in &e.batch.output {
+            e.output_ids.push(if o { row } else { -1 });
+            row += o as i32;
+        }
         e.n_outputs = 0;
-        let n_ubatch = e.cparams.n_ubatch as usize;
         let generation = self.model.generation.load(Ordering::Acquire);
         if self.graph_generation.swap(generation, Ordering::AcqRel) != generation {
             e.graph = None;
         }
-        let mut start = 0;
-        while start < n_tokens {
-            let end = (start + n_ubatch).min(n_tokens);
-            let code = self.process_ubatch(e, start, end, generation);
+        let split = std::mem::take(&mut e.split);
+        let mut code = 0;
+        for &u in &split.ubatches {
+            code = self.process_ubatch(e, &split.idx[u.start..u.end], u.n_seqs, generation);
             if code != 0 {
-                return code;
+                break;
             }
-            start = end;
         }
-        0
+        e.split = split;
+        code
     }
 
-    fn process_ubatch(&self, e: &mut Engine, start: usize, end: usize, generation: u64) -> i32 {
-        let n = end - start;
+    /// Computes one micro-batch: the batch's tokens `idx` (in `n_seqs` equal groups, one
+    /// per stream, when the cache has several).
+    fn process_ubatch(&self, e: &mut Engine, idx: &[usize], n_seqs: usize, generation: u64) -> i32 {
+        let n = idx.len();
         if let Some(abort) = e.abort.as_mut() {
             if abort() {
                 return 2;
             }
         }
-        if !e.kv.find_slot(n as u32, &mut e.slots) {
+        let b = &e.batch;
+        let ub = &mut e.ub;
+        ub.tokens.clear();
+        ub.pos.clear();
+        ub.seq0.clear();
+        ub.seqs.clear();
+        ub.embd.clear();
+        let ne = self.hp.n_embd;
+        for &i in idx {
+            ub.tokens.push(b.tokens[i]);
+            ub.pos.push(b.pos[i]);
+            ub.seq0.push(b.seq0[i]);
+            ub.seqs.push(b.seqs[i]);
+            if e.raw.has_embd {
+                ub.embd.extend_from_slice(&e.raw.embd[i * ne..(i + 1) * ne]);
+            }
+        }
+        ub.groups.clear();
+        let per_group = n / n_seqs.max(1);
+        for g in 0..n_seqs.max(1) {
+            let st =
+                e.kv.stream_of(ub.seq0[g * per_group])
+                    .expect("validated sequence id");
+            ub.groups.push((st, per_group as u32));
+        }
+        if !e.kv.find_slot(&ub.groups, &mut e.slots) {
             crate::log_warn!("decode: failed to find a memory slot for batch of size {n}");
             return 1;
         }
-        let b = &e.batch;
-        e.kv.apply(&e.slots, &b.pos[start..end], &b.seqs[start..end]);
+        e.kv.apply(&e.slots, &ub.pos, &ub.seqs);
         e.out_ids.clear();
-        for (t, &o) in b.output[start..end].iter().enumerate() {
-            if o {
+        for (t, &i) in idx.iter().enumerate() {
+            if b.output[i] {
                 e.out_ids.push(t);
             }
         }
@@ -633,22 +706,18 @@ impl Context {
                 }
                 Err(err) => {
                     crate::log_error!("decode: cannot build the graph: {err}");
-                    self.rollback(e, start, end);
+                    self.rollback(e);
                     return -3;
                 }
             }
         }
         let graph = e.graph.as_ref().expect("built above");
-        let ne = self.hp.n_embd;
+        let ub = &e.ub;
         let inputs = Inputs {
-            tokens: &b.tokens[start..end],
-            embd: if e.raw.has_embd {
-                &e.raw.embd[start * ne..end * ne]
-            } else {
-                &[]
-            },
-            pos: &b.pos[start..end],
-            seq: &b.seq0[start..end],
+            tokens: &ub.tokens,
+            embd: &ub.embd,
+            pos: &ub.pos,
+            seq: &ub.seq0,
             out_ids: &e.out_ids,
             slots: &e.slots,
             causal: e.cparams.causal_attn,
@@ -673,35 +742,29 @@ impl Context {
             if code != 2 {
                 crate::log_error!("decode: {err}");
             }
-            self.rollback(e, start, end);
+            self.rollback(e);
             return code;
         }
-        // copy the outputs
+        // copy the outputs, each to the row of its token in the batch's order
         let nv = self.hp.n_vocab;
-        let row0 = e.n_outputs;
-        if let Some(l) = graph.logits {
-            let node = &graph.nodes[l];
-            e.logits[row0 * nv..(row0 + n_out) * nv]
-                .copy_from_slice(&e.exec.arena[node.offset..node.offset + n_out * nv]);
-        }
-        if e.cparams.embeddings {
-            if let Some(x) = graph.embd {
-                let ne = self.hp.n_embd;
-                let node = &graph.nodes[x];
-                e.embd[row0 * ne..(row0 + n_out) * ne]
-                    .copy_from_slice(&e.exec.arena[node.offset..node.offset + n_out * ne]);
-            }
-        }
+        let ne = self.hp.n_embd;
+        let embd_node = graph.embd.filter(|_| e.cparams.embeddings);
         for (k, &t) in e.out_ids.iter().enumerate() {
-            e.output_ids[start + t] = (row0 + k) as i32;
+            let r = e.output_ids[idx[t]] as usize;
+            if let Some(l) = graph.logits {
+                let at = graph.nodes[l].offset + k * nv;
+                e.logits[r * nv..(r + 1) * nv].copy_from_slice(&e.exec.arena[at..at + nv]);
+            }
+            if let Some(x) = embd_node {
+                let at = graph.nodes[x].offset + k * ne;
+                e.embd[r * ne..(r + 1) * ne].copy_from_slice(&e.exec.arena[at..at + ne]);
+            }
         }
         e.n_outputs += n_out;
         if e.cparams.embeddings && e.cparams.pooling_type != 0 {
-            // every token is an output when embeddings are on: rows row0.. are the tokens
-            // start..end in order
-            if let Err(err) = self.pool(e, start, end, row0) {
+            if let Err(err) = self.pool(e, idx) {
                 crate::log_error!("decode: {err}");
-                self.rollback(e, start, end);
+                self.rollback(e);
                 return -3;
             }
         }
@@ -714,21 +777,27 @@ impl Context {
     /// row (CLS with non-causal attention), then the classifier head `cls.output` when the
     /// model has one (and qwen3's softmax), and keeps `n_cls_out` values. A sequence found
     /// in a later micro-batch of the same decode is pooled again (upstream: the last wins).
-    fn pool(&self, e: &mut Engine, start: usize, end: usize, row0: usize) -> Result<(), String> {
+    /// `idx`: the micro-batch's tokens (batch indices; every token is an output when
+    /// embeddings are on, so token `i`'s row is `output_ids[i]`).
+    fn pool(&self, e: &mut Engine, idx: &[usize]) -> Result<(), String> {
         let ne = self.hp.n_embd;
         let pooling = e.cparams.pooling_type;
         let b = &e.batch;
         let mut seqs: Vec<usize> = Vec::new();
-        for t in start..end {
+        for &t in idx {
             for s in b.seqs[t].iter() {
                 if !seqs.contains(&s) {
                     seqs.push(s);
                 }
             }
         }
-        let row = |t: usize| &e.embd[(row0 + t - start) * ne..(row0 + t - start + 1) * ne];
+        let output_ids = &e.output_ids;
+        let row = |t: usize| {
+            let r = output_ids[t] as usize;
+            &e.embd[r * ne..(r + 1) * ne]
+        };
         for s in seqs {
-            let in_seq = (start..end).filter(|&t| b.seqs[t].test(s));
+            let in_seq = idx.iter().copied().filter(|&t| b.seqs[t].test(s));
             let pooled: Vec<f32> = match pooling {
                 1 => {
                     let mut sum = vec![0.0f32; ne];
@@ -818,16 +887,15 @@ impl Context {
 
     /// After a failed micro-batch: removes its positions (and later ones) of each of its
     /// sequences from the memory, as upstream.
-    fn rollback(&self, e: &mut Engine, start: usize, end: usize) {
+    fn rollback(&self, e: &mut Engine) {
         let mut mins: Vec<(usize, i32)> = Vec::new();
-        for i in start..end {
-            let s = e.batch.seq0[i];
-            let p = e.batch.pos[i];
+        for (&s, &p) in e.ub.seq0.iter().zip(&e.ub.pos) {
             match mins.iter_mut().find(|(q, _)| *q == s) {
                 Some(m) => m.1 = m.1.min(p),
                 None => mins.push((s, p)),
             }
         }
+        mins.sort_unstable();
         for (s, p) in mins {
             crate::log_warn!(
                 "decode: removing memory module entries for seq_id = {s}, pos = [{p}, +inf)"
@@ -859,6 +927,18 @@ impl Context {
             crate::graph::kernel_api::dequantize_row(st.layout.ggml_type, b, &mut v);
             Some(v)
         });
+        // (row, shift) of every used cell with a pending shift, over all streams
+        let size = e.kv.size();
+        let shifted: Vec<(usize, i32)> = (0..e.kv.n_stream())
+            .flat_map(|st| {
+                let cells = e.kv.cells(st);
+                (0..size).filter_map(move |j| {
+                    let shift = cells.shift(j);
+                    (shift != 0 && !cells.is_empty(j))
+                        .then_some(((st as u32 * size + j) as usize, shift))
+                })
+            })
+            .collect();
         for il in 0..hp.n_layer {
             let swa = hp.swa_layers[il];
             let r = e.cparams.rope;
@@ -885,13 +965,9 @@ impl Context {
             };
             let layer = &mut e.kv.layers[il];
             row.resize(layer.n_embd_k, 0.0);
-            for j in 0..e.kv.cells.size() {
-                let shift = e.kv.cells.shift(j);
-                if shift == 0 || e.kv.cells.is_empty(j) {
-                    continue;
-                }
+            for &(j, shift) in &shifted {
                 ops::rope_cache(&params, shift as f32, freq_factors.as_deref(), &mut cache);
-                layer.k.get_row(j as usize, &mut row);
+                layer.k.get_row(j, &mut row);
                 // a rotated (quantized) K is rotated back for the RoPE and again after, as
                 // upstream's shift graph does (the rotation is its own inverse)
                 if self.kv_rot.0 > 0 {
@@ -901,10 +977,10 @@ impl Context {
                 if self.kv_rot.0 > 0 {
                     ops::hadamard_rows(&mut row, self.kv_rot.0);
                 }
-                layer.k.set_row(j as usize, &row);
+                layer.k.set_row(j, &row);
             }
         }
-        e.kv.cells.reset_shift();
+        e.kv.reset_shift();
     }
 }
 

@@ -1,7 +1,9 @@
 //! A context's memory (its KV cache): `llama_memory_*`. The handle `llama_get_memory`
 //! returns is the context itself; every call locks its KV cache. NULL handles behave as
-//! upstream's (no-op, `seq_rm` true, positions -1); sequence ids outside [0, n_seq_max) are
-//! logged and ignored where upstream asserts.
+//! upstream's (no-op, `seq_rm` true, positions -1). Sequence ids are checked as upstream's
+//! cache asserts them: below `n_seq_max` with one KV stream per sequence (`kv_unified =
+//! false`, `n_seq_max` > 1), below `LLAMA_MAX_SEQ` (256) with a single stream; others are
+//! logged and ignored (upstream aborts the process).
 
 use std::ffi::c_int;
 
@@ -23,15 +25,13 @@ unsafe fn mem_ctx<'a>(mem: llama_memory_t) -> Result<Option<&'a llama_context>, 
     }?))
 }
 
-/// A sequence id checked against the context's `n_seq_max`.
+/// A sequence id checked as upstream's cache asserts it.
 fn seq(ctx: &llama_context, seq_id: llama_seq_id) -> Result<usize, FfiError> {
-    let n = ctx.inner.engine().cparams.n_seq_max as i32;
-    if seq_id < 0 || seq_id >= n {
-        return Err(FfiError::Invalid(format!(
-            "seq_id {seq_id} is outside [0, n_seq_max = {n})"
-        )));
-    }
-    Ok(seq_id as usize)
+    ctx.inner
+        .engine()
+        .kv
+        .check_seq(seq_id)
+        .map_err(|e| FfiError::Invalid(e.to_string()))
 }
 
 /// Empties the memory; `data` also zeroes the cached keys and values. NULL is a no-op.
@@ -48,7 +48,8 @@ pub unsafe extern "C" fn llama_memory_clear(mem: llama_memory_t, data: bool) {
 
 /// Removes the tokens of `seq_id` (every sequence when negative) with positions in
 /// [p0, p1) (p0 < 0: from 0; p1 < 0: to the end). Returns true (a KV cache can always remove
-/// a partial sequence); true for NULL; false with a log line for a sequence id >= n_seq_max.
+/// a partial sequence); true for NULL; false with a log line for a sequence id out of range
+/// (>= n_seq_max with one KV stream per sequence, >= 256 with a single stream).
 #[no_mangle]
 pub unsafe extern "C" fn llama_memory_seq_rm(
     mem: llama_memory_t,
@@ -71,7 +72,10 @@ pub unsafe extern "C" fn llama_memory_seq_rm(
 }
 
 /// Adds `seq_id_dst` to the tokens of `seq_id_src` with positions in [p0, p1) (the cells are
-/// shared, not copied).
+/// shared, not copied) when both share a KV stream. With one stream per sequence
+/// (`kv_unified = false`) the destination's stream is replaced by a copy of the source's
+/// whole sequence (cells and cached rows); a bounded range there is refused with a log line
+/// (upstream aborts).
 #[no_mangle]
 pub unsafe extern "C" fn llama_memory_seq_cp(
     mem: llama_memory_t,
@@ -84,13 +88,19 @@ pub unsafe extern "C" fn llama_memory_seq_cp(
         // SAFETY: per the contract.
         if let Some(ctx) = unsafe { mem_ctx(mem) }? {
             let (s, d) = (seq(ctx, seq_id_src)?, seq(ctx, seq_id_dst)?);
-            ctx.inner.engine().kv.seq_cp(s, d, p0, p1);
+            ctx.inner
+                .engine()
+                .kv
+                .seq_cp(s, d, p0, p1)
+                .map_err(|e| FfiError::Invalid(e.to_string()))?;
         }
         Ok(())
     })
 }
 
-/// Removes every token that does not belong to `seq_id`.
+/// Removes every token that does not belong to `seq_id` from the KV stream of `seq_id`: the
+/// whole cache when unified; with one stream per sequence, other sequences keep their
+/// tokens, as upstream's.
 #[no_mangle]
 pub unsafe extern "C" fn llama_memory_seq_keep(mem: llama_memory_t, seq_id: llama_seq_id) {
     boundary!("llama_memory_seq_keep", (), {

@@ -33,7 +33,7 @@ pub struct Inputs<'a> {
     pub seq: &'a [usize],
     /// Indices of the tokens that produce outputs.
     pub out_ids: &'a [usize],
-    /// The KV cell of each token.
+    /// The KV row (stream * size + cell) of each token.
     pub slots: &'a [u32],
     pub causal: bool,
     /// Flash attention is on in upstream's sense (`flash_attn_type` not disabled): its graph
@@ -666,24 +666,27 @@ impl Executor {
                 std::sync::Mutex::new(ops::AttnScratch::default())
             });
         }
+        let shape = ops::AttnShape {
+            n_head,
+            n_head_kv,
+            dk,
+            dv,
+            scale,
+            softcap,
+            n_cells_max: kv.size(),
+            flash_attn: inp.flash_attn,
+        };
         let qn = &nodes[q];
         let n_tokens = qn.ne1;
         let (dst, [qs]) = carve(&mut self.arena, range(node), [range(qn)]);
+        // each token attends to the used rows of its sequence's stream
+        let rows = |t: usize| kv.rows_of(inp.seq[t]);
         let visible = |t: usize, j: u32| kv.visible(j, inp.seq[t], inp.pos[t], inp.causal, n_swa);
         ops::flash_attn(
-            ops::AttnShape {
-                n_head,
-                n_head_kv,
-                dk,
-                dv,
-                scale,
-                softcap,
-                n_cells_max: kv.size(),
-                flash_attn: inp.flash_attn,
-            },
+            shape,
             qs,
             n_tokens,
-            kv.cells.used_max_p1(),
+            &rows,
             &visible,
             &KvLayerRows {
                 buf: &l.k,

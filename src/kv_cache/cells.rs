@@ -62,9 +62,15 @@ pub struct KvCells {
 impl KvCells {
     /// Cells for sequence ids below `n_seq_max` (at most [`MAX_SEQ`]).
     pub fn new(size: u32, n_seq_max: usize) -> KvCells {
+        Self::for_seqs(size, 0..n_seq_max)
+    }
+
+    /// Cells whose position sets are pre-sized for the sequence ids in `seqs` (others may
+    /// still be added; their sets grow on demand).
+    pub fn for_seqs(size: u32, seqs: std::ops::Range<usize>) -> KvCells {
         let seq_pos = (0..MAX_SEQ)
             .map(|s| {
-                if s < n_seq_max {
+                if seqs.contains(&s) {
                     Vec::with_capacity(size as usize)
                 } else {
                     Vec::new()

@@ -1,13 +1,15 @@
-//! The KV cache: a unified cache as upstream's `llama_kv_cache` with one stream — cells (a
-//! position and a set of sequence ids each, see [`cells`]), the search head, and per layer
-//! the cached keys and values (F32, F16, or blocks of BF16/Q8_0/Q4_0/Q4_1), one row of `n_embd_k_gqa` / `n_embd_v_gqa`
-//! values per cell.
+//! The KV cache, as upstream's `llama_kv_cache`: streams of cells (a position and a set of
+//! sequence ids each, see [`cells`]) with a search head each, and per layer the cached keys
+//! and values (F32, F16, or blocks of BF16/Q8_0/Q4_0/Q4_1), one row of `n_embd_k_gqa` /
+//! `n_embd_v_gqa` values per cell.
 //!
-//! Every sequence shares the cells, as with upstream's `kv_unified = true`; with
-//! `kv_unified = false` upstream gives each sequence a stream of `n_ctx / n_seq_max` cells
-//! instead, which differs only in when the cache reports itself full. Sliding-window layers
-//! read the same cells through a sliding-window mask (upstream's `swa_full = true` layout);
-//! slots are never reused while a full-attention layer may still need them.
+//! With `kv_unified = true` every sequence shares one stream of `n_ctx` cells; with
+//! `kv_unified = false` (upstream's default) each sequence has its own stream of
+//! `n_ctx_seq` cells: its tokens are placed, attended to, shifted and removed there only, a
+//! full stream makes decode report "no slot" while others are empty, and `seq_cp` between
+//! two sequences copies the stream. Sliding-window layers read the same cells through a
+//! sliding-window mask (upstream's `swa_full = true` layout); slots are never reused while a
+//! full-attention layer may still need them.
 
 pub mod cells;
 
@@ -109,6 +111,20 @@ impl KvBuffer {
         }
     }
 
+    /// Copies rows `from .. from + n` (rows of `width` values) over rows `to .. to + n`.
+    pub fn copy_rows(&mut self, from: usize, to: usize, n: usize, width: usize) {
+        match self {
+            KvBuffer::F32(v) => v.copy_within(from * width..(from + n) * width, to * width),
+            KvBuffer::F16(v) => v.copy_within(from * width..(from + n) * width, to * width),
+            KvBuffer::Packed {
+                row_bytes, data, ..
+            } => {
+                let rb = *row_bytes;
+                data.copy_within(from * rb..(from + n) * rb, to * rb)
+            }
+        }
+    }
+
     pub fn clear(&mut self) {
         match self {
             KvBuffer::F32(v) => v.fill(0.0),
@@ -181,21 +197,44 @@ pub struct KvLayer {
     pub n_embd_v: usize,
 }
 
-/// Shape of the cache: size in cells and, per layer, the K and V row widths.
+/// Shape of the cache: cells per stream, streams and, per layer, the K and V row widths.
 #[derive(Clone, Debug)]
 pub struct KvShape {
+    /// Cells per stream (upstream's `kv_size`: `n_ctx` when unified, else `n_ctx_seq`).
     pub size: u32,
     /// Sequence ids are below this (at most [`MAX_SEQ`]).
     pub n_seq_max: usize,
+    /// One stream shared by every sequence (`kv_unified`), else one stream per sequence.
+    pub unified: bool,
     pub type_k: KvType,
     pub type_v: KvType,
     pub layers: Vec<(usize, usize)>,
 }
 
-#[derive(Debug)]
-pub struct KvCache {
+/// The cells of one stream and the head where the next slot search starts.
+#[derive(Clone, Debug)]
+pub struct KvStream {
     pub cells: KvCells,
     head: u32,
+}
+
+/// Why a memory operation was refused (upstream asserts in these cases).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct KvError(pub String);
+
+/// The KV cache, as upstream's `llama_kv_cache`: `n_stream` streams of `size` cells each (one
+/// stream when unified, else one per sequence: sequence `s` lives in stream `s`). The K and V
+/// buffers of a layer hold every stream's rows, stream after stream: the cell `i` of stream
+/// `s` is row `s * size + i` (a "row" below).
+#[derive(Debug)]
+pub struct KvCache {
+    streams: Vec<KvStream>,
+    /// Stream of each sequence id a memory operation accepts: [`MAX_SEQ`] ids mapping to
+    /// stream 0 with one stream, `n_seq_max` ids mapping to themselves otherwise (upstream's
+    /// `seq_to_stream`, whose length bounds the ids its memory operations accept).
+    seq_to_stream: Vec<usize>,
+    size: u32,
     pub layers: Vec<KvLayer>,
     pub type_k: KvType,
     pub type_v: KvType,
@@ -205,16 +244,36 @@ pub struct KvCache {
 
 impl KvCache {
     pub fn new(shape: &KvShape) -> KvCache {
-        let n = shape.size as usize;
+        let n_seq_max = shape.n_seq_max.clamp(1, MAX_SEQ);
+        let n_stream = if shape.unified { 1 } else { n_seq_max };
+        let rows = shape.size as usize * n_stream;
+        let streams = (0..n_stream)
+            .map(|s| KvStream {
+                cells: if shape.unified {
+                    KvCells::for_seqs(shape.size, 0..n_seq_max)
+                } else {
+                    KvCells::for_seqs(shape.size, s..s + 1)
+                },
+                head: 0,
+            })
+            .collect();
+        // upstream keeps LLAMA_MAX_SEQ entries (all stream 0) whenever there is one stream,
+        // also with kv_unified = false and n_seq_max = 1
+        let seq_to_stream = if n_stream == 1 {
+            vec![0; MAX_SEQ]
+        } else {
+            (0..n_seq_max).collect()
+        };
         KvCache {
-            cells: KvCells::new(shape.size, shape.n_seq_max.min(MAX_SEQ)),
-            head: 0,
+            streams,
+            seq_to_stream,
+            size: shape.size,
             layers: shape
                 .layers
                 .iter()
                 .map(|&(nk, nv)| KvLayer {
-                    k: KvBuffer::new(shape.type_k, n, nk),
-                    v: KvBuffer::new(shape.type_v, n, nv),
+                    k: KvBuffer::new(shape.type_k, rows, nk),
+                    v: KvBuffer::new(shape.type_v, rows, nv),
                     n_embd_k: nk,
                     n_embd_v: nv,
                 })
@@ -225,14 +284,73 @@ impl KvCache {
         }
     }
 
+    /// Cells per stream (upstream's `get_size`).
     pub fn size(&self) -> u32 {
-        self.cells.size()
+        self.size
+    }
+
+    pub fn n_stream(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// The stream of sequence `seq`; None for an id memory operations refuse.
+    pub fn stream_of(&self, seq: usize) -> Option<usize> {
+        self.seq_to_stream.get(seq).copied()
+    }
+
+    /// A caller's sequence id checked as upstream's memory operations assert it.
+    pub fn check_seq(&self, seq_id: i32) -> Result<usize, KvError> {
+        if seq_id < 0 || seq_id as usize >= self.seq_to_stream.len() {
+            return Err(KvError(format!(
+                "seq_id {seq_id} is outside [0, {}){}",
+                self.seq_to_stream.len(),
+                if self.streams.len() == 1 {
+                    ""
+                } else {
+                    " (one KV stream per sequence, kv_unified = false)"
+                }
+            )));
+        }
+        Ok(seq_id as usize)
+    }
+
+    /// The cells of stream `s`.
+    pub fn cells(&self, s: usize) -> &KvCells {
+        &self.streams[s].cells
+    }
+
+    /// The cells of the stream of sequence `seq` (which must be an accepted id).
+    fn seq_cells(&self, seq: usize) -> &KvCells {
+        &self.streams[self.seq_to_stream[seq]].cells
+    }
+
+    /// Used cells over all streams.
+    pub fn used(&self) -> u32 {
+        self.streams.iter().map(|s| s.cells.used()).sum()
+    }
+
+    /// Empty cells of stream `s`: how many tokens can still be placed there.
+    pub fn n_free(&self, s: usize) -> u32 {
+        self.size - self.streams[s].cells.used()
+    }
+
+    /// Whether any stream has pending position shifts.
+    pub fn has_shift(&self) -> bool {
+        self.streams.iter().any(|s| s.cells.has_shift())
+    }
+
+    pub fn reset_shift(&mut self) {
+        for s in &mut self.streams {
+            s.cells.reset_shift();
+        }
     }
 
     /// `llama_memory_clear`: empties every cell; `data` also zeroes the buffers.
     pub fn clear(&mut self, data: bool) {
-        self.cells.reset();
-        self.head = 0;
+        for s in &mut self.streams {
+            s.cells.reset();
+            s.head = 0;
+        }
         if data {
             for l in &mut self.layers {
                 l.k.clear();
@@ -245,57 +363,114 @@ impl KvCache {
         (p0.max(0), if p1 < 0 { i32::MAX } else { p1 })
     }
 
-    /// `llama_memory_seq_rm`: removes `seq` (any sequence when negative) from the cells with
-    /// positions in [p0, p1). Always succeeds for a KV cache.
+    /// `llama_memory_seq_rm`: removes `seq` (any sequence, in every stream, when None) from
+    /// the cells with positions in [p0, p1). Always succeeds for a KV cache.
     pub fn seq_rm(&mut self, seq: Option<usize>, p0: i32, p1: i32) -> bool {
         let (p0, p1) = Self::range(p0, p1);
-        let size = self.cells.size();
-        let mut new_head = size;
-        for i in 0..size {
-            if !self.cells.pos_in(i, p0, p1) {
-                continue;
+        let size = self.size;
+        let targets = match seq {
+            Some(s) => {
+                let st = self.seq_to_stream[s];
+                st..st + 1
             }
-            let freed = match seq {
-                Some(s) => self.cells.seq_has(i, s) && self.cells.seq_rm(i, s),
-                None => {
-                    self.cells.rm(i);
-                    true
+            None => 0..self.streams.len(),
+        };
+        for st in targets {
+            let stream = &mut self.streams[st];
+            let cells = &mut stream.cells;
+            let mut new_head = size;
+            for i in 0..size {
+                if !cells.pos_in(i, p0, p1) {
+                    continue;
                 }
-            };
-            if freed && new_head == size {
-                new_head = i;
+                let freed = match seq {
+                    Some(s) => cells.seq_has(i, s) && cells.seq_rm(i, s),
+                    None => {
+                        cells.rm(i);
+                        true
+                    }
+                };
+                if freed && new_head == size {
+                    new_head = i;
+                }
             }
-        }
-        if new_head != size && new_head < self.head {
-            self.head = new_head;
+            if new_head != size && new_head < stream.head {
+                stream.head = new_head;
+            }
         }
         true
     }
 
-    /// `llama_memory_seq_cp`: adds `dst` to the cells of `src` with positions in [p0, p1).
-    pub fn seq_cp(&mut self, src: usize, dst: usize, p0: i32, p1: i32) {
-        if src == dst {
-            return;
+    /// `llama_memory_seq_cp`: adds `dst` to the cells of `src` with positions in [p0, p1)
+    /// when both share a stream. Across streams, upstream copies the whole stream: the
+    /// destination stream is emptied, gets every cell of `src` (position, pending shift)
+    /// for `dst`, the source's head and a copy of the source stream's K and V rows (upstream
+    /// defers the copy to the next decode, before any K-shift; nothing writes the rows in
+    /// between, so copying now gives the same result). Only whole sequences copy across
+    /// streams: a bounded range is refused (upstream aborts).
+    pub fn seq_cp(&mut self, src: usize, dst: usize, p0: i32, p1: i32) -> Result<(), KvError> {
+        let (s0, s1) = (self.seq_to_stream[src], self.seq_to_stream[dst]);
+        if s0 == s1 {
+            if src == dst {
+                return Ok(());
+            }
+            let (p0, p1) = Self::range(p0, p1);
+            let cells = &mut self.streams[s0].cells;
+            for i in 0..cells.size() {
+                if cells.pos_in(i, p0, p1) && cells.seq_has(i, src) {
+                    cells.seq_add(i, dst);
+                }
+            }
+            return Ok(());
         }
-        let (p0, p1) = Self::range(p0, p1);
-        for i in 0..self.cells.size() {
-            if self.cells.pos_in(i, p0, p1) && self.cells.seq_has(i, src) {
-                self.cells.seq_add(i, dst);
+        let size = self.size as i64;
+        let partial = |p: i32| p > 0 && (p as i64) + 1 < size;
+        if partial(p0) || partial(p1) {
+            return Err(KvError(format!(
+                "seq_cp({src} -> {dst}, [{p0}, {p1})): the sequences are in different KV streams (kv_unified = false), where only whole sequences can be copied (p0 <= 0, and p1 <= 0 or p1 >= {} - 1)",
+                self.size
+            )));
+        }
+        let (from, to) = if s0 < s1 {
+            let (a, b) = self.streams.split_at_mut(s1);
+            (&a[s0], &mut b[0])
+        } else {
+            let (a, b) = self.streams.split_at_mut(s0);
+            (&b[0], &mut a[s1])
+        };
+        to.cells.reset();
+        for i in 0..from.cells.size() {
+            if from.cells.seq_has(i, src) {
+                let shift = from.cells.shift(i);
+                to.cells.pos_set(i, from.cells.pos(i) - shift);
+                to.cells.seq_add(i, dst);
+                if shift != 0 {
+                    to.cells.pos_add(i, shift);
+                }
             }
         }
+        to.head = from.head;
+        let n = self.size as usize;
+        for l in &mut self.layers {
+            l.k.copy_rows(s0 * n, s1 * n, n, l.n_embd_k);
+            l.v.copy_rows(s0 * n, s1 * n, n, l.n_embd_v);
+        }
+        Ok(())
     }
 
-    /// `llama_memory_seq_keep`: removes every sequence but `seq`.
+    /// `llama_memory_seq_keep`: removes every sequence but `seq` from the stream of `seq`
+    /// (other streams keep their sequences, as upstream's).
     pub fn seq_keep(&mut self, seq: usize) {
-        let size = self.cells.size();
+        let size = self.size;
+        let stream = &mut self.streams[self.seq_to_stream[seq]];
         let mut new_head = size;
         for i in 0..size {
-            if self.cells.seq_keep(i, seq) && new_head == size {
+            if stream.cells.seq_keep(i, seq) && new_head == size {
                 new_head = i;
             }
         }
-        if new_head != size && new_head < self.head {
-            self.head = new_head;
+        if new_head != size && new_head < stream.head {
+            stream.head = new_head;
         }
     }
 
@@ -309,18 +484,19 @@ impl KvCache {
         if p0 == p1 {
             return;
         }
-        let size = self.cells.size();
+        let size = self.size;
+        let stream = &mut self.streams[self.seq_to_stream[seq]];
         let mut new_head = size;
         for i in 0..size {
-            if self.cells.pos_in(i, p0, p1)
-                && self.cells.seq_has(i, seq)
-                && self.cells.pos_add(i, delta)
+            if stream.cells.pos_in(i, p0, p1)
+                && stream.cells.seq_has(i, seq)
+                && stream.cells.pos_add(i, delta)
                 && new_head == size
             {
                 new_head = i;
             }
         }
-        self.head = if new_head != size { new_head } else { 0 };
+        stream.head = if new_head != size { new_head } else { 0 };
     }
 
     /// `llama_memory_seq_div`: integer-divides the positions of `seq` in [p0, p1) by `d`.
@@ -332,79 +508,103 @@ impl KvCache {
         if p0 == p1 {
             return;
         }
-        for i in 0..self.cells.size() {
-            if self.cells.pos_in(i, p0, p1) && self.cells.seq_has(i, seq) {
-                self.cells.pos_div(i, d);
+        let cells = &mut self.streams[self.seq_to_stream[seq]].cells;
+        for i in 0..cells.size() {
+            if cells.pos_in(i, p0, p1) && cells.seq_has(i, seq) {
+                cells.pos_div(i, d);
             }
         }
     }
 
     pub fn seq_pos_min(&self, seq: usize) -> i32 {
-        self.cells.seq_pos_min(seq)
+        self.seq_cells(seq).seq_pos_min(seq)
     }
 
     pub fn seq_pos_max(&self, seq: usize) -> i32 {
-        self.cells.seq_pos_max(seq)
+        self.seq_cells(seq).seq_pos_max(seq)
     }
 
-    /// Empty cells: how many tokens can still be placed.
-    pub fn n_free(&self) -> u32 {
-        self.cells.size() - self.cells.used()
-    }
-
-    /// Upstream's `find_slot` (non-contiguous): one empty cell per token, searching from the
-    /// head (or from 0 when enough unused cells lie before it). Fills `out`; false when
-    /// there are not enough empty cells.
-    pub fn find_slot(&self, n_tokens: u32, out: &mut Vec<u32>) -> bool {
+    /// Upstream's `find_slot` (non-contiguous) for one micro-batch: `groups` lists, in the
+    /// micro-batch's order, a stream and how many consecutive tokens go there (one group
+    /// when unified; one per sequence otherwise). In each stream, one empty cell per token,
+    /// searching from the stream's head (or from 0 when enough unused cells lie before it).
+    /// Fills `out` with the rows; false when a stream has not enough empty cells.
+    pub fn find_slot(&self, groups: &[(usize, u32)], out: &mut Vec<u32>) -> bool {
         out.clear();
-        let size = self.cells.size();
-        if n_tokens > size {
-            crate::log_error!("find_slot: n_tokens = {n_tokens} > size = {size}");
-            return false;
-        }
-        let mut head = self.head;
-        if head > self.cells.used() + 2 * n_tokens {
-            head = 0;
-        }
-        let mut tested = 0;
-        while (out.len() as u32) < n_tokens && tested < size {
-            if head >= size {
+        let size = self.size;
+        for &(st, n_tokens) in groups {
+            let stream = &self.streams[st];
+            if n_tokens > size {
+                crate::log_error!("find_slot: n_tokens = {n_tokens} > size = {size}");
+                return false;
+            }
+            let base = st as u32 * size;
+            let start = out.len();
+            let mut head = stream.head;
+            if head > stream.cells.used() + 2 * n_tokens {
                 head = 0;
             }
-            if self.cells.is_empty(head) {
-                out.push(head);
+            let mut tested = 0;
+            while ((out.len() - start) as u32) < n_tokens && tested < size {
+                if head >= size {
+                    head = 0;
+                }
+                if stream.cells.is_empty(head) {
+                    out.push(base + head);
+                }
+                head += 1;
+                tested += 1;
             }
-            head += 1;
-            tested += 1;
+            if ((out.len() - start) as u32) < n_tokens {
+                return false;
+            }
         }
-        out.len() as u32 == n_tokens
+        true
     }
 
-    /// Upstream's `apply_ubatch`: token `t` goes to cell `slots[t]` with position `pos[t]`
-    /// and sequences `seqs[t]`; the head moves past the last slot.
-    pub fn apply(&mut self, slots: &[u32], pos: &[i32], seqs: &[SeqSet]) {
-        for (t, &cell) in slots.iter().enumerate() {
-            if !self.cells.is_empty(cell) {
-                self.cells.rm(cell);
+    /// Upstream's `apply_ubatch`: token `t` goes to row `rows[t]` with position `pos[t]` and
+    /// sequences `seqs[t]`; each stream's head moves past its last slot.
+    pub fn apply(&mut self, rows: &[u32], pos: &[i32], seqs: &[SeqSet]) {
+        let size = self.size;
+        for (t, &row) in rows.iter().enumerate() {
+            let stream = &mut self.streams[(row / size) as usize];
+            let cell = row % size;
+            if !stream.cells.is_empty(cell) {
+                stream.cells.rm(cell);
             }
-            self.cells.pos_set(cell, pos[t]);
+            stream.cells.pos_set(cell, pos[t]);
             for s in seqs[t].iter() {
-                self.cells.seq_add(cell, s);
+                stream.cells.seq_add(cell, s);
             }
-        }
-        if let Some(&last) = slots.last() {
-            self.head = last + 1;
+            stream.head = cell + 1;
         }
     }
 
-    /// Whether cell `j` is visible to a token of sequence `seq` at position `pos`: it holds
-    /// `seq`, is not in the future (causal), and is inside the sliding window when `n_swa > 0`.
+    /// The rows a token of sequence `seq` may attend to: its stream's rows up to the last
+    /// used cell.
+    pub fn rows_of(&self, seq: usize) -> std::ops::Range<u32> {
+        let st = self.seq_to_stream[seq];
+        let base = st as u32 * self.size;
+        base..base + self.streams[st].cells.used_max_p1()
+    }
+
+    /// Whether row `row` is visible to a token of sequence `seq` at position `pos`: it is a
+    /// cell of the sequence's stream that holds `seq`, is not in the future (causal), and is
+    /// inside the sliding window when `n_swa > 0`.
     #[inline]
-    pub fn visible(&self, j: u32, seq: usize, pos: i32, causal: bool, n_swa: u32) -> bool {
-        if self.cells.is_empty(j) || !self.cells.seq_has(j, seq) {
+    pub fn visible(&self, row: u32, seq: usize, pos: i32, causal: bool, n_swa: u32) -> bool {
+        let st = self.seq_to_stream[seq];
+        let Some(j) = row.checked_sub(st as u32 * self.size) else {
+            return false;
+        };
+        if j >= self.size {
             return false;
         }
-        let pj = self.cells.pos(j);
+        let cells = &self.streams[st].cells;
+        if cells.is_empty(j) || !cells.seq_has(j, seq) {
+            return false;
+        }
+        let pj = cells.pos(j);
         if causal && pj > pos {
             return false;
         }
@@ -423,15 +623,28 @@ mod tests {
         KvCache::new(&KvShape {
             size,
             n_seq_max: MAX_SEQ,
+            unified: true,
             type_k: KvType::F16,
             type_v: KvType::F32,
             layers: vec![(4, 4)],
         })
     }
 
+    fn streams(size: u32, n_seq_max: usize) -> KvCache {
+        KvCache::new(&KvShape {
+            size,
+            n_seq_max,
+            unified: false,
+            type_k: KvType::F32,
+            type_v: KvType::F16,
+            layers: vec![(2, 2)],
+        })
+    }
+
     fn place(kv: &mut KvCache, pos: &[i32], seq: usize) -> Vec<u32> {
         let mut slots = Vec::new();
-        assert!(kv.find_slot(pos.len() as u32, &mut slots));
+        let st = kv.stream_of(seq).unwrap();
+        assert!(kv.find_slot(&[(st, pos.len() as u32)], &mut slots));
         let seqs = vec![SeqSet::single(seq); pos.len()];
         kv.apply(&slots, pos, &seqs);
         slots
@@ -446,11 +659,11 @@ mod tests {
         assert_eq!(kv.seq_pos_max(0), 2);
         assert_eq!(kv.seq_pos_max(1), 1);
         assert_eq!(kv.seq_pos_max(2), -1);
-        assert_eq!(kv.n_free(), 3);
+        assert_eq!(kv.n_free(0), 3);
         let mut slots = Vec::new();
-        assert!(!kv.find_slot(4, &mut slots));
-        assert!(!kv.find_slot(9, &mut slots));
-        assert!(kv.find_slot(3, &mut slots));
+        assert!(!kv.find_slot(&[(0, 4)], &mut slots));
+        assert!(!kv.find_slot(&[(0, 9)], &mut slots));
+        assert!(kv.find_slot(&[(0, 3)], &mut slots));
     }
 
     #[test]
@@ -459,11 +672,11 @@ mod tests {
         place(&mut kv, &[0, 1, 2, 3], 0);
         assert!(kv.seq_rm(Some(0), 2, -1));
         assert_eq!(kv.seq_pos_max(0), 1);
-        assert_eq!(kv.cells.used(), 2);
+        assert_eq!(kv.used(), 2);
         // the freed cells are found again first
         assert_eq!(place(&mut kv, &[2], 0), vec![2]);
         assert!(kv.seq_rm(None, -1, -1));
-        assert_eq!(kv.cells.used(), 0);
+        assert_eq!(kv.used(), 0);
         assert_eq!(kv.seq_pos_min(0), -1);
     }
 
@@ -471,20 +684,20 @@ mod tests {
     fn seq_cp_shares_cells_and_seq_keep_drops_others() {
         let mut kv = cache(8);
         place(&mut kv, &[0, 1, 2], 0);
-        kv.seq_cp(0, 3, 1, -1);
+        kv.seq_cp(0, 3, 1, -1).unwrap();
         assert_eq!((kv.seq_pos_min(3), kv.seq_pos_max(3)), (1, 2));
-        assert_eq!(kv.cells.used(), 3);
+        assert_eq!(kv.used(), 3);
         // removing the copy leaves the original
         kv.seq_rm(Some(3), -1, -1);
         assert_eq!(kv.seq_pos_max(3), -1);
         assert_eq!(kv.seq_pos_max(0), 2);
-        kv.seq_cp(0, 5, -1, -1);
+        kv.seq_cp(0, 5, -1, -1).unwrap();
         place(&mut kv, &[0], 1);
         kv.seq_keep(5);
         assert_eq!(kv.seq_pos_max(0), -1);
         assert_eq!(kv.seq_pos_max(1), -1);
         assert_eq!((kv.seq_pos_min(5), kv.seq_pos_max(5)), (0, 2));
-        assert_eq!(kv.cells.used(), 3);
+        assert_eq!(kv.used(), 3);
     }
 
     #[test]
@@ -494,11 +707,11 @@ mod tests {
         kv.seq_add(0, 2, -1, -2);
         // positions 2,3 became 0,1: the sequence now holds 0,0,1,1
         assert_eq!(kv.seq_pos_max(0), 1);
-        assert!(kv.cells.has_shift());
-        assert_eq!(kv.cells.shift(2), -2);
+        assert!(kv.has_shift());
+        assert_eq!(kv.cells(0).shift(2), -2);
         kv.seq_add(0, -1, -1, -1);
         // the two cells at position 0 went to -1 and were freed
-        assert_eq!(kv.cells.used(), 2);
+        assert_eq!(kv.used(), 2);
         assert_eq!((kv.seq_pos_min(0), kv.seq_pos_max(0)), (0, 0));
     }
 
@@ -507,8 +720,8 @@ mod tests {
         let mut kv = cache(8);
         place(&mut kv, &[0, 1, 2, 3, 4, 5], 0);
         kv.seq_div(0, 2, 6, 2);
-        assert_eq!(kv.cells.pos(5), 2);
-        assert_eq!(kv.cells.shift(5), -3);
+        assert_eq!(kv.cells(0).pos(5), 2);
+        assert_eq!(kv.cells(0).shift(5), -3);
         assert_eq!(kv.seq_pos_max(0), 2);
     }
 
@@ -536,5 +749,80 @@ mod tests {
         assert_eq!(out[0], 1.0);
         assert_eq!(out[1], half::f16::from_f32(0.1).to_f32());
         assert_eq!(out[3], 65504.0);
+    }
+
+    #[test]
+    fn each_sequence_fills_its_own_stream() {
+        let mut kv = streams(4, 3);
+        assert_eq!((kv.n_stream(), kv.size()), (3, 4));
+        // rows are stream * size + cell
+        assert_eq!(place(&mut kv, &[0, 1, 2, 3], 0), vec![0, 1, 2, 3]);
+        assert_eq!(place(&mut kv, &[0, 1], 2), vec![8, 9]);
+        assert_eq!(kv.used(), 6);
+        // stream 0 is full while the others have room
+        let mut slots = Vec::new();
+        assert!(!kv.find_slot(&[(0, 1)], &mut slots));
+        assert!(kv.find_slot(&[(1, 4)], &mut slots));
+        assert!(kv.find_slot(&[(1, 2), (2, 2)], &mut slots));
+        assert_eq!(slots, vec![4, 5, 10, 11]);
+        assert_eq!(kv.rows_of(0), 0..4);
+        assert_eq!(kv.rows_of(2), 8..10);
+        // a sequence sees only its stream's rows
+        assert!(kv.visible(8, 2, 5, true, 0));
+        assert!(!kv.visible(0, 2, 5, true, 0));
+        assert!(!kv.visible(8, 0, 5, true, 0));
+        // ids are bounded by n_seq_max (MAX_SEQ when unified)
+        assert!(kv.check_seq(2).is_ok());
+        assert!(kv.check_seq(3).is_err());
+        assert!(kv.check_seq(-1).is_err());
+        assert!(cache(4).check_seq(255).is_ok());
+        assert!(cache(4).check_seq(256).is_err());
+        // one stream (n_seq_max = 1) takes every id below 256 too, as upstream
+        assert!(streams(4, 1).check_seq(255).is_ok());
+    }
+
+    #[test]
+    fn memory_operations_stay_in_the_stream_of_the_sequence() {
+        let mut kv = streams(4, 3);
+        place(&mut kv, &[0, 1, 2], 0);
+        place(&mut kv, &[0, 1], 1);
+        // seq_keep(1) leaves the other streams alone, as upstream's
+        kv.seq_keep(1);
+        assert_eq!(kv.seq_pos_max(0), 2);
+        kv.seq_add(0, -1, -1, 2);
+        assert!(kv.has_shift());
+        assert_eq!(kv.seq_pos_max(0), 4);
+        assert_eq!(kv.seq_pos_max(1), 1);
+        kv.seq_rm(Some(1), -1, -1);
+        assert_eq!(kv.used(), 3);
+        kv.seq_rm(None, 3, -1);
+        assert_eq!((kv.seq_pos_min(0), kv.seq_pos_max(0)), (2, 2));
+    }
+
+    #[test]
+    fn seq_cp_across_streams_copies_cells_shifts_and_rows() {
+        let mut kv = streams(4, 2);
+        place(&mut kv, &[0, 1, 2], 0);
+        for r in 0..3 {
+            kv.layers[0].k.set_row(r, &[r as f32, 1.0]);
+            kv.layers[0].v.set_row(r, &[2.0, r as f32]);
+        }
+        place(&mut kv, &[0], 1);
+        kv.seq_add(0, 1, -1, 3);
+        // a bounded range cannot be copied across streams
+        assert!(kv.seq_cp(0, 1, 1, 3).is_err());
+        assert_eq!(kv.seq_pos_max(1), 0);
+        kv.seq_cp(0, 1, -1, -1).unwrap();
+        // the destination stream was emptied, then got the source's cells
+        assert_eq!((kv.seq_pos_min(1), kv.seq_pos_max(1)), (0, 5));
+        assert_eq!(kv.cells(1).shift(2), 3);
+        assert_eq!(kv.cells(1).pos(2), 5);
+        let mut row = [0.0; 2];
+        kv.layers[0].k.get_row(4 + 2, &mut row);
+        assert_eq!(row, [2.0, 1.0]);
+        kv.layers[0].v.get_row(4 + 1, &mut row);
+        assert_eq!(row, [2.0, 1.0]);
+        // the next token of the copy goes after the copied cells
+        assert_eq!(place(&mut kv, &[6], 1), vec![4 + 3]);
     }
 }

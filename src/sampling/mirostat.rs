@@ -81,9 +81,13 @@ impl MirostatState {
         }
     }
 
-    /// Moves `mu` by the error between the picked token's surprise and `tau`.
-    fn observe(&mut self, p: f32) {
-        let observed_surprise = -p.log2();
+    /// Both versions' last step on the candidates they kept: softmax, a draw, and `mu` moved by
+    /// the error between the picked token's surprise and `tau`.
+    fn pick(&mut self, cur: &mut Candidates) {
+        array::softmax(cur, true);
+        let idx = array::sample_dist(cur, self.rng.generator());
+        cur.selected = idx as i64;
+        let observed_surprise = -cur.data()[idx as usize].p.log2();
         let e = observed_surprise - self.tau;
         self.mu -= self.eta * e;
     }
@@ -149,10 +153,7 @@ impl Sampler for Mirostat {
             / (1.0 - (self.n_vocab as f32).powf(-epsilon_hat)))
         .powf(1.0 / s_hat);
         array::top_k(cur, cpp::f32_to_int(k).max(1));
-        array::softmax(cur, true);
-        let idx = array::sample_dist(cur, self.state.rng.generator());
-        cur.selected = idx as i64;
-        self.state.observe(cur.data()[idx as usize].p);
+        self.state.pick(cur);
     }
     fn reset(&mut self) {
         self.state.reset();
@@ -199,10 +200,7 @@ impl Sampler for MirostatV2 {
             .position(|t| -t.p.log2() > mu)
             .unwrap_or(cur.len());
         cur.truncate(n.max(1));
-        array::softmax(cur, true);
-        let idx = array::sample_dist(cur, self.state.rng.generator());
-        cur.selected = idx as i64;
-        self.state.observe(cur.data()[idx as usize].p);
+        self.state.pick(cur);
     }
     fn reset(&mut self) {
         self.state.reset();

@@ -31,10 +31,10 @@ Usage: test_completion_llama_cpp.py MODEL OUR_LIB_DIR UPSTREAM_LIB_DIR WORK_DIR"
 import ctypes
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
+
+import lib_worker
 
 PROMPT = "The capital of France is"
 SEED = 42
@@ -199,16 +199,6 @@ def worker(model, out):
     return 0
 
 
-def run(lib_dir, model, out):
-    env = dict(os.environ, LLAMA_CPP_LIB_PATH=lib_dir)
-    proc = subprocess.run([sys.executable, __file__, "worker", model, out], env=env,
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
-        raise SystemExit(f"FAIL worker on {lib_dir} exited {proc.returncode}")
-    return np.load(out)
-
-
 def check_case(case, up, ours):
     """Failures for one case (a list of strings); prints what it compared."""
     failures = []
@@ -260,8 +250,9 @@ def check_case(case, up, ours):
 
 def main(model, ours_dir, upstream_dir, work):
     os.makedirs(work, exist_ok=True)
-    up = run(upstream_dir, model, os.path.join(work, "completion.upstream.npz"))
-    ours = run(ours_dir, model, os.path.join(work, "completion.ours.npz"))
+    up = lib_worker.run(__file__, upstream_dir, model,
+                        os.path.join(work, "completion.upstream.npz"))
+    ours = lib_worker.run(__file__, ours_dir, model, os.path.join(work, "completion.ours.npz"))
     failures = []
     for case in CASES:
         failures += check_case(case, up, ours)
@@ -271,8 +262,4 @@ def main(model, ours_dir, upstream_dir, work):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "worker":
-        sys.exit(worker(sys.argv[2], sys.argv[3]))
-    if len(sys.argv) != 5:
-        sys.exit(__doc__)
-    sys.exit(main(*sys.argv[1:]))
+    lib_worker.dispatch(__doc__, worker, main)

@@ -15,10 +15,10 @@ an .npz file); the driver compares them:
 
 Usage: test_eval_llama_cpp.py MODEL OUR_LIB_DIR UPSTREAM_LIB_DIR WORK_DIR"""
 import os
-import subprocess
-import sys
 
 import numpy as np
+
+import lib_worker
 
 TEXT = (
     "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. "
@@ -57,20 +57,10 @@ def log_softmax(x):
     return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
-def run(lib_dir, model, out):
-    env = dict(os.environ, LLAMA_CPP_LIB_PATH=lib_dir)
-    proc = subprocess.run([sys.executable, __file__, "worker", model, out], env=env,
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
-        raise SystemExit(f"FAIL worker on {lib_dir} exited {proc.returncode}")
-    return np.load(out)
-
-
 def main(model, ours_dir, upstream_dir, work):
     os.makedirs(work, exist_ok=True)
-    up = run(upstream_dir, model, os.path.join(work, "eval.upstream.npz"))
-    ours = run(ours_dir, model, os.path.join(work, "eval.ours.npz"))
+    up = lib_worker.run(__file__, upstream_dir, model, os.path.join(work, "eval.upstream.npz"))
+    ours = lib_worker.run(__file__, ours_dir, model, os.path.join(work, "eval.ours.npz"))
     failures = []
     if not np.array_equal(up["tokens"], ours["tokens"]):
         failures.append(f"tokens differ: {up['tokens'].tolist()} vs {ours['tokens'].tolist()}")
@@ -107,8 +97,4 @@ def main(model, ours_dir, upstream_dir, work):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "worker":
-        sys.exit(worker(sys.argv[2], sys.argv[3]))
-    if len(sys.argv) != 5:
-        sys.exit(__doc__)
-    sys.exit(main(*sys.argv[1:]))
+    lib_worker.dispatch(__doc__, worker, main)

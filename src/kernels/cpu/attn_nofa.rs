@@ -82,7 +82,7 @@ pub fn attn_no_fa(
     shape: AttnShape,
     q: &[f32],
     n_tokens: usize,
-    n_kv: u32,
+    view: &(dyn Fn(usize) -> std::ops::Range<u32> + Sync),
     visible: &(dyn Fn(usize, u32) -> bool + Sync),
     k: &dyn KvRows,
     v: &dyn KvRows,
@@ -114,7 +114,7 @@ pub fn attn_no_fa(
             // from every other task's; `out` is borrowed mutably for the whole call, which
             // waits for all tasks.
             let o = unsafe { out_ptr.slice((t * n_head + head) * dv, dv) };
-            head_task(shape, qrow, t, g, n_kv, visible, k, v, tiny, o, sc);
+            head_task(shape, qrow, t, g, view(t), visible, k, v, tiny, o, sc);
         }
     });
 }
@@ -125,7 +125,7 @@ fn head_task(
     qrow: &[f32],
     t: usize,
     g: usize,
-    n_kv: u32,
+    cells: std::ops::Range<u32>,
     visible: &(dyn Fn(usize, u32) -> bool + Sync),
     k: &dyn KvRows,
     v: &dyn KvRows,
@@ -140,7 +140,9 @@ fn head_task(
         softcap,
         ..
     } = shape;
-    let n = n_kv as usize;
+    // cells relative to the view's start: lanes and the softmax row follow upstream's view
+    let base = cells.start as usize;
+    let n = (cells.end - cells.start) as usize;
     // K·Q: an F32 K reads Q (permuted, already its vec_dot type) in place, which llamafile's
     // sgemm declines: ggml's vec_dot order then, whatever the number of query rows
     let tiny_k = tiny && k.is_f16();
@@ -161,11 +163,11 @@ fn head_task(
     }));
     let mut acc = [0f32; 32];
     for j in 0..n {
-        if !visible(t, j as u32) {
+        if !visible(t, (base + j) as u32) {
             continue;
         }
         let kr = &mut sc.row[..dk];
-        read(k, j, g * dk, kr);
+        read(k, base + j, g * dk, kr);
         acc[..k_lanes].fill(0.0);
         let full = dk / k_lanes * k_lanes;
         for (e, (&a, &b)) in kr[..full].iter().zip(&sc.q[..full]).enumerate() {
@@ -217,7 +219,7 @@ fn head_task(
             continue;
         }
         let vr = &mut sc.row[..dv];
-        read(v, j, g * dv, vr);
+        read(v, base + j, g * dv, vr);
         let lane = j % lanes;
         for (d, &x) in vr.iter().enumerate() {
             let a = &mut sc.acc[d * lanes + lane];

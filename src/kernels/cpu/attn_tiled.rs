@@ -155,7 +155,7 @@ pub fn flash_attn_tiled(
     shape: AttnShape,
     q: &[f32],
     n_tokens: usize,
-    n_kv: u32,
+    rows: &(dyn Fn(usize) -> std::ops::Range<u32> + Sync),
     visible: &(dyn Fn(usize, u32) -> bool + Sync),
     k: &dyn KvRows,
     v: &dyn KvRows,
@@ -181,7 +181,14 @@ pub fn flash_attn_tiled(
         let nt = block.min(n_tokens - t0);
         let mut sc = scratch[thread].lock().unwrap_or_else(|e| e.into_inner());
         let tiles = &mut sc.tiled;
-        tile_task(shape, q, t0, nt, g, n_kv, visible, k, v, tiles);
+        // the cells the block's tokens may see (their streams' used rows), in tiles of
+        // TILE_KV from a stream's start (streams start at multiples of the tile)
+        let (lo, hi) = (t0..t0 + nt).fold((u32::MAX, 0), |(lo, hi), t| {
+            let r = rows(t);
+            (lo.min(r.start), hi.max(r.end))
+        });
+        let lo = lo / TILE_KV as u32 * TILE_KV as u32;
+        tile_task(shape, q, t0, nt, g, lo..hi.max(lo), visible, k, v, tiles);
         let group = n_head / n_head_kv;
         let dv = shape.dv;
         for hl in 0..group {
@@ -211,7 +218,7 @@ fn tile_task(
     t0: usize,
     nt: usize,
     g: usize,
-    n_kv: u32,
+    cells: std::ops::Range<u32>,
     visible: &(dyn Fn(usize, u32) -> bool + Sync),
     k: &dyn KvRows,
     v: &dyn KvRows,
@@ -253,8 +260,8 @@ fn tile_task(
     sc.kq.resize(rows * TILE_KV, 0.0);
     sc.vis.resize(nt * TILE_KV, false);
     sc.row.resize(dk.max(dv), 0.0);
-    let n_kv = n_kv as usize;
-    for ic in (0..n_kv).step_by(TILE_KV) {
+    let (c0, n_kv) = (cells.start as usize, cells.end as usize);
+    for ic in (c0..n_kv).step_by(TILE_KV) {
         let kv_tile = TILE_KV.min(n_kv - ic);
         // the mask of this tile; skipped when nothing in it is visible (as upstream)
         let mut any = false;

@@ -487,8 +487,8 @@ unsafe impl Sync for SharedOut {}
 unsafe impl Send for SharedOut {}
 
 /// ggml's FLASH_ATTN_EXT on the CPU: for each token (row of `q`, `n_head` heads of `dk`) and
-/// each of its heads, the online softmax over the cells `visible(token, cell)` accepts (in
-/// cell order) of `scale`·q·k (soft-capped when `softcap` ≠ 0), accumulating v; in half
+/// each of its heads, the online softmax over the cells of `rows(token)` (its KV stream's)
+/// that `visible(token, cell)` accepts (in cell order) of `scale`·q·k (soft-capped when `softcap` ≠ 0), accumulating v; in half
 /// precision for an F16 V cache, as ggml's kernel. Tasks are (token, KV head) pairs spread
 /// over `pool`; `scratch` holds one buffer set per pool thread.
 #[allow(clippy::too_many_arguments)]
@@ -496,7 +496,7 @@ pub fn flash_attn(
     shape: AttnShape,
     q: &[f32],
     n_tokens: usize,
-    n_kv: u32,
+    rows: &(dyn Fn(usize) -> std::ops::Range<u32> + Sync),
     visible: &(dyn Fn(usize, u32) -> bool + Sync),
     k: &dyn KvRows,
     v: &dyn KvRows,
@@ -519,21 +519,25 @@ pub fn flash_attn(
             .unwrap_or_else(|e| e.into_inner())
             .reserve_for(shape);
     }
+    // upstream's view of a token's stream: its used cells padded (llama_kv_cache::get_n_kv)
+    let view = |t: usize| {
+        let r = rows(t);
+        r.start..r.start + super::attn_nofa::upstream_n_kv(r.end - r.start, shape.n_cells_max)
+    };
     if !shape.flash_attn && super::attn_nofa::applies(k, v) {
-        let n_kv = super::attn_nofa::upstream_n_kv(n_kv, shape.n_cells_max);
-        super::attn_nofa::attn_no_fa(shape, q, n_tokens, n_kv, visible, k, v, out, pool, scratch);
+        super::attn_nofa::attn_no_fa(shape, q, n_tokens, &view, visible, k, v, out, pool, scratch);
         return;
     }
     if n_tokens == 1 && split_kv_applies(k, v) {
-        let n_kv_up = super::attn_nofa::upstream_n_kv(n_kv, shape.n_cells_max);
-        if n_kv_up >= 512 {
-            flash_attn_split_kv(shape, q, n_kv_up, visible, k, v, out, pool, scratch);
+        let cells = view(0);
+        if cells.end - cells.start >= 512 {
+            flash_attn_split_kv(shape, q, cells, visible, k, v, out, pool, scratch);
             return;
         }
     }
     if super::attn_tiled::applies(n_tokens, k, v) {
         super::attn_tiled::flash_attn_tiled(
-            shape, q, n_tokens, n_kv, visible, k, v, out, pool, scratch,
+            shape, q, n_tokens, rows, visible, k, v, out, pool, scratch,
         );
         return;
     }
@@ -551,7 +555,7 @@ pub fn flash_attn(
             )
         };
         let qrow = &q[(t * n_head + g * group) * dk..(t * n_head + (g + 1) * group) * dk];
-        attn_task(shape, qrow, t, g, 0..n_kv, false, visible, k, v, o, &mut sc);
+        attn_task(shape, qrow, t, g, rows(t), false, visible, k, v, o, &mut sc);
     });
 }
 
@@ -578,7 +582,7 @@ fn split_kv_applies(k: &dyn KvRows, v: &dyn KvRows) -> bool {
 fn flash_attn_split_kv(
     shape: AttnShape,
     q: &[f32],
-    n_kv: u32,
+    cells: std::ops::Range<u32>,
     visible: &(dyn Fn(usize, u32) -> bool + Sync),
     k: &dyn KvRows,
     v: &dyn KvRows,
@@ -594,6 +598,7 @@ fn flash_attn_split_kv(
         ..
     } = shape;
     let group = n_head / n_head_kv;
+    let (base, n_kv) = (cells.start, cells.end - cells.start);
     let nth = pool.n_threads();
     assert!(
         scratch.len() > nth,
@@ -615,7 +620,19 @@ fn flash_attn_split_kv(
         // job returns.
         let o = unsafe { parts.slice((c * n_head + g * group) * stride, group * stride) };
         let qrow = &q[g * group * dk..(g + 1) * group * dk];
-        attn_task(shape, qrow, 0, g, c0..c1, true, visible, k, v, o, &mut sc);
+        attn_task(
+            shape,
+            qrow,
+            0,
+            g,
+            base + c0..base + c1,
+            true,
+            visible,
+            k,
+            v,
+            o,
+            &mut sc,
+        );
     });
     extra.acc.resize(dv, 0.0);
     for h in 0..n_head {

@@ -501,3 +501,157 @@ fn moe_llama_decodes_consistently() {
         assert!(max_diff(&row, &whole[i * n_vocab..(i + 1) * n_vocab]) < 1e-4);
     }
 }
+
+/// The repacked layout of tensor `name` now, checked against a repack of its current bytes
+/// (None when it has none).
+fn repacked_now(model: &Model, name: &str) -> Option<Vec<u8>> {
+    let t = model.tensors.get(name).unwrap();
+    let st = t.read();
+    let rp = st.derived.get()?.as_ref()?;
+    let plain = llama::hotswap::current_bytes(model, name).unwrap();
+    let again =
+        llama::kernels::cpu::repack::repack(rp.kind, st.layout.ggml_type, &plain, rp.n_rows, rp.k);
+    assert!(
+        rp.bytes() == again.bytes(),
+        "{name}: the repacked layout is of the current bytes"
+    );
+    Some(rp.bytes().to_vec())
+}
+
+#[test]
+fn hot_swap_of_a_repacked_tensor_computes_with_the_new_bytes() {
+    if llama::kernels::cpu::simd_level() != "avx2" {
+        eprintln!("SKIP: no AVX2, no repacked layouts (as upstream)");
+        return;
+    }
+    let name = "blk.0.attn_q.weight";
+    for tie in [false, true] {
+        let opts = TinyLlamaOpts {
+            tie_embeddings: tie,
+            ..TinyLlamaOpts::with_type(GgmlType::Q4_0)
+        };
+        let a = tiny_llama(&opts).unwrap();
+        // B: other Q4_0 bytes for the tensor (same type and size: written in place, no new
+        // generation); C: the tensor as Q8_0 (retyped: no repacked layout)
+        let variant = |ty: GgmlType, seed: u64| {
+            let mut w = GgufWriter::new();
+            for (k, v) in a.kvs() {
+                w.set(k, v.clone());
+            }
+            for spec in llama_tensor_specs(&opts) {
+                let count = spec.dims.iter().product::<i64>() as usize;
+                let is_norm = spec.name.ends_with("_norm.weight");
+                let (ty, seed) = if spec.name == name {
+                    (ty, seed)
+                } else {
+                    (spec.ggml_type, opts.seed)
+                };
+                let values = tensor_values(seed, &spec.name, count, is_norm);
+                w.add_tensor_f32(&spec.name, &spec.dims, ty, &values)
+                    .unwrap();
+            }
+            w
+        };
+        let (b, c) = (variant(GgmlType::Q4_0, 7), variant(GgmlType::Q8_0, 42));
+        let pos: Vec<i32> = (0..8).collect();
+        for mode in [LoadMode::Auto, LoadMode::None] {
+            let label = format!("tie={tie} {mode:?}");
+            let dir = tempdir(&format!("repack-swap-{tie}-{mode:?}"));
+            let path = dir.0.join("m.gguf");
+            let fresh_of = |w: &GgufWriter, tag: &str| {
+                let p = dir.0.join(format!("{tag}.gguf"));
+                write(w, &p);
+                let m = load_placed(&p, false, PlacementParams::default(), mode);
+                let (_, l) = decode(
+                    &Context::new(m.clone(), &params()).unwrap(),
+                    &PROMPT,
+                    &pos,
+                    &[0; 8],
+                    false,
+                );
+                (l, repacked_now(&m, name))
+            };
+            write(&a, &path);
+            let model = load_placed(&path, true, PlacementParams::default(), mode);
+            let ctx = Context::new(model.clone(), &params()).unwrap();
+            let run = |what: &str| {
+                ctx.engine().kv.clear(true);
+                let (code, l) = decode(&ctx, &PROMPT, &pos, &[0; 8], false);
+                assert_eq!(code, 0, "{label} {what}");
+                l
+            };
+            let first = run("first");
+            let packed_a = repacked_now(&model, name).expect("Q4_0 weights are repacked");
+            if tie {
+                assert!(
+                    repacked_now(&model, "token_embd.weight").is_some(),
+                    "{label}: the tied output projection is repacked"
+                );
+            }
+            let gen0 = model.generation.load(std::sync::atomic::Ordering::Acquire);
+
+            for (tag, w, repacked) in [("b", &b, true), ("c", &c, false), ("a", &a, true)] {
+                write(w, &path);
+                let report = llama::hotswap::reload_changed(&model).unwrap();
+                assert!(
+                    report.entries.iter().any(|e| e.name == name),
+                    "{label} {tag}: {name} reloads"
+                );
+                let now = repacked_now(&model, name);
+                assert_eq!(
+                    now.is_some(),
+                    repacked,
+                    "{label} {tag}: repacked again at reload"
+                );
+                let swapped = run(tag);
+                let (fresh, fresh_packed) = fresh_of(w, tag);
+                assert_eq!(
+                    swapped, fresh,
+                    "{label} {tag}: bit-identical to a fresh load"
+                );
+                assert_eq!(
+                    now, fresh_packed,
+                    "{label} {tag}: the fresh load's repacked bytes"
+                );
+                if tag == "b" {
+                    assert_ne!(swapped, first, "{label}: the new bytes change the logits");
+                    assert_ne!(now.as_deref(), Some(&packed_a[..]), "{label}: new layout");
+                    if mode == LoadMode::None {
+                        assert_eq!(
+                            model.generation.load(std::sync::atomic::Ordering::Acquire),
+                            gen0,
+                            "{label}: an in-place write bumps no generation (the layout \
+                             is re-derived anyway)"
+                        );
+                    }
+                }
+                if tag == "a" {
+                    assert_eq!(swapped, first, "{label}: swapping back is bit-identical");
+                    assert_eq!(now.as_deref(), Some(&packed_a[..]));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn no_repacked_layouts_without_extra_buffer_types() {
+    let dir = tempdir("no-extra-bufts");
+    let path = model_file(&dir, &TinyLlamaOpts::with_type(GgmlType::Q4_0));
+    let mut model = load(
+        ModelSource::Path(path.clone()),
+        LoadOptions {
+            progress: Some(&mut |_| true),
+            hotswap: false,
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap();
+    model.use_extra_bufts = false; // upstream's use_extra_bufts = false
+    let model = Arc::new(model);
+    let pos: Vec<i32> = (0..8).collect();
+    let ctx = Context::new(model.clone(), &params()).unwrap();
+    assert_eq!(decode(&ctx, &PROMPT, &pos, &[0; 8], false).0, 0);
+    let st = model.tensors.get("blk.0.attn_q.weight").unwrap().read();
+    assert!(st.derived.get().is_none(), "no repacked layout was made");
+}

@@ -17,6 +17,10 @@ fn scalar_path_matches_f64_reference() {
         cpu::tile_fn(GgmlType::F16).is_none(),
         "no SIMD tiles on the scalar path"
     );
+    assert!(
+        cpu::repack_kind(GgmlType::Q4_0, [64, 16, 1, 1]).is_none(),
+        "no repacked layouts on the scalar path (upstream's generic build has none)"
+    );
     let mut rng = Rng::new(77);
     let pool = ThreadPool::new(2);
     let mut scratch = Scratch::new();

@@ -170,6 +170,9 @@ unsafe fn load_with_params(
     };
     match loader::load(source, options) {
         Ok(mut model) => {
+            // Repacked layouts, made while loading as upstream does (CPU_REPACK buffers).
+            model.use_extra_bufts = params.use_extra_bufts;
+            crate::model::derived::derive_all(&model);
             // The tokenizer finishes the vocabulary (newline id, piece cache) and lives in the
             // vocab handle: `model` sits below `tokenizer` in the crate's layering.
             let tokenizer = crate::tokenizer::attach(&mut model.vocab).map_err(FfiError::Core)?;

@@ -36,6 +36,9 @@ pub struct Inputs<'a> {
     /// The KV row (stream * size + cell) of each token.
     pub slots: &'a [u32],
     pub causal: bool,
+    /// Flash attention is on in upstream's sense (`flash_attn_type` not disabled): its graph
+    /// then casts an F32 K/V cache to F16 before FLASH_ATTN_EXT, and so does ours.
+    pub flash_attn: bool,
 }
 
 /// Buffers reused across runs (no allocation per token once warmed up).
@@ -346,9 +349,7 @@ impl Executor {
             }
             Op::Silu { src } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
-                for (d, &v) in dst.iter_mut().zip(x) {
-                    *d = ops::silu(v);
-                }
+                ops::silu_rows(dst, x, None);
             }
             Op::Glu { gate, up, kind } => {
                 let (dst, [gt, u]) = carve(
@@ -356,11 +357,13 @@ impl Executor {
                     dst_r,
                     [range(&nodes[*gate]), range(&nodes[*up])],
                 );
-                for ((d, &x), &y) in dst.iter_mut().zip(gt).zip(u) {
-                    *d = match kind {
-                        GluKind::Swiglu => ops::silu(x) * y,
-                        GluKind::Geglu => ops::gelu(x) * y,
-                    };
+                match kind {
+                    GluKind::Swiglu => ops::silu_rows(dst, gt, Some(u)),
+                    GluKind::Geglu => {
+                        for ((d, &x), &y) in dst.iter_mut().zip(gt).zip(u) {
+                            *d = ops::gelu(x) * y;
+                        }
+                    }
                 }
             }
             Op::MulMat { w, x } => {
@@ -370,6 +373,11 @@ impl Executor {
                 let m = nodes[*x].ne1;
                 let st = model.tensors.at(wr.tensor).read();
                 let ty = st.layout.ggml_type;
+                if let Some(rp) = crate::model::derived::repacked(model, &st) {
+                    let (dst, [xs]) = carve(&mut self.arena, dst_r, [range(&nodes[*x])]);
+                    kernel_api::mul_mat_repacked(rp, xs, m, dst, &self.pool, &mut self.mat);
+                    return Ok(());
+                }
                 let bytes = weight_bytes(&st, &wr.name)?;
                 let (dst, [xs]) = carve(&mut self.arena, dst_r, [range(&nodes[*x])]);
                 match bytes {
@@ -657,8 +665,9 @@ impl Executor {
     ) {
         let l = &kv.layers[layer];
         let n_threads = self.pool.n_threads();
-        if self.attn_scratch.len() < n_threads {
-            self.attn_scratch.resize_with(n_threads, || {
+        // one set per pool thread, and one for the split-KV path's partials
+        if self.attn_scratch.len() < n_threads + 1 {
+            self.attn_scratch.resize_with(n_threads + 1, || {
                 std::sync::Mutex::new(ops::AttnScratch::default())
             });
         }
@@ -670,6 +679,7 @@ impl Executor {
             scale,
             softcap,
             n_cells_max: kv.size(),
+            flash_attn: inp.flash_attn,
         };
         let qn = &nodes[q];
         let n_tokens = qn.ne1;
@@ -686,10 +696,12 @@ impl Executor {
             &KvLayerRows {
                 buf: &l.k,
                 width: l.n_embd_k,
+                cast_f16: inp.flash_attn,
             },
             &KvLayerRows {
                 buf: &l.v,
                 width: l.n_embd_v,
+                cast_f16: inp.flash_attn,
             },
             dst,
             &self.pool,

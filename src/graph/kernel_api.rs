@@ -37,3 +37,17 @@ pub fn mul_mat(
         ty, w, n_rows, k, x, m, dst, dst_stride, offset, pool, scratch,
     )
 }
+
+/// `dst[j * n + i] = w_i · x_j` for a weight in a repacked layout (`n` its rows, `m` the rows
+/// of `x`): upstream's repacked MUL_MAT (its gemm for groups of 4 activation rows, gemv for
+/// the rest).
+pub fn mul_mat_repacked(
+    w: &cpu::Repacked,
+    x: &[f32],
+    m: usize,
+    dst: &mut [f32],
+    pool: &ThreadPool,
+    scratch: &mut Scratch,
+) {
+    cpu::repack::mul_mat_repacked(w, x, m, dst, w.n_rows, 0, pool, scratch)
+}

@@ -115,6 +115,13 @@ pub(super) fn hotswap_of(model: &Model) -> Result<&HotSwap, HotSwapError> {
 }
 
 pub(super) fn finish(model: &Model, hs: &HotSwap, out: Outcomes) -> Arc<Report> {
+    // The tensors written by this call lost their derived (repacked) layouts: make them again
+    // now rather than in the next decode.
+    for e in &out.entries {
+        if let Some(i) = model.tensors.index_of(&e.name) {
+            crate::model::derived::derive(model, i);
+        }
+    }
     if out.relocated {
         model.generation.fetch_add(1, Ordering::AcqRel);
     }

@@ -412,6 +412,7 @@ pub fn load(source: ModelSource, mut options: LoadOptions<'_>) -> Result<Model, 
         devices: None,
         generation: Default::default(),
         hotswap: None,
+        use_extra_bufts: true,
         meta,
     };
     if options.vocab_only {

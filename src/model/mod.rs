@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 pub mod arch;
+pub mod derived;
 pub mod ftype;
 pub mod hparams;
 pub mod meta;
@@ -52,6 +53,9 @@ pub struct Model {
     pub generation: AtomicU64,
     /// Hot-swap registration (None when `LLAMA_HOTSWAP_ENABLED` was off at load).
     pub hotswap: Option<HotSwap>,
+    /// Repacked layouts allowed (upstream's `use_extra_bufts`, default true): weights that
+    /// upstream's CPU backend would put in its `CPU_REPACK` buffer get one.
+    pub use_extra_bufts: bool,
 }
 
 /// How tensor data is brought into memory (`enum llama_load_mode`).

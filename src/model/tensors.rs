@@ -3,7 +3,9 @@
 //! see a torn tensor.
 
 use std::collections::HashMap;
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::kernels::cpu::Repacked;
 
 pub use crate::storage::data::{
     data_host_bytes, read_data, RowPiece, SplitDim, SplitGeometry, TensorData, TensorLayout,
@@ -94,6 +96,10 @@ pub struct TensorState {
     /// truncated in place, and they could not be read back. `data` is `Unallocated`; reads
     /// fail until a reload brings complete bytes.
     pub lost: bool,
+    /// A layout derived from the bytes for faster kernels (upstream's CPU repack), made on
+    /// first need (or at load, see [`crate::model::derived`]); None inside when the tensor has
+    /// none. Cleared by every [`Tensor::write`], so it never outlives the bytes it came from.
+    pub derived: OnceLock<Option<Repacked>>,
 }
 
 impl TensorState {
@@ -105,6 +111,7 @@ impl TensorState {
             original: None,
             load_fallback_from: None,
             lost: false,
+            derived: OnceLock::new(),
         }
     }
 
@@ -171,9 +178,12 @@ impl Tensor {
         self.state.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Exclusive access (hot-swap's commit step).
+    /// Exclusive access (hot-swap's commit step). Drops the derived layout: a writer may
+    /// change the bytes, type or storage it was made from (it is made again on next need).
     pub fn write(&self) -> RwLockWriteGuard<'_, TensorState> {
-        self.state.write().unwrap_or_else(|e| e.into_inner())
+        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        state.derived.take();
+        state
     }
 }
 

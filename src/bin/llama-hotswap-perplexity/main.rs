@@ -32,6 +32,7 @@ pub fn load_model(path: &Path) -> Result<(Arc<Model>, Tokenizer), String> {
     };
     let mut model = loader::load(ModelSource::Path(path.to_path_buf()), options)
         .map_err(|e| format!("failed to load model from {}: {e}", path.display()))?;
+    llama::model::derived::derive_all(&model);
     let tokenizer = llama::tokenizer::attach(&mut model.vocab)?;
     Ok((Arc::new(model), tokenizer))
 }

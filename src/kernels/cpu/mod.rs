@@ -19,16 +19,20 @@
 //! [`tile_fn`] a kernel for several activation rows at once (batched products).
 //! `LLAMA_HOTSWAP_KERNELS=scalar` forces the scalar path (as on a CPU without AVX2).
 
+mod attn_nofa;
+mod attn_tiled;
 mod blocks;
 mod dequant;
 mod dot_scalar;
 pub mod ops;
 mod pool;
 mod quantize;
+pub mod repack;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
 pub use pool::ThreadPool;
+pub use repack::{repack_kind, RepackKind, Repacked};
 
 use crate::gguf::GgmlType;
 
@@ -233,6 +237,25 @@ pub fn dot_fn(t: GgmlType) -> DotFn {
     scalar_dot_fn(t)
 }
 
+/// The dot product upstream runs for a product with one activation row (ggml's vec_dot,
+/// where llamafile's sgemm declines): for F16, `ggml_vec_dot_f16`'s order
+/// ([`ops::dot_f16_ggml`]); for the other types the same as [`dot_fn`].
+pub fn matvec_dot_fn(t: GgmlType) -> DotFn {
+    if t == GgmlType::F16 {
+        #[cfg(target_arch = "x86_64")]
+        if x86::available() {
+            return x86::dot_f16_ggml_bytes;
+        }
+        return f16_ggml_scalar;
+    }
+    dot_fn(t)
+}
+
+fn f16_ggml_scalar(k: usize, w: &[u8], x: &[u8]) -> f32 {
+    let at = |b: &[u8], i: usize| half::f16::from_le_bytes([b[2 * i], b[2 * i + 1]]).to_f32();
+    ops::dot_f16_ggml_by(k, |i| at(w, i), |i| at(x, i))
+}
+
 /// Most outputs one tile kernel computes (4 weight rows × 4 activation rows).
 pub const TILE_OUTPUTS: usize = 16;
 
@@ -320,6 +343,8 @@ pub fn vec_dot_scalar(t: GgmlType, k: usize, w: &[u8], x: &[u8]) -> f32 {
 #[derive(Debug, Default)]
 pub struct Scratch {
     activations: Vec<u8>,
+    /// Per-block activation scales and sums for the repacked kernels.
+    repack_meta: Vec<u32>,
 }
 
 impl Scratch {
@@ -329,7 +354,7 @@ impl Scratch {
 
     /// Bytes currently reserved (for tests of "no growth once warm").
     pub fn capacity(&self) -> usize {
-        self.activations.capacity()
+        self.activations.capacity() + 4 * self.repack_meta.capacity()
     }
 }
 
@@ -448,6 +473,27 @@ pub fn prepare_activations<'a>(
         m,
         row_bytes: row,
         bytes,
+    }
+}
+
+/// The [`Activations`] [`prepare_activations`] left in `scratch` for the same arguments
+/// (after a repacked product adjusted some rows in place).
+fn prepare_activations_done<'a>(
+    t: GgmlType,
+    x: &'a [f32],
+    k: usize,
+    m: usize,
+    scratch: &'a Scratch,
+) -> Activations<'a> {
+    let vt = vec_dot_type(t);
+    let row = row_bytes(vt, k);
+    let _ = x;
+    Activations {
+        vec_dot_type: vt,
+        k,
+        m,
+        row_bytes: row,
+        bytes: &scratch.activations[..row * m],
     }
 }
 
@@ -657,7 +703,9 @@ fn run_mul_mat(
         act.bytes.len() >= n_batch * m * act.row_bytes,
         "activations too short"
     );
-    let dot = dot_fn(t);
+    // upstream hands products with several activation rows to llamafile's sgemm and those
+    // with one to the type's vec_dot, whose order differs for F16
+    let dot = if m == 1 { matvec_dot_fn(t) } else { dot_fn(t) };
     let broadcast = n_batch / n_w_batch;
 
     // ggml's split: chunks of weight rows x activation columns (all batches' columns in a row)
@@ -665,7 +713,9 @@ fn run_mul_mat(
     // along the longer side. Chunk edges are multiples of the tile shape, so which outputs a
     // tile computes depends on their position only, never on the thread count.
     let cols = n_batch * m;
-    let tile = tile_fn(t).filter(|_| cols >= 2);
+    // tiles compute with dot_fn's arithmetic: not for one activation row per batch, where the
+    // mat-vec order of `matvec_dot_fn` applies
+    let tile = tile_fn(t).filter(|_| cols >= 2 && m >= 2);
     let (ra, ca) = tile.map_or((1, 1), |t| (t.rows, t.cols));
     // kernels[r][c]: the r x c tile for the edges (r <= ra, c <= ca); 1 x 1 is a plain dot
     let mut kernels: [[Option<TileFn>; 5]; 5] = [[None; 5]; 5];

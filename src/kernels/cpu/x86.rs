@@ -1508,3 +1508,497 @@ unsafe fn dot_f16_ggml_avx2(x: *const u16, y: *const u16, n: usize) -> f32 {
     }
     sumf as f32
 }
+
+/// The AVX2 kernels for a repacked layout (see `repack.rs`), when this CPU has AVX2.
+pub fn repacked_kernels(kind: super::repack::RepackKind) -> Option<super::repack::GroupKernels> {
+    if !available() {
+        return None;
+    }
+    use super::repack::{GroupKernels, RepackKind};
+    Some(match kind {
+        RepackKind::Q4_0x8 => GroupKernels::from_parts(q4_0x8_group::<1>, q4_0x8_group::<4>),
+        RepackKind::Iq4NlX8 => GroupKernels::from_parts(iq4_nlx8_group::<1>, iq4_nlx8_group::<4>),
+        RepackKind::Q4Kx8 => {
+            GroupKernels::from_parts(q4_kx8_group::<1, false>, q4_kx8_group::<4, true>)
+        }
+    })
+}
+
+/// Safe entry of the Q4Kx8 group kernel: checks the slices, then runs the AVX2 code.
+fn q4_kx8_group<const C: usize, const PER_SB: bool>(
+    nb: usize,
+    w: &[u8],
+    x: [&[u8]; C],
+    meta: [&[u32]; C],
+    out: &mut [[f32; super::repack::ROWS]; C],
+) {
+    use super::repack::Q4KX8_BYTES;
+    assert!(
+        w.len() >= nb * Q4KX8_BYTES
+            && x.iter().all(|x| x.len() >= nb * Q8_K_BYTES)
+            && meta.iter().all(|m| m.len() >= 9 * nb),
+        "repacked Q4_K group of {nb} blocks: {} bytes",
+        w.len()
+    );
+    // SAFETY: reachable only through `repacked_kernels`, which hands it out when `available()`
+    // saw AVX2, FMA and F16C; the kernel reads `nb` blocks of `Q4KX8_BYTES` of `w`, `nb`
+    // Q8_K blocks of every `x` row and `9 nb` words of every `meta` row, present as checked
+    // above; unaligned loads throughout.
+    unsafe {
+        q4_kx8_group_avx2::<C, PER_SB>(
+            nb,
+            w.as_ptr(),
+            x.map(<[u8]>::as_ptr),
+            meta.map(<[u32]>::as_ptr),
+            out,
+        )
+    }
+}
+
+/// One 8-row group of a repacked Q4_K weight times `C` Q8_K activation rows, in upstream's
+/// float order (see `repack::q4_kx8_scalar`): per pair of sub-blocks, the 8 rows' exact
+/// `Σ scale · dot` (unsigned nibbles × i8 through `maddubs`, 4 pieces summed in i16, `madd`
+/// by the sub-block scales) and `Σ min · bsum`; FMAs per pair (`PER_SB`, upstream's gemm) or
+/// per super-block (its gemv); `acc - acc_min` at the end. Lanes in `hadd` order until the
+/// final permutation.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_kx8_group_avx2<const C: usize, const PER_SB: bool>(
+    nb: usize,
+    w: *const u8,
+    x: [*const u8; C],
+    meta: [*const u32; C],
+    out: &mut [[f32; 8]; C],
+) {
+    use super::repack::Q4KX8_BYTES;
+    let m4 = _mm256_set1_epi8(0x0F);
+    let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    let rep = [
+        _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+        _mm_setr_epi8(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7),
+    ];
+    let mut acc = [_mm256_setzero_ps(); C];
+    let mut accm = [_mm256_setzero_ps(); C];
+    for b in 0..nb {
+        let blk = w.add(b * Q4KX8_BYTES);
+        let dw = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(load128(blk)), order);
+        let dm = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(load128(blk.add(16))), order);
+        let mut dwx = [_mm256_setzero_ps(); C];
+        let mut dmx = [_mm256_setzero_ps(); C];
+        for c in 0..C {
+            let dx = _mm256_set1_ps(f32::from_bits(meta[c].add(9 * b).read()));
+            dwx[c] = _mm256_mul_ps(dw, dx);
+            dmx[c] = _mm256_mul_ps(dm, dx);
+        }
+        let mut isum_b = [_mm256_setzero_si256(); C];
+        let mut imin_b = [_mm256_setzero_si256(); C];
+        for sb in 0..4 {
+            let scales = |sub: usize, h: usize| {
+                let v = _mm_loadl_epi64(blk.add(32 + sub * 8).cast());
+                _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, rep[h]))
+            };
+            let sl = [scales(2 * sb, 0), scales(2 * sb, 1)];
+            let sh = [scales(2 * sb + 1, 0), scales(2 * sb + 1, 1)];
+            let mins = |sub: usize| {
+                let v = _mm_loadl_epi64(blk.add(96 + sub * 8).cast());
+                _mm256_permutevar8x32_epi32(_mm256_cvtepu8_epi32(v), order)
+            };
+            let (ml, mh) = (mins(2 * sb), mins(2 * sb + 1));
+            let base = blk.add(160 + sb * 256);
+            let mut lo = [[_mm256_setzero_si256(); 2]; 4];
+            let mut hi = [[_mm256_setzero_si256(); 2]; 4];
+            for p in 0..4 {
+                for h in 0..2 {
+                    let v = load256(base.add(p * 64 + h * 32));
+                    lo[p][h] = _mm256_and_si256(v, m4);
+                    hi[p][h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                }
+            }
+            for c in 0..C {
+                let q = x[c].add(b * Q8_K_BYTES + 4 + 64 * sb);
+                let bcast = |o: usize| _mm256_set1_epi64x(q.add(o).cast::<i64>().read_unaligned());
+                let al = [bcast(0), bcast(8), bcast(16), bcast(24)];
+                let ah = [bcast(32), bcast(40), bcast(48), bcast(56)];
+                let mut halves = [_mm256_setzero_si256(); 2];
+                for (h, half) in halves.iter_mut().enumerate() {
+                    let sum = |w: &[[__m256i; 2]; 4], a: &[__m256i; 4]| {
+                        _mm256_add_epi16(
+                            _mm256_add_epi16(
+                                _mm256_maddubs_epi16(w[0][h], a[0]),
+                                _mm256_maddubs_epi16(w[1][h], a[1]),
+                            ),
+                            _mm256_add_epi16(
+                                _mm256_maddubs_epi16(w[2][h], a[2]),
+                                _mm256_maddubs_epi16(w[3][h], a[3]),
+                            ),
+                        )
+                    };
+                    *half = _mm256_add_epi32(
+                        _mm256_madd_epi16(sum(&lo, &al), sl[h]),
+                        _mm256_madd_epi16(sum(&hi, &ah), sh[h]),
+                    );
+                }
+                let isum = _mm256_hadd_epi32(halves[0], halves[1]);
+                let mt = meta[c].add(9 * b + 1 + 2 * sb);
+                let imin = _mm256_add_epi32(
+                    _mm256_mullo_epi32(ml, _mm256_set1_epi32(mt.read() as i32)),
+                    _mm256_mullo_epi32(mh, _mm256_set1_epi32(mt.add(1).read() as i32)),
+                );
+                if PER_SB {
+                    acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dwx[c], acc[c]);
+                    accm[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), dmx[c], accm[c]);
+                } else {
+                    isum_b[c] = _mm256_add_epi32(isum_b[c], isum);
+                    imin_b[c] = _mm256_add_epi32(imin_b[c], imin);
+                }
+            }
+        }
+        if !PER_SB {
+            for c in 0..C {
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum_b[c]), dwx[c], acc[c]);
+                accm[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin_b[c]), dmx[c], accm[c]);
+            }
+        }
+    }
+    for c in 0..C {
+        _mm256_storeu_ps(
+            out[c].as_mut_ptr(),
+            _mm256_permutevar8x32_ps(_mm256_sub_ps(acc[c], accm[c]), order),
+        );
+    }
+}
+
+/// Safe entry of the IQ4_NLx8 group kernel: checks the slices, then runs the AVX2 code.
+fn iq4_nlx8_group<const C: usize>(
+    nb: usize,
+    w: &[u8],
+    x: [&[u8]; C],
+    meta: [&[u32]; C],
+    out: &mut [[f32; super::repack::ROWS]; C],
+) {
+    assert!(
+        w.len() >= nb * 8 * IQ4_NL_BYTES
+            && x.iter().all(|x| x.len() >= nb * Q8_0_BYTES)
+            && meta.iter().all(|m| m.len() >= 2 * nb),
+        "repacked IQ4_NL group of {nb} blocks: {} bytes",
+        w.len()
+    );
+    // SAFETY: as for `q4_0x8_group` (same block sizes and reads).
+    unsafe {
+        iq4_nlx8_group_avx2::<C>(
+            nb,
+            w.as_ptr(),
+            x.map(<[u8]>::as_ptr),
+            meta.map(<[u32]>::as_ptr),
+            out,
+        )
+    }
+}
+
+/// One 8-row group of a repacked IQ4_NL weight times `C` Q8_0 activation rows: nibbles
+/// through the value table, i8 × i8 products by the sign trick, each `maddubs` widened to
+/// i32 (values up to 127 in magnitude: i16 sums of several could overflow), then upstream's
+/// `acc = fma(isum, d_w · d_x, acc)` per row, as in [`q4_0x8_group_avx2`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4_nlx8_group_avx2<const C: usize>(
+    nb: usize,
+    w: *const u8,
+    x: [*const u8; C],
+    meta: [*const u32; C],
+    out: &mut [[f32; 8]; C],
+) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let lut = _mm256_broadcastsi128_si256(load128(KVALUES_IQ4NL.as_ptr().cast()));
+    let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    let mut acc = [_mm256_setzero_ps(); C];
+    for b in 0..nb {
+        let blk = w.add(b * 8 * IQ4_NL_BYTES);
+        let dw = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(load128(blk)), order);
+        let r0 = load256(blk.add(16));
+        let r1 = load256(blk.add(48));
+        let r2 = load256(blk.add(80));
+        let r3 = load256(blk.add(112));
+        let lo = |v: __m256i| _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
+        let hi =
+            |v: __m256i| _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+        let (u0, u1, u2, u3) = (lo(r0), lo(r2), hi(r0), hi(r2));
+        let (v0, v1, v2, v3) = (lo(r1), lo(r3), hi(r1), hi(r3));
+        for c in 0..C {
+            let q = x[c].add(b * Q8_0_BYTES + 2);
+            let bcast = |o: usize| _mm256_set1_epi64x(q.add(o).cast::<i64>().read_unaligned());
+            let (a0, a1, a2, a3) = (bcast(0), bcast(8), bcast(16), bcast(24));
+            let s03 = _mm256_add_epi32(
+                _mm256_add_epi32(dot_i8_i8(u0, a0), dot_i8_i8(u1, a1)),
+                _mm256_add_epi32(dot_i8_i8(u2, a2), dot_i8_i8(u3, a3)),
+            );
+            let s47 = _mm256_add_epi32(
+                _mm256_add_epi32(dot_i8_i8(v0, a0), dot_i8_i8(v1, a1)),
+                _mm256_add_epi32(dot_i8_i8(v2, a2), dot_i8_i8(v3, a3)),
+            );
+            let isum = _mm256_hadd_epi32(s03, s47);
+            let dx = _mm256_set1_ps(f32::from_bits(meta[c].add(2 * b).read()));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx), acc[c]);
+        }
+    }
+    for c in 0..C {
+        _mm256_storeu_ps(out[c].as_mut_ptr(), _mm256_permutevar8x32_ps(acc[c], order));
+    }
+}
+
+/// Safe entry of the Q4_0x8 group kernel: checks the slices, then runs the AVX2 code.
+fn q4_0x8_group<const C: usize>(
+    nb: usize,
+    w: &[u8],
+    x: [&[u8]; C],
+    meta: [&[u32]; C],
+    out: &mut [[f32; super::repack::ROWS]; C],
+) {
+    assert!(
+        w.len() >= nb * 8 * Q4_0_BYTES
+            && x.iter().all(|x| x.len() >= nb * Q8_0_BYTES)
+            && meta.iter().all(|m| m.len() >= 2 * nb),
+        "repacked Q4_0 group of {nb} blocks: {} bytes",
+        w.len()
+    );
+    // SAFETY: reachable only through `repacked_kernels`, which hands it out when `available()`
+    // saw AVX2, FMA and F16C; the kernel reads `nb` blocks of 144 bytes of `w`, `nb` Q8_0
+    // blocks of every `x` row and `2 nb` words of every `meta` row, present as checked above;
+    // unaligned loads throughout.
+    unsafe {
+        q4_0x8_group_avx2::<C>(
+            nb,
+            w.as_ptr(),
+            x.map(<[u8]>::as_ptr),
+            meta.map(<[u32]>::as_ptr),
+            out,
+        )
+    }
+}
+
+/// One 8-row group of a repacked Q4_0 weight times `C` Q8_0 activation rows. Per block and
+/// activation row: the 8 exact integer dot products (unsigned nibbles × i8 through `maddubs`,
+/// summed in i16 — at most 4 × 2 × 15 × 127 — then `madd` into i32, minus `8 · Σ x`), then
+/// `acc = fma(isum, d_w · d_x, acc)` per row: upstream's float order. The lanes hold the rows
+/// in `hadd`'s order (0 1 4 5 2 3 6 7) until the final permutation.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_0x8_group_avx2<const C: usize>(
+    nb: usize,
+    w: *const u8,
+    x: [*const u8; C],
+    meta: [*const u32; C],
+    out: &mut [[f32; 8]; C],
+) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let ones16 = _mm256_set1_epi16(1);
+    // hadd order <-> row order (an involution)
+    let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    let mut acc = [_mm256_setzero_ps(); C];
+    for b in 0..nb {
+        let blk = w.add(b * 8 * Q4_0_BYTES);
+        let dw = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(load128(blk)), order);
+        let r0 = load256(blk.add(16)); // rows 0-3, qs bytes 0-7
+        let r1 = load256(blk.add(48)); // rows 4-7, qs bytes 0-7
+        let r2 = load256(blk.add(80)); // rows 0-3, qs bytes 8-15
+        let r3 = load256(blk.add(112)); // rows 4-7, qs bytes 8-15
+        let lo = |v: __m256i| _mm256_and_si256(v, m4);
+        let hi = |v: __m256i| _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        // elements 0-7, 8-15, 16-23, 24-31 of rows 0-3 and of rows 4-7
+        let (u0, u1, u2, u3) = (lo(r0), lo(r2), hi(r0), hi(r2));
+        let (v0, v1, v2, v3) = (lo(r1), lo(r3), hi(r1), hi(r3));
+        for c in 0..C {
+            let xb = x[c].add(b * Q8_0_BYTES);
+            let q = xb.add(2);
+            let bcast = |o: usize| _mm256_set1_epi64x(q.add(o).cast::<i64>().read_unaligned());
+            let (a0, a1, a2, a3) = (bcast(0), bcast(8), bcast(16), bcast(24));
+            let s03 = _mm256_add_epi16(
+                _mm256_add_epi16(_mm256_maddubs_epi16(u0, a0), _mm256_maddubs_epi16(u1, a1)),
+                _mm256_add_epi16(_mm256_maddubs_epi16(u2, a2), _mm256_maddubs_epi16(u3, a3)),
+            );
+            let s47 = _mm256_add_epi16(
+                _mm256_add_epi16(_mm256_maddubs_epi16(v0, a0), _mm256_maddubs_epi16(v1, a1)),
+                _mm256_add_epi16(_mm256_maddubs_epi16(v2, a2), _mm256_maddubs_epi16(v3, a3)),
+            );
+            let isum = _mm256_hadd_epi32(
+                _mm256_madd_epi16(s03, ones16),
+                _mm256_madd_epi16(s47, ones16),
+            );
+            // minus 8 · Σ x of the block; the block's scale (both precomputed)
+            let mt = meta[c].add(2 * b);
+            let isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(mt.add(1).read() as i32));
+            let dx = _mm256_set1_ps(f32::from_bits(mt.read()));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx), acc[c]);
+        }
+    }
+    for c in 0..C {
+        _mm256_storeu_ps(out[c].as_mut_ptr(), _mm256_permutevar8x32_ps(acc[c], order));
+    }
+}
+
+/// [`super::attn_tiled::gemm_acc_scalar`] with AVX2/FMA, each element the same chain of FMAs
+/// (ggml's `simd_gemm`); false without the features.
+pub fn gemm_acc(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> bool {
+    if !available() {
+        return false;
+    }
+    assert!(c.len() >= m * n && a.len() >= m * k && b.len() >= k * n);
+    // SAFETY: features checked above; the kernel reads `m*k` values of `a`, `k*n` of `b` and
+    // writes `m*n` of `c`, all within the slices (asserted); unaligned loads and stores.
+    unsafe { gemm_acc_avx2(c.as_mut_ptr(), a.as_ptr(), b.as_ptr(), m, k, n) };
+    true
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gemm_block<const R: usize, const V: usize>(
+    c: *mut f32,
+    a: *const f32,
+    b: *const f32,
+    k: usize,
+    n: usize,
+) {
+    let mut acc = [[_mm256_setzero_ps(); V]; R];
+    for (i, row) in acc.iter_mut().enumerate() {
+        for (r, v) in row.iter_mut().enumerate() {
+            *v = _mm256_loadu_ps(c.add(i * n + r * 8));
+        }
+    }
+    for kk in 0..k {
+        let mut bv = [_mm256_setzero_ps(); V];
+        for (r, v) in bv.iter_mut().enumerate() {
+            *v = _mm256_loadu_ps(b.add(kk * n + r * 8));
+        }
+        for (i, row) in acc.iter_mut().enumerate() {
+            let p = _mm256_set1_ps(*a.add(i * k + kk));
+            for (r, v) in row.iter_mut().enumerate() {
+                *v = _mm256_fmadd_ps(bv[r], p, *v);
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        for (r, v) in row.iter().enumerate() {
+            _mm256_storeu_ps(c.add(i * n + r * 8), *v);
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gemm_rows<const R: usize>(c: *mut f32, a: *const f32, b: *const f32, k: usize, n: usize) {
+    let mut j = 0;
+    while j + 16 <= n {
+        gemm_block::<R, 2>(c.add(j), a, b.add(j), k, n);
+        j += 16;
+    }
+    while j + 8 <= n {
+        gemm_block::<R, 1>(c.add(j), a, b.add(j), k, n);
+        j += 8;
+    }
+    for jj in j..n {
+        for i in 0..R {
+            let mut s = *c.add(i * n + jj);
+            for kk in 0..k {
+                s = (*a.add(i * k + kk)).mul_add(*b.add(kk * n + jj), s);
+            }
+            *c.add(i * n + jj) = s;
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gemm_acc_avx2(c: *mut f32, a: *const f32, b: *const f32, m: usize, k: usize, n: usize) {
+    let mut i = 0;
+    while i + 4 <= m {
+        gemm_rows::<4>(c.add(i * n), a.add(i * k), b, k, n);
+        i += 4;
+    }
+    while i < m {
+        gemm_rows::<1>(c.add(i * n), a.add(i * k), b, k, n);
+        i += 1;
+    }
+}
+
+/// ggml's `ggml_v_expf` on 8 lanes (AVX2/FMA build), instruction for instruction.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn v_expf(x: __m256) -> __m256 {
+    let c = |bits: u32| _mm256_set1_ps(f32::from_bits(bits));
+    let r = c(0x4b40_0000);
+    let z = _mm256_fmadd_ps(x, c(0x3fb8_aa3b), r);
+    let n = _mm256_sub_ps(z, r);
+    let b = _mm256_fnmadd_ps(n, c(0x35bf_be8e), _mm256_fnmadd_ps(n, c(0x3f31_7200), x));
+    let e = _mm256_slli_epi32::<23>(_mm256_castps_si256(z));
+    let k = _mm256_castsi256_ps(_mm256_add_epi32(
+        e,
+        _mm256_castps_si256(_mm256_set1_ps(1.0)),
+    ));
+    let abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0), n);
+    let cm = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(126.0));
+    let u = _mm256_mul_ps(b, b);
+    let j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(
+            _mm256_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
+            u,
+            _mm256_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
+        ),
+        u,
+        _mm256_mul_ps(c(0x3f7f_fff6), b),
+    );
+    if _mm256_movemask_ps(cm) == 0 {
+        return _mm256_fmadd_ps(j, k, k);
+    }
+    let g = _mm256_and_si256(
+        _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(n, _mm256_setzero_ps())),
+        _mm256_set1_epi32(0x8200_0000u32 as i32),
+    );
+    let s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f00_0000)));
+    let s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+    let d = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(192.0));
+    _mm256_or_ps(
+        _mm256_and_ps(d, _mm256_mul_ps(s1, s1)),
+        _mm256_andnot_ps(
+            d,
+            _mm256_or_ps(
+                _mm256_and_ps(cm, _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)),
+                _mm256_andnot_ps(cm, _mm256_fmadd_ps(k, j, k)),
+            ),
+        ),
+    )
+}
+
+/// [`super::attn_tiled::soft_max_scalar`] with AVX2/FMA (ggml's `ggml_vec_soft_max_f32`);
+/// None without the features.
+pub fn soft_max(x: &mut [f32], max: f32) -> Option<f64> {
+    if !available() {
+        return None;
+    }
+    // SAFETY: features checked above; the kernel reads and writes `x.len()` values of `x`.
+    Some(unsafe { soft_max_avx2(x.as_mut_ptr(), x.len(), max) })
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn soft_max_avx2(x: *mut f32, n: usize, max: f32) -> f64 {
+    let mut sum = 0f64;
+    let mut i = 0;
+    while i + 8 <= n {
+        let val = v_expf(_mm256_sub_ps(
+            _mm256_loadu_ps(x.add(i)),
+            _mm256_set1_ps(max),
+        ));
+        _mm256_storeu_ps(x.add(i), val);
+        let mut v2 = _mm_add_ps(_mm256_extractf128_ps::<1>(val), _mm256_castps256_ps128(val));
+        v2 = _mm_add_ps(v2, _mm_movehl_ps(v2, v2));
+        v2 = _mm_add_ss(v2, _mm_movehdup_ps(v2));
+        sum += f64::from(_mm_cvtss_f32(v2));
+        i += 8;
+    }
+    for e in i..n {
+        let val = (*x.add(e) - max).exp();
+        sum += f64::from(val);
+        *x.add(e) = val;
+    }
+    sum
+}
+
+/// [`dot_f16_ggml`] over raw little-endian bytes (any alignment), as a [`super::DotFn`].
+pub fn dot_f16_ggml_bytes(k: usize, w: &[u8], x: &[u8]) -> f32 {
+    assert!(w.len() >= 2 * k && x.len() >= 2 * k);
+    // SAFETY: `available()` is checked by the caller handing this function out (matvec_dot_fn),
+    // the kernel reads `k` 2-byte values of each slice (asserted) with unaligned loads.
+    unsafe { dot_f16_ggml_avx2(w.as_ptr().cast::<u16>(), x.as_ptr().cast::<u16>(), k) }
+}

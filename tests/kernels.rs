@@ -516,21 +516,15 @@ fn batched_product_equals_column_mat_vecs() {
             .collect();
         let mut batched = vec![0f32; n_rows * m];
         cpu::mul_mat(t, &w, n_rows, k, &x, m, &mut batched, &pool, &mut scratch);
+        // the batched product's dot (`vec_dot`): a mat-vec's except for F16, whose mat-vecs
+        // follow ggml_vec_dot_f16's order as upstream's do
+        let (vt, w_row) = (cpu::vec_dot_type(t), cpu::row_bytes(t, k));
+        let mut xq = vec![0u8; cpu::row_bytes(vt, k)];
         for j in 0..m {
-            let mut col = vec![0f32; n_rows];
-            cpu::mul_mat(
-                t,
-                &w,
-                n_rows,
-                k,
-                &x[j * k..(j + 1) * k],
-                1,
-                &mut col,
-                &pool,
-                &mut scratch,
-            );
+            cpu::quantize_row(vt, &x[j * k..(j + 1) * k], &mut xq);
             for i in 0..n_rows {
-                let (a, b) = (batched[j * n_rows + i], col[i]);
+                let a = batched[j * n_rows + i];
+                let b = cpu::vec_dot(t, k, &w[i * w_row..], &xq);
                 assert_eq!(a.to_bits(), b.to_bits(), "{t} [{i},{j}]: {a} vs {b}");
             }
         }
@@ -612,7 +606,7 @@ fn every_tile_shape_equals_vec_dot() {
 
 /// Batched products whose edges cut the tiles every way (rows and columns not multiples of
 /// any tile shape, 1 to 3 threads) and a batched layout whose batches split the tiles' column
-/// groups (GQA broadcast, strided activations) equal column-by-column mat-vecs bit for bit.
+/// groups (GQA broadcast, strided activations) equal `vec_dot` output by output, bit for bit.
 #[test]
 fn tiled_products_at_odd_shapes_and_batches_equal_mat_vecs() {
     let mut rng = Rng::new(43);
@@ -634,12 +628,13 @@ fn tiled_products_at_odd_shapes_and_batches_equal_mat_vecs() {
                 .collect();
             let mut batched = vec![0f32; n_rows * m];
             cpu::mul_mat(t, &w, n_rows, k, &x, m, &mut batched, &pool, &mut scratch);
+            let (vt, w_row) = (cpu::vec_dot_type(t), cpu::row_bytes(t, k));
+            let mut xq = vec![0u8; cpu::row_bytes(vt, k)];
             for j in 0..m {
-                let mut col = vec![0f32; n_rows];
-                let xj = &x[j * k..(j + 1) * k];
-                cpu::mul_mat(t, &w, n_rows, k, xj, 1, &mut col, &pool, &mut scratch);
+                cpu::quantize_row(vt, &x[j * k..(j + 1) * k], &mut xq);
                 for i in 0..n_rows {
-                    let (a, b) = (batched[j * n_rows + i], col[i]);
+                    let a = batched[j * n_rows + i];
+                    let b = cpu::vec_dot(t, k, &w[i * w_row..], &xq);
                     assert_eq!(a.to_bits(), b.to_bits(), "{t} {n_rows}x{m} [{i},{j}]");
                 }
             }

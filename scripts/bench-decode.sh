@@ -12,6 +12,7 @@
 #       (scripts/gen_bench_model.py, F16, written once into the cache) and its requantizations.
 # BENCH_REPS_1B, BENCH_PP_1B, BENCH_TG_1B override repetitions and token counts for the 1B rows
 # (default: the same as the others; on a loaded 2-core machine one 1B run takes minutes).
+# BENCH_NO_MMAP=1 loads with load_mode NONE (owned memory) in both libraries.
 # Writes the Markdown table to BENCH_OUT (default target/bench/bench-decode.md) and prints it.
 # --smoke: one repetition, 8+8 tokens, 1 thread, SmolLM2 Q4_1 only, and fails unless both
 # libraries give a positive figure in every column (the engine test part runs this).

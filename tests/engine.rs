@@ -713,12 +713,18 @@ fn an_owned_load_holds_a_repacked_weight_once_and_reads_back_the_file_bytes() {
                     file.len()
                 );
             } else if embd {
-                assert!(resident >= file.len() / page * page, "tie={tie} {name}: kept");
+                assert!(
+                    resident >= file.len() / page * page,
+                    "tie={tie} {name}: kept"
+                );
             }
             let m = mapped.tensors.get(name).unwrap().read();
             assert!(!m.plain_released, "tie={tie} {name}: a mapping stays");
         }
-        assert!(released >= 4 * opts.n_layer as usize, "tie={tie}: {released}");
+        assert!(
+            released >= 4 * opts.n_layer as usize,
+            "tie={tie}: {released}"
+        );
         let pos: Vec<i32> = (0..8).collect();
         let run = |m: &Arc<Model>| {
             let ctx = Context::new(m.clone(), &params()).unwrap();

@@ -133,8 +133,7 @@ impl Repacked {
                             out[..2].copy_from_slice(&blk[2 * r..2 * r + 2]);
                             for half in 0..2 {
                                 let i = 2 * ROWS + 8 * (half * ROWS + r);
-                                out[2 + 8 * half..2 + 8 * half + 8]
-                                    .copy_from_slice(&blk[i..i + 8]);
+                                out[2 + 8 * half..2 + 8 * half + 8].copy_from_slice(&blk[i..i + 8]);
                             }
                         }
                     }

@@ -19,6 +19,8 @@
 //! [`tile_fn`] a kernel for several activation rows at once (batched products).
 //! `LLAMA_HOTSWAP_KERNELS=scalar` forces the scalar path (as on a CPU without AVX2).
 
+mod attn_nofa;
+mod attn_tiled;
 mod blocks;
 mod dequant;
 mod dot_scalar;
@@ -233,6 +235,25 @@ pub fn dot_fn(t: GgmlType) -> DotFn {
         return f;
     }
     scalar_dot_fn(t)
+}
+
+/// The dot product upstream runs for a product with one activation row (ggml's vec_dot,
+/// where llamafile's sgemm declines): for F16, `ggml_vec_dot_f16`'s order
+/// ([`ops::dot_f16_ggml`]); for the other types the same as [`dot_fn`].
+pub fn matvec_dot_fn(t: GgmlType) -> DotFn {
+    if t == GgmlType::F16 {
+        #[cfg(target_arch = "x86_64")]
+        if x86::available() {
+            return x86::dot_f16_ggml_bytes;
+        }
+        return f16_ggml_scalar;
+    }
+    dot_fn(t)
+}
+
+fn f16_ggml_scalar(k: usize, w: &[u8], x: &[u8]) -> f32 {
+    let at = |b: &[u8], i: usize| half::f16::from_le_bytes([b[2 * i], b[2 * i + 1]]).to_f32();
+    ops::dot_f16_ggml_by(k, |i| at(w, i), |i| at(x, i))
 }
 
 /// A batched-product kernel: `out[c * rows + r] = dot(w row r, x row c)` for `r < rows`,
@@ -660,7 +681,9 @@ fn run_mul_mat(
         act.bytes.len() >= n_batch * m * act.row_bytes,
         "activations too short"
     );
-    let dot = dot_fn(t);
+    // upstream hands products with several activation rows to llamafile's sgemm and those
+    // with one to the type's vec_dot, whose order differs for F16
+    let dot = if m == 1 { matvec_dot_fn(t) } else { dot_fn(t) };
     let broadcast = n_batch / n_w_batch;
 
     // ggml's split: chunks of weight rows x activation columns (all batches' columns in a row)

@@ -2,7 +2,7 @@
  * UPSTREAM's llama.h and run on either library via LD_LIBRARY_PATH, a fresh process each time.
  *
  * usage: bench_decode MODEL THREADS N_PP N_TG
- *   Loads MODEL (mmap, CPU), makes a context with n_threads = n_threads_batch = THREADS, warms
+ *   Loads MODEL (mmap, CPU; owned memory, no mmap, when BENCH_NO_MMAP=1), makes a context with n_threads = n_threads_batch = THREADS, warms
  *   up (a 16-token batch and one single-token step, then the memory is cleared), then times
  *   prompt processing (one batch of N_PP tokens, logits for the last) and, from an empty
  *   memory again, token generation (N_TG single-token steps), as llama-bench's pp/tg tests do.
@@ -123,6 +123,7 @@ int main(int argc, char **argv) {
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
     mp.progress_callback = no_dots;
+    if (getenv("BENCH_NO_MMAP") && strcmp(getenv("BENCH_NO_MMAP"), "1") == 0) mp.load_mode = LLAMA_LOAD_MODE_NONE;
     struct llama_model *model = llama_model_load_from_file(argv[1], mp);
     if (!model) { fprintf(stderr, "load failed\n"); return 1; }
     const struct llama_vocab *vocab = llama_model_get_vocab(model);

@@ -14,6 +14,7 @@
 # (default: the same as the others; on a loaded 2-core machine one 1B run takes minutes).
 # BENCH_CLOCK=cpu times pp and tg by the process's CPU time instead of the wall clock (meaningful
 # at 1 thread on a shared machine: it leaves out the time other processes held the core).
+# BENCH_NO_MMAP=1 loads with load_mode NONE (owned memory) in both libraries.
 # Writes the Markdown table to BENCH_OUT (default target/bench/bench-decode.md) and prints it.
 # --smoke: one repetition, 8+8 tokens, 1 thread, SmolLM2 Q4_1 only, and fails unless both
 # libraries give a positive figure in every column (the engine test part runs this).

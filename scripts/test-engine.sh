@@ -139,6 +139,10 @@ if [ -s "$f" ]; then
 else
     echo "FAIL smollm2-iq4_nl-pure: llama-quantize did not produce $f"; failed=$((failed + 1))
 fi
+# An owned load (load_mode NONE, both libraries): the repacked layouts replace the plain
+# bytes (the tied embeddings keep theirs for GET_ROWS); every row still equals upstream's
+f="$models_dir/SmolLM2-135M-Instruct.Q4_0.gguf"
+[ -s "$f" ] && COMPARE_EXACT_ROWS=28 check smollm2-q4_0-owned "$f" 1e-2 PROBE_NO_MMAP=1
 # Q4_K through the repacked q4_K_8x8 kernels (gemm order on the prompt rows, gemv order on
 # the steps): the generated 1B llama of `make bench-decode` (256-multiple rows) requantized
 # to Q4_K throughout (--pure), when that model is in the cache (it takes minutes to make)

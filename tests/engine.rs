@@ -603,6 +603,12 @@ fn hot_swap_of_a_repacked_tensor_computes_with_the_new_bytes() {
                     repacked,
                     "{label} {tag}: repacked again at reload"
                 );
+                let released = model.tensors.get(name).unwrap().read().plain_released;
+                assert_eq!(
+                    released,
+                    repacked && mode == LoadMode::None,
+                    "{label} {tag}: an owned load drops the plain copy again"
+                );
                 let swapped = run(tag);
                 let (fresh, fresh_packed) = fresh_of(w, tag);
                 assert_eq!(
@@ -654,4 +660,78 @@ fn no_repacked_layouts_without_extra_buffer_types() {
     assert_eq!(decode(&ctx, &PROMPT, &pos, &[0; 8], false).0, 0);
     let st = model.tensors.get("blk.0.attn_q.weight").unwrap().read();
     assert!(st.derived.get().is_none(), "no repacked layout was made");
+}
+
+/// An owned load (no mmap) keeps a repacked weight once, as upstream's `CPU_REPACK` buffer:
+/// the plain bytes' pages are given back to the OS (`mincore` sees them gone), the bytes still
+/// read back identical to the file's (un-repacked), decode is unchanged, and a mapped load
+/// keeps its mapping. The tied token embeddings keep their plain bytes for GET_ROWS (upstream
+/// loads them twice too).
+#[test]
+fn an_owned_load_holds_a_repacked_weight_once_and_reads_back_the_file_bytes() {
+    if llama::kernels::cpu::simd_level() != "avx2" {
+        eprintln!("SKIP: no AVX2, no repacked layouts (as upstream)");
+        return;
+    }
+    let page = 4096;
+    for tie in [false, true] {
+        let opts = TinyLlamaOpts {
+            tie_embeddings: tie,
+            n_embd: 256,
+            n_ff: 512,
+            n_head: 4,
+            n_head_kv: 4,
+            ..TinyLlamaOpts::with_type(GgmlType::Q4_0)
+        };
+        let dir = tempdir(&format!("repack-once-{tie}"));
+        let path = model_file(&dir, &opts);
+        let mapped = load_placed(&path, false, PlacementParams::default(), LoadMode::Auto);
+        let owned = load_placed(&path, false, PlacementParams::default(), LoadMode::None);
+        llama::model::derived::derive_all(&mapped);
+        llama::model::derived::derive_all(&owned);
+        let mut released = 0;
+        for spec in llama_tensor_specs(&opts) {
+            let name = &spec.name;
+            let file = llama::hotswap::current_bytes(&mapped, name).unwrap();
+            let back = llama::hotswap::current_bytes(&owned, name).unwrap();
+            assert!(file == back, "tie={tie} {name}: the file's bytes read back");
+            let st = owned.tensors.get(name).unwrap().read();
+            let repacked = st.derived.get().is_some_and(|d| d.is_some());
+            let resident = st.resident_plain_bytes().expect("an arena range");
+            let embd = name.starts_with("token_embd.");
+            assert_eq!(
+                st.plain_released,
+                repacked && !embd,
+                "tie={tie} {name}: released exactly when repacked (not the embeddings)"
+            );
+            if st.plain_released {
+                released += 1;
+                // at most the two end pages, shared with the neighbouring tensors
+                assert!(
+                    resident <= 2 * page && file.len() >= 4 * page,
+                    "tie={tie} {name}: {resident} of {} plain bytes still resident",
+                    file.len()
+                );
+            } else if embd {
+                assert!(
+                    resident >= file.len() / page * page,
+                    "tie={tie} {name}: kept"
+                );
+            }
+            let m = mapped.tensors.get(name).unwrap().read();
+            assert!(!m.plain_released, "tie={tie} {name}: a mapping stays");
+        }
+        assert!(
+            released >= 4 * opts.n_layer as usize,
+            "tie={tie}: {released}"
+        );
+        let pos: Vec<i32> = (0..8).collect();
+        let run = |m: &Arc<Model>| {
+            let ctx = Context::new(m.clone(), &params()).unwrap();
+            decode(&ctx, &PROMPT, &pos, &[0; 8], false)
+        };
+        let (a, b) = (run(&mapped), run(&owned));
+        assert_eq!(a.0, 0);
+        assert_eq!(a, b, "tie={tie}: the same logits from one copy");
+    }
 }

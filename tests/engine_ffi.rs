@@ -393,3 +393,57 @@ fn extended_batches_decode_like_llama_batch() {
         model::llama_model_free(m);
     }
 }
+
+/// Through `llama_ext_tensor_read`, an owned load (use_mmap = false) whose Q4_0 weights are
+/// held only in their repacked layout hands back every tensor byte-identical to a mapped
+/// load of the same file (the file's bytes).
+#[test]
+fn an_owned_repacked_load_reads_back_the_file_bytes_through_the_extension_api() {
+    let d = dir("owned-repacked-read");
+    let path = d.0.join("m.gguf");
+    let opts = TinyLlamaOpts {
+        n_embd: 256,
+        n_ff: 512,
+        ..TinyLlamaOpts::with_type(llama::gguf::GgmlType::Q4_0)
+    };
+    tiny_llama(&opts).unwrap().write_to(&path).unwrap();
+    let c = CString::new(path.to_str().unwrap()).unwrap();
+    let open = |mmap: bool| {
+        let mut p = llama_model_default_params();
+        p.n_gpu_layers = 0;
+        p.load_mode = LlamaLoadMode(if mmap { 1 } else { 0 });
+        // SAFETY: a valid path and parameters.
+        let m = unsafe { model::llama_model_load_from_file(c.as_ptr(), p) };
+        assert!(!m.is_null());
+        m
+    };
+    let (mapped, owned) = (open(true), open(false));
+    let read = |m: *mut llama_model, name: &CString| {
+        let mut buf = vec![0u8; 1 << 20];
+        // SAFETY: a live model, a C string, and a buffer of the size given.
+        let n = unsafe {
+            llama::ffi::ext::llama_ext_tensor_read(
+                m,
+                name.as_ptr(),
+                buf.as_mut_ptr().cast::<c_void>(),
+                buf.len(),
+            )
+        };
+        assert!(n > 0, "{name:?}: {n}");
+        buf.truncate(n as usize);
+        buf
+    };
+    for spec in llama::gguf::fixtures::llama_tensor_specs(&opts) {
+        let name = CString::new(spec.name.clone()).unwrap();
+        assert!(
+            read(mapped, &name) == read(owned, &name),
+            "{}: the owned load reads back the file's bytes",
+            spec.name
+        );
+    }
+    // SAFETY: live models, freed once.
+    unsafe {
+        model::llama_model_free(mapped);
+        model::llama_model_free(owned);
+    }
+}

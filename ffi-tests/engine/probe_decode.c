@@ -7,7 +7,8 @@
  *
  * usage: probe_decode MODEL OUT N_STEPS TOKEN... [env PROBE_THREADS, PROBE_TYPE_K=f32|f16|bf16|
  *        q8_0|q4_0|q4_1|... (both caches), PROBE_TYPE_V (V only), PROBE_FLASH_ATTN=-1|0|1,
- *        PROBE_UBATCH, PROBE_GPU_LAYERS, PROBE_KV_UNIFIED=0|1 (default 0, upstream's),
+ *        PROBE_UBATCH, PROBE_GPU_LAYERS, PROBE_NO_MMAP=1 (load_mode NONE),
+ *        PROBE_KV_UNIFIED=0|1 (default 0, upstream's),
  *        PROBE_SEQ2=1 (decode the prompt as two sequences in one batch and write sequence
  *        1's rows), PROBE_MEMOPS=1 (after the prompt: seq_rm of
  *        the last 3 positions and their decode again, seq_cp to sequence 1 and a token there,
@@ -59,6 +60,7 @@ int main(int argc, char **argv) {
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = (env = getenv("PROBE_GPU_LAYERS")) ? atoi(env) : 0;
+    if ((env = getenv("PROBE_NO_MMAP")) && atoi(env)) mp.load_mode = LLAMA_LOAD_MODE_NONE;
     struct llama_model *model = llama_model_load_from_file(model_path, mp);
     if (!model) { fprintf(stderr, "load failed\n"); return 1; }
     const struct llama_vocab *vocab = llama_model_get_vocab(model);

@@ -851,10 +851,10 @@ impl Context {
             let st = t.read();
             let ne = st.layout.ne;
             let bytes = st
-                .host_bytes()
+                .plain_bytes()
                 .ok_or_else(|| format!("tensor '{}' is not in host memory", t.name))?;
             let mut v = vec![0.0f32; (ne[0] * ne[1]) as usize];
-            crate::graph::kernel_api::dequantize_row(st.layout.ggml_type, bytes, &mut v);
+            crate::graph::kernel_api::dequantize_row(st.layout.ggml_type, &bytes, &mut v);
             Ok(v)
         };
         let wv = read(w)?;
@@ -922,9 +922,9 @@ impl Context {
         };
         let freq_factors: Option<Vec<f32>> = self.model.tensors.get(factors_name).and_then(|t| {
             let st = t.read();
-            let b = st.host_bytes()?;
+            let b = st.plain_bytes()?;
             let mut v = vec![0.0; (st.layout.ne[0]) as usize];
-            crate::graph::kernel_api::dequantize_row(st.layout.ggml_type, b, &mut v);
+            crate::graph::kernel_api::dequantize_row(st.layout.ggml_type, &b, &mut v);
             Some(v)
         });
         // (row, shift) of every used cell with a pending shift, over all streams

@@ -87,13 +87,14 @@ fn range(n: &Node) -> (usize, usize) {
 
 /// A weight's bytes as the kernels see them.
 enum WeightBytes<'a> {
-    Whole(&'a [u8]),
+    /// In place, or un-repacked when only the repacked layout holds the bytes.
+    Whole(std::borrow::Cow<'a, [u8]>),
     /// Row pieces: (first row, rows, bytes).
     Pieces(Vec<(usize, usize, &'a [u8])>),
 }
 
 fn weight_bytes<'a>(st: &'a TensorState, name: &str) -> Result<WeightBytes<'a>, ExecError> {
-    if let Some(b) = st.host_bytes() {
+    if let Some(b) = st.plain_bytes() {
         return Ok(WeightBytes::Whole(b));
     }
     match &st.data {
@@ -129,7 +130,7 @@ pub fn check_weight(st: &TensorState, name: &str) -> Result<(), ExecError> {
                 Err(ExecError::NotOnHost(name.to_string()))
             }
         }
-        _ if st.host_bytes().is_some() => Ok(()),
+        _ if st.host_bytes().is_some() || st.plain_released => Ok(()),
         _ => Err(ExecError::NotOnHost(name.to_string())),
     }
 }
@@ -171,7 +172,7 @@ impl Executor {
         self.wvec.resize(n, 0.0);
         let ty = st.layout.ggml_type;
         match weight_bytes(&st, &w.name)? {
-            WeightBytes::Whole(b) => kernel_api::dequantize_row(ty, b, &mut self.wvec),
+            WeightBytes::Whole(b) => kernel_api::dequantize_row(ty, &b, &mut self.wvec),
             WeightBytes::Pieces(_) => {
                 self.gather.resize(st.layout.nbytes as usize, 0);
                 st.read_into(&mut self.gather)
@@ -383,7 +384,7 @@ impl Executor {
                 match bytes {
                     WeightBytes::Whole(b) => kernel_api::mul_mat(
                         ty,
-                        b,
+                        &b,
                         n,
                         k,
                         xs,

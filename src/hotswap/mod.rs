@@ -75,7 +75,6 @@ use crate::gguf::GgmlType;
 use crate::model::swap::lock;
 use crate::model::tensors::TensorState;
 use crate::model::Model;
-use crate::storage::data::read_data;
 use crate::storage::TensorData;
 
 pub use crate::model::swap::report::{Outcome, Report, ReportEntry};
@@ -225,6 +224,6 @@ pub fn current_bytes(model: &Model, name: &str) -> Option<Vec<u8>> {
     let t = model.tensors.get(name)?;
     let s = t.read();
     let mut b = vec![0u8; s.layout.nbytes as usize];
-    read_data(&s.layout, &s.data, &mut b).ok()?;
+    s.read_into(&mut b).ok()?;
     Some(b)
 }

@@ -8,6 +8,11 @@
 //! second, repacked copy for the output MUL_MAT, and so do we (GET_ROWS still reads the plain
 //! bytes).
 //!
+//! In an owned load (no mmap) the repacked layout replaces the plain bytes: their pages go
+//! back to the OS ([`crate::model::tensors::Tensor::release_plain`]) and readers of the
+//! bytes un-repack them (`TensorState::read_into`, `plain_bytes`); with a mapping the file's
+//! pages stay and the repacked layout is extra, as upstream.
+//!
 //! The derived layout lives beside the tensor's bytes under the tensor's lock
 //! ([`TensorState::derived`]): made at load ([`derive_all`]), dropped by any write of the
 //! tensor (hot-swap), made again right after a reload ([`derive`]) or, failing that, on the
@@ -59,8 +64,12 @@ pub fn derive(model: &Model, index: usize) {
     if !feeds_mul_mat(model, &tensor.name) {
         return;
     }
-    let state = tensor.read();
-    let _ = repacked(model, &state);
+    let made = repacked(model, &tensor.read()).is_some();
+    // An owned load keeps the repacked layout only (upstream's `CPU_REPACK` buffer holds the
+    // weight once); the token embeddings keep their plain bytes for GET_ROWS.
+    if made && !tensor.name.starts_with("token_embd.") {
+        tensor.release_plain();
+    }
 }
 
 /// Makes every derived layout due at load (upstream repacks while loading).

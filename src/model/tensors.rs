@@ -100,6 +100,12 @@ pub struct TensorState {
     /// first need (or at load, see [`crate::model::derived`]); None inside when the tensor has
     /// none. Cleared by every [`Tensor::write`], so it never outlives the bytes it came from.
     pub derived: OnceLock<Option<Repacked>>,
+    /// The plain bytes were given back to the OS: `derived` holds the only copy (an owned
+    /// load keeps a repacked weight once, as upstream's `CPU_REPACK` buffer does). `data` is
+    /// still the tensor's arena range, with undefined contents; readers get the bytes by
+    /// un-repacking ([`TensorState::read_into`], [`TensorState::plain_bytes`]), and
+    /// [`Tensor::write`] puts them back before a writer sees the storage.
+    pub plain_released: bool,
 }
 
 impl TensorState {
@@ -112,18 +118,63 @@ impl TensorState {
             load_fallback_from: None,
             lost: false,
             derived: OnceLock::new(),
+            plain_released: false,
         }
     }
 
-    /// The bytes when they can be borrowed in place (CPU memory), else None.
+    /// The bytes when they can be borrowed in place (CPU memory), else None (also when
+    /// only the repacked layout holds them: see [`Self::plain_bytes`]).
     pub fn host_bytes(&self) -> Option<&[u8]> {
+        if self.plain_released {
+            return None;
+        }
         data_host_bytes(&self.data, self.layout.nbytes)
     }
 
+    /// The bytes in CPU memory: borrowed in place, or un-repacked into a copy when only the
+    /// repacked layout holds them; None when they are not in CPU memory.
+    pub fn plain_bytes(&self) -> Option<std::borrow::Cow<'_, [u8]>> {
+        if let Some(b) = self.host_bytes() {
+            return Some(std::borrow::Cow::Borrowed(b));
+        }
+        let rp = self.released_copy()?;
+        let mut b = vec![0u8; rp.plain_nbytes()];
+        rp.unrepack_into(&mut b);
+        Some(std::borrow::Cow::Owned(b))
+    }
+
+    /// The repacked layout holding the only copy of the bytes, when it does.
+    fn released_copy(&self) -> Option<&Repacked> {
+        if !self.plain_released {
+            return None;
+        }
+        self.derived.get().and_then(|d| d.as_ref())
+    }
+
     /// Copies the tensor's whole bytes into `dst` (`dst.len() == nbytes`), gathering row
-    /// slices. Fails for unallocated tensors and device read errors.
+    /// slices or un-repacking. Fails for unallocated tensors and device read errors.
     pub fn read_into(&self, dst: &mut [u8]) -> std::io::Result<()> {
+        if let Some(rp) = self.released_copy() {
+            if dst.len() as u64 != self.layout.nbytes || rp.plain_nbytes() != dst.len() {
+                return Err(std::io::Error::other(format!(
+                    "destination holds {} bytes, the tensor {}",
+                    dst.len(),
+                    self.layout.nbytes
+                )));
+            }
+            rp.unrepack_into(dst);
+            return Ok(());
+        }
         read_data(&self.layout, &self.data, dst)
+    }
+
+    /// Bytes of the plain storage resident in memory (`mincore`), for owned arena ranges;
+    /// None for other storage. Lets tests see that a repacked weight is not held twice.
+    pub fn resident_plain_bytes(&self) -> Option<usize> {
+        match &self.data {
+            TensorData::Host(range) => range.resident_bytes(),
+            _ => None,
+        }
     }
 
     /// The kind of buffer the bytes are in.
@@ -180,10 +231,43 @@ impl Tensor {
 
     /// Exclusive access (hot-swap's commit step). Drops the derived layout: a writer may
     /// change the bytes, type or storage it was made from (it is made again on next need).
+    /// When the derived layout held the only copy, the plain bytes are put back first.
     pub fn write(&self) -> RwLockWriteGuard<'_, TensorState> {
         let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        if state.plain_released {
+            let st = &mut *state;
+            let nbytes = st.layout.nbytes;
+            if let (Some(Some(rp)), TensorData::Host(range)) = (st.derived.get(), &mut st.data) {
+                if let Some(dst) = range.bytes_mut().get_mut(..nbytes as usize) {
+                    rp.unrepack_into(dst);
+                }
+            }
+            st.plain_released = false;
+        }
         state.derived.take();
         state
+    }
+
+    /// Gives the plain bytes of an owned (arena) tensor back to the OS when its repacked
+    /// layout is made and holds them all, so an owned load keeps one copy, as upstream.
+    /// Returns the bytes released.
+    pub fn release_plain(&self) -> usize {
+        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        let st = &mut *state;
+        if st.plain_released || st.lost || st.swap != SwapState::OnOriginal {
+            return 0;
+        }
+        let Some(Some(rp)) = st.derived.get() else {
+            return 0;
+        };
+        if rp.plain_nbytes() as u64 != st.layout.nbytes {
+            return 0;
+        }
+        let TensorData::Host(range) = &mut st.data else {
+            return 0;
+        };
+        st.plain_released = true;
+        range.release_pages()
     }
 }
 

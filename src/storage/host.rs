@@ -100,6 +100,49 @@ impl HostRange {
         }
     }
 
+    /// Gives the whole pages inside the range back to the OS (its bytes are held elsewhere,
+    /// e.g. in a repacked layout); they read as zeros until written again. Returns the bytes
+    /// released.
+    pub fn release_pages(&mut self) -> usize {
+        let page = crate::device::page_size();
+        let start = self.offset.div_ceil(page) * page;
+        let end = (self.offset + self.len) / page * page;
+        if end <= start {
+            return 0;
+        }
+        // SAFETY: whole pages of our anonymous mapping inside this range, which no other
+        // range overlaps; `&mut self` means no slice of it is alive. Afterwards the pages
+        // are zero-filled on the next touch, still valid memory.
+        unsafe {
+            libc::madvise(
+                self.arena.raw.as_mut_ptr().add(start).cast(),
+                end - start,
+                libc::MADV_DONTNEED,
+            );
+        }
+        end - start
+    }
+
+    /// Bytes of the range's pages resident in memory now (`mincore`; the pages at the ends
+    /// may be shared with neighbouring ranges), or None when the OS does not say.
+    pub fn resident_bytes(&self) -> Option<usize> {
+        let page = crate::device::page_size();
+        let start = self.offset / page * page;
+        let end = (self.offset + self.len).div_ceil(page) * page;
+        let pages = (end - start) / page;
+        let mut vec = vec![0u8; pages];
+        // SAFETY: the pages lie inside our live mapping (the range is inside it and the
+        // mapping starts page-aligned), and `vec` holds one byte per page, as mincore wants.
+        let rc = unsafe {
+            libc::mincore(
+                self.arena.raw.as_ptr().add(start) as *mut libc::c_void,
+                end - start,
+                vec.as_mut_ptr(),
+            )
+        };
+        (rc == 0).then(|| vec.iter().filter(|&&v| v & 1 != 0).count() * page)
+    }
+
     /// Overwrites the range with `src` (which must have the range's length).
     pub fn write(&mut self, src: &[u8]) -> io::Result<()> {
         if src.len() != self.len {

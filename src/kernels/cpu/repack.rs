@@ -99,6 +99,69 @@ impl Repacked {
     fn group_bytes(&self) -> usize {
         self.k / self.kind.block_elems() * self.kind.group_block_bytes()
     }
+
+    /// Bytes of the plain (ggml) layout the weight came from.
+    pub fn plain_nbytes(&self) -> usize {
+        let block = match self.kind {
+            RepackKind::Q4Kx8 => Q4_K_BYTES,
+            _ => Q4_0_BYTES,
+        };
+        self.n_rows * (self.k / self.kind.block_elems()) * block
+    }
+
+    /// Writes the plain (ggml) layout back into `dst` ([`Self::plain_nbytes`] bytes), byte for
+    /// byte the bytes [`repack`] was given: the layouts only move bytes, and the Q4_K scales
+    /// unpacked from their 6-bit fields pack back into the same 12 bytes (all 96 bits are
+    /// scales or mins). Lets an owned load keep only the repacked copy (as upstream's
+    /// `CPU_REPACK` buffer) and still hand out the tensor's bytes.
+    pub fn unrepack_into(&self, dst: &mut [u8]) {
+        assert_eq!(dst.len(), self.plain_nbytes(), "plain layout size");
+        let nb = self.k / self.kind.block_elems();
+        let (block, row) = match self.kind {
+            RepackKind::Q4Kx8 => (Q4_K_BYTES, nb * Q4_K_BYTES),
+            _ => (Q4_0_BYTES, nb * Q4_0_BYTES),
+        };
+        let groups = dst.chunks_exact_mut(ROWS * row);
+        for (rows, packed) in groups.zip(self.bytes.chunks_exact(self.group_bytes())) {
+            let blocks = packed.chunks_exact(self.kind.group_block_bytes());
+            for (b, blk) in blocks.enumerate() {
+                for r in 0..ROWS {
+                    let out = &mut rows[r * row + b * block..][..block];
+                    match self.kind {
+                        RepackKind::Q4Kx8 => unpack_q4_kx8_row(blk, r, out),
+                        _ => {
+                            out[..2].copy_from_slice(&blk[2 * r..2 * r + 2]);
+                            for half in 0..2 {
+                                let i = 2 * ROWS + 8 * (half * ROWS + r);
+                                out[2 + 8 * half..2 + 8 * half + 8].copy_from_slice(&blk[i..i + 8]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Row `r`'s Q4_K block out of one `Q4Kx8` block (the inverse of [`repack_q4_k`]'s loop body).
+fn unpack_q4_kx8_row(blk: &[u8], r: usize, out: &mut [u8]) {
+    out[0..2].copy_from_slice(&blk[2 * r..2 * r + 2]);
+    out[2..4].copy_from_slice(&blk[16 + 2 * r..16 + 2 * r + 2]);
+    let sc = |sub: usize| blk[32 + sub * ROWS + r];
+    let mn = |sub: usize| blk[96 + sub * ROWS + r];
+    let q = &mut out[4..16];
+    for j in 0..4 {
+        q[j] = (sc(j) & 63) | ((sc(j + 4) >> 4) << 6);
+        q[j + 4] = (mn(j) & 63) | ((mn(j + 4) >> 4) << 6);
+        q[j + 8] = (sc(j + 4) & 0xF) | ((mn(j + 4) & 0xF) << 4);
+    }
+    for c in 0..4 {
+        for p in 0..4 {
+            let at = 160 + ((4 * c + p) * ROWS + r) * 8;
+            let to = 16 + 32 * c + 8 * p;
+            out[to..to + 8].copy_from_slice(&blk[at..at + 8]);
+        }
+    }
 }
 
 /// The layout upstream's `ggml_repack_get_optimal_repack_type` picks for a weight of type
@@ -584,5 +647,35 @@ pub fn q8_k_mat_fixup(x: &[f32], dst: &mut [u8]) {
             yb[at..at + 2].copy_from_slice(&(sum as i16).to_le_bytes());
         }
         yb[0..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod unrepack_tests {
+    use super::*;
+
+    /// Every byte pattern (scales, quants, the Q4_K 6-bit fields) comes back unchanged.
+    #[test]
+    fn unrepack_gives_back_the_bytes_repack_was_given() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        };
+        for (kind, ty, block, elems) in [
+            (RepackKind::Q4_0x8, GgmlType::Q4_0, Q4_0_BYTES, QK),
+            (RepackKind::Iq4NlX8, GgmlType::IQ4_NL, Q4_0_BYTES, QK),
+            (RepackKind::Q4Kx8, GgmlType::Q4_K, Q4_K_BYTES, QK_K),
+        ] {
+            let (n_rows, nb) = (16, 3);
+            let src: Vec<u8> = (0..n_rows * nb * block).map(|_| next()).collect();
+            let packed = repack(kind, ty, &src, n_rows, nb * elems);
+            assert_eq!(packed.plain_nbytes(), src.len(), "{kind:?}");
+            let mut back = vec![0u8; src.len()];
+            packed.unrepack_into(&mut back);
+            assert!(back == src, "{kind:?}: the plain bytes come back");
+        }
     }
 }

@@ -157,8 +157,11 @@ fn kernels_match_gguf_py_and_upstream_cpu_backend() {
         assert_eq!(their_xq.len(), our_xq.len(), "{t}");
 
         // Dot products: ours (dispatched and scalar) against upstream's vec_dot. Tolerance
-        // 1e-4 × Σ|wᵢ·x'ᵢ|: accumulation order only.
+        // 1e-4 × Σ|wᵢ·x'ᵢ|: accumulation order only. With AVX2, the mat-vec kernel must
+        // equal upstream's AVX2 vec_dot bit for bit for every type but F32 (the kernels
+        // follow its float order).
         let their_dot = read_f32(&dir.path().join(format!("{name}.dot")));
+        let exact = cpu::simd_level() == "avx2" && *t != GgmlType::F32;
         for j in 0..m {
             let xq = &our_xq[j * xrow..(j + 1) * xrow];
             for i in 0..n_rows {
@@ -171,6 +174,7 @@ fn kernels_match_gguf_py_and_upstream_cpu_backend() {
                 let theirs = their_dot[j * n_rows + i];
                 for (what, ours) in [
                     ("dispatched", cpu::vec_dot(*t, k, wr, xq)),
+                    ("mat-vec", cpu::vec_dot_matvec(*t, k, wr, xq)),
                     ("scalar", cpu::vec_dot_scalar(*t, k, wr, xq)),
                 ] {
                     assert!(
@@ -178,6 +182,14 @@ fn kernels_match_gguf_py_and_upstream_cpu_backend() {
                         "{t} {what} dot [{i},{j}]: ours {ours}, upstream {theirs} (scale {scale})"
                     );
                 }
+                let ours = cpu::vec_dot_matvec(*t, k, wr, xq);
+                if exact && ours.to_bits() != theirs.to_bits() {
+                    println!("NOT EXACT {t} [{i},{j}]: ours {ours}, upstream {theirs}");
+                }
+                assert!(
+                    !exact || ours.to_bits() == theirs.to_bits() || std::env::var_os("KQ_ALL").is_some(),
+                    "{t} mat-vec dot [{i},{j}]: ours {ours}, upstream {theirs}: not bit-identical"
+                );
             }
         }
     }

@@ -235,6 +235,18 @@ pub fn dot_fn(t: GgmlType) -> DotFn {
     scalar_dot_fn(t)
 }
 
+/// The dot product for `t` in a matrix-vector product (one activation row): upstream runs
+/// ggml's `vec_dot` there but llamafile's tinyBLAS for batched float products, which sum F16
+/// and BF16 in another order; [`dot_fn`] is the batched order, this the mat-vec one (the
+/// same function for every other type).
+pub fn matvec_dot_fn(t: GgmlType) -> DotFn {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(f) = x86::matvec_dot_fn(t) {
+        return f;
+    }
+    scalar_dot_fn(t)
+}
+
 /// A batched-product kernel: `out[c * rows + r] = dot(w row r, x row c)` for `r < rows`,
 /// `c < cols` (at most 2 × 4), weight rows `w_stride` bytes apart, activation rows `x_stride`
 /// bytes apart. Reusing each loaded weight block for several activation rows is what makes
@@ -288,6 +300,13 @@ fn check_dot_args(t: GgmlType, k: usize, w: &[u8], x: &[u8]) {
 pub fn vec_dot(t: GgmlType, k: usize, w: &[u8], x: &[u8]) -> f32 {
     check_dot_args(t, k, w, x);
     dot_fn(t)(k, w, x)
+}
+
+/// One dot product with [`matvec_dot_fn`] (upstream's `vec_dot`, as a matrix-vector product
+/// runs it).
+pub fn vec_dot_matvec(t: GgmlType, k: usize, w: &[u8], x: &[u8]) -> f32 {
+    check_dot_args(t, k, w, x);
+    matvec_dot_fn(t)(k, w, x)
 }
 
 /// As [`vec_dot`], with the scalar reference.
@@ -660,7 +679,8 @@ fn run_mul_mat(
         act.bytes.len() >= n_batch * m * act.row_bytes,
         "activations too short"
     );
-    let dot = dot_fn(t);
+    // one activation row per batch: upstream's vec_dot; more: its batched (tinyBLAS) order
+    let dot = if m == 1 { matvec_dot_fn(t) } else { dot_fn(t) };
     let broadcast = n_batch / n_w_batch;
 
     // ggml's split: chunks of weight rows x activation columns (all batches' columns in a row)

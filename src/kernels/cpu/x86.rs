@@ -58,7 +58,8 @@ pub fn dot_fn(t: GgmlType) -> Option<DotFn> {
 
 /// The AVX2 dot for `t` in a matrix-vector product (one activation row), where upstream's
 /// order differs from its batched products: F16 and BF16 run ggml's `ggml_vec_dot_f16` /
-/// `ggml_vec_dot_bf16` there (four 8-lane accumulators over 32-element steps), while batched
+/// `ggml_vec_dot_bf16` there (four 8-lane accumulators over 32-element steps), IQ4_NL its
+/// `ggml_vec_dot_iq4_nl_q8_0` (even and odd blocks on two accumulators), while batched
 /// products run llamafile's tinyBLAS (one accumulator, [`dot_fn`]'s order). Other types:
 /// [`dot_fn`].
 pub fn matvec_dot_fn(t: GgmlType) -> Option<DotFn> {
@@ -68,6 +69,7 @@ pub fn matvec_dot_fn(t: GgmlType) -> Option<DotFn> {
     match t {
         GgmlType::F16 => Some(f16_vec_dot),
         GgmlType::BF16 => Some(bf16_vec_dot),
+        GgmlType::IQ4_NL => Some(iq4_nl_vec),
         _ => dot_fn(t),
     }
 }
@@ -102,6 +104,7 @@ entry!(q5_0, q5_0_avx2, QK, Q5_0_BYTES, Q8_0_BYTES);
 entry!(q5_1, q5_1_avx2, QK, Q5_1_BYTES, Q8_1_BYTES);
 entry!(q8_0, q8_0_avx2, QK, Q8_0_BYTES, Q8_0_BYTES);
 entry!(iq4_nl, iq4_nl_avx2, QK, IQ4_NL_BYTES, Q8_0_BYTES);
+entry!(iq4_nl_vec, iq4_nl_vec_avx2, QK, IQ4_NL_BYTES, Q8_0_BYTES);
 entry!(q2_k, q2_k_avx2, QK_K, Q2_K_BYTES, Q8_K_BYTES);
 entry!(q3_k, q3_k_avx2, QK_K, Q3_K_BYTES, Q8_K_BYTES);
 entry!(q4_k, q4_k_avx2, QK_K, Q4_K_BYTES, Q8_K_BYTES);
@@ -507,6 +510,33 @@ unsafe fn iq4_nl_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
     blocks_q8_0(nb, w, IQ4_NL_BYTES, x, |wb, xb| {
         dot_i8_i8(iq4_lookup(wb.add(2)), load256(xb.add(2)))
     })
+}
+
+/// ggml's `ggml_vec_dot_iq4_nl_q8_0` (AVX2 build), for mat-vecs: even and odd blocks on two
+/// accumulators, added before the horizontal sum; an odd last block as one scalar FMA
+/// (GCC fuses `sumf += d * sumi`).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4_nl_vec_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let block = |ib: usize| {
+        let (wb, xb) = (w.add(ib * IQ4_NL_BYTES), x.add(ib * Q8_0_BYTES));
+        let d = f16_load(xb) * f16_load(wb);
+        (d, dot_i8_i8(iq4_lookup(wb.add(2)), load256(xb.add(2))))
+    };
+    let mut ib = 0;
+    while ib + 1 < nb {
+        for (h, acc) in acc.iter_mut().enumerate() {
+            let (d, p) = block(ib + h);
+            *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), *acc);
+        }
+        ib += 2;
+    }
+    let mut sumf = hsum_f32x8(_mm256_add_ps(acc[0], acc[1]));
+    if ib < nb {
+        let (d, p) = block(ib);
+        sumf = (hsum_i32x8(p) as f32).mul_add(d, sumf);
+    }
+    sumf
 }
 
 // ------------------------------------------------------------------ K-quants (Q8_K activations)

@@ -53,13 +53,19 @@ archs=(${ENGINE_ARCHS:-llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
     "The capital of France is Paris. The capital of Germany is")"
+# a prompt of 68 tokens: a micro-batch of >= 64 rows, where upstream's flash attention runs its
+# tiled kernel (ggml_compute_forward_flash_attn_ext_tiled)
+long_prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
+    "The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is Rome. The capital of Spain is Madrid. The capital of Portugal is Lisbon. The capital of Austria is Vienna. The capital of Poland is Warsaw. The capital of Greece is Athens. The capital of Norway is Oslo. The capital of Sweden is")"
+n_long=$(wc -w <<<"$long_prompt")
+if [ "$n_long" -lt 64 ]; then echo "FAIL long prompt: $n_long tokens, the tiled path needs 64"; exit 1; fi
 passed=0; failed=0
 check() { # NAME MODEL MAX_KL [MARGIN=0.25 for quantized, 0 otherwise] [env...]
     local name=$1 file=$2 max_kl=$3; shift 3
     local margin=0.25
     [ "$max_kl" = 1e-3 ] && margin=0
     case "${1:-}" in [0-9]*) margin=$1; shift ;; esac
-    local toks="$prompt"
+    local toks="${CHECK_TOKENS:-$prompt}"
     case "$name" in arch-* | types-*) toks="1 5 9 17 33 65 100 7 3 2" ;; esac
     local steps=${CHECK_STEPS:-16}
     if ! env "$@" LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/probe_decode" "$file" "$out/$name.upstream.bin" "$steps" $toks \
@@ -81,14 +87,33 @@ check() { # NAME MODEL MAX_KL [MARGIN=0.25 for quantized, 0 otherwise] [env...]
     echo "ok   $name: $stats; greedy $(cat "$out/$name.ours.txt")"
     passed=$((passed + 1))
 }
-# The kernels follow upstream's float order (ggml's AVX2 dots, tinyBLAS's float matmul, its
-# exp in silu, the FMAs GCC makes in rope and flash attention, the float order of its repacked
-# q4_0_8x8 / iq4_nl_8x8 / q4_K_8x8 gemv/gemm for Q4_0 / IQ4_NL / Q4_K weights), so on Q4_1,
-# Q8_0, Q4_0, F16 and an all-IQ4_NL copy every row, prompt and greedy steps, equals upstream's
-# bit for bit (F16 steps: ggml_vec_dot_f16's order; its prompt rows: tinyBLAS's).
+# The kernels follow upstream's float order (ggml's AVX2 dots, tinyBLAS's float matmul and
+# ggml_vec_dot_f16 for F16 mat-vecs, its exp in silu, the FMAs GCC makes in rope and flash
+# attention, its tiled flash attention for micro-batches of >= 64 rows, the float order of its
+# repacked q4_0_8x8 / iq4_nl_8x8 / q4_K_8x8 gemv/gemm for Q4_0 / IQ4_NL / Q4_K weights), so on
+# Q4_1, Q8_0, F16, Q4_0 and an all-IQ4_NL copy every row, prompt and greedy steps, equals
+# upstream's bit for bit. An F32 cache gives exactly the F16 cache's results on both (upstream
+# casts it to F16 for flash attention).
 COMPARE_EXACT_ROWS=28 check smollm2-q4_1 "$model" 1e-2
-check smollm2-q4_1-ubatch5 "$model" 1e-2 PROBE_UBATCH=5
-check smollm2-q4_1-f32cache "$model" 1e-2 PROBE_TYPE_K=f32
+COMPARE_EXACT_ROWS=28 check smollm2-q4_1-ubatch5 "$model" 1e-2 PROBE_UBATCH=5
+COMPARE_EXACT_ROWS=28 check smollm2-q4_1-f32cache "$model" 1e-2 PROBE_TYPE_K=f32
+# the tiled flash attention: 68 prompt rows in one micro-batch, then 16 steps, all exact; with
+# 1 thread (the task split must not matter), an F32 cache, and micro-batches of 32 (one-row
+# kernel for the prompt) for contrast
+CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4_1-long "$model" 1e-2
+CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4_1-long-1thread "$model" 1e-2 PROBE_THREADS=1
+CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4_1-long-f32cache "$model" 1e-2 PROBE_TYPE_K=f32
+CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4_1-long-ubatch32 "$model" 1e-2 PROBE_UBATCH=32
+# one query row over >= 512 cells: upstream's split-KV flash attention (one chunk of cells per
+# thread, partials merged in order; the result depends on the thread count): a 272-token
+# prompt in a 512-cell context, then 16 steps, with 2 threads and with 1
+split_prompt="$long_prompt $long_prompt $long_prompt $long_prompt"
+CHECK_TOKENS="$split_prompt" COMPARE_EXACT_ROWS=$((4 * n_long + 16)) check smollm2-q4_1-split-kv "$model" 1e-2
+CHECK_TOKENS="$split_prompt" COMPARE_EXACT_ROWS=$((4 * n_long + 16)) check smollm2-q4_1-split-kv-1thread "$model" 1e-2 PROBE_THREADS=1
+# flash attention disabled (llama-cpp-python's default): upstream's MUL_MAT / SOFT_MAX_EXT /
+# MUL_MAT attention, F16 and F32 caches, all rows exact
+CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4_1-long-nofa "$model" 1e-2 PROBE_FLASH_ATTN=0
+CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check smollm2-q4_1-long-nofa-f32cache "$model" 1e-2 PROBE_FLASH_ATTN=0 PROBE_TYPE_K=f32
 # two sequences in one batch, then greedy steps on sequence 1 after sequence 0 is removed:
 # every row equals upstream's bit for bit, with one KV stream per sequence (kv_unified =
 # false, the default: the steps go after sequence 1's cells in its own stream) and with one
@@ -103,7 +128,9 @@ for t in Q8_0 Q4_0 F16; do
     f="$models_dir/SmolLM2-135M-Instruct.$t.gguf"
     if [ ! -s "$f" ]; then echo "FAIL smollm2-$t: llama-quantize did not produce $f"; failed=$((failed + 1)); continue; fi
     kl=1e-2; [ "$t" = F16 ] && kl=1e-3
-    COMPARE_EXACT_ROWS=28 check "smollm2-${t,,}" "$f" "$kl"
+    exact_rows=28
+    COMPARE_EXACT_ROWS=$exact_rows check "smollm2-${t,,}" "$f" "$kl"
+    CHECK_TOKENS="$long_prompt" COMPARE_EXACT_ROWS=$((n_long + 16)) check "smollm2-${t,,}-long" "$f" "$kl"
     [ "$t" = Q8_0 ] && COMPARE_EXACT_ROWS=28 check "smollm2-${t,,}-two-seqs" "$f" "$kl" PROBE_SEQ2=1
 done
 f="$models_dir/SmolLM2-135M-Instruct.IQ4_NL-pure.gguf"

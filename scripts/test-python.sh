@@ -56,7 +56,7 @@ fi
 
 # llama-cpp-python's create_completion (greedy; temperature 0.8 with seed 42) and
 # create_chat_completion with response_format json_object / a JSON schema, ours vs upstream's
-# library: the same tokens, or a near-tie on upstream where they part
+# library: the same tokens, texts and logits rows (bit-identical)
 # (tests/python/test_completion_llama_cpp.py).
 if out="$("$py" tests/python/test_completion_llama_cpp.py "$model" "$RELEASE_DIR" "$UPSTREAM_BUILD/bin" \
     "$WORK/python-completion" 2>&1)"; then

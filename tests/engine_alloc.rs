@@ -45,17 +45,19 @@ static GLOBAL: Counting = Counting;
 /// One test for both cases: the counter is process-wide, so they must not run in parallel.
 #[test]
 fn single_token_steps_allocate_nothing() {
-    // F32 weights, and Q4_0 ones (repacked on AVX2: the repacked product's buffers too)
-    for ty in [GgmlType::F32, GgmlType::Q4_0] {
-        steps_allocate_nothing(ty, true, 1);
+    for flash_attn_type in [-1, 0] {
+        // F32 weights, and Q4_0 ones (repacked on AVX2: the repacked product's buffers too)
+        for ty in [GgmlType::F32, GgmlType::Q4_0] {
+            steps_allocate_nothing(ty, true, 1, flash_attn_type);
+        }
+        // with one KV stream per sequence: steps of two sequences in one batch (split per stream)
+        steps_allocate_nothing(GgmlType::F32, false, 2, flash_attn_type);
     }
-    // with one KV stream per sequence: steps of two sequences in one batch (split per stream)
-    steps_allocate_nothing(GgmlType::F32, false, 2);
 }
 
-fn steps_allocate_nothing(ty: GgmlType, kv_unified: bool, n_seq: usize) {
+fn steps_allocate_nothing(ty: GgmlType, kv_unified: bool, n_seq: usize, flash_attn_type: i32) {
     let dir = std::env::temp_dir().join(format!(
-        "lhs-engine-alloc-{}-{ty}-{kv_unified}",
+        "lhs-engine-alloc-{}-{ty}-{kv_unified}-{flash_attn_type}",
         std::process::id()
     ));
     std::fs::create_dir_all(&dir).unwrap();
@@ -90,6 +92,7 @@ fn steps_allocate_nothing(ty: GgmlType, kv_unified: bool, n_seq: usize) {
             n_threads: 2,
             n_threads_batch: 2,
             kv_unified,
+            flash_attn_type,
             ..ContextParams::default()
         },
     )
@@ -112,6 +115,7 @@ fn steps_allocate_nothing(ty: GgmlType, kv_unified: bool, n_seq: usize) {
     for t in 0..4 {
         step(t + 1);
     }
+    ALLOCS.store(0, Ordering::SeqCst);
     COUNTING.store(true, Ordering::SeqCst);
     for t in 0..64 {
         step(t % 300 + 1);
@@ -121,6 +125,6 @@ fn steps_allocate_nothing(ty: GgmlType, kv_unified: bool, n_seq: usize) {
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(
         n, 0,
-        "{ty}: {n} allocations in 64 decode steps of {n_seq} sequence(s)"
+        "{ty}: {n} allocations in 64 decode steps of {n_seq} sequence(s), flash_attn_type {flash_attn_type}"
     );
 }

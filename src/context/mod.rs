@@ -101,6 +101,8 @@ pub struct CParams {
     pub embeddings: bool,
     pub warmup: bool,
     pub rope: RopeConfig,
+    /// `flash_attn_type` is not DISABLED (upstream resolves AUTO to enabled on the CPU).
+    pub flash_attn: bool,
 }
 
 /// A micro-batch's tokens in its order, and the KV streams they go to.
@@ -379,6 +381,7 @@ impl Context {
             embeddings: p.embeddings,
             warmup: false,
             rope,
+            flash_attn: p.flash_attn_type != 0,
         };
         crate::log_info!(
             "llama_context: n_seq_max = {n_seq_max}, n_ctx = {n_ctx}, n_ctx_seq = {n_ctx_seq}, n_batch = {n_batch}, n_ubatch = {n_ubatch}, causal_attn = {}",
@@ -438,6 +441,7 @@ impl Context {
             embeddings: p.embeddings,
             warmup: false,
             rope: RopeConfig::resolve(&hp, &p.rope),
+            flash_attn: p.flash_attn_type != 0,
         };
         crate::log_info!(
             "llama_context: vocab-only model: a context without memory (n_ctx = {n_ctx}); decode cannot run on it"
@@ -717,6 +721,7 @@ impl Context {
             out_ids: &e.out_ids,
             slots: &e.slots,
             causal: e.cparams.causal_attn,
+            flash_attn: e.cparams.flash_attn,
         };
         let threads = if n == 1 {
             e.cparams.n_threads

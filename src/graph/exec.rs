@@ -36,6 +36,9 @@ pub struct Inputs<'a> {
     /// The KV row (stream * size + cell) of each token.
     pub slots: &'a [u32],
     pub causal: bool,
+    /// Flash attention is on in upstream's sense (`flash_attn_type` not disabled): its graph
+    /// then casts an F32 K/V cache to F16 before FLASH_ATTN_EXT, and so does ours.
+    pub flash_attn: bool,
 }
 
 /// Buffers reused across runs (no allocation per token once warmed up).
@@ -662,8 +665,9 @@ impl Executor {
     ) {
         let l = &kv.layers[layer];
         let n_threads = self.pool.n_threads();
-        if self.attn_scratch.len() < n_threads {
-            self.attn_scratch.resize_with(n_threads, || {
+        // one set per pool thread, and one for the split-KV path's partials
+        if self.attn_scratch.len() < n_threads + 1 {
+            self.attn_scratch.resize_with(n_threads + 1, || {
                 std::sync::Mutex::new(ops::AttnScratch::default())
             });
         }
@@ -675,6 +679,7 @@ impl Executor {
             scale,
             softcap,
             n_cells_max: kv.size(),
+            flash_attn: inp.flash_attn,
         };
         let qn = &nodes[q];
         let n_tokens = qn.ne1;
@@ -691,10 +696,12 @@ impl Executor {
             &KvLayerRows {
                 buf: &l.k,
                 width: l.n_embd_k,
+                cast_f16: inp.flash_attn,
             },
             &KvLayerRows {
                 buf: &l.v,
                 width: l.n_embd_v,
+                cast_f16: inp.flash_attn,
             },
             dst,
             &self.pool,

@@ -138,6 +138,8 @@ impl KvBuffer {
 pub struct KvLayerRows<'a> {
     pub buf: &'a KvBuffer,
     pub width: usize,
+    /// Attention reads an F32 buffer rounded to F16 (upstream's cast before flash attention).
+    pub cast_f16: bool,
 }
 
 impl crate::kernels::cpu::ops::KvRows for KvLayerRows<'_> {
@@ -180,6 +182,9 @@ impl crate::kernels::cpu::ops::KvRows for KvLayerRows<'_> {
     }
     fn is_f16(&self) -> bool {
         matches!(self.buf, KvBuffer::F16(_))
+    }
+    fn cast_f16(&self) -> bool {
+        self.cast_f16 && matches!(self.buf, KvBuffer::F32(_))
     }
 }
 

@@ -19,6 +19,8 @@
 //! [`tile_fn`] a kernel for several activation rows at once (batched products).
 //! `LLAMA_HOTSWAP_KERNELS=scalar` forces the scalar path (as on a CPU without AVX2).
 
+mod attn_nofa;
+mod attn_tiled;
 mod blocks;
 mod dequant;
 mod dot_scalar;
@@ -235,16 +237,25 @@ pub fn dot_fn(t: GgmlType) -> DotFn {
     scalar_dot_fn(t)
 }
 
-/// The dot product for `t` in a matrix-vector product (one activation row): upstream runs
-/// ggml's `vec_dot` there but llamafile's tinyBLAS for batched float products, which sum F16
-/// and BF16 in another order; [`dot_fn`] is the batched order, this the mat-vec one (the
-/// same function for every other type).
+/// The dot product upstream runs for a product with one activation row (ggml's vec_dot,
+/// where llamafile's sgemm declines): F16 and BF16 in `ggml_vec_dot_f16` / `_bf16`'s order,
+/// IQ4_NL in `ggml_vec_dot_iq4_nl_q8_0`'s (two accumulators), where batched products run
+/// tinyBLAS's order ([`dot_fn`]); for the other types the same as [`dot_fn`]. Without AVX2:
+/// the scalar references (F16 in `ggml_vec_dot_f16`'s order, [`ops::dot_f16_ggml_by`]).
 pub fn matvec_dot_fn(t: GgmlType) -> DotFn {
     #[cfg(target_arch = "x86_64")]
     if let Some(f) = x86::matvec_dot_fn(t) {
         return f;
     }
+    if t == GgmlType::F16 {
+        return f16_ggml_scalar;
+    }
     scalar_dot_fn(t)
+}
+
+fn f16_ggml_scalar(k: usize, w: &[u8], x: &[u8]) -> f32 {
+    let at = |b: &[u8], i: usize| half::f16::from_le_bytes([b[2 * i], b[2 * i + 1]]).to_f32();
+    ops::dot_f16_ggml_by(k, |i| at(w, i), |i| at(x, i))
 }
 
 /// A batched-product kernel: `out[c * rows + r] = dot(w row r, x row c)` for `r < rows`,
@@ -679,7 +690,8 @@ fn run_mul_mat(
         act.bytes.len() >= n_batch * m * act.row_bytes,
         "activations too short"
     );
-    // one activation row per batch: upstream's vec_dot; more: its batched (tinyBLAS) order
+    // upstream hands products with several activation rows to llamafile's sgemm and those
+    // with one to the type's vec_dot, whose order differs for F16, BF16 and IQ4_NL
     let dot = if m == 1 { matvec_dot_fn(t) } else { dot_fn(t) };
     let broadcast = n_batch / n_w_batch;
 

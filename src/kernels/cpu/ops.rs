@@ -426,6 +426,15 @@ pub struct AttnScratch {
     m: Vec<f32>,
     s: Vec<f32>,
     cells: Vec<u32>,
+    /// K and V rows of an F32 cache rounded to half precision (see [`KvRows::cast_f16`]).
+    k16: Vec<half::f16>,
+    v16: Vec<half::f16>,
+    /// The tiled kernel's buffers.
+    pub(super) tiled: super::attn_tiled::TiledScratch,
+    /// The buffers of attention without flash attention.
+    pub(super) nofa: super::attn_nofa::NoFaScratch,
+    /// The split-KV path's partial results (in the extra set past the pool threads' ones).
+    partials: Vec<f32>,
 }
 
 impl AttnScratch {
@@ -452,6 +461,10 @@ impl AttnScratch {
         at_least(&mut self.m, group);
         at_least(&mut self.s, group);
         at_least(&mut self.cells, shape.n_cells_max as usize);
+        at_least(&mut self.k16, shape.dk);
+        at_least(&mut self.v16, shape.dv);
+        self.tiled.reserve_for(shape);
+        self.nofa.reserve_for(shape);
     }
 }
 
@@ -467,6 +480,9 @@ pub struct AttnShape {
     /// Cells in the cache: per-thread buffers are sized for all of them once, so that a
     /// growing context never reallocates them.
     pub n_cells_max: u32,
+    /// Upstream's flash attention is on. Off (llama-cpp-python's default), upstream computes
+    /// attention as MUL_MAT, SOFT_MAX_EXT, MUL_MAT, whose float order is followed instead.
+    pub flash_attn: bool,
 }
 
 /// The cached keys or values of one layer, as the attention kernel reads them.
@@ -478,6 +494,12 @@ pub trait KvRows: Sync {
     /// Whether values are stored in half precision (Q is rounded to it for the dot, as ggml
     /// converts Q to K's type).
     fn is_f16(&self) -> bool;
+    /// Whether attention reads these (F32) values rounded to half precision: upstream's graph
+    /// casts an F32 cache to F16 before FLASH_ATTN_EXT, so an F32 cache gives exactly the
+    /// results of an F16 one.
+    fn cast_f16(&self) -> bool {
+        false
+    }
     /// The same values as ggml blocks of another type (BF16, Q8_0, ...) when the cache
     /// stores them so: the type and the bytes of `len` values from `off`.
     fn packed(
@@ -492,11 +514,23 @@ pub trait KvRows: Sync {
 
 /// Wraps a pointer for disjoint writes from pool threads.
 #[derive(Clone, Copy)]
-struct SharedOut(*mut f32);
+pub(super) struct SharedOut(*mut f32);
 impl SharedOut {
+    pub(super) fn new(out: &mut [f32]) -> SharedOut {
+        SharedOut(out.as_mut_ptr())
+    }
     /// The pointer (a method, so closures capture the whole wrapper).
     fn get(self) -> *mut f32 {
         self.0
+    }
+    /// `len` values from `start`.
+    ///
+    /// # Safety
+    /// The range lies within the wrapped buffer, which outlives the use, and no other
+    /// thread reads or writes it meanwhile.
+    pub(super) unsafe fn slice<'a>(self, start: usize, len: usize) -> &'a mut [f32] {
+        // SAFETY: the caller's contract above
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(start), len) }
     }
 }
 
@@ -539,6 +573,28 @@ pub fn flash_attn(
             .unwrap_or_else(|e| e.into_inner())
             .reserve_for(shape);
     }
+    // upstream's view of a token's stream: its used cells padded (llama_kv_cache::get_n_kv)
+    let view = |t: usize| {
+        let r = rows(t);
+        r.start..r.start + super::attn_nofa::upstream_n_kv(r.end - r.start, shape.n_cells_max)
+    };
+    if !shape.flash_attn && super::attn_nofa::applies(k, v) {
+        super::attn_nofa::attn_no_fa(shape, q, n_tokens, &view, visible, k, v, out, pool, scratch);
+        return;
+    }
+    if n_tokens == 1 && split_kv_applies(k, v) {
+        let cells = view(0);
+        if cells.end - cells.start >= 512 {
+            flash_attn_split_kv(shape, q, cells, visible, k, v, out, pool, scratch);
+            return;
+        }
+    }
+    if super::attn_tiled::applies(n_tokens, k, v) {
+        super::attn_tiled::flash_attn_tiled(
+            shape, q, n_tokens, rows, visible, k, v, out, pool, scratch,
+        );
+        return;
+    }
     let out_ptr = SharedOut(out.as_mut_ptr());
     pool.parallel_for(n_tokens * n_head_kv, &|task, thread| {
         let (t, g) = (task / n_head_kv, task % n_head_kv);
@@ -553,8 +609,112 @@ pub fn flash_attn(
             )
         };
         let qrow = &q[(t * n_head + g * group) * dk..(t * n_head + (g + 1) * group) * dk];
-        attn_task(shape, qrow, t, g, rows(t), visible, k, v, o, &mut sc);
+        attn_task(shape, qrow, t, g, rows(t), false, visible, k, v, o, &mut sc);
     });
+}
+
+/// `x` rounded to half precision into `out` (ggml's F32 → F16 cast).
+fn to_half(x: &[f32], out: &mut Vec<half::f16>) {
+    out.clear();
+    out.extend(x.iter().map(|&v| half::f16::from_f32(v)));
+}
+
+/// Whether K and V are both F16 or both F32 (an F32 cache cast to F16 counts as F16), the
+/// caches upstream's split-KV path takes.
+fn split_kv_applies(k: &dyn KvRows, v: &dyn KvRows) -> bool {
+    let half = |r: &dyn KvRows| r.is_f16() || r.cast_f16();
+    k.packed(0, 0, 0).is_none() && v.packed(0, 0, 0).is_none() && half(k) == half(v)
+}
+
+/// Upstream's split-KV flash attention for one query row over at least 512 cells
+/// (`use_split_kv_path`): the `n_kv` cells of its padded view in one chunk per thread
+/// (`ceil(n_kv / n_threads)` cells each), the one-row kernel over each chunk giving (M, S,
+/// unnormalized VKQ), then the chunks merged in order (`ggml_flash_attn_ext_reduce_partials`,
+/// with the FMAs upstream's build makes there). The result depends on the thread count, as
+/// upstream's does. `scratch[pool.n_threads()]` holds the partials.
+#[allow(clippy::too_many_arguments)]
+fn flash_attn_split_kv(
+    shape: AttnShape,
+    q: &[f32],
+    cells: std::ops::Range<u32>,
+    visible: &(dyn Fn(usize, u32) -> bool + Sync),
+    k: &dyn KvRows,
+    v: &dyn KvRows,
+    out: &mut [f32],
+    pool: &super::ThreadPool,
+    scratch: &[std::sync::Mutex<AttnScratch>],
+) {
+    let AttnShape {
+        n_head,
+        n_head_kv,
+        dk,
+        dv,
+        ..
+    } = shape;
+    let group = n_head / n_head_kv;
+    let (base, n_kv) = (cells.start, cells.end - cells.start);
+    let nth = pool.n_threads();
+    assert!(
+        scratch.len() > nth,
+        "the split path needs one more scratch set"
+    );
+    let chunk = n_kv.div_ceil(nth as u32);
+    let stride = 2 + dv;
+    let mut extra = scratch[nth].lock().unwrap_or_else(|e| e.into_inner());
+    let extra = &mut *extra;
+    extra.partials.resize(nth * n_head * stride, 0.0);
+    let parts = SharedOut::new(&mut extra.partials);
+    pool.parallel_for(nth * n_head_kv, &|task, thread| {
+        let (c, g) = (task / n_head_kv, task % n_head_kv);
+        let c0 = (c as u32 * chunk).min(n_kv);
+        let c1 = (c0 + chunk).min(n_kv);
+        let mut sc = scratch[thread].lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: task (c, g) writes only chunk c's partials of heads g*group..(g+1)*group,
+        // disjoint from every other task's; the buffer stays locked and borrowed until the
+        // job returns.
+        let o = unsafe { parts.slice((c * n_head + g * group) * stride, group * stride) };
+        let qrow = &q[g * group * dk..(g + 1) * group * dk];
+        attn_task(
+            shape,
+            qrow,
+            0,
+            g,
+            base + c0..base + c1,
+            true,
+            visible,
+            k,
+            v,
+            o,
+            &mut sc,
+        );
+    });
+    extra.acc.resize(dv, 0.0);
+    for h in 0..n_head {
+        let (mut m, mut s) = (f32::NEG_INFINITY, 0f32);
+        extra.acc.fill(0.0);
+        for c in 0..nth {
+            if c as u32 * chunk >= n_kv {
+                continue;
+            }
+            let p = &extra.partials[(c * n_head + h) * stride..(c * n_head + h + 1) * stride];
+            if p[1] == 0.0 {
+                continue;
+            }
+            let m_new = m.max(p[0]);
+            let (so, sn) = ((m - m_new).exp(), (p[0] - m_new).exp());
+            // `a*so + b*sn`: upstream's build fuses the first product
+            for (a, &b) in extra.acc.iter_mut().zip(&p[2..]) {
+                *a = a.mul_add(so, b * sn);
+            }
+            s = s.mul_add(so, p[1] * sn);
+            m = m_new;
+        }
+        let o = &mut out[h * dv..(h + 1) * dv];
+        let inv = if s != 0.0 { 1.0 / s } else { 1.0 };
+        for (o, &a) in o.iter_mut().zip(&extra.acc) {
+            *o = if s != 0.0 { a * inv } else { a };
+        }
+    }
 }
 
 /// The bytes of a half-precision row (as the F16 dot kernel reads them).
@@ -587,28 +747,27 @@ pub fn dot_f16_ggml(x: &[half::f16], y: &[half::f16]) -> f32 {
 /// [`dot_f16_ggml`] without SIMD, in the same order (the SIMD version is tested against it).
 pub fn dot_f16_ggml_scalar(x: &[half::f16], y: &[half::f16]) -> f32 {
     let n = x.len().min(y.len());
+    dot_f16_ggml_by(n, |i| x[i].to_f32(), |i| y[i].to_f32())
+}
+
+/// [`dot_f16_ggml_scalar`] over `n` values that `x(i)` and `y(i)` give (widened from F16).
+pub fn dot_f16_ggml_by(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
     let np = n & !31;
     let mut sum = [[0f32; 8]; 4];
     for i in (0..np).step_by(32) {
         for (j, acc) in sum.iter_mut().enumerate() {
             for (l, a) in acc.iter_mut().enumerate() {
                 let e = i + 8 * j + l;
-                *a = x[e].to_f32().mul_add(y[e].to_f32(), *a);
+                *a = x(e).mul_add(y(e), *a);
             }
         }
     }
-    for l in 0..8 {
-        sum[0][l] += sum[2][l];
-        sum[1][l] += sum[3][l];
-    }
-    for l in 0..8 {
-        sum[0][l] += sum[1][l];
-    }
-    let s = sum[0];
+    let [a0, a1, a2, a3] = sum;
+    let s: [f32; 8] = std::array::from_fn(|l| (a0[l] + a2[l]) + (a1[l] + a3[l]));
     let t0 = [s[0] + s[4], s[1] + s[5], s[2] + s[6], s[3] + s[7]];
     let mut sumf = f64::from((t0[0] + t0[1]) + (t0[2] + t0[3]));
     for i in np..n {
-        sumf += f64::from(x[i].to_f32() * y[i].to_f32());
+        sumf += f64::from(x(i) * y(i));
     }
     sumf as f32
 }
@@ -645,7 +804,8 @@ fn attn_task(
     qrow: &[f32],
     t: usize,
     g: usize,
-    rows: std::ops::Range<u32>,
+    cells: std::ops::Range<u32>,
+    partial: bool,
     visible: &(dyn Fn(usize, u32) -> bool + Sync),
     k: &dyn KvRows,
     v: &dyn KvRows,
@@ -661,9 +821,16 @@ fn attn_task(
         scale,
         softcap,
         n_cells_max,
+        ..
     } = shape;
     let group = n_head / n_head_kv;
-    let f16_v = v.is_f16();
+    // upstream folds the soft-cap's divisor into the scale
+    let scale = if softcap != 0.0 {
+        scale / softcap
+    } else {
+        scale
+    };
+    let f16_v = v.is_f16() || v.cast_f16();
     let sc = &mut *sc;
     // Q in K's vec_dot type, each score that type's dot, as ggml's CPU flash attention
     // (q_to_vec_dot, kq_vec_dot): F16 and F32 caches through the engine's F16/F32 dots, a
@@ -671,7 +838,7 @@ fn attn_task(
     let k_packed = k.packed(0, 0, dk).map(|(ty, _)| ty);
     let k_type = match k_packed {
         Some(kt) => super::vec_dot_type(kt),
-        None if k.is_f16() => GgmlType::F16,
+        None if k.is_f16() || k.cast_f16() => GgmlType::F16,
         None => GgmlType::F32,
     };
     let kdot = super::dot_fn(if k_packed.is_some() {
@@ -705,11 +872,16 @@ fn attn_task(
     sc.s.resize(group, 0.0);
     sc.cells.clear();
     sc.cells.reserve(n_cells_max as usize);
-    sc.cells.extend(rows.filter(|&j| visible(t, j)));
+    sc.cells.extend(cells.filter(|&j| visible(t, j)));
     for ci in 0..sc.cells.len() {
         let j = sc.cells[ci] as usize;
         let k_bytes = k_packed.and_then(|_| k.packed(j, g * dk, dk));
-        let k16 = k.half(j, g * dk, dk);
+        let mut k16 = k.half(j, g * dk, dk);
+        if k16.is_none() && k_bytes.is_none() && k.cast_f16() {
+            k.read(j, g * dk, &mut sc.k);
+            to_half(&sc.k, &mut sc.k16);
+            k16 = Some(&sc.k16);
+        }
         let k_row: &[u8] = match (k_bytes, k16) {
             (Some((_, kb)), _) => kb,
             (None, Some(h)) => f16_bytes(h),
@@ -718,9 +890,13 @@ fn attn_task(
                 f32_bytes(&sc.k)
             }
         };
-        let v16 = v.half(j, g * dv, dv);
+        let mut v16 = v.half(j, g * dv, dv);
         if v16.is_none() {
             v.read(j, g * dv, &mut sc.v);
+            if v.cast_f16() {
+                to_half(&sc.v, &mut sc.v16);
+                v16 = Some(&sc.v16);
+            }
         }
         for h in 0..group {
             let q = &sc.q_bytes[h * q_row_bytes..(h + 1) * q_row_bytes];
@@ -730,7 +906,8 @@ fn attn_task(
                 (None, None) => kdot(dk, k_row, q),
             } * scale;
             if softcap != 0.0 {
-                s = softcap * (s / softcap).tanh();
+                // `scale` already holds upstream's `scale / softcap`
+                s = softcap * s.tanh();
             }
             let m_old = sc.m[h];
             let (mut ms, mut vs) = (1.0f32, 1.0f32);
@@ -758,6 +935,22 @@ fn attn_task(
             // one rounding: upstream's build (GCC, FMA enabled) fuses ggml's `S = S*ms + vs`
             sc.s[h] = sc.s[h].mul_add(ms, vs);
         }
+    }
+    if partial {
+        // the split path's partial result per head: M, S, then the unnormalized VKQ in f32
+        for h in 0..group {
+            let o = &mut out[h * (2 + dv)..(h + 1) * (2 + dv)];
+            o[0] = sc.m[h];
+            o[1] = sc.s[h];
+            for (d, o) in o[2..].iter_mut().enumerate() {
+                *o = if f16_v {
+                    sc.acc16[h * dv + d].to_f32()
+                } else {
+                    sc.acc[h * dv + d]
+                };
+            }
+        }
+        return;
     }
     for h in 0..group {
         let s = sc.s[h];
@@ -851,6 +1044,7 @@ mod attn_scratch_tests {
             scale: 0.125,
             softcap: 0.0,
             n_cells_max: n_cells,
+            flash_attn: true,
         };
         let rows = |width: usize, f16: bool| {
             let f32s: Vec<f32> = (0..n_cells as usize * width * n_head_kv)
@@ -880,6 +1074,7 @@ mod attn_scratch_tests {
                     0,
                     g,
                     0..n_cells,
+                    false,
                     &|_, _| true,
                     &k,
                     &v,

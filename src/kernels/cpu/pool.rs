@@ -42,6 +42,8 @@ struct Shared {
     inside: AtomicUsize,
     /// Workers with an index at or above this exit when they see the next generation.
     live_workers: AtomicUsize,
+    /// Workers whose thread has started (its runtime set-up, which allocates, is done).
+    started: AtomicUsize,
     panicked: AtomicBool,
     /// Number of workers asleep on `wake`.
     sleepers: Mutex<usize>,
@@ -92,6 +94,7 @@ impl ThreadPool {
             next_task: AtomicUsize::new(0),
             inside: AtomicUsize::new(0),
             live_workers: AtomicUsize::new(0),
+            started: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             sleepers: Mutex::new(0),
             wake: Condvar::new(),
@@ -121,6 +124,8 @@ impl ThreadPool {
             for worker in self.workers.drain(want..) {
                 let _ = worker.join();
             }
+            // the remaining workers all started (the pool waited for them)
+            self.shared.started.store(want, SeqCst);
         } else if want > have {
             self.shared.live_workers.store(want, SeqCst);
             let seen = self.shared.state.load(SeqCst) >> 1;
@@ -131,6 +136,11 @@ impl ThreadPool {
                     .spawn(move || worker_loop(&shared, index, seen))
                     .expect("spawn a kernel thread");
                 self.workers.push(handle);
+            }
+            // wait until the new threads run: a worker the OS schedules late would otherwise
+            // make its start-up allocations in the middle of a later job
+            while self.shared.started.load(SeqCst) < want {
+                std::thread::yield_now();
             }
         }
     }
@@ -239,6 +249,7 @@ fn run_tasks(shared: &Shared, task: &(dyn Fn(usize, usize) + Sync + '_), thread_
 }
 
 fn worker_loop(shared: &Shared, index: usize, mut seen: u64) {
+    shared.started.fetch_add(1, SeqCst);
     loop {
         seen = wait_for_generation(shared, seen);
         if index >= shared.live_workers.load(SeqCst) {

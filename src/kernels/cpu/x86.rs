@@ -67,7 +67,7 @@ pub fn matvec_dot_fn(t: GgmlType) -> Option<DotFn> {
         return None;
     }
     match t {
-        GgmlType::F16 => Some(f16_vec_dot),
+        GgmlType::F16 => Some(dot_f16_ggml_bytes),
         GgmlType::BF16 => Some(bf16_vec_dot),
         GgmlType::IQ4_NL => Some(iq4_nl_vec),
         _ => dot_fn(t),
@@ -96,7 +96,6 @@ macro_rules! entry {
 entry!(f32_dot, f32_avx2, 1, 4, 4);
 entry!(f16_dot, f16_avx2, 1, 2, 2);
 entry!(bf16_dot, bf16_avx2, 1, 2, 2);
-entry!(f16_vec_dot, f16_vec_avx2, 1, 2, 2);
 entry!(bf16_vec_dot, bf16_vec_avx2, 1, 2, 2);
 entry!(q4_0, q4_0_avx2, QK, Q4_0_BYTES, Q8_0_BYTES);
 entry!(q4_1, q4_1_avx2, QK, Q4_1_BYTES, Q8_1_BYTES);
@@ -350,12 +349,6 @@ unsafe fn bf16_avx2(n: usize, w: *const u8, x: *const u8) -> f32 {
         |p, i| scalar_bf16(p, i),
     );
     out[0]
-}
-
-/// ggml's `ggml_vec_dot_f16` (AVX2/F16C build): [`dot_f16_ggml`]'s kernel.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_vec_avx2(n: usize, w: *const u8, x: *const u8) -> f32 {
-    dot_f16_ggml_avx2(w.cast::<u16>(), x.cast::<u16>(), n)
 }
 
 /// ggml's `ggml_vec_dot_bf16` in upstream's AVX2 build: four 8-lane accumulators over
@@ -1829,4 +1822,174 @@ unsafe fn q4_0x8_group_avx2<const C: usize>(
     for c in 0..C {
         _mm256_storeu_ps(out[c].as_mut_ptr(), _mm256_permutevar8x32_ps(acc[c], order));
     }
+}
+
+/// [`super::attn_tiled::gemm_acc_scalar`] with AVX2/FMA, each element the same chain of FMAs
+/// (ggml's `simd_gemm`); false without the features.
+pub fn gemm_acc(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> bool {
+    if !available() {
+        return false;
+    }
+    assert!(c.len() >= m * n && a.len() >= m * k && b.len() >= k * n);
+    // SAFETY: features checked above; the kernel reads `m*k` values of `a`, `k*n` of `b` and
+    // writes `m*n` of `c`, all within the slices (asserted); unaligned loads and stores.
+    unsafe { gemm_acc_avx2(c.as_mut_ptr(), a.as_ptr(), b.as_ptr(), m, k, n) };
+    true
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gemm_block<const R: usize, const V: usize>(
+    c: *mut f32,
+    a: *const f32,
+    b: *const f32,
+    k: usize,
+    n: usize,
+) {
+    let mut acc = [[_mm256_setzero_ps(); V]; R];
+    for (i, row) in acc.iter_mut().enumerate() {
+        for (r, v) in row.iter_mut().enumerate() {
+            *v = _mm256_loadu_ps(c.add(i * n + r * 8));
+        }
+    }
+    for kk in 0..k {
+        let mut bv = [_mm256_setzero_ps(); V];
+        for (r, v) in bv.iter_mut().enumerate() {
+            *v = _mm256_loadu_ps(b.add(kk * n + r * 8));
+        }
+        for (i, row) in acc.iter_mut().enumerate() {
+            let p = _mm256_set1_ps(*a.add(i * k + kk));
+            for (r, v) in row.iter_mut().enumerate() {
+                *v = _mm256_fmadd_ps(bv[r], p, *v);
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        for (r, v) in row.iter().enumerate() {
+            _mm256_storeu_ps(c.add(i * n + r * 8), *v);
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gemm_rows<const R: usize>(c: *mut f32, a: *const f32, b: *const f32, k: usize, n: usize) {
+    let mut j = 0;
+    while j + 16 <= n {
+        gemm_block::<R, 2>(c.add(j), a, b.add(j), k, n);
+        j += 16;
+    }
+    while j + 8 <= n {
+        gemm_block::<R, 1>(c.add(j), a, b.add(j), k, n);
+        j += 8;
+    }
+    for jj in j..n {
+        for i in 0..R {
+            let mut s = *c.add(i * n + jj);
+            for kk in 0..k {
+                s = (*a.add(i * k + kk)).mul_add(*b.add(kk * n + jj), s);
+            }
+            *c.add(i * n + jj) = s;
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gemm_acc_avx2(c: *mut f32, a: *const f32, b: *const f32, m: usize, k: usize, n: usize) {
+    let mut i = 0;
+    while i + 4 <= m {
+        gemm_rows::<4>(c.add(i * n), a.add(i * k), b, k, n);
+        i += 4;
+    }
+    while i < m {
+        gemm_rows::<1>(c.add(i * n), a.add(i * k), b, k, n);
+        i += 1;
+    }
+}
+
+/// ggml's `ggml_v_expf` on 8 lanes (AVX2/FMA build), instruction for instruction.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn v_expf(x: __m256) -> __m256 {
+    let c = |bits: u32| _mm256_set1_ps(f32::from_bits(bits));
+    let r = c(0x4b40_0000);
+    let z = _mm256_fmadd_ps(x, c(0x3fb8_aa3b), r);
+    let n = _mm256_sub_ps(z, r);
+    let b = _mm256_fnmadd_ps(n, c(0x35bf_be8e), _mm256_fnmadd_ps(n, c(0x3f31_7200), x));
+    let e = _mm256_slli_epi32::<23>(_mm256_castps_si256(z));
+    let k = _mm256_castsi256_ps(_mm256_add_epi32(
+        e,
+        _mm256_castps_si256(_mm256_set1_ps(1.0)),
+    ));
+    let abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0), n);
+    let cm = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(126.0));
+    let u = _mm256_mul_ps(b, b);
+    let j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(
+            _mm256_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
+            u,
+            _mm256_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
+        ),
+        u,
+        _mm256_mul_ps(c(0x3f7f_fff6), b),
+    );
+    if _mm256_movemask_ps(cm) == 0 {
+        return _mm256_fmadd_ps(j, k, k);
+    }
+    let g = _mm256_and_si256(
+        _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(n, _mm256_setzero_ps())),
+        _mm256_set1_epi32(0x8200_0000u32 as i32),
+    );
+    let s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f00_0000)));
+    let s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+    let d = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(192.0));
+    _mm256_or_ps(
+        _mm256_and_ps(d, _mm256_mul_ps(s1, s1)),
+        _mm256_andnot_ps(
+            d,
+            _mm256_or_ps(
+                _mm256_and_ps(cm, _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)),
+                _mm256_andnot_ps(cm, _mm256_fmadd_ps(k, j, k)),
+            ),
+        ),
+    )
+}
+
+/// [`super::attn_tiled::soft_max_scalar`] with AVX2/FMA (ggml's `ggml_vec_soft_max_f32`);
+/// None without the features.
+pub fn soft_max(x: &mut [f32], max: f32) -> Option<f64> {
+    if !available() {
+        return None;
+    }
+    // SAFETY: features checked above; the kernel reads and writes `x.len()` values of `x`.
+    Some(unsafe { soft_max_avx2(x.as_mut_ptr(), x.len(), max) })
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn soft_max_avx2(x: *mut f32, n: usize, max: f32) -> f64 {
+    let mut sum = 0f64;
+    let mut i = 0;
+    while i + 8 <= n {
+        let val = v_expf(_mm256_sub_ps(
+            _mm256_loadu_ps(x.add(i)),
+            _mm256_set1_ps(max),
+        ));
+        _mm256_storeu_ps(x.add(i), val);
+        let mut v2 = _mm_add_ps(_mm256_extractf128_ps::<1>(val), _mm256_castps256_ps128(val));
+        v2 = _mm_add_ps(v2, _mm_movehl_ps(v2, v2));
+        v2 = _mm_add_ss(v2, _mm_movehdup_ps(v2));
+        sum += f64::from(_mm_cvtss_f32(v2));
+        i += 8;
+    }
+    for e in i..n {
+        let val = (*x.add(e) - max).exp();
+        sum += f64::from(val);
+        *x.add(e) = val;
+    }
+    sum
+}
+
+/// [`dot_f16_ggml`] over raw little-endian bytes (any alignment), as a [`super::DotFn`].
+pub fn dot_f16_ggml_bytes(k: usize, w: &[u8], x: &[u8]) -> f32 {
+    assert!(w.len() >= 2 * k && x.len() >= 2 * k);
+    // SAFETY: `available()` is checked by the caller handing this function out (matvec_dot_fn),
+    // the kernel reads `k` 2-byte values of each slice (asserted) with unaligned loads.
+    unsafe { dot_f16_ggml_avx2(w.as_ptr().cast::<u16>(), x.as_ptr().cast::<u16>(), k) }
 }

@@ -1,0 +1,390 @@
+//! Upstream's tiled CPU flash attention (`ggml_compute_forward_flash_attn_ext_tiled`), which
+//! ggml runs instead of its one-row kernel when a micro-batch has at least [`TILE_Q`] query
+//! rows and K and V are both F16 or both F32. Its float order differs from the one-row
+//! kernel's: Q stays in f32, K and V tiles are widened to f32, the scores of a tile are a small
+//! GEMM (one FMA chain over the head dimension per score), the softmax of a tile uses ggml's
+//! `ggml_v_expf` with its lane sums added in f64, and V is accumulated by a second GEMM. Each
+//! row's result depends only on the KV tiles (fixed at multiples of [`TILE_KV`] cells), not on
+//! which query rows share a tile, so the task split is free.
+
+use super::ops::{AttnShape, KvRows, SharedOut};
+
+/// Query rows per tile (ggml's `GGML_FA_TILE_Q`): the tiled kernel runs from this many.
+pub const TILE_Q: usize = 64;
+/// KV cells per tile (ggml's `GGML_FA_TILE_KV`).
+pub const TILE_KV: usize = 64;
+
+/// Per-thread buffers of the tiled kernel.
+#[derive(Debug, Default)]
+pub struct TiledScratch {
+    q: Vec<f32>,
+    kt: Vec<f32>,
+    v: Vec<f32>,
+    kq: Vec<f32>,
+    acc: Vec<f32>,
+    m: Vec<f32>,
+    s: Vec<f32>,
+    vis: Vec<bool>,
+    row: Vec<f32>,
+    half: Vec<half::f16>,
+}
+
+fn at_least<T>(v: &mut Vec<T>, n: usize) {
+    v.reserve(n.saturating_sub(v.len()));
+}
+
+impl TiledScratch {
+    /// Gives every buffer the capacity a task of `shape` uses (see `AttnScratch::reserve_for`).
+    pub fn reserve_for(&mut self, shape: AttnShape) {
+        let rows = shape.n_head / shape.n_head_kv * TILE_Q;
+        let (dk, dv) = (shape.dk, shape.dv);
+        at_least(&mut self.q, rows * dk);
+        at_least(&mut self.kt, dk * TILE_KV);
+        at_least(&mut self.v, TILE_KV * dv);
+        at_least(&mut self.kq, rows * TILE_KV);
+        at_least(&mut self.acc, rows * dv);
+        at_least(&mut self.m, rows);
+        at_least(&mut self.s, rows);
+        at_least(&mut self.vis, TILE_Q * TILE_KV);
+        at_least(&mut self.row, dk.max(dv));
+        at_least(&mut self.half, dk.max(dv));
+    }
+}
+
+/// How the kernel reads a cache: F16 rows, F32 rows, or F32 rows rounded to F16 (upstream
+/// casts an F32 cache to F16 before flash attention).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Elem {
+    F16,
+    F32,
+}
+
+fn elem(r: &dyn KvRows) -> Option<Elem> {
+    if r.packed(0, 0, 0).is_some() {
+        None
+    } else if r.is_f16() || r.cast_f16() {
+        Some(Elem::F16)
+    } else {
+        Some(Elem::F32)
+    }
+}
+
+/// Whether upstream runs its tiled kernel for this attention: at least [`TILE_Q`] query rows
+/// and K, V of the same type, F16 or F32 (an F32 cache cast to F16 counts as F16).
+pub fn applies(n_tokens: usize, k: &dyn KvRows, v: &dyn KvRows) -> bool {
+    n_tokens >= TILE_Q && elem(k).is_some() && elem(k) == elem(v)
+}
+
+/// Values `off .. off + dst.len()` of row `cell` widened to f32 as upstream's tiled kernel
+/// sees them (F16 widened exactly; an F32 row cast to F16 first when the cache says so).
+fn read_f32(r: &dyn KvRows, cell: usize, off: usize, dst: &mut [f32], half: &mut Vec<half::f16>) {
+    if let Some(h) = r.half(cell, off, dst.len()) {
+        for (d, s) in dst.iter_mut().zip(h) {
+            *d = s.to_f32();
+        }
+        return;
+    }
+    r.read(cell, off, dst);
+    if r.cast_f16() {
+        half.clear();
+        half.extend(dst.iter().map(|&x| half::f16::from_f32(x)));
+        for (d, s) in dst.iter_mut().zip(half.iter()) {
+            *d = s.to_f32();
+        }
+    }
+}
+
+/// `C[m×n] += A[m×k] · B[k×n]` (row-major), each element one chain of FMAs over `k` in order
+/// starting from its value in C: ggml's `simd_gemm`, whose register blocking does not change
+/// any element's order.
+pub fn gemm_acc(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if super::x86::gemm_acc(c, a, b, m, k, n) {
+        return;
+    }
+    gemm_acc_scalar(c, a, b, m, k, n);
+}
+
+/// [`gemm_acc`] without SIMD (the reference the SIMD version is tested against).
+pub fn gemm_acc_scalar(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = c[i * n + j];
+            for kk in 0..k {
+                s = a[i * k + kk].mul_add(b[kk * n + j], s);
+            }
+            c[i * n + j] = s;
+        }
+    }
+}
+
+/// ggml's `ggml_vec_soft_max_f32` (AVX2 build): `x[i] = ggml_v_expf(x[i] - max)` in groups
+/// of 8, each group's lanes summed as `((0+4)+(2+6))+((1+5)+(3+7))` and the group sums added
+/// in f64; leftover values with libm's `expf`. Returns the sum.
+pub fn soft_max(x: &mut [f32], max: f32) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(s) = super::x86::soft_max(x, max) {
+        return s;
+    }
+    soft_max_scalar(x, max)
+}
+
+/// [`soft_max`] without SIMD, in the same order.
+pub fn soft_max_scalar(x: &mut [f32], max: f32) -> f64 {
+    let mut sum = 0f64;
+    let n8 = x.len() / 8 * 8;
+    for g in x[..n8].chunks_exact_mut(8) {
+        for v in g.iter_mut() {
+            *v = super::ops::ggml_expf(*v - max);
+        }
+        let w: [f32; 4] = std::array::from_fn(|i| g[i + 4] + g[i]);
+        sum += f64::from((w[0] + w[2]) + (w[1] + w[3]));
+    }
+    for v in &mut x[n8..] {
+        *v = (*v - max).exp();
+        sum += f64::from(*v);
+    }
+    sum
+}
+
+/// The tiled flash attention over `n_tokens` query rows (see the module doc). Tasks are
+/// (block of query tokens, KV head) pairs over `pool`, sharing each K/V tile between the
+/// query heads of the group.
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attn_tiled(
+    shape: AttnShape,
+    q: &[f32],
+    n_tokens: usize,
+    rows: &(dyn Fn(usize) -> std::ops::Range<u32> + Sync),
+    visible: &(dyn Fn(usize, u32) -> bool + Sync),
+    k: &dyn KvRows,
+    v: &dyn KvRows,
+    out: &mut [f32],
+    pool: &super::ThreadPool,
+    scratch: &[std::sync::Mutex<super::ops::AttnScratch>],
+) {
+    let AttnShape {
+        n_head, n_head_kv, ..
+    } = shape;
+    assert!(q.len() >= n_tokens * n_head * shape.dk && out.len() >= n_tokens * n_head * shape.dv);
+    assert!(scratch.len() >= pool.n_threads());
+    // smaller query blocks when there are few tasks per thread (rows are independent)
+    let mut block = TILE_Q;
+    while block > 16 && n_tokens.div_ceil(block) * n_head_kv < 4 * pool.n_threads() {
+        block /= 2;
+    }
+    let n_blocks = n_tokens.div_ceil(block);
+    let out_ptr = SharedOut::new(out);
+    pool.parallel_for(n_blocks * n_head_kv, &|task, thread| {
+        let (bi, g) = (task / n_head_kv, task % n_head_kv);
+        let t0 = bi * block;
+        let nt = block.min(n_tokens - t0);
+        let mut sc = scratch[thread].lock().unwrap_or_else(|e| e.into_inner());
+        let tiles = &mut sc.tiled;
+        // the cells the block's tokens may see (their streams' used rows), in tiles of
+        // TILE_KV from a stream's start (streams start at multiples of the tile)
+        let (lo, hi) = (t0..t0 + nt).fold((u32::MAX, 0), |(lo, hi), t| {
+            let r = rows(t);
+            (lo.min(r.start), hi.max(r.end))
+        });
+        let lo = lo / TILE_KV as u32 * TILE_KV as u32;
+        tile_task(shape, q, t0, nt, g, lo..hi.max(lo), visible, k, v, tiles);
+        let group = n_head / n_head_kv;
+        let dv = shape.dv;
+        for hl in 0..group {
+            for tq in 0..nt {
+                let r = hl * nt + tq;
+                let s = tiles.s[r];
+                let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
+                let head = g * group + hl;
+                // SAFETY: task (bi, g) writes only the rows of tokens t0..t0+nt and heads
+                // g*group..(g+1)*group, disjoint from every other task's; `out` is borrowed
+                // mutably for the whole call, which waits for all tasks.
+                let o = unsafe { out_ptr.slice(((t0 + tq) * n_head + head) * dv, dv) };
+                for (o, &a) in o.iter_mut().zip(&tiles.acc[r * dv..(r + 1) * dv]) {
+                    *o = a * inv;
+                }
+            }
+        }
+    });
+}
+
+/// One task: query tokens `t0 .. t0 + nt` of the heads of KV head `g`; leaves the
+/// unnormalized accumulators in `sc.acc` and the sums in `sc.s` (row `hl * nt + tq`).
+#[allow(clippy::too_many_arguments)]
+fn tile_task(
+    shape: AttnShape,
+    q: &[f32],
+    t0: usize,
+    nt: usize,
+    g: usize,
+    cells: std::ops::Range<u32>,
+    visible: &(dyn Fn(usize, u32) -> bool + Sync),
+    k: &dyn KvRows,
+    v: &dyn KvRows,
+    sc: &mut TiledScratch,
+) {
+    let AttnShape {
+        n_head,
+        n_head_kv,
+        dk,
+        dv,
+        scale,
+        softcap,
+        ..
+    } = shape;
+    let group = n_head / n_head_kv;
+    let rows = group * nt;
+    // upstream folds the soft-cap's divisor into the scale
+    let scale = if softcap != 0.0 {
+        scale / softcap
+    } else {
+        scale
+    };
+    sc.q.resize(rows * dk, 0.0);
+    for hl in 0..group {
+        for tq in 0..nt {
+            let src = ((t0 + tq) * n_head + g * group + hl) * dk;
+            let r = hl * nt + tq;
+            sc.q[r * dk..(r + 1) * dk].copy_from_slice(&q[src..src + dk]);
+        }
+    }
+    sc.acc.clear();
+    sc.acc.resize(rows * dv, 0.0);
+    sc.m.clear();
+    sc.m.resize(rows, f32::NEG_INFINITY);
+    sc.s.clear();
+    sc.s.resize(rows, 0.0);
+    sc.kt.resize(dk * TILE_KV, 0.0);
+    sc.v.resize(TILE_KV * dv, 0.0);
+    sc.kq.resize(rows * TILE_KV, 0.0);
+    sc.vis.resize(nt * TILE_KV, false);
+    sc.row.resize(dk.max(dv), 0.0);
+    let (c0, n_kv) = (cells.start as usize, cells.end as usize);
+    for ic in (c0..n_kv).step_by(TILE_KV) {
+        let kv_tile = TILE_KV.min(n_kv - ic);
+        // the mask of this tile; skipped when nothing in it is visible (as upstream)
+        let mut any = false;
+        for tq in 0..nt {
+            for tk in 0..TILE_KV {
+                let vis = tk < kv_tile && visible(t0 + tq, (ic + tk) as u32);
+                sc.vis[tq * TILE_KV + tk] = vis;
+                any |= vis;
+            }
+        }
+        if !any {
+            continue;
+        }
+        // K tile transposed (kt[d][tk]): the GEMM's contiguous dimension is the cells
+        for tk in 0..TILE_KV {
+            if tk < kv_tile {
+                let row = &mut sc.row[..dk];
+                read_f32(k, ic + tk, g * dk, row, &mut sc.half);
+                for (d, &x) in row.iter().enumerate() {
+                    sc.kt[d * TILE_KV + tk] = x;
+                }
+            } else {
+                for d in 0..dk {
+                    sc.kt[d * TILE_KV + tk] = 0.0;
+                }
+            }
+        }
+        sc.kq.fill(0.0);
+        gemm_acc(&mut sc.kq, &sc.q, &sc.kt, rows, dk, TILE_KV);
+        for r in 0..rows {
+            let tq = r % nt;
+            let kq = &mut sc.kq[r * TILE_KV..(r + 1) * TILE_KV];
+            let vis = &sc.vis[tq * TILE_KV..(tq + 1) * TILE_KV];
+            let mut tile_max = f32::NEG_INFINITY;
+            for (x, &vis) in kq.iter_mut().zip(vis) {
+                let mut s = *x * scale;
+                if softcap != 0.0 {
+                    s = s.tanh() * softcap;
+                }
+                // upstream adds the mask (0 or -inf) to every score
+                *x = if vis { s + 0.0 } else { f32::NEG_INFINITY };
+                if *x > tile_max {
+                    tile_max = *x;
+                }
+            }
+            if tile_max == f32::NEG_INFINITY {
+                // no visible cell for this row: it adds nothing
+                kq.fill(0.0);
+                continue;
+            }
+            let m_old = sc.m[r];
+            let m_new = m_old.max(tile_max);
+            if m_new > m_old {
+                let ms = (m_old - m_new).exp();
+                for a in &mut sc.acc[r * dv..(r + 1) * dv] {
+                    *a *= ms;
+                }
+                sc.s[r] *= ms;
+            }
+            sc.m[r] = m_new;
+            sc.s[r] = (f64::from(sc.s[r]) + soft_max(kq, m_new)) as f32;
+        }
+        for tk in 0..TILE_KV {
+            let dst = &mut sc.v[tk * dv..(tk + 1) * dv];
+            if tk < kv_tile {
+                read_f32(v, ic + tk, g * dv, dst, &mut sc.half);
+            } else {
+                dst.fill(0.0);
+            }
+        }
+        gemm_acc(&mut sc.acc, &sc.kq, &sc.v, rows, TILE_KV, dv);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lcg(seed: &mut u64) -> f32 {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    #[test]
+    fn simd_gemm_equals_the_scalar_order() {
+        let mut seed = 7;
+        for &(m, k, n) in &[
+            (1, 64, 64),
+            (5, 64, 64),
+            (13, 17, 27),
+            (8, 3, 9),
+            (192, 64, 64),
+        ] {
+            let a: Vec<f32> = (0..m * k).map(|_| lcg(&mut seed)).collect();
+            let b: Vec<f32> = (0..k * n).map(|_| lcg(&mut seed)).collect();
+            let c0: Vec<f32> = (0..m * n).map(|_| lcg(&mut seed)).collect();
+            let (mut c1, mut c2) = (c0.clone(), c0.clone());
+            gemm_acc(&mut c1, &a, &b, m, k, n);
+            gemm_acc_scalar(&mut c2, &a, &b, m, k, n);
+            assert!(
+                c1.iter().zip(&c2).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{m}x{k}x{n}"
+            );
+        }
+    }
+
+    #[test]
+    fn simd_soft_max_equals_the_scalar_order() {
+        let mut seed = 3;
+        for n in [64usize, 8, 13] {
+            let mut x: Vec<f32> = (0..n).map(|_| lcg(&mut seed) * 30.0).collect();
+            x[1] = f32::NEG_INFINITY;
+            x[2] = -200.0;
+            let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let (mut a, mut b) = (x.clone(), x.clone());
+            let (sa, sb) = (soft_max(&mut a, max), soft_max_scalar(&mut b, max));
+            assert_eq!(sa.to_bits(), sb.to_bits());
+            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+            assert_eq!(a[1], 0.0);
+            let exact: f64 = x.iter().map(|&v| f64::from(v - max).exp()).sum();
+            assert!((sa - exact).abs() < 1e-5 * exact);
+        }
+    }
+}

@@ -4,7 +4,11 @@
 SmolLM2 vocabulary (its tokenizer.* metadata copied), so both libraries load it as they load a
 trained model. Written next to DST and renamed into place, so an interrupted run leaves nothing.
 
-usage: python gen_bench_model.py SMOLLM2_GGUF DST
+With a third argument `small`: the same shape rules at n_embd 256, n_ff 768, 2 layers, 4 heads
+/ 2 KV heads (~30 MB, the vocabulary's embedding most of it), for test-engine's bit-exact
+checks of each weight type requantized --pure (every row a multiple of 256).
+
+usage: python gen_bench_model.py SMOLLM2_GGUF DST [small]
 """
 import os
 import sys
@@ -13,6 +17,8 @@ import numpy as np
 import gguf
 
 N_EMBD, N_FF, N_LAYER, N_HEAD, N_HEAD_KV = 2048, 5632, 22, 32, 4
+if len(sys.argv) > 3 and sys.argv[3] == "small":
+    N_EMBD, N_FF, N_LAYER, N_HEAD, N_HEAD_KV = 256, 768, 2, 4, 2
 HEAD_DIM = N_EMBD // N_HEAD
 
 
@@ -23,7 +29,7 @@ def main() -> None:
     reader = gguf.GGUFReader(src)
     tmp = dst + ".tmp"
     w = gguf.GGUFWriter(tmp, "llama")
-    w.add_name("bench-llama-1B (random weights)")
+    w.add_name("bench-llama-1B (random weights)" if N_LAYER == 22 else "llama-256 (random weights)")
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     w.add_context_length(2048)
     w.add_embedding_length(N_EMBD)

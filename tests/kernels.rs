@@ -501,8 +501,11 @@ fn mul_mat_batched_rejects_overlapping_dst() {
 }
 
 /// A batched product (tile kernels where they exist) equals column-by-column mat-vecs bit for
-/// bit, for every type (the tiles keep the per-column arithmetic of the dot kernels), so
-/// results never depend on the batch size. Odd shapes exercise the tile remainders.
+/// bit (the tiles keep the per-column arithmetic of the dot kernels), so results never depend
+/// on the batch size. Odd shapes exercise the tile remainders. Except for F16, BF16 and
+/// IQ4_NL, where upstream itself sums a mat-vec (ggml's vec_dot) in another order than a
+/// batched product (llamafile's tinyBLAS) and ours follow both: there every output of the
+/// batched product equals `vec_dot` (the batched order) of its row and column bit for bit.
 #[test]
 fn batched_product_equals_column_mat_vecs() {
     let mut rng = Rng::new(31);
@@ -516,8 +519,8 @@ fn batched_product_equals_column_mat_vecs() {
             .collect();
         let mut batched = vec![0f32; n_rows * m];
         cpu::mul_mat(t, &w, n_rows, k, &x, m, &mut batched, &pool, &mut scratch);
-        // the batched product's dot (`vec_dot`): a mat-vec's except for F16, whose mat-vecs
-        // follow ggml_vec_dot_f16's order as upstream's do
+        // the batched product's dot (`vec_dot`): a mat-vec's except for F16, BF16 and IQ4_NL,
+        // whose mat-vecs follow ggml's single-row order as upstream's do
         let (vt, w_row) = (cpu::vec_dot_type(t), cpu::row_bytes(t, k));
         let mut xq = vec![0u8; cpu::row_bytes(vt, k)];
         for j in 0..m {

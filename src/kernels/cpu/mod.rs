@@ -238,17 +238,19 @@ pub fn dot_fn(t: GgmlType) -> DotFn {
 }
 
 /// The dot product upstream runs for a product with one activation row (ggml's vec_dot,
-/// where llamafile's sgemm declines): for F16, `ggml_vec_dot_f16`'s order
-/// ([`ops::dot_f16_ggml`]); for the other types the same as [`dot_fn`].
+/// where llamafile's sgemm declines): F16 and BF16 in `ggml_vec_dot_f16` / `_bf16`'s order,
+/// IQ4_NL in `ggml_vec_dot_iq4_nl_q8_0`'s (two accumulators), where batched products run
+/// tinyBLAS's order ([`dot_fn`]); for the other types the same as [`dot_fn`]. Without AVX2:
+/// the scalar references (F16 in `ggml_vec_dot_f16`'s order, [`ops::dot_f16_ggml_by`]).
 pub fn matvec_dot_fn(t: GgmlType) -> DotFn {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(f) = x86::matvec_dot_fn(t) {
+        return f;
+    }
     if t == GgmlType::F16 {
-        #[cfg(target_arch = "x86_64")]
-        if x86::available() {
-            return x86::dot_f16_ggml_bytes;
-        }
         return f16_ggml_scalar;
     }
-    dot_fn(t)
+    scalar_dot_fn(t)
 }
 
 fn f16_ggml_scalar(k: usize, w: &[u8], x: &[u8]) -> f32 {
@@ -331,6 +333,13 @@ fn check_dot_args(t: GgmlType, k: usize, w: &[u8], x: &[u8]) {
 pub fn vec_dot(t: GgmlType, k: usize, w: &[u8], x: &[u8]) -> f32 {
     check_dot_args(t, k, w, x);
     dot_fn(t)(k, w, x)
+}
+
+/// One dot product with [`matvec_dot_fn`] (upstream's `vec_dot`, as a matrix-vector product
+/// runs it).
+pub fn vec_dot_matvec(t: GgmlType, k: usize, w: &[u8], x: &[u8]) -> f32 {
+    check_dot_args(t, k, w, x);
+    matvec_dot_fn(t)(k, w, x)
 }
 
 /// As [`vec_dot`], with the scalar reference.
@@ -704,7 +713,7 @@ fn run_mul_mat(
         "activations too short"
     );
     // upstream hands products with several activation rows to llamafile's sgemm and those
-    // with one to the type's vec_dot, whose order differs for F16
+    // with one to the type's vec_dot, whose order differs for F16, BF16 and IQ4_NL
     let dot = if m == 1 { matvec_dot_fn(t) } else { dot_fn(t) };
     let broadcast = n_batch / n_w_batch;
 

@@ -56,6 +56,24 @@ pub fn dot_fn(t: GgmlType) -> Option<DotFn> {
     })
 }
 
+/// The AVX2 dot for `t` in a matrix-vector product (one activation row), where upstream's
+/// order differs from its batched products: F16 and BF16 run ggml's `ggml_vec_dot_f16` /
+/// `ggml_vec_dot_bf16` there (four 8-lane accumulators over 32-element steps), IQ4_NL its
+/// `ggml_vec_dot_iq4_nl_q8_0` (even and odd blocks on two accumulators), while batched
+/// products run llamafile's tinyBLAS (one accumulator, [`dot_fn`]'s order). Other types:
+/// [`dot_fn`].
+pub fn matvec_dot_fn(t: GgmlType) -> Option<DotFn> {
+    if !available() {
+        return None;
+    }
+    match t {
+        GgmlType::F16 => Some(dot_f16_ggml_bytes),
+        GgmlType::BF16 => Some(bf16_vec_dot),
+        GgmlType::IQ4_NL => Some(iq4_nl_vec),
+        _ => dot_fn(t),
+    }
+}
+
 /// Safe entry points: check that `w` and `x` hold the blocks the kernel reads, then call it.
 macro_rules! entry {
     ($name:ident, $kernel:ident, $elems_per_block:expr, $w_bytes:expr, $x_bytes:expr) => {
@@ -78,12 +96,14 @@ macro_rules! entry {
 entry!(f32_dot, f32_avx2, 1, 4, 4);
 entry!(f16_dot, f16_avx2, 1, 2, 2);
 entry!(bf16_dot, bf16_avx2, 1, 2, 2);
+entry!(bf16_vec_dot, bf16_vec_avx2, 1, 2, 2);
 entry!(q4_0, q4_0_avx2, QK, Q4_0_BYTES, Q8_0_BYTES);
 entry!(q4_1, q4_1_avx2, QK, Q4_1_BYTES, Q8_1_BYTES);
 entry!(q5_0, q5_0_avx2, QK, Q5_0_BYTES, Q8_0_BYTES);
 entry!(q5_1, q5_1_avx2, QK, Q5_1_BYTES, Q8_1_BYTES);
 entry!(q8_0, q8_0_avx2, QK, Q8_0_BYTES, Q8_0_BYTES);
 entry!(iq4_nl, iq4_nl_avx2, QK, IQ4_NL_BYTES, Q8_0_BYTES);
+entry!(iq4_nl_vec, iq4_nl_vec_avx2, QK, IQ4_NL_BYTES, Q8_0_BYTES);
 entry!(q2_k, q2_k_avx2, QK_K, Q2_K_BYTES, Q8_K_BYTES);
 entry!(q3_k, q3_k_avx2, QK_K, Q3_K_BYTES, Q8_K_BYTES);
 entry!(q4_k, q4_k_avx2, QK_K, Q4_K_BYTES, Q8_K_BYTES);
@@ -331,6 +351,28 @@ unsafe fn bf16_avx2(n: usize, w: *const u8, x: *const u8) -> f32 {
     out[0]
 }
 
+/// ggml's `ggml_vec_dot_bf16` in upstream's AVX2 build: four 8-lane accumulators over
+/// 32-element steps (GCC fuses its `add(mul(x, y), c)` into FMAs), summed as
+/// `(c1 + c3) + (c2 + c4)`, then the horizontal sum, and the tail in f64.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bf16_vec_avx2(n: usize, w: *const u8, x: *const u8) -> f32 {
+    let np = n & !31;
+    let mut c = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i < np {
+        for (j, c) in c.iter_mut().enumerate() {
+            *c = _mm256_fmadd_ps(load_bf16(w, i + 8 * j), load_bf16(x, i + 8 * j), *c);
+        }
+        i += 32;
+    }
+    let s = _mm256_add_ps(_mm256_add_ps(c[0], c[2]), _mm256_add_ps(c[1], c[3]));
+    let mut sumf = f64::from(hsum_f32x8(s));
+    for e in np..n {
+        sumf += f64::from(scalar_bf16(w, e) * scalar_bf16(x, e));
+    }
+    sumf as f32
+}
+
 // ------------------------------------------------------------------ 32-element blocks
 
 /// `d_w · d_x` of a block and its Q8_0 activation block (both f16 at offset 0), converted in
@@ -463,26 +505,52 @@ unsafe fn iq4_nl_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
     })
 }
 
+/// ggml's `ggml_vec_dot_iq4_nl_q8_0` (AVX2 build), for mat-vecs: even and odd blocks on two
+/// accumulators, added before the horizontal sum; an odd last block as one scalar FMA
+/// (GCC fuses `sumf += d * sumi`).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4_nl_vec_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let block = |ib: usize| {
+        let (wb, xb) = (w.add(ib * IQ4_NL_BYTES), x.add(ib * Q8_0_BYTES));
+        let d = f16_load(xb) * f16_load(wb);
+        (d, dot_i8_i8(iq4_lookup(wb.add(2)), load256(xb.add(2))))
+    };
+    let mut ib = 0;
+    while ib + 1 < nb {
+        for (h, acc) in acc.iter_mut().enumerate() {
+            let (d, p) = block(ib + h);
+            *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), *acc);
+        }
+        ib += 2;
+    }
+    let mut sumf = hsum_f32x8(_mm256_add_ps(acc[0], acc[1]));
+    if ib < nb {
+        let (d, p) = block(ib);
+        sumf = (hsum_i32x8(p) as f32).mul_add(d, sumf);
+    }
+    sumf
+}
+
 // ------------------------------------------------------------------ K-quants (Q8_K activations)
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q2_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
     let m3 = _mm256_set1_epi8(3);
     let m4 = _mm_set1_epi8(0xF);
+    // One accumulator for the min terms and the quants alike, the mins first in each block:
+    // ggml's AVX2 order, so results equal upstream's bit for bit.
     let mut acc = _mm256_setzero_ps();
-    let mut acc_min = _mm256_setzero_ps();
     for i in 0..nb {
         let (wb, xb) = (w.add(i * Q2_K_BYTES), x.add(i * Q8_K_BYTES));
         let yd = f32_load(xb);
+        let d = yd * f16_load(wb.add(80));
+        let dmin = -yd * f16_load(wb.add(82));
         let packed = load128(wb);
         // Mins (high nibbles) against the 16 bsums, in one madd.
         let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
         let m = _mm256_madd_epi16(mins, load256(xb.add(4 + QK_K)));
-        acc_min = _mm256_fmadd_ps(
-            _mm256_set1_ps(yd * f16_load(wb.add(82))),
-            _mm256_cvtepi32_ps(m),
-            acc_min,
-        );
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(m), acc);
         let scv = pair_scales(_mm_and_si128(packed, m4));
         let mut sumi = _mm256_setzero_si256();
         for n in 0..2 {
@@ -499,13 +567,9 @@ unsafe fn q2_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
                 sumi = _mm256_add_epi32(sumi, p);
             }
         }
-        acc = _mm256_fmadd_ps(
-            _mm256_set1_ps(yd * f16_load(wb.add(80))),
-            _mm256_cvtepi32_ps(sumi),
-            acc,
-        );
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    hsum_f32x8(acc) - hsum_f32x8(acc_min)
+    hsum_f32x8(acc)
 }
 
 /// The 16 Q3_K scales (minus 32) as i8 lanes, unpacked in registers (`q3_k_scales` goes
@@ -623,6 +687,13 @@ unsafe fn k4_mins_dot(xb: *const u8, mins: __m128i) -> __m128i {
     _mm_madd_epi16(mins, pairs)
 }
 
+/// Σ of 4 i32 lanes (exact: integer).
+#[inline(always)]
+unsafe fn hsum_i32x4(x: __m128i) -> i32 {
+    let r = _mm_add_epi32(x, _mm_unpackhi_epi64(x, x));
+    _mm_cvtsi128_si32(_mm_add_epi32(r, _mm_shuffle_epi32(r, 0b01)))
+}
+
 #[inline(always)]
 unsafe fn hsum_f32x4(x: __m128) -> f32 {
     let r = _mm_add_ps(x, _mm_movehl_ps(x, x));
@@ -683,13 +754,15 @@ unsafe fn q5_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
     let m4 = _mm256_set1_epi8(0xF);
     let sixteen = _mm256_set1_epi8(16);
     let mut acc = _mm256_setzero_ps();
-    let mut acc_min = _mm_setzero_ps();
+    // The min terms: each block's integer sum, then one scalar FMA into `summs` (ggml's AVX2
+    // kernel, as GCC fuses `summs += dmin * sum`), added after the horizontal sum.
+    let mut summs = 0f32;
     for i in 0..nb {
         let (wb, xb) = (w.add(i * Q5_K_BYTES), x.add(i * Q8_K_BYTES));
         let yd = f32_load(xb);
         let (scv, mins) = k4_scales(wb);
-        let m = _mm_cvtepi32_ps(k4_mins_dot(xb, mins));
-        acc_min = _mm_fmadd_ps(_mm_set1_ps(yd * f16_load(wb.add(2))), m, acc_min);
+        let dmin = -yd * f16_load(wb.add(2));
+        summs = (hsum_i32x4(k4_mins_dot(xb, mins)) as f32).mul_add(dmin, summs);
         let hbits = load256(wb.add(16));
         let high = |bit: usize| {
             let b = _mm256_set1_epi8((1u8 << bit) as i8);
@@ -715,7 +788,7 @@ unsafe fn q5_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
             acc,
         );
     }
-    hsum_f32x8(acc) - hsum_f32x4(acc_min)
+    hsum_f32x8(acc) + summs
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -736,7 +809,6 @@ unsafe fn q6_k_cols<const C: usize>(
 ) {
     let m4 = _mm256_set1_epi8(0xF);
     let m2 = _mm256_set1_epi8(3);
-    let m32 = _mm256_set1_epi8(32);
     let mut acc = [_mm256_setzero_ps(); C];
     for i in 0..nb {
         let wb = w.add(i * Q6_K_BYTES);
@@ -758,16 +830,21 @@ unsafe fn q6_k_cols<const C: usize>(
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), high(6));
         }
         let d = f16_load(wb.add(208));
+        let scales16 = _mm256_cvtepi8_epi16(load128(wb.add(192)));
         for (c, acc) in acc.iter_mut().enumerate() {
             let xb = x.add(c * xs + i * Q8_K_BYTES);
+            // q·y with q in 0..63, then the offset: 32 · Σ scale · bsum per lane pair (ggml's
+            // AVX2 kernel; the i32 lanes, not only their total, must be ggml's for the f32
+            // FMAs per lane to round alike)
             let mut sumi = _mm256_setzero_si256();
             for g in 0..8 {
                 let y = load256(xb.add(4 + 32 * g));
-                // (q - 32)·y as q·y - 32·y, both through maddubs (q is 0..63).
-                let p16 =
-                    _mm256_sub_epi16(_mm256_maddubs_epi16(q[g], y), _mm256_maddubs_epi16(m32, y));
+                let p16 = _mm256_maddubs_epi16(q[g], y);
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scv[g]));
             }
+            let bsums = load256(xb.add(4 + QK_K));
+            let offset = _mm256_slli_epi32(_mm256_madd_epi16(bsums, scales16), 5);
+            sumi = _mm256_sub_epi32(sumi, offset);
             let dd = f32_load(xb) * d;
             *acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(sumi), *acc);
         }

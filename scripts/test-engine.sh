@@ -223,6 +223,15 @@ done
 # gguf_set_metadata.py: Q scaled by ln(floor(pos / 2) + 1) * 8 + 1). Random weights keep
 # the effects small (without the tuning KL is ~5e-10), hence the 1e-11 bound.
 CHECK_STEPS=40 check arch-gemma3-dense-long "$fixtures/gemma3-dense.gguf" 1e-11 0
+# swa_full = false: upstream keeps a window-sized cache for the sliding-window layers (cells
+# that left every window are pruned); ours keeps the full-size one and says so in one log line.
+# The logits must be the same.
+CHECK_STEPS=40 check arch-gemma3-dense-long-swa-small "$fixtures/gemma3-dense.gguf" 1e-11 0 PROBE_SWA_FULL=0
+if grep -q "swa_full = false is not supported by llama-hotswap yet" "$out/arch-gemma3-dense-long-swa-small.ours.err"; then
+    echo "ok   swa_full = false: logged as not supported, full-size cache used"; passed=$((passed + 1))
+else
+    echo "FAIL swa_full = false: no log line in $out/arch-gemma3-dense-long-swa-small.ours.err"; failed=$((failed + 1))
+fi
 py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"
 m3t="$derived/mistral3-dense.temperature.gguf"
 if [ ! -s "$m3t" ] && [ -x "$py" ]; then

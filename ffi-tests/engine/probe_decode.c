@@ -81,6 +81,7 @@ int main(int argc, char **argv) {
     }
     if ((env = getenv("PROBE_FLASH_ATTN"))) cp.flash_attn_type = atoi(env);
     if ((env = getenv("PROBE_KV_UNIFIED"))) cp.kv_unified = atoi(env) != 0;
+    if ((env = getenv("PROBE_SWA_FULL"))) cp.swa_full = atoi(env) != 0;
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "context failed\n"); return 1; }
 

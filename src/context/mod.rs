@@ -387,6 +387,14 @@ impl Context {
             "llama_context: n_seq_max = {n_seq_max}, n_ctx = {n_ctx}, n_ctx_seq = {n_ctx_seq}, n_batch = {n_batch}, n_ubatch = {n_ubatch}, causal_attn = {}",
             causal_attn as i32
         );
+        if !p.swa_full && hp.swa_layers.iter().any(|&swa| swa) {
+            // Upstream keeps a second, window-sized cache for the sliding-window layers and
+            // prunes cells that left every window; ours keeps the full-size one (the same
+            // logits through the window mask, more memory, nothing pruned for seq_pos_min).
+            crate::log_warn!(
+                "llama_context: swa_full = false is not supported by llama-hotswap yet: the sliding-window layers use the full-size cache"
+            );
+        }
         let kv_rot = kv_rotation(&hp, type_k, type_v);
         let mut ctx = Self::assemble(model, hp, cparams, KvCache::new(&shape), false);
         ctx.kv_rot = kv_rot;

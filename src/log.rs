@@ -15,11 +15,12 @@ pub enum Level {
 }
 
 /// Receives each finished line (ending in '\n', as upstream's messages do).
-pub type Sink = Box<dyn Fn(Level, &str) + Send + Sync>;
+pub type Sink = Box<SinkFn>;
+type SinkFn = dyn Fn(Level, &str) + Send + Sync;
 
 /// Held as an `Arc` so that [`emit`] calls the sink after releasing the lock: a sink may
 /// itself log, or replace the sink (a C callback calling `llama_log_set`), without deadlocking.
-static SINK: RwLock<Option<Arc<dyn Fn(Level, &str) + Send + Sync>>> = RwLock::new(None);
+static SINK: RwLock<Option<Arc<SinkFn>>> = RwLock::new(None);
 
 /// Replaces the sink; `None` restores the default (stderr).
 pub fn set_sink(sink: Option<Sink>) {

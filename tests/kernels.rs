@@ -502,10 +502,10 @@ fn mul_mat_batched_rejects_overlapping_dst() {
 
 /// A batched product (tile kernels where they exist) equals column-by-column mat-vecs bit for
 /// bit (the tiles keep the per-column arithmetic of the dot kernels), so results never depend
-/// on the batch size. Odd shapes exercise the tile remainders. Except for F16, BF16 and
-/// IQ4_NL, where upstream itself sums a mat-vec (ggml's vec_dot) in another order than a
-/// batched product (llamafile's tinyBLAS) and ours follow both: there every output of the
-/// batched product equals `vec_dot` (the batched order) of its row and column bit for bit.
+/// on the batch size. Odd shapes exercise the tile remainders. Every output is compared with
+/// `vec_dot` (the batched order): for F16, BF16 and IQ4_NL upstream itself sums a mat-vec
+/// (ggml's single-row vec_dot) in another order than a batched product (llamafile's tinyBLAS),
+/// and ours follow both.
 #[test]
 fn batched_product_equals_column_mat_vecs() {
     let mut rng = Rng::new(31);
@@ -521,15 +521,48 @@ fn batched_product_equals_column_mat_vecs() {
         cpu::mul_mat(t, &w, n_rows, k, &x, m, &mut batched, &pool, &mut scratch);
         // the batched product's dot (`vec_dot`): a mat-vec's except for F16, BF16 and IQ4_NL,
         // whose mat-vecs follow ggml's single-row order as upstream's do
-        let (vt, w_row) = (cpu::vec_dot_type(t), cpu::row_bytes(t, k));
-        let mut xq = vec![0u8; cpu::row_bytes(vt, k)];
+        assert_outputs_are_vec_dots(t, &w, n_rows, k, &x, m, &batched, "");
+        // and, where upstream has one order, each column's mat-vec (the single-row kernels)
+        if matches!(t, GgmlType::F16 | GgmlType::BF16 | GgmlType::IQ4_NL) {
+            continue;
+        }
+        let mut col = vec![0f32; n_rows];
         for j in 0..m {
-            cpu::quantize_row(vt, &x[j * k..(j + 1) * k], &mut xq);
-            for i in 0..n_rows {
+            let xj = &x[j * k..(j + 1) * k];
+            cpu::mul_mat(t, &w, n_rows, k, xj, 1, &mut col, &pool, &mut scratch);
+            for (i, c) in col.iter().enumerate() {
                 let a = batched[j * n_rows + i];
-                let b = cpu::vec_dot(t, k, &w[i * w_row..], &xq);
-                assert_eq!(a.to_bits(), b.to_bits(), "{t} [{i},{j}]: {a} vs {b}");
+                assert_eq!(
+                    a.to_bits(),
+                    c.to_bits(),
+                    "{t} mat-vec [{i},{j}]: {a} vs {c}"
+                );
             }
+        }
+    }
+}
+
+/// Every output `[i, j]` of a `n_rows` × `m` product (column-major by activation row) equals
+/// `vec_dot` of weight row `i` and activation row `j`, bit for bit.
+#[allow(clippy::too_many_arguments)]
+fn assert_outputs_are_vec_dots(
+    t: GgmlType,
+    w: &[u8],
+    n_rows: usize,
+    k: usize,
+    x: &[f32],
+    m: usize,
+    out: &[f32],
+    what: &str,
+) {
+    let (vt, w_row) = (cpu::vec_dot_type(t), cpu::row_bytes(t, k));
+    let mut xq = vec![0u8; cpu::row_bytes(vt, k)];
+    for j in 0..m {
+        cpu::quantize_row(vt, &x[j * k..(j + 1) * k], &mut xq);
+        for i in 0..n_rows {
+            let a = out[j * n_rows + i];
+            let b = cpu::vec_dot(t, k, &w[i * w_row..], &xq);
+            assert_eq!(a.to_bits(), b.to_bits(), "{t} {what}[{i},{j}]: {a} vs {b}");
         }
     }
 }
@@ -631,16 +664,8 @@ fn tiled_products_at_odd_shapes_and_batches_equal_mat_vecs() {
                 .collect();
             let mut batched = vec![0f32; n_rows * m];
             cpu::mul_mat(t, &w, n_rows, k, &x, m, &mut batched, &pool, &mut scratch);
-            let (vt, w_row) = (cpu::vec_dot_type(t), cpu::row_bytes(t, k));
-            let mut xq = vec![0u8; cpu::row_bytes(vt, k)];
-            for j in 0..m {
-                cpu::quantize_row(vt, &x[j * k..(j + 1) * k], &mut xq);
-                for i in 0..n_rows {
-                    let a = batched[j * n_rows + i];
-                    let b = cpu::vec_dot(t, k, &w[i * w_row..], &xq);
-                    assert_eq!(a.to_bits(), b.to_bits(), "{t} {n_rows}x{m} [{i},{j}]");
-                }
-            }
+            let what = format!("{n_rows}x{m} {threads} threads ");
+            assert_outputs_are_vec_dots(t, &w, n_rows, k, &x, m, &batched, &what);
         }
         // 6 batches of 3 activation rows over 2 weight matrices of 9 rows (GQA broadcast):
         // tile column groups meet batch edges

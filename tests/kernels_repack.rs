@@ -72,20 +72,7 @@ fn repacked_q4_0_and_iq4_nl_are_upstreams_float_order_on_both_paths() {
         let pool = ThreadPool::new(threads);
         // a piece of a wider output: stride n_rows + 5, offset 3
         let (stride, off) = (n_rows + 5, 3);
-        let mut simd = vec![f32::NAN; m * stride];
-        let mut scalar = vec![f32::NAN; m * stride];
-        repack::mul_mat_repacked(&rp, &x, m, &mut simd, stride, off, &pool, &mut scratch);
-        repack::mul_mat_repacked_using(
-            repack::scalar_kernels(kind),
-            &rp,
-            &x,
-            m,
-            &mut scalar,
-            stride,
-            off,
-            &pool,
-            &mut scratch,
-        );
+        let (simd, scalar) = simd_and_scalar(&rp, kind, &x, m, (stride, off), &pool, &mut scratch);
         let wrow = cpu::row_bytes(t, k);
         let xrow = cpu::row_bytes(GgmlType::Q8_0, k);
         let mut xq = vec![0u8; xrow];
@@ -209,20 +196,7 @@ fn repacked_q4_k_is_upstreams_gemm_and_gemv_order() {
         x[200] = 9.0;
         let pool = ThreadPool::new(threads);
         let (stride, off) = (n_rows + 2, 1);
-        let mut simd = vec![f32::NAN; m * stride];
-        let mut scalar = vec![f32::NAN; m * stride];
-        repack::mul_mat_repacked(&rp, &x, m, &mut simd, stride, off, &pool, &mut scratch);
-        repack::mul_mat_repacked_using(
-            repack::scalar_kernels(kind),
-            &rp,
-            &x,
-            m,
-            &mut scalar,
-            stride,
-            off,
-            &pool,
-            &mut scratch,
-        );
+        let (simd, scalar) = simd_and_scalar(&rp, kind, &x, m, (stride, off), &pool, &mut scratch);
         let wrow = cpu::row_bytes(t, k);
         let mut xq = vec![0u8; cpu::row_bytes(GgmlType::Q8_K, k)];
         for j in 0..m {
@@ -276,4 +250,33 @@ fn q8_k_four_row_quantizer_prefers_the_positive_maximum() {
     assert_eq!(row[4 + 3] as i8, 127);
     let d = f32::from_le_bytes(row[0..4].try_into().unwrap());
     assert_eq!(d, 1.0 / (-127.0 / 2.0));
+}
+
+/// The product of `m` activation rows with the repacked `rp` through the dispatched (SIMD)
+/// kernels and through the scalar reference, into outputs of row stride `stride` starting at
+/// column `off` (NaN elsewhere).
+fn simd_and_scalar(
+    rp: &repack::Repacked,
+    kind: repack::RepackKind,
+    x: &[f32],
+    m: usize,
+    (stride, off): (usize, usize),
+    pool: &ThreadPool,
+    scratch: &mut Scratch,
+) -> (Vec<f32>, Vec<f32>) {
+    let mut simd = vec![f32::NAN; m * stride];
+    let mut scalar = vec![f32::NAN; m * stride];
+    repack::mul_mat_repacked(rp, x, m, &mut simd, stride, off, pool, scratch);
+    repack::mul_mat_repacked_using(
+        repack::scalar_kernels(kind),
+        rp,
+        x,
+        m,
+        &mut scalar,
+        stride,
+        off,
+        pool,
+        scratch,
+    );
+    (simd, scalar)
 }

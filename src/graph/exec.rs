@@ -688,25 +688,23 @@ impl Executor {
         // each token attends to the used rows of its sequence's stream
         let rows = |t: usize| kv.rows_of(inp.seq[t]);
         let visible = |t: usize, j: u32| kv.visible(j, inp.seq[t], inp.pos[t], inp.causal, n_swa);
-        ops::flash_attn(
+        let attn = ops::Attn {
             shape,
-            qs,
+            q: qs,
             n_tokens,
-            &rows,
-            &visible,
-            &KvLayerRows {
+            rows: &rows,
+            visible: &visible,
+            k: &KvLayerRows {
                 buf: &l.k,
                 width: l.n_embd_k,
                 cast_f16: inp.flash_attn,
             },
-            &KvLayerRows {
+            v: &KvLayerRows {
                 buf: &l.v,
                 width: l.n_embd_v,
                 cast_f16: inp.flash_attn,
             },
-            dst,
-            &self.pool,
-            &self.attn_scratch,
-        );
+        };
+        ops::flash_attn(&attn, dst, &self.pool, &self.attn_scratch);
     }
 }

@@ -6,7 +6,8 @@
 //! softmax is `ggml_vec_soft_max_f32` over the whole row (see [`super::attn_tiled::soft_max`]),
 //! its sum inverted in f64. Emulated per (token, KV head) task with the same float order.
 
-use super::ops::{AttnShape, KvRows, SharedOut};
+use super::ops::{Attn, AttnShape, KvRows};
+use super::SharedOut;
 
 /// Per-thread buffers.
 #[derive(Debug, Default)]
@@ -77,19 +78,21 @@ fn reduce(acc: &[f32], tiny: bool) -> f32 {
 
 /// Attention without flash attention over `n_kv` cells (upstream's padded view), tasks
 /// (token, KV head) over `pool`.
-#[allow(clippy::too_many_arguments)]
 pub fn attn_no_fa(
-    shape: AttnShape,
-    q: &[f32],
-    n_tokens: usize,
-    view: &(dyn Fn(usize) -> std::ops::Range<u32> + Sync),
-    visible: &(dyn Fn(usize, u32) -> bool + Sync),
-    k: &dyn KvRows,
-    v: &dyn KvRows,
+    a: &Attn<'_>,
     out: &mut [f32],
     pool: &super::ThreadPool,
     scratch: &[std::sync::Mutex<super::ops::AttnScratch>],
 ) {
+    let Attn {
+        shape,
+        q,
+        n_tokens,
+        rows: view,
+        visible,
+        k,
+        v,
+    } = *a;
     let AttnShape {
         n_head,
         n_head_kv,

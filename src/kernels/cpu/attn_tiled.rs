@@ -7,7 +7,8 @@
 //! row's result depends only on the KV tiles (fixed at multiples of [`TILE_KV`] cells), not on
 //! which query rows share a tile, so the task split is free.
 
-use super::ops::{AttnShape, KvRows, SharedOut};
+use super::ops::{Attn, AttnShape, KvRows};
+use super::SharedOut;
 
 /// Query rows per tile (ggml's `GGML_FA_TILE_Q`): the tiled kernel runs from this many.
 pub const TILE_Q: usize = 64;
@@ -150,19 +151,21 @@ pub fn soft_max_scalar(x: &mut [f32], max: f32) -> f64 {
 /// The tiled flash attention over `n_tokens` query rows (see the module doc). Tasks are
 /// (block of query tokens, KV head) pairs over `pool`, sharing each K/V tile between the
 /// query heads of the group.
-#[allow(clippy::too_many_arguments)]
 pub fn flash_attn_tiled(
-    shape: AttnShape,
-    q: &[f32],
-    n_tokens: usize,
-    rows: &(dyn Fn(usize) -> std::ops::Range<u32> + Sync),
-    visible: &(dyn Fn(usize, u32) -> bool + Sync),
-    k: &dyn KvRows,
-    v: &dyn KvRows,
+    a: &Attn<'_>,
     out: &mut [f32],
     pool: &super::ThreadPool,
     scratch: &[std::sync::Mutex<super::ops::AttnScratch>],
 ) {
+    let Attn {
+        shape,
+        q,
+        n_tokens,
+        rows,
+        visible,
+        k,
+        v,
+    } = *a;
     let AttnShape {
         n_head, n_head_kv, ..
     } = shape;

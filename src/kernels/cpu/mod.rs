@@ -395,7 +395,7 @@ impl Activations<'_> {
     }
 }
 
-/// Wraps a pointer for disjoint writes from pool threads.
+/// Wraps a pointer for disjoint writes from pool threads (matrix products, attention).
 #[derive(Clone, Copy)]
 struct SharedOut<T>(*mut T);
 // SAFETY: used only for writes to disjoint elements by different tasks, while the owning `&mut`
@@ -405,9 +405,21 @@ unsafe impl<T: Send> Sync for SharedOut<T> {}
 unsafe impl<T: Send> Send for SharedOut<T> {}
 
 impl<T> SharedOut<T> {
+    fn new(out: &mut [T]) -> SharedOut<T> {
+        SharedOut(out.as_mut_ptr())
+    }
     /// The pointer (a method, so closures capture the whole `Sync` wrapper, not the field).
     fn ptr(&self) -> *mut T {
         self.0
+    }
+    /// `len` elements from `start`.
+    ///
+    /// # Safety
+    /// The range lies within the wrapped buffer, which outlives the use, and no other
+    /// thread reads or writes it meanwhile.
+    unsafe fn slice<'a>(self, start: usize, len: usize) -> &'a mut [T] {
+        // SAFETY: the caller's contract above
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(start), len) }
     }
 }
 
@@ -433,7 +445,7 @@ fn convert_rows<'a>(
             quantize_row(vt, &x[row_start(r)..row_start(r) + k], out);
         }
     } else {
-        let out = SharedOut(buf.as_mut_ptr());
+        let out = SharedOut::new(buf);
         pool.parallel_for(n, &|r, _| {
             // SAFETY: task r writes only bytes r*row..(r+1)*row of `buf`, which is borrowed
             // mutably for this whole call; tasks have distinct r.
@@ -750,7 +762,7 @@ fn run_mul_mat(
     let dr0 = n_rows.div_ceil(nchunk0).next_multiple_of(ra);
     let dr1 = cols.div_ceil(nchunk1).next_multiple_of(ca);
     let (nchunk0, nchunk1) = (n_rows.div_ceil(dr0), cols.div_ceil(dr1));
-    let out = SharedOut(dst.as_mut_ptr());
+    let out = SharedOut::new(dst);
     // Per activation column: where its outputs start in dst and where its weight batch starts
     // in w (divisions once per column, not per output).
     let bases = |col: usize| {

@@ -2,6 +2,8 @@
 //! with ggml-cpu's arithmetic: same accumulation types and the same order of rounding steps,
 //! so that results track upstream's closely.
 
+use super::SharedOut;
+
 /// ggml's `RMS_NORM` of one row: `x / sqrt(mean(x²) + eps)`, the sum of squares in f64 and
 /// the mean and scale in f32.
 pub fn rms_norm_row(x: &[f32], eps: f32, y: &mut [f32]) {
@@ -468,6 +470,22 @@ impl AttnScratch {
     }
 }
 
+/// The inputs of one FLASH_ATTN_EXT, shared by its four CPU paths (one-row, split-KV, tiled,
+/// and MUL_MAT / SOFT_MAX / MUL_MAT when flash attention is off).
+#[derive(Clone, Copy)]
+pub struct Attn<'a> {
+    pub shape: AttnShape,
+    /// `n_tokens` rows of `n_head` heads of `dk` values.
+    pub q: &'a [f32],
+    pub n_tokens: usize,
+    /// The cells token `t` may attend to (its KV stream's used cells).
+    pub rows: &'a (dyn Fn(usize) -> std::ops::Range<u32> + Sync),
+    /// Whether token `t` sees cell `j` (causal and sliding-window mask).
+    pub visible: &'a (dyn Fn(usize, u32) -> bool + Sync),
+    pub k: &'a dyn KvRows,
+    pub v: &'a dyn KvRows,
+}
+
 /// Shapes and constants of one FLASH_ATTN_EXT.
 #[derive(Clone, Copy, Debug)]
 pub struct AttnShape {
@@ -512,52 +530,26 @@ pub trait KvRows: Sync {
     }
 }
 
-/// Wraps a pointer for disjoint writes from pool threads.
-#[derive(Clone, Copy)]
-pub(super) struct SharedOut(*mut f32);
-impl SharedOut {
-    pub(super) fn new(out: &mut [f32]) -> SharedOut {
-        SharedOut(out.as_mut_ptr())
-    }
-    /// The pointer (a method, so closures capture the whole wrapper).
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-    /// `len` values from `start`.
-    ///
-    /// # Safety
-    /// The range lies within the wrapped buffer, which outlives the use, and no other
-    /// thread reads or writes it meanwhile.
-    pub(super) unsafe fn slice<'a>(self, start: usize, len: usize) -> &'a mut [f32] {
-        // SAFETY: the caller's contract above
-        unsafe { std::slice::from_raw_parts_mut(self.0.add(start), len) }
-    }
-}
-
-// SAFETY: tasks write disjoint ranges of the buffer while `flash_attn` holds its `&mut`
-// borrow and waits for them.
-unsafe impl Sync for SharedOut {}
-// SAFETY: as for Sync: the pointer is only used for those disjoint writes.
-unsafe impl Send for SharedOut {}
-
 /// ggml's FLASH_ATTN_EXT on the CPU: for each token (row of `q`, `n_head` heads of `dk`) and
 /// each of its heads, the online softmax over the cells of `rows(token)` (its KV stream's)
 /// that `visible(token, cell)` accepts (in cell order) of `scale`·q·k (soft-capped when `softcap` ≠ 0), accumulating v; in half
 /// precision for an F16 V cache, as ggml's kernel. Tasks are (token, KV head) pairs spread
 /// over `pool`; `scratch` holds one buffer set per pool thread.
-#[allow(clippy::too_many_arguments)]
 pub fn flash_attn(
-    shape: AttnShape,
-    q: &[f32],
-    n_tokens: usize,
-    rows: &(dyn Fn(usize) -> std::ops::Range<u32> + Sync),
-    visible: &(dyn Fn(usize, u32) -> bool + Sync),
-    k: &dyn KvRows,
-    v: &dyn KvRows,
+    a: &Attn<'_>,
     out: &mut [f32],
     pool: &super::ThreadPool,
     scratch: &[std::sync::Mutex<AttnScratch>],
 ) {
+    let Attn {
+        shape,
+        q,
+        n_tokens,
+        rows,
+        visible,
+        k,
+        v,
+    } = *a;
     let AttnShape {
         n_head,
         n_head_kv,
@@ -579,35 +571,29 @@ pub fn flash_attn(
         r.start..r.start + super::attn_nofa::upstream_n_kv(r.end - r.start, shape.n_cells_max)
     };
     if !shape.flash_attn && super::attn_nofa::applies(k, v) {
-        super::attn_nofa::attn_no_fa(shape, q, n_tokens, &view, visible, k, v, out, pool, scratch);
+        let padded = Attn { rows: &view, ..*a };
+        super::attn_nofa::attn_no_fa(&padded, out, pool, scratch);
         return;
     }
     if n_tokens == 1 && split_kv_applies(k, v) {
         let cells = view(0);
         if cells.end - cells.start >= 512 {
-            flash_attn_split_kv(shape, q, cells, visible, k, v, out, pool, scratch);
+            flash_attn_split_kv(a, cells, out, pool, scratch);
             return;
         }
     }
     if super::attn_tiled::applies(n_tokens, k, v) {
-        super::attn_tiled::flash_attn_tiled(
-            shape, q, n_tokens, rows, visible, k, v, out, pool, scratch,
-        );
+        super::attn_tiled::flash_attn_tiled(a, out, pool, scratch);
         return;
     }
-    let out_ptr = SharedOut(out.as_mut_ptr());
+    let out_ptr = SharedOut::new(out);
     pool.parallel_for(n_tokens * n_head_kv, &|task, thread| {
         let (t, g) = (task / n_head_kv, task % n_head_kv);
         let mut sc = scratch[thread].lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: task (t, g) writes only the `group * dv` values of token t's heads
         // g*group .. (g+1)*group, disjoint from every other task's; `out` is borrowed
         // mutably for the whole call, which waits for all tasks.
-        let o = unsafe {
-            std::slice::from_raw_parts_mut(
-                out_ptr.get().add((t * n_head + g * group) * dv),
-                group * dv,
-            )
-        };
+        let o = unsafe { out_ptr.slice((t * n_head + g * group) * dv, group * dv) };
         let qrow = &q[(t * n_head + g * group) * dk..(t * n_head + (g + 1) * group) * dk];
         attn_task(shape, qrow, t, g, rows(t), false, visible, k, v, o, &mut sc);
     });
@@ -632,18 +618,21 @@ fn split_kv_applies(k: &dyn KvRows, v: &dyn KvRows) -> bool {
 /// unnormalized VKQ), then the chunks merged in order (`ggml_flash_attn_ext_reduce_partials`,
 /// with the FMAs upstream's build makes there). The result depends on the thread count, as
 /// upstream's does. `scratch[pool.n_threads()]` holds the partials.
-#[allow(clippy::too_many_arguments)]
 fn flash_attn_split_kv(
-    shape: AttnShape,
-    q: &[f32],
+    a: &Attn<'_>,
     cells: std::ops::Range<u32>,
-    visible: &(dyn Fn(usize, u32) -> bool + Sync),
-    k: &dyn KvRows,
-    v: &dyn KvRows,
     out: &mut [f32],
     pool: &super::ThreadPool,
     scratch: &[std::sync::Mutex<AttnScratch>],
 ) {
+    let Attn {
+        shape,
+        q,
+        visible,
+        k,
+        v,
+        ..
+    } = *a;
     let AttnShape {
         n_head,
         n_head_kv,

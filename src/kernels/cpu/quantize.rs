@@ -72,32 +72,43 @@ fn nearest_int(fval: f32) -> i32 {
 /// magnitude (its sign kept, so that value maps to -127), plus 16 sums of 16 quants.
 pub fn q8_k(x: &[f32], dst: &mut [u8]) {
     for (xb, yb) in x.chunks_exact(QK_K).zip(dst.chunks_exact_mut(Q8_K_BYTES)) {
-        let mut max = 0.0f32;
-        let mut amax = 0.0f32;
-        for &v in xb {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        let (max, amax) = q8_k_extreme(xb);
         if amax == 0.0 {
             yb.fill(0);
             continue;
         }
-        let iscale = -127.0 / max;
-        for (q, &v) in yb[4..4 + QK_K].iter_mut().zip(xb) {
-            *q = nearest_int(iscale * v).min(127) as i8 as u8;
-        }
-        for j in 0..QK_K / 16 {
-            let sum: i32 = yb[4 + 16 * j..4 + 16 * j + 16]
-                .iter()
-                .map(|&q| i32::from(q as i8))
-                .sum();
-            let at = 4 + QK_K + 2 * j;
-            yb[at..at + 2].copy_from_slice(&(sum as i16).to_le_bytes());
-        }
-        yb[0..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+        q8_k_block(xb, yb, -127.0 / max);
     }
+}
+
+/// The first value of largest magnitude in a Q8_K super-block (sign kept) and that magnitude.
+pub(super) fn q8_k_extreme(xb: &[f32]) -> (f32, f32) {
+    let mut max = 0.0f32;
+    let mut amax = 0.0f32;
+    for &v in xb {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    (max, amax)
+}
+
+/// One Q8_K super-block quantized with `iscale`: the quants, the scale `1 / iscale` and the
+/// 16 sums of 16 quants.
+pub(super) fn q8_k_block(xb: &[f32], yb: &mut [u8], iscale: f32) {
+    for (q, &v) in yb[4..4 + QK_K].iter_mut().zip(xb) {
+        *q = nearest_int(iscale * v).min(127) as i8 as u8;
+    }
+    for j in 0..QK_K / 16 {
+        let sum: i32 = yb[4 + 16 * j..4 + 16 * j + 16]
+            .iter()
+            .map(|&q| i32::from(q as i8))
+            .sum();
+        let at = 4 + QK_K + 2 * j;
+        yb[at..at + 2].copy_from_slice(&(sum as i16).to_le_bytes());
+    }
+    yb[0..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
 }
 
 pub fn f16_row(x: &[f32], dst: &mut [u8]) {

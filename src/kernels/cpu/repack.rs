@@ -504,7 +504,7 @@ pub fn mul_mat_repacked_with(
     let nchunk = groups.min(nth * 4).max(1);
     let per = groups.div_ceil(nchunk);
     let nchunk = groups.div_ceil(per);
-    let out = SharedOut(dst.as_mut_ptr());
+    let out = SharedOut::new(dst);
     let store = |col: usize, g: usize, vals: &[f32; ROWS]| {
         let at = col * dst_stride + dst_row_offset + g * ROWS;
         // SAFETY: (col, g) belongs to one task (groups are split among tasks, every task
@@ -621,32 +621,10 @@ pub fn mul_mat_repacked_using(
 /// positive (scale `-127 / amax`). Re-quantizes such blocks of a row made by the former.
 pub fn q8_k_mat_fixup(x: &[f32], dst: &mut [u8]) {
     for (xb, yb) in x.chunks_exact(QK_K).zip(dst.chunks_exact_mut(Q8_K_BYTES)) {
-        let mut max = 0.0f32;
-        let mut amax = 0.0f32;
-        for &v in xb {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
+        let (max, amax) = super::quantize::q8_k_extreme(xb);
+        if max < 0.0 && xb.contains(&amax) {
+            super::quantize::q8_k_block(xb, yb, -127.0 / amax);
         }
-        if !(max < 0.0 && xb.contains(&amax)) {
-            continue;
-        }
-        let iscale = -127.0 / amax;
-        for (q, &v) in yb[4..4 + QK_K].iter_mut().zip(xb) {
-            let val = iscale * v + 12_582_912.0;
-            let n = (val.to_bits() as i32 & 0x007f_ffff) - 0x0040_0000;
-            *q = n.min(127) as i8 as u8;
-        }
-        for j in 0..QK_K / 16 {
-            let sum: i32 = yb[4 + 16 * j..4 + 16 * j + 16]
-                .iter()
-                .map(|&q| i32::from(q as i8))
-                .sum();
-            let at = 4 + QK_K + 2 * j;
-            yb[at..at + 2].copy_from_slice(&(sum as i16).to_le_bytes());
-        }
-        yb[0..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
     }
 }
 

@@ -7,7 +7,7 @@
 //! its sum inverted in f64. Emulated per (token, KV head) task with the same float order.
 
 use super::ops::{Attn, AttnShape, KvRows};
-use super::SharedOut;
+use super::{fmadd, SharedOut};
 
 /// Per-thread buffers.
 #[derive(Debug, Default)]
@@ -174,7 +174,7 @@ fn head_task(
         acc[..k_lanes].fill(0.0);
         let full = dk / k_lanes * k_lanes;
         for (e, (&a, &b)) in kr[..full].iter().zip(&sc.q[..full]).enumerate() {
-            acc[e % k_lanes] = a.mul_add(b, acc[e % k_lanes]);
+            acc[e % k_lanes] = fmadd(a, b, acc[e % k_lanes]);
         }
         let mut s = reduce(&acc[..k_lanes], tiny_k);
         let tail = kr[full..].iter().zip(&sc.q[full..dk]);
@@ -186,7 +186,7 @@ fn head_task(
         } else if !k_half {
             // ggml_vec_dot_f32's tail: in float, fused by upstream's build
             for (&a, &b) in tail {
-                s = a.mul_add(b, s);
+                s = fmadd(a, b, s);
             }
         } else {
             // ggml_vec_dot_f16's tail: in f64
@@ -226,7 +226,7 @@ fn head_task(
         let lane = j % lanes;
         for (d, &x) in vr.iter().enumerate() {
             let a = &mut sc.acc[d * lanes + lane];
-            *a = x.mul_add(p, *a);
+            *a = fmadd(x, p, *a);
         }
     }
     for (d, o) in out.iter_mut().enumerate() {

@@ -2,7 +2,7 @@
 //! with ggml-cpu's arithmetic: same accumulation types and the same order of rounding steps,
 //! so that results track upstream's closely.
 
-use super::SharedOut;
+use super::{fmadd, SharedOut};
 
 /// ggml's `RMS_NORM` of one row: `x / sqrt(mean(x²) + eps)`, the sum of squares in f64 and
 /// the mean and scale in f32.
@@ -107,8 +107,8 @@ pub fn rope_apply(p: &RopeParams, cache: &[f32], head_dim: usize, x: &mut [f32])
                 for i0 in (0..p.n_rot).step_by(2) {
                     let (c, s) = (cache[i0], cache[i0 + 1]);
                     let (x0, x1) = (head[i0], head[i0 + 1]);
-                    head[i0] = x0.mul_add(c, -(x1 * s));
-                    head[i0 + 1] = x0.mul_add(s, x1 * c);
+                    head[i0] = fmadd(x0, c, -(x1 * s));
+                    head[i0 + 1] = fmadd(x0, s, x1 * c);
                 }
             }
             RopeMode::Neox => {
@@ -117,8 +117,8 @@ pub fn rope_apply(p: &RopeParams, cache: &[f32], head_dim: usize, x: &mut [f32])
                     let (c, s) = (cache[i0], cache[i0 + 1]);
                     let i = i0 / 2;
                     let (x0, x1) = (head[i], head[i + half]);
-                    head[i] = x0.mul_add(c, -(x1 * s));
-                    head[i + half] = x0.mul_add(s, x1 * c);
+                    head[i] = fmadd(x0, c, -(x1 * s));
+                    head[i + half] = fmadd(x0, s, x1 * c);
                 }
             }
         }
@@ -693,9 +693,9 @@ fn flash_attn_split_kv(
             let (so, sn) = ((m - m_new).exp(), (p[0] - m_new).exp());
             // `a*so + b*sn`: upstream's build fuses the first product
             for (a, &b) in extra.acc.iter_mut().zip(&p[2..]) {
-                *a = a.mul_add(so, b * sn);
+                *a = fmadd(*a, so, b * sn);
             }
-            s = s.mul_add(so, p[1] * sn);
+            s = fmadd(s, so, p[1] * sn);
             m = m_new;
         }
         let o = &mut out[h * dv..(h + 1) * dv];
@@ -922,7 +922,7 @@ fn attn_task(
                 }
             }
             // one rounding: upstream's build (GCC, FMA enabled) fuses ggml's `S = S*ms + vs`
-            sc.s[h] = sc.s[h].mul_add(ms, vs);
+            sc.s[h] = fmadd(sc.s[h], ms, vs);
         }
     }
     if partial {

@@ -884,7 +884,8 @@ unsafe fn iq4_xs_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
 /// edges come from [`tile_shape`].
 pub fn tile_fn(t: GgmlType) -> Option<Tile> {
     let (rows, cols) = match t {
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => (4, 2),
+        GgmlType::F16 => (4, 3),
+        GgmlType::F32 | GgmlType::BF16 => (4, 2),
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => (4, 2),
         GgmlType::Q4_1 | GgmlType::Q5_1 => (2, 4),
         GgmlType::Q4_K | GgmlType::Q6_K => (1, 4),
@@ -1049,6 +1050,24 @@ unsafe fn float_tile<const R: usize, const C: usize>(
         }
         i += 8;
     }
+    float_tile_finish::<R, C>(&acc, i, n, w, ws, x, xs, out, scalar);
+}
+
+/// The end of a float tile: each accumulator's horizontal sum, then the scalar tail from
+/// element `i` on, in order.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn float_tile_finish<const R: usize, const C: usize>(
+    acc: &[[__m256; R]; C],
+    i: usize,
+    n: usize,
+    w: *const u8,
+    ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; TILE_OUTPUTS],
+    scalar: impl Fn(*const u8, usize) -> f32,
+) {
     for (c, acc) in acc.iter().enumerate() {
         for (r, acc) in acc.iter().enumerate() {
             let mut s = hsum_f32x8(*acc);
@@ -1058,6 +1077,84 @@ unsafe fn float_tile<const R: usize, const C: usize>(
             out[c * R + r] = s;
         }
     }
+}
+
+/// The 4 × 3 F16 tile (the main shape, tinyBLAS's `gemm<4, 3>` on AVX2) with its registers
+/// assigned by hand: [`float_tile`]'s operations in its order (so the same bits), which LLVM
+/// could only compile with spilled accumulators (it measured slower than 4 × 2 that way).
+/// Registers: ymm0–11 the accumulators (`acc[c][r]` in ymm`4c + r`), ymm12–14 the three
+/// activation vectors of a step, ymm15 one weight vector.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_tile_4x3_asm(
+    n: usize,
+    w: *const u8,
+    ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; TILE_OUTPUTS],
+) {
+    let mut acc = [[_mm256_setzero_ps(); 4]; 3];
+    let steps = n / 8;
+    if steps > 0 {
+        let [[a0, a1, a2, a3], [a4, a5, a6, a7], [a8, a9, a10, a11]] = &mut acc;
+        // SAFETY: the caller guarantees `n` f16 values in each of the 4 weight rows `ws` bytes
+        // apart and the 3 activation rows `xs` bytes apart, and AVX2/FMA/F16C; the loop reads
+        // the first `8 * steps` values of each row and writes only the registers named as
+        // outputs or clobbers.
+        std::arch::asm!(
+            ".p2align 6",
+            "2:",
+            "vcvtph2ps ymm12, xmmword ptr [{x}]",
+            "vcvtph2ps ymm13, xmmword ptr [{x} + {xs}]",
+            "vcvtph2ps ymm14, xmmword ptr [{x} + {xs}*2]",
+            "vcvtph2ps ymm15, xmmword ptr [{w}]",
+            "vfmadd231ps ymm0, ymm15, ymm12",
+            "vfmadd231ps ymm4, ymm15, ymm13",
+            "vfmadd231ps ymm8, ymm15, ymm14",
+            "vcvtph2ps ymm15, xmmword ptr [{w} + {ws}]",
+            "vfmadd231ps ymm1, ymm15, ymm12",
+            "vfmadd231ps ymm5, ymm15, ymm13",
+            "vfmadd231ps ymm9, ymm15, ymm14",
+            "vcvtph2ps ymm15, xmmword ptr [{w} + {ws}*2]",
+            "vfmadd231ps ymm2, ymm15, ymm12",
+            "vfmadd231ps ymm6, ymm15, ymm13",
+            "vfmadd231ps ymm10, ymm15, ymm14",
+            "vcvtph2ps ymm15, xmmword ptr [{w3}]",
+            "vfmadd231ps ymm3, ymm15, ymm12",
+            "vfmadd231ps ymm7, ymm15, ymm13",
+            "vfmadd231ps ymm11, ymm15, ymm14",
+            "add {w}, 16",
+            "add {w3}, 16",
+            "add {x}, 16",
+            "dec {n}",
+            "jnz 2b",
+            w = inout(reg) w => _,
+            w3 = inout(reg) w.add(3 * ws) => _,
+            ws = in(reg) ws,
+            x = inout(reg) x => _,
+            xs = in(reg) xs,
+            n = inout(reg) steps => _,
+            inout("ymm0") *a0,
+            inout("ymm1") *a1,
+            inout("ymm2") *a2,
+            inout("ymm3") *a3,
+            inout("ymm4") *a4,
+            inout("ymm5") *a5,
+            inout("ymm6") *a6,
+            inout("ymm7") *a7,
+            inout("ymm8") *a8,
+            inout("ymm9") *a9,
+            inout("ymm10") *a10,
+            inout("ymm11") *a11,
+            out("ymm12") _,
+            out("ymm13") _,
+            out("ymm14") _,
+            out("ymm15") _,
+            options(nostack, readonly),
+        );
+    }
+    let scalar = |p, i| scalar_f16(p, i);
+    float_tile_finish::<4, 3>(&acc, 8 * steps, n, w, ws, x, xs, out, scalar);
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -1090,6 +1187,9 @@ unsafe fn f16_tile_avx2<const R: usize, const C: usize>(
     xs: usize,
     out: &mut [f32; TILE_OUTPUTS],
 ) {
+    if R == 4 && C == 3 {
+        return f16_tile_4x3_asm(n, w, ws, x, xs, out);
+    }
     float_tile::<R, C>(
         n,
         w,
@@ -1173,22 +1273,28 @@ unsafe fn tile_q8_0<const R: usize, const C: usize, P: Copy>(
     dot: impl Fn(P, *const u8) -> __m256i,
 ) {
     let mut acc = [[_mm256_setzero_ps(); R]; C];
+    // the products d_w · d_x of one block, read back with broadcast loads: kept in memory
+    // (`black_box`) so that they hold no vector register in the loop below, where the
+    // R × C accumulators, one weight block, its |q| and the C activation blocks must fit
+    // in the 16 registers of AVX2 (spilled accumulators cost 1.5× on a 4 × 2 tile)
+    let mut dd = [[0f32; 4]; C];
     for ib in 0..nb {
         let wb = w.add(ib * wbytes);
         let xb = x.add(ib * Q8_0_BYTES);
-        // the R weight scales and the C activation scales, one conversion each; then per
-        // column one multiply gives the R products d_w · d_x (each rounds as `scale_q8_0`'s)
+        // the R weight scales and the C activation scales, one conversion each; one multiply
+        // per column gives its R products (each rounds as `scale_q8_0`'s)
         let wd = f16_lanes::<R>(wb, ws);
-        let wd = _mm256_set_m128(wd, wd);
         let xd = f16_lanes::<C>(xb, xs);
-        let xd = _mm256_set_m128(xd, xd);
-        let q: [P; R] = std::array::from_fn(|r| prepare(wb.add(r * ws)));
-        for (c, acc) in acc.iter_mut().enumerate() {
-            let d = _mm256_mul_ps(wd, lane256(xd, c));
-            let xc = xb.add(c * xs);
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let p = _mm256_cvtepi32_ps(dot(q[r], xc));
-                *acc = _mm256_fmadd_ps(lane256(d, r), p, *acc);
+        for (c, dd) in dd.iter_mut().enumerate() {
+            let xc = _mm256_castps256_ps128(lane256(_mm256_set_m128(xd, xd), c));
+            _mm_storeu_ps(dd.as_mut_ptr(), _mm_mul_ps(wd, xc));
+        }
+        let dd = std::hint::black_box(&dd);
+        for r in 0..R {
+            let q = prepare(wb.add(r * ws));
+            for (c, acc) in acc.iter_mut().enumerate() {
+                let p = _mm256_cvtepi32_ps(dot(q, xb.add(c * xs)));
+                acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[c][r]), p, acc[r]);
             }
         }
     }
@@ -1237,6 +1343,9 @@ unsafe fn q8_0_tile_avx2<const R: usize, const C: usize>(
     xs: usize,
     out: &mut [f32; TILE_OUTPUTS],
 ) {
+    if R == 4 && C == 2 {
+        return q8_0_tile_4x2_asm(nb, w, ws, x, xs, out);
+    }
     tile_q8_0::<R, C, _>(
         nb,
         w,
@@ -1248,6 +1357,150 @@ unsafe fn q8_0_tile_avx2<const R: usize, const C: usize>(
         |wb| load256(wb.add(2)),
         |p, xb| signed_dot(p, xb),
     )
+}
+
+/// The 4 × 2 Q8_0 tile (the main shape) with its registers assigned by hand: the same
+/// operations in the same order as [`tile_q8_0`] (so the same bits), but LLVM's allocation of
+/// the generic kernel spilled accumulators and block values every block and ran 1.35–1.45×
+/// slower than upstream's tinyBLAS `gemm4xN<2>`. Registers: ymm0–7 the accumulators
+/// (`acc[c][r]` in ymm`4c + r`), ymm8/9 the two activation blocks, ymm10/11 one weight block
+/// and its `|q|`, ymm12/13 a product and its scale, ymm14/15 the 4 scale products
+/// `d_w · d_x` of each column (`madd`'s i16 ones are read from memory).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0_tile_4x2_asm(
+    nb: usize,
+    w: *const u8,
+    ws: usize,
+    x: *const u8,
+    xs: usize,
+    out: &mut [f32; TILE_OUTPUTS],
+) {
+    let mut acc = [_mm256_setzero_ps(); 8];
+    if nb > 0 {
+        let ones = _mm256_set1_epi16(1);
+        let [a0, a1, a2, a3, a4, a5, a6, a7] = &mut acc;
+        // SAFETY: the caller guarantees `nb` Q8_0 blocks (34 bytes) in each of the 4 weight
+        // rows `ws` bytes apart and the 2 activation rows `xs` bytes apart, and AVX2/FMA/F16C;
+        // the loop reads only those blocks (and `ones`), writes at most `dd` (32 bytes, on our
+        // stack) and the registers named as outputs or clobbers.
+        std::arch::asm!(
+            ".p2align 6",
+            "2:",
+            // the 4 weight scales and the 2 activation scales (f16 → f32), their 8 products
+            "movzx {t:e}, word ptr [{w}]",
+            "vmovd xmm12, {t:e}",
+            "vpinsrw xmm12, xmm12, word ptr [{w} + {ws}], 1",
+            "vpinsrw xmm12, xmm12, word ptr [{w} + {ws}*2], 2",
+            "vpinsrw xmm12, xmm12, word ptr [{w3}], 3",
+            "vcvtph2ps xmm12, xmm12",
+            "movzx {t:e}, word ptr [{x}]",
+            "vmovd xmm13, {t:e}",
+            "vpinsrw xmm13, xmm13, word ptr [{x} + {xs}], 1",
+            "vcvtph2ps xmm13, xmm13",
+            "vbroadcastss xmm14, xmm13",
+            "vmulps xmm14, xmm14, xmm12",
+            "vinsertf128 ymm14, ymm14, xmm14, 1",
+            "vmovshdup xmm13, xmm13",
+            "vbroadcastss xmm15, xmm13",
+            "vmulps xmm15, xmm15, xmm12",
+            "vinsertf128 ymm15, ymm15, xmm15, 1",
+            "vmovdqu ymm8, ymmword ptr [{x} + 2]",
+            "vmovdqu ymm9, ymmword ptr [{x} + {xs} + 2]",
+            // weight row 0: |q| and its products with both activation blocks
+            "vmovdqu ymm10, ymmword ptr [{w} + 2]",
+            "vpsignb ymm11, ymm10, ymm10",
+            "vpsignb ymm12, ymm8, ymm10",
+            "vpmaddubsw ymm12, ymm11, ymm12",
+            "vpmaddwd ymm12, ymm12, ymmword ptr [{ones}]",
+            "vcvtdq2ps ymm12, ymm12",
+            "vpermilps ymm13, ymm14, 0x00",
+            "vfmadd231ps ymm0, ymm12, ymm13",
+            "vpsignb ymm12, ymm9, ymm10",
+            "vpmaddubsw ymm12, ymm11, ymm12",
+            "vpmaddwd ymm12, ymm12, ymmword ptr [{ones}]",
+            "vcvtdq2ps ymm12, ymm12",
+            "vpermilps ymm13, ymm15, 0x00",
+            "vfmadd231ps ymm4, ymm12, ymm13",
+            // weight row 1: |q| and its products with both activation blocks
+            "vmovdqu ymm10, ymmword ptr [{w} + {ws} + 2]",
+            "vpsignb ymm11, ymm10, ymm10",
+            "vpsignb ymm12, ymm8, ymm10",
+            "vpmaddubsw ymm12, ymm11, ymm12",
+            "vpmaddwd ymm12, ymm12, ymmword ptr [{ones}]",
+            "vcvtdq2ps ymm12, ymm12",
+            "vpermilps ymm13, ymm14, 0x55",
+            "vfmadd231ps ymm1, ymm12, ymm13",
+            "vpsignb ymm12, ymm9, ymm10",
+            "vpmaddubsw ymm12, ymm11, ymm12",
+            "vpmaddwd ymm12, ymm12, ymmword ptr [{ones}]",
+            "vcvtdq2ps ymm12, ymm12",
+            "vpermilps ymm13, ymm15, 0x55",
+            "vfmadd231ps ymm5, ymm12, ymm13",
+            // weight row 2: |q| and its products with both activation blocks
+            "vmovdqu ymm10, ymmword ptr [{w} + {ws}*2 + 2]",
+            "vpsignb ymm11, ymm10, ymm10",
+            "vpsignb ymm12, ymm8, ymm10",
+            "vpmaddubsw ymm12, ymm11, ymm12",
+            "vpmaddwd ymm12, ymm12, ymmword ptr [{ones}]",
+            "vcvtdq2ps ymm12, ymm12",
+            "vpermilps ymm13, ymm14, 0xAA",
+            "vfmadd231ps ymm2, ymm12, ymm13",
+            "vpsignb ymm12, ymm9, ymm10",
+            "vpmaddubsw ymm12, ymm11, ymm12",
+            "vpmaddwd ymm12, ymm12, ymmword ptr [{ones}]",
+            "vcvtdq2ps ymm12, ymm12",
+            "vpermilps ymm13, ymm15, 0xAA",
+            "vfmadd231ps ymm6, ymm12, ymm13",
+            // weight row 3: |q| and its products with both activation blocks
+            "vmovdqu ymm10, ymmword ptr [{w3} + 2]",
+            "vpsignb ymm11, ymm10, ymm10",
+            "vpsignb ymm12, ymm8, ymm10",
+            "vpmaddubsw ymm12, ymm11, ymm12",
+            "vpmaddwd ymm12, ymm12, ymmword ptr [{ones}]",
+            "vcvtdq2ps ymm12, ymm12",
+            "vpermilps ymm13, ymm14, 0xFF",
+            "vfmadd231ps ymm3, ymm12, ymm13",
+            "vpsignb ymm12, ymm9, ymm10",
+            "vpmaddubsw ymm12, ymm11, ymm12",
+            "vpmaddwd ymm12, ymm12, ymmword ptr [{ones}]",
+            "vcvtdq2ps ymm12, ymm12",
+            "vpermilps ymm13, ymm15, 0xFF",
+            "vfmadd231ps ymm7, ymm12, ymm13",
+            "add {w}, 34",
+            "add {w3}, 34",
+            "add {x}, 34",
+            "dec {n}",
+            "jnz 2b",
+            w = inout(reg) w => _,
+            w3 = inout(reg) w.add(3 * ws) => _,
+            ws = in(reg) ws,
+            x = inout(reg) x => _,
+            xs = in(reg) xs,
+            n = inout(reg) nb => _,
+            ones = in(reg) &ones,
+            t = out(reg) _,
+            inout("ymm0") *a0,
+            inout("ymm1") *a1,
+            inout("ymm2") *a2,
+            inout("ymm3") *a3,
+            inout("ymm4") *a4,
+            inout("ymm5") *a5,
+            inout("ymm6") *a6,
+            inout("ymm7") *a7,
+            out("ymm8") _,
+            out("ymm9") _,
+            out("ymm10") _,
+            out("ymm11") _,
+            out("ymm12") _,
+            out("ymm13") _,
+            out("ymm14") _,
+            out("ymm15") _,
+            options(nostack, readonly),
+        );
+    }
+    for (o, a) in out.iter_mut().zip(&acc) {
+        *o = hsum_f32x8(*a);
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

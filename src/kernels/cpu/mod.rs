@@ -283,9 +283,9 @@ pub struct Tile {
     pub f: TileFn,
 }
 
-/// The main tile kernel for `t` on this machine, if one exists (AVX2: 4 weight rows × 2
-/// activation rows for F32/F16/BF16 and Q4_0/Q5_0/Q8_0/IQ4_NL, 2 × 4 for Q4_1/Q5_1, 1 × 4 for
-/// Q4_K/Q6_K). Every tile computes each output with exactly the arithmetic of
+/// The main tile kernel for `t` on this machine, if one exists (AVX2: 4 weight rows × 3
+/// activation rows for F16, 4 × 2 for F32/BF16 and Q4_0/Q5_0/Q8_0/IQ4_NL, 2 × 4 for
+/// Q4_1/Q5_1, 1 × 4 for Q4_K/Q6_K). Every tile computes each output with exactly the arithmetic of
 /// [`dot_fn`], so results never depend on the batch size nor on the thread count.
 pub fn tile_fn(t: GgmlType) -> Option<Tile> {
     #[cfg(target_arch = "x86_64")]

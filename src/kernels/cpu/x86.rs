@@ -877,10 +877,11 @@ unsafe fn iq4_xs_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
 
 /// The main tile shape for `t` (weight rows × activation rows per call), when this CPU has
 /// AVX2 and tiles are written for `t`. Register tiles as llamafile's tinyBLAS on a 16-register
-/// AVX2 machine: 4 × 2 for the Q8_0-activation types (its `tinyBLAS_Q0_AVX` `gemm4xN<2>`) and
-/// for floats (tinyBLAS uses 4 × 3 there; ours spills at 12 accumulators and measured 4 × 2
-/// and 3 × 3 fastest, about 1.7× the 1 × 4 tile on SmolLM2's F16 shapes); Q4_1/Q5_1 (which
-/// upstream multiplies one dot at a time) 2 × 4; the K-quants 1 × 4. Smaller shapes for the
+/// AVX2 machine: 4 × 2 for the Q8_0-activation types (its `tinyBLAS_Q0_AVX` `gemm4xN<2>`;
+/// Q8_0's in hand-allocated registers), 4 × 3 for F16 (tinyBLAS's `gemm<4, 3>`, in
+/// hand-allocated registers: compiled from the generic tile it spilled its 12 accumulators),
+/// 4 × 2 for F32/BF16; Q4_1/Q5_1 (which upstream multiplies one dot at a time) 2 × 4; the
+/// K-quants 1 × 4. Smaller shapes for the
 /// edges come from [`tile_shape`].
 pub fn tile_fn(t: GgmlType) -> Option<Tile> {
     let (rows, cols) = match t {

@@ -1998,32 +1998,45 @@ unsafe fn q4_kx8_group_avx2<const C: usize, const PER_SB: bool>(
     }
 }
 
-/// Safe entry of the IQ4_NLx8 group kernel: checks the slices, then runs the AVX2 code.
-fn iq4_nlx8_group<const C: usize>(
-    nb: usize,
-    w: &[u8],
-    x: [&[u8]; C],
-    meta: [&[u32]; C],
-    out: &mut [[f32; super::repack::ROWS]; C],
-) {
-    assert!(
-        w.len() >= nb * 8 * IQ4_NL_BYTES
-            && x.iter().all(|x| x.len() >= nb * Q8_0_BYTES)
-            && meta.iter().all(|m| m.len() >= 2 * nb),
-        "repacked IQ4_NL group of {nb} blocks: {} bytes",
-        w.len()
-    );
-    // SAFETY: as for `q4_0x8_group` (same block sizes and reads).
-    unsafe {
-        iq4_nlx8_group_avx2::<C>(
-            nb,
-            w.as_ptr(),
-            x.map(<[u8]>::as_ptr),
-            meta.map(<[u32]>::as_ptr),
-            out,
-        )
-    }
+/// Safe entries of the 8-row group kernels over Q8_0 activations: check that `w` holds `nb`
+/// repacked blocks of 8 rows (`$block_bytes` per row) and every activation row `nb` Q8_0
+/// blocks and `2 nb` metadata words, then run the AVX2 code.
+macro_rules! group_entry {
+    ($name:ident, $kernel:ident, $block_bytes:expr, $type_name:literal) => {
+        fn $name<const C: usize>(
+            nb: usize,
+            w: &[u8],
+            x: [&[u8]; C],
+            meta: [&[u32]; C],
+            out: &mut [[f32; super::repack::ROWS]; C],
+        ) {
+            assert!(
+                w.len() >= nb * 8 * $block_bytes
+                    && x.iter().all(|x| x.len() >= nb * Q8_0_BYTES)
+                    && meta.iter().all(|m| m.len() >= 2 * nb),
+                concat!("repacked ", $type_name, " group of {} blocks: {} bytes"),
+                nb,
+                w.len()
+            );
+            // SAFETY: reachable only through `repacked_kernels`, which hands it out when
+            // `available()` saw AVX2, FMA and F16C; the kernel reads `nb` blocks of
+            // `8 * $block_bytes` bytes of `w`, `nb` Q8_0 blocks of every `x` row and `2 nb`
+            // words of every `meta` row, present as checked above; unaligned loads throughout.
+            unsafe {
+                $kernel::<C>(
+                    nb,
+                    w.as_ptr(),
+                    x.map(<[u8]>::as_ptr),
+                    meta.map(<[u32]>::as_ptr),
+                    out,
+                )
+            }
+        }
+    };
 }
+
+group_entry!(iq4_nlx8_group, iq4_nlx8_group_avx2, IQ4_NL_BYTES, "IQ4_NL");
+group_entry!(q4_0x8_group, q4_0x8_group_avx2, Q4_0_BYTES, "Q4_0");
 
 /// One 8-row group of a repacked IQ4_NL weight times `C` Q8_0 activation rows: nibbles
 /// through the value table, i8 × i8 products by the sign trick, each `maddubs` widened to
@@ -2072,36 +2085,6 @@ unsafe fn iq4_nlx8_group_avx2<const C: usize>(
     }
     for c in 0..C {
         _mm256_storeu_ps(out[c].as_mut_ptr(), _mm256_permutevar8x32_ps(acc[c], order));
-    }
-}
-
-/// Safe entry of the Q4_0x8 group kernel: checks the slices, then runs the AVX2 code.
-fn q4_0x8_group<const C: usize>(
-    nb: usize,
-    w: &[u8],
-    x: [&[u8]; C],
-    meta: [&[u32]; C],
-    out: &mut [[f32; super::repack::ROWS]; C],
-) {
-    assert!(
-        w.len() >= nb * 8 * Q4_0_BYTES
-            && x.iter().all(|x| x.len() >= nb * Q8_0_BYTES)
-            && meta.iter().all(|m| m.len() >= 2 * nb),
-        "repacked Q4_0 group of {nb} blocks: {} bytes",
-        w.len()
-    );
-    // SAFETY: reachable only through `repacked_kernels`, which hands it out when `available()`
-    // saw AVX2, FMA and F16C; the kernel reads `nb` blocks of 144 bytes of `w`, `nb` Q8_0
-    // blocks of every `x` row and `2 nb` words of every `meta` row, present as checked above;
-    // unaligned loads throughout.
-    unsafe {
-        q4_0x8_group_avx2::<C>(
-            nb,
-            w.as_ptr(),
-            x.map(<[u8]>::as_ptr),
-            meta.map(<[u32]>::as_ptr),
-            out,
-        )
     }
 }
 

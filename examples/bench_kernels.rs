@@ -174,8 +174,9 @@ fn small_shapes() {
 }
 
 /// SmolLM2-135M's prompt-processing products (a batch of 128 activation rows) per weight type,
-/// one thread, CPU time of the calling thread, median of 15: the batched (tile) kernels.
+/// one thread, CPU time of the calling thread, median of 31: the batched (tile) kernels.
 fn prompt_shapes(filter: &[String], upstream: Option<&str>) {
+    const REPS: usize = 31;
     // upstream's llamafile_sgemm (tinyBLAS), for Q8_0 only: its Q0 path needs no thread pool
     type Sgemm = unsafe extern "C" fn(
         *const SgemmParams,
@@ -215,7 +216,7 @@ fn prompt_shapes(filter: &[String], upstream: Option<&str>) {
     });
     let pool = ThreadPool::new(1);
     let m = 128usize;
-    println!("batched products, {m} activation rows, 1 thread, ms (CPU time), median of 15:");
+    println!("batched products, {m} activation rows, 1 thread, ms (CPU time), median of {REPS}:");
     for t in [
         GgmlType::Q8_0,
         GgmlType::F16,
@@ -246,75 +247,78 @@ fn prompt_shapes(filter: &[String], upstream: Option<&str>) {
             let x: Vec<f32> = (0..m * k).map(|i| (i % 13) as f32 / 13.0 - 0.5).collect();
             let mut dst = vec![0f32; n_rows * m];
             let mut scratch = Scratch::new();
-            let mut times = Vec::new();
-            for _ in 0..15 {
+            let ours = |dst: &mut Vec<f32>, scratch: &mut Scratch| {
                 let start = thread_cpu_ms();
-                cpu::mul_mat(t, &w, n_rows, k, &x, m, &mut dst, &pool, &mut scratch);
-                times.push(thread_cpu_ms() - start);
-            }
-            let ms = median(times);
-            total += ms;
-            line += &format!("  {n_rows}x{k} {ms:>7.3}");
-            if let (Some(sgemm), GgmlType::Q8_0) = (sgemm, t) {
-                // upstream's product is timed with its activations quantized beforehand, as ggml
-                // does before calling it; ours includes that step, so it is added to upstream's
-                let mut xq = vec![0u8; row * m];
-                let mut times = Vec::new();
-                for _ in 0..15 {
-                    let start = thread_cpu_ms();
-                    for j in 0..m {
-                        let at = j * row..(j + 1) * row;
-                        cpu::quantize_row(t, &x[j * k..(j + 1) * k], &mut xq[at]);
-                    }
-                    times.push(thread_cpu_ms() - start);
+                cpu::mul_mat(t, &w, n_rows, k, &x, m, dst, &pool, scratch);
+                thread_cpu_ms() - start
+            };
+            let Some(sgemm) = sgemm.filter(|_| t == GgmlType::Q8_0) else {
+                let times: Vec<f64> = (0..REPS).map(|_| ours(&mut dst, &mut scratch)).collect();
+                let ms = median(times);
+                total += ms;
+                line += &format!("  {n_rows}x{k} {ms:>7.3}");
+                continue;
+            };
+            // upstream's product is timed with its activations quantized first, as ggml does
+            // before calling it (ours includes that step). The two alternate, one run each per
+            // repetition, so a machine whose speed drifts (shared cores) slows both alike; the
+            // median of the per-repetition ratios is the figure to compare.
+            let mut xq = vec![0u8; row * m];
+            let params = SgemmParams {
+                ith: 0,
+                nth: 1,
+                wsize: 0,
+                wdata: std::ptr::null_mut(),
+                threadpool: std::ptr::null_mut(),
+                use_ref: false,
+            };
+            let (nbk, q8_0) = ((k / 32) as i64, t.id() as i32);
+            let mut theirs = vec![0f32; n_rows * m];
+            let (mut mine, mut upstream, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..REPS {
+                let a = ours(&mut dst, &mut scratch);
+                let start = thread_cpu_ms();
+                for j in 0..m {
+                    let at = j * row..(j + 1) * row;
+                    cpu::quantize_row(t, &x[j * k..(j + 1) * k], &mut xq[at]);
                 }
-                let quantize_ms = median(times);
-                let params = SgemmParams {
-                    ith: 0,
-                    nth: 1,
-                    wsize: 0,
-                    wdata: std::ptr::null_mut(),
-                    threadpool: std::ptr::null_mut(),
-                    use_ref: false,
+                // SAFETY: upstream's sgemm on Q8_0 weights (n_rows rows of k/32 blocks) and
+                // Q8_0 activations (m rows), writing n_rows x m floats into `theirs`.
+                let ok = unsafe {
+                    sgemm(
+                        &params,
+                        n_rows as i64,
+                        m as i64,
+                        nbk,
+                        w.as_ptr(),
+                        nbk,
+                        xq.as_ptr(),
+                        nbk,
+                        theirs.as_mut_ptr(),
+                        n_rows as i64,
+                        q8_0,
+                        q8_0,
+                        0,
+                    )
                 };
-                let (nbk, q8_0) = ((k / 32) as i64, t.id() as i32);
-                let mut times = Vec::new();
-                let mut theirs = vec![0f32; n_rows * m];
-                for _ in 0..15 {
-                    let start = thread_cpu_ms();
-                    // SAFETY: upstream's sgemm on Q8_0 weights (n_rows rows of k/32 blocks) and
-                    // Q8_0 activations (m rows), writing n_rows x m floats into `theirs`.
-                    let ok = unsafe {
-                        sgemm(
-                            &params,
-                            n_rows as i64,
-                            m as i64,
-                            nbk,
-                            w.as_ptr(),
-                            nbk,
-                            xq.as_ptr(),
-                            nbk,
-                            theirs.as_mut_ptr(),
-                            n_rows as i64,
-                            q8_0,
-                            q8_0,
-                            0,
-                        )
-                    };
-                    times.push(thread_cpu_ms() - start);
-                    assert!(ok, "llamafile_sgemm declined");
-                }
-                let same = theirs
-                    .iter()
-                    .zip(&dst)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-                line += &format!(
-                    " (upstream {:.3}, of which quantizing {:.3}{})",
-                    median(times) + quantize_ms,
-                    quantize_ms,
-                    if same { "" } else { " DIFFERS" }
-                );
+                let b = thread_cpu_ms() - start;
+                assert!(ok, "llamafile_sgemm declined");
+                mine.push(a);
+                upstream.push(b);
+                ratios.push(a / b);
             }
+            let ms = median(mine);
+            total += ms;
+            let same = theirs
+                .iter()
+                .zip(&dst)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            line += &format!(
+                "  {n_rows}x{k} {ms:>7.3} (upstream {:.3}, ratio {:.3}{})",
+                median(upstream),
+                median(ratios),
+                if same { "" } else { " DIFFERS" }
+            );
         }
         println!("{line}  sum {total:.3}");
     }

@@ -567,10 +567,11 @@ fn assert_outputs_are_vec_dots(
     }
 }
 
-/// Every tile kernel (the main shape of each type and every smaller edge shape) computes each
-/// of its outputs bit for bit as `vec_dot` (the mat-vec kernel) does, with weight and
-/// activation rows at strides wider than a row (as in attention's strided layouts), and
-/// leaves the rest of its output buffer alone.
+/// Every tile kernel (the main shape of each type and every smaller edge shape), alone and in
+/// the longest run of tiles along the weight rows, computes each of its outputs bit for bit
+/// as `vec_dot` (the mat-vec kernel) does, with weight and activation rows at strides wider
+/// than a row (as in attention's strided layouts), and leaves the rest of its output buffer
+/// alone.
 #[test]
 fn every_tile_shape_equals_vec_dot() {
     let mut rng = Rng::new(37);
@@ -580,7 +581,7 @@ fn every_tile_shape_equals_vec_dot() {
             continue;
         };
         assert!(
-            main.rows * main.cols <= cpu::TILE_OUTPUTS,
+            main.rows <= cpu::TILE_RUN_ROWS && main.cols <= cpu::TILE_COLS,
             "{t}: main tile {}x{} over the output buffer",
             main.rows,
             main.cols
@@ -590,9 +591,10 @@ fn every_tile_shape_equals_vec_dot() {
             let (w_row, x_row) = (cpu::row_bytes(t, k), cpu::row_bytes(vt, k));
             // strides one row plus some bytes: rows do not start where the previous ends
             let (ws, xs) = (w_row + 5, x_row + 3);
-            let wdense = random_weights(&mut rng, t, main.rows, k);
-            let mut w = vec![0u8; ws * main.rows];
-            for r in 0..main.rows {
+            let n_rows = cpu::TILE_RUN_ROWS;
+            let wdense = random_weights(&mut rng, t, n_rows, k);
+            let mut w = vec![0u8; ws * n_rows];
+            for r in 0..n_rows {
                 w[r * ws..r * ws + w_row].copy_from_slice(&wdense[r * w_row..(r + 1) * w_row]);
             }
             let mut x = vec![0u8; xs * main.cols];
@@ -610,23 +612,27 @@ fn every_tile_shape_equals_vec_dot() {
                         continue;
                     };
                     assert_eq!((tile.rows, tile.cols), (rows, cols), "{t}");
-                    let mut out = [f32::NAN; cpu::TILE_OUTPUTS];
-                    (tile.f)(k, &w, ws, &x, xs, &mut out);
-                    for c in 0..cols {
-                        for r in 0..rows {
-                            let want = cpu::vec_dot(t, k, &w[r * ws..], &x[c * xs..]);
-                            let got = out[c * rows + r];
-                            assert_eq!(
-                                got.to_bits(),
-                                want.to_bits(),
-                                "{t} k={k} tile {rows}x{cols} [{r},{c}]: {got} vs {want}"
-                            );
+                    for tiles in [1, cpu::TILE_RUN_ROWS / rows] {
+                        let mut out = [[f32::NAN; cpu::TILE_RUN_ROWS]; cpu::TILE_COLS];
+                        (tile.f)(k, tiles, &w, ws, &x, xs, &mut out);
+                        for (c, col) in out.iter().enumerate() {
+                            for (r, &got) in col.iter().enumerate() {
+                                if c >= cols || r >= rows * tiles {
+                                    assert!(
+                                        got.is_nan(),
+                                        "{t} {tiles} tiles {rows}x{cols} wrote [{r},{c}]"
+                                    );
+                                    continue;
+                                }
+                                let want = cpu::vec_dot(t, k, &w[r * ws..], &x[c * xs..]);
+                                assert_eq!(
+                                    got.to_bits(),
+                                    want.to_bits(),
+                                    "{t} k={k} {tiles} tiles {rows}x{cols} [{r},{c}]: {got} vs {want}"
+                                );
+                            }
                         }
                     }
-                    assert!(
-                        out[rows * cols..].iter().all(|v| v.is_nan()),
-                        "{t} tile {rows}x{cols} wrote past its outputs"
-                    );
                     shapes_checked += 1;
                 }
             }

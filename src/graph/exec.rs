@@ -350,7 +350,7 @@ impl Executor {
             }
             Op::Silu { src } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
-                ops::silu_rows(dst, x, None);
+                ops::silu_rows(dst, x, None, ne0);
             }
             Op::Glu { gate, up, kind } => {
                 let (dst, [gt, u]) = carve(
@@ -359,7 +359,7 @@ impl Executor {
                     [range(&nodes[*gate]), range(&nodes[*up])],
                 );
                 match kind {
-                    GluKind::Swiglu => ops::silu_rows(dst, gt, Some(u)),
+                    GluKind::Swiglu => ops::silu_rows(dst, gt, Some(u), ne0),
                     GluKind::Geglu => {
                         for ((d, &x), &y) in dst.iter_mut().zip(gt).zip(u) {
                             *d = ops::gelu(x) * y;

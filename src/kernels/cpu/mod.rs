@@ -258,21 +258,30 @@ fn f16_ggml_scalar(k: usize, w: &[u8], x: &[u8]) -> f32 {
     ops::dot_f16_ggml_by(k, |i| at(w, i), |i| at(x, i))
 }
 
-/// Most outputs one tile kernel computes (4 weight rows × 4 activation rows).
-pub const TILE_OUTPUTS: usize = 16;
+/// Most weight rows one tile call covers (several tiles of one shape stacked along the weight
+/// rows: one call, one set of checks for a run of tiles).
+pub const TILE_RUN_ROWS: usize = 16;
 
-/// A batched-product kernel of `rows` × `cols` outputs (see [`Tile`]):
-/// `out[c * rows + r] = dot(w row r, x row c)`, weight rows `w_stride` bytes apart, activation
-/// rows `x_stride` bytes apart. Reusing each loaded weight block for several activation rows
-/// and each activation block for several weight rows is what makes batched products (prompt
-/// processing, attention) faster than one dot at a time.
+/// Most activation rows of a tile.
+pub const TILE_COLS: usize = 4;
+
+/// The outputs of one tile call: `out[c][r] = dot(w row r, x row c)`.
+pub type TileOut = [[f32; TILE_RUN_ROWS]; TILE_COLS];
+
+/// A batched-product kernel of `tiles` tiles of `rows` × `cols` outputs (see [`Tile`]) stacked
+/// along the weight rows: `out[c][r] = dot(w row r, x row c)` for the weight rows
+/// `0..tiles * rows` (`w_stride` bytes apart; at most [`TILE_RUN_ROWS`]) and the activation
+/// rows `0..cols` (`x_stride` bytes apart). Reusing each loaded weight block for several
+/// activation rows and each activation block for several weight rows is what makes batched
+/// products (prompt processing, attention) faster than one dot at a time.
 pub type TileFn = fn(
     k: usize,
+    tiles: usize,
     w: &[u8],
     w_stride: usize,
     x: &[u8],
     x_stride: usize,
-    out: &mut [f32; TILE_OUTPUTS],
+    out: &mut TileOut,
 );
 
 /// A tile kernel and its shape.
@@ -788,18 +797,19 @@ fn run_mul_mat(
     let dr1 = cols.div_ceil(nchunk1).next_multiple_of(ca);
     let (nchunk0, nchunk1) = (n_rows.div_ceil(dr0), cols.div_ceil(dr1));
     let out = SharedOut::new(dst);
-    // Per activation column: where its outputs start in dst and where its weight batch starts
-    // in w (divisions once per column, not per output).
-    let bases = |col: usize| {
+    // Per activation column: where its outputs start in dst, where its weight batch starts in
+    // w, and its index in its batch.
+    let place = |col: usize| {
         let (b, j) = (col / m, col % m);
         (
             b * l.dst_batch_stride + j * l.dst_row_stride,
             (b / broadcast) * l.w_batch_stride,
+            j,
         )
     };
     // The outputs of column `col` for weight rows `rows`, one dot product each.
     let singles = |col: usize, rows: std::ops::Range<usize>| {
-        let (d_base, w_base) = bases(col);
+        let (d_base, w_base, _) = place(col);
         let xr = act.row(col);
         for i in rows {
             let at = w_base + i * l.w_row_stride;
@@ -810,36 +820,48 @@ fn run_mul_mat(
             unsafe { *out.ptr().add(d_base + i) = v };
         }
     };
+    // Blocks of about 16 x 16 outputs (multiples of the tile shape): their weight and
+    // activation rows stay in L1 while the tiles sweep them. A block's rows are one run of
+    // tiles (one kernel call per column group).
+    let (block_rows, block_cols) = ((TILE_RUN_ROWS / ra) * ra, 16usize.next_multiple_of(ca));
+    const BLOCK_COLS_MAX: usize = 16 + TILE_COLS;
+    debug_assert!(block_cols <= BLOCK_COLS_MAX);
     let run = |task: usize, _thread: usize| {
         let (c0, c1) = (task % nchunk0, task / nchunk0);
         let (r0, r1) = (c0 * dr0, c1 * dr1);
         let (r0_end, r1_end) = ((r0 + dr0).min(n_rows), (r1 + dr1).min(cols));
-        // Blocks of about 16 x 16 outputs (multiples of the tile shape): their weight and
-        // activation rows stay in L1 while the tiles sweep them.
-        let (block_rows, block_cols) = (16usize.next_multiple_of(ra), 16usize.next_multiple_of(ca));
         for block1 in (r1..r1_end).step_by(block_cols) {
             let cols_end = (block1 + block_cols).min(r1_end);
+            if tile.is_none() {
+                for block0 in (r0..r0_end).step_by(block_rows) {
+                    let rows_end = (block0 + block_rows).min(r0_end);
+                    for col in block1..cols_end {
+                        singles(col, block0..rows_end);
+                    }
+                }
+                continue;
+            }
+            // the block's columns placed once (divisions), not once per row block
+            let mut places = [(0usize, 0usize, 0usize); BLOCK_COLS_MAX];
+            for (c, p) in places.iter_mut().enumerate().take(cols_end - block1) {
+                *p = place(block1 + c);
+            }
+            let mut vals: TileOut = [[0f32; TILE_RUN_ROWS]; TILE_COLS];
             for block0 in (r0..r0_end).step_by(block_rows) {
                 let rows_end = (block0 + block_rows).min(r0_end);
                 let mut col = block1;
                 while col < cols_end {
-                    if tile.is_none() {
-                        singles(col, block0..rows_end);
-                        col += 1;
-                        continue;
-                    }
                     // up to ca columns of one batch (one weight matrix)
-                    let cw = ca.min(cols_end - col).min(m - col % m);
-                    let (_, w_base) = bases(col);
-                    let mut d_bases = [0usize; 4];
-                    for (c, d) in d_bases.iter_mut().enumerate().take(cw) {
-                        *d = bases(col + c).0;
-                    }
+                    let (_, w_base, j) = places[col - block1];
+                    let cw = ca.min(cols_end - col).min(m - j);
                     let x = &act.bytes[col * act.row_bytes..];
-                    let mut vals = [0f32; TILE_OUTPUTS];
                     let mut i = block0;
                     while i < rows_end {
-                        let rw = ra.min(rows_end - i);
+                        // the whole tiles of the row block in one call, then the edge tile
+                        let (rw, tiles) = match (rows_end - i) / ra {
+                            0 => (rows_end - i, 1),
+                            n => (ra, n),
+                        };
                         let Some(f) = kernels[rw][cw] else {
                             for c in 0..cw {
                                 singles(col + c, i..i + rw);
@@ -848,14 +870,21 @@ fn run_mul_mat(
                             continue;
                         };
                         let wr = &w[w_base + i * l.w_row_stride..];
-                        f(k, wr, l.w_row_stride, x, act.row_bytes, &mut vals);
-                        for (c, d_base) in d_bases.iter().enumerate().take(cw) {
-                            for r in 0..rw {
-                                // SAFETY: as in `singles`: (col + c, i + r) is in this chunk.
-                                unsafe { *out.ptr().add(d_base + i + r) = vals[c * rw + r] };
+                        f(k, tiles, wr, l.w_row_stride, x, act.row_bytes, &mut vals);
+                        let n = rw * tiles;
+                        for (c, v) in vals.iter().enumerate().take(cw) {
+                            let d_base = places[col - block1 + c].0;
+                            // SAFETY: as in `singles`: (col + c, i..i + n) is in this chunk,
+                            // so these n outputs are this task's alone and in bounds.
+                            let dst = unsafe { out.slice(d_base + i, n) };
+                            if n == TILE_RUN_ROWS {
+                                // a fixed-size copy: vector moves, not a memmove call
+                                dst.copy_from_slice(&v[..TILE_RUN_ROWS]);
+                            } else {
+                                dst.copy_from_slice(&v[..n]);
                             }
                         }
-                        i += rw;
+                        i += n;
                     }
                     col += cw;
                 }

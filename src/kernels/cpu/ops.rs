@@ -132,20 +132,20 @@ pub fn silu(x: f32) -> f32 {
     x / (1.0 + ggml_expf(0.0 - x))
 }
 
-/// `dst[i] = silu(gate[i]) * up[i]` (SWIGLU), or `silu(gate[i])` without `up`: the scalar
-/// [`silu`] compiled with FMA instructions when the CPU has them (the same fused operations,
-/// so the same bits, without a libm call per `mul_add`).
-pub fn silu_rows(dst: &mut [f32], gate: &[f32], up: Option<&[f32]>) {
+/// `dst[i] = silu(gate[i]) * up[i]` (SWIGLU), or `silu(gate[i])` without `up`, over rows of
+/// `row_len` values: ggml's vector silu per row ([`super::x86::silu_row`]: its own exp on 8
+/// lanes, libm's `expf` for a row's last `row_len % 8`), as upstream's `ggml_vec_swiglu_f32`
+/// and `ggml_vec_silu_f32`; the scalar [`silu`] everywhere without AVX2/FMA.
+pub fn silu_rows(dst: &mut [f32], gate: &[f32], up: Option<&[f32]>, row_len: usize) {
     #[cfg(target_arch = "x86_64")]
-    if super::x86::available() {
-        // SAFETY: `available()` saw AVX2 and FMA on this CPU.
-        return unsafe { silu_rows_fma(dst, gate, up) };
+    if super::x86::available() && row_len > 0 {
+        for (r, d) in dst.chunks_mut(row_len).enumerate() {
+            let at = r * row_len;
+            let g = &gate[at..at + d.len()];
+            super::x86::silu_row(d, g, up.map(|u| &u[at..at + d.len()]));
+        }
+        return;
     }
-    silu_rows_plain(dst, gate, up)
-}
-
-#[inline(always)]
-fn silu_rows_plain(dst: &mut [f32], gate: &[f32], up: Option<&[f32]>) {
     match up {
         Some(up) => {
             for ((d, &x), &y) in dst.iter_mut().zip(gate).zip(up) {
@@ -158,12 +158,6 @@ fn silu_rows_plain(dst: &mut [f32], gate: &[f32], up: Option<&[f32]>) {
             }
         }
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn silu_rows_fma(dst: &mut [f32], gate: &[f32], up: Option<&[f32]>) {
-    silu_rows_plain(dst, gate, up)
 }
 
 /// One lane of ggml's vectorized `ggml_v_expf` (AVX2/FMA build): a degree-5 polynomial on a
@@ -270,22 +264,27 @@ pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
 mod tests {
     use super::*;
 
-    /// The FMA-compiled rows equal the scalar silu bit for bit (wide range, both forms).
+    /// The vector rows equal the scalar silu (ggml's exp) bit for bit, except each row's last
+    /// `row_len % 8` values, which follow libm's expf as ggml's scalar tail (wide range, both
+    /// forms, a row length with a tail).
     #[test]
     fn silu_rows_equal_scalar_silu() {
         let gate: Vec<f32> = (0..4000).map(|i| (i as f32 - 2000.0) * 0.0731).collect();
         let up: Vec<f32> = (0..4000).map(|i| 1.0 - i as f32 * 1e-3).collect();
+        let row_len = 100; // 12 vectors and a tail of 4 per row
         let (mut a, mut b) = (vec![0f32; 4000], vec![0f32; 4000]);
-        silu_rows(&mut a, &gate, Some(&up));
-        silu_rows(&mut b, &gate, None);
+        silu_rows(&mut a, &gate, Some(&up), row_len);
+        silu_rows(&mut b, &gate, None, row_len);
+        let simd = cfg!(target_arch = "x86_64") && crate::kernels::cpu::x86::available();
         for i in 0..4000 {
-            assert_eq!(
-                a[i].to_bits(),
-                (silu(gate[i]) * up[i]).to_bits(),
-                "{}",
-                gate[i]
-            );
-            assert_eq!(b[i].to_bits(), silu(gate[i]).to_bits(), "{}", gate[i]);
+            let x = gate[i];
+            let s = if simd && i % row_len >= 96 {
+                x / (1.0 + (-x).exp())
+            } else {
+                silu(x)
+            };
+            assert_eq!(a[i].to_bits(), (s * up[i]).to_bits(), "{x}");
+            assert_eq!(b[i].to_bits(), s.to_bits(), "{x}");
         }
     }
 

@@ -13,7 +13,7 @@ use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
 use super::blocks::*;
-use super::{DotFn, Tile, TileFn, TILE_OUTPUTS};
+use super::{DotFn, Tile, TileFn, TileOut, TILE_COLS, TILE_RUN_ROWS};
 use crate::gguf::GgmlType;
 
 /// Whether this CPU has AVX2, FMA and F16C (checked once), and the SIMD kernels are not
@@ -942,31 +942,85 @@ pub fn tile_shape(t: GgmlType, rows: usize, cols: usize) -> Option<Tile> {
     Some(Tile { rows, cols, f })
 }
 
-/// Safe entry points of the tile kernels (`R` weight rows × `C` activation rows): check that
-/// every row the kernel reads is inside the slices.
+/// Where a tile kernel puts its `R` × `C` outputs: the run's output columns, from weight row
+/// `row0` of the run (written straight there: a copy through a small buffer stalled on
+/// store forwarding).
+struct TileDst<'a> {
+    out: &'a mut TileOut,
+    row0: usize,
+}
+
+impl TileDst<'_> {
+    /// The output of weight row `r` and activation row `c` of this tile.
+    #[inline(always)]
+    fn set(&mut self, r: usize, c: usize, v: f32) {
+        self.out[c][self.row0 + r] = v;
+    }
+}
+
+/// Safe entry points of the tile kernels (`R` weight rows × `C` activation rows), for a run of
+/// `tiles` tiles along the weight rows: check that every row the kernels read is inside the
+/// slices, then call the kernel once per tile (a direct call; the checks and the dispatch
+/// are paid once per run).
 macro_rules! tile_entry {
     ($name:ident, $kernel:ident, $elems_per_block:expr, $w_bytes:expr, $x_bytes:expr) => {
         fn $name<const R: usize, const C: usize>(
             k: usize,
+            tiles: usize,
             w: &[u8],
             w_stride: usize,
             x: &[u8],
             x_stride: usize,
-            out: &mut [f32; TILE_OUTPUTS],
+            out: &mut TileOut,
         ) {
             let nb = k / $elems_per_block;
+            let rows = tiles * R;
             assert!(
-                w.len() >= (R - 1) * w_stride + nb * $w_bytes
+                tiles > 0
+                    && rows <= TILE_RUN_ROWS
+                    && C <= TILE_COLS
+                    && w.len() >= (rows - 1) * w_stride + nb * $w_bytes
                     && x.len() >= (C - 1) * x_stride + nb * $x_bytes,
-                "tile of {k}: {} / {} bytes",
+                "{tiles} tiles of {k}: {} / {} bytes",
                 w.len(),
                 x.len()
             );
+            /// The run's tiles, one kernel call each, compiled with the kernel's features so
+            /// the kernel inlines here (no call per tile).
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn run<const R: usize, const C: usize>(
+                nb: usize,
+                tiles: usize,
+                w: *const u8,
+                w_stride: usize,
+                x: *const u8,
+                x_stride: usize,
+                out: &mut TileOut,
+            ) {
+                for t in 0..tiles {
+                    let mut dst = TileDst {
+                        out: &mut *out,
+                        row0: t * R,
+                    };
+                    // SAFETY: as `run`'s caller guarantees for the whole run
+                    unsafe {
+                        $kernel::<R, C>(
+                            nb,
+                            w.add(t * R * w_stride),
+                            w_stride,
+                            x,
+                            x_stride,
+                            &mut dst,
+                        )
+                    };
+                }
+            }
             // SAFETY: reachable only through `tile_shape`, which hands it out when
-            // `available()` saw AVX2, FMA and F16C; the kernel reads `nb` blocks of `R` weight
-            // rows and `C` activation rows at the given strides, all inside the slices as
-            // checked above, and writes `R * C <= TILE_OUTPUTS` outputs.
-            unsafe { $kernel::<R, C>(nb, w.as_ptr(), w_stride, x.as_ptr(), x_stride, out) }
+            // `available()` saw AVX2, FMA and F16C; each kernel reads `nb` blocks of `R` weight
+            // rows from row `t * R` (below `rows`) and of the `C` activation rows at the given
+            // strides, all inside the slices as checked above, and writes its `R` × `C`
+            // outputs at rows `t * R..` of `out` (bounds-checked).
+            unsafe { run::<R, C>(nb, tiles, w.as_ptr(), w_stride, x.as_ptr(), x_stride, out) }
         }
     };
 }
@@ -990,11 +1044,13 @@ unsafe fn q4_k_tile_avx2<const R: usize, const C: usize>(
     _ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; TILE_OUTPUTS],
+    out: &mut TileDst<'_>,
 ) {
     let mut cols = [0f32; C];
     q4_k_cols::<C>(nb, w, x, xs, &mut cols);
-    out[..C].copy_from_slice(&cols);
+    for (c, &v) in cols.iter().enumerate() {
+        out.set(0, c, v);
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -1004,11 +1060,13 @@ unsafe fn q6_k_tile_avx2<const R: usize, const C: usize>(
     _ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; TILE_OUTPUTS],
+    out: &mut TileDst<'_>,
 ) {
     let mut cols = [0f32; C];
     q6_k_cols::<C>(nb, w, x, xs, &mut cols);
-    out[..C].copy_from_slice(&cols);
+    for (c, &v) in cols.iter().enumerate() {
+        out.set(0, c, v);
+    }
 }
 
 /// `R` × `C` outputs of a float product (weight rows `ws` bytes apart, activation rows `xs`
@@ -1024,7 +1082,7 @@ unsafe fn float_tile<const R: usize, const C: usize>(
     ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; TILE_OUTPUTS],
+    out: &mut TileDst<'_>,
     load: impl Fn(*const u8, usize) -> __m256,
     scalar: impl Fn(*const u8, usize) -> f32,
 ) {
@@ -1066,7 +1124,7 @@ unsafe fn float_tile_finish<const R: usize, const C: usize>(
     ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; TILE_OUTPUTS],
+    out: &mut TileDst<'_>,
     scalar: impl Fn(*const u8, usize) -> f32,
 ) {
     for (c, acc) in acc.iter().enumerate() {
@@ -1075,7 +1133,7 @@ unsafe fn float_tile_finish<const R: usize, const C: usize>(
             for e in i..n {
                 s += scalar(w.add(r * ws), e) * scalar(x.add(c * xs), e);
             }
-            out[c * R + r] = s;
+            out.set(r, c, s);
         }
     }
 }
@@ -1092,7 +1150,7 @@ unsafe fn f16_tile_4x3_asm(
     ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; TILE_OUTPUTS],
+    out: &mut TileDst<'_>,
 ) {
     let mut acc = [[_mm256_setzero_ps(); 4]; 3];
     let steps = n / 8;
@@ -1165,7 +1223,7 @@ unsafe fn f32_tile_avx2<const R: usize, const C: usize>(
     ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; TILE_OUTPUTS],
+    out: &mut TileDst<'_>,
 ) {
     float_tile::<R, C>(
         n,
@@ -1186,7 +1244,7 @@ unsafe fn f16_tile_avx2<const R: usize, const C: usize>(
     ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; TILE_OUTPUTS],
+    out: &mut TileDst<'_>,
 ) {
     if R == 4 && C == 3 {
         return f16_tile_4x3_asm(n, w, ws, x, xs, out);
@@ -1210,7 +1268,7 @@ unsafe fn bf16_tile_avx2<const R: usize, const C: usize>(
     ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; TILE_OUTPUTS],
+    out: &mut TileDst<'_>,
 ) {
     float_tile::<R, C>(
         n,
@@ -1269,7 +1327,7 @@ unsafe fn tile_q8_0<const R: usize, const C: usize, P: Copy>(
     ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; TILE_OUTPUTS],
+    out: &mut TileDst<'_>,
     prepare: impl Fn(*const u8) -> P,
     dot: impl Fn(P, *const u8) -> __m256i,
 ) {
@@ -1301,7 +1359,7 @@ unsafe fn tile_q8_0<const R: usize, const C: usize, P: Copy>(
     }
     for (c, acc) in acc.iter().enumerate() {
         for (r, acc) in acc.iter().enumerate() {
-            out[c * R + r] = hsum_f32x8(*acc);
+            out.set(r, c, hsum_f32x8(*acc));
         }
     }
 }
@@ -1320,7 +1378,7 @@ unsafe fn q4_0_tile_avx2<const R: usize, const C: usize>(
     ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; TILE_OUTPUTS],
+    out: &mut TileDst<'_>,
 ) {
     tile_q8_0::<R, C, _>(
         nb,
@@ -1342,7 +1400,7 @@ unsafe fn q8_0_tile_avx2<const R: usize, const C: usize>(
     ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; TILE_OUTPUTS],
+    out: &mut TileDst<'_>,
 ) {
     if R == 4 && C == 2 {
         return q8_0_tile_4x2_asm(nb, w, ws, x, xs, out);
@@ -1360,13 +1418,30 @@ unsafe fn q8_0_tile_avx2<const R: usize, const C: usize>(
     )
 }
 
+/// Every f16 value as f32, indexed by its bits (upstream's `ggml_table_f32_f16`): the Q8_0 tile
+/// converts activation scales by one load each instead of vector work, as tinyBLAS does.
+/// Exact conversions, so the scale products keep their bits.
+static F16_TO_F32: [f32; 1 << 16] = {
+    let mut table = [0f32; 1 << 16];
+    let mut i = 0;
+    while i < table.len() {
+        table[i] = half::f16::from_bits(i as u16).to_f32_const();
+        i += 1;
+    }
+    table
+};
+
 /// The 4 × 2 Q8_0 tile (the main shape) with its registers assigned by hand: the same
 /// operations in the same order as [`tile_q8_0`] (so the same bits), but LLVM's allocation of
 /// the generic kernel spilled accumulators and block values every block and ran 1.35–1.45×
 /// slower than upstream's tinyBLAS `gemm4xN<2>`. Registers: ymm0–7 the accumulators
 /// (`acc[c][r]` in ymm`4c + r`), ymm8/9 the two activation blocks, ymm10/11 one weight block
 /// and its `|q|`, ymm12/13 a product and its scale, ymm14/15 the 4 scale products
-/// `d_w · d_x` of each column (`madd`'s i16 ones are read from memory).
+/// `d_w · d_x` of each column, in both halves (`madd`'s i16 ones are read from memory). The
+/// vector pipes are the limit, so the scales take as few vector operations as tinyBLAS's:
+/// the weights' gathered in a general register, the activations' read from [`F16_TO_F32`]
+/// (broadcasting each product from a stored copy by loads instead of shuffles measured
+/// slower).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_0_tile_4x2_asm(
     nb: usize,
@@ -1374,7 +1449,7 @@ unsafe fn q8_0_tile_4x2_asm(
     ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; TILE_OUTPUTS],
+    out: &mut TileDst<'_>,
 ) {
     let mut acc = [_mm256_setzero_ps(); 8];
     if nb > 0 {
@@ -1382,29 +1457,33 @@ unsafe fn q8_0_tile_4x2_asm(
         let [a0, a1, a2, a3, a4, a5, a6, a7] = &mut acc;
         // SAFETY: the caller guarantees `nb` Q8_0 blocks (34 bytes) in each of the 4 weight
         // rows `ws` bytes apart and the 2 activation rows `xs` bytes apart, and AVX2/FMA/F16C;
-        // the loop reads only those blocks (and `ones`), writes at most `dd` (32 bytes, on our
-        // stack) and the registers named as outputs or clobbers.
+        // the loop reads only those blocks, `ones` and entries of the 65536-entry table indexed
+        // by 16-bit values, and writes only the registers named as outputs or clobbers.
         std::arch::asm!(
             ".p2align 6",
             "2:",
-            // the 4 weight scales and the 2 activation scales (f16 → f32), their 8 products
+            // the 4 weight scales gathered in a general register (integer work), converted
+            // at once and copied to both halves; the 2 activation scales from the f16 table
+            // (loads, no vector work); their 8 products, 4 per column
             "movzx {t:e}, word ptr [{w}]",
-            "vmovd xmm12, {t:e}",
-            "vpinsrw xmm12, xmm12, word ptr [{w} + {ws}], 1",
-            "vpinsrw xmm12, xmm12, word ptr [{w} + {ws}*2], 2",
-            "vpinsrw xmm12, xmm12, word ptr [{w3}], 3",
+            "movzx {u:e}, word ptr [{w} + {ws}]",
+            "shl {u}, 16",
+            "or {t}, {u}",
+            "movzx {u:e}, word ptr [{w} + {ws}*2]",
+            "shl {u}, 32",
+            "or {t}, {u}",
+            "movzx {u:e}, word ptr [{w3}]",
+            "shl {u}, 48",
+            "or {t}, {u}",
+            "vmovq xmm12, {t}",
             "vcvtph2ps xmm12, xmm12",
+            "vinsertf128 ymm12, ymm12, xmm12, 1",
             "movzx {t:e}, word ptr [{x}]",
-            "vmovd xmm13, {t:e}",
-            "vpinsrw xmm13, xmm13, word ptr [{x} + {xs}], 1",
-            "vcvtph2ps xmm13, xmm13",
-            "vbroadcastss xmm14, xmm13",
-            "vmulps xmm14, xmm14, xmm12",
-            "vinsertf128 ymm14, ymm14, xmm14, 1",
-            "vmovshdup xmm13, xmm13",
-            "vbroadcastss xmm15, xmm13",
-            "vmulps xmm15, xmm15, xmm12",
-            "vinsertf128 ymm15, ymm15, xmm15, 1",
+            "vbroadcastss ymm14, dword ptr [{tab} + {t}*4]",
+            "vmulps ymm14, ymm14, ymm12",
+            "movzx {t:e}, word ptr [{x} + {xs}]",
+            "vbroadcastss ymm15, dword ptr [{tab} + {t}*4]",
+            "vmulps ymm15, ymm15, ymm12",
             "vmovdqu ymm8, ymmword ptr [{x} + 2]",
             "vmovdqu ymm9, ymmword ptr [{x} + {xs} + 2]",
             // weight row 0: |q| and its products with both activation blocks
@@ -1479,7 +1558,9 @@ unsafe fn q8_0_tile_4x2_asm(
             xs = in(reg) xs,
             n = inout(reg) nb => _,
             ones = in(reg) &ones,
+            tab = in(reg) F16_TO_F32.as_ptr(),
             t = out(reg) _,
+            u = out(reg) _,
             inout("ymm0") *a0,
             inout("ymm1") *a1,
             inout("ymm2") *a2,
@@ -1499,8 +1580,8 @@ unsafe fn q8_0_tile_4x2_asm(
             options(nostack, readonly),
         );
     }
-    for (o, a) in out.iter_mut().zip(&acc) {
-        *o = hsum_f32x8(*a);
+    for (i, a) in acc.iter().enumerate() {
+        out.set(i % 4, i / 4, hsum_f32x8(*a));
     }
 }
 
@@ -1511,7 +1592,7 @@ unsafe fn q5_0_tile_avx2<const R: usize, const C: usize>(
     ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; TILE_OUTPUTS],
+    out: &mut TileDst<'_>,
 ) {
     tile_q8_0::<R, C, _>(
         nb,
@@ -1536,7 +1617,7 @@ unsafe fn iq4_nl_tile_avx2<const R: usize, const C: usize>(
     ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; TILE_OUTPUTS],
+    out: &mut TileDst<'_>,
 ) {
     tile_q8_0::<R, C, _>(
         nb,
@@ -1565,7 +1646,7 @@ unsafe fn tile_q8_1<const R: usize, const C: usize>(
     ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; TILE_OUTPUTS],
+    out: &mut TileDst<'_>,
     unpack: impl Fn(*const u8) -> __m256i,
 ) {
     let mut acc = [[_mm256_setzero_ps(); R]; C];
@@ -1597,7 +1678,7 @@ unsafe fn tile_q8_1<const R: usize, const C: usize>(
         let mut s = [0f32; 8];
         _mm256_storeu_ps(s.as_mut_ptr(), summs[c]);
         for (r, acc) in acc.iter().enumerate() {
-            out[c * R + r] = hsum_f32x8(*acc) + s[2 * r + 1];
+            out.set(r, c, hsum_f32x8(*acc) + s[2 * r + 1]);
         }
     }
 }
@@ -1609,7 +1690,7 @@ unsafe fn q4_1_tile_avx2<const R: usize, const C: usize>(
     ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; TILE_OUTPUTS],
+    out: &mut TileDst<'_>,
 ) {
     tile_q8_1::<R, C>(nb, w, Q4_1_BYTES, ws, x, xs, out, |wb| {
         nibbles_32(wb.add(4))
@@ -1623,7 +1704,7 @@ unsafe fn q5_1_tile_avx2<const R: usize, const C: usize>(
     ws: usize,
     x: *const u8,
     xs: usize,
-    out: &mut [f32; TILE_OUTPUTS],
+    out: &mut TileDst<'_>,
 ) {
     tile_q8_1::<R, C>(nb, w, Q5_1_BYTES, ws, x, xs, out, |wb| {
         let hi = _mm256_and_si256(bits_32(wb.add(4)), _mm256_set1_epi8(0x10));
@@ -2273,6 +2354,47 @@ unsafe fn v_expf(x: __m256) -> __m256 {
             ),
         ),
     )
+}
+
+/// ggml's `ggml_vec_silu_f32` / `ggml_vec_swiglu_f32` on one row (AVX2/FMA build):
+/// `ggml_v_silu` (`x / (1 + v_expf(0 - x))`) on 8 lanes, times `up` when given, and the
+/// row's last `n % 8` values as ggml's scalar `ggml_silu_f32` (libm's `expf`). False (nothing
+/// written) without the features. Slices of unequal length: the shortest decides.
+pub fn silu_row(dst: &mut [f32], gate: &[f32], up: Option<&[f32]>) -> bool {
+    if !available() {
+        return false;
+    }
+    let n = dst
+        .len()
+        .min(gate.len())
+        .min(up.map_or(usize::MAX, <[f32]>::len));
+    let up = up.map(|u| &u[..n]);
+    // SAFETY: features checked above; the kernel reads `n` values of `gate` (and `up`) and
+    // writes `n` values of `dst`, all within the slices (n is the shortest length).
+    unsafe { silu_row_avx2(&mut dst[..n], &gate[..n], up) };
+    true
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn silu_row_avx2(dst: &mut [f32], gate: &[f32], up: Option<&[f32]>) {
+    let n = dst.len();
+    let (d, g) = (dst.as_mut_ptr(), gate.as_ptr());
+    let mut i = 0;
+    while i + 8 <= n {
+        let x = _mm256_loadu_ps(g.add(i));
+        let e = v_expf(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        let mut s = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0), e));
+        if let Some(u) = up {
+            s = _mm256_mul_ps(s, _mm256_loadu_ps(u.as_ptr().add(i)));
+        }
+        _mm256_storeu_ps(d.add(i), s);
+        i += 8;
+    }
+    for j in i..n {
+        let x = gate[j];
+        let s = x / (1.0 + (-x).exp());
+        dst[j] = up.map_or(s, |u| s * u[j]);
+    }
 }
 
 /// [`super::attn_tiled::soft_max_scalar`] with AVX2/FMA (ggml's `ggml_vec_soft_max_f32`);

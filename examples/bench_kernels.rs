@@ -2,7 +2,8 @@
 //! (llama-3-8B's FFN shape) per type, on 1 and 2 threads; median of several runs.
 //!
 //! cargo run --release --example bench_kernels [-- [--upstream LIBGGML_CPU] TYPE...]
-//! cargo run --release --example bench_kernels -- pp [TYPE...]  (SmolLM2's batched products)
+//! cargo run --release --example bench_kernels -- pp [TYPE...]  (SmolLM2's batched products;
+//! `pp1b`: the generated 1B llama's)
 //! (types by ggml name: q4_0 f16 ...). With `--upstream` (upstream's libggml-cpu.so), also
 //! times upstream's own `vec_dot` on the same bytes, one thread, in the same process,
 //! interleaved with ours, so the machine's noise hits both alike.
@@ -173,9 +174,9 @@ fn small_shapes() {
     }
 }
 
-/// SmolLM2-135M's prompt-processing products (a batch of 128 activation rows) per weight type,
+/// Prompt-processing products (a batch of 128 activation rows over `shapes`) per weight type,
 /// one thread, CPU time of the calling thread, median of 31: the batched (tile) kernels.
-fn prompt_shapes(filter: &[String], upstream: Option<&str>) {
+fn prompt_shapes(filter: &[String], upstream: Option<&str>, shapes: &[(usize, usize)]) {
     const REPS: usize = 31;
     // upstream's llamafile_sgemm (tinyBLAS), for Q8_0 only: its Q0 path needs no thread pool
     type Sgemm = unsafe extern "C" fn(
@@ -228,7 +229,7 @@ fn prompt_shapes(filter: &[String], upstream: Option<&str>) {
         }
         let mut line = format!("  {:<5}", t.name());
         let mut total = 0.0;
-        for (n_rows, k) in [(576usize, 576usize), (192, 576), (1536, 576), (576, 1536)] {
+        for &(n_rows, k) in shapes {
             let row = cpu::row_bytes(t, k);
             let mut w = vec![0u8; n_rows * row];
             for (i, b) in w.iter_mut().enumerate() {
@@ -335,9 +336,16 @@ fn main() {
         up
     });
     let filter = args;
-    if filter.first().is_some_and(|f| f == "pp") {
+    if filter.first().is_some_and(|f| f == "pp" || f == "pp1b") {
         let lib = args_upstream_path.as_deref();
-        prompt_shapes(&filter[1..], lib);
+        let shapes: &[(usize, usize)] = if filter[0] == "pp1b" {
+            // the generated 1B llama of `make bench-decode`: attention, K/V, FFN up, FFN down
+            &[(2048, 2048), (256, 2048), (5632, 2048), (2048, 5632)]
+        } else {
+            // SmolLM2-135M
+            &[(576, 576), (192, 576), (1536, 576), (576, 1536)]
+        };
+        prompt_shapes(&filter[1..], lib, shapes);
         return;
     }
     if filter.iter().any(|f| f == "small") {

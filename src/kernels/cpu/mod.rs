@@ -826,8 +826,18 @@ fn run_mul_mat(
     let (block_rows, block_cols) = ((TILE_RUN_ROWS / ra) * ra, 16usize.next_multiple_of(ca));
     const BLOCK_COLS_MAX: usize = 16 + TILE_COLS;
     debug_assert!(block_cols <= BLOCK_COLS_MAX);
+    // Consecutive tasks share the larger operand's chunk and sweep the smaller one, which stays
+    // in cache: a weight larger than the cache is then read from memory once, not once per
+    // column chunk (tinyBLAS walks the activations inside a row group likewise). The order
+    // decides which thread computes an output, never how, so the results are unchanged.
+    let weight_bytes = n_w_batch * n_rows * w_row;
+    let columns_fastest = weight_bytes > cols * act.row_bytes;
     let run = |task: usize, _thread: usize| {
-        let (c0, c1) = (task % nchunk0, task / nchunk0);
+        let (c0, c1) = if columns_fastest {
+            (task / nchunk1, task % nchunk1)
+        } else {
+            (task % nchunk0, task / nchunk0)
+        };
         let (r0, r1) = (c0 * dr0, c1 * dr1);
         let (r0_end, r1_end) = ((r0 + dr0).min(n_rows), (r1 + dr1).min(cols));
         for block1 in (r1..r1_end).step_by(block_cols) {

@@ -49,6 +49,52 @@ fn pool_runs_every_task_exactly_once() {
     }
 }
 
+/// `for_row_runs` hands every row to exactly one call, with the index of its first row, in
+/// whole rows, whatever the thread count; short or ragged buffers go to one call.
+#[test]
+fn row_runs_cover_every_row_once() {
+    for n_threads in [1, 2, 3, 5] {
+        let pool = ThreadPool::new(n_threads);
+        for (n_rows, row_len) in [
+            (1, 9000),
+            (2, 4096),
+            (3, 5000),
+            (128, 576),
+            (513, 64),
+            (7, 1),
+        ] {
+            let mut dst = vec![0f32; n_rows * row_len];
+            let calls = AtomicUsize::new(0);
+            cpu::for_row_runs(&pool, &mut dst, row_len, &|first, rows, thread| {
+                assert!(thread < n_threads, "thread {thread} of {n_threads}");
+                assert_eq!(rows.len() % row_len, 0, "a run of whole rows");
+                for (i, v) in rows.iter_mut().enumerate() {
+                    // each value records its own row, plus one for every visit
+                    *v += (first + i / row_len) as f32 + 1.0;
+                }
+                calls.fetch_add(1, Ordering::Relaxed);
+            });
+            for (i, &v) in dst.iter().enumerate() {
+                assert_eq!(
+                    v,
+                    (i / row_len) as f32 + 1.0,
+                    "{n_rows}x{row_len}, value {i}"
+                );
+            }
+            let big = n_threads > 1 && n_rows > 1 && n_rows * row_len >= 8192;
+            assert_eq!(calls.load(Ordering::Relaxed) > 1, big, "{n_rows}x{row_len}");
+        }
+        // a buffer that is not whole rows is one call over all of it
+        let mut ragged = vec![0f32; 9000];
+        let calls = AtomicUsize::new(0);
+        cpu::for_row_runs(&pool, &mut ragged, 7, &|first, rows, _| {
+            assert_eq!((first, rows.len()), (0, 9000));
+            calls.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(calls.load(Ordering::Relaxed), 1);
+    }
+}
+
 /// Many small jobs on an oversubscribed pool (8 threads on a 2-core machine): workers are often
 /// descheduled mid-protocol, late to a job or early for the next; every task still runs once.
 #[test]

@@ -50,7 +50,8 @@ pub struct Executor {
     wvec: Vec<f32>,
     tmp: Vec<f32>,
     tmp2: Vec<f32>,
-    rope_cache: Vec<f32>,
+    /// RoPE's sin/cos table of one position, one per pool thread.
+    rope_caches: Vec<std::sync::Mutex<Vec<f32>>>,
     expert_rows: Vec<Vec<(usize, usize)>>,
     attn_scratch: Vec<std::sync::Mutex<ops::AttnScratch>>,
     topk: Vec<usize>,
@@ -150,7 +151,7 @@ impl Executor {
             wvec: Vec::new(),
             tmp: Vec::new(),
             tmp2: Vec::new(),
-            rope_cache: Vec::new(),
+            rope_caches: Vec::new(),
             expert_rows: Vec::new(),
             attn_scratch: Vec::new(),
             topk: Vec::new(),
@@ -264,17 +265,19 @@ impl Executor {
                     dst[o * ne0..(o + 1) * ne0].copy_from_slice(&s[t * ne0..(t + 1) * ne0]);
                 }
             }
-            Op::RmsNorm { src, eps } => {
+            Op::RmsNorm { src, eps } | Op::Norm { src, eps } => {
+                let rms = matches!(node.op, Op::RmsNorm { .. });
                 let (dst, [s]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
-                for (d, x) in dst.chunks_exact_mut(ne0).zip(s.chunks_exact(ne0)) {
-                    ops::rms_norm_row(x, *eps, d);
-                }
-            }
-            Op::Norm { src, eps } => {
-                let (dst, [s]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
-                for (d, x) in dst.chunks_exact_mut(ne0).zip(s.chunks_exact(ne0)) {
-                    ops::norm_row(x, *eps, d);
-                }
+                kernel_api::for_row_runs(&self.pool, dst, ne0, &|first, dst, _| {
+                    let s = &s[first * ne0..];
+                    for (d, x) in dst.chunks_exact_mut(ne0).zip(s.chunks_exact(ne0)) {
+                        if rms {
+                            ops::rms_norm_row(x, *eps, d);
+                        } else {
+                            ops::norm_row(x, *eps, d);
+                        }
+                    }
+                });
             }
             Op::Mul { a, b } | Op::Add { a, b } => {
                 let is_mul = matches!(node.op, Op::Mul { .. });
@@ -282,13 +285,16 @@ impl Executor {
                 match b {
                     Operand::Weight(w) => {
                         self.load_vec(model, &g.weights[w.0])?;
-                        let wl = self.wvec.len();
+                        let (w, wl) = (&self.wvec[..], self.wvec.len());
                         let (dst, [s]) = carve(&mut self.arena, dst_r, [range(&nodes[*a])]);
-                        for (d, x) in dst.chunks_exact_mut(wl).zip(s.chunks_exact(wl)) {
-                            for ((d, &x), &y) in d.iter_mut().zip(x).zip(&self.wvec) {
-                                *d = f(x, y);
+                        kernel_api::for_row_runs(&self.pool, dst, wl, &|first, dst, _| {
+                            let s = &s[first * wl..];
+                            for (d, x) in dst.chunks_exact_mut(wl).zip(s.chunks_exact(wl)) {
+                                for ((d, &x), &y) in d.iter_mut().zip(x).zip(w) {
+                                    *d = f(x, y);
+                                }
                             }
-                        }
+                        });
                     }
                     Operand::Node(bn) => {
                         let bl = nodes[*bn].ne0;
@@ -297,17 +303,23 @@ impl Executor {
                             dst_r,
                             [range(&nodes[*a]), range(&nodes[*bn])],
                         );
-                        if o.len() == s.len() {
-                            for ((d, &x), &y) in dst.iter_mut().zip(s).zip(o) {
-                                *d = f(x, y);
-                            }
-                        } else {
-                            for (d, x) in dst.chunks_exact_mut(bl).zip(s.chunks_exact(bl)) {
-                                for ((d, &x), &y) in d.iter_mut().zip(x).zip(o) {
+                        let same = o.len() == s.len();
+                        kernel_api::for_row_runs(&self.pool, dst, bl, &|first, dst, _| {
+                            let at = first * bl;
+                            if same {
+                                let (s, o) = (&s[at..at + dst.len()], &o[at..at + dst.len()]);
+                                for ((d, &x), &y) in dst.iter_mut().zip(s).zip(o) {
                                     *d = f(x, y);
                                 }
+                            } else {
+                                let s = &s[at..];
+                                for (d, x) in dst.chunks_exact_mut(bl).zip(s.chunks_exact(bl)) {
+                                    for ((d, &x), &y) in d.iter_mut().zip(x).zip(o) {
+                                        *d = f(x, y);
+                                    }
+                                }
                             }
-                        }
+                        });
                     }
                 }
             }
@@ -350,7 +362,10 @@ impl Executor {
             }
             Op::Silu { src } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
-                ops::silu_rows(dst, x, None, ne0);
+                kernel_api::for_row_runs(&self.pool, dst, ne0, &|first, dst, _| {
+                    let at = first * ne0;
+                    ops::silu_rows(dst, &x[at..at + dst.len()], None, ne0);
+                });
             }
             Op::Glu { gate, up, kind } => {
                 let (dst, [gt, u]) = carve(
@@ -358,14 +373,18 @@ impl Executor {
                     dst_r,
                     [range(&nodes[*gate]), range(&nodes[*up])],
                 );
-                match kind {
-                    GluKind::Swiglu => ops::silu_rows(dst, gt, Some(u), ne0),
-                    GluKind::Geglu => {
-                        for ((d, &x), &y) in dst.iter_mut().zip(gt).zip(u) {
-                            *d = ops::gelu(x) * y;
+                kernel_api::for_row_runs(&self.pool, dst, ne0, &|first, dst, _| {
+                    let at = first * ne0..first * ne0 + dst.len();
+                    let (gt, u) = (&gt[at.clone()], &u[at]);
+                    match kind {
+                        GluKind::Swiglu => ops::silu_rows(dst, gt, Some(u), ne0),
+                        GluKind::Geglu => {
+                            for ((d, &x), &y) in dst.iter_mut().zip(gt).zip(u) {
+                                *d = ops::gelu(x) * y;
+                            }
                         }
                     }
-                }
+                });
             }
             Op::MulMat { w, x } => {
                 let wr = &g.weights[w.0];
@@ -444,18 +463,26 @@ impl Executor {
                     }
                     None => false,
                 };
-                self.rope_cache.resize(params.n_rot, 0.0);
+                let n_threads = self.pool.n_threads();
+                if self.rope_caches.len() < n_threads {
+                    self.rope_caches.resize_with(n_threads, Default::default);
+                }
+                for c in &mut self.rope_caches {
+                    c.get_mut()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .resize(params.n_rot, 0.0);
+                }
+                let (caches, wvec) = (&self.rope_caches, &self.wvec[..]);
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
                 dst.copy_from_slice(x);
-                for (t, row) in dst.chunks_exact_mut(ne0).enumerate() {
-                    ops::rope_cache(
-                        params,
-                        inp.pos[t] as f32,
-                        ff.then_some(&self.wvec[..]),
-                        &mut self.rope_cache,
-                    );
-                    ops::rope_apply(params, &self.rope_cache, *head_dim, row);
-                }
+                kernel_api::for_row_runs(&self.pool, dst, ne0, &|first, dst, thread| {
+                    let mut cache = caches[thread].lock().unwrap_or_else(|e| e.into_inner());
+                    for (i, row) in dst.chunks_exact_mut(ne0).enumerate() {
+                        let pos = inp.pos[first + i] as f32;
+                        ops::rope_cache(params, pos, ff.then_some(wvec), &mut cache);
+                        ops::rope_apply(params, &cache, *head_dim, row);
+                    }
+                });
             }
             Op::SetRows { src, layer, v } => {
                 let s = &nodes[*src];

@@ -5,7 +5,7 @@
 use crate::gguf::GgmlType;
 use crate::kernels::cpu;
 
-pub use cpu::{Scratch, ThreadPool};
+pub use cpu::{for_row_runs, Scratch, ThreadPool};
 
 /// Whether the CPU kernels compute with weights of type `ty`.
 pub fn supports(ty: GgmlType) -> bool {

@@ -457,6 +457,42 @@ impl<T> SharedOut<T> {
     }
 }
 
+/// Below this many values a row-wise op runs on the calling thread: waking the pool would
+/// cost more than the work (a decode step's rows).
+const PAR_ROWS_MIN: usize = 8192;
+
+/// Runs `f(first_row, rows, thread)` over `dst` cut into runs of whole rows of `row_len`
+/// values, spread over `pool` when there is enough work (ggml splits its row-wise ops among
+/// its threads likewise). Each row must be computed from its index and inputs alone, so the
+/// result does not depend on the split. `thread` indexes per-thread scratch space as in
+/// [`ThreadPool::parallel_for`].
+pub fn for_row_runs(
+    pool: &ThreadPool,
+    dst: &mut [f32],
+    row_len: usize,
+    f: &(dyn Fn(usize, &mut [f32], usize) + Sync),
+) {
+    let n_rows = dst.len().checked_div(row_len).unwrap_or(0);
+    let nth = pool.n_threads();
+    if nth == 1 || n_rows < 2 || dst.len() < PAR_ROWS_MIN || dst.len() % row_len != 0 {
+        f(0, dst, 0);
+        return;
+    }
+    // a few runs per thread, so a thread the OS delays does not hold the others up
+    let per = n_rows.div_ceil(nth * 4);
+    let n_runs = n_rows.div_ceil(per);
+    let out = SharedOut::new(dst);
+    pool.parallel_for(n_runs, &|run, thread| {
+        let first = run * per;
+        let rows = per.min(n_rows - first);
+        // SAFETY: run `run` covers rows first..first + rows of `dst`, disjoint from every
+        // other run's and inside it (first + rows <= n_rows); `dst` stays mutably borrowed
+        // until parallel_for returns.
+        let chunk = unsafe { out.slice(first * row_len, rows * row_len) };
+        f(first, chunk, thread);
+    });
+}
+
 /// Converts `n` activation rows of `k` f32 (row `r` starts at `x[row_start(r)]`) into `vt`
 /// in `scratch`, in parallel when there is enough work.
 fn convert_rows<'a>(

@@ -56,6 +56,25 @@ pub struct Executor {
     attn_scratch: Vec<std::sync::Mutex<ops::AttnScratch>>,
     topk: Vec<usize>,
     gather: Vec<u8>,
+    /// Attention masks of the current run, one per sliding window (see [`AttnMask`]).
+    attn_masks: Vec<AttnMask>,
+}
+
+/// Micro-batches of at least this many tokens get their attention mask computed once per run
+/// (upstream builds its KQ_mask once per graph likewise): the attention kernels ask for every
+/// (token, cell) pair once per KV head and layer. Single-token steps ask the cache directly.
+const MASK_MIN_TOKENS: usize = 16;
+
+/// Which cells `lo..hi` each token of the micro-batch sees (`bits[t * (hi - lo) + j - lo]`)
+/// for one sliding window; cells outside `lo..hi` (other streams, unused cells) are never
+/// visible. Valid for one run: the cache's cells do not change while the graph runs.
+#[derive(Debug, Default)]
+struct AttnMask {
+    n_swa: u32,
+    lo: u32,
+    hi: u32,
+    bits: Vec<bool>,
+    valid: bool,
 }
 
 /// Splits the arena into the destination range (mutable) and source ranges (shared). The
@@ -156,6 +175,7 @@ impl Executor {
             attn_scratch: Vec::new(),
             topk: Vec::new(),
             gather: Vec::new(),
+            attn_masks: Vec::new(),
         }
     }
 
@@ -195,6 +215,9 @@ impl Executor {
     ) -> Result<(), ExecError> {
         if self.arena.len() < g.arena_len {
             self.arena.resize(g.arena_len, 0.0);
+        }
+        for m in &mut self.attn_masks {
+            m.valid = false;
         }
         for (i, node) in g.nodes.iter().enumerate() {
             if i % 16 == 0 && abort() {
@@ -714,7 +737,44 @@ impl Executor {
         let (dst, [qs]) = carve(&mut self.arena, range(node), [range(qn)]);
         // each token attends to the used rows of its sequence's stream
         let rows = |t: usize| kv.rows_of(inp.seq[t]);
-        let visible = |t: usize, j: u32| kv.visible(j, inp.seq[t], inp.pos[t], inp.causal, n_swa);
+        let ask = |t: usize, j: u32| kv.visible(j, inp.seq[t], inp.pos[t], inp.causal, n_swa);
+        let mask = (n_tokens >= MASK_MIN_TOKENS).then(|| {
+            let at = match self
+                .attn_masks
+                .iter()
+                .position(|m| m.valid && m.n_swa == n_swa)
+            {
+                Some(at) => at,
+                None => {
+                    let at = match self.attn_masks.iter().position(|m| !m.valid) {
+                        Some(at) => at,
+                        None => {
+                            self.attn_masks.push(AttnMask::default());
+                            self.attn_masks.len() - 1
+                        }
+                    };
+                    let (lo, hi) = (0..n_tokens).fold((u32::MAX, 0), |(lo, hi), t| {
+                        let r = rows(t);
+                        (lo.min(r.start), hi.max(r.end))
+                    });
+                    let lo = lo.min(hi);
+                    let m = &mut self.attn_masks[at];
+                    m.bits.clear();
+                    for t in 0..n_tokens {
+                        m.bits.extend((lo..hi).map(|j| ask(t, j)));
+                    }
+                    (m.n_swa, m.lo, m.hi, m.valid) = (n_swa, lo, hi, true);
+                    at
+                }
+            };
+            &self.attn_masks[at]
+        });
+        let visible = |t: usize, j: u32| match mask {
+            Some(m) => {
+                j >= m.lo && j < m.hi && m.bits[t * (m.hi - m.lo) as usize + (j - m.lo) as usize]
+            }
+            None => ask(t, j),
+        };
         let attn = ops::Attn {
             shape,
             q: qs,

@@ -80,9 +80,9 @@ pub fn applies(n_tokens: usize, k: &dyn KvRows, v: &dyn KvRows) -> bool {
 /// sees them (F16 widened exactly; an F32 row cast to F16 first when the cache says so).
 fn read_f32(r: &dyn KvRows, cell: usize, off: usize, dst: &mut [f32], half: &mut Vec<half::f16>) {
     if let Some(h) = r.half(cell, off, dst.len()) {
-        for (d, s) in dst.iter_mut().zip(h) {
-            *d = s.to_f32();
-        }
+        // exact either way; the slice conversion widens 8 at a time (F16C) where one call
+        // per value cost ~1% of a prompt's time
+        half::slice::HalfFloatSliceExt::convert_to_f32_slice(h, dst);
         return;
     }
     r.read(cell, off, dst);

@@ -77,6 +77,43 @@ struct AttnMask {
     valid: bool,
 }
 
+impl AttnMask {
+    /// The mask of window `n_swa` for this run: one computed earlier in the run, or computed
+    /// now (from `ask`, over the union of the tokens' `rows`) into a slot a past run left.
+    fn of_run<'a>(
+        masks: &'a mut Vec<AttnMask>,
+        n_swa: u32,
+        n_tokens: usize,
+        rows: &dyn Fn(usize) -> std::ops::Range<u32>,
+        ask: &dyn Fn(usize, u32) -> bool,
+    ) -> &'a AttnMask {
+        if let Some(at) = masks.iter().position(|m| m.valid && m.n_swa == n_swa) {
+            return &masks[at];
+        }
+        let at = masks.iter().position(|m| !m.valid).unwrap_or_else(|| {
+            masks.push(AttnMask::default());
+            masks.len() - 1
+        });
+        let (lo, hi) = (0..n_tokens).fold((u32::MAX, 0), |(lo, hi), t| {
+            let r = rows(t);
+            (lo.min(r.start), hi.max(r.end))
+        });
+        let lo = lo.min(hi);
+        let m = &mut masks[at];
+        m.bits.clear();
+        for t in 0..n_tokens {
+            m.bits.extend((lo..hi).map(|j| ask(t, j)));
+        }
+        (m.n_swa, m.lo, m.hi, m.valid) = (n_swa, lo, hi, true);
+        m
+    }
+
+    fn visible(&self, t: usize, j: u32) -> bool {
+        (self.lo..self.hi).contains(&j)
+            && self.bits[t * (self.hi - self.lo) as usize + (j - self.lo) as usize]
+    }
+}
+
 /// Splits the arena into the destination range (mutable) and source ranges (shared). The
 /// planner guarantees a node never shares its range with a live source; checked here.
 fn carve<const N: usize>(
@@ -738,41 +775,10 @@ impl Executor {
         // each token attends to the used rows of its sequence's stream
         let rows = |t: usize| kv.rows_of(inp.seq[t]);
         let ask = |t: usize, j: u32| kv.visible(j, inp.seq[t], inp.pos[t], inp.causal, n_swa);
-        let mask = (n_tokens >= MASK_MIN_TOKENS).then(|| {
-            let at = match self
-                .attn_masks
-                .iter()
-                .position(|m| m.valid && m.n_swa == n_swa)
-            {
-                Some(at) => at,
-                None => {
-                    let at = match self.attn_masks.iter().position(|m| !m.valid) {
-                        Some(at) => at,
-                        None => {
-                            self.attn_masks.push(AttnMask::default());
-                            self.attn_masks.len() - 1
-                        }
-                    };
-                    let (lo, hi) = (0..n_tokens).fold((u32::MAX, 0), |(lo, hi), t| {
-                        let r = rows(t);
-                        (lo.min(r.start), hi.max(r.end))
-                    });
-                    let lo = lo.min(hi);
-                    let m = &mut self.attn_masks[at];
-                    m.bits.clear();
-                    for t in 0..n_tokens {
-                        m.bits.extend((lo..hi).map(|j| ask(t, j)));
-                    }
-                    (m.n_swa, m.lo, m.hi, m.valid) = (n_swa, lo, hi, true);
-                    at
-                }
-            };
-            &self.attn_masks[at]
-        });
+        let mask = (n_tokens >= MASK_MIN_TOKENS)
+            .then(|| AttnMask::of_run(&mut self.attn_masks, n_swa, n_tokens, &rows, &ask));
         let visible = |t: usize, j: u32| match mask {
-            Some(m) => {
-                j >= m.lo && j < m.hi && m.bits[t * (m.hi - m.lo) as usize + (j - m.lo) as usize]
-            }
+            Some(m) => m.visible(t, j),
             None => ask(t, j),
         };
         let attn = ops::Attn {

@@ -430,8 +430,14 @@ impl Activations<'_> {
 }
 
 /// Wraps a pointer for disjoint writes from pool threads (matrix products, attention).
-#[derive(Clone, Copy)]
 struct SharedOut<T>(*mut T);
+// by hand: derived Copy would require `T: Copy`, and the pointer is Copy for any T
+impl<T> Clone for SharedOut<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SharedOut<T> {}
 // SAFETY: used only for writes to disjoint elements by different tasks, while the owning `&mut`
 // borrow is held by the function that spawned the tasks and waits for them.
 unsafe impl<T: Send> Sync for SharedOut<T> {}
@@ -457,8 +463,8 @@ impl<T> SharedOut<T> {
     }
 }
 
-/// Below this many values a row-wise op runs on the calling thread: waking the pool would
-/// cost more than the work (a decode step's rows).
+/// Below this many values (of the output) a row-wise op runs on the calling thread: waking
+/// the pool would cost more than the work (a decode step's rows).
 const PAR_ROWS_MIN: usize = 8192;
 
 /// Runs `f(first_row, rows, thread)` over `dst` cut into runs of whole rows of `row_len`
@@ -466,11 +472,11 @@ const PAR_ROWS_MIN: usize = 8192;
 /// its threads likewise). Each row must be computed from its index and inputs alone, so the
 /// result does not depend on the split. `thread` indexes per-thread scratch space as in
 /// [`ThreadPool::parallel_for`].
-pub fn for_row_runs(
+pub fn for_row_runs<T: Send>(
     pool: &ThreadPool,
-    dst: &mut [f32],
+    dst: &mut [T],
     row_len: usize,
-    f: &(dyn Fn(usize, &mut [f32], usize) + Sync),
+    f: &(dyn Fn(usize, &mut [T], usize) + Sync),
 ) {
     let n_rows = dst.len().checked_div(row_len).unwrap_or(0);
     let nth = pool.n_threads();
@@ -510,19 +516,12 @@ fn convert_rows<'a>(
         scratch.activations.resize(total, 0);
     }
     let buf = &mut scratch.activations[..total];
-    if n <= 1 || k * n < 8192 {
-        for (r, out) in buf.chunks_exact_mut(row.max(1)).enumerate().take(n) {
+    for_row_runs(pool, buf, row, &|first, out, _| {
+        for (i, out) in out.chunks_exact_mut(row.max(1)).enumerate() {
+            let r = first + i;
             quantize_row(vt, &x[row_start(r)..row_start(r) + k], out);
         }
-    } else {
-        let out = SharedOut::new(buf);
-        pool.parallel_for(n, &|r, _| {
-            // SAFETY: task r writes only bytes r*row..(r+1)*row of `buf`, which is borrowed
-            // mutably for this whole call; tasks have distinct r.
-            let dst = unsafe { std::slice::from_raw_parts_mut(out.ptr().add(r * row), row) };
-            quantize_row(vt, &x[row_start(r)..row_start(r) + k], dst);
-        });
-    }
+    });
     &scratch.activations[..total]
 }
 

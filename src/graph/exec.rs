@@ -801,3 +801,42 @@ impl Executor {
         ops::flash_attn(&attn, dst, &self.pool, &self.attn_scratch);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run's mask answers as the cache would (inside the tokens' rows), never outside them,
+    /// is computed once per window, and a later run recomputes it in the same slot.
+    #[test]
+    fn attn_mask_answers_as_asked_once_per_window_and_run() {
+        let asked = std::cell::Cell::new(0usize);
+        // token t sees rows 2..10 at or below its position 4 + t, and row 3 never
+        let ask = |t: usize, j: u32| {
+            asked.set(asked.get() + 1);
+            j != 3 && j <= 4 + t as u32
+        };
+        let rows = |_t: usize| 2u32..10;
+        let mut masks = Vec::new();
+        let m = AttnMask::of_run(&mut masks, 0, 3, &rows, &ask);
+        for t in 0..3 {
+            for j in 0..12u32 {
+                let want = (2..10).contains(&j) && j != 3 && j <= 4 + t as u32;
+                assert_eq!(m.visible(t, j), want, "token {t}, row {j}");
+            }
+        }
+        assert_eq!(asked.get(), 3 * 8);
+        // the same window in the same run: no new questions
+        AttnMask::of_run(&mut masks, 0, 3, &rows, &ask);
+        assert_eq!(asked.get(), 3 * 8);
+        // another window gets its own slot
+        AttnMask::of_run(&mut masks, 4, 3, &rows, &ask);
+        assert_eq!((masks.len(), asked.get()), (2, 6 * 8));
+        // a new run invalidates both; the next ask recomputes into a kept slot
+        for m in &mut masks {
+            m.valid = false;
+        }
+        AttnMask::of_run(&mut masks, 4, 3, &rows, &ask);
+        assert_eq!((masks.len(), asked.get()), (2, 9 * 8));
+    }
+}

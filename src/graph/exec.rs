@@ -112,6 +112,21 @@ impl AttnMask {
         (self.lo..self.hi).contains(&j)
             && self.bits[t * (self.hi - self.lo) as usize + (j - self.lo) as usize]
     }
+
+    /// `out[i] = self.visible(t, first + i)`, copied from the token's row of bits.
+    fn fill_row(&self, t: usize, first: u32, out: &mut [bool]) {
+        let end = first.saturating_add(out.len() as u32);
+        let (a, b) = (first.max(self.lo), end.min(self.hi));
+        if a >= b {
+            out.fill(false);
+            return;
+        }
+        let (skip, take) = ((a - first) as usize, (b - a) as usize);
+        let row = t * (self.hi - self.lo) as usize + (a - self.lo) as usize;
+        out[..skip].fill(false);
+        out[skip..skip + take].copy_from_slice(&self.bits[row..row + take]);
+        out[skip + take..].fill(false);
+    }
 }
 
 /// Splits the arena into the destination range (mutable) and source ranges (shared). The
@@ -781,12 +796,21 @@ impl Executor {
             Some(m) => m.visible(t, j),
             None => ask(t, j),
         };
+        let visible_row = |t: usize, first: u32, out: &mut [bool]| match mask {
+            Some(m) => m.fill_row(t, first, out),
+            None => {
+                for (j, o) in (first..).zip(out.iter_mut()) {
+                    *o = ask(t, j);
+                }
+            }
+        };
         let attn = ops::Attn {
             shape,
             q: qs,
             n_tokens,
             rows: &rows,
             visible: &visible,
+            visible_row: &visible_row,
             k: &KvLayerRows {
                 buf: &l.k,
                 width: l.n_embd_k,
@@ -826,6 +850,25 @@ mod tests {
             }
         }
         assert_eq!(asked.get(), 3 * 8);
+        // a run of cells reads the same answers, inside, across and outside lo..hi
+        for t in 0..3 {
+            for (first, len) in [
+                (0u32, 12usize),
+                (2, 8),
+                (5, 3),
+                (0, 2),
+                (9, 4),
+                (11, 3),
+                (4, 0),
+            ] {
+                let mut row = vec![true; len];
+                m.fill_row(t, first, &mut row);
+                let want: Vec<bool> = (first..first + len as u32)
+                    .map(|j| m.visible(t, j))
+                    .collect();
+                assert_eq!(row, want, "token {t}, cells {first}+{len}");
+            }
+        }
         // the same window in the same run: no new questions
         AttnMask::of_run(&mut masks, 0, 3, &rows, &ask);
         assert_eq!(asked.get(), 3 * 8);

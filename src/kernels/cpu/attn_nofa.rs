@@ -92,6 +92,7 @@ pub fn attn_no_fa(
         visible,
         k,
         v,
+        ..
     } = *a;
     let AttnShape {
         n_head,

@@ -162,9 +162,10 @@ pub fn flash_attn_tiled(
         q,
         n_tokens,
         rows,
-        visible,
+        visible_row,
         k,
         v,
+        ..
     } = *a;
     let AttnShape {
         n_head, n_head_kv, ..
@@ -191,7 +192,18 @@ pub fn flash_attn_tiled(
             (lo.min(r.start), hi.max(r.end))
         });
         let lo = lo / TILE_KV as u32 * TILE_KV as u32;
-        tile_task(shape, q, t0, nt, g, lo..hi.max(lo), visible, k, v, tiles);
+        tile_task(
+            shape,
+            q,
+            t0,
+            nt,
+            g,
+            lo..hi.max(lo),
+            visible_row,
+            k,
+            v,
+            tiles,
+        );
         let group = n_head / n_head_kv;
         let dv = shape.dv;
         for hl in 0..group {
@@ -222,7 +234,7 @@ fn tile_task(
     nt: usize,
     g: usize,
     cells: std::ops::Range<u32>,
-    visible: &(dyn Fn(usize, u32) -> bool + Sync),
+    visible_row: &(dyn Fn(usize, u32, &mut [bool]) + Sync),
     k: &dyn KvRows,
     v: &dyn KvRows,
     sc: &mut TiledScratch,
@@ -268,12 +280,11 @@ fn tile_task(
         let kv_tile = TILE_KV.min(n_kv - ic);
         // the mask of this tile; skipped when nothing in it is visible (as upstream)
         let mut any = false;
-        for tq in 0..nt {
-            for tk in 0..TILE_KV {
-                let vis = tk < kv_tile && visible(t0 + tq, (ic + tk) as u32);
-                sc.vis[tq * TILE_KV + tk] = vis;
-                any |= vis;
-            }
+        for (tq, vis) in sc.vis.chunks_exact_mut(TILE_KV).take(nt).enumerate() {
+            let (inside, past) = vis.split_at_mut(kv_tile);
+            visible_row(t0 + tq, ic as u32, inside);
+            past.fill(false);
+            any |= inside.contains(&true);
         }
         if !any {
             continue;

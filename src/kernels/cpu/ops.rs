@@ -481,6 +481,9 @@ pub struct Attn<'a> {
     pub rows: &'a (dyn Fn(usize) -> std::ops::Range<u32> + Sync),
     /// Whether token `t` sees cell `j` (causal and sliding-window mask).
     pub visible: &'a (dyn Fn(usize, u32) -> bool + Sync),
+    /// `visible` for a run of cells: `out[i] = visible(t, first + i)`. The tiled kernel reads
+    /// its masks a tile row at a time through this (one call per row, not per cell).
+    pub visible_row: &'a (dyn Fn(usize, u32, &mut [bool]) + Sync),
     pub k: &'a dyn KvRows,
     pub v: &'a dyn KvRows,
 }
@@ -548,6 +551,7 @@ pub fn flash_attn(
         visible,
         k,
         v,
+        ..
     } = *a;
     let AttnShape {
         n_head,

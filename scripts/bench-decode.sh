@@ -2,7 +2,8 @@
 # make bench-decode: prompt processing (one batch of BENCH_PP=128 tokens) and token generation
 # (BENCH_TG=64 single-token steps), tokens/s, ours vs upstream's library in the same run, a
 # fresh process per measurement (ffi-tests/bench_decode.c, built against upstream's header),
-# interleaved upstream/ours, median of BENCH_REPS=5, at BENCH_THREADS="1 2" threads; peak RSS
+# interleaved upstream/ours (alternating which goes first), median of BENCH_REPS=5 (ratios:
+# the median of the per-round ratios), at BENCH_THREADS="1 2" threads; peak RSS
 # of each process; for tg the bandwidth the weights were read at (model bytes × tok/s) next to
 # the machine's read bandwidth measured by the probe at the same thread count.
 # Models (BENCH_MODELS, a subset of these names; default all):
@@ -85,7 +86,7 @@ done
 {
     cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
     echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $cpu, $(nproc) cores, read bandwidth $(for t in $THREADS; do printf '%s GB/s wall-clock, %s GB/s on CPU (%s thread%s); ' "${bw[$t]}" "${bw_cpu[$t]}" "$t" "$([ "$t" = 1 ] || echo s)"; done)"
-    echo "pp = one batch of $PP tokens, tg = $TG single-token steps; tok/s, median of $REPS (1B rows: pp $PP_1B, tg $TG_1B, median of $REPS_1B); ratio = ours / upstream (higher is better); tg GB/s = model bytes × tg tok/s, machine = the wall-clock read bandwidth"
+    echo "pp = one batch of $PP tokens, tg = $TG single-token steps; tok/s, median of $REPS (1B rows: pp $PP_1B, tg $TG_1B, median of $REPS_1B); ratio = median over the rounds of ours / upstream within a round (each round runs both, first one then the other, alternating; higher is better, lower for RSS); tg GB/s = model bytes × tg tok/s, machine = the wall-clock read bandwidth"
     echo
     echo "| model | type | threads | pp upstream | pp ours | pp ratio | tg upstream | tg ours | tg ratio | RSS upstream MiB | RSS ours MiB | RSS ratio | tg GB/s upstream / ours / machine |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
@@ -97,22 +98,28 @@ for name in $MODELS; do
     case "$name" in 1b-*) reps=$REPS_1B pp=$PP_1B tg=$TG_1B ;; esac
     for t in $THREADS; do
         : >"$out/up.txt"; : >"$out/us.txt"
-        for _ in $(seq "$reps"); do
-            for who in up us; do
+        for r in $(seq "$reps"); do
+            # alternate who goes first, so an order effect (caches, clock) favours neither
+            order="up us"; [ $((r % 2)) = 0 ] && order="us up"
+            for who in $order; do
                 lib=$upstream; [ "$who" = us ] && lib=$ours
                 LD_LIBRARY_PATH="$lib" "$out/bench_decode" "$file" "$t" "$pp" "$tg" >>"$out/$who.txt" \
                     2>"$out/$who.err" || { echo "($who failed on $name: $(tail -1 "$out/$who.err"))" >&2; failed=1; }
             done
         done
         col() { cut -d' ' -f"$2" "$out/$1.txt" | median; }
+        # ratio of a column within each round (line r of both files), median over the rounds:
+        # pairing cancels the machine's drift between rounds, which medians taken apart do not
+        ratio() { paste -d' ' "$out/us.txt" "$out/up.txt" | awk -v c="$1" 'NF == 8 && $(c + 4) > 0 { print $c / $(c + 4) }' | median; }
         awk -v m="${name%%-*}" -v ty="${name#*-}" -v t="$t" \
             -v upp="$(col up 1)" -v opp="$(col us 1)" -v utg="$(col up 2)" -v otg="$(col us 2)" \
             -v ubytes="$(col up 3)" -v obytes="$(col us 3)" -v urss="$(col up 4)" -v orss="$(col us 4)" \
+            -v rpp="$(ratio 1)" -v rtg="$(ratio 2)" -v rrss="$(ratio 4)" \
             -v bw="${bw[$t]}" 'BEGIN {
                 m = (m == "1b") ? "llama-1B (random)" : "SmolLM2-135M"
                 printf "| %s | %s | %s | %.1f | %.1f | %.2f× | %.1f | %.1f | %.2f× | %.0f | %.0f | %.2f× | %.1f / %.1f / %s |\n",
-                    m, toupper(ty), t, upp, opp, opp / upp, utg, otg, otg / utg, urss / 1024, orss / 1024,
-                    orss / urss, ubytes * utg / 1e9, obytes * otg / 1e9, bw
+                    m, toupper(ty), t, upp, opp, rpp, utg, otg, rtg, urss / 1024, orss / 1024,
+                    rrss, ubytes * utg / 1e9, obytes * otg / 1e9, bw
             }' | tee -a "$table"
         if [ "$smoke" = 1 ]; then
             for who in up us; do

@@ -108,12 +108,14 @@ impl AttnMask {
         m
     }
 
+    /// One cell of the mask: the reference `fill_row` is tested against.
+    #[cfg(test)]
     fn visible(&self, t: usize, j: u32) -> bool {
         (self.lo..self.hi).contains(&j)
             && self.bits[t * (self.hi - self.lo) as usize + (j - self.lo) as usize]
     }
 
-    /// `out[i] = self.visible(t, first + i)`, copied from the token's row of bits.
+    /// `out[i]`: whether token `t` sees cell `first + i`, copied from the token's row of bits.
     fn fill_row(&self, t: usize, first: u32, out: &mut [bool]) {
         let end = first.saturating_add(out.len() as u32);
         let (a, b) = (first.max(self.lo), end.min(self.hi));
@@ -792,10 +794,6 @@ impl Executor {
         let ask = |t: usize, j: u32| kv.visible(j, inp.seq[t], inp.pos[t], inp.causal, n_swa);
         let mask = (n_tokens >= MASK_MIN_TOKENS)
             .then(|| AttnMask::of_run(&mut self.attn_masks, n_swa, n_tokens, &rows, &ask));
-        let visible = |t: usize, j: u32| match mask {
-            Some(m) => m.visible(t, j),
-            None => ask(t, j),
-        };
         let visible_row = |t: usize, first: u32, out: &mut [bool]| match mask {
             Some(m) => m.fill_row(t, first, out),
             None => {
@@ -809,7 +807,6 @@ impl Executor {
             q: qs,
             n_tokens,
             rows: &rows,
-            visible: &visible,
             visible_row: &visible_row,
             k: &KvLayerRows {
                 buf: &l.k,

@@ -16,6 +16,8 @@ pub struct NoFaScratch {
     row: Vec<f32>,
     w: Vec<f32>,
     acc: Vec<f32>,
+    /// Whether the task's token sees each cell of its view (`Attn::visible_row`).
+    seen: Vec<bool>,
 }
 
 impl NoFaScratch {
@@ -28,6 +30,7 @@ impl NoFaScratch {
         at_least(&mut self.row, shape.dk.max(shape.dv));
         at_least(&mut self.w, shape.n_cells_max as usize);
         at_least(&mut self.acc, shape.dv * 32);
+        at_least(&mut self.seen, shape.n_cells_max as usize);
     }
 }
 
@@ -89,10 +92,9 @@ pub fn attn_no_fa(
         q,
         n_tokens,
         rows: view,
-        visible,
+        visible_row,
         k,
         v,
-        ..
     } = *a;
     let AttnShape {
         n_head,
@@ -111,6 +113,11 @@ pub fn attn_no_fa(
         let (t, g) = (task / n_head_kv, task % n_head_kv);
         let mut guard = scratch[thread].lock().unwrap_or_else(|e| e.into_inner());
         let sc = &mut guard.nofa;
+        // the token's mask over its view, once for the task's heads
+        let cells = view(t);
+        sc.seen.clear();
+        sc.seen.resize((cells.end - cells.start) as usize, false);
+        visible_row(t, cells.start, &mut sc.seen);
         for hl in 0..group {
             let head = g * group + hl;
             let qrow = &q[(t * n_head + head) * dk..(t * n_head + head + 1) * dk];
@@ -118,7 +125,7 @@ pub fn attn_no_fa(
             // from every other task's; `out` is borrowed mutably for the whole call, which
             // waits for all tasks.
             let o = unsafe { out_ptr.slice((t * n_head + head) * dv, dv) };
-            head_task(shape, qrow, t, g, view(t), visible, k, v, tiny, o, sc);
+            head_task(shape, qrow, g, cells.clone(), k, v, tiny, o, sc);
         }
     });
 }
@@ -127,10 +134,8 @@ pub fn attn_no_fa(
 fn head_task(
     shape: AttnShape,
     qrow: &[f32],
-    t: usize,
     g: usize,
     cells: std::ops::Range<u32>,
-    visible: &(dyn Fn(usize, u32) -> bool + Sync),
     k: &dyn KvRows,
     v: &dyn KvRows,
     tiny: bool,
@@ -167,7 +172,7 @@ fn head_task(
     }));
     let mut acc = [0f32; 32];
     for j in 0..n {
-        if !visible(t, (base + j) as u32) {
+        if !sc.seen[j] {
             continue;
         }
         let kr = &mut sc.row[..dk];

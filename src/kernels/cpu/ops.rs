@@ -427,6 +427,8 @@ pub struct AttnScratch {
     m: Vec<f32>,
     s: Vec<f32>,
     cells: Vec<u32>,
+    /// Whether the task's token sees each cell of its run (`Attn::visible_row`).
+    pub(super) seen: Vec<bool>,
     /// K and V rows of an F32 cache rounded to half precision (see [`KvRows::cast_f16`]).
     k16: Vec<half::f16>,
     v16: Vec<half::f16>,
@@ -462,6 +464,7 @@ impl AttnScratch {
         at_least(&mut self.m, group);
         at_least(&mut self.s, group);
         at_least(&mut self.cells, shape.n_cells_max as usize);
+        at_least(&mut self.seen, shape.n_cells_max as usize);
         at_least(&mut self.k16, shape.dk);
         at_least(&mut self.v16, shape.dv);
         self.tiled.reserve_for(shape);
@@ -479,10 +482,9 @@ pub struct Attn<'a> {
     pub n_tokens: usize,
     /// The cells token `t` may attend to (its KV stream's used cells).
     pub rows: &'a (dyn Fn(usize) -> std::ops::Range<u32> + Sync),
-    /// Whether token `t` sees cell `j` (causal and sliding-window mask).
-    pub visible: &'a (dyn Fn(usize, u32) -> bool + Sync),
-    /// `visible` for a run of cells: `out[i] = visible(t, first + i)`. The tiled kernel reads
-    /// its masks a tile row at a time through this (one call per row, not per cell).
+    /// The causal and sliding-window mask of token `t` over a run of cells: `out[i]` is
+    /// whether it sees cell `first + i`. Kernels ask for a whole row (a task's cells, a tile's
+    /// row) at once, not one dyn call per cell.
     pub visible_row: &'a (dyn Fn(usize, u32, &mut [bool]) + Sync),
     pub k: &'a dyn KvRows,
     pub v: &'a dyn KvRows,
@@ -548,10 +550,9 @@ pub fn flash_attn(
         q,
         n_tokens,
         rows,
-        visible,
+        visible_row,
         k,
         v,
-        ..
     } = *a;
     let AttnShape {
         n_head,
@@ -598,7 +599,19 @@ pub fn flash_attn(
         // mutably for the whole call, which waits for all tasks.
         let o = unsafe { out_ptr.slice((t * n_head + g * group) * dv, group * dv) };
         let qrow = &q[(t * n_head + g * group) * dk..(t * n_head + (g + 1) * group) * dk];
-        attn_task(shape, qrow, t, g, rows(t), false, visible, k, v, o, &mut sc);
+        attn_task(
+            shape,
+            qrow,
+            t,
+            g,
+            rows(t),
+            false,
+            visible_row,
+            k,
+            v,
+            o,
+            &mut sc,
+        );
     });
 }
 
@@ -631,7 +644,7 @@ fn flash_attn_split_kv(
     let Attn {
         shape,
         q,
-        visible,
+        visible_row,
         k,
         v,
         ..
@@ -673,7 +686,7 @@ fn flash_attn_split_kv(
             g,
             base + c0..base + c1,
             true,
-            visible,
+            visible_row,
             k,
             v,
             o,
@@ -798,7 +811,7 @@ fn attn_task(
     g: usize,
     cells: std::ops::Range<u32>,
     partial: bool,
-    visible: &(dyn Fn(usize, u32) -> bool + Sync),
+    visible_row: &(dyn Fn(usize, u32, &mut [bool]) + Sync),
     k: &dyn KvRows,
     v: &dyn KvRows,
     out: &mut [f32],
@@ -864,7 +877,15 @@ fn attn_task(
     sc.s.resize(group, 0.0);
     sc.cells.clear();
     sc.cells.reserve(n_cells_max as usize);
-    sc.cells.extend(cells.filter(|&j| visible(t, j)));
+    sc.seen.clear();
+    sc.seen.resize((cells.end - cells.start) as usize, false);
+    visible_row(t, cells.start, &mut sc.seen);
+    sc.cells.extend(
+        cells
+            .zip(&sc.seen)
+            .filter(|&(_, &seen)| seen)
+            .map(|(j, _)| j),
+    );
     for ci in 0..sc.cells.len() {
         let j = sc.cells[ci] as usize;
         let k_bytes = k_packed.and_then(|_| k.packed(j, g * dk, dk));
@@ -1009,7 +1030,7 @@ mod attn_scratch_tests {
         }
     }
 
-    fn capacities(sc: &AttnScratch) -> [usize; 9] {
+    fn capacities(sc: &AttnScratch) -> [usize; 10] {
         [
             sc.q_bytes.capacity(),
             sc.q16.capacity(),
@@ -1020,6 +1041,7 @@ mod attn_scratch_tests {
             sc.m.capacity(),
             sc.s.capacity(),
             sc.cells.capacity(),
+            sc.seen.capacity(),
         ]
     }
 
@@ -1067,7 +1089,7 @@ mod attn_scratch_tests {
                     g,
                     0..n_cells,
                     false,
-                    &|_, _| true,
+                    &|_, _, out: &mut [bool]| out.fill(true),
                     &k,
                     &v,
                     &mut out,

@@ -796,6 +796,8 @@ fn run_mul_mat(
     // upstream hands products with several activation rows to llamafile's sgemm and those
     // with one to the type's vec_dot, whose order differs for F16, BF16 and IQ4_NL
     let dot = if m == 1 { matvec_dot_fn(t) } else { dot_fn(t) };
+    // one activation column in all: the weights stream through once (see `prefetch_ahead`)
+    let stream = n_batch * m == 1;
     let broadcast = n_batch / n_w_batch;
 
     // ggml's split: chunks of weight rows x activation columns (all batches' columns in a row)
@@ -848,6 +850,9 @@ fn run_mul_mat(
         let xr = act.row(col);
         for i in rows {
             let at = w_base + i * l.w_row_stride;
+            if stream {
+                prefetch_ahead(w, at, w_row, l.w_row_stride);
+            }
             let v = dot(k, &w[at..at + w_row], xr);
             // SAFETY: (col, i) lies in exactly one task's chunk, and the layout asserts above
             // make (col, i) -> index injective and in bounds, so each element is written once by
@@ -937,4 +942,27 @@ fn run_mul_mat(
         }
     };
     pool.parallel_for(nchunk0 * nchunk1, &run);
+}
+
+/// How far ahead of the weight row being read a matrix-vector product asks the CPU to fetch
+/// (at least one row). The weights stream through once per token, and the hardware
+/// prefetchers stop at every 4 KiB page, where a row often starts. Measured on the 2-core AMD
+/// EPYC build machine (a loop of products over 300 MB of weights, 15 paired rounds, hint on
+/// vs off): F16 +15–30%, Q8_0 +9–33%, Q6_K +14–20%, Q4_1 +2–5% (it is closer to compute-bound
+/// there); 8 or 16 KiB ahead gained less, and hinting only a row's first lines lost 15–30%.
+/// Repacked weights (8 interleaved rows, read in one run) are not hinted: −3% there.
+const PREFETCH_AHEAD: usize = 4096;
+
+/// Hints the bytes of the weight row `PREFETCH_AHEAD` (or one row) past the row at `at`
+/// (`row` bytes, rows `stride` apart) into the cache: the product streams its weights once,
+/// so the next ones can be on their way while this one is multiplied. Nothing past `w`.
+#[inline(always)]
+fn prefetch_ahead(w: &[u8], at: usize, row: usize, stride: usize) {
+    let ahead = at + PREFETCH_AHEAD.max(stride);
+    if let Some(bytes) = w.get(ahead..ahead + row) {
+        #[cfg(target_arch = "x86_64")]
+        x86::prefetch(bytes);
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = bytes;
+    }
 }

@@ -2438,3 +2438,14 @@ pub fn dot_f16_ggml_bytes(k: usize, w: &[u8], x: &[u8]) -> f32 {
     // the kernel reads `k` 2-byte values of each slice (asserted) with unaligned loads.
     unsafe { dot_f16_ggml_avx2(w.as_ptr().cast::<u16>(), x.as_ptr().cast::<u16>(), k) }
 }
+
+/// Asks the CPU to fetch `bytes` into its caches (one hint per 64-byte line): a hint only, with
+/// no effect on results.
+#[inline(always)]
+pub fn prefetch(bytes: &[u8]) {
+    for line in bytes.chunks(64) {
+        // SAFETY: PREFETCHT0 is SSE, part of x86_64's baseline; it reads nothing architecturally
+        // and never faults, and the address is inside a live slice anyway.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+    }
+}

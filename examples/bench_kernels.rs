@@ -4,6 +4,8 @@
 //! cargo run --release --example bench_kernels [-- [--upstream LIBGGML_CPU] TYPE...]
 //! cargo run --release --example bench_kernels -- pp [TYPE...]  (SmolLM2's batched products;
 //! `pp1b`: the generated 1B llama's)
+//! cargo run --release --example bench_kernels -- hint [TYPE...]  (mat-vecs with the weight
+//! prefetch hint off and on)
 //! (types by ggml name: q4_0 f16 ...). With `--upstream` (upstream's libggml-cpu.so), also
 //! times upstream's own `vec_dot` on the same bytes, one thread, in the same process,
 //! interleaved with ours, so the machine's noise hits both alike.
@@ -172,6 +174,72 @@ fn small_shapes() {
         }
         println!("{line}");
     }
+}
+
+/// The mat-vec weight prefetch hint on vs off: products over ~300 MB of weights (more than
+/// any cache, as a decode streams a model), in the generated 1B llama's FFN shape and
+/// SmolLM2-135M's, at 1 and 2 threads; 15 rounds, each timing both in turn (wall clock), the
+/// median of the per-round ratios.
+fn prefetch_hint(filter: &[String]) {
+    const ROUNDS: usize = 15;
+    const BYTES: usize = 300 << 20;
+    println!("mat-vec, weights streamed from memory: GB/s hint off -> on (median of {ROUNDS}), median per-round ratio");
+    for t in [
+        GgmlType::F16,
+        GgmlType::Q8_0,
+        GgmlType::Q6_K,
+        GgmlType::Q4_1,
+    ] {
+        if !filter.is_empty() && !filter.iter().any(|f| f.eq_ignore_ascii_case(t.name())) {
+            continue;
+        }
+        for (n_rows, k) in [(5632usize, 2048usize), (1536, 576)] {
+            if k as u64 % t.block_size() != 0 {
+                continue;
+            }
+            let row = cpu::row_bytes(t, k);
+            let n_mat = BYTES / (n_rows * row);
+            let mut w = vec![0u8; n_mat * n_rows * row];
+            for (i, b) in w.iter_mut().enumerate() {
+                *b = (i * 7 % 251) as u8;
+            }
+            // small finite values for every f16 (the float types' elements, the quantized
+            // types' scales: any pattern of this byte pair is a small normal f16)
+            for pair in w.chunks_exact_mut(2) {
+                pair[1] = 0x11;
+            }
+            let x: Vec<f32> = (0..k).map(|i| (i % 13) as f32 / 13.0 - 0.5).collect();
+            let mut dst = vec![0f32; n_rows];
+            let mut scratch = Scratch::new();
+            for threads in [1, 2] {
+                let pool = ThreadPool::new(threads);
+                let mut pass = |on: bool| {
+                    cpu::set_weight_prefetch(on);
+                    let start = Instant::now();
+                    for m in 0..n_mat {
+                        let wm = &w[m * n_rows * row..(m + 1) * n_rows * row];
+                        cpu::mul_mat(t, wm, n_rows, k, &x, 1, &mut dst, &pool, &mut scratch);
+                    }
+                    w.len() as f64 / start.elapsed().as_secs_f64() / 1e9
+                };
+                let (mut off, mut on, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+                for _ in 0..ROUNDS {
+                    let (a, b) = (pass(false), pass(true));
+                    off.push(a);
+                    on.push(b);
+                    ratios.push(b / a);
+                }
+                println!(
+                    "  {:<5} {n_rows:>5} x {k:<5} {threads} th: {:>6.2} -> {:>6.2} GB/s  x{:.3}",
+                    t.name(),
+                    median(off),
+                    median(on),
+                    median(ratios)
+                );
+            }
+        }
+    }
+    cpu::set_weight_prefetch(true);
 }
 
 /// Prompt-processing products (a batch of 128 activation rows over `shapes`) per weight type,
@@ -346,6 +414,10 @@ fn main() {
             &[(576, 576), (192, 576), (1536, 576), (576, 1536)]
         };
         prompt_shapes(&filter[1..], lib, shapes);
+        return;
+    }
+    if filter.first().is_some_and(|f| f == "hint") {
+        prefetch_hint(&filter[1..]);
         return;
     }
     if filter.iter().any(|f| f == "small") {

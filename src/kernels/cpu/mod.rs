@@ -797,7 +797,7 @@ fn run_mul_mat(
     // with one to the type's vec_dot, whose order differs for F16, BF16 and IQ4_NL
     let dot = if m == 1 { matvec_dot_fn(t) } else { dot_fn(t) };
     // one activation column in all: the weights stream through once (see `prefetch_ahead`)
-    let stream = n_batch * m == 1;
+    let stream = n_batch * m == 1 && WEIGHT_PREFETCH.load(std::sync::atomic::Ordering::Relaxed);
     let broadcast = n_batch / n_w_batch;
 
     // ggml's split: chunks of weight rows x activation columns (all batches' columns in a row)
@@ -952,6 +952,15 @@ fn run_mul_mat(
 /// there); 8 or 16 KiB ahead gained less, and hinting only a row's first lines lost 15–30%.
 /// Repacked weights (8 interleaved rows, read in one run) are not hinted: −3% there.
 const PREFETCH_AHEAD: usize = 4096;
+
+static WEIGHT_PREFETCH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Turns the matrix-vector products' prefetch hint (see [`PREFETCH_AHEAD`]) on or off for the
+/// whole process; on by default. For measuring what it gains (`examples/bench_kernels.rs`
+/// `hint`); results are the same either way.
+pub fn set_weight_prefetch(on: bool) {
+    WEIGHT_PREFETCH.store(on, std::sync::atomic::Ordering::Relaxed);
+}
 
 /// Hints the bytes of the weight row `PREFETCH_AHEAD` (or one row) past the row at `at`
 /// (`row` bytes, rows `stride` apart) into the cache: the product streams its weights once,

@@ -946,10 +946,9 @@ fn run_mul_mat(
 
 /// How far ahead of the weight row being read a matrix-vector product asks the CPU to fetch
 /// (at least one row). The weights stream through once per token, and the hardware
-/// prefetchers stop at every 4 KiB page, where a row often starts. Measured on the 2-core AMD
-/// EPYC build machine (a loop of products over 300 MB of weights, 15 paired rounds, hint on
-/// vs off): F16 +15–30%, Q8_0 +9–33%, Q6_K +14–20%, Q4_1 +2–5% (it is closer to compute-bound
-/// there); 8 or 16 KiB ahead gained less, and hinting only a row's first lines lost 15–30%.
+/// prefetchers stop at every 4 KiB page, where a row often starts. `bench_kernels hint`
+/// measures it (README, "Weight prefetch": F16, Q8_0 and Q6_K mat-vecs 8–33% faster on the
+/// build machine); 8 or 16 KiB ahead gained less, hinting only a row's first lines lost.
 /// Repacked weights (8 interleaved rows, read in one run) are not hinted: −3% there.
 const PREFETCH_AHEAD: usize = 4096;
 

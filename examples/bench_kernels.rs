@@ -27,6 +27,11 @@ fn thread_cpu_ms() -> f64 {
     ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 * 1e-6
 }
 
+/// `len` bytes of a fixed varied pattern (weights whose scale fields the caller then fixes).
+fn byte_pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 % 251) as u8).collect()
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
@@ -151,10 +156,7 @@ fn small_shapes() {
         (GgmlType::Q8_0, 49152, 576),
     ] {
         let row = cpu::row_bytes(t, k);
-        let mut w = vec![0u8; n_rows * row];
-        for (i, b) in w.iter_mut().enumerate() {
-            *b = (i * 7 % 251) as u8;
-        }
+        let mut w = byte_pattern(n_rows * row);
         for block in w.chunks_exact_mut(t.type_size() as usize) {
             block[0..2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
         }
@@ -199,10 +201,7 @@ fn prefetch_hint(filter: &[String]) {
             }
             let row = cpu::row_bytes(t, k);
             let n_mat = BYTES / (n_rows * row);
-            let mut w = vec![0u8; n_mat * n_rows * row];
-            for (i, b) in w.iter_mut().enumerate() {
-                *b = (i * 7 % 251) as u8;
-            }
+            let mut w = byte_pattern(n_mat * n_rows * row);
             // small finite values for every f16 (the float types' elements, the quantized
             // types' scales: any pattern of this byte pair is a small normal f16)
             for pair in w.chunks_exact_mut(2) {
@@ -299,10 +298,7 @@ fn prompt_shapes(filter: &[String], upstream: Option<&str>, shapes: &[(usize, us
         let mut total = 0.0;
         for &(n_rows, k) in shapes {
             let row = cpu::row_bytes(t, k);
-            let mut w = vec![0u8; n_rows * row];
-            for (i, b) in w.iter_mut().enumerate() {
-                *b = (i * 7 % 251) as u8;
-            }
+            let mut w = byte_pattern(n_rows * row);
             if t.is_quantized() {
                 for block in w.chunks_exact_mut(t.type_size() as usize) {
                     block[0..2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());

@@ -428,7 +428,7 @@ pub struct AttnScratch {
     s: Vec<f32>,
     cells: Vec<u32>,
     /// Whether the task's token sees each cell of its run (`Attn::visible_row`).
-    pub(super) seen: Vec<bool>,
+    seen: Vec<bool>,
     /// K and V rows of an F32 cache rounded to half precision (see [`KvRows::cast_f16`]).
     k16: Vec<half::f16>,
     v16: Vec<half::f16>,

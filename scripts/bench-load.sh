@@ -3,7 +3,9 @@
 # same run, interleaved, a fresh process each, median of RUNS (default 5); warm page cache and
 # cold (posix_fadvise DONTNEED on the file first). Prints a Markdown table, with the median
 # minor page faults (getrusage ru_minflt) and CPU time (user + system) of each load process. MODES / CACHES restrict the rows
-# (e.g. MODES=none CACHES=warm).
+# (e.g. MODES=none CACHES=warm). NONE rows are followed by two "floor" rows timed in the same
+# rounds without any model library (ffi-tests/bench_floor.c): fresh anonymous memory of the
+# file's size faulted in, and that plus a pread of the file; "ours" columns hold the floor.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
@@ -17,19 +19,25 @@ model="$LLAMA_HOTSWAP_CACHE/bench-f16-2GB.gguf"
 cargo run --release --quiet --example write_large -- "$model"
 cc -std=c11 -O2 -I"$UPSTREAM_LLAMA/include" -I"$UPSTREAM_LLAMA/ggml/include" ffi-tests/bench_load.c \
     -L"$UPSTREAM_BUILD/bin" -lllama -o "$out/bench_load"
+cc -std=c11 -O2 ffi-tests/bench_floor.c -o "$out/bench_floor"
 drop_cache() { python3 -c "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd,0,0,os.POSIX_FADV_DONTNEED); os.close(fd)" "$model"; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 echo "| mode | cache | upstream ms | ours ms | ratio | upstream peak RSS MiB | ours peak RSS MiB | upstream minor faults | ours minor faults | upstream CPU ms | ours CPU ms |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for mode in $MODES; do
     for cache in $CACHES; do
-        : > "$out/up.txt"; : > "$out/us.txt"
+        # In NONE mode the same rounds also time the floor under any owned load (bench_floor).
+        runners="up us"; [ "$mode" = none ] && runners="up us touch read"
+        for who in $runners; do : > "$out/$who.txt"; done
         cat "$model" > /dev/null
         for _ in $(seq "$RUNS"); do
-            for who in up us; do
-                lib="$UPSTREAM_BUILD/bin"; [ "$who" = us ] && lib="$PWD/target/release"
+            for who in $runners; do
                 if [ "$cache" = cold ]; then drop_cache; fi
-                LD_LIBRARY_PATH="$lib" "$out/bench_load" "$model" "$mode" >> "$out/$who.txt"
+                case $who in
+                    up) LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/bench_load" "$model" "$mode" ;;
+                    us) LD_LIBRARY_PATH="$PWD/target/release" "$out/bench_load" "$model" "$mode" ;;
+                    *) "$out/bench_floor" "$model" "$who" ;;
+                esac >> "$out/$who.txt"
             done
         done
         up_ms=$(cut -d' ' -f1 "$out/up.txt" | median); us_ms=$(cut -d' ' -f1 "$out/us.txt" | median)
@@ -39,5 +47,13 @@ for mode in $MODES; do
         awk -v m="$mode" -v c="$cache" -v a="$up_ms" -v b="$us_ms" -v ra="$up_rss" -v rb="$us_rss" \
             -v fa="$up_flt" -v fb="$us_flt" -v ca="$up_cpu" -v cb="$us_cpu" \
             'BEGIN {printf "| %s | %s | %.1f | %.1f | %.2fx | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", m, c, a, b, b/a, ra/1024, rb/1024, fa, fb, ca, cb}'
+        for floor in touch read; do
+            [ -s "$out/$floor.txt" ] || continue
+            f_ms=$(cut -d' ' -f1 "$out/$floor.txt" | median); f_rss=$(cut -d' ' -f2 "$out/$floor.txt" | median)
+            f_flt=$(cut -d' ' -f3 "$out/$floor.txt" | median); f_cpu=$(cut -d' ' -f4 "$out/$floor.txt" | median)
+            awk -v m="floor: $floor" -v c="$cache" -v a="$up_ms" -v b="$f_ms" -v ra="$up_rss" -v rb="$f_rss" \
+                -v fa="$up_flt" -v fb="$f_flt" -v ca="$up_cpu" -v cb="$f_cpu" \
+                'BEGIN {printf "| %s | %s | %.1f | %.1f | %.2fx | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", m, c, a, b, b/a, ra/1024, rb/1024, fa, fb, ca, cb}'
+        done
     done
 done

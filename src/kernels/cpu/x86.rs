@@ -306,50 +306,30 @@ unsafe fn scalar_bf16(p: *const u8, i: usize) -> f32 {
     f32::from_bits(u32::from(p.add(2 * i).cast::<u16>().read_unaligned()) << 16)
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f32_avx2(n: usize, w: *const u8, x: *const u8) -> f32 {
-    let mut out = [0f32; 1];
-    float_cols::<1>(
-        n,
-        w,
-        x,
-        0,
-        &mut out,
-        |p, i| load_f32(p, i),
-        |p, i| scalar_f32(p, i),
-    );
-    out[0]
+/// `$name(n, w, x)`: the one-row float dot of [`float_cols`] for the element type that `$load`
+/// (8 lanes) and `$scalar` (the tail) read.
+macro_rules! float_dot {
+    ($name:ident, $load:ident, $scalar:ident) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $name(n: usize, w: *const u8, x: *const u8) -> f32 {
+            let mut out = [0f32; 1];
+            float_cols::<1>(
+                n,
+                w,
+                x,
+                0,
+                &mut out,
+                |p, i| $load(p, i),
+                |p, i| $scalar(p, i),
+            );
+            out[0]
+        }
+    };
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_avx2(n: usize, w: *const u8, x: *const u8) -> f32 {
-    let mut out = [0f32; 1];
-    float_cols::<1>(
-        n,
-        w,
-        x,
-        0,
-        &mut out,
-        |p, i| load_f16(p, i),
-        |p, i| scalar_f16(p, i),
-    );
-    out[0]
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn bf16_avx2(n: usize, w: *const u8, x: *const u8) -> f32 {
-    let mut out = [0f32; 1];
-    float_cols::<1>(
-        n,
-        w,
-        x,
-        0,
-        &mut out,
-        |p, i| load_bf16(p, i),
-        |p, i| scalar_bf16(p, i),
-    );
-    out[0]
-}
+float_dot!(f32_avx2, load_f32, scalar_f32);
+float_dot!(f16_avx2, load_f16, scalar_f16);
+float_dot!(bf16_avx2, load_bf16, scalar_bf16);
 
 /// ggml's `ggml_vec_dot_bf16` in upstream's AVX2 build: four 8-lane accumulators over
 /// 32-element steps (GCC fuses its `add(mul(x, y), c)` into FMAs), summed as
@@ -1216,71 +1196,41 @@ unsafe fn f16_tile_4x3_asm(
     float_tile_finish::<4, 3>(&acc, 8 * steps, n, w, ws, x, xs, out, scalar);
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f32_tile_avx2<const R: usize, const C: usize>(
-    n: usize,
-    w: *const u8,
-    ws: usize,
-    x: *const u8,
-    xs: usize,
-    out: &mut TileDst<'_>,
-) {
-    float_tile::<R, C>(
-        n,
-        w,
-        ws,
-        x,
-        xs,
-        out,
-        |p, i| load_f32(p, i),
-        |p, i| scalar_f32(p, i),
-    );
+/// `$name::<R, C>`: the float tile of [`float_tile`] for the element type that `$load` and
+/// `$scalar` read; with `fast: $asm`, the 4 × 3 shape goes to that hand-allocated kernel.
+macro_rules! float_tile_entry {
+    ($name:ident, $load:ident, $scalar:ident $(, fast: $asm:ident)?) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $name<const R: usize, const C: usize>(
+            n: usize,
+            w: *const u8,
+            ws: usize,
+            x: *const u8,
+            xs: usize,
+            out: &mut TileDst<'_>,
+        ) {
+            $(
+                if R == 4 && C == 3 {
+                    return $asm(n, w, ws, x, xs, out);
+                }
+            )?
+            float_tile::<R, C>(
+                n,
+                w,
+                ws,
+                x,
+                xs,
+                out,
+                |p, i| $load(p, i),
+                |p, i| $scalar(p, i),
+            );
+        }
+    };
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_tile_avx2<const R: usize, const C: usize>(
-    n: usize,
-    w: *const u8,
-    ws: usize,
-    x: *const u8,
-    xs: usize,
-    out: &mut TileDst<'_>,
-) {
-    if R == 4 && C == 3 {
-        return f16_tile_4x3_asm(n, w, ws, x, xs, out);
-    }
-    float_tile::<R, C>(
-        n,
-        w,
-        ws,
-        x,
-        xs,
-        out,
-        |p, i| load_f16(p, i),
-        |p, i| scalar_f16(p, i),
-    );
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn bf16_tile_avx2<const R: usize, const C: usize>(
-    n: usize,
-    w: *const u8,
-    ws: usize,
-    x: *const u8,
-    xs: usize,
-    out: &mut TileDst<'_>,
-) {
-    float_tile::<R, C>(
-        n,
-        w,
-        ws,
-        x,
-        xs,
-        out,
-        |p, i| load_bf16(p, i),
-        |p, i| scalar_bf16(p, i),
-    );
-}
+float_tile_entry!(f32_tile_avx2, load_f32, scalar_f32);
+float_tile_entry!(f16_tile_avx2, load_f16, scalar_f16, fast: f16_tile_4x3_asm);
+float_tile_entry!(bf16_tile_avx2, load_bf16, scalar_bf16);
 
 /// Up to 4 f16 values `stride` bytes apart (the first `N`; the other lanes 0) as f32 lanes,
 /// converted in one instruction.

@@ -14,12 +14,14 @@ MODES=${MODES:-mmap none dio}
 CACHES=${CACHES:-warm cold}
 bash scripts/build-upstream.sh >/dev/null
 cargo build --release --lib --quiet
+# bench_load is linked with -lllama, so it asks for the SONAME; cargo writes only libllama.so.
+ln -sf libllama.so target/release/libllama.so.0
 out=target/bench && mkdir -p "$out"
 model="$LLAMA_HOTSWAP_CACHE/bench-f16-2GB.gguf"
 cargo run --release --quiet --example write_large -- "$model"
 cc -std=c11 -O2 -I"$UPSTREAM_LLAMA/include" -I"$UPSTREAM_LLAMA/ggml/include" ffi-tests/bench_load.c \
     -L"$UPSTREAM_BUILD/bin" -lllama -o "$out/bench_load"
-cc -std=c11 -O2 ffi-tests/bench_floor.c -o "$out/bench_floor"
+cc -std=c11 -O2 -pthread ffi-tests/bench_floor.c -o "$out/bench_floor"
 drop_cache() { python3 -c "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd,0,0,os.POSIX_FADV_DONTNEED); os.close(fd)" "$model"; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 echo "| mode | cache | upstream ms | ours ms | ratio | upstream peak RSS MiB | ours peak RSS MiB | upstream minor faults | ours minor faults | upstream CPU ms | ours CPU ms |"
@@ -28,6 +30,7 @@ for mode in $MODES; do
     for cache in $CACHES; do
         # In NONE mode the same rounds also time the floor under any owned load (bench_floor).
         runners="up us"; [ "$mode" = none ] && runners="up us touch read"
+        rm -f "$out"/up.txt "$out"/us.txt "$out"/touch.txt "$out"/read.txt
         for who in $runners; do : > "$out/$who.txt"; done
         cat "$model" > /dev/null
         for _ in $(seq "$RUNS"); do

@@ -1,5 +1,5 @@
 //! Owned-memory loading (load modes NONE, MLOCK, DIRECT_IO): each file is read into one
-//! page-aligned arena (pre-faulted, or on transparent huge pages faulted in by the reads:
+//! page-aligned arena (faulted in by the reads themselves:
 //! [`crate::storage::host::alloc_pages`]) that mirrors the file's offsets, in large
 //! positional reads split across two threads.
 //! Mirroring keeps O_DIRECT's alignment rules trivially satisfied (aligned file offset ⇔

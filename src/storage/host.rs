@@ -27,24 +27,21 @@ pub fn map_file(file: &File, populate: bool) -> io::Result<memmap2::Mmap> {
 /// The environment variable that puts load arenas on transparent huge pages (`1`).
 pub const HUGE_PAGES_ENV: &str = "LLAMA_HOTSWAP_HUGE_PAGES";
 
-/// Page-aligned, owned, writable memory (an anonymous mapping) for an arena.
+/// Page-aligned, owned, writable memory (an anonymous mapping) for an arena, not pre-faulted:
+/// the loader's two reading threads fault it in as they fill it, in parallel and overlapping
+/// a cold file's disk reads. `MAP_POPULATE` in the loading thread (the default until
+/// 2026-11-27) was slower on the project's 2-core VM: 1247 against 1033 ms warm, 2366 against
+/// 1538 ms cold, for a 1.9 GB model (README, Benchmarks).
 ///
-/// By default 4 KiB pages pre-faulted by `MAP_POPULATE` (~469 k faults for a 1.9 GB model).
-/// With `LLAMA_HOTSWAP_HUGE_PAGES=1` it asks for transparent huge pages instead
-/// (`MADV_HUGEPAGE` before anything touches it, not pre-faulted: the reading threads fault it
-/// in as they fill it, one fault per 2 MiB, ~4.3 k). On the project's VM that was bimodal:
-/// 0.34× and 0.56× upstream's load time in two runs, 1.43× and 2.16× in two others (README,
-/// Benchmarks), hence opt-in. Where THP is `never` the advice is refused and the memory is
-/// 4 KiB pages faulted by the reads, the same bytes; only whole, aligned 2 MiB blocks can be
-/// huge, so the start need not be aligned.
+/// With `LLAMA_HOTSWAP_HUGE_PAGES=1` it asks for transparent huge pages (`MADV_HUGEPAGE`
+/// before anything touches it; one fault per 2 MiB, ~4.3 k). On the project's VM that was
+/// bimodal: 0.34× and 0.56× upstream's load time in two runs, 1.43× and 2.16× in two others
+/// (README, Benchmarks), hence opt-in. Where THP is `never` the advice is refused and the
+/// memory is 4 KiB pages, the same bytes; only whole, aligned 2 MiB blocks can be huge, so
+/// the start need not be aligned.
 pub fn alloc_pages(len: usize) -> io::Result<memmap2::MmapMut> {
     let huge = std::env::var(HUGE_PAGES_ENV).is_ok_and(|v| v.trim() == "1");
-    let mut options = memmap2::MmapOptions::new();
-    options.len(len.max(1));
-    if !huge {
-        options.populate();
-    }
-    let map = options.map_anon()?;
+    let map = memmap2::MmapOptions::new().len(len.max(1)).map_anon()?;
     if huge {
         // Advice only: without THP the memory stays 4 KiB pages.
         let _ = map.advise(memmap2::Advice::HugePage);

@@ -1,0 +1,65 @@
+/* The floor under any owned (NONE-mode) load, for `make bench-load`: what it costs this machine
+ * to get a file's bytes into fresh anonymous memory, with no model library involved. Prints
+ * "<ms> <peak_rss_kib> <minor_faults> <cpu_ms>" like bench_load.
+ * usage: bench_floor FILE touch   anonymous memory of the file's size, one byte written per
+ *                                 4 KiB page (the page faults), nothing read
+ *        bench_floor FILE read    the file pread into such memory (the reads fault it in)
+ * Both split the memory in two halves done by two threads, as the loader does on this
+ * project's 2-core machine. If `touch` alone takes more than half of upstream's NONE load, no
+ * owned load can be 0.5x upstream here. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct part { int fd; char *p; size_t from, to; int read; int failed; };
+
+static void *fill(void *arg) {
+    struct part *t = arg;
+    if (!t->read) {
+        for (size_t at = t->from; at < t->to; at += 4096) t->p[at] = 1;
+        return NULL;
+    }
+    for (size_t at = t->from; at < t->to;) {
+        size_t want = t->to - at < (64u << 20) ? t->to - at : (64u << 20);
+        ssize_t got = pread(t->fd, t->p + at, want, (off_t) at);
+        if (got <= 0) { t->failed = 1; return NULL; }
+        at += (size_t) got;
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) return 2;
+    int fd = open(argv[1], O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) { perror(argv[1]); return 1; }
+    size_t len = (size_t) st.st_size, half = len / 2 / 4096 * 4096;
+    int read = strcmp(argv[2], "read") == 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) { perror("mmap"); return 1; }
+    struct part a = { fd, p, 0, half, read, 0 }, b = { fd, p, half, len, read, 0 };
+    pthread_t other;
+    if (pthread_create(&other, NULL, fill, &b) != 0) return 1;
+    fill(&a);
+    pthread_join(other, NULL);
+    if (a.failed || b.failed) { fprintf(stderr, "pread failed\n"); return 1; }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double cpu_ms = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3
+                  + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+    printf("%.1f %ld %ld %.1f\n", (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6,
+           ru.ru_maxrss, ru.ru_minflt, cpu_ms);
+    munmap(p, len);
+    close(fd);
+    return 0;
+}

@@ -9,7 +9,8 @@
  *       of the same model: "load_ms X".
  *   bench_hotswap poll FIRST_SHARD CALLS                                     (ours)
  *       CALLS timed llama_ext_model_reload_changed_tensors calls with nothing changed:
- *       "poll_ms X" each.
+ *       "poll_ms X" each, each followed by "stat_ms X": one plain stat(2) of every shard file,
+ *       the floor under any poll that looks at each file.
  *   bench_hotswap reload FIRST_SHARD SHARD VARDIR TENSOR OFFSET NBYTES ROUNDS  (ours)
  *       per round: pread of NBYTES at OFFSET of SHARD into a warm buffer ("pread_ms"), then
  *       new versions of SHARD written to a temp file, fdatasync'ed and renamed into place
@@ -159,10 +160,30 @@ static void check_type(struct llama_model *m, const char *tensor, int32_t type) 
     }
 }
 
+/* The floor under any poll that looks at every shard: one stat(2) per shard file (the
+ * shards' paths from FIRST's "PREFIX-00001-of-NNNNN.gguf"), in milliseconds. */
+static double stat_all_ms(const char *first) {
+    const char *tag = strstr(first, "-00001-of-");
+    if (!tag) die("first shard name has no -00001-of-");
+    int count = atoi(tag + strlen("-00001-of-"));
+    char prefix[4096], path[4096];
+    snprintf(prefix, sizeof prefix, "%.*s", (int) (tag - first), first);
+    struct stat st;
+    double t0 = now_ms();
+    for (int i = 0; i < count; i++) {
+        llama_split_path(path, sizeof path, prefix, i, count);
+        if (stat(path, &st) != 0) die("stat of a shard failed");
+    }
+    return now_ms() - t0;
+}
+
 static int mode_poll(const char *first, int calls) {
     struct llama_model *m = load(first);
     for (int i = 0; i < 3; i++) timed_reload(m, 0, NULL);
-    for (int i = 0; i < calls; i++) printf("poll_ms %.4f\n", timed_reload(m, 0, NULL));
+    for (int i = 0; i < calls; i++) {
+        printf("poll_ms %.4f\n", timed_reload(m, 0, NULL));
+        printf("stat_ms %.4f\n", stat_all_ms(first));
+    }
     llama_model_free(m);
     return 0;
 }

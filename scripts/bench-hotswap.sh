@@ -56,6 +56,7 @@ cat "$work"/* "$data"/variants/* "$data"/small/* >/dev/null
 : >"$out/poll.txt"
 for _ in $(seq "$RUNS"); do ours poll "$m_small_first" "$POLL_CALLS" >>"$out/poll.txt"; done
 poll=$(values poll_ms "$out/poll.txt" | median)
+stat_floor=$(values stat_ms "$out/poll.txt" | median)
 
 # 2. Reloads of the 64 MiB tensor (one process, RUNS rounds after a warm-up round), then full
 #    reloads, ours and upstream interleaved, a fresh process each.
@@ -106,6 +107,8 @@ echo "| # | measurement | median | goal | result |"
 echo "|---|---|---|---|---|"
 awk -v p="$poll" -v n="$m_small_count" 'BEGIN {
     printf "| 1 | no-change poll, %d shard files (`llama_ext_model_reload_changed_tensors`) | %.2f ms | ≤ 2 ms | %s |\n", n, p, (p <= 2) ? "met" : "**missed**" }'
+awk -v f="$stat_floor" -v p="$poll" -v n="$m_small_count" 'BEGIN {
+    printf "| 1 | floor: one plain `stat(2)` of each of the %d shard files, same process, same rounds | %.2f ms (poll = %.2f× it) | — | — |\n", n, f, p / f }'
 awk -v p="$pread" 'BEGIN { printf "| 2 | baseline: `pread` of the 64 MiB from the page cache (warm buffer) | %.1f ms | — | — |\n", p }'
 row2() { # LABEL MS
     awk -v l="$1" -v t="$2" -v p="$pread" 'BEGIN {

@@ -149,17 +149,26 @@ impl HostRange {
                 self.len
             )));
         }
-        // SAFETY: inside the mapping and disjoint from every other range (as in `bytes`);
-        // `&mut self` means no slice from `bytes` is alive.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                src.as_ptr(),
-                self.arena.raw.as_mut_ptr().add(self.offset),
-                self.len,
-            )
-        };
+        copy_parallel(self.bytes_mut(), src);
         Ok(())
     }
+}
+
+/// `dst.copy_from_slice(src)`, split across two threads for large copies (one core's memcpy
+/// reaches about half of what two reach on the project's machine: a 64 MiB in-place reload
+/// wrote for 9.7 ms on one).
+pub fn copy_parallel(dst: &mut [u8], src: &[u8]) {
+    const PARALLEL_MIN: usize = 8 << 20;
+    if dst.len() < PARALLEL_MIN {
+        return dst.copy_from_slice(src);
+    }
+    let half = (dst.len() / 2) & !(crate::device::page_size() - 1);
+    let (d1, d2) = dst.split_at_mut(half);
+    let (s1, s2) = src.split_at(half);
+    std::thread::scope(|scope| {
+        scope.spawn(|| d2.copy_from_slice(s2));
+        d1.copy_from_slice(s1);
+    });
 }
 
 /// Cuts an arena into the ranges `keep` (returned in order) and gives the whole pages of the
@@ -211,4 +220,20 @@ pub fn split_arena(
             len,
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_parallel_copies_every_byte_small_and_split() {
+        // Below the split, and above it with a length that is not a multiple of the page.
+        for len in [4097usize, (8 << 20) + 12345] {
+            let src: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+            let mut dst = vec![0u8; len];
+            copy_parallel(&mut dst, &src);
+            assert!(dst == src, "length {len}");
+        }
+    }
 }

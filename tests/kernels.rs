@@ -8,7 +8,7 @@ use llama::gguf::GgmlType;
 use llama::kernels::cpu::{self, Scratch, ThreadPool};
 
 mod common;
-use common::{q8_1_sum_slack, random_activations, random_weights, Rng};
+use common::{exact_dot, q8_1_sum_slack, random_activations, random_weights, Rng};
 
 // ------------------------------------------------------------------ thread pool
 
@@ -203,10 +203,7 @@ fn simd_dot_matches_scalar_for_every_type() {
 /// Σ|wᵢ·x'ᵢ| in f64, x' the dequantized converted activations.
 fn abs_dot(t: GgmlType, w: &[u8], xq: &[u8], k: usize) -> f32 {
     let (wf, xf) = dequantized(t, w, xq, k);
-    wf.iter()
-        .zip(&xf)
-        .map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs())
-        .sum::<f64>() as f32
+    exact_dot(&wf, &xf).1 as f32
 }
 
 fn dequantized(t: GgmlType, w: &[u8], xq: &[u8], k: usize) -> (Vec<f32>, Vec<f32>) {
@@ -303,16 +300,7 @@ fn mul_mat_matches_f64_reference() {
                     for i in 0..n_rows {
                         let wr = &w[i * wrow..(i + 1) * wrow];
                         let (wf, xf) = dequantized(t, wr, &xq, k);
-                        let exact: f64 = wf
-                            .iter()
-                            .zip(&xf)
-                            .map(|(a, b)| f64::from(*a) * f64::from(*b))
-                            .sum();
-                        let scale: f64 = wf
-                            .iter()
-                            .zip(&xf)
-                            .map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs())
-                            .sum();
+                        let (exact, scale) = exact_dot(&wf, &xf);
                         let got = f64::from(dst[j * n_rows + i]);
                         let tol = 1e-5 * scale + q8_1_sum_slack(t, wr, &xq) + 1e-6;
                         assert!(
@@ -788,16 +776,7 @@ fn float_rows_of_any_length() {
                 cpu::quantize_row(vt, &x[j * k..(j + 1) * k], &mut xq);
                 for i in 0..n_rows {
                     let (wf, xf) = dequantized(t, &w[i * wrow..(i + 1) * wrow], &xq, k);
-                    let exact: f64 = wf
-                        .iter()
-                        .zip(&xf)
-                        .map(|(a, b)| f64::from(*a) * f64::from(*b))
-                        .sum();
-                    let scale: f64 = wf
-                        .iter()
-                        .zip(&xf)
-                        .map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs())
-                        .sum();
+                    let (exact, scale) = exact_dot(&wf, &xf);
                     let got = f64::from(dst[j * n_rows + i]);
                     assert!(
                         (got - exact).abs() <= 1e-5 * scale + 1e-6,

@@ -7,7 +7,7 @@ use llama::gguf::GgmlType;
 use llama::kernels::cpu::{self, Scratch, ThreadPool};
 
 mod common;
-use common::{q8_1_sum_slack, random_activations, random_weights, Rng};
+use common::{exact_dot, q8_1_sum_slack, random_activations, random_weights, Rng};
 
 #[test]
 fn scalar_path_matches_f64_reference() {
@@ -43,16 +43,7 @@ fn scalar_path_matches_f64_reference() {
                 let wr = &w[i * wrow..(i + 1) * wrow];
                 let mut wf = vec![0f32; k];
                 cpu::dequantize_row(t, wr, &mut wf);
-                let exact: f64 = wf
-                    .iter()
-                    .zip(&xf)
-                    .map(|(a, b)| f64::from(*a) * f64::from(*b))
-                    .sum();
-                let scale: f64 = wf
-                    .iter()
-                    .zip(&xf)
-                    .map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs())
-                    .sum();
+                let (exact, scale) = exact_dot(&wf, &xf);
                 let slack = q8_1_sum_slack(t, wr, &xq);
                 let got = f64::from(dst[j * n_rows + i]);
                 assert!(

@@ -114,3 +114,12 @@ pub fn q8_1_sum_slack(t: GgmlType, w_row: &[u8], xq: &[u8]) -> f64 {
         })
         .sum()
 }
+
+/// `(Σ wᵢ·xᵢ, Σ |wᵢ·xᵢ|)` in f64: the exact dot product a kernel's f32 result is checked
+/// against, and the magnitude its tolerance scales with.
+pub fn exact_dot(w: &[f32], x: &[f32]) -> (f64, f64) {
+    w.iter().zip(x).fold((0.0, 0.0), |(sum, abs), (a, b)| {
+        let p = f64::from(*a) * f64::from(*b);
+        (sum + p, abs + p.abs())
+    })
+}

@@ -60,6 +60,51 @@ impl RepackKind {
         }
     }
 
+    /// The ggml type the layout is made from.
+    fn plain_type(self) -> GgmlType {
+        match self {
+            RepackKind::Q4_0x8 => GgmlType::Q4_0,
+            RepackKind::Iq4NlX8 => GgmlType::IQ4_NL,
+            RepackKind::Q4Kx8 => GgmlType::Q4_K,
+        }
+    }
+
+    /// Bytes of one ggml block of [`Self::plain_type`] (IQ4_NL's are Q4_0's size).
+    fn plain_block_bytes(self) -> usize {
+        match self {
+            RepackKind::Q4Kx8 => Q4_K_BYTES,
+            _ => Q4_0_BYTES,
+        }
+    }
+
+    /// Puts row `r`'s ggml block `inb` into its places in the group block `blk`.
+    fn pack_row(self, r: usize, inb: &[u8], blk: &mut [u8]) {
+        match self {
+            RepackKind::Q4Kx8 => pack_q4_kx8_row(r, inb, blk),
+            _ => {
+                blk[2 * r..2 * r + 2].copy_from_slice(&inb[..2]);
+                for half in 0..2 {
+                    let at = 2 * ROWS + 8 * (half * ROWS + r);
+                    blk[at..at + 8].copy_from_slice(&inb[2 + 8 * half..2 + 8 * half + 8]);
+                }
+            }
+        }
+    }
+
+    /// Row `r`'s ggml block out of the group block `blk` (the inverse of [`Self::pack_row`]).
+    fn unpack_row(self, blk: &[u8], r: usize, out: &mut [u8]) {
+        match self {
+            RepackKind::Q4Kx8 => unpack_q4_kx8_row(blk, r, out),
+            _ => {
+                out[..2].copy_from_slice(&blk[2 * r..2 * r + 2]);
+                for half in 0..2 {
+                    let at = 2 * ROWS + 8 * (half * ROWS + r);
+                    out[2 + 8 * half..2 + 8 * half + 8].copy_from_slice(&blk[at..at + 8]);
+                }
+            }
+        }
+    }
+
     /// Words of [`fill_meta`] per activation block.
     fn meta_words(self) -> usize {
         match self {
@@ -102,11 +147,7 @@ impl Repacked {
 
     /// Bytes of the plain (ggml) layout the weight came from.
     pub fn plain_nbytes(&self) -> usize {
-        let block = match self.kind {
-            RepackKind::Q4Kx8 => Q4_K_BYTES,
-            _ => Q4_0_BYTES,
-        };
-        self.n_rows * (self.k / self.kind.block_elems()) * block
+        self.n_rows * (self.k / self.kind.block_elems()) * self.kind.plain_block_bytes()
     }
 
     /// Writes the plain (ggml) layout back into `dst` ([`Self::plain_nbytes`] bytes), byte for
@@ -116,34 +157,22 @@ impl Repacked {
     /// `CPU_REPACK` buffer) and still hand out the tensor's bytes.
     pub fn unrepack_into(&self, dst: &mut [u8]) {
         assert_eq!(dst.len(), self.plain_nbytes(), "plain layout size");
-        let nb = self.k / self.kind.block_elems();
-        let (block, row) = match self.kind {
-            RepackKind::Q4Kx8 => (Q4_K_BYTES, nb * Q4_K_BYTES),
-            _ => (Q4_0_BYTES, nb * Q4_0_BYTES),
-        };
+        let block = self.kind.plain_block_bytes();
+        let row = self.k / self.kind.block_elems() * block;
         let groups = dst.chunks_exact_mut(ROWS * row);
         for (rows, packed) in groups.zip(self.bytes.chunks_exact(self.group_bytes())) {
             let blocks = packed.chunks_exact(self.kind.group_block_bytes());
             for (b, blk) in blocks.enumerate() {
                 for r in 0..ROWS {
-                    let out = &mut rows[r * row + b * block..][..block];
-                    match self.kind {
-                        RepackKind::Q4Kx8 => unpack_q4_kx8_row(blk, r, out),
-                        _ => {
-                            out[..2].copy_from_slice(&blk[2 * r..2 * r + 2]);
-                            for half in 0..2 {
-                                let i = 2 * ROWS + 8 * (half * ROWS + r);
-                                out[2 + 8 * half..2 + 8 * half + 8].copy_from_slice(&blk[i..i + 8]);
-                            }
-                        }
-                    }
+                    self.kind
+                        .unpack_row(blk, r, &mut rows[r * row + b * block..][..block]);
                 }
             }
         }
     }
 }
 
-/// Row `r`'s Q4_K block out of one `Q4Kx8` block (the inverse of [`repack_q4_k`]'s loop body).
+/// Row `r`'s Q4_K block out of one `Q4Kx8` block (the inverse of [`pack_q4_kx8_row`]).
 fn unpack_q4_kx8_row(blk: &[u8], r: usize, out: &mut [u8]) {
     out[0..2].copy_from_slice(&blk[2 * r..2 * r + 2]);
     out[2..4].copy_from_slice(&blk[16 + 2 * r..16 + 2 * r + 2]);
@@ -191,30 +220,21 @@ fn simd() -> bool {
 /// Repacks `n_rows` rows of `k` elements of `t` (ggml layout, `src`) into `kind`'s layout.
 /// Panics if `src` is short or the shape does not fit the layout.
 pub fn repack(kind: RepackKind, t: GgmlType, src: &[u8], n_rows: usize, k: usize) -> Repacked {
-    let want = match kind {
-        RepackKind::Q4_0x8 => GgmlType::Q4_0,
-        RepackKind::Iq4NlX8 => GgmlType::IQ4_NL,
-        RepackKind::Q4Kx8 => return repack_q4_k(t, src, n_rows, k),
-    };
     assert!(
-        t == want && n_rows % ROWS == 0 && k % QK == 0,
+        t == kind.plain_type() && n_rows % ROWS == 0 && k % kind.block_elems() == 0,
         "{t} [{k}, {n_rows}] does not repack as {kind:?}"
     );
-    let nb = k / QK;
-    let row = nb * Q4_0_BYTES;
+    let nb = k / kind.block_elems();
+    let block = kind.plain_block_bytes();
+    let row = nb * block;
     assert!(src.len() >= n_rows * row, "{t} weight: {} bytes", src.len());
-    let mut bytes = vec![0u8; n_rows * row];
-    for (g, out) in bytes.chunks_exact_mut(ROWS * row).enumerate() {
+    let group_block = kind.group_block_bytes();
+    let mut bytes = vec![0u8; n_rows / ROWS * nb * group_block];
+    for (g, packed) in bytes.chunks_exact_mut(nb * group_block).enumerate() {
         let rows = &src[g * ROWS * row..(g + 1) * ROWS * row];
-        for (b, blk) in out.chunks_exact_mut(ROWS * Q4_0_BYTES).enumerate() {
-            let (d, qs) = blk.split_at_mut(2 * ROWS);
+        for (b, blk) in packed.chunks_exact_mut(group_block).enumerate() {
             for r in 0..ROWS {
-                let inb = &rows[r * row + b * Q4_0_BYTES..][..Q4_0_BYTES];
-                d[2 * r..2 * r + 2].copy_from_slice(&inb[..2]);
-                for half in 0..2 {
-                    let i = half * ROWS + r;
-                    qs[8 * i..8 * i + 8].copy_from_slice(&inb[2 + 8 * half..2 + 8 * half + 8]);
-                }
+                kind.pack_row(r, &rows[r * row + b * block..][..block], blk);
             }
         }
     }
@@ -227,43 +247,21 @@ pub fn repack(kind: RepackKind, t: GgmlType, src: &[u8], n_rows: usize, k: usize
     }
 }
 
-fn repack_q4_k(t: GgmlType, src: &[u8], n_rows: usize, k: usize) -> Repacked {
-    assert!(
-        t == GgmlType::Q4_K && n_rows % ROWS == 0 && k % QK_K == 0,
-        "{t} [{k}, {n_rows}] does not repack as Q4Kx8"
-    );
-    let nb = k / QK_K;
-    let row = nb * Q4_K_BYTES;
-    assert!(src.len() >= n_rows * row, "{t} weight: {} bytes", src.len());
-    let mut bytes = vec![0u8; n_rows / ROWS * nb * Q4KX8_BYTES];
-    for (g, out) in bytes.chunks_exact_mut(nb * Q4KX8_BYTES).enumerate() {
-        let rows = &src[g * ROWS * row..(g + 1) * ROWS * row];
-        for (b, blk) in out.chunks_exact_mut(Q4KX8_BYTES).enumerate() {
-            for r in 0..ROWS {
-                let inb = &rows[r * row + b * Q4_K_BYTES..][..Q4_K_BYTES];
-                blk[2 * r..2 * r + 2].copy_from_slice(&inb[0..2]);
-                blk[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&inb[2..4]);
-                for sub in 0..8 {
-                    let (sc, mn) = scale_min_k4(sub, &inb[4..16]);
-                    blk[32 + sub * ROWS + r] = sc;
-                    blk[96 + sub * ROWS + r] = mn;
-                }
-                for c in 0..4 {
-                    for p in 0..4 {
-                        let at = 160 + ((4 * c + p) * ROWS + r) * 8;
-                        let from = 16 + 32 * c + 8 * p;
-                        blk[at..at + 8].copy_from_slice(&inb[from..from + 8]);
-                    }
-                }
-            }
-        }
+/// Row `r`'s Q4_K block `inb` into its places in one `Q4Kx8` block.
+fn pack_q4_kx8_row(r: usize, inb: &[u8], blk: &mut [u8]) {
+    blk[2 * r..2 * r + 2].copy_from_slice(&inb[0..2]);
+    blk[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&inb[2..4]);
+    for sub in 0..8 {
+        let (sc, mn) = scale_min_k4(sub, &inb[4..16]);
+        blk[32 + sub * ROWS + r] = sc;
+        blk[96 + sub * ROWS + r] = mn;
     }
-    Repacked {
-        kind: RepackKind::Q4Kx8,
-        ty: t,
-        n_rows,
-        k,
-        bytes,
+    for c in 0..4 {
+        for p in 0..4 {
+            let at = 160 + ((4 * c + p) * ROWS + r) * 8;
+            let from = 16 + 32 * c + 8 * p;
+            blk[at..at + 8].copy_from_slice(&inb[from..from + 8]);
+        }
     }
 }
 

@@ -30,8 +30,8 @@ pub const HUGE_PAGES_ENV: &str = "LLAMA_HOTSWAP_HUGE_PAGES";
 /// Page-aligned, owned, writable memory (an anonymous mapping) for an arena, not pre-faulted:
 /// the loader's two reading threads fault it in as they fill it, in parallel and overlapping
 /// a cold file's disk reads. `MAP_POPULATE` in the loading thread (the default until
-/// 2026-11-27) was slower on the project's 2-core VM: 1247 against 1033 ms warm, 2366 against
-/// 1538 ms cold, for a 1.9 GB model (README, Benchmarks).
+/// 2026-11-27) was slower on the project's 2-core VM: 1485 against 971 ms warm, 2725 against
+/// 1880 ms cold, for a 1.9 GB model (medians of 9 paired rounds; README, Benchmarks).
 ///
 /// With `LLAMA_HOTSWAP_HUGE_PAGES=1` it asks for transparent huge pages (`MADV_HUGEPAGE`
 /// before anything touches it; one fault per 2 MiB, ~4.3 k). On the project's VM that was
@@ -165,9 +165,20 @@ pub fn copy_parallel(dst: &mut [u8], src: &[u8]) {
     let half = (dst.len() / 2) & !(crate::device::page_size() - 1);
     let (d1, d2) = dst.split_at_mut(half);
     let (s1, s2) = src.split_at(half);
+    // The second half goes to whichever thread takes it first: a helper that cannot be
+    // started (a host at its thread limit) must not panic here, under the tensor's write
+    // lock, and one that starts late leaves it to this thread.
+    let second = std::sync::Mutex::new(Some(d2));
+    let copy_second = || {
+        let taken = second.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(d2) = taken {
+            d2.copy_from_slice(s2);
+        }
+    };
     std::thread::scope(|scope| {
-        scope.spawn(|| d2.copy_from_slice(s2));
+        let _ = std::thread::Builder::new().spawn_scoped(scope, copy_second);
         d1.copy_from_slice(s1);
+        copy_second();
     });
 }
 

@@ -134,16 +134,10 @@ fn read_range(file: &File, dst: &mut [u8], offset: u64) -> std::io::Result<usize
     }
     let half = (dst.len() / 2) & !(ALIGN as usize - 1);
     let (a, b) = dst.split_at_mut(half);
-    let (ra, rb) = std::thread::scope(|scope| {
-        let first = scope.spawn(|| read_serial(file, a, offset));
-        let second = read_serial(file, b, offset + half as u64);
-        (
-            first
-                .join()
-                .unwrap_or_else(|_| Err(std::io::Error::other("reader thread panicked"))),
-            second,
-        )
-    });
+    let (ra, rb) = crate::storage::both(
+        || read_serial(file, a, offset),
+        || read_serial(file, b, offset + half as u64),
+    );
     let na = ra?;
     let nb = rb?;
     Ok(if na < half { na } else { half + nb })

@@ -139,12 +139,9 @@ pub fn read_exact_at_parallel(
     }
     let half = (dst.len() / 2) & !(crate::device::page_size() - 1);
     let (a, b) = dst.split_at_mut(half);
-    std::thread::scope(|scope| {
-        let second = scope.spawn(|| file.read_exact_at(b, offset + half as u64));
-        let first = file.read_exact_at(a, offset);
-        let second = second
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("reader thread panicked")));
-        first.and(second)
-    })
+    let (first, second) = super::both(
+        || file.read_exact_at(a, offset),
+        || file.read_exact_at(b, offset + half as u64),
+    );
+    first.and(second)
 }

@@ -18,3 +18,62 @@ pub use file::{read_exact_at_parallel, FileIdentity, SourceFile};
 pub use host::{HostArena, HostRange};
 pub use place::{Home, ModelDevices};
 pub use pool::BufferPool;
+
+/// Runs `first` on this thread and `second` on a helper thread at the same time, and returns
+/// both results (the large reads and copies of storage, split in two halves). The helper
+/// runs `second` only if it starts before this thread is done with `first`; otherwise, or
+/// when no thread can be started at all (a host at its thread limit), this thread runs it
+/// after `first`: nothing fails for want of a thread. A panic in either is re-raised here.
+pub fn both<A, B: Send>(first: impl FnOnce() -> A, second: impl FnOnce() -> B + Send) -> (A, B) {
+    let job = std::sync::Mutex::new(Some(second));
+    let take_and_run = || {
+        let taken = job.lock().unwrap_or_else(|e| e.into_inner()).take();
+        taken.map(|f| f())
+    };
+    std::thread::scope(|scope| {
+        let helper = std::thread::Builder::new()
+            .spawn_scoped(scope, take_and_run)
+            .ok();
+        let a = first();
+        let b = match take_and_run() {
+            Some(b) => b,
+            // Not there any more: a helper was started and took it.
+            None => match helper.map(|h| h.join()) {
+                Some(Ok(Some(b))) => b,
+                Some(Err(panic)) => std::panic::resume_unwind(panic),
+                Some(Ok(None)) | None => unreachable!("the second job is taken exactly once"),
+            },
+        };
+        (a, b)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::both;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn both_runs_each_job_once_and_returns_both_results() {
+        let runs = AtomicUsize::new(0);
+        for i in 0..200usize {
+            let (a, b) = both(
+                || i * 2,
+                || {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    format!("second {i}")
+                },
+            );
+            assert_eq!((a, b), (i * 2, format!("second {i}")));
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 200);
+    }
+
+    #[test]
+    fn both_reraises_a_panic_of_either_job() {
+        let second = std::panic::catch_unwind(|| both(|| 1, || -> u8 { panic!("second") }));
+        assert!(second.is_err());
+        let first = std::panic::catch_unwind(|| both(|| -> u8 { panic!("first") }, || 2));
+        assert!(first.is_err());
+    }
+}

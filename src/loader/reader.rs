@@ -16,8 +16,6 @@ use super::{file_error, LoadError};
 const ALIGN: u64 = 4096;
 /// Largest single pread.
 const CHUNK: usize = 64 << 20;
-/// Below this a read stays on one thread.
-const PARALLEL_MIN: usize = 8 << 20;
 
 pub struct ArenaReader {
     arena: memmap2::MmapMut,
@@ -129,10 +127,11 @@ impl ArenaReader {
 /// Fills `dst` from `file` at `offset`, stopping early only at end of file; large ranges are
 /// split between two threads. Returns the bytes read.
 fn read_range(file: &File, dst: &mut [u8], offset: u64) -> std::io::Result<usize> {
-    if dst.len() < PARALLEL_MIN {
+    // The split is page-aligned, so O_DIRECT's halves stay aligned (a page is a multiple
+    // of ALIGN).
+    let Some(half) = crate::storage::split_point(dst.len()) else {
         return read_serial(file, dst, offset);
-    }
-    let half = (dst.len() / 2) & !(ALIGN as usize - 1);
+    };
     let (a, b) = dst.split_at_mut(half);
     let (ra, rb) = crate::storage::both(
         || read_serial(file, a, offset),

@@ -133,11 +133,9 @@ pub fn read_exact_at_parallel(
     offset: u64,
 ) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
-    const PARALLEL_MIN: usize = 8 << 20;
-    if dst.len() < PARALLEL_MIN {
+    let Some(half) = super::split_point(dst.len()) else {
         return file.read_exact_at(dst, offset);
-    }
-    let half = (dst.len() / 2) & !(crate::device::page_size() - 1);
+    };
     let (a, b) = dst.split_at_mut(half);
     let (first, second) = super::both(
         || file.read_exact_at(a, offset),

@@ -149,23 +149,9 @@ impl HostRange {
                 self.len
             )));
         }
-        copy_parallel(self.bytes_mut(), src);
+        super::copy_parallel(self.bytes_mut(), src);
         Ok(())
     }
-}
-
-/// `dst.copy_from_slice(src)`, split across two threads for large copies (the 64 MiB write of
-/// an in-place reload: 9.7 ms on one thread, ~8 ms on two, on the project's machine).
-pub fn copy_parallel(dst: &mut [u8], src: &[u8]) {
-    const PARALLEL_MIN: usize = 8 << 20;
-    if dst.len() < PARALLEL_MIN {
-        return dst.copy_from_slice(src);
-    }
-    let half = (dst.len() / 2) & !(crate::device::page_size() - 1);
-    let (d1, d2) = dst.split_at_mut(half);
-    let (s1, s2) = src.split_at(half);
-    // Under a tensor's write lock: `both` never fails for want of a thread.
-    super::both(|| d1.copy_from_slice(s1), || d2.copy_from_slice(s2));
 }
 
 /// Cuts an arena into the ranges `keep` (returned in order) and gives the whole pages of the
@@ -217,20 +203,4 @@ pub fn split_arena(
             len,
         })
         .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn copy_parallel_copies_every_byte_small_and_split() {
-        // Below the split, and above it with a length that is not a multiple of the page.
-        for len in [4097usize, (8 << 20) + 12345] {
-            let src: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
-            let mut dst = vec![0u8; len];
-            copy_parallel(&mut dst, &src);
-            assert!(dst == src, "length {len}");
-        }
-    }
 }

@@ -4,6 +4,8 @@
  * usage: bench_floor FILE touch   anonymous memory of the file's size, one byte written per
  *                                 4 KiB page (the page faults), nothing read
  *        bench_floor FILE read    the file pread into such memory (the reads fault it in)
+ *        bench_floor FILE populate  the same, each half first faulted in by one
+ *                                 madvise(MADV_POPULATE_WRITE) (as the loader does)
  * Both split the memory in two halves done by two threads, as the loader does on this
  * project's 2-core machine. If `touch` alone takes more than half of upstream's NONE load, no
  * owned load can be 0.5x upstream here. */
@@ -18,7 +20,11 @@
 #include <time.h>
 #include <unistd.h>
 
-struct part { int fd; char *p; size_t from, to; int read; int failed; };
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older C headers lack the name */
+#endif
+
+struct part { int fd; char *p; size_t from, to; int read; int populate; int failed; };
 
 static void *fill(void *arg) {
     struct part *t = arg;
@@ -26,6 +32,8 @@ static void *fill(void *arg) {
         for (size_t at = t->from; at < t->to; at += 4096) t->p[at] = 1;
         return NULL;
     }
+    /* Advice only, as in the loader: where it is refused, the reads fault the pages in. */
+    if (t->populate) madvise(t->p + t->from, t->to - t->from, MADV_POPULATE_WRITE);
     for (size_t at = t->from; at < t->to;) {
         size_t want = t->to - at < (64u << 20) ? t->to - at : (64u << 20);
         ssize_t got = pread(t->fd, t->p + at, want, (off_t) at);
@@ -41,12 +49,13 @@ int main(int argc, char **argv) {
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) { perror(argv[1]); return 1; }
     size_t len = (size_t) st.st_size, half = len / 2 / 4096 * 4096;
-    int read = strcmp(argv[2], "read") == 0;
+    int populate = strcmp(argv[2], "populate") == 0;
+    int read = populate || strcmp(argv[2], "read") == 0;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) { perror("mmap"); return 1; }
-    struct part a = { fd, p, 0, half, read, 0 }, b = { fd, p, half, len, read, 0 };
+    struct part a = { fd, p, 0, half, read, populate, 0 }, b = { fd, p, half, len, read, populate, 0 };
     pthread_t other;
     if (pthread_create(&other, NULL, fill, &b) != 0) return 1;
     fill(&a);

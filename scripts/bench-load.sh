@@ -3,9 +3,10 @@
 # same run, interleaved, a fresh process each, median of RUNS (default 5); warm page cache and
 # cold (posix_fadvise DONTNEED on the file first). Prints a Markdown table, with the median
 # minor page faults (getrusage ru_minflt) and CPU time (user + system) of each load process. MODES / CACHES restrict the rows
-# (e.g. MODES=none CACHES=warm). NONE rows are followed by two "floor" rows timed in the same
+# (e.g. MODES=none CACHES=warm). NONE rows are followed by three "floor" rows timed in the same
 # rounds without any model library (ffi-tests/bench_floor.c): fresh anonymous memory of the
-# file's size faulted in, and that plus a pread of the file; "ours" columns hold the floor.
+# file's size faulted in, that plus a pread of the file, and the pread after faulting the
+# memory in by madvise(MADV_POPULATE_WRITE) as the loader does; "ours" columns hold the floor.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
@@ -29,8 +30,8 @@ echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for mode in $MODES; do
     for cache in $CACHES; do
         # In NONE mode the same rounds also time the floor under any owned load (bench_floor).
-        runners="up us"; [ "$mode" = none ] && runners="up us touch read"
-        rm -f "$out"/up.txt "$out"/us.txt "$out"/touch.txt "$out"/read.txt
+        runners="up us"; [ "$mode" = none ] && runners="up us touch read populate"
+        rm -f "$out"/up.txt "$out"/us.txt "$out"/touch.txt "$out"/read.txt "$out"/populate.txt
         for who in $runners; do : > "$out/$who.txt"; done
         cat "$model" > /dev/null
         for _ in $(seq "$RUNS"); do
@@ -50,7 +51,7 @@ for mode in $MODES; do
         awk -v m="$mode" -v c="$cache" -v a="$up_ms" -v b="$us_ms" -v ra="$up_rss" -v rb="$us_rss" \
             -v fa="$up_flt" -v fb="$us_flt" -v ca="$up_cpu" -v cb="$us_cpu" \
             'BEGIN {printf "| %s | %s | %.1f | %.1f | %.2fx | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", m, c, a, b, b/a, ra/1024, rb/1024, fa, fb, ca, cb}'
-        for floor in touch read; do
+        for floor in touch read populate; do
             [ -s "$out/$floor.txt" ] || continue
             f_ms=$(cut -d' ' -f1 "$out/$floor.txt" | median); f_rss=$(cut -d' ' -f2 "$out/$floor.txt" | median)
             f_flt=$(cut -d' ' -f3 "$out/$floor.txt" | median); f_cpu=$(cut -d' ' -f4 "$out/$floor.txt" | median)

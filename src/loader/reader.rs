@@ -142,10 +142,18 @@ fn read_range(file: &File, dst: &mut [u8], offset: u64) -> std::io::Result<usize
     Ok(if na < half { na } else { half + nb })
 }
 
+/// Reads into fresh arena memory, faulting each chunk in just before its read (see
+/// [`crate::storage::host::populate_for_write`]); each page is populated once, since walking
+/// pages that are already there costs about as much again.
 fn read_serial(file: &File, dst: &mut [u8], offset: u64) -> std::io::Result<usize> {
     let mut done = 0;
+    let mut populated = 0;
     while done < dst.len() {
         let end = (done + CHUNK).min(dst.len());
+        if end > populated {
+            crate::storage::host::populate_for_write(&mut dst[populated.max(done)..end]);
+            populated = end;
+        }
         match file.read_at(&mut dst[done..end], offset + done as u64) {
             Ok(0) => break,
             Ok(n) => done += n,

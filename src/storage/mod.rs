@@ -115,6 +115,34 @@ mod tests {
     }
 
     #[test]
+    fn populate_for_write_keeps_bytes_and_makes_whole_pages_resident() {
+        use super::host::{alloc_pages, populate_for_write, split_arena, HostArena};
+        let page = crate::device::page_size();
+        // A range that starts and ends mid-page: only its whole pages are populated, and no
+        // byte of it (or of the pages it shares with its neighbours) changes.
+        let (offset, len) = (page / 2, 6 * page);
+        let arena = HostArena::new(alloc_pages(8 * page).unwrap());
+        let mut ranges = split_arena(arena, &[(offset, len)], &[]).unwrap();
+        let range = &mut ranges[0];
+        assert_eq!(range.resident_bytes(), Some(0), "fresh anonymous memory");
+        let populated = populate_for_write(range.bytes_mut());
+        if populated {
+            // The five whole pages inside it; the two partial ones stay untouched.
+            assert_eq!(range.resident_bytes(), Some(5 * page));
+        } else {
+            eprintln!("MADV_POPULATE_WRITE refused here (kernel older than 5.14?)");
+        }
+        assert!(range.bytes().iter().all(|&b| b == 0));
+        let pattern: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        range.write(&pattern).unwrap();
+        assert!(populate_for_write(range.bytes_mut()) || !populated);
+        assert!(
+            range.bytes() == pattern.as_slice(),
+            "populating changed written bytes"
+        );
+    }
+
+    #[test]
     fn both_reraises_a_panic_of_either_job() {
         let second = std::panic::catch_unwind(|| both(|| 1, || -> u8 { panic!("second") }));
         assert!(second.is_err());

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # make bench-load: llama_model_load_from_file on the ~2 GB F16 model, ours vs upstream in the
 # same run, interleaved, a fresh process each, median of RUNS (default 5); warm page cache and
-# cold (posix_fadvise DONTNEED on the file first). Prints a Markdown table, with the median
-# minor page faults (getrusage ru_minflt) and CPU time (user + system) of each load process. MODES / CACHES restrict the rows
-# (e.g. MODES=none CACHES=warm). NONE rows are followed by three "floor" rows timed in the same
-# rounds without any model library (ffi-tests/bench_floor.c): fresh anonymous memory of the
-# file's size faulted in, that plus a pread of the file, and the pread after faulting the
-# memory in by madvise(MADV_POPULATE_WRITE) as the loader does; "ours" columns hold the floor.
+# cold (posix_fadvise DONTNEED on the file first). Prints a Markdown table: medians of each
+# library's time, peak RSS, minor page faults (getrusage ru_minflt) and CPU time (user +
+# system) of each load process; the ratio is the median of the per-round ratios (paired).
+# MODES / CACHES restrict the rows (e.g. MODES=none CACHES=warm). NONE rows are followed by
+# three "floor" rows timed in the same rounds without any model library
+# (ffi-tests/bench_floor.c): fresh anonymous memory of the file's size faulted in, that plus a
+# pread of the file, and the pread after faulting the memory in by
+# madvise(MADV_POPULATE_WRITE) as the loader does; "ours" columns hold the floor.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
@@ -24,7 +26,11 @@ cc -std=c11 -O2 -I"$UPSTREAM_LLAMA/include" -I"$UPSTREAM_LLAMA/ggml/include" ffi
     -L"$UPSTREAM_BUILD/bin" -lllama -o "$out/bench_load"
 cc -std=c11 -O2 -pthread ffi-tests/bench_floor.c -o "$out/bench_floor"
 drop_cache() { python3 -c "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd,0,0,os.POSIX_FADV_DONTNEED); os.close(fd)" "$model"; }
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+# ratio A: the median over the rounds of A's time / upstream's time in the same round (paired,
+# as bench-decode does: upstream's own load time drifts by 30% between rounds on a shared VM,
+# and pairing cancels the drift that a ratio of two medians keeps)
+paired() { paste -d' ' "$out/$1.txt" "$out/up.txt" | awk '{ print $1 / $5 }' | median; }
 echo "| mode | cache | upstream ms | ours ms | ratio | upstream peak RSS MiB | ours peak RSS MiB | upstream minor faults | ours minor faults | upstream CPU ms | ours CPU ms |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for mode in $MODES; do
@@ -49,15 +55,15 @@ for mode in $MODES; do
         up_flt=$(cut -d' ' -f3 "$out/up.txt" | median); us_flt=$(cut -d' ' -f3 "$out/us.txt" | median)
         up_cpu=$(cut -d' ' -f4 "$out/up.txt" | median); us_cpu=$(cut -d' ' -f4 "$out/us.txt" | median)
         awk -v m="$mode" -v c="$cache" -v a="$up_ms" -v b="$us_ms" -v ra="$up_rss" -v rb="$us_rss" \
-            -v fa="$up_flt" -v fb="$us_flt" -v ca="$up_cpu" -v cb="$us_cpu" \
-            'BEGIN {printf "| %s | %s | %.1f | %.1f | %.2fx | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", m, c, a, b, b/a, ra/1024, rb/1024, fa, fb, ca, cb}'
+            -v fa="$up_flt" -v fb="$us_flt" -v ca="$up_cpu" -v cb="$us_cpu" -v r="$(paired us)" \
+            'BEGIN {printf "| %s | %s | %.1f | %.1f | %.2fx | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", m, c, a, b, r, ra/1024, rb/1024, fa, fb, ca, cb}'
         for floor in touch read populate; do
             [ -s "$out/$floor.txt" ] || continue
             f_ms=$(cut -d' ' -f1 "$out/$floor.txt" | median); f_rss=$(cut -d' ' -f2 "$out/$floor.txt" | median)
             f_flt=$(cut -d' ' -f3 "$out/$floor.txt" | median); f_cpu=$(cut -d' ' -f4 "$out/$floor.txt" | median)
             awk -v m="floor: $floor" -v c="$cache" -v a="$up_ms" -v b="$f_ms" -v ra="$up_rss" -v rb="$f_rss" \
-                -v fa="$up_flt" -v fb="$f_flt" -v ca="$up_cpu" -v cb="$f_cpu" \
-                'BEGIN {printf "| %s | %s | %.1f | %.1f | %.2fx | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", m, c, a, b, b/a, ra/1024, rb/1024, fa, fb, ca, cb}'
+                -v fa="$up_flt" -v fb="$f_flt" -v ca="$up_cpu" -v cb="$f_cpu" -v r="$(paired "$floor")" \
+                'BEGIN {printf "| %s | %s | %.1f | %.1f | %.2fx | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", m, c, a, b, r, ra/1024, rb/1024, fa, fb, ca, cb}'
         done
     done
 done

@@ -70,11 +70,10 @@ impl ArenaReader {
         let from = self.cursor as usize;
         let to = target as usize;
         let want_until = end.min(file_size) as usize;
-        let result = read_range(
-            self.direct.as_ref().unwrap_or(&source.file),
-            &mut self.arena[from..to],
-            self.cursor,
-        );
+        let result = match &self.direct {
+            Some(direct) => read_range(direct, &mut self.arena[from..to], self.cursor, false),
+            None => read_range(&source.file, &mut self.arena[from..to], self.cursor, true),
+        };
         let got = match result {
             Err(e) if self.direct.is_some() && e.raw_os_error() == Some(libc::EINVAL) => {
                 crate::log_warn!(
@@ -125,32 +124,34 @@ impl ArenaReader {
 }
 
 /// Fills `dst` from `file` at `offset`, stopping early only at end of file; large ranges are
-/// split between two threads. Returns the bytes read.
-fn read_range(file: &File, dst: &mut [u8], offset: u64) -> std::io::Result<usize> {
+/// split between two threads. Returns the bytes read. `populate`: fault each chunk in first
+/// (buffered reads; an O_DIRECT read faults its pages in batches while the device works, and
+/// populating first made DIO loads 6% slower: 2451 against 2309 ms, 5 paired rounds).
+fn read_range(file: &File, dst: &mut [u8], offset: u64, populate: bool) -> std::io::Result<usize> {
     // The split is page-aligned, so O_DIRECT's halves stay aligned (a page is a multiple
     // of ALIGN).
     let Some(half) = crate::storage::split_point(dst.len()) else {
-        return read_serial(file, dst, offset);
+        return read_serial(file, dst, offset, populate);
     };
     let (a, b) = dst.split_at_mut(half);
     let (ra, rb) = crate::storage::both(
-        || read_serial(file, a, offset),
-        || read_serial(file, b, offset + half as u64),
+        || read_serial(file, a, offset, populate),
+        || read_serial(file, b, offset + half as u64, populate),
     );
     let na = ra?;
     let nb = rb?;
     Ok(if na < half { na } else { half + nb })
 }
 
-/// Reads into fresh arena memory, faulting each chunk in just before its read (see
-/// [`crate::storage::host::populate_for_write`]); each page is populated once, since walking
-/// pages that are already there costs about as much again.
-fn read_serial(file: &File, dst: &mut [u8], offset: u64) -> std::io::Result<usize> {
+/// Reads into fresh arena memory, with `populate` faulting each chunk in just before its read
+/// (see [`crate::storage::host::populate_for_write`]); each page is populated once, since
+/// walking pages that are already there costs a quarter of a fault again.
+fn read_serial(file: &File, dst: &mut [u8], offset: u64, populate: bool) -> std::io::Result<usize> {
     let mut done = 0;
     let mut populated = 0;
     while done < dst.len() {
         let end = (done + CHUNK).min(dst.len());
-        if end > populated {
+        if populate && end > populated {
             crate::storage::host::populate_for_write(&mut dst[populated.max(done)..end]);
             populated = end;
         }

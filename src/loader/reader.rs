@@ -1,7 +1,8 @@
 //! Owned-memory loading (load modes NONE, MLOCK, DIRECT_IO): each file is read into one
-//! page-aligned arena (faulted in by the reads themselves:
-//! [`crate::storage::host::alloc_pages`]) that mirrors the file's offsets, in large
-//! positional reads split across two threads.
+//! page-aligned arena ([`crate::storage::host::alloc_pages`], not pre-faulted) that mirrors
+//! the file's offsets, in large positional reads split across two threads; the buffered
+//! reads fault their chunk in first ([`crate::storage::host::populate_for_write`]), O_DIRECT
+//! reads fault it themselves.
 //! Mirroring keeps O_DIRECT's alignment rules trivially satisfied (aligned file offset ⇔
 //! aligned arena address) and lets reads stay disjoint.
 

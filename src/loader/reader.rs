@@ -71,10 +71,12 @@ impl ArenaReader {
         let from = self.cursor as usize;
         let to = target as usize;
         let want_until = end.min(file_size) as usize;
-        let result = match &self.direct {
-            Some(direct) => read_range(direct, &mut self.arena[from..to], self.cursor, false),
-            None => read_range(&source.file, &mut self.arena[from..to], self.cursor, true),
+        // Buffered reads populate their chunks first; O_DIRECT reads fault them themselves.
+        let (file, populate) = match &self.direct {
+            Some(direct) => (direct, false),
+            None => (&source.file, true),
         };
+        let result = read_range(file, &mut self.arena[from..to], self.cursor, populate);
         let got = match result {
             Err(e) if self.direct.is_some() && e.raw_os_error() == Some(libc::EINVAL) => {
                 crate::log_warn!(
@@ -153,7 +155,8 @@ fn read_serial(file: &File, dst: &mut [u8], offset: u64, populate: bool) -> std:
     while done < dst.len() {
         let end = (done + CHUNK).min(dst.len());
         if populate && end > populated {
-            crate::storage::host::populate_for_write(&mut dst[populated.max(done)..end]);
+            // `populated` >= `done`: after a short read only the chunk's new tail is fresh.
+            crate::storage::host::populate_for_write(&mut dst[populated..end]);
             populated = end;
         }
         match file.read_at(&mut dst[done..end], offset + done as u64) {

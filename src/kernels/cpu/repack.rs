@@ -84,7 +84,7 @@ impl RepackKind {
             _ => {
                 blk[2 * r..2 * r + 2].copy_from_slice(&inb[..2]);
                 for half in 0..2 {
-                    let at = 2 * ROWS + 8 * (half * ROWS + r);
+                    let at = q4_0x8_quants_at(half, r);
                     blk[at..at + 8].copy_from_slice(&inb[2 + 8 * half..2 + 8 * half + 8]);
                 }
             }
@@ -98,7 +98,7 @@ impl RepackKind {
             _ => {
                 out[..2].copy_from_slice(&blk[2 * r..2 * r + 2]);
                 for half in 0..2 {
-                    let at = 2 * ROWS + 8 * (half * ROWS + r);
+                    let at = q4_0x8_quants_at(half, r);
                     out[2 + 8 * half..2 + 8 * half + 8].copy_from_slice(&blk[at..at + 8]);
                 }
             }
@@ -170,6 +170,12 @@ impl Repacked {
             }
         }
     }
+}
+
+/// Where row `r`'s 8 quant bytes of half `half` (of the block's 16) sit in a `Q4_0x8` /
+/// `Iq4NlX8` group block: after the 8 scales, half-major, row-minor.
+fn q4_0x8_quants_at(half: usize, r: usize) -> usize {
+    2 * ROWS + 8 * (half * ROWS + r)
 }
 
 /// Row `r`'s Q4_K block out of one `Q4Kx8` block (the inverse of [`pack_q4_kx8_row`]).

@@ -87,11 +87,12 @@ bench-tokenize:
 bench-decode:
 	bash scripts/bench-decode.sh
 
-# Upload bandwidth to the first CUDA device: fill_from_file vs a raw pinned copy (skips without
+# Upload bandwidth to the first CUDA device: fill_from_file vs a raw pinned copy, the host floor,
+# a pageable write and model loads with every layer on the GPU (skips without
 # a GPU); see examples/bench_upload.rs.
 .PHONY: bench-upload
 bench-upload:
-	$(CARGO) run --release --example bench_upload
+	BENCH_UPLOAD_MODEL=1 $(CARGO) run --release --example bench_upload
 
 # Hot-swap reload path (poll, 64 MiB reload vs pread and vs a full reload, RSS over 1,000
 # oscillations); see scripts/bench-hotswap.sh.

@@ -7,10 +7,18 @@
 //! 80%). Checks once that the uploaded bytes are the file's. Without a usable GPU it prints why
 //! and exits 0.
 //!
+//! Then it times the host's floor (the file read into page-locked memory by as many threads
+//! as the ring has, nothing copied to the device), a write of the same bytes from pageable
+//! memory (staged through the ring) and, with `BENCH_UPLOAD_MODEL` set (as `make
+//! bench-upload` does), the load of a generated ~1 GiB F16 model with every layer on the GPU,
+//! per load mode.
+//!
 //! Environment: `BENCH_UPLOAD_MIB` (buffer size, default 1024), `BENCH_UPLOAD_RUNS` (default
-//! 5), `BENCH_UPLOAD_DIR` (where the temporary file goes; default the system temp directory).
+//! 5), `BENCH_UPLOAD_DIR` (where the temporary files go; default the system temp directory),
+//! `BENCH_UPLOAD_MODEL` (also time model loads).
 
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::time::Instant;
 
 use llama::device::cuda;
@@ -142,4 +150,100 @@ fn main() {
         "ratio: {ratio:.1}% of the raw copy (goal >= 80%: {})",
         if ratio >= 80.0 { "met" } else { "NOT met" }
     );
+
+    // The host's own floor: the same file read into page-locked memory by as many threads as
+    // the ring has, with no copy to the device. An upload through host memory cannot beat it.
+    let threads = cuda::staging_buffers();
+    let mut floor_times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let start = Instant::now();
+        std::thread::scope(|scope| {
+            for (i, part) in pinned.chunks_mut(len.div_ceil(threads)).enumerate() {
+                let at = (i * len.div_ceil(threads)) as u64;
+                scope.spawn(move || {
+                    file.read_exact_at(part, at)
+                        .unwrap_or_else(|e| fail("floor read", e))
+                });
+            }
+        });
+        floor_times.push(start.elapsed().as_secs_f64());
+    }
+    let floor_gbps = gbps(median(floor_times.clone()));
+    println!(
+        "floor: pread into pinned memory, {threads} threads, no device copy: {floor_gbps:6.2} GB/s   runs: {}  ({:.1}% of the raw copy)",
+        list(&floor_times),
+        floor_gbps / raw_gbps * 100.0
+    );
+
+    // A write from pageable host memory (a mapping, an arena, a vector), which the loader and
+    // hot-swap use for bytes they already hold: staged through the same ring.
+    let host: Vec<u8> = pinned.to_vec();
+    let mut write_times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let start = Instant::now();
+        buffer
+            .write(0, &host)
+            .unwrap_or_else(|e| fail("write (pageable)", e));
+        write_times.push(start.elapsed().as_secs_f64());
+    }
+    let write_gbps = gbps(median(write_times.clone()));
+    println!(
+        "write from pageable memory:        {write_gbps:6.2} GB/s   runs: {}  ({:.1}% of the raw copy)",
+        list(&write_times),
+        write_gbps / raw_gbps * 100.0
+    );
+    drop((host, buffer, pinned));
+
+    if std::env::var_os("BENCH_UPLOAD_MODEL").is_some() {
+        model_load(&dir, runs);
+    }
+}
+
+/// Loads a generated ~1 GiB F16 llama with every layer on the GPU (page-cached file), per load
+/// mode, and prints the bytes that went to the GPU per second of `load`.
+fn model_load(dir: &std::path::Path, runs: usize) {
+    use llama::gguf::fixtures::{tiny_llama, TinyLlamaOpts};
+    use llama::gguf::GgmlType;
+    use llama::loader::{load, LoadOptions, ModelSource};
+    use llama::model::LoadMode;
+
+    let opts = TinyLlamaOpts {
+        n_layer: 8,
+        n_embd: 2048,
+        n_head: 16,
+        n_head_kv: 16,
+        n_ff: 8192,
+        ..TinyLlamaOpts::with_type(GgmlType::F16)
+    };
+    let path = dir.join(format!("bench-upload-{}.gguf", std::process::id()));
+    tiny_llama(&opts)
+        .and_then(|w| w.write_to(&path))
+        .unwrap_or_else(|e| fail("write the model", e));
+    let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+    // Warm the page cache.
+    std::fs::read(&path).unwrap_or_else(|e| fail("read the model", e));
+    for mode in [LoadMode::Auto, LoadMode::None] {
+        let mut times = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let start = Instant::now();
+            let model = load(
+                ModelSource::Path(path.clone()),
+                LoadOptions {
+                    load_mode: mode,
+                    ..Default::default()
+                },
+            )
+            .unwrap_or_else(|e| fail("load", e));
+            times.push(start.elapsed().as_secs_f64());
+            drop(model);
+        }
+        let seconds = median(times);
+        println!(
+            "model load ({:.2} GB F16, all layers on CUDA0, {mode:?}): {:.0} ms, {:.2} GB/s",
+            size as f64 / 1e9,
+            seconds * 1e3,
+            size as f64 / seconds / 1e9
+        );
+    }
+    let _ = std::fs::remove_file(&path);
 }

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::process::Command;
 use std::sync::Arc;
 
-use llama::device::cuda::{self, CudaDevice, STAGING_BUFFERS, STAGING_BYTES};
+use llama::device::cuda::{self, CudaDevice, STAGING_BYTES};
 use llama::device::{DeviceType, Registry};
 
 const MIB: usize = 1 << 20;
@@ -177,6 +177,29 @@ fn write_read_roundtrip() {
         "after patch",
     );
 
+    // Writes of 1 MiB and more go through the staging ring: sizes around its chunk and ring
+    // boundaries, at an odd offset, leave the bytes around them alone.
+    let ring = cuda::staging_buffers() * STAGING_BYTES;
+    let big = random_bytes(ring + STAGING_BYTES + 3, 5);
+    let mut staged = device.alloc(big.len() + 22).expect("alloc");
+    let sentinel = random_bytes(big.len() + 22, 6);
+    staged.write(0, &sentinel).expect("sentinel");
+    for len in [MIB, STAGING_BYTES + 1, ring, big.len()] {
+        staged.write(11, &big[..len]).expect("staged write");
+        let back = read_back(&staged, 0, big.len() + 22);
+        assert_same(
+            &back[11..11 + len],
+            &big[..len],
+            &format!("staged write of {len}"),
+        );
+        assert_same(&back[..11], &sentinel[..11], "bytes before a staged write");
+        assert_same(
+            &back[big.len() + 11..],
+            &sentinel[big.len() + 11..],
+            "bytes after",
+        );
+    }
+
     // Empty copies and an empty buffer.
     buffer.write(len, &[]).expect("empty write at the end");
     buffer.read(len, &mut []).expect("empty read at the end");
@@ -239,7 +262,7 @@ fn fill_from_file_matches_file() {
 
     // Sizes around the chunk and ring boundaries (one thread, two, all, more chunks than
     // buffers), each at its own offsets.
-    let ring = STAGING_BUFFERS * STAGING_BYTES;
+    let ring = cuda::staging_buffers() * STAGING_BYTES;
     for (i, len) in [
         1,
         STAGING_BYTES - 1,

@@ -111,3 +111,80 @@ fn engine_refuses_a_model_on_cuda() {
     assert!(err.contains("CUDA") && err.contains("tensor '"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Tensors of several staging chunks (12 MiB F16) are read from the file straight into a CUDA
+/// device's staging buffers (mapped, unmapped, with check_tensors, and with CPU tensors
+/// between them): every tensor holds the file's bytes on the device it was placed on.
+#[test]
+fn large_tensors_upload_straight_from_the_file() {
+    if skip() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("llama-hotswap-cuda-big-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("big.gguf");
+    let opts = TinyLlamaOpts {
+        n_layer: 2,
+        n_embd: 1024,
+        n_ff: 6144,
+        ..TinyLlamaOpts::with_type(GgmlType::F16)
+    };
+    tiny_llama(&opts).unwrap().write_to(&path).unwrap();
+    let file = std::fs::read(&path).unwrap();
+    let gguf = Gguf::parse(&file).unwrap();
+    let largest = gguf.tensors().iter().map(|t| t.nbytes).max().unwrap();
+    assert!(
+        largest > 2 * llama::device::cuda::STAGING_BYTES as u64,
+        "{largest}"
+    );
+    // With `ffn_up=CPU`, CPU tensors follow device tensors in the file: an arena (NONE)
+    // skips the device tensors' bytes and must still read every CPU tensor's.
+    let cpu = Registry::global().cpu().index();
+    for (mode, check_tensors, ffn_up_on_cpu) in [
+        (LoadMode::Auto, false, false),
+        (LoadMode::Auto, true, false),
+        (LoadMode::None, false, false),
+        (LoadMode::None, true, false),
+        (LoadMode::None, false, true),
+        (LoadMode::Auto, false, true),
+    ] {
+        let overrides = if ffn_up_on_cpu {
+            vec![("ffn_up".to_string(), cpu)]
+        } else {
+            Vec::new()
+        };
+        let model = load(
+            ModelSource::Path(path.clone()),
+            LoadOptions {
+                load_mode: mode,
+                check_tensors,
+                placement: PlacementParams {
+                    overrides,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{mode:?} check={check_tensors}: {e}"));
+        for t in gguf.tensors() {
+            let off = t.abs_offset(&gguf) as usize;
+            let info = model.tensor_info(t.name).unwrap();
+            // The input embedding stays on the CPU, as upstream's.
+            let on_cpu =
+                t.name == "token_embd.weight" || (ffn_up_on_cpu && t.name.contains("ffn_up"));
+            assert_eq!(
+                model.device_name(info.device as usize).starts_with("CUDA"),
+                !on_cpu,
+                "{mode:?}: {} on {info:?}",
+                t.name
+            );
+            assert!(
+                hotswap::current_bytes(&model, t.name).unwrap()
+                    == file[off..off + t.nbytes as usize],
+                "{mode:?} check={check_tensors}: {} differs from the file",
+                t.name
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -262,21 +262,29 @@ impl Device {
     /// `used + bytes > capacity`; the reservation is returned when the allocation is dropped.
     /// The backing buffer is written once (zeroed), so its pages are resident afterwards.
     pub fn allocate(&self, bytes: u64) -> Result<DeviceAllocation, DeviceError> {
-        self.allocate_with(bytes, |buf, len| buf.resize(len, 0))
+        self.allocate_with(bytes, Init::Zeroed)
     }
 
     /// Allocates a copy of `data` on this device (one pass over the bytes), with the capacity
     /// rule of [`Device::allocate`].
     pub fn allocate_copy(&self, data: &[u8]) -> Result<DeviceAllocation, DeviceError> {
         let bytes = u64::try_from(data.len()).unwrap_or(u64::MAX);
-        self.allocate_with(bytes, |buf, _| buf.extend_from_slice(data))
+        self.allocate_with(bytes, Init::Copy(data))
     }
 
-    fn allocate_with(
-        &self,
-        bytes: u64,
-        fill: impl FnOnce(&mut Vec<u8>, usize),
-    ) -> Result<DeviceAllocation, DeviceError> {
+    /// Allocates `bytes` bytes that the caller overwrites next (e.g. with
+    /// [`DeviceAllocation::fill_from_file`]): CUDA memory is left as the driver hands it out
+    /// (its old contents are never read back before the fill), host memory is zeroed.
+    pub fn allocate_for_overwrite(&self, bytes: u64) -> Result<DeviceAllocation, DeviceError> {
+        self.allocate_with(bytes, Init::Unfilled)
+    }
+
+    /// Whether this is a CUDA GPU (its memory is reached through the driver, not the host).
+    pub fn is_cuda(&self) -> bool {
+        matches!(self.backing, Backing::Cuda(_))
+    }
+
+    fn allocate_with(&self, bytes: u64, init: Init<'_>) -> Result<DeviceAllocation, DeviceError> {
         if let Backing::Cuda(device) = &self.backing {
             let len = usize::try_from(bytes).map_err(|_| DeviceError::HostAllocation {
                 device: self.name.clone(),
@@ -289,16 +297,21 @@ impl Device {
                 free,
                 capacity,
             })?;
-            let mut staging = Vec::new();
-            fill(&mut staging, len);
-            if !staging.is_empty() {
-                buffer
-                    .write(0, &staging)
-                    .map_err(|_| DeviceError::HostAllocation {
-                        device: self.name.clone(),
-                        requested: bytes,
-                    })?;
-            }
+            let written = match init {
+                Init::Copy(data) => buffer.write(0, data),
+                Init::Zeroed => {
+                    // Zeroes from one reused chunk: no host buffer as large as the allocation.
+                    let zeros = vec![0u8; len.min(16 << 20)];
+                    (0..len)
+                        .step_by(zeros.len().max(1))
+                        .try_for_each(|at| buffer.write(at, &zeros[..zeros.len().min(len - at)]))
+                }
+                Init::Unfilled => Ok(()),
+            };
+            written.map_err(|_| DeviceError::HostAllocation {
+                device: self.name.clone(),
+                requested: bytes,
+            })?;
             return Ok(DeviceAllocation {
                 memory: Memory::Cuda(buffer),
                 device: self.index,
@@ -337,7 +350,10 @@ impl Device {
             give_back(&pool);
             return Err(host_error());
         }
-        fill(&mut data, len);
+        match init {
+            Init::Copy(bytes) => data.extend_from_slice(bytes),
+            Init::Zeroed | Init::Unfilled => data.resize(len, 0),
+        }
         Ok(DeviceAllocation {
             memory: Memory::Host(data),
             device: self.index,
@@ -463,6 +479,15 @@ impl DeviceAllocation {
             Memory::Cuda(buffer) => buffer.fill_from_file(file, file_offset, dst_offset, len),
         }
     }
+}
+
+/// How [`Device::allocate_with`] initializes a new allocation.
+#[derive(Clone, Copy)]
+enum Init<'a> {
+    Zeroed,
+    Copy(&'a [u8]),
+    /// Overwritten by the caller next; host memory is zeroed all the same.
+    Unfilled,
 }
 
 impl Drop for DeviceAllocation {

@@ -18,7 +18,9 @@ use crate::model::tensors::{
 };
 use crate::model::{arch, ftype, hparams, split, vocab::Vocab, LoadMode, Model};
 use file::SourceFile;
-use place::{granularity_for, AllocFailure, Home, ModelDevices, PlacementParams};
+use place::{
+    granularity_for, AllocFailure, Home, ModelDevices, PlacementParams, StoreFromFileError,
+};
 
 /// Why a load failed: each variant carries what failed (file, tensor) and the cause; the C
 /// boundary turns it into one log line (its `Display`).
@@ -665,6 +667,16 @@ fn load_data(
         }
     }
 
+    // An arena reader may skip a device tensor's bytes only where every tensor of its file
+    // comes after the previous one (reads stay a growing prefix of the file, and no CPU
+    // tensor shares a skipped byte).
+    let mut in_order = vec![true; sources.len()];
+    let mut last_end = vec![0u64; sources.len()];
+    for (_, layout, source) in infos {
+        let fi = source.file_index;
+        in_order[fi] &= source.offset >= last_end[fi];
+        last_end[fi] = source.offset.saturating_add(layout.nbytes);
+    }
     let mut staging: Vec<u8> = Vec::new();
     let mut placed = Vec::with_capacity(infos.len());
     let mut fallbacks = Vec::with_capacity(infos.len());
@@ -681,7 +693,55 @@ fn load_data(
             tensor: name.clone(),
             reason,
         };
+        let check_bytes = |bytes: &[u8]| {
+            let invalid = check.then(|| validate::find_invalid(layout.ggml_type, bytes));
+            match invalid.flatten() {
+                Some(reason) => Err(tensor_error(format!("tensor has invalid data: {reason}"))),
+                None => Ok(()),
+            }
+        };
         let has_arena = readers[fi].is_some();
+        // A tensor for one CUDA device is read from the file straight into the device's
+        // page-locked staging buffers: no host copy, and neither a mapping's nor an arena's
+        // pages are touched. Not with O_DIRECT (the user asked to bypass the page cache), not
+        // past an arena that cannot skip, nor where check_tensors needs the bytes and no
+        // mapping has them.
+        let skippable = match &readers[fi] {
+            Some(reader) => in_order[fi] && !reader.is_direct(),
+            None => true,
+        };
+        let direct_to = match home {
+            Home::Device(d) if skippable && (maps[fi].is_some() || !check) => devices
+                .registry
+                .get(d)
+                .is_some_and(|device| device.is_cuda())
+                .then_some(d),
+            _ => None,
+        };
+        if let Some(device) = direct_to {
+            if let Some(map) = &maps[fi] {
+                let bytes = map
+                    .get(offset..offset + len)
+                    .ok_or_else(|| tensor_error("data extends past the end of the file".into()))?;
+                check_bytes(bytes)?;
+            }
+            match devices.store_from_file(device, &s.file, start, len) {
+                Ok(data) => {
+                    if let Some(reader) = &mut readers[fi] {
+                        reader.skip_through(start + layout.nbytes);
+                    }
+                    placed.push(Placed::Owned(data));
+                    fallbacks.push(None);
+                    continue;
+                }
+                Err(StoreFromFileError::Read(e)) => {
+                    return Err(tensor_error(format!("read error: {e}")))
+                }
+                // The path below tries the device again and falls back to the CPU with
+                // the warning.
+                Err(StoreFromFileError::Alloc(_)) => {}
+            }
+        }
         // Where this tensor's bytes can be read in host memory.
         let bytes: &[u8] = match (&maps[fi], &mut readers[fi]) {
             (Some(map), _) => map
@@ -699,11 +759,7 @@ fn load_data(
                 &staging
             }
         };
-        if check {
-            if let Some(reason) = validate::find_invalid(layout.ggml_type, bytes) {
-                return Err(tensor_error(format!("tensor has invalid data: {reason}")));
-            }
-        }
+        check_bytes(bytes)?;
         let cpu_placed = |maps: &[Option<Arc<memmap2::Mmap>>],
                           has_arena: bool,
                           bytes: &[u8]|

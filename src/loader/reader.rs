@@ -107,6 +107,19 @@ impl ArenaReader {
         Ok(())
     }
 
+    /// Whether reads bypass the page cache (O_DIRECT).
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// Moves the cursor past `end` without reading: bytes that a device took from the file
+    /// itself. That part of the arena is never touched (no page of it is faulted in); only
+    /// for buffered reads, whose offsets need no alignment.
+    pub fn skip_through(&mut self, end: u64) {
+        debug_assert!(self.direct.is_none());
+        self.cursor = self.cursor.max(end);
+    }
+
     pub fn bytes(&self, offset: usize, len: usize) -> &[u8] {
         &self.arena[offset..offset + len]
     }

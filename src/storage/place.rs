@@ -198,6 +198,34 @@ impl ModelDevices {
         })
     }
 
+    /// New storage of `len` bytes on device `device`, filled straight from `file` at
+    /// `offset`: no host copy of the bytes (a CUDA device stages them through its page-locked
+    /// buffers, and a mapping of the file is never touched).
+    pub fn store_from_file(
+        &self,
+        device: usize,
+        file: &std::fs::File,
+        offset: u64,
+        len: usize,
+    ) -> Result<TensorData, StoreFromFileError> {
+        let target = self.registry.get(device).ok_or_else(|| {
+            StoreFromFileError::Alloc(AllocFailure {
+                device,
+                reason: "no such device".to_string(),
+            })
+        })?;
+        let mut alloc = target.allocate_for_overwrite(len as u64).map_err(|e| {
+            StoreFromFileError::Alloc(AllocFailure {
+                device,
+                reason: e.to_string(),
+            })
+        })?;
+        alloc
+            .fill_from_file(file, offset, 0, len)
+            .map_err(StoreFromFileError::Read)?;
+        Ok(TensorData::Device(alloc))
+    }
+
     /// New storage holding a copy of `bytes` (laid out as `layout`) at `home`: on the CPU, on
     /// one device, or as row slices rounded to `granularity`. Used by loading and hot-swap.
     pub fn store(
@@ -229,6 +257,13 @@ impl ModelDevices {
             }
         }
     }
+}
+
+/// Why [`ModelDevices::store_from_file`] failed: no room on the device, or the read.
+#[derive(Debug)]
+pub enum StoreFromFileError {
+    Alloc(AllocFailure),
+    Read(std::io::Error),
 }
 
 /// Why [`ModelDevices::store`] failed: the device that had no room (or was missing), and why.

@@ -98,14 +98,24 @@ impl CudaBuffer {
         }
     }
 
-    /// Copies `src` to `offset` (synchronous host-to-device copy).
+    /// Copies `src` to `offset`; done when the call returns. Slices of 1 MiB or more go
+    /// through the staging ring (a pageable `cuMemcpyHtoD` runs at a fraction of the link).
     pub fn write(&mut self, offset: usize, src: &[u8]) -> Result<(), CudaError> {
         self.check_range("write", offset, src.len())?;
+        if src.len() >= super::upload::STAGED_WRITE_MIN {
+            self.write_staged(offset, src)
+        } else {
+            self.write_direct(offset, src)
+        }
+    }
+
+    /// One synchronous `cuMemcpyHtoD` of `src` to `offset` (range checked by the caller).
+    pub(super) fn write_direct(&mut self, offset: usize, src: &[u8]) -> Result<(), CudaError> {
         if src.is_empty() {
             return Ok(());
         }
         let _bound = self.device.bind()?;
-        // SAFETY: the destination range lies inside this allocation (checked above); `src` is
+        // SAFETY: the destination range lies inside this allocation (checked by the caller); `src` is
         // a live slice of `src.len()` bytes; the copy is synchronous with respect to `src`.
         unsafe {
             sys::cuMemcpyHtoD_v2(
@@ -128,7 +138,8 @@ impl CudaBuffer {
     /// Copies all of `src` to `offset` (synchronous: page-locked memory is copied directly by
     /// DMA). The raw copy that [`CudaBuffer::fill_from_file`] is measured against.
     pub fn write_pinned(&mut self, offset: usize, src: &PinnedBuffer) -> Result<(), CudaError> {
-        self.write(offset, src)
+        self.check_range("write", offset, src.len())?;
+        self.write_direct(offset, src)
     }
 
     /// Copies `dst.len()` bytes from `offset` into `dst` (synchronous device-to-host copy).

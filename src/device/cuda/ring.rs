@@ -4,7 +4,7 @@ use std::ffi::c_void;
 
 use cudarc::driver::sys;
 
-use super::{CudaError, STAGING_BUFFERS, STAGING_BYTES};
+use super::{staging_buffers, CudaError, STAGING_BYTES};
 
 /// A CUDA stream handle.
 #[derive(Debug, Clone, Copy)]
@@ -75,9 +75,9 @@ impl Ring {
             .map_err(|e| CudaError::driver("cuStreamCreate", e))?;
         let mut ring = Ring {
             stream: Stream(stream),
-            slots: Vec::with_capacity(STAGING_BUFFERS),
+            slots: Vec::with_capacity(staging_buffers()),
         };
-        for _ in 0..STAGING_BUFFERS {
+        for _ in 0..staging_buffers() {
             match Ring::new_slot() {
                 Ok(slot) => ring.slots.push(slot),
                 Err(error) => {

@@ -1,86 +1,106 @@
-//! Uploads from files: chunks read (split among threads) into the ring's buffers and copied
-//! asynchronously, or synchronously through pageable memory when nothing is pinned.
+//! Uploads through the staging ring: each ring thread fills its own page-locked buffer with
+//! its next chunk (read from a file, or copied from host memory) and copies it to the device
+//! asynchronously; synchronous pageable copies when nothing is pinned.
 
 use std::ffi::c_void;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{OnceLock, PoisonError};
+use std::sync::PoisonError;
 
 use cudarc::driver::sys;
 
 use super::{
     driver::panic_message,
     ring::{Slot, Stream},
-    CudaBuffer, CudaError, STAGING_BUFFERS, STAGING_BYTES,
+    CudaBuffer, CudaCode, CudaError, STAGING_BYTES,
 };
 
-/// Smallest piece of a chunk that gets a reader thread of its own.
-pub(super) const MIN_READ_PART: usize = 2 << 20;
+/// Pageable writes from this size on go through the staging ring; smaller ones are one
+/// `cuMemcpyHtoD` (the driver stages those itself, and a thread would cost more).
+pub(super) const STAGED_WRITE_MIN: usize = 1 << 20;
 
-/// Reader threads per chunk: the cores shared among the staging buffers' threads (1 to 4).
-pub(super) fn read_parts() -> usize {
-    static PARTS: OnceLock<usize> = OnceLock::new();
-    *PARTS.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        (cores / STAGING_BUFFERS).clamp(1, 4)
-    })
+/// Where an upload's bytes come from.
+#[derive(Clone, Copy)]
+pub(super) enum Source<'a> {
+    /// `file` from byte `offset` on (page cache or disk).
+    File { file: &'a File, offset: u64 },
+    /// Bytes already in host memory (a mapping, an arena, a vector).
+    Memory(&'a [u8]),
 }
 
-/// `read_exact_at`, split among [`read_parts`] threads for large reads: one thread copying
-/// from the page cache reaches a fraction of a PCIe 5 link's speed.
-pub(super) fn read_split(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
-    let part = buf
-        .len()
-        .div_ceil(read_parts())
-        .next_multiple_of(crate::device::page_size())
-        .max(MIN_READ_PART);
-    if part >= buf.len() {
-        return file.read_exact_at(buf, offset);
-    }
-    std::thread::scope(|scope| {
-        let mut pieces = buf.chunks_mut(part);
-        let first = pieces.next().unwrap_or_default();
-        let helpers: Vec<_> = pieces
-            .enumerate()
-            .map(|(i, piece)| {
-                let at = offset + ((i + 1) * part) as u64;
-                scope.spawn(move || file.read_exact_at(piece, at))
-            })
-            .collect();
-        let mut result = file.read_exact_at(first, offset);
-        for helper in helpers {
-            let outcome = helper
-                .join()
-                .unwrap_or_else(|_| Err(io::Error::other("reader thread panicked")));
-            if result.is_ok() {
-                result = outcome;
+impl Source<'_> {
+    /// Fills `dst` with the source's bytes from `at` on (the caller keeps `at + dst.len()`
+    /// within the upload, whose file range was checked for overflow).
+    fn read(&self, at: usize, dst: &mut [u8]) -> io::Result<()> {
+        match *self {
+            Source::File { file, offset } => file.read_exact_at(dst, offset + at as u64),
+            Source::Memory(bytes) => {
+                dst.copy_from_slice(&bytes[at..at + dst.len()]);
+                Ok(())
             }
         }
-        result
-    })
+    }
+
+    /// What failed, for the error message of a failed [`Source::read`].
+    fn what(&self, at: usize, n: usize) -> String {
+        match *self {
+            Source::File { offset, .. } => {
+                format!("reading {n} bytes at file offset {}", offset + at as u64)
+            }
+            Source::Memory(_) => format!("staging {n} bytes at source offset {at}"),
+        }
+    }
 }
 
-/// One upload from a file, shared by the upload threads.
-pub(super) struct Upload<'a> {
-    pub(super) label: &'a str,
-    pub(super) file: &'a File,
-    pub(super) file_offset: u64,
+/// Why an upload failed: reading its source, or the device.
+#[derive(Debug)]
+pub(super) enum UploadError {
+    Read(io::Error),
+    Cuda(CudaError),
+}
+
+impl From<UploadError> for io::Error {
+    fn from(error: UploadError) -> io::Error {
+        match error {
+            UploadError::Read(error) => error,
+            UploadError::Cuda(error) => io::Error::other(error),
+        }
+    }
+}
+
+impl UploadError {
+    /// As a [`CudaError`], for callers whose source cannot fail to read (host memory).
+    fn into_cuda(self, op: &str) -> CudaError {
+        match self {
+            UploadError::Cuda(error) => error,
+            UploadError::Read(error) => CudaError {
+                op: op.to_string(),
+                code: CudaCode::Panicked(error.to_string()),
+            },
+        }
+    }
+}
+
+/// One upload, shared by the ring threads taking part.
+struct Upload<'a> {
+    label: &'a str,
+    source: Source<'a>,
     /// Device address of the first byte.
-    pub(super) dst: sys::CUdeviceptr,
-    pub(super) len: usize,
-    pub(super) stream: Stream,
+    dst: sys::CUdeviceptr,
+    len: usize,
+    stream: Stream,
     /// Threads (and staging buffers) taking part; thread `i` does chunks i, i + threads, …
-    pub(super) threads: usize,
+    threads: usize,
     /// Set by the first thread that fails, so the others stop.
-    pub(super) abort: &'a AtomicBool,
+    abort: &'a AtomicBool,
 }
 
 impl Upload<'_> {
     /// Uploads every `threads`-th chunk from `first` through `slot`; the context must be
     /// bound on this thread.
-    pub(super) fn run(&self, slot: &mut Slot, first: usize) -> io::Result<()> {
+    fn run(&self, slot: &mut Slot, first: usize) -> Result<(), UploadError> {
         let result = self.run_chunks(slot, first);
         if result.is_err() {
             self.abort.store(true, Ordering::Relaxed);
@@ -88,29 +108,26 @@ impl Upload<'_> {
         result
     }
 
-    pub(super) fn run_chunks(&self, slot: &mut Slot, first: usize) -> io::Result<()> {
+    fn run_chunks(&self, slot: &mut Slot, first: usize) -> Result<(), UploadError> {
         let mut start = first * STAGING_BYTES;
         while start < self.len {
             if self.abort.load(Ordering::Relaxed) {
                 return Ok(());
             }
             let n = STAGING_BYTES.min(self.len - start);
-            slot.wait(self.label).map_err(io::Error::other)?;
-            let offset = self.file_offset + start as u64;
+            slot.wait(self.label).map_err(UploadError::Cuda)?;
             let bytes = slot.bytes(n);
-            read_split(self.file, bytes, offset).map_err(|e| {
-                io::Error::new(
+            self.source.read(start, bytes).map_err(|e| {
+                let what = self.source.what(start, n);
+                UploadError::Read(io::Error::new(
                     e.kind(),
-                    format!(
-                        "{}: reading {n} bytes at file offset {offset}: {e}",
-                        self.label
-                    ),
-                )
+                    format!("{}: {what}: {e}", self.label),
+                ))
             })?;
             // SAFETY: `dst + start .. + n` lies inside the destination allocation (checked by
-            // `fill_from_file`); the source is this slot's page-locked buffer, which is not
-            // touched again until its event (recorded next) has completed; the stream belongs
-            // to the bound context.
+            // the caller of `upload`); the source is this slot's page-locked buffer, which is
+            // not touched again until its event (recorded next) has completed; the stream
+            // belongs to the bound context.
             unsafe {
                 sys::cuMemcpyHtoDAsync_v2(
                     self.dst + start as u64,
@@ -121,7 +138,7 @@ impl Upload<'_> {
             }
             .result()
             .map_err(|e| {
-                io::Error::other(CudaError::driver(
+                UploadError::Cuda(CudaError::driver(
                     format!("{}: cuMemcpyHtoDAsync of {n} bytes", self.label),
                     e,
                 ))
@@ -130,7 +147,7 @@ impl Upload<'_> {
             unsafe { sys::cuEventRecord(slot.event, self.stream.0) }
                 .result()
                 .map_err(|e| {
-                    io::Error::other(CudaError::driver(
+                    UploadError::Cuda(CudaError::driver(
                         format!("{}: cuEventRecord", self.label),
                         e,
                     ))
@@ -143,8 +160,9 @@ impl Upload<'_> {
 }
 
 impl CudaBuffer {
-    /// Reads `len` bytes of `file` at `file_offset` into the buffer at `dst_offset`, through a
-    /// ring of pinned staging buffers whose asynchronous copies overlap the next read.
+    /// Reads `len` bytes of `file` at `file_offset` into the buffer at `dst_offset`, through
+    /// the staging ring (see the module documentation of `device::cuda`). A short read is an
+    /// error (`UnexpectedEof`); the buffer's other bytes are untouched.
     pub fn fill_from_file(
         &mut self,
         file: &File,
@@ -160,11 +178,32 @@ impl CudaBuffer {
                 format!("file range of {len} bytes at offset {file_offset} overflows"),
             ));
         }
+        let source = Source::File {
+            file,
+            offset: file_offset,
+        };
+        self.upload(dst_offset, source, len)
+            .map_err(io::Error::from)
+    }
+
+    /// Copies `src` to `offset` through the staging ring (a large pageable slice).
+    pub(super) fn write_staged(&mut self, offset: usize, src: &[u8]) -> Result<(), CudaError> {
+        self.upload(offset, Source::Memory(src), src.len())
+            .map_err(|e| e.into_cuda(&format!("staging a write of {} bytes", src.len())))
+    }
+
+    /// Uploads `len` bytes of `source` to `dst_offset`; the range is checked by the caller.
+    fn upload(
+        &mut self,
+        dst_offset: usize,
+        source: Source<'_>,
+        len: usize,
+    ) -> Result<(), UploadError> {
         if len == 0 {
             return Ok(());
         }
         let label = self.device.label();
-        let _bound = self.device.bind().map_err(io::Error::other)?;
+        let _bound = self.device.bind().map_err(UploadError::Cuda)?;
         let mut staging = self
             .device
             .staging
@@ -172,14 +211,13 @@ impl CudaBuffer {
             .unwrap_or_else(PoisonError::into_inner);
         let Some(ring) = self.device.ring(&mut staging) else {
             drop(staging);
-            return self.fill_synchronously(&label, file, file_offset, dst_offset, len);
+            return self.upload_synchronously(&label, source, dst_offset, len);
         };
 
         let abort = AtomicBool::new(false);
         let upload = Upload {
             label: &label,
-            file,
-            file_offset,
+            source,
             dst: self.ptr + dst_offset as u64,
             len,
             stream: ring.stream,
@@ -197,7 +235,7 @@ impl CudaBuffer {
                     .enumerate()
                     .map(|(first, slot)| {
                         scope.spawn(move || {
-                            let _bound = device.bind().map_err(io::Error::other)?;
+                            let _bound = device.bind().map_err(UploadError::Cuda)?;
                             upload.run(slot, first)
                         })
                     })
@@ -205,10 +243,10 @@ impl CudaBuffer {
                 let mut result = Ok(());
                 for worker in workers {
                     let outcome = worker.join().unwrap_or_else(|payload| {
-                        Err(io::Error::other(format!(
-                            "{label}: upload thread panicked: {}",
-                            panic_message(&*payload)
-                        )))
+                        Err(UploadError::Cuda(CudaError {
+                            op: format!("{label}: upload thread"),
+                            code: CudaCode::Panicked(panic_message(&*payload)),
+                        }))
                     });
                     if result.is_ok() {
                         result = outcome;
@@ -219,32 +257,39 @@ impl CudaBuffer {
         };
         // Whatever happened, no copy may still read a staging buffer or write this buffer
         // once the call returns.
-        let synchronized = ring.synchronize(&label).map_err(io::Error::other);
+        let synchronized = ring.synchronize(&label).map_err(UploadError::Cuda);
         result.and(synchronized)
     }
 
-    /// The fallback without page-locked memory: pageable chunks and synchronous copies.
-    pub(super) fn fill_synchronously(
+    /// The fallback without page-locked memory: synchronous pageable copies (from the source
+    /// itself, or from a vector the file is read into chunk by chunk).
+    fn upload_synchronously(
         &mut self,
         label: &str,
-        file: &File,
-        file_offset: u64,
+        source: Source<'_>,
         dst_offset: usize,
         len: usize,
-    ) -> io::Result<()> {
-        let mut chunk = vec![0u8; STAGING_BYTES.min(len)];
+    ) -> Result<(), UploadError> {
+        let (file, offset) = match source {
+            Source::Memory(bytes) => {
+                return self
+                    .write_direct(dst_offset, &bytes[..len])
+                    .map_err(UploadError::Cuda)
+            }
+            Source::File { file, offset } => (file, offset),
+        };
+        let mut chunk = vec![0u8; (16 * STAGING_BYTES).min(len)];
         let mut done = 0;
         while done < len {
             let n = chunk.len().min(len - done);
-            let offset = file_offset + done as u64;
-            read_split(file, &mut chunk[..n], offset).map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("{label}: reading {n} bytes at file offset {offset}: {e}"),
-                )
-            })?;
-            self.write(dst_offset + done, &chunk[..n])
-                .map_err(io::Error::other)?;
+            let piece = &mut chunk[..n];
+            file.read_exact_at(piece, offset + done as u64)
+                .map_err(|e| {
+                    let what = source.what(done, n);
+                    UploadError::Read(io::Error::new(e.kind(), format!("{label}: {what}: {e}")))
+                })?;
+            self.write_direct(dst_offset + done, piece)
+                .map_err(UploadError::Cuda)?;
             done += n;
         }
         Ok(())

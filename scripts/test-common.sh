@@ -6,6 +6,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 . "$ROOT/scripts/env.sh"
 
+# The parts compare our library with upstream's CPU build, so a real GPU must not take layers
+# that upstream keeps on the CPU: CUDA is off unless the caller set the variable. The CUDA part
+# (test-cuda-mock.sh) turns it back on for the mock driver and, where one exists, a real GPU.
+export LLAMA_HOTSWAP_NO_CUDA="${LLAMA_HOTSWAP_NO_CUDA-1}"
+
 RELEASE_DIR="$ROOT/target/release"
 LIB="$RELEASE_DIR/libllama.so"
 # Scratch space for generated sources and binaries (ignored by git, removed by cargo clean).

@@ -2,8 +2,8 @@
 # The CUDA code path without a GPU: builds ffi-tests/mock_libcuda.c as a fake libcuda.so.1
 # (host memory as device memory, delayed asynchronous copies, context-binding checks) and runs
 # tests/cuda.rs and tests/cuda_model.rs against it with LD_LIBRARY_PATH, once with one device and once with two.
-# This checks our use of the driver API (ordering, events, ranges, fallbacks); real hardware
-# is checked by the same tests on a GPU machine.
+# This checks our use of the driver API (ordering, events, ranges, fallbacks); on a machine
+# with an NVIDIA driver the same tests then run on the real GPU.
 . "$(dirname "$0")/test-common.sh"
 out="$WORK/cuda-mock"
 rm -rf "$out"
@@ -12,7 +12,7 @@ cc -std=gnu11 -O1 -g -Wall -shared -fPIC -o "$out/libcuda.so.1" ffi-tests/mock_l
 status=0
 for devices in 1 2; do
     echo "--- mock CUDA driver, $devices device(s)"
-    MOCK_CUDA_DEVICES=$devices MOCK_CUDA_ABORT=1 LD_LIBRARY_PATH="$out${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    LLAMA_HOTSWAP_NO_CUDA= MOCK_CUDA_DEVICES=$devices MOCK_CUDA_ABORT=1 LD_LIBRARY_PATH="$out${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
         cargo test --release --test cuda --test cuda_model -- --test-threads=1 >"$out/run-$devices.log" 2>&1 || true
     grep -E "test result|skipping" "$out/run-$devices.log" || true
     if ! grep -q "test result: ok" "$out/run-$devices.log" || grep -q "skipping:" "$out/run-$devices.log"; then
@@ -22,4 +22,16 @@ for devices in 1 2; do
         status=1
     fi
 done
+# On a machine with an NVIDIA driver, the same tests against the real GPU.
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    echo "--- real CUDA driver: $(nvidia-smi -L | head -n 1)"
+    if ! LLAMA_HOTSWAP_NO_CUDA= cargo test --release --test cuda --test cuda_model -- --test-threads=1 \
+        >"$out/run-real.log" 2>&1 || grep -q "skipping:" "$out/run-real.log"; then
+        grep -nE 'panicked at|^failures:|FAILED|skipping' "$out/run-real.log" | head -n 40 || true
+        echo "CUDA tests on the real GPU failed or skipped (see $out/run-real.log)"
+        status=1
+    else
+        grep -E "test result" "$out/run-real.log"
+    fi
+fi
 exit $status

@@ -40,6 +40,20 @@ fn median(mut seconds: Vec<f64>) -> f64 {
     seconds[seconds.len() / 2]
 }
 
+/// Seconds of each of `runs` calls of `f`; what a call returns is dropped after its time is
+/// taken (a loaded model's teardown is not part of its load).
+fn timed<T>(runs: usize, mut f: impl FnMut() -> T) -> Vec<f64> {
+    (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            let out = f();
+            let seconds = start.elapsed().as_secs_f64();
+            drop(out);
+            seconds
+        })
+        .collect()
+}
+
 fn fail(what: &str, error: impl std::fmt::Display) -> ! {
     eprintln!("bench-upload: {what}: {error}");
     std::process::exit(1);
@@ -154,44 +168,39 @@ fn main() {
     // The host's own floor: the same file read into page-locked memory by as many threads as
     // the ring has, with no copy to the device. An upload through host memory cannot beat it.
     let threads = cuda::staging_buffers();
-    let mut floor_times = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let start = Instant::now();
+    let part_len = len.div_ceil(threads);
+    let floor_times = timed(runs, || {
         std::thread::scope(|scope| {
-            for (i, part) in pinned.chunks_mut(len.div_ceil(threads)).enumerate() {
-                let at = (i * len.div_ceil(threads)) as u64;
+            for (i, part) in pinned.chunks_mut(part_len).enumerate() {
                 scope.spawn(move || {
-                    file.read_exact_at(part, at)
+                    file.read_exact_at(part, (i * part_len) as u64)
                         .unwrap_or_else(|e| fail("floor read", e))
                 });
             }
-        });
-        floor_times.push(start.elapsed().as_secs_f64());
-    }
-    let floor_gbps = gbps(median(floor_times.clone()));
-    println!(
-        "floor: pread into pinned memory, {threads} threads, no device copy: {floor_gbps:6.2} GB/s   runs: {}  ({:.1}% of the raw copy)",
-        list(&floor_times),
-        floor_gbps / raw_gbps * 100.0
+        })
+    });
+    let versus_raw = |label: &str, times: &[f64]| {
+        let speed = gbps(median(times.to_vec()));
+        println!(
+            "{label}: {speed:6.2} GB/s   runs: {}  ({:.1}% of the raw copy)",
+            list(times),
+            speed / raw_gbps * 100.0
+        );
+    };
+    versus_raw(
+        &format!("floor: pread into pinned memory, {threads} threads, no device copy"),
+        &floor_times,
     );
 
     // A write from pageable host memory (a mapping, an arena, a vector), which the loader and
     // hot-swap use for bytes they already hold: staged through the same ring.
     let host: Vec<u8> = pinned.to_vec();
-    let mut write_times = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let start = Instant::now();
+    let write_times = timed(runs, || {
         buffer
             .write(0, &host)
-            .unwrap_or_else(|e| fail("write (pageable)", e));
-        write_times.push(start.elapsed().as_secs_f64());
-    }
-    let write_gbps = gbps(median(write_times.clone()));
-    println!(
-        "write from pageable memory:        {write_gbps:6.2} GB/s   runs: {}  ({:.1}% of the raw copy)",
-        list(&write_times),
-        write_gbps / raw_gbps * 100.0
-    );
+            .unwrap_or_else(|e| fail("write (pageable)", e))
+    });
+    versus_raw("write from pageable memory       ", &write_times);
     drop((host, buffer, pinned));
 
     if std::env::var_os("BENCH_UPLOAD_MODEL").is_some() {
@@ -223,20 +232,16 @@ fn model_load(dir: &std::path::Path, runs: usize) {
     // Warm the page cache.
     std::fs::read(&path).unwrap_or_else(|e| fail("read the model", e));
     for mode in [LoadMode::Auto, LoadMode::None] {
-        let mut times = Vec::with_capacity(runs);
-        for _ in 0..runs {
-            let start = Instant::now();
-            let model = load(
+        let times = timed(runs, || {
+            load(
                 ModelSource::Path(path.clone()),
                 LoadOptions {
                     load_mode: mode,
                     ..Default::default()
                 },
             )
-            .unwrap_or_else(|e| fail("load", e));
-            times.push(start.elapsed().as_secs_f64());
-            drop(model);
-        }
+            .unwrap_or_else(|e| fail("load", e))
+        });
         let seconds = median(times);
         println!(
             "model load ({:.2} GB F16, all layers on CUDA0, {mode:?}): {:.0} ms, {:.2} GB/s",

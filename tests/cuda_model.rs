@@ -21,21 +21,24 @@ fn skip() -> bool {
     }
 }
 
+/// `tiny_llama(opts)` written to a file in a fresh temporary directory (removed on drop).
+fn model_file(opts: &TinyLlamaOpts) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf");
+    tiny_llama(opts).unwrap().write_to(&path).unwrap();
+    (dir, path)
+}
+
 #[test]
 fn model_on_cuda_reads_back_and_swaps() {
     if skip() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("llama-hotswap-cuda-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("m.gguf");
-    let opts = TinyLlamaOpts {
+    let (_dir, path) = model_file(&TinyLlamaOpts {
         n_embd: 256,
         n_ff: 512,
         ..TinyLlamaOpts::with_type(GgmlType::Q8_0)
-    };
-    let w = tiny_llama(&opts).unwrap();
-    w.write_to(&path).unwrap();
+    });
     let file = std::fs::read(&path).unwrap();
     let gguf = Gguf::parse(&file).unwrap();
     let registry = Registry::global();
@@ -84,7 +87,6 @@ fn model_on_cuda_reads_back_and_swaps() {
         );
         assert_eq!(hotswap::current_bytes(&model, q).unwrap(), original);
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The engine computes on the CPU only: a model with tensors on a CUDA device gets no context
@@ -94,13 +96,7 @@ fn engine_refuses_a_model_on_cuda() {
     if skip() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("llama-hotswap-cuda-ctx-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("m.gguf");
-    tiny_llama(&TinyLlamaOpts::default())
-        .unwrap()
-        .write_to(&path)
-        .unwrap();
+    let (_dir, path) = model_file(&TinyLlamaOpts::default());
     let model = load(ModelSource::Path(path), LoadOptions::default()).unwrap();
     let err = llama::context::Context::new(
         std::sync::Arc::new(model),
@@ -109,7 +105,6 @@ fn engine_refuses_a_model_on_cuda() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("CUDA") && err.contains("tensor '"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Tensors of several staging chunks (12 MiB F16) are read from the file straight into a CUDA
@@ -120,16 +115,12 @@ fn large_tensors_upload_straight_from_the_file() {
     if skip() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("llama-hotswap-cuda-big-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("big.gguf");
-    let opts = TinyLlamaOpts {
+    let (_dir, path) = model_file(&TinyLlamaOpts {
         n_layer: 2,
         n_embd: 1024,
         n_ff: 6144,
         ..TinyLlamaOpts::with_type(GgmlType::F16)
-    };
-    tiny_llama(&opts).unwrap().write_to(&path).unwrap();
+    });
     let file = std::fs::read(&path).unwrap();
     let gguf = Gguf::parse(&file).unwrap();
     let largest = gguf.tensors().iter().map(|t| t.nbytes).max().unwrap();
@@ -186,5 +177,4 @@ fn large_tensors_upload_straight_from_the_file() {
             );
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -200,7 +200,7 @@ fn main() {
             .write(0, &host)
             .unwrap_or_else(|e| fail("write (pageable)", e))
     });
-    versus_raw("write from pageable memory       ", &write_times);
+    versus_raw("write from pageable memory", &write_times);
     drop((host, buffer, pinned));
 
     if std::env::var_os("BENCH_UPLOAD_MODEL").is_some() {

@@ -9,9 +9,9 @@
 //!
 //! Then it times the host's floor (the file read into page-locked memory by as many threads
 //! as the ring has, nothing copied to the device), a write of the same bytes from pageable
-//! memory (staged through the ring) and, with `BENCH_UPLOAD_MODEL` set (as `make
-//! bench-upload` does), the load of a generated ~1 GiB F16 model with every layer on the GPU,
-//! per load mode.
+//! memory and a read back into it (both staged through the ring) and, with
+//! `BENCH_UPLOAD_MODEL` set (as `make bench-upload` does), the load of a generated ~1 GiB
+//! F16 model with every layer on the GPU, per load mode.
 //!
 //! Environment: `BENCH_UPLOAD_MIB` (buffer size, default 1024), `BENCH_UPLOAD_RUNS` (default
 //! 5), `BENCH_UPLOAD_DIR` (where the temporary files go; default the system temp directory),
@@ -201,7 +201,16 @@ fn main() {
             .unwrap_or_else(|e| fail("write (pageable)", e))
     });
     versus_raw("write from pageable memory", &write_times);
-    drop((host, buffer, pinned));
+    // And back: a read into pageable memory (hot-swap compares a GPU tensor's current bytes
+    // with the candidate's this way).
+    let mut back = vec![0u8; len];
+    let read_times = timed(runs, || {
+        buffer
+            .read(0, &mut back)
+            .unwrap_or_else(|e| fail("read (pageable)", e))
+    });
+    versus_raw("read into pageable memory", &read_times);
+    drop((host, back, buffer, pinned));
 
     if std::env::var_os("BENCH_UPLOAD_MODEL").is_some() {
         model_load(&dir, runs);

@@ -169,6 +169,12 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *src, size_t n, CUstream
     if (!find(src, n, 1)) { violation("async HtoD from pageable memory"); return 1; }
     enqueue(s, 0, (void *)(uintptr_t)d, src, n); return 0;
 }
+CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr s, size_t n, CUstream st) {
+    NEED_CTX();
+    if (!find((void *)(uintptr_t)s, n, 0)) { violation("async DtoH outside an allocation"); return 1; }
+    if (!find(dst, n, 1)) { violation("async DtoH into pageable memory"); return 1; }
+    enqueue(st, 0, dst, (const void *)(uintptr_t)s, n); return 0;
+}
 CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; NEED_CTX(); *e = calloc(1, sizeof **e); return 0; }
 CUresult cuEventRecord(CUevent e, CUstream s) { NEED_CTX(); e->s = s; e->target = enqueue(s, 1, NULL, NULL, 0); return 0; }
 CUresult cuEventSynchronize(CUevent e) { NEED_CTX(); if (e->s) wait_seq(e->s, e->target); return 0; }

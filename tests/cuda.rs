@@ -1,6 +1,7 @@
-//! CUDA devices (src/device/cuda.rs): allocation, copies both ways, uploads from files through
-//! the pinned staging ring (offsets, chunk boundaries, short reads, concurrent uploads), memory
-//! queries, the registry's CUDA entries and `LLAMA_HOTSWAP_NO_CUDA`.
+//! CUDA devices (src/device/cuda.rs): allocation, copies both ways (1 MiB and more staged
+//! through the pinned ring), uploads from files through the ring (offsets, chunk boundaries,
+//! short reads, concurrent uploads), memory queries, the registry's CUDA entries and
+//! `LLAMA_HOTSWAP_NO_CUDA`.
 //!
 //! Without a usable GPU (no driver, no device, or CUDA disabled), every test that needs one
 //! prints `skipping: <reason>` and passes.
@@ -199,6 +200,18 @@ fn write_read_roundtrip() {
             "bytes after",
         );
     }
+
+    // Reads of 1 MiB and more come back through the ring too: odd offsets, chunk and ring
+    // boundaries.
+    let mut expect = sentinel.clone();
+    expect[11..11 + big.len()].copy_from_slice(&big);
+    for (at, len) in [(7, MIB), (4093, STAGING_BYTES + 1), (1, ring + 1)] {
+        let what = format!("staged read of {len} at {at}");
+        assert_same(&read_back(&staged, at, len), &expect[at..at + len], &what);
+    }
+    assert!(staged
+        .read(expect.len() - MIB + 1, &mut vec![0u8; MIB])
+        .is_err());
 
     // Empty copies and an empty buffer.
     buffer.write(len, &[]).expect("empty write at the end");

@@ -102,7 +102,7 @@ impl CudaBuffer {
     /// through the staging ring (a pageable `cuMemcpyHtoD` runs at a fraction of the link).
     pub fn write(&mut self, offset: usize, src: &[u8]) -> Result<(), CudaError> {
         self.check_range("write", offset, src.len())?;
-        if src.len() >= super::upload::STAGED_WRITE_MIN {
+        if src.len() >= super::upload::STAGED_MIN {
             self.write_staged(offset, src)
         } else {
             self.write_direct(offset, src)
@@ -142,14 +142,24 @@ impl CudaBuffer {
         self.write_direct(offset, src)
     }
 
-    /// Copies `dst.len()` bytes from `offset` into `dst` (synchronous device-to-host copy).
+    /// Copies `dst.len()` bytes from `offset` into `dst`; done when the call returns. Copies
+    /// of 1 MiB or more go through the staging ring.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), CudaError> {
         self.check_range("read", offset, dst.len())?;
+        if dst.len() >= super::upload::STAGED_MIN {
+            self.read_staged(offset, dst)
+        } else {
+            self.read_direct(offset, dst)
+        }
+    }
+
+    /// One synchronous `cuMemcpyDtoH` into `dst` (range checked by the caller).
+    pub(super) fn read_direct(&self, offset: usize, dst: &mut [u8]) -> Result<(), CudaError> {
         if dst.is_empty() {
             return Ok(());
         }
         let _bound = self.device.bind()?;
-        // SAFETY: the source range lies inside this allocation (checked above); `dst` is a live
+        // SAFETY: the source range lies inside this allocation (checked by the caller); `dst` is a live
         // exclusive slice of `dst.len()` bytes; the copy has finished when the call returns.
         unsafe {
             sys::cuMemcpyDtoH_v2(

@@ -15,7 +15,7 @@ pub(super) const DRIVER_LIBRARIES: [&CStr; 2] = [c"libcuda.so.1", c"libcuda.so"]
 
 /// Every driver function this module calls (cudarc resolves each on first use and panics when
 /// one is missing, so all are checked up front).
-pub(super) const DRIVER_FUNCTIONS: [&CStr; 27] = [
+pub(super) const DRIVER_FUNCTIONS: [&CStr; 28] = [
     c"cuInit",
     c"cuGetErrorName",
     c"cuGetErrorString",
@@ -34,6 +34,7 @@ pub(super) const DRIVER_FUNCTIONS: [&CStr; 27] = [
     c"cuMemcpyHtoD_v2",
     c"cuMemcpyDtoH_v2",
     c"cuMemcpyHtoDAsync_v2",
+    c"cuMemcpyDtoHAsync_v2",
     c"cuMemHostAlloc",
     c"cuMemFreeHost",
     c"cuStreamCreate",

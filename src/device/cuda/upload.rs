@@ -1,6 +1,7 @@
-//! Uploads through the staging ring: each ring thread fills its own page-locked buffer with
-//! its next chunk (read from a file, or copied from host memory) and copies it to the device
-//! asynchronously; synchronous pageable copies when nothing is pinned.
+//! Copies through the staging ring. Uploads: each ring thread fills its own page-locked buffer
+//! with its next chunk (read from a file, or copied from host memory) and copies it to the
+//! device asynchronously. Downloads: each thread copies its next chunk into its buffer and
+//! from there into the caller's memory. Synchronous pageable copies when nothing is pinned.
 
 use std::ffi::c_void;
 use std::fs::File;
@@ -13,13 +14,13 @@ use cudarc::driver::sys;
 
 use super::{
     driver::panic_message,
-    ring::{Slot, Stream},
-    CudaBuffer, CudaCode, CudaError, STAGING_BYTES,
+    ring::{Ring, Slot, Stream},
+    CudaBuffer, CudaCode, CudaDevice, CudaError, STAGING_BYTES,
 };
 
-/// Pageable writes from this size on go through the staging ring; smaller ones are one
-/// `cuMemcpyHtoD` (the driver stages those itself, and a thread would cost more).
-pub(super) const STAGED_WRITE_MIN: usize = 1 << 20;
+/// Pageable copies from this size on go through the staging ring; smaller ones are one
+/// synchronous `cuMemcpy` (the driver stages those itself, and a thread would cost more).
+pub(super) const STAGED_MIN: usize = 1 << 20;
 
 /// Where an upload's bytes come from.
 #[derive(Clone, Copy)]
@@ -215,50 +216,66 @@ impl CudaBuffer {
         };
 
         let abort = AtomicBool::new(false);
+        let threads = len.div_ceil(STAGING_BYTES).min(ring.slots.len());
         let upload = Upload {
             label: &label,
             source,
             dst: self.ptr + dst_offset as u64,
             len,
             stream: ring.stream,
-            threads: len.div_ceil(STAGING_BYTES).min(ring.slots.len()),
+            threads,
             abort: &abort,
         };
-        let result = if upload.threads == 1 {
-            upload.run(&mut ring.slots[0], 0)
-        } else {
-            let device = &self.device;
-            let upload = &upload;
-            std::thread::scope(|scope| {
-                let workers: Vec<_> = ring.slots[..upload.threads]
-                    .iter_mut()
-                    .enumerate()
-                    .map(|(first, slot)| {
-                        scope.spawn(move || {
-                            let _bound = device.bind().map_err(UploadError::Cuda)?;
-                            upload.run(slot, first)
-                        })
-                    })
-                    .collect();
-                let mut result = Ok(());
-                for worker in workers {
-                    let outcome = worker.join().unwrap_or_else(|payload| {
-                        Err(UploadError::Cuda(CudaError {
-                            op: format!("{label}: upload thread"),
-                            code: CudaCode::Panicked(panic_message(&*payload)),
-                        }))
-                    });
-                    if result.is_ok() {
-                        result = outcome;
-                    }
-                }
-                result
-            })
+        on_ring(
+            &self.device,
+            &label,
+            ring,
+            (0..threads).collect(),
+            |slot, first| upload.run(slot, first),
+        )
+    }
+
+    /// Copies `dst.len()` bytes from `offset` into `dst` through the staging ring (range
+    /// checked by the caller): thread `i` takes chunks i, i + threads, …, each copied into its
+    /// page-locked buffer and, once there, into `dst`.
+    pub(super) fn read_staged(&self, offset: usize, dst: &mut [u8]) -> Result<(), CudaError> {
+        let label = self.device.label();
+        let op = format!(
+            "{label}: staged copy of {} bytes from device offset {offset}",
+            dst.len()
+        );
+        let _bound = self.device.bind()?;
+        let mut staging = self
+            .device
+            .staging
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(ring) = self.device.ring(&mut staging) else {
+            drop(staging);
+            return self.read_direct(offset, dst);
         };
-        // Whatever happened, no copy may still read a staging buffer or write this buffer
-        // once the call returns.
-        let synchronized = ring.synchronize(&label).map_err(UploadError::Cuda);
-        result.and(synchronized)
+        let threads = dst.len().div_ceil(STAGING_BYTES).min(ring.slots.len());
+        let mut parts: Vec<Vec<(usize, &mut [u8])>> = (0..threads).map(|_| Vec::new()).collect();
+        for (k, chunk) in dst.chunks_mut(STAGING_BYTES).enumerate() {
+            parts[k % threads].push((k * STAGING_BYTES, chunk));
+        }
+        let src = self.ptr + offset as u64;
+        let stream = ring.stream;
+        let abort = AtomicBool::new(false);
+        on_ring(&self.device, &label, ring, parts, |slot, chunks| {
+            for (at, chunk) in chunks {
+                if abort.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                let copied = download_chunk(&label, slot, src + at as u64, chunk, stream);
+                if copied.is_err() {
+                    abort.store(true, Ordering::Relaxed);
+                    return copied;
+                }
+            }
+            Ok(())
+        })
+        .map_err(|e| e.into_cuda(&op))
     }
 
     /// The fallback without page-locked memory: synchronous pageable copies (from the source
@@ -294,4 +311,88 @@ impl CudaBuffer {
         }
         Ok(())
     }
+}
+
+/// Runs `work(slot, payload)` for each payload on a slot of its own, one thread per payload
+/// (the calling thread itself for a single one) with the device's context bound; the first
+/// error wins. Then waits for the stream whatever happened, so that no copy still uses a
+/// staging buffer or the device buffer once this returns.
+fn on_ring<T: Send>(
+    device: &CudaDevice,
+    label: &str,
+    ring: &mut Ring,
+    payloads: Vec<T>,
+    work: impl Fn(&mut Slot, T) -> Result<(), UploadError> + Sync,
+) -> Result<(), UploadError> {
+    debug_assert!(payloads.len() <= ring.slots.len());
+    let result = if payloads.len() <= 1 {
+        let slot = &mut ring.slots[0];
+        payloads
+            .into_iter()
+            .try_for_each(|payload| work(slot, payload))
+    } else {
+        let work = &work;
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = ring
+                .slots
+                .iter_mut()
+                .zip(payloads)
+                .map(|(slot, payload)| {
+                    scope.spawn(move || {
+                        let _bound = device.bind().map_err(UploadError::Cuda)?;
+                        work(slot, payload)
+                    })
+                })
+                .collect();
+            let mut result = Ok(());
+            for worker in workers {
+                let outcome = worker.join().unwrap_or_else(|payload| {
+                    Err(UploadError::Cuda(CudaError {
+                        op: format!("{label}: staging thread"),
+                        code: CudaCode::Panicked(panic_message(&*payload)),
+                    }))
+                });
+                if result.is_ok() {
+                    result = outcome;
+                }
+            }
+            result
+        })
+    };
+    let synchronized = ring.synchronize(label).map_err(UploadError::Cuda);
+    result.and(synchronized)
+}
+
+/// Copies `chunk.len()` bytes at device address `src` into `chunk` through `slot`; the
+/// context must be bound.
+fn download_chunk(
+    label: &str,
+    slot: &mut Slot,
+    src: sys::CUdeviceptr,
+    chunk: &mut [u8],
+    stream: Stream,
+) -> Result<(), UploadError> {
+    let n = chunk.len();
+    slot.wait(label).map_err(UploadError::Cuda)?;
+    let host = slot.bytes(n);
+    // SAFETY: `src .. + n` lies inside the source allocation (checked by the caller of
+    // `read_staged`); the destination is this slot's page-locked buffer, which nothing else
+    // touches until the event recorded next has completed (waited for below); the stream
+    // belongs to the bound context.
+    unsafe { sys::cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast::<c_void>(), src, n, stream.0) }
+        .result()
+        .map_err(|e| {
+            UploadError::Cuda(CudaError::driver(
+                format!("{label}: cuMemcpyDtoHAsync of {n} bytes"),
+                e,
+            ))
+        })?;
+    // SAFETY: the event and stream are live and belong to the bound context.
+    unsafe { sys::cuEventRecord(slot.event, stream.0) }
+        .result()
+        .map_err(|e| UploadError::Cuda(CudaError::driver(format!("{label}: cuEventRecord"), e)))?;
+    slot.pending = true;
+    slot.wait(label).map_err(UploadError::Cuda)?;
+    chunk.copy_from_slice(slot.bytes(n));
+    Ok(())
 }

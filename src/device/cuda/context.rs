@@ -42,7 +42,7 @@ impl Drop for Bound {
     }
 }
 
-/// One usable CUDA device (its context is created by [`probe`]).
+/// One usable CUDA device (its context is created by [`probe`](super::probe)).
 #[derive(Debug)]
 pub struct CudaDevice {
     pub(super) info: CudaDeviceInfo,

@@ -197,6 +197,13 @@ impl CudaDevice {
         })
     }
 
+    /// Runs `f` with the staging ring (created on first use), or with None when page-locked
+    /// memory cannot be had, under the ring's lock. The context must be bound.
+    pub(super) fn with_ring<R>(&self, f: impl FnOnce(Option<&mut Ring>) -> R) -> R {
+        let mut staging = self.staging.lock().unwrap_or_else(PoisonError::into_inner);
+        f(self.ring(&mut staging))
+    }
+
     /// The staging ring, created on first use; None when page-locked memory cannot be had.
     /// The device's context must be bound.
     pub(super) fn ring<'a>(&self, staging: &'a mut Staging) -> Option<&'a mut Ring> {

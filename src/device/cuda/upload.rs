@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::PoisonError;
+use std::sync::Arc;
 
 use cudarc::driver::sys;
 
@@ -205,34 +205,31 @@ impl CudaBuffer {
         }
         let label = self.device.label();
         let _bound = self.device.bind().map_err(UploadError::Cuda)?;
-        let mut staging = self
-            .device
-            .staging
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let Some(ring) = self.device.ring(&mut staging) else {
-            drop(staging);
-            return self.upload_synchronously(&label, source, dst_offset, len);
-        };
-
-        let abort = AtomicBool::new(false);
-        let threads = len.div_ceil(STAGING_BYTES).min(ring.slots.len());
-        let upload = Upload {
-            label: &label,
-            source,
-            dst: self.ptr + dst_offset as u64,
-            len,
-            stream: ring.stream,
-            threads,
-            abort: &abort,
-        };
-        on_ring(
-            &self.device,
-            &label,
-            ring,
-            (0..threads).collect(),
-            |slot, first| upload.run(slot, first),
-        )
+        let device = Arc::clone(&self.device);
+        let dst = self.ptr + dst_offset as u64;
+        device.with_ring(|ring| {
+            let Some(ring) = ring else {
+                return self.upload_synchronously(&label, source, dst_offset, len);
+            };
+            let abort = AtomicBool::new(false);
+            let threads = len.div_ceil(STAGING_BYTES).min(ring.slots.len());
+            let upload = Upload {
+                label: &label,
+                source,
+                dst,
+                len,
+                stream: ring.stream,
+                threads,
+                abort: &abort,
+            };
+            on_ring(
+                &device,
+                &label,
+                ring,
+                (0..threads).collect(),
+                |slot, first| upload.run(slot, first),
+            )
+        })
     }
 
     /// Copies `dst.len()` bytes from `offset` into `dst` through the staging ring (range
@@ -245,37 +242,34 @@ impl CudaBuffer {
             dst.len()
         );
         let _bound = self.device.bind()?;
-        let mut staging = self
-            .device
-            .staging
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let Some(ring) = self.device.ring(&mut staging) else {
-            drop(staging);
-            return self.read_direct(offset, dst);
-        };
-        let threads = dst.len().div_ceil(STAGING_BYTES).min(ring.slots.len());
-        let mut parts: Vec<Vec<(usize, &mut [u8])>> = (0..threads).map(|_| Vec::new()).collect();
-        for (k, chunk) in dst.chunks_mut(STAGING_BYTES).enumerate() {
-            parts[k % threads].push((k * STAGING_BYTES, chunk));
-        }
         let src = self.ptr + offset as u64;
-        let stream = ring.stream;
-        let abort = AtomicBool::new(false);
-        on_ring(&self.device, &label, ring, parts, |slot, chunks| {
-            for (at, chunk) in chunks {
-                if abort.load(Ordering::Relaxed) {
-                    return Ok(());
-                }
-                let copied = download_chunk(&label, slot, src + at as u64, chunk, stream);
-                if copied.is_err() {
-                    abort.store(true, Ordering::Relaxed);
-                    return copied;
-                }
+        self.device.with_ring(|ring| {
+            let Some(ring) = ring else {
+                return self.read_direct(offset, dst);
+            };
+            let threads = dst.len().div_ceil(STAGING_BYTES).min(ring.slots.len());
+            let mut parts: Vec<Vec<(usize, &mut [u8])>> =
+                (0..threads).map(|_| Vec::new()).collect();
+            for (k, chunk) in dst.chunks_mut(STAGING_BYTES).enumerate() {
+                parts[k % threads].push((k * STAGING_BYTES, chunk));
             }
-            Ok(())
+            let stream = ring.stream;
+            let abort = AtomicBool::new(false);
+            on_ring(&self.device, &label, ring, parts, |slot, chunks| {
+                for (at, chunk) in chunks {
+                    if abort.load(Ordering::Relaxed) {
+                        return Ok(());
+                    }
+                    let copied = download_chunk(&label, slot, src + at as u64, chunk, stream);
+                    if copied.is_err() {
+                        abort.store(true, Ordering::Relaxed);
+                        return copied;
+                    }
+                }
+                Ok(())
+            })
+            .map_err(|e| e.into_cuda(&op))
         })
-        .map_err(|e| e.into_cuda(&op))
     }
 
     /// The fallback without page-locked memory: synchronous pageable copies (from the source

@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
+#include "bench_report.h"
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -62,12 +62,7 @@ int main(int argc, char **argv) {
     pthread_join(other, NULL);
     if (a.failed || b.failed) { fprintf(stderr, "pread failed\n"); return 1; }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    double cpu_ms = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3
-                  + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
-    printf("%.1f %ld %ld %.1f\n", (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6,
-           ru.ru_maxrss, ru.ru_minflt, cpu_ms);
+    print_run_report(t0, t1);
     munmap(p, len);
     close(fd);
     return 0;

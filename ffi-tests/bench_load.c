@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <sys/resource.h>
+#include "bench_report.h"
 #include <time.h>
 
 static void quiet(enum ggml_log_level l, const char *t, void *u) { (void) l; (void) t; (void) u; }
@@ -28,12 +28,7 @@ int main(int argc, char **argv) {
     struct llama_model *m = llama_model_load_from_file(argv[1], params);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (!m) { fprintf(stderr, "load failed\n"); return 1; }
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    double cpu_ms = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3
-                  + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
-    printf("%.1f %ld %ld %.1f\n", (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6,
-           ru.ru_maxrss, ru.ru_minflt, cpu_ms);
+    print_run_report(t0, t1);
     llama_model_free(m);
     return 0;
 }

@@ -5,6 +5,10 @@
 # the real model, generates a few words and swaps one tensor to Q8_0 and back.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The demo shows placement on virtual GPUs and decodes on the CPU engine; a real NVIDIA GPU would
+# come first in the registry and take layers that the engine cannot decode, so CUDA is off
+# unless the caller set the variable.
+export LLAMA_HOTSWAP_NO_CUDA="${LLAMA_HOTSWAP_NO_CUDA-1}"
 cargo build --release --lib --quiet
 model="$(bash scripts/fetch-models.sh | tail -n 1)" # SmolLM2-135M Q4_1, cached
 # Programs linked with -lllama record the SONAME, libllama.so.0; cargo writes only libllama.so.

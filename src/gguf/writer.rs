@@ -303,7 +303,7 @@ pub enum TensorData {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PendingTensor {
     pub name: String,
-    /// Dimensions as stored (ne[0] first); the file records exactly this many.
+    /// Dimensions as stored (`ne[0]` first); the file records exactly this many.
     pub dims: Vec<i64>,
     pub ggml_type: GgmlType,
     pub nbytes: u64,
@@ -445,7 +445,7 @@ impl GgufWriter {
         &self.tensors
     }
 
-    /// Adds a tensor with its encoded bytes; `dims` is ne[0] first, as in the file.
+    /// Adds a tensor with its encoded bytes; `dims` is `ne[0]` first, as in the file.
     pub fn add_tensor(
         &mut self,
         name: &str,

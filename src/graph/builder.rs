@@ -147,7 +147,7 @@ impl<'m> Builder<'m> {
         self.push("out_rows", Op::GetRowsOut { src }, ne0, self.n_outputs)
     }
 
-    /// MUL_MAT, then MUL by the weight's per-tensor scale (`<name>.scale`, shape [1]) when
+    /// MUL_MAT, then MUL by the weight's per-tensor scale (`<name>.scale`, shape `[1]`) when
     /// the model has one, as upstream's `build_lora_mm`.
     pub fn mul_mat(&mut self, w: WeightId, x: NodeId) -> NodeId {
         let y = self.mul_mat_raw(w, x);

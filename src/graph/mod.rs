@@ -74,7 +74,7 @@ pub enum Op {
     MulMat { w: WeightId, x: NodeId },
     /// MUL_MAT_ID(w, x, ids): `w` is [k, n, n_expert]; `ids` [n_used, T] expert ids; `x` is
     /// [k, T] (broadcast to every slot) or [k, n_used*T] → [n, n_used*T]; each expert's
-    /// rows times its per-expert scale when `scale` ([n_expert]) is given.
+    /// rows times its per-expert scale when `scale` (`[n_expert]`) is given.
     MulMatId {
         w: WeightId,
         x: NodeId,

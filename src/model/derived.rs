@@ -15,7 +15,7 @@
 //!
 //! The derived layout lives beside the tensor's bytes under the tensor's lock
 //! ([`TensorState::derived`]): made at load ([`derive_all`]), dropped by any write of the
-//! tensor (hot-swap), made again right after a reload ([`derive`]) or, failing that, on the
+//! tensor (hot-swap), made again right after a reload ([`derive()`]) or, failing that, on the
 //! next use. Only the swapped tensor is repacked again.
 
 use crate::kernels::cpu::{repack, repack_kind, Repacked};

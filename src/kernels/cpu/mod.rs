@@ -954,7 +954,7 @@ const PREFETCH_AHEAD: usize = 4096;
 
 static WEIGHT_PREFETCH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
-/// Turns the matrix-vector products' prefetch hint (see [`PREFETCH_AHEAD`]) on or off for the
+/// Turns the matrix-vector products' prefetch hint (see `PREFETCH_AHEAD`) on or off for the
 /// whole process; on by default. For measuring what it gains (`examples/bench_kernels.rs`
 /// `hint`); results are the same either way.
 pub fn set_weight_prefetch(on: bool) {

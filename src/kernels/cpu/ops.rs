@@ -133,7 +133,7 @@ pub fn silu(x: f32) -> f32 {
 }
 
 /// `dst[i] = silu(gate[i]) * up[i]` (SWIGLU), or `silu(gate[i])` without `up`, over rows of
-/// `row_len` values: ggml's vector silu per row ([`super::x86::silu_row`]: its own exp on 8
+/// `row_len` values: ggml's vector silu per row (`x86::silu_row`: its own exp on 8
 /// lanes, libm's `expf` for a row's last `row_len % 8`), as upstream's `ggml_vec_swiglu_f32`
 /// and `ggml_vec_silu_f32`; the scalar [`silu`] everywhere without AVX2/FMA.
 pub fn silu_rows(dst: &mut [f32], gate: &[f32], up: Option<&[f32]>, row_len: usize) {

@@ -114,8 +114,8 @@ impl RepackKind {
     }
 }
 
-/// One `Q4Kx8` block: d[8] and dmin[8] (f16), scales[8 sub-blocks][8 rows] and
-/// mins[8][8] (u8, unpacked from the 6-bit fields), then the quants: for each 64-element chunk
+/// One `Q4Kx8` block: `d[8]` and `dmin[8]` (f16), `scales[8 sub-blocks][8 rows]` and
+/// `mins[8][8]` (u8, unpacked from the 6-bit fields), then the quants: for each 64-element chunk
 /// c and 8-byte piece p, row r's `qs[32c + 8p .. 32c + 8p + 8]` at `((4c + p) · 8 + r) · 8`.
 pub const Q4KX8_BYTES: usize = 16 + 16 + 64 + 64 + 1024;
 

@@ -130,51 +130,60 @@ fn large_tensors_upload_straight_from_the_file() {
     );
     // With `ffn_up=CPU`, CPU tensors follow device tensors in the file: an arena (NONE)
     // skips the device tensors' bytes and must still read every CPU tensor's.
-    let cpu = Registry::global().cpu().index();
-    for (mode, check_tensors, ffn_up_on_cpu) in [
-        (LoadMode::Auto, false, false),
-        (LoadMode::Auto, true, false),
-        (LoadMode::None, false, false),
-        (LoadMode::None, true, false),
-        (LoadMode::None, false, true),
-        (LoadMode::Auto, false, true),
+    for (mode, check_tensors, on_cpu) in [
+        (LoadMode::Auto, false, None),
+        (LoadMode::Auto, true, None),
+        (LoadMode::None, false, None),
+        (LoadMode::None, true, None),
+        (LoadMode::None, false, Some("ffn_up")),
+        (LoadMode::Auto, false, Some("ffn_up")),
     ] {
-        let overrides = if ffn_up_on_cpu {
-            vec![("ffn_up".to_string(), cpu)]
-        } else {
-            Vec::new()
-        };
-        let model = load(
-            ModelSource::Path(path.clone()),
-            LoadOptions {
-                load_mode: mode,
-                check_tensors,
-                placement: PlacementParams {
-                    overrides,
-                    ..Default::default()
-                },
+        load_and_compare(&path, mode, check_tensors, on_cpu);
+    }
+}
+
+/// Loads `path` with every layer on the GPU except tensors whose name contains `on_cpu`
+/// (and the input embedding, as upstream), then checks each tensor's device and that it
+/// holds the file's bytes.
+fn load_and_compare(
+    path: &std::path::Path,
+    mode: LoadMode,
+    check_tensors: bool,
+    on_cpu: Option<&str>,
+) {
+    let file = std::fs::read(path).unwrap();
+    let gguf = Gguf::parse(&file).unwrap();
+    let cpu = Registry::global().cpu().index();
+    let overrides = on_cpu.map(|p| (p.to_string(), cpu)).into_iter().collect();
+    let what = format!("{mode:?} check={check_tensors} on_cpu={on_cpu:?}");
+    let model = load(
+        ModelSource::Path(path.to_path_buf()),
+        LoadOptions {
+            load_mode: mode,
+            check_tensors,
+            placement: PlacementParams {
+                overrides,
                 ..Default::default()
             },
-        )
-        .unwrap_or_else(|e| panic!("{mode:?} check={check_tensors}: {e}"));
-        for t in gguf.tensors() {
-            let off = t.abs_offset(&gguf) as usize;
-            let info = model.tensor_info(t.name).unwrap();
-            // The input embedding stays on the CPU, as upstream's.
-            let on_cpu =
-                t.name == "token_embd.weight" || (ffn_up_on_cpu && t.name.contains("ffn_up"));
-            assert_eq!(
-                model.device_name(info.device as usize).starts_with("CUDA"),
-                !on_cpu,
-                "{mode:?}: {} on {info:?}",
-                t.name
-            );
-            assert!(
-                hotswap::current_bytes(&model, t.name).unwrap()
-                    == file[off..off + t.nbytes as usize],
-                "{mode:?} check={check_tensors}: {} differs from the file",
-                t.name
-            );
-        }
+            ..Default::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{what}: {e}"));
+    for t in gguf.tensors() {
+        let off = t.abs_offset(&gguf) as usize;
+        let info = model.tensor_info(t.name).unwrap();
+        let expect_cpu =
+            t.name == "token_embd.weight" || on_cpu.is_some_and(|p| t.name.contains(p));
+        assert_eq!(
+            model.device_name(info.device as usize).starts_with("CUDA"),
+            !expect_cpu,
+            "{what}: {} on {info:?}",
+            t.name
+        );
+        assert!(
+            hotswap::current_bytes(&model, t.name).unwrap() == file[off..off + t.nbytes as usize],
+            "{what}: {} differs from the file",
+            t.name
+        );
     }
 }

@@ -667,16 +667,6 @@ fn load_data(
         }
     }
 
-    // An arena reader may skip a device tensor's bytes only where every tensor of its file
-    // comes after the previous one (reads stay a growing prefix of the file, and no CPU
-    // tensor shares a skipped byte).
-    let mut in_order = vec![true; sources.len()];
-    let mut last_end = vec![0u64; sources.len()];
-    for (_, layout, source) in infos {
-        let fi = source.file_index;
-        in_order[fi] &= source.offset >= last_end[fi];
-        last_end[fi] = source.offset.saturating_add(layout.nbytes);
-    }
     let mut staging: Vec<u8> = Vec::new();
     let mut placed = Vec::with_capacity(infos.len());
     let mut fallbacks = Vec::with_capacity(infos.len());
@@ -701,17 +691,23 @@ fn load_data(
             }
         };
         let has_arena = readers[fi].is_some();
+        // The tensor's bytes in the file's mapping, if it is mapped.
+        let mapped: Option<&[u8]> = match &maps[fi] {
+            Some(map) => Some(
+                map.get(offset..offset + len)
+                    .ok_or_else(|| tensor_error("data extends past the end of the file".into()))?,
+            ),
+            None => None,
+        };
         // A tensor for one CUDA device is read from the file straight into the device's
         // page-locked staging buffers: no host copy, and neither a mapping's nor an arena's
-        // pages are touched. Not with O_DIRECT (the user asked to bypass the page cache), not
-        // past an arena that cannot skip, nor where check_tensors needs the bytes and no
-        // mapping has them.
-        let skippable = match &readers[fi] {
-            Some(reader) => in_order[fi] && !reader.is_direct(),
-            None => true,
-        };
+        // pages are touched (an arena skips them: the parser has checked that each file's
+        // tensors lie back to back in list order, so no later tensor needs a skipped byte).
+        // Not with O_DIRECT (the user asked to bypass the page cache), nor where
+        // check_tensors needs the bytes and no mapping has them.
+        let o_direct = readers[fi].as_ref().is_some_and(|r| r.is_direct());
         let direct_to = match home {
-            Home::Device(d) if skippable && (maps[fi].is_some() || !check) => devices
+            Home::Device(d) if !o_direct && (mapped.is_some() || !check) => devices
                 .registry
                 .get(d)
                 .is_some_and(|device| device.is_cuda())
@@ -719,16 +715,13 @@ fn load_data(
             _ => None,
         };
         if let Some(device) = direct_to {
-            if let Some(map) = &maps[fi] {
-                let bytes = map
-                    .get(offset..offset + len)
-                    .ok_or_else(|| tensor_error("data extends past the end of the file".into()))?;
+            if let Some(bytes) = mapped {
                 check_bytes(bytes)?;
             }
             match devices.store_from_file(device, &s.file, start, len) {
                 Ok(data) => {
                     if let Some(reader) = &mut readers[fi] {
-                        reader.skip_through(start + layout.nbytes);
+                        reader.skip_through(start + len as u64);
                     }
                     placed.push(Placed::Owned(data));
                     fallbacks.push(None);
@@ -743,10 +736,8 @@ fn load_data(
             }
         }
         // Where this tensor's bytes can be read in host memory.
-        let bytes: &[u8] = match (&maps[fi], &mut readers[fi]) {
-            (Some(map), _) => map
-                .get(offset..offset + len)
-                .ok_or_else(|| tensor_error("data extends past the end of the file".into()))?,
+        let bytes: &[u8] = match (mapped, &mut readers[fi]) {
+            (Some(bytes), _) => bytes,
             (None, Some(reader)) => {
                 reader.read_through(s, start + layout.nbytes)?;
                 reader.bytes(offset, len)

@@ -4,10 +4,10 @@
 //! decide where its bytes go.
 
 use crate::device::placement::{PlacementError, MAX_DEVICES};
-use crate::device::DeviceAllocation;
 use crate::device::{
     compute_placement, LayerDevice, MemoryInfo, PlacementRequest, Registry, SplitMode,
 };
+use crate::device::{Device, DeviceAllocation, DeviceError};
 use crate::gguf::GgmlType;
 
 use super::data::{RowPiece, SplitDim, SplitGeometry, TensorData, TensorLayout};
@@ -188,11 +188,21 @@ impl ModelDevices {
 
     /// A copy of `bytes` on registry device `device`.
     pub fn store_on(&self, device: usize, bytes: &[u8]) -> Result<DeviceAllocation, AllocFailure> {
+        self.allocate_on(device, |target| target.allocate_copy(bytes))
+    }
+
+    /// `allocate` on registry device `device`, its failure (or a missing device) as an
+    /// [`AllocFailure`].
+    fn allocate_on(
+        &self,
+        device: usize,
+        allocate: impl FnOnce(&Device) -> Result<DeviceAllocation, DeviceError>,
+    ) -> Result<DeviceAllocation, AllocFailure> {
         let target = self.registry.get(device).ok_or_else(|| AllocFailure {
             device,
             reason: "no such device".to_string(),
         })?;
-        target.allocate_copy(bytes).map_err(|e| AllocFailure {
+        allocate(target).map_err(|e| AllocFailure {
             device,
             reason: e.to_string(),
         })
@@ -208,18 +218,9 @@ impl ModelDevices {
         offset: u64,
         len: usize,
     ) -> Result<TensorData, StoreFromFileError> {
-        let target = self.registry.get(device).ok_or_else(|| {
-            StoreFromFileError::Alloc(AllocFailure {
-                device,
-                reason: "no such device".to_string(),
-            })
-        })?;
-        let mut alloc = target.allocate_for_overwrite(len as u64).map_err(|e| {
-            StoreFromFileError::Alloc(AllocFailure {
-                device,
-                reason: e.to_string(),
-            })
-        })?;
+        let mut alloc = self
+            .allocate_on(device, |target| target.allocate_for_overwrite(len as u64))
+            .map_err(StoreFromFileError::Alloc)?;
         alloc
             .fill_from_file(file, offset, 0, len)
             .map_err(StoreFromFileError::Read)?;

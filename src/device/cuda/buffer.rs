@@ -115,8 +115,9 @@ impl CudaBuffer {
             return Ok(());
         }
         let _bound = self.device.bind()?;
-        // SAFETY: the destination range lies inside this allocation (checked by the caller); `src` is
-        // a live slice of `src.len()` bytes; the copy is synchronous with respect to `src`.
+        // SAFETY: the destination range lies inside this allocation (checked by the caller);
+        // `src` is a live slice of `src.len()` bytes; the copy is synchronous with respect to
+        // `src`.
         unsafe {
             sys::cuMemcpyHtoD_v2(
                 self.ptr + offset as u64,
@@ -159,8 +160,9 @@ impl CudaBuffer {
             return Ok(());
         }
         let _bound = self.device.bind()?;
-        // SAFETY: the source range lies inside this allocation (checked by the caller); `dst` is a live
-        // exclusive slice of `dst.len()` bytes; the copy has finished when the call returns.
+        // SAFETY: the source range lies inside this allocation (checked by the caller); `dst`
+        // is a live exclusive slice of `dst.len()` bytes; the copy has finished when the call
+        // returns.
         unsafe {
             sys::cuMemcpyDtoH_v2(
                 dst.as_mut_ptr().cast::<c_void>(),

@@ -212,7 +212,7 @@ impl CudaDevice {
                 Ok(ring) => Staging::Ready(ring),
                 Err(error) => {
                     crate::log_warn!(
-                        "{}: no page-locked staging buffers ({error}); uploads from files use synchronous copies",
+                        "{}: no page-locked staging buffers ({error}); large copies are synchronous and pageable",
                         self.label()
                     );
                     Staging::Unavailable

@@ -25,7 +25,7 @@
 //! [`probe`] and released when the device is dropped. Every operation pushes that context on
 //! the calling thread and pops it afterwards, leaving the caller's current context as it was.
 //!
-//! # Uploads
+//! # Staged copies
 //!
 //! Large host-to-device copies go through a ring of [`staging_buffers`] page-locked host
 //! buffers of [`STAGING_BYTES`] each (allocated once per device, on first use, and reused
@@ -35,9 +35,11 @@
 //! a large pageable slice), and enqueues `cuMemcpyHtoDAsync` on the device's upload stream
 //! with an event after it. So up to 16 threads read while the copy engine runs: one thread
 //! copying from the page cache reaches a tenth of a PCIe 5 link's speed, and a pageable
-//! `cuMemcpyHtoD` of a mapping about 7 GB/s (measured on an H100/H200, 2026-11-27). The call
-//! returns once the stream is idle, also after an error. When page-locked memory cannot be
-//! had, uploads fall back to synchronous pageable copies.
+//! `cuMemcpyHtoD` of a mapping about 7 GB/s (measured on an H100/H200, 2026-11-27). Reads of
+//! 1 MiB or more ([`CudaBuffer::read`]) go the other way through the same ring: each thread
+//! copies its chunk into its buffer with `cuMemcpyDtoHAsync`, waits for it, and copies it
+//! out. A call returns once the stream is idle, also after an error. When page-locked memory
+//! cannot be had, copies fall back to synchronous pageable ones.
 
 mod buffer;
 mod context;

@@ -92,71 +92,43 @@ struct Upload<'a> {
     dst: sys::CUdeviceptr,
     len: usize,
     stream: Stream,
-    /// Threads (and staging buffers) taking part; thread `i` does chunks i, i + threads, …
-    threads: usize,
-    /// Set by the first thread that fails, so the others stop.
-    abort: &'a AtomicBool,
 }
 
 impl Upload<'_> {
-    /// Uploads every `threads`-th chunk from `first` through `slot`; the context must be
-    /// bound on this thread.
-    fn run(&self, slot: &mut Slot, first: usize) -> Result<(), UploadError> {
-        let result = self.run_chunks(slot, first);
-        if result.is_err() {
-            self.abort.store(true, Ordering::Relaxed);
+    /// Uploads the chunk at `start` through `slot`: waits for the slot's last copy, fills it
+    /// from the source and enqueues its copy, with the slot's event after it. The context
+    /// must be bound on this thread.
+    fn chunk(&self, slot: &mut Slot, start: usize) -> Result<(), UploadError> {
+        let n = STAGING_BYTES.min(self.len - start);
+        slot.wait(self.label).map_err(UploadError::Cuda)?;
+        let bytes = slot.bytes(n);
+        self.source.read(start, bytes).map_err(|e| {
+            let what = self.source.what(start, n);
+            UploadError::Read(io::Error::new(
+                e.kind(),
+                format!("{}: {what}: {e}", self.label),
+            ))
+        })?;
+        // SAFETY: `dst + start .. + n` lies inside the destination allocation (checked by the
+        // caller of `upload`); the source is this slot's page-locked buffer, which is not
+        // touched again until its event (recorded next) has completed; the stream belongs to
+        // the bound context.
+        unsafe {
+            sys::cuMemcpyHtoDAsync_v2(
+                self.dst + start as u64,
+                bytes.as_ptr().cast::<c_void>(),
+                n,
+                self.stream.0,
+            )
         }
-        result
-    }
-
-    fn run_chunks(&self, slot: &mut Slot, first: usize) -> Result<(), UploadError> {
-        let mut start = first * STAGING_BYTES;
-        while start < self.len {
-            if self.abort.load(Ordering::Relaxed) {
-                return Ok(());
-            }
-            let n = STAGING_BYTES.min(self.len - start);
-            slot.wait(self.label).map_err(UploadError::Cuda)?;
-            let bytes = slot.bytes(n);
-            self.source.read(start, bytes).map_err(|e| {
-                let what = self.source.what(start, n);
-                UploadError::Read(io::Error::new(
-                    e.kind(),
-                    format!("{}: {what}: {e}", self.label),
-                ))
-            })?;
-            // SAFETY: `dst + start .. + n` lies inside the destination allocation (checked by
-            // the caller of `upload`); the source is this slot's page-locked buffer, which is
-            // not touched again until its event (recorded next) has completed; the stream
-            // belongs to the bound context.
-            unsafe {
-                sys::cuMemcpyHtoDAsync_v2(
-                    self.dst + start as u64,
-                    bytes.as_ptr().cast::<c_void>(),
-                    n,
-                    self.stream.0,
-                )
-            }
-            .result()
-            .map_err(|e| {
-                UploadError::Cuda(CudaError::driver(
-                    format!("{}: cuMemcpyHtoDAsync of {n} bytes", self.label),
-                    e,
-                ))
-            })?;
-            // SAFETY: the event and stream are live and belong to the bound context.
-            unsafe { sys::cuEventRecord(slot.event, self.stream.0) }
-                .result()
-                .map_err(|e| {
-                    UploadError::Cuda(CudaError::driver(
-                        format!("{}: cuEventRecord", self.label),
-                        e,
-                    ))
-                })?;
-            slot.pending = true;
-            start += self.threads * STAGING_BYTES;
-        }
-        Ok(())
+        .result()
+        .map_err(|e| {
+            UploadError::Cuda(CudaError::driver(
+                format!("{}: cuMemcpyHtoDAsync of {n} bytes", self.label),
+                e,
+            ))
+        })?;
+        record(self.label, slot, self.stream)
     }
 }
 
@@ -211,30 +183,23 @@ impl CudaBuffer {
             let Some(ring) = ring else {
                 return self.upload_synchronously(&label, source, dst_offset, len);
             };
-            let abort = AtomicBool::new(false);
-            let threads = len.div_ceil(STAGING_BYTES).min(ring.slots.len());
             let upload = Upload {
                 label: &label,
                 source,
                 dst,
                 len,
                 stream: ring.stream,
-                threads,
-                abort: &abort,
             };
-            on_ring(
-                &device,
-                &label,
-                ring,
-                (0..threads).collect(),
-                |slot, first| upload.run(slot, first),
-            )
+            let parts = deal((0..len).step_by(STAGING_BYTES), ring.slots.len());
+            on_ring(&device, &label, ring, parts, |slot, start| {
+                upload.chunk(slot, start)
+            })
         })
     }
 
     /// Copies `dst.len()` bytes from `offset` into `dst` through the staging ring (range
-    /// checked by the caller): thread `i` takes chunks i, i + threads, …, each copied into its
-    /// page-locked buffer and, once there, into `dst`.
+    /// checked by the caller): each chunk is copied into a thread's page-locked buffer and,
+    /// once there, into `dst`.
     pub(super) fn read_staged(&self, offset: usize, dst: &mut [u8]) -> Result<(), CudaError> {
         let label = self.device.label();
         let op = format!(
@@ -247,26 +212,11 @@ impl CudaBuffer {
             let Some(ring) = ring else {
                 return self.read_direct(offset, dst);
             };
-            let threads = dst.len().div_ceil(STAGING_BYTES).min(ring.slots.len());
-            let mut parts: Vec<Vec<(usize, &mut [u8])>> =
-                (0..threads).map(|_| Vec::new()).collect();
-            for (k, chunk) in dst.chunks_mut(STAGING_BYTES).enumerate() {
-                parts[k % threads].push((k * STAGING_BYTES, chunk));
-            }
+            let parts = deal(dst.chunks_mut(STAGING_BYTES).enumerate(), ring.slots.len());
             let stream = ring.stream;
-            let abort = AtomicBool::new(false);
-            on_ring(&self.device, &label, ring, parts, |slot, chunks| {
-                for (at, chunk) in chunks {
-                    if abort.load(Ordering::Relaxed) {
-                        return Ok(());
-                    }
-                    let copied = download_chunk(&label, slot, src + at as u64, chunk, stream);
-                    if copied.is_err() {
-                        abort.store(true, Ordering::Relaxed);
-                        return copied;
-                    }
-                }
-                Ok(())
+            on_ring(&self.device, &label, ring, parts, |slot, (k, chunk)| {
+                let at = src + (k * STAGING_BYTES) as u64;
+                download_chunk(&label, slot, at, chunk, stream)
             })
             .map_err(|e| e.into_cuda(&op))
         })
@@ -307,34 +257,59 @@ impl CudaBuffer {
     }
 }
 
-/// Runs `work(slot, payload)` for each payload on a slot of its own, one thread per payload
-/// (the calling thread itself for a single one) with the device's context bound; the first
-/// error wins. Then waits for the stream whatever happened, so that no copy still uses a
-/// staging buffer or the device buffer once this returns.
+/// Deals `items` (chunks, in order) to at most `threads` threads: thread `i` gets items i,
+/// i + threads, …, so that the threads advance through the transfer side by side.
+fn deal<T>(items: impl Iterator<Item = T>, threads: usize) -> Vec<Vec<T>> {
+    let mut parts: Vec<Vec<T>> = Vec::new();
+    for (k, item) in items.enumerate() {
+        match parts.get_mut(k % threads.max(1)) {
+            Some(part) => part.push(item),
+            None => parts.push(vec![item]),
+        }
+    }
+    parts
+}
+
+/// Runs `work(slot, item)` on each part's items in turn, one part per slot and thread (the
+/// calling thread itself for a single part) with the device's context bound. The first error
+/// wins and stops the other threads before their next item. Then waits for the stream
+/// whatever happened, so that no copy still uses a staging buffer or the device buffer once
+/// this returns.
 fn on_ring<T: Send>(
     device: &CudaDevice,
     label: &str,
     ring: &mut Ring,
-    payloads: Vec<T>,
+    parts: Vec<Vec<T>>,
     work: impl Fn(&mut Slot, T) -> Result<(), UploadError> + Sync,
 ) -> Result<(), UploadError> {
-    debug_assert!(payloads.len() <= ring.slots.len());
-    let result = if payloads.len() <= 1 {
+    debug_assert!(parts.len() <= ring.slots.len());
+    let abort = AtomicBool::new(false);
+    let run = |slot: &mut Slot, items: Vec<T>| {
+        for item in items {
+            if abort.load(Ordering::Relaxed) {
+                break;
+            }
+            if let Err(error) = work(slot, item) {
+                abort.store(true, Ordering::Relaxed);
+                return Err(error);
+            }
+        }
+        Ok(())
+    };
+    let result = if parts.len() <= 1 {
         let slot = &mut ring.slots[0];
-        payloads
-            .into_iter()
-            .try_for_each(|payload| work(slot, payload))
+        parts.into_iter().try_for_each(|items| run(slot, items))
     } else {
-        let work = &work;
+        let run = &run;
         std::thread::scope(|scope| {
             let workers: Vec<_> = ring
                 .slots
                 .iter_mut()
-                .zip(payloads)
-                .map(|(slot, payload)| {
+                .zip(parts)
+                .map(|(slot, items)| {
                     scope.spawn(move || {
                         let _bound = device.bind().map_err(UploadError::Cuda)?;
-                        work(slot, payload)
+                        run(slot, items)
                     })
                 })
                 .collect();
@@ -355,6 +330,16 @@ fn on_ring<T: Send>(
     };
     let synchronized = ring.synchronize(label).map_err(UploadError::Cuda);
     result.and(synchronized)
+}
+
+/// Records the slot's event after its copy on `stream` and marks the slot busy until then.
+fn record(label: &str, slot: &mut Slot, stream: Stream) -> Result<(), UploadError> {
+    // SAFETY: the event and stream are live and belong to the bound context.
+    unsafe { sys::cuEventRecord(slot.event, stream.0) }
+        .result()
+        .map_err(|e| UploadError::Cuda(CudaError::driver(format!("{label}: cuEventRecord"), e)))?;
+    slot.pending = true;
+    Ok(())
 }
 
 /// Copies `chunk.len()` bytes at device address `src` into `chunk` through `slot`; the
@@ -381,11 +366,7 @@ fn download_chunk(
                 e,
             ))
         })?;
-    // SAFETY: the event and stream are live and belong to the bound context.
-    unsafe { sys::cuEventRecord(slot.event, stream.0) }
-        .result()
-        .map_err(|e| UploadError::Cuda(CudaError::driver(format!("{label}: cuEventRecord"), e)))?;
-    slot.pending = true;
+    record(label, slot, stream)?;
     slot.wait(label).map_err(UploadError::Cuda)?;
     chunk.copy_from_slice(slot.bytes(n));
     Ok(())

@@ -271,3 +271,113 @@ fn refused_on_the_direct_path_leaves_tensor_and_original_as_they_were() {
     assert_eq!(current(&model, Q), original);
     assert_eq!(address(&model, Q), at_load);
 }
+
+/// A model whose `blk.0.ffn_up.weight` is F16 [512, 2048] (2 MiB: its whole pages move).
+fn big_ffn_model() -> GgufWriter {
+    tiny_llama(&TinyLlamaOpts {
+        n_layer: 1,
+        n_embd: 512,
+        n_head: 8,
+        n_head_kv: 8,
+        n_ff: 2048,
+        weight_type: GgmlType::F16,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+const UP: &str = "blk.0.ffn_up.weight";
+
+#[test]
+fn in_place_reloads_move_pages_and_readers_see_whole_versions() {
+    let base = big_ffn_model();
+    let (_dir, path) = setup("move-pages", &base);
+    let model = std::sync::Arc::new(load_cpu(&path, LoadMode::None, true));
+    let at_load = address(&model, UP);
+    let page = llama::device::page_size();
+    let versions: Vec<Vec<u8>> = (0..6)
+        .map(|s| finite_bytes_for(&base, UP, GgmlType::F16, 40 + s))
+        .collect();
+    let mut known = versions.clone();
+    known.push(current(&model, UP).1);
+
+    // A reader that must only ever see one whole version.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (model, stop, known) = (model.clone(), stop.clone(), known.clone());
+        std::thread::spawn(move || {
+            let mut reads = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let (_, bytes) = current(&model, UP);
+                assert!(known.contains(&bytes), "a torn or unknown version");
+                reads += 1;
+            }
+            reads
+        })
+    };
+
+    // From the file: every tensor of a changed file is a job (the unchanged ones are
+    // compared and left), and ffn_gate and ffn_down have ffn_up's geometry, so which job made
+    // the stage and what it holds now depends on the file's order; the bytes must be right.
+    for (round, v) in versions.iter().enumerate() {
+        put_q_named(&path, &base, UP, GgmlType::F16, v.clone());
+        reload(&model, UP, Outcome::ReloadedInPlace);
+        assert_eq!(
+            current(&model, UP),
+            (GgmlType::F16, v.clone()),
+            "round {round}"
+        );
+        assert_eq!(address(&model, UP), at_load, "written in the arena range");
+        let slot = model.hotswap.as_ref().unwrap().page_stage.lock().unwrap();
+        assert!(
+            round == 0 || slot.stage.is_some(),
+            "round {round}: no stage"
+        );
+    }
+    let mut previous = versions[versions.len() - 1].clone();
+
+    // From memory (llama_ext_tensor_set's path: one job): the stage then holds the tensor's
+    // previous whole pages, so they were moved, not copied.
+    for (round, v) in versions.iter().enumerate() {
+        let report = hotswap::tensor_set(&model, UP, GgmlType::F16.id() as i32, v).unwrap();
+        assert_eq!(outcome(&report, UP), Outcome::ReloadedInPlace, "{report:?}");
+        assert_eq!(current(&model, UP).1, *v, "round {round}");
+        assert_eq!(address(&model, UP), at_load);
+        let slot = model.hotswap.as_ref().unwrap().page_stage.lock().unwrap();
+        let stage = slot.stage.as_ref().expect("a stage");
+        let head = at_load % page;
+        assert_eq!(stage.geometry(), (head, v.len()));
+        let lead = (page - head) % page;
+        let end = (head + v.len()) / page * page - head;
+        assert!(
+            stage.bytes()[lead..end] == previous[lead..end],
+            "round {round}: the old pages were not moved into the stage"
+        );
+        drop(slot);
+        previous = v.clone();
+    }
+
+    // Invalid bytes (check_tensors): refused, the tensor keeps its bytes.
+    let mut bad = versions[0].clone();
+    bad[2..4].copy_from_slice(&0x7e00u16.to_le_bytes());
+    put_q_named(&path, &base, UP, GgmlType::F16, bad);
+    reload(&model, UP, Outcome::Refused);
+    assert_eq!(current(&model, UP).1, previous);
+
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(reader.join().unwrap() > 0);
+    // Every other tensor is as in the file.
+    for t in model.tensors.iter().filter(|t| t.name != UP) {
+        assert_eq!(
+            current(&model, &t.name),
+            file_bytes(&path, &t.name),
+            "{}",
+            t.name
+        );
+    }
+}
+
+/// Puts a copy of `base` in place where `name` has type `ty` and these bytes.
+fn put_q_named(path: &Path, base: &GgufWriter, name: &str, ty: GgmlType, bytes: Vec<u8>) {
+    replace(path, &variant(base, &[(name, Some((ty, bytes)))]));
+}

@@ -3,9 +3,11 @@
 use crate::model::tensors::{Original, SwapState};
 use crate::model::Model;
 use crate::storage::data::write_storage;
-use crate::storage::TensorData;
+use crate::storage::{Replaced, TensorData};
 
-use super::{device_label, recycle, release, Action, Outcome, Outcomes, ReportEntry, Staged};
+use super::{
+    device_label, give_page_stage, recycle, release, Action, Outcome, Outcomes, ReportEntry, Staged,
+};
 
 /// Applies staged actions under the members' write locks (taken in index order). Private
 /// buffers the tensors stop using go to the model's pool after the locks are released.
@@ -25,6 +27,23 @@ pub(super) fn commit(model: &Model, mut staged: Vec<Staged>, out: &mut Outcomes)
                 let layout = state.layout;
                 let written = write_storage(&layout, &mut state.data, &bytes);
                 recycle(model, bytes);
+                written
+            }
+            Action::MovePages(mut stage) => {
+                let layout = state.layout;
+                let (written, refused) = match &mut state.data {
+                    TensorData::Host(range) if stage.fits(range) => {
+                        match range.replace_from_stage(&mut stage) {
+                            Ok(Replaced::Moved(_)) => (Ok(()), None),
+                            Ok(Replaced::Copied(refused)) => (Ok(()), refused),
+                            Err(e) => (Err(e.to_string()), None),
+                        }
+                    }
+                    // Not the storage the stage was made for (it cannot change between the
+                    // staging and the commit: reloads are serialized); copy all the same.
+                    data => (write_storage(&layout, data, stage.bytes()), None),
+                };
+                give_page_stage(model, stage, refused);
                 written
             }
             Action::Reattach { bytes, fresh } => {

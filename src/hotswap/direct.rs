@@ -4,6 +4,13 @@
 //! to the original reads them straight into the original storage. No staging buffer, no
 //! copy, and with a pooled buffer no page faults: the cost is the read.
 //!
+//! An in-place reload (same type) of a tensor in an owned arena reads into a page stage laid
+//! out at the tensor's in-page offset; the commit moves its whole pages into the tensor and
+//! the tensor's old pages into the stage (`mremap`, no copy; see
+//! [`crate::storage::HostRange::replace_from_stage`]). The stage is made the second time in
+//! a row that a tensor of its geometry is reloaded (before that, and for smaller tensors, the
+//! staged path copies).
+//!
 //! Nothing live is touched until the commit: the new private buffer is the job's own, and
 //! the original is not live while the tensor is detached (readers use the private buffer,
 //! and a return always rewrites the original in full). It is taken out of the tensor's state
@@ -17,7 +24,10 @@ use crate::model::Model;
 use crate::storage::data::data_host_bytes_mut;
 use crate::storage::{read_exact_at_parallel, Home, ModelDevices, TensorData, TensorLayout};
 
-use super::{commit, Action, Bytes, Job, Outcome, Outcomes, Staged};
+use super::{
+    commit, give_page_stage, same_as_current, take_page_stage, Action, Bytes, Job, Outcome,
+    Outcomes, Staged,
+};
 
 /// Where the new bytes go.
 enum Target {
@@ -25,6 +35,9 @@ enum Target {
     Original,
     /// Into a new private buffer on this registry device.
     NewBuffer(usize),
+    /// Into a page stage whose whole pages then move into the tensor's arena range (same
+    /// type); the range starts at this page offset.
+    InPlace(usize),
 }
 
 /// Fills `dst` with the job's bytes (the same messages as the staged path).
@@ -127,6 +140,13 @@ pub(super) fn try_run(
                 return false;
             }
             Target::NewBuffer(device)
+        } else if state.layout.ggml_type == job.new_type && !state.lost {
+            match &state.data {
+                TensorData::Host(range) if range.len() == len => {
+                    Target::InPlace(range.in_page_offset())
+                }
+                _ => return false,
+            }
         } else {
             return false;
         }
@@ -154,6 +174,33 @@ pub(super) fn try_run(
                     tensor: job.tensor,
                     action: Action::Restore(original),
                     outcome: Some(Outcome::ReturnedToOriginal),
+                    reason: String::new(),
+                    new_type: job.new_type,
+                }],
+                out,
+            );
+            true
+        }
+        Target::InPlace(head) => {
+            let Some(mut stage) = take_page_stage(model, head, len) else {
+                return false;
+            };
+            if let Err(rejected) = fill_checked(model, job, stage.bytes_mut()) {
+                give_page_stage(model, stage, None);
+                report_rejected(model, job, rejected, out);
+                return true;
+            }
+            // The same bytes as now: nothing to do (as on the staged path).
+            if same_as_current(model, job.tensor, &tensor.read(), stage.bytes()) {
+                give_page_stage(model, stage, None);
+                return true;
+            }
+            commit(
+                model,
+                vec![Staged {
+                    tensor: job.tensor,
+                    action: Action::MovePages(stage),
+                    outcome: Some(Outcome::ReloadedInPlace),
                     reason: String::new(),
                     new_type: job.new_type,
                 }],

@@ -29,7 +29,13 @@
 //!   failure leaves the tensor exactly as it was and is reported.
 //! * **Direct reads** (`direct.rs`): for a tensor on the CPU or a virtual GPU, a type change
 //!   reads straight into its new private buffer and a return reads straight into the
-//!   original storage (not live while detached); nothing is staged or copied.
+//!   original storage (not live while detached); nothing is staged or copied. A same-type
+//!   reload of a tensor in an owned arena (1 MiB or more) reads into a page stage laid out at
+//!   the tensor's in-page offset, and the commit moves the stage's whole pages into the
+//!   tensor and the tensor's old ones into the stage (`mremap`; page tables only), so the
+//!   new bytes are read once and never copied. The stage is made the second time in a row a
+//!   tensor of its geometry comes; a kernel that refuses the move makes every later in-place
+//!   reload copy.
 //! * **Buffer pool.** Private CPU buffers a tensor stops using are kept in the model's
 //!   [`crate::storage::BufferPool`] (at most the largest tensor's bytes, four buffers) and
 //!   reused by the next relocation of the same size, whose pages are then already resident.
@@ -83,7 +89,10 @@ pub use crate::model::swap::{enabled_by_env, is_enabling_value, HotSwap, ENV};
 use commit::commit;
 use mapping::migrate_off_mapping;
 use plan::{open_gguf, plan, run_jobs, Bytes, Job};
-use stage::{cpu_copy, recycle, release, run_job, Action, Staged};
+use stage::{
+    cpu_copy, give_page_stage, recycle, release, run_job, same_as_current, take_page_stage, Action,
+    Staged,
+};
 
 pub use plan::{reload_from_file, tensor_set};
 pub use watch::reload_changed;

@@ -6,8 +6,11 @@ use crate::model::swap::lock;
 use crate::model::tensors::{moe_siblings, Original, SwapState, TensorState};
 use crate::model::Model;
 use crate::storage::data::writable;
+use crate::storage::host::MOVE_MIN;
 use crate::storage::place::lcm_block;
-use crate::storage::{read_exact_at_parallel, Home, ModelDevices, TensorData, TensorLayout};
+use crate::storage::{
+    read_exact_at_parallel, Home, ModelDevices, PageStage, TensorData, TensorLayout,
+};
 
 use super::{commit, Bytes, Job, Outcome, Outcomes};
 
@@ -30,6 +33,53 @@ pub(super) fn recycle(model: &Model, buf: Vec<u8>) {
         if buf.capacity() > pool.capacity() {
             *pool = buf;
         }
+    }
+}
+
+/// The page stage for an in-place reload of `len` bytes at page offset `head`, when one is
+/// due: the stage made for that geometry, or a new one the second time in a row that a
+/// geometry finds none (a tensor reloaded again and again; its first reload copies, as do
+/// one-off reloads of tensors of other shapes, so the stage's fresh pages are paid only for
+/// a tensor that comes back). None: stage and copy as usual.
+pub(super) fn take_page_stage(model: &Model, head: usize, len: usize) -> Option<PageStage> {
+    let hs = model.hotswap.as_ref()?;
+    if len < MOVE_MIN {
+        return None;
+    }
+    let mut slot = lock(&hs.page_stage);
+    if slot.off {
+        return None;
+    }
+    if slot
+        .stage
+        .as_ref()
+        .is_some_and(|s| s.geometry() == (head, len))
+    {
+        return slot.stage.take();
+    }
+    if slot.missed == Some((head, len)) {
+        slot.missed = None;
+        slot.stage = None;
+        return PageStage::new(head, len).ok();
+    }
+    slot.missed = Some((head, len));
+    None
+}
+
+/// Gives the page stage back to the model; `refused`: the kernel would not move pages (see
+/// [`crate::storage::HostRange::replace_from_stage`]), so in-place reloads copy from now on.
+pub(super) fn give_page_stage(model: &Model, stage: PageStage, refused: Option<std::io::Error>) {
+    if let Some(hs) = &model.hotswap {
+        let mut slot = lock(&hs.page_stage);
+        if let Some(e) = refused {
+            crate::log_info!(
+                "hot-swap: in-place reloads copy from now on (moving pages failed: {e})"
+            );
+            slot.off = true;
+            slot.stage = None;
+            return;
+        }
+        slot.stage = Some(stage);
     }
 }
 
@@ -79,6 +129,9 @@ pub(super) fn layout_for(ne: [i64; 4], ggml_type: GgmlType) -> Option<TensorLayo
 pub(super) enum Action {
     /// Write these bytes into the current storage (same type and layout).
     WriteCurrent(Vec<u8>),
+    /// Put the stage's bytes into the current storage, an arena range the stage was made for
+    /// (same type and layout): its whole pages move in (`direct.rs`).
+    MovePages(PageStage),
     /// Return to the original storage and write these bytes there; `fresh` replaces an
     /// original that cannot be written (a file mapping, or dropped) with owned CPU memory.
     Reattach {

@@ -811,7 +811,7 @@ fn load_data(
     for (fi, (s, r)) in sources.iter().zip(readers).enumerate() {
         let cut = match r {
             Some(r) => {
-                let arena = file::HostArena::new(r.finish(mode.uses_mlock(), s));
+                let arena = file::HostArena::new(r.finish(mode.uses_mlock(), s), mode.uses_mlock());
                 file::split_arena(arena, &keep[fi], &release[fi]).map_err(|e| file_error(s, e))?
             }
             None => Vec::new(),

@@ -15,7 +15,7 @@ pub use data::{
     read_data, write_storage, RowPiece, SplitDim, SplitGeometry, TensorData, TensorLayout,
 };
 pub use file::{read_exact_at_parallel, FileIdentity, SourceFile};
-pub use host::{HostArena, HostRange};
+pub use host::{HostArena, HostRange, PageStage, Replaced};
 pub use place::{Home, ModelDevices};
 pub use pool::BufferPool;
 
@@ -121,7 +121,7 @@ mod tests {
         // A range that starts and ends mid-page: only its whole pages are populated, and no
         // byte of it (or of the pages it shares with its neighbours) changes.
         let (offset, len) = (page / 2, 6 * page);
-        let arena = HostArena::new(alloc_pages(8 * page).unwrap());
+        let arena = HostArena::new(alloc_pages(8 * page).unwrap(), false);
         let mut ranges = split_arena(arena, &[(offset, len)], &[]).unwrap();
         let range = &mut ranges[0];
         assert_eq!(range.resident_bytes(), Some(0), "fresh anonymous memory");

@@ -50,12 +50,26 @@ pub struct HotSwap {
     /// A staging buffer kept between calls (the largest tensor staged so far), so that a
     /// reload does not pay page faults for a fresh buffer every time.
     pub staging: Mutex<Vec<u8>>,
+    /// In-place reloads of owned (arena) tensors: the stage whose pages move into the tensor.
+    pub page_stage: Mutex<PageStageSlot>,
     /// Private buffers freed by returns and relocations, kept for the next relocation of
     /// the same size (their pages are resident). Bounded by the model's largest tensor.
     pub buffers: Mutex<BufferPool>,
     /// The model was loaded with `check_tensors`: swapped-in bytes are validated the same way
     /// before they are committed.
     pub check_tensors: bool,
+}
+
+/// The page stage of in-place reloads (`hotswap::direct`) and what decides when one is made.
+#[derive(Debug, Default)]
+pub struct PageStageSlot {
+    /// The stage, made for one tensor's geometry (page offset, length); taken while in use.
+    pub stage: Option<crate::storage::PageStage>,
+    /// The geometry of the last in-place reload that found no stage made for it.
+    pub missed: Option<(usize, usize)>,
+    /// The kernel refused to move pages once (Linux older than 5.7, or `vm.max_map_count`
+    /// reached): in-place reloads copy from then on.
+    pub off: bool,
 }
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -100,6 +114,7 @@ impl HotSwap {
             watch: Mutex::new(files),
             report: Mutex::new(Arc::new(Report::default())),
             staging: Mutex::new(Vec::new()),
+            page_stage: Mutex::new(PageStageSlot::default()),
             buffers: Mutex::new(BufferPool::new(largest)),
             check_tensors,
         }

@@ -8,7 +8,10 @@
 # three "floor" rows timed in the same rounds without any model library
 # (ffi-tests/bench_floor.c): fresh anonymous memory of the file's size faulted in, that plus a
 # pread of the file, and the pread after faulting the memory in by
-# madvise(MADV_POPULATE_WRITE) as the loader does; "ours" columns hold the floor.
+# madvise(MADV_POPULATE_WRITE) (as the loader does without its page copier), and the memory
+# filled by userfaultfd's UFFDIO_COPY from a shared mapping of the file (as the loader does
+# where the kernel allows: no page zeroed first); "ours" columns hold the floor. A row before
+# them times ours with the page copier off (LLAMA_HOTSWAP_NO_PAGE_COPY=1) in the same rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
@@ -36,8 +39,11 @@ echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for mode in $MODES; do
     for cache in $CACHES; do
         # In NONE mode the same rounds also time the floor under any owned load (bench_floor).
-        runners="up us"; [ "$mode" = none ] && runners="up us touch read populate"
-        rm -f "$out"/up.txt "$out"/us.txt "$out"/touch.txt "$out"/read.txt "$out"/populate.txt
+        # ours-read: ours with the page copier off (LLAMA_HOTSWAP_NO_PAGE_COPY=1), the way
+        # owned loads filled their arena before it.
+        runners="up us"; [ "$mode" = none ] && runners="up us ours-read touch read populate copy"
+        rm -f "$out"/up.txt "$out"/us.txt "$out"/ours-read.txt "$out"/touch.txt "$out"/read.txt \
+            "$out"/populate.txt "$out"/copy.txt
         for who in $runners; do : > "$out/$who.txt"; done
         cat "$model" > /dev/null
         for _ in $(seq "$RUNS"); do
@@ -46,6 +52,8 @@ for mode in $MODES; do
                 case $who in
                     up) LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/bench_load" "$model" "$mode" ;;
                     us) LD_LIBRARY_PATH="$PWD/target/release" "$out/bench_load" "$model" "$mode" ;;
+                    ours-read) LLAMA_HOTSWAP_NO_PAGE_COPY=1 LD_LIBRARY_PATH="$PWD/target/release" \
+                        "$out/bench_load" "$model" "$mode" ;;
                     *) "$out/bench_floor" "$model" "$who" ;;
                 esac >> "$out/$who.txt"
             done
@@ -57,11 +65,12 @@ for mode in $MODES; do
         awk -v m="$mode" -v c="$cache" -v a="$up_ms" -v b="$us_ms" -v ra="$up_rss" -v rb="$us_rss" \
             -v fa="$up_flt" -v fb="$us_flt" -v ca="$up_cpu" -v cb="$us_cpu" -v r="$(paired us)" \
             'BEGIN {printf "| %s | %s | %.1f | %.1f | %.2fx | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", m, c, a, b, r, ra/1024, rb/1024, fa, fb, ca, cb}'
-        for floor in touch read populate; do
+        for floor in ours-read touch read populate copy; do
             [ -s "$out/$floor.txt" ] || continue
             f_ms=$(cut -d' ' -f1 "$out/$floor.txt" | median); f_rss=$(cut -d' ' -f2 "$out/$floor.txt" | median)
             f_flt=$(cut -d' ' -f3 "$out/$floor.txt" | median); f_cpu=$(cut -d' ' -f4 "$out/$floor.txt" | median)
-            awk -v m="floor: $floor" -v c="$cache" -v a="$up_ms" -v b="$f_ms" -v ra="$up_rss" -v rb="$f_rss" \
+            label="floor: $floor"; [ "$floor" = ours-read ] && label="none, ours without the page copier"
+            awk -v m="$label" -v c="$cache" -v a="$up_ms" -v b="$f_ms" -v ra="$up_rss" -v rb="$f_rss" \
                 -v fa="$up_flt" -v fb="$f_flt" -v ca="$up_cpu" -v cb="$f_cpu" -v r="$(paired "$floor")" \
                 'BEGIN {printf "| %s | %s | %.1f | %.1f | %.2fx | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", m, c, a, b, r, ra/1024, rb/1024, fa, fb, ca, cb}'
         done

@@ -1,5 +1,6 @@
-//! The owned arena of load modes NONE and DIRECT_IO: pre-faulted 4 KiB pages by default,
-//! transparent huge pages with LLAMA_HOTSWAP_HUGE_PAGES=1. The bytes must be the file's
+//! The owned arena of load modes NONE and DIRECT_IO: 4 KiB pages filled by the page copier
+//! (userfaultfd) where the kernel allows it, else faulted in and read into (also with
+//! LLAMA_HOTSWAP_NO_PAGE_COPY=1), transparent huge pages with LLAMA_HOTSWAP_HUGE_PAGES=1. The bytes must be the file's
 //! exactly either way; with huge pages asked for and the kernel offering them for advised
 //! memory (/sys/kernel/mm/transparent_hugepage/enabled is `always` or `madvise`), the arena
 //! must actually get some (AnonHugePages of its mapping in /proc/self/smaps).
@@ -84,18 +85,28 @@ fn owned_arena_holds_the_files_bytes_and_gets_huge_pages_when_asked_and_offered(
     let file = std::fs::read(&path).unwrap();
     let g = Gguf::parse(&file).unwrap();
 
-    for (mode, huge_pages) in [
-        (LoadMode::None, false),
-        (LoadMode::None, true),
-        (LoadMode::DirectIo, true),
+    // Whether this kernel and sandbox allow the page copier at all (the file was just
+    // written, so it is in the page cache).
+    let copier_available = {
+        let mut scratch =
+            llama::storage::host::alloc_pages(file.len().next_multiple_of(4096)).unwrap();
+        llama::storage::host::PageCopier::new(&std::fs::File::open(&path).unwrap(), &mut scratch)
+            .inspect_err(|e| eprintln!("no page copier here: {e}"))
+            .is_ok()
+    };
+    let mut faults = Vec::new();
+    for (mode, huge_pages, no_copy) in [
+        (LoadMode::None, false, false),
+        (LoadMode::None, false, true),
+        (LoadMode::None, true, false),
+        (LoadMode::DirectIo, true, false),
     ] {
         // The only test of this binary: nothing else reads the environment concurrently.
-        if huge_pages {
-            std::env::set_var(llama::storage::host::HUGE_PAGES_ENV, "1");
-        } else {
-            std::env::remove_var(llama::storage::host::HUGE_PAGES_ENV);
-        }
+        set_env(llama::storage::host::HUGE_PAGES_ENV, huge_pages);
+        set_env(llama::storage::host::NO_PAGE_COPY_ENV, no_copy);
+        let before = minor_faults();
         let model = load_cpu(&path, mode);
+        faults.push(minor_faults() - before);
         let mut largest = (0usize, 0usize);
         for t in g.tensors() {
             let state = model.tensors.get(t.name).unwrap().read();
@@ -127,4 +138,37 @@ fn owned_arena_holds_the_files_bytes_and_gets_huge_pages_when_asked_and_offered(
             );
         }
     }
+    // The page copier fills the arena without a fault per page: a small fraction of the
+    // faults of the same load reading into faulted-in pages (one per 4 KiB page).
+    eprintln!(
+        "minor faults: page copier {}, reads {}",
+        faults[0], faults[1]
+    );
+    let pages = (file.len() / 4096) as i64;
+    assert!(
+        faults[1] >= pages / 2,
+        "reads took {} faults for {pages} pages",
+        faults[1]
+    );
+    if copier_available {
+        assert!(faults[0] * 4 < faults[1], "{faults:?}");
+    }
+    set_env(llama::storage::host::NO_PAGE_COPY_ENV, false);
+}
+
+fn set_env(name: &str, on: bool) {
+    if on {
+        std::env::set_var(name, "1");
+    } else {
+        std::env::remove_var(name);
+    }
+}
+
+/// Minor page faults of this process so far.
+fn minor_faults() -> i64 {
+    // SAFETY: rusage is plain integers, for which all zeros is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the rusage we own.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    usage.ru_minflt
 }

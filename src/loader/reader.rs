@@ -2,7 +2,9 @@
 //! page-aligned arena ([`crate::storage::host::alloc_pages`], not pre-faulted) that mirrors
 //! the file's offsets, in large positional reads split across two threads; the buffered
 //! reads fault their chunk in first ([`crate::storage::host::populate_for_write`]), O_DIRECT
-//! reads fault it themselves.
+//! reads fault it themselves. Where the kernel allows it, buffered loads instead copy whole
+//! pages from the file's page cache into the arena without zeroing them first
+//! ([`crate::storage::host::PageCopier`]).
 //! Mirroring keeps O_DIRECT's alignment rules trivially satisfied (aligned file offset ⇔
 //! aligned arena address) and lets reads stay disjoint.
 
@@ -23,6 +25,13 @@ pub struct ArenaReader {
     /// File offset up to which the arena is filled.
     cursor: u64,
     direct: Option<File>,
+    /// Buffered loads: fills whole pages without zeroing them first (see
+    /// [`crate::storage::host::PageCopier`]); None where the kernel refuses it, after a copy
+    /// failed, and for O_DIRECT.
+    copier: Option<crate::storage::host::PageCopier>,
+    /// The end of the pages the copier filled (page-aligned; at or past `cursor` after a
+    /// read, behind it after a skip).
+    copied: usize,
 }
 
 fn align_up(x: u64) -> u64 {
@@ -34,7 +43,7 @@ impl ArenaReader {
         let size = source.identity.size;
         let len =
             usize::try_from(align_up(size)).map_err(|_| file_error(source, "file too large"))?;
-        let arena = file::alloc_pages(len)
+        let mut arena = file::alloc_pages(len)
             .map_err(|e| file_error(source, format!("failed to allocate {len} bytes: {e}")))?;
         let direct = if direct_io {
             match source.path.as_deref().and_then(file::reopen_direct) {
@@ -50,16 +59,72 @@ impl ArenaReader {
         } else {
             None
         };
+        // Copied pages are 4 KiB pages: an arena asked to be on huge pages is read into.
+        let huge =
+            std::env::var(crate::storage::host::HUGE_PAGES_ENV).is_ok_and(|v| v.trim() == "1");
+        let copier = if direct.is_none() && !huge {
+            crate::storage::host::PageCopier::new(&source.file, &mut arena)
+                .inspect_err(|e| {
+                    crate::log_debug!(
+                        "{}: reading into faulted-in pages (no userfaultfd page copy: {e})",
+                        source.display_name()
+                    )
+                })
+                .ok()
+        } else {
+            None
+        };
         Ok(ArenaReader {
             arena,
             cursor: 0,
             direct,
+            copier,
+            copied: 0,
         })
+    }
+
+    /// The copier's part of [`Self::read_through`]: the whole pages from the cursor's page
+    /// (or the end of those already copied) through `end`. False, with the copier gone, when a
+    /// copy failed (the file shrank, or the kernel refused): the caller then reads the same
+    /// range, which gives the usual errors.
+    fn copy_through(&mut self, source: &SourceFile, end: u64) -> bool {
+        let Some(copier) = &self.copier else {
+            return false;
+        };
+        let page = crate::device::page_size();
+        let from = (self.cursor as usize / page * page).max(self.copied);
+        let to = (end as usize).min(self.arena.len());
+        let result = if to > from {
+            copier.copy(from, to)
+        } else {
+            Ok(())
+        };
+        match result {
+            Ok(()) => {
+                self.copied = self
+                    .copied
+                    .max(to.next_multiple_of(page).min(self.arena.len()));
+                self.cursor = self.cursor.max(end);
+                true
+            }
+            Err(e) => {
+                crate::log_debug!(
+                    "{}: page copy stopped at {from}..{to} ({e}); reading instead",
+                    source.display_name()
+                );
+                // Unregistered from here on: every page is plain memory again.
+                self.copier = None;
+                false
+            }
+        }
     }
 
     /// Makes sure the arena holds the file up to `end` (exclusive).
     pub fn read_through(&mut self, source: &SourceFile, end: u64) -> Result<(), LoadError> {
         if end <= self.cursor {
+            return Ok(());
+        }
+        if end <= source.identity.size && self.copy_through(source, end) {
             return Ok(());
         }
         let file_size = source.identity.size;
@@ -125,7 +190,10 @@ impl ArenaReader {
     }
 
     /// The filled arena, locked in memory when asked (failure to lock is a warning).
-    pub fn finish(self, mlock: bool, source: &SourceFile) -> memmap2::MmapMut {
+    pub fn finish(mut self, mlock: bool, source: &SourceFile) -> memmap2::MmapMut {
+        // Unregistered before anything else touches the arena (pages never copied, skipped
+        // for a device, read as zeros from now on).
+        self.copier = None;
         if mlock {
             if let Err(e) = self.arena.lock() {
                 crate::log_warn!(

@@ -18,8 +18,8 @@ use llama::model::{LoadMode, Model};
 #[path = "common/hotswap.rs"]
 mod hotswap_common;
 use hotswap_common::{
-    bytes_for, current, file_bytes, outcome, registry, replace, rewrite, setup, tempdir, variant,
-    Dir,
+    assert_others_match_file, bytes_for, current, file_bytes, outcome, registry, replace, rewrite,
+    setup, tempdir, variant, Dir,
 };
 
 fn load_model(path: &Path, placement: PlacementParams, mode: LoadMode) -> Model {
@@ -111,14 +111,7 @@ fn a_b_a_on_every_placement_and_mode() {
                 "{label} {mode:?}"
             );
             // Other tensors untouched.
-            for t in model.tensors.iter().filter(|t| t.name != Q) {
-                assert_eq!(
-                    current(&model, &t.name),
-                    file_bytes(&path, &t.name),
-                    "{}",
-                    t.name
-                );
-            }
+            assert_others_match_file(&model, &path, Q);
 
             // B -> A: bit-identical to the original, back on its original storage.
             replace(&path, &base);

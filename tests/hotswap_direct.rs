@@ -18,8 +18,8 @@ use llama::storage::BufferPool;
 #[path = "common/hotswap.rs"]
 mod hotswap_common;
 use hotswap_common::{
-    current, file_bytes, finite_bytes_for, ne_of, outcome, registry, replace, setup, variant,
-    Change,
+    assert_others_match_file, current, file_bytes, finite_bytes_for, ne_of, outcome, registry,
+    replace, setup, variant, Change,
 };
 
 fn cpu_only() -> PlacementParams {
@@ -158,14 +158,7 @@ fn relocations_reuse_freed_buffers_and_returns_read_into_the_original() {
         reload(&model, Q, Outcome::ReturnedToOriginal);
         assert_eq!(current(&model, Q), original);
         // Every other tensor untouched.
-        for t in model.tensors.iter().filter(|t| t.name != Q) {
-            assert_eq!(
-                current(&model, &t.name),
-                file_bytes(&path, &t.name),
-                "{}",
-                t.name
-            );
-        }
+        assert_others_match_file(&model, &path, Q);
     }
 }
 
@@ -367,14 +360,7 @@ fn in_place_reloads_move_pages_and_readers_see_whole_versions() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     assert!(reader.join().unwrap() > 0);
     // Every other tensor is as in the file.
-    for t in model.tensors.iter().filter(|t| t.name != UP) {
-        assert_eq!(
-            current(&model, &t.name),
-            file_bytes(&path, &t.name),
-            "{}",
-            t.name
-        );
-    }
+    assert_others_match_file(&model, &path, UP);
 }
 
 /// Puts a copy of `base` in place where `name` has type `ty` and these bytes.

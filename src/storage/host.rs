@@ -877,23 +877,20 @@ mod tests {
 
     #[test]
     fn locked_small_and_foreign_stages_copy_or_refuse() {
-        let (mut ranges, _) = arena(true);
-        let new = pattern(30, ranges[1].len());
-        let mut stage = stage_with(&ranges[1], &new);
-        assert!(matches!(
-            ranges[1].replace_from_stage(&mut stage).unwrap(),
-            Replaced::Copied(None)
-        ));
-        assert!(ranges[1].bytes() == new.as_slice());
-
+        // Copied, with no reason to give: a locked arena, and too few whole pages.
+        let copies = |range: &mut HostRange, seed: u8| {
+            let new = pattern(seed, range.len());
+            let mut stage = stage_with(range, &new);
+            assert!(matches!(
+                range.replace_from_stage(&mut stage).unwrap(),
+                Replaced::Copied(None)
+            ));
+            assert!(range.bytes() == new.as_slice());
+        };
+        copies(&mut arena(true).0[1], 30);
         let (mut ranges, contents) = arena(false);
+        copies(&mut ranges[2], 31);
         let small = pattern(31, ranges[2].len());
-        let mut stage = stage_with(&ranges[2], &small);
-        assert!(matches!(
-            ranges[2].replace_from_stage(&mut stage).unwrap(),
-            Replaced::Copied(None)
-        ));
-        assert!(ranges[2].bytes() == small.as_slice());
         // A stage made for another range: an error, and nothing written.
         let mut wrong = stage_with(&ranges[2], &small);
         assert!(ranges[1].replace_from_stage(&mut wrong).is_err());

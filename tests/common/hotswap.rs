@@ -153,3 +153,15 @@ pub fn outcome(report: &Report, name: &str) -> Outcome {
         .unwrap_or_else(|| panic!("{name} not in report {report:?}"))
         .outcome
 }
+
+/// Every tensor of the model but `except` holds exactly its bytes in the file at `path`.
+pub fn assert_others_match_file(model: &Model, path: &Path, except: &str) {
+    for t in model.tensors.iter().filter(|t| t.name != except) {
+        assert_eq!(
+            current(model, &t.name),
+            file_bytes(path, &t.name),
+            "{}",
+            t.name
+        );
+    }
+}

@@ -126,8 +126,8 @@ struct UffdioCopy {
 /// step, where a read into fresh memory zeroes each page at its fault and then copies over
 /// it. On the project's VM two threads filled a cached 1.9 GB file in ~460 ms this way
 /// against ~785 ms for `MADV_POPULATE_WRITE` + `pread`. Only for files (almost) wholly in the
-/// page cache (`cached_fraction`, 90% or more): cold, reading through the copies' page faults was
-/// slower than `pread`.
+/// page cache (`cached_fraction`, 90% or more): cold, reading through the copies' page
+/// faults was slower than `pread`.
 ///
 /// The arena is registered for missing-page events in user mode only (no privilege needed,
 /// Linux 5.11+; a seccomp filter or an older kernel refuses, and loads read as before), with

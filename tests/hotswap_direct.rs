@@ -337,6 +337,12 @@ fn in_place_reloads_move_pages_and_readers_see_whole_versions() {
         assert_eq!(current(&model, UP).1, *v, "round {round}");
         assert_eq!(address(&model, UP), at_load);
         let slot = model.hotswap.as_ref().unwrap().page_stage.lock().unwrap();
+        if slot.off {
+            // This kernel refused to move pages (older than 5.7): in-place reloads copy,
+            // and the bytes above are all there is to check.
+            eprintln!("moving pages was refused here; in-place reloads copy");
+            continue;
+        }
         let stage = slot.stage.as_ref().expect("a stage");
         let head = at_load % page;
         assert_eq!(stage.geometry(), (head, v.len()));

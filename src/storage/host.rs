@@ -773,6 +773,13 @@ mod tests {
             let w = whole(&ranges[1]);
             match ranges[1].replace_from_stage(&mut stage).unwrap() {
                 Replaced::Moved(n) => assert_eq!(n, w.len()),
+                // A kernel without MREMAP_DONTUNMAP (older than 5.7): copied, which must
+                // still give the new bytes.
+                Replaced::Copied(Some(e)) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    eprintln!("this kernel refuses to move pages ({e}); copied");
+                    assert!(ranges[1].bytes() == new.as_slice());
+                    return;
+                }
                 other => panic!("round {round}: {other:?}"),
             }
             assert!(ranges[1].bytes() == new.as_slice(), "round {round}");

@@ -31,16 +31,14 @@ pub(super) fn commit(model: &Model, mut staged: Vec<Staged>, out: &mut Outcomes)
             }
             Action::MovePages(mut stage) => {
                 let layout = state.layout;
+                // The storage the stage was made for (reloads are serialized, so it cannot
+                // change in between); replace_from_stage checks that it fits.
                 let (written, refused) = match &mut state.data {
-                    TensorData::Host(range) if stage.fits(range) => {
-                        match range.replace_from_stage(&mut stage) {
-                            Ok(Replaced::Moved(_)) => (Ok(()), None),
-                            Ok(Replaced::Copied(refused)) => (Ok(()), refused),
-                            Err(e) => (Err(e.to_string()), None),
-                        }
-                    }
-                    // Not the storage the stage was made for (it cannot change between the
-                    // staging and the commit: reloads are serialized); copy all the same.
+                    TensorData::Host(range) => match range.replace_from_stage(&mut stage) {
+                        Ok(Replaced::Moved(_)) => (Ok(()), None),
+                        Ok(Replaced::Copied(refused)) => (Ok(()), refused),
+                        Err(e) => (Err(e.to_string()), None),
+                    },
                     data => (write_storage(&layout, data, stage.bytes()), None),
                 };
                 give_page_stage(model, stage, refused);

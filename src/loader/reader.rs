@@ -24,19 +24,25 @@ const CHUNK: usize = 64 << 20;
 /// and it saves under 1 µs a page.
 const COPIER_MIN: usize = 8 << 20;
 
+/// The page copier of one file ([`crate::storage::host::PageCopier`]): made at the first
+/// read (a model of a thousand shards holds one descriptor for it at a time, not a thousand)
+/// and dropped once every page is copied.
+enum Copier {
+    /// Not tried yet.
+    Untried,
+    On(crate::storage::host::PageCopier),
+    /// Done, refused by the kernel, failed, or not wanted (O_DIRECT, huge pages, a small
+    /// file): reads fill the arena.
+    Off,
+}
+
 pub struct ArenaReader {
     arena: memmap2::MmapMut,
     /// File offset up to which the arena is filled.
     cursor: u64,
     direct: Option<File>,
-    /// Buffered loads: fills whole pages without zeroing them first (see
-    /// [`crate::storage::host::PageCopier`]). Made at the first read (a model of a thousand
-    /// shards holds one descriptor for it at a time, not a thousand) and dropped once every
-    /// page is copied; None before, where the kernel refuses it, after a copy failed, and for
-    /// O_DIRECT.
-    copier: Option<crate::storage::host::PageCopier>,
-    /// Whether making the copier was tried (once per file).
-    copier_tried: bool,
+    /// Buffered loads: fills whole pages without zeroing them first.
+    copier: Copier,
     /// The end of the pages the copier filled (page-aligned; at or past `cursor` after a
     /// read, behind it after a skip).
     copied: usize,
@@ -71,32 +77,31 @@ impl ArenaReader {
             arena,
             cursor: 0,
             direct,
-            copier: None,
-            copier_tried: false,
+            copier: Copier::Untried,
             copied: 0,
         })
     }
 
-    /// Makes the copier at the first read of a buffered load (see `copier`).
+    /// Makes the copier at the first read of a buffered load (see [`Copier`]).
     fn start_copier(&mut self, source: &SourceFile) {
-        if self.copier_tried || self.direct.is_some() {
+        if !matches!(self.copier, Copier::Untried) {
             return;
         }
-        self.copier_tried = true;
+        self.copier = Copier::Off;
         // Copied pages are 4 KiB pages: an arena asked to be on huge pages is read into.
-        let huge =
-            std::env::var(crate::storage::host::HUGE_PAGES_ENV).is_ok_and(|v| v.trim() == "1");
-        if huge || self.arena.len() < COPIER_MIN {
+        if self.direct.is_some()
+            || crate::storage::host::huge_pages_requested()
+            || self.arena.len() < COPIER_MIN
+        {
             return;
         }
-        self.copier = crate::storage::host::PageCopier::new(&source.file, &mut self.arena)
-            .inspect_err(|e| {
-                crate::log_debug!(
-                    "{}: reading into faulted-in pages (no userfaultfd page copy: {e})",
-                    source.display_name()
-                )
-            })
-            .ok();
+        match crate::storage::host::PageCopier::new(&source.file, &mut self.arena) {
+            Ok(c) => self.copier = Copier::On(c),
+            Err(e) => crate::log_debug!(
+                "{}: reading into faulted-in pages (no userfaultfd page copy: {e})",
+                source.display_name()
+            ),
+        }
     }
 
     /// The copier's part of [`Self::read_through`]: the whole pages from the cursor's page
@@ -104,7 +109,7 @@ impl ArenaReader {
     /// copy failed (the file shrank, or the kernel refused): the caller then reads the same
     /// range, which gives the usual errors.
     fn copy_through(&mut self, source: &SourceFile, end: u64) -> bool {
-        let Some(copier) = &self.copier else {
+        let Copier::On(copier) = &self.copier else {
             return false;
         };
         let page = crate::device::page_size();
@@ -123,7 +128,7 @@ impl ArenaReader {
                 self.cursor = self.cursor.max(end);
                 if self.copied >= self.arena.len() {
                     // Every page is there: unregister now, and free the descriptor.
-                    self.copier = None;
+                    self.copier = Copier::Off;
                 }
                 true
             }
@@ -133,7 +138,7 @@ impl ArenaReader {
                     source.display_name()
                 );
                 // Unregistered from here on: every page is plain memory again.
-                self.copier = None;
+                self.copier = Copier::Off;
                 false
             }
         }
@@ -214,7 +219,7 @@ impl ArenaReader {
     pub fn finish(mut self, mlock: bool, source: &SourceFile) -> memmap2::MmapMut {
         // Unregistered before anything else touches the arena (pages never copied, skipped
         // for a device, read as zeros from now on).
-        self.copier = None;
+        self.copier = Copier::Off;
         if mlock {
             if let Err(e) = self.arena.lock() {
                 crate::log_warn!(

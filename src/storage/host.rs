@@ -27,6 +27,16 @@ pub fn map_file(file: &File, populate: bool) -> io::Result<memmap2::Mmap> {
 /// The environment variable that puts load arenas on transparent huge pages (`1`).
 pub const HUGE_PAGES_ENV: &str = "LLAMA_HOTSWAP_HUGE_PAGES";
 
+/// Whether the environment variable `name` is set to `1` (this module's switches).
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v.trim() == "1")
+}
+
+/// Whether load arenas are to be on transparent huge pages ([`HUGE_PAGES_ENV`]).
+pub fn huge_pages_requested() -> bool {
+    env_flag(HUGE_PAGES_ENV)
+}
+
 /// Page-aligned, owned, writable memory (an anonymous mapping) for an arena, not pre-faulted:
 /// the loader's two reading threads fault it in as they fill it, in parallel and overlapping
 /// a cold file's disk reads. `MAP_POPULATE` in the loading thread (the default until
@@ -40,9 +50,8 @@ pub const HUGE_PAGES_ENV: &str = "LLAMA_HOTSWAP_HUGE_PAGES";
 /// memory is 4 KiB pages, the same bytes; only whole, aligned 2 MiB blocks can be huge, so
 /// the start need not be aligned.
 pub fn alloc_pages(len: usize) -> io::Result<memmap2::MmapMut> {
-    let huge = std::env::var(HUGE_PAGES_ENV).is_ok_and(|v| v.trim() == "1");
     let map = memmap2::MmapOptions::new().len(len.max(1)).map_anon()?;
-    if huge {
+    if huge_pages_requested() {
         // Advice only: without THP the memory stays 4 KiB pages.
         let _ = map.advise(memmap2::Advice::HugePage);
     }
@@ -147,8 +156,19 @@ impl PageCopier {
     /// Registers `arena` (page-aligned, fresh, untouched; it mirrors `file` from offset 0)
     /// for copying from `file`. Err when the kernel or the process's sandbox refuses.
     pub fn new(file: &File, arena: &mut memmap2::MmapMut) -> io::Result<PageCopier> {
-        if std::env::var(NO_PAGE_COPY_ENV).is_ok_and(|v| v.trim() == "1") {
+        if env_flag(NO_PAGE_COPY_ENV) {
             return Err(io::Error::other(format!("{NO_PAGE_COPY_ENV}=1")));
+        }
+        // SAFETY: read-only shared mapping of the file; it is only read by the kernel's
+        // copies (a file that shrinks under it makes a copy fail with EFAULT, never a fault
+        // in this process). Mapping it does not read it.
+        let src = unsafe { memmap2::MmapOptions::new().map(file) }?;
+        let cached = cached_fraction(&src);
+        if cached < 0.9 {
+            return Err(io::Error::other(format!(
+                "about {:.0}% of the file is in the page cache",
+                cached * 100.0
+            )));
         }
         use std::os::fd::FromRawFd;
         // SAFETY: the userfaultfd syscall takes flags only and returns a new descriptor.
@@ -172,17 +192,6 @@ impl PageCopier {
         // SAFETY: UFFDIO_API reads and writes one uffdio_api, which `api` is (repr(C)).
         if unsafe { libc::ioctl(raw, UFFDIO_API, &mut api) } != 0 {
             return Err(io::Error::last_os_error());
-        }
-        // SAFETY: read-only shared mapping of the file; it is only read by the kernel's
-        // copies (a file that shrinks under it makes a copy fail with EFAULT, never a fault
-        // in this process). Mapping it does not read it.
-        let src = unsafe { memmap2::MmapOptions::new().map(file) }?;
-        let cached = cached_fraction(&src);
-        if cached < 0.9 {
-            return Err(io::Error::other(format!(
-                "about {:.0}% of the file is in the page cache",
-                cached * 100.0
-            )));
         }
         let (dst, len) = (arena.as_mut_ptr() as usize, arena.len());
         let mut reg = UffdioRegister {
@@ -333,7 +342,8 @@ impl Drop for PageCopier {
             len: self.len as u64,
         };
         // SAFETY: UFFDIO_UNREGISTER reads one uffdio_range, the range registered in `new`.
-        // Closing the descriptor (right after) would unregister it as well.
+        // Closing the descriptor (right after) unregisters it only when no other process
+        // holds it: a child forked during the load keeps it open, so unregister here.
         unsafe {
             libc::ioctl(
                 std::os::fd::AsRawFd::as_raw_fd(&self.uffd),

@@ -2,8 +2,9 @@
  * UPSTREAM's llama.h and run on either library via LD_LIBRARY_PATH, a fresh process each time.
  *
  * usage: bench_decode MODEL THREADS N_PP N_TG
- *   Loads MODEL (mmap, CPU; owned memory, no mmap, when BENCH_NO_MMAP=1), makes a context with n_threads = n_threads_batch = THREADS, warms
- *   up (a 16-token batch and one single-token step, then the memory is cleared), then times
+ *   Loads MODEL (mmap, CPU; owned memory, no mmap, when BENCH_NO_MMAP=1), makes a context with
+ *   n_threads = n_threads_batch = THREADS, warms up (one batch of N_PP tokens and one
+ *   single-token step, the memory cleared after each, as llama-bench warms up), then times
  *   prompt processing (one batch of N_PP tokens, logits for the last) and, from an empty
  *   memory again, token generation (N_TG single-token steps), as llama-bench's pp/tg tests do.
  *   Tokens are fixed pseudo-random ids (BOS first when the vocab adds one).
@@ -129,7 +130,6 @@ int main(int argc, char **argv) {
     const struct llama_vocab *vocab = llama_model_get_vocab(model);
     int n_vocab = llama_vocab_n_tokens(vocab);
 
-    int n_warm = n_pp < 16 ? n_pp : 16;
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = (uint32_t) ((n_pp > n_tg ? n_pp : n_tg) + 16);
     cp.n_batch = cp.n_ubatch = (uint32_t) n_pp;
@@ -140,7 +140,6 @@ int main(int argc, char **argv) {
     llama_memory_t mem = llama_get_memory(ctx);
 
     int n_tok = n_pp > n_tg ? n_pp : n_tg;
-    if (n_tok < n_warm + 1) n_tok = n_warm + 1;
     llama_token *tokens = malloc(sizeof(llama_token) * n_tok);
     uint32_t rng = 12345;
     for (int i = 0; i < n_tok; i++) {
@@ -149,9 +148,11 @@ int main(int argc, char **argv) {
     }
     if (llama_vocab_get_add_bos(vocab) && llama_vocab_bos(vocab) >= 0) tokens[0] = llama_vocab_bos(vocab);
 
-    /* warm-up: weights paged in, thread pool up, buffers sized */
-    if (!decode_ok(ctx, llama_batch_get_one(tokens, n_warm), "warm-up batch")) return 1;
-    if (!decode_ok(ctx, llama_batch_get_one(tokens + n_warm, 1), "warm-up step")) return 1;
+    /* warm-up: weights paged in, thread pool up, buffers sized and touched; the batch is the
+     * measured one's size, as llama-bench's warm-up runs the whole prompt test once */
+    if (!decode_ok(ctx, llama_batch_get_one(tokens, n_pp), "warm-up batch")) return 1;
+    llama_memory_clear(mem, true);
+    if (!decode_ok(ctx, llama_batch_get_one(tokens, 1), "warm-up step")) return 1;
     llama_memory_clear(mem, true);
 
     double t0 = now_s();

@@ -6,13 +6,10 @@ use std::time::Duration;
 
 use llama::kernels::cpu::ThreadPool;
 
+mod common;
+
 fn process_cpu_seconds() -> f64 {
-    // SAFETY: getrusage writes into the zeroed struct we own; RUSAGE_SELF is always valid.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
-        usage
-    };
+    let usage = common::rusage_self();
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
     secs(usage.ru_utime) + secs(usage.ru_stime)
 }

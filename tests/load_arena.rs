@@ -1,7 +1,7 @@
 //! The owned arena of load modes NONE and DIRECT_IO: 4 KiB pages filled by the page copier
 //! (userfaultfd) where the kernel allows it, else faulted in and read into (also with
-//! LLAMA_HOTSWAP_NO_PAGE_COPY=1), transparent huge pages with LLAMA_HOTSWAP_HUGE_PAGES=1. The bytes must be the file's
-//! exactly either way; with huge pages asked for and the kernel offering them for advised
+//! LLAMA_HOTSWAP_NO_PAGE_COPY=1), transparent huge pages with LLAMA_HOTSWAP_HUGE_PAGES=1.
+//! The bytes must be the file's exactly either way; with huge pages asked for and the kernel offering them for advised
 //! memory (/sys/kernel/mm/transparent_hugepage/enabled is `always` or `madvise`), the arena
 //! must actually get some (AnonHugePages of its mapping in /proc/self/smaps).
 
@@ -13,6 +13,8 @@ use llama::gguf::{GgmlType, Gguf};
 use llama::loader::place::PlacementParams;
 use llama::loader::{load, LoadOptions, ModelSource};
 use llama::model::{LoadMode, Model};
+
+mod common;
 
 struct Dir(PathBuf);
 impl Drop for Dir {
@@ -166,9 +168,5 @@ fn set_env(name: &str, on: bool) {
 
 /// Minor page faults of this process so far.
 fn minor_faults() -> i64 {
-    // SAFETY: rusage is plain integers, for which all zeros is a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage writes into the rusage we own.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    usage.ru_minflt
+    common::rusage_self().ru_minflt
 }

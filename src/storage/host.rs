@@ -90,6 +90,9 @@ pub fn populate_for_write(dst: &mut [u8]) -> bool {
 /// arena in and read into it, as before 2026-11-27 (for measuring what it gains).
 pub const NO_PAGE_COPY_ENV: &str = "LLAMA_HOTSWAP_NO_PAGE_COPY";
 
+/// How much one [`PageCopier`] thread copies before it unmaps the source pages it read.
+const COPY_CHUNK: usize = 16 << 20;
+
 // userfaultfd's ABI (linux/userfaultfd.h), which the libc crate does not carry.
 const UFFD_API: u64 = 0xAA;
 const UFFD_USER_MODE_ONLY: libc::c_int = 1;
@@ -246,6 +249,7 @@ impl PageCopier {
         if to > src_len {
             return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
         }
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.uffd);
         while from < to {
             let end = (from + COPY_CHUNK).min(to);
             let mut at = from;
@@ -257,7 +261,6 @@ impl PageCopier {
                     mode: 0,
                     copy: 0,
                 };
-                let fd = std::os::fd::AsRawFd::as_raw_fd(&self.uffd);
                 // SAFETY: UFFDIO_COPY reads and writes one uffdio_copy; `dst` is inside our
                 // registered arena, `src` inside the live mapping, both whole pages. The
                 // kernel writes only pages that are still missing (a present one: EEXIST).
@@ -309,7 +312,7 @@ fn cached_fraction(map: &memmap2::Mmap) -> f64 {
     let (mut seen, mut resident) = (0usize, 0usize);
     let mut vec = [0u8; WINDOW];
     for w in 0..WINDOWS {
-        let first = (pages.saturating_sub(WINDOW)) * w / (WINDOWS - 1).max(1);
+        let first = pages.saturating_sub(WINDOW) * w / (WINDOWS - 1);
         let n = WINDOW.min(pages - first);
         // SAFETY: `n` whole pages inside our live mapping (its length rounded up to a page
         // is mapped), and `vec` holds one byte per page.
@@ -331,9 +334,6 @@ fn cached_fraction(map: &memmap2::Mmap) -> f64 {
         resident as f64 / seen as f64
     }
 }
-
-/// How much one [`PageCopier`] thread copies before it unmaps the source pages it read.
-const COPY_CHUNK: usize = 16 << 20;
 
 impl Drop for PageCopier {
     fn drop(&mut self) {

@@ -123,3 +123,14 @@ pub fn exact_dot(w: &[f32], x: &[f32]) -> (f64, f64) {
         (sum + p, abs + p.abs())
     })
 }
+
+/// This process's resource usage so far (`getrusage(RUSAGE_SELF)`): CPU times, page faults.
+pub fn rusage_self() -> libc::rusage {
+    // SAFETY: rusage is plain integers, for which all zeros is a valid value; getrusage writes
+    // into the struct we own, and RUSAGE_SELF is always valid.
+    unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
+        usage
+    }
+}

@@ -41,3 +41,21 @@ fn the_engine_test_has_a_row_for_every_registered_architecture() {
         "scripts/test-engine.sh ALL_ARCHS must list exactly the registered architectures"
     );
 }
+
+#[test]
+fn the_docs_list_every_registered_architecture() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/adding-an-architecture.md"
+    ))
+    .unwrap();
+    let marker = "<!-- registry: checked by tests/arch_registry.rs -->\n";
+    let at = doc.find(marker).expect("the docs page has the registry list") + marker.len();
+    let line = doc[at..].lines().next().unwrap_or("");
+    let listed: Vec<&str> = line.split(", ").map(str::trim).collect();
+    assert_eq!(
+        listed,
+        supported_names(),
+        "docs/adding-an-architecture.md must list the registered architectures in REGISTRY's order"
+    );
+}

@@ -50,7 +50,10 @@ fn the_docs_list_every_registered_architecture() {
     ))
     .unwrap();
     let marker = "<!-- registry: checked by tests/arch_registry.rs -->\n";
-    let at = doc.find(marker).expect("the docs page has the registry list") + marker.len();
+    let at = doc
+        .find(marker)
+        .expect("the docs page has the registry list")
+        + marker.len();
     let line = doc[at..].lines().next().unwrap_or("");
     let listed: Vec<&str> = line.split(", ").map(str::trim).collect();
     assert_eq!(

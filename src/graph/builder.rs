@@ -1,10 +1,10 @@
 //! Graph construction helpers shared by the architectures, after upstream's
 //! `llm_graph_context` (`build_norm`, `build_attn`, `build_ffn`, `build_moe_ffn`).
 
+pub use super::arch::Outputs;
 use super::params::{ArchParams, RopeConfig};
 use super::*;
 use crate::model::Model;
-pub use super::arch::Outputs;
 
 /// A dense FFN's choices (upstream's `build_ffn` arguments).
 #[derive(Clone, Copy, Debug)]
@@ -690,7 +690,12 @@ impl<'m> Builder<'m> {
 
     /// The final norm (`output_norm`, RMS) and the output projection (`output.weight` or
     /// the tied embeddings, plus `output.bias` when `bias`).
-    pub fn rms_output(&mut self, x: NodeId, tok_embd: WeightId, bias: bool) -> Result<Outputs, BuildError> {
+    pub fn rms_output(
+        &mut self,
+        x: NodeId,
+        tok_embd: WeightId,
+        bias: bool,
+    ) -> Result<Outputs, BuildError> {
         let n_embd = self.hp.n_embd as i64;
         let norm = self.weight("output_norm.weight", &[n_embd])?;
         let output = self.output_weight(tok_embd)?;

@@ -102,7 +102,10 @@ pub fn is_supported(arch: &str) -> bool {
 
 /// Every GGUF name the engine runs.
 pub fn supported_names() -> Vec<&'static str> {
-    REGISTRY.iter().flat_map(|d| d.names.iter().copied()).collect()
+    REGISTRY
+        .iter()
+        .flat_map(|d| d.names.iter().copied())
+        .collect()
 }
 
 /// The metadata of a model under its architecture's prefix (`<arch>.<key>`), for the

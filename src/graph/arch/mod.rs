@@ -10,13 +10,29 @@
 //! registered, or whose file lacks a tensor its graph needs, fails context creation with one
 //! log line naming the architecture and the missing piece.
 
+pub mod baichuan;
+pub mod command_r;
+pub mod exaone4;
+pub mod gemma;
+pub mod gemma2;
 pub mod gemma3;
+pub mod granite;
+pub mod hunyuan_dense;
 pub mod llama;
+pub mod maincoder;
 pub mod mistral3;
+pub mod nanbeige;
+pub mod olmo2;
+pub mod orion;
 pub mod phi3;
+pub mod plamo;
+pub mod qwen;
 pub mod qwen2;
+pub mod qwen2vl;
 pub mod qwen3;
 pub mod qwen3moe;
+pub mod seed_oss;
+pub mod smollm3;
 
 use super::builder::{BuildError, Builder};
 use super::params::{ArchParams, RopeConfig};
@@ -31,6 +47,11 @@ pub enum Rope {
     None,
     /// ggml's rope modes: adjacent pairs (`NORM`) or halves (`NEOX`).
     Mode(RopeMode),
+    /// Multi-section rotary embeddings (`MROPE` 8, interleaved `IMROPE` 40) of
+    /// vision-language models. On text, where the t/h/w positions are equal and the sections
+    /// never reach the 4th (always 0), they rotate exactly as `NEOX`; the graph runs that
+    /// text path (see [`mrope_text_is_neox`]).
+    Multi(i32),
 }
 
 impl Rope {
@@ -40,6 +61,7 @@ impl Rope {
             Rope::None => -1,
             Rope::Mode(RopeMode::Norm) => 0,
             Rope::Mode(RopeMode::Neox) => 2,
+            Rope::Multi(raw) => raw,
         }
     }
 }
@@ -74,6 +96,37 @@ pub struct ArchDef {
     pub graph: fn(&mut Builder) -> Result<Outputs, BuildError>,
 }
 
+/// Whether M-RoPE of `raw` type (8: sections in order, 40: interleaved) with `sections`
+/// rotates text tokens as NEOX: every one of the `n_rot / 2` rotated pairs takes its angle
+/// from the t, h or w position (equal on text), never from the 4th, as ggml's
+/// `rope_multi` picks them.
+pub fn mrope_text_is_neox(raw: i32, sections: [i32; 4], n_rot: usize) -> bool {
+    let [t, h, w, e] = sections.map(|s| s.max(0) as usize);
+    let sect_dims = (t + h + w + e).max(1);
+    (0..n_rot / 2).all(|pair| {
+        let sector = pair % sect_dims;
+        if raw == 40 {
+            (sector % 3 == 0 && sector < 3 * t)
+                || (sector % 3 == 1 && sector < 3 * h)
+                || (sector % 3 == 2 && sector < 3 * w)
+        } else {
+            sector < t + h + w
+        }
+    })
+}
+
+/// The M-RoPE check of an architecture's `hparams`: the text path must be NEOX.
+pub fn check_mrope_text(k: &Keys, hp: &ArchParams, raw: i32) -> Result<(), String> {
+    let sections = k.model.hparams.rope_sections;
+    if mrope_text_is_neox(raw, sections, hp.n_rot) {
+        Ok(())
+    } else {
+        Err(format!(
+            "rope sections {sections:?} use the 4th position on text: not supported yet"
+        ))
+    }
+}
+
 /// No hyperparameters beyond the common ones.
 pub fn no_hparams(_: &Keys, _: &mut ArchParams) -> Result<(), String> {
     Ok(())
@@ -88,6 +141,22 @@ pub static REGISTRY: &[&ArchDef] = &[
     &qwen3moe::DEF,
     &gemma3::DEF,
     &phi3::DEF,
+    &gemma::DEF,
+    &gemma2::DEF,
+    &granite::DEF,
+    &smollm3::DEF,
+    &seed_oss::DEF,
+    &nanbeige::DEF,
+    &baichuan::DEF,
+    &maincoder::DEF,
+    &orion::DEF,
+    &olmo2::DEF,
+    &qwen::DEF,
+    &command_r::DEF,
+    &exaone4::DEF,
+    &qwen2vl::DEF,
+    &hunyuan_dense::DEF,
+    &plamo::DEF,
 ];
 
 /// The definition that runs `arch`, if any.
@@ -178,6 +247,7 @@ pub fn build(
     b.rope_mode = match def.rope {
         Rope::Mode(m) => m,
         Rope::None => RopeMode::Norm,
+        Rope::Multi(_) => RopeMode::Neox,
     };
     let out = (def.graph)(&mut b)?;
     Ok(b.finish(shape, Some(out.logits), Some(out.embd)))

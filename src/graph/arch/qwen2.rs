@@ -14,6 +14,11 @@ pub static DEF: ArchDef = ArchDef {
 };
 
 fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
+    graph_with(b, true)
+}
+
+/// The graph of qwen2 and of qwen2vl's text path (which never adds `output.bias`).
+pub fn graph_with(b: &mut Builder, output_bias: bool) -> Result<Outputs, BuildError> {
     let hp = b.hp;
     let n_embd = hp.n_embd as i64;
     let kq_scale = b.kq_scale();
@@ -43,5 +48,5 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let cur = b.ffn_layer(il, cur, ffn)?;
         inp = b.add(cur, Operand::Node(ffn_inp));
     }
-    b.rms_output(inp, tok_embd, true)
+    b.rms_output(inp, tok_embd, output_bias)
 }

@@ -89,7 +89,7 @@ unsafe fn init_context(
     };
     let inner = crate::context::Context::new(std::sync::Arc::clone(&handle.inner), &p)
         .map_err(|e| FfiError::Core(e.to_string()))?;
-    let ctx = llama_context::new_boxed(model, inner);
+    let ctx = llama_context::new_boxed(model, inner, params.ctx_other);
     if let Some(cb) = params.abort_callback {
         // SAFETY: `ctx` was just created and is live.
         unsafe { set_abort(ctx, Some(cb), params.abort_callback_data) };

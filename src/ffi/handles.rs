@@ -143,6 +143,8 @@ pub struct llama_vocab {
 pub struct llama_context {
     pub(crate) model: *const llama_model,
     pub(crate) inner: crate::context::Context,
+    /// `llama_context_params.ctx_other`, as given (upstream's `llama_get_ctx_other`).
+    pub(crate) ctx_other: *mut llama_context,
 }
 
 impl Handle for llama_model {
@@ -185,8 +187,13 @@ impl llama_context {
     pub(crate) fn new_boxed(
         model: *const llama_model,
         inner: crate::context::Context,
+        ctx_other: *mut llama_context,
     ) -> *mut llama_context {
-        let ptr = Box::into_raw(Box::new(llama_context { model, inner }));
+        let ptr = Box::into_raw(Box::new(llama_context {
+            model,
+            inner,
+            ctx_other,
+        }));
         register(ptr.cast_const());
         ptr
     }

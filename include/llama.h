@@ -901,7 +901,9 @@ void llama_backend_free(void);
 // DISABLED are logged once and have no effect. An out-of-range value is logged and ignored.
 void llama_numa_init(enum ggml_numa_strategy numa);
 
-// Microseconds on a monotonic clock (only differences are meaningful, as upstream).
+// Microseconds on the monotonic clock, as upstream's (`ggml_time_us`: `CLOCK_MONOTONIC`,
+// whose origin is unspecified; only differences are meaningful). The same clock as libggml's,
+// so programs may subtract `llama_perf_context`'s `t_start_ms` from `ggml_time_ms()`.
 int64_t llama_time_us(void);
 
 // The most devices a model can be split across (16, as upstream).
@@ -1655,16 +1657,19 @@ void llama_opt_epoch(struct llama_context *lctx,
                      ggml_opt_epoch_callback callback_train,
                      ggml_opt_epoch_callback callback_eval);
 
-// Upstream: the context's timings and token counts (load, prompt and generation time).
-// Not supported by llama-hotswap yet: logs once and returns an all-zero struct.
+// The context's timings and counts, as upstream: `t_start_ms` the model load's start
+// (`llama_time_us` / 1000, reset by `llama_perf_context_reset`), `t_load_ms` from there to
+// the end of the first decode, prompt-eval (decodes of more than one token) and eval
+// (one-token decodes) times and counts (at least 1 each, as upstream), `n_reused` the
+// decodes that reused the previous graph. An all-zero struct (and a log line) for a NULL or
+// freed context.
 struct llama_perf_context_data llama_perf_context(const struct llama_context *ctx);
 
-// Upstream: logs the context's timings (`llama_perf_context`) in a human-readable form.
-// Not supported by llama-hotswap yet: logs once and returns.
+// Logs the context's timings (`llama_perf_context`) at info level in upstream's format
+// (load, prompt eval, eval, total time, graphs reused).
 void llama_perf_context_print(const struct llama_context *ctx);
 
-// Upstream: resets the context's timings and counts.
-// Not supported by llama-hotswap yet: logs once and returns.
+// Resets the context's timings and counts (the start becomes now), as upstream.
 void llama_perf_context_reset(struct llama_context *ctx);
 
 // The sampling time and count of a sampler chain (`llama_sampler_chain_init`): time spent

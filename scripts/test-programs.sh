@@ -121,6 +121,19 @@ if run2 completion "$tools/llama-completion" -m "$model" -p "The capital of Fran
     fi
 fi
 
+# llama_perf_context through common_perf_print: the same token and run counts as upstream,
+# and times that were measured (a positive eval time).
+perf_counts() { sed -n 's/.*common_perf_print: \(prompt eval\|       eval\) time = *\([0-9.]*\) ms \/ *\([0-9]*\) .*/\1:\3/p' "$1" | tr '\n' ' '; }
+if [ -s "$out/completion-ours.err" ]; then
+    a="$(perf_counts "$out/completion-upstream.err")"; b="$(perf_counts "$out/completion-ours.err")"
+    t="$(sed -n 's/.*common_perf_print: *eval time = *\([0-9.]*\) ms.*/\1/p' "$out/completion-ours.err")"
+    if [ -n "$b" ] && [ "$a" = "$b" ] && python3 -c "import sys; sys.exit(0 if float('$t') > 0 else 1)" 2>/dev/null; then
+        ok "llama_perf_context (common_perf_print): counts as upstream's ($b), eval time $t ms"
+    else
+        bad "llama_perf_context: ours '$b' (eval time '$t'), upstream '$a'"
+    fi
+fi
+
 if run2 tokenize "$tools/llama-tokenize" -m "$model" --ids --log-disable \
     -p "Drop-in check: ünïcödé, 12345, tabs	and  spaces, emoji 🦙 and <|im_start|> tags."; then
     if cmp -s "$out/tokenize-upstream.out" "$out/tokenize-ours.out"; then

@@ -83,6 +83,10 @@ int main(int argc, char ** argv) {
     const double ratio = (double) host_model / (double) llama_model_size(model);
     CHECK(ratio > 0.95 && ratio < 1.05);
     CHECK(host_context > 0);
+    if (std::getenv("COEXIST_HOSTILE")) {  // upstream computes on buffers without memory
+        llama_token tok = 1;
+        CHECK(llama_decode(ctx, llama_batch_get_one(&tok, 1)) == -3);
+    }
     llama_free(ctx);
     llama_model_free(model);
 

@@ -4,7 +4,7 @@
 //! created and removed when it is freed. A handle coming back from C is looked up there
 //! *before* it is dereferenced, so a freed, foreign or wild pointer (`(void *)0x1234`) is
 //! reported (log line, failure value) instead of read. The lookup is a read lock and one hash
-//! probe: a few tens of nanoseconds on a getter (see README, "Handle checks").
+//! probe: a few tens of nanoseconds on a getter (see docs/benchmarks.md, "Handle checks").
 //!
 //! What the registry cannot catch: a handle freed by another thread *while* a call that has
 //! already checked it is running (using and freeing one handle concurrently is undefined, as
@@ -130,6 +130,10 @@ unsafe fn free<T: Handle>(ptr: *mut T, also: impl FnOnce(&T)) -> Result<(), FfiE
 pub struct llama_model {
     pub(crate) vocab: Box<llama_vocab>,
     pub(crate) inner: std::sync::Arc<crate::model::Model>,
+    /// When the load began and how long it took (`llama_time_us`), upstream's
+    /// `model->t_start_us` and `t_load_us`, the start of a context's performance counters.
+    pub(crate) t_start_us: i64,
+    pub(crate) t_load_us: i64,
 }
 
 /// A model's vocabulary (`struct llama_vocab`), owned by its model.
@@ -145,6 +149,8 @@ pub struct llama_context {
     pub(crate) inner: crate::context::Context,
     /// `llama_context_params.ctx_other`, as given (upstream's `llama_get_ctx_other`).
     pub(crate) ctx_other: *mut llama_context,
+    /// Performance counters (`llama_perf_context`).
+    pub(crate) perf: std::sync::Mutex<super::perf::PerfCounters>,
 }
 
 impl Handle for llama_model {
@@ -166,6 +172,8 @@ impl llama_model {
     pub(crate) fn new_boxed(
         model: crate::model::Model,
         tokenizer: crate::tokenizer::Tokenizer,
+        t_start_us: i64,
+        t_load_us: i64,
     ) -> *mut llama_model {
         let inner = std::sync::Arc::new(model);
         let ptr = Box::into_raw(Box::new(llama_model {
@@ -174,6 +182,8 @@ impl llama_model {
                 tokenizer,
             }),
             inner,
+            t_start_us,
+            t_load_us,
         }));
         // SAFETY: just created by `Box::into_raw`: valid and not shared yet.
         let vocab: *const llama_vocab = unsafe { &*(*ptr).vocab };
@@ -189,10 +199,12 @@ impl llama_context {
         inner: crate::context::Context,
         ctx_other: *mut llama_context,
     ) -> *mut llama_context {
+        let perf = std::sync::Mutex::new(super::perf::PerfCounters::default());
         let ptr = Box::into_raw(Box::new(llama_context {
             model,
             inner,
             ctx_other,
+            perf,
         }));
         register(ptr.cast_const());
         ptr

@@ -10,7 +10,8 @@ pub mod split;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::graph::exec::{self, Executor, Inputs};
+use crate::graph::backend::{ExecError, Executor, Inputs};
+use crate::graph::exec::CpuExecutor;
 use crate::graph::params::{ArchParams, RopeConfig, RopeOverrides};
 use crate::graph::{arch, Graph, GraphShape};
 use crate::kv_cache::{KvCache, KvShape, KvType, SeqSet};
@@ -127,7 +128,8 @@ pub struct Engine {
     pub cparams: CParams,
     pub kv: KvCache,
     graph: Option<Graph>,
-    exec: Executor,
+    /// The backend that runs the graphs (see [`crate::graph::backend`]).
+    exec: Box<dyn Executor>,
     pub raw: RawBatch,
     batch: Batch,
     slots: Vec<u32>,
@@ -277,9 +279,11 @@ impl Context {
                 arch::SUPPORTED.join(", ")
             )));
         }
+        let executor: Box<dyn Executor> = Box::new(CpuExecutor::default());
         for t in model.tensors.iter() {
             let st = t.read();
-            exec::check_weight(&st, &t.name)
+            executor
+                .supports_weight(&st, &t.name)
                 .map_err(|e| ContextError::Unsupported(e.to_string()))?;
         }
         let hp = ArchParams::load(&model).map_err(ContextError::Invalid)?;
@@ -396,7 +400,7 @@ impl Context {
             );
         }
         let kv_rot = kv_rotation(&hp, type_k, type_v);
-        let mut ctx = Self::assemble(model, hp, cparams, KvCache::new(&shape), false);
+        let mut ctx = Self::assemble(model, hp, cparams, KvCache::new(&shape), executor, false);
         ctx.kv_rot = kv_rot;
         Ok(ctx)
     }
@@ -467,6 +471,7 @@ impl Context {
             hp,
             cparams,
             KvCache::new(&empty),
+            Box::new(CpuExecutor::default()),
             true,
         ))
     }
@@ -476,6 +481,7 @@ impl Context {
         hp: ArchParams,
         cparams: CParams,
         kv: KvCache,
+        exec: Box<dyn Executor>,
         vocab_only: bool,
     ) -> Context {
         let generation = model.generation.load(Ordering::Acquire);
@@ -484,7 +490,7 @@ impl Context {
                 cparams,
                 kv,
                 graph: None,
-                exec: Executor::default(),
+                exec,
                 raw: RawBatch::default(),
                 batch: Batch::default(),
                 slots: Vec::new(),
@@ -741,10 +747,10 @@ impl Context {
         let mut poll = || abort.as_mut().is_some_and(|f| f());
         if let Err(err) = e
             .exec
-            .run(graph, &self.model, &mut e.kv, &inputs, &mut poll)
+            .compute(graph, &self.model, &mut e.kv, &inputs, &mut poll)
         {
             let code = match err {
-                exec::ExecError::Aborted => 2,
+                ExecError::Aborted => 2,
                 _ => -3,
             };
             if code != 2 {
@@ -757,15 +763,25 @@ impl Context {
         let nv = self.hp.n_vocab;
         let ne = self.hp.n_embd;
         let embd_node = graph.embd.filter(|_| e.cparams.embeddings);
-        for (k, &t) in e.out_ids.iter().enumerate() {
-            let r = e.output_ids[idx[t]] as usize;
-            if let Some(l) = graph.logits {
-                let at = graph.nodes[l].offset + k * nv;
-                e.logits[r * nv..(r + 1) * nv].copy_from_slice(&e.exec.arena[at..at + nv]);
-            }
-            if let Some(x) = embd_node {
-                let at = graph.nodes[x].offset + k * ne;
-                e.embd[r * ne..(r + 1) * ne].copy_from_slice(&e.exec.arena[at..at + ne]);
+        for (node, width, is_logits) in [(graph.logits, nv, true), (embd_node, ne, false)] {
+            let Some(node) = node else { continue };
+            let values = match e.exec.output(graph, node) {
+                Ok(v) => v,
+                Err(err) => {
+                    crate::log_error!("decode: {err}");
+                    self.rollback(e);
+                    return -3;
+                }
+            };
+            let dst = if is_logits {
+                &mut e.logits
+            } else {
+                &mut e.embd
+            };
+            for (k, &t) in e.out_ids.iter().enumerate() {
+                let r = e.output_ids[idx[t]] as usize;
+                dst[r * width..(r + 1) * width]
+                    .copy_from_slice(&values[k * width..(k + 1) * width]);
             }
         }
         e.n_outputs += n_out;

@@ -1638,10 +1638,11 @@ void llama_perf_sampler_print(const struct llama_sampler *chain);
 // ignored (upstream aborts).
 void llama_perf_sampler_reset(struct llama_sampler *chain);
 
-// Upstream: quantizes the GGUF model `fname_inp` into `fname_out` as `params` says; returns
-// 0 on success and 1 on failure.
-// Not supported by llama-hotswap yet: logs once and returns 1 (upstream's failure value);
-// no file is written.
+// Quantizes the GGUF model `fname_inp` into `fname_out` as `params` says (type mix of
+// `params.ftype`, output/token-embedding types, imatrix, per-tensor type overrides, pruned
+// layers, kv overrides, dry run); the file is byte-identical to upstream's. Returns 0 on
+// success and 1 on failure (logged; no partial output file is left). Split input models and
+// the grid IQ types (IQ1_*, IQ2_*, IQ3_*) as targets are refused for now.
 uint32_t llama_model_quantize(const char *fname_inp,
                               const char *fname_out,
                               const struct llama_model_quantize_params *params);

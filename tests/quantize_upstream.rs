@@ -15,8 +15,18 @@ fn script(name: &str, args: &[&str]) -> String {
         .args(args)
         .output()
         .expect("run script");
-    assert!(out.status.success(), "{name} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().lines().last().unwrap().trim().to_owned()
+    assert!(
+        out.status.success(),
+        "{name} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .last()
+        .unwrap()
+        .trim()
+        .to_owned()
 }
 
 fn tools() -> PathBuf {
@@ -24,7 +34,8 @@ fn tools() -> PathBuf {
 }
 
 fn work_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("llama-hotswap-quant-{tag}-{}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("llama-hotswap-quant-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -37,7 +48,15 @@ fn upstream(tools: &Path, args: &[&str]) -> bool {
         .output()
         .expect("run llama-quantize");
     if !out.status.success() {
-        eprintln!("{}", String::from_utf8_lossy(&out.stderr).lines().rev().take(5).collect::<Vec<_>>().join("\n"));
+        eprintln!(
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
     }
     out.status.success()
 }
@@ -48,7 +67,15 @@ fn smol_f16(tools: &Path) -> PathBuf {
     let f16 = q41.with_file_name("SmolLM2-135M-Instruct.F16.gguf");
     if !f16.exists() {
         let tmp = f16.with_extension("gguf.tmp");
-        assert!(upstream(tools, &["--allow-requantize", q41.to_str().unwrap(), tmp.to_str().unwrap(), "F16"]));
+        assert!(upstream(
+            tools,
+            &[
+                "--allow-requantize",
+                q41.to_str().unwrap(),
+                tmp.to_str().unwrap(),
+                "F16"
+            ]
+        ));
         std::fs::rename(&tmp, &f16).unwrap();
     }
     f16
@@ -86,7 +113,14 @@ fn ftype_id(name: &str) -> i32 {
 }
 
 /// Quantizes `input` with both and compares; returns a description of the first difference.
-fn compare(tools: &Path, dir: &Path, input: &Path, ty: &str, extra: &[&str], params: QuantizeParams) -> Result<(), String> {
+fn compare(
+    tools: &Path,
+    dir: &Path,
+    input: &Path,
+    ty: &str,
+    extra: &[&str],
+    params: QuantizeParams,
+) -> Result<(), String> {
     let theirs = dir.join(format!("up-{ty}.gguf"));
     let ours = dir.join(format!("ours-{ty}.gguf"));
     let mut args: Vec<&str> = extra.to_vec();
@@ -108,8 +142,16 @@ fn compare(tools: &Path, dir: &Path, input: &Path, ty: &str, extra: &[&str], par
     if a == b {
         return Ok(());
     }
-    let first = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
-    Err(format!("{ty}: files differ (sizes {} vs {}, first difference at byte {first})", a.len(), b.len()))
+    let first = a
+        .iter()
+        .zip(&b)
+        .position(|(x, y)| x != y)
+        .unwrap_or(a.len().min(b.len()));
+    Err(format!(
+        "{ty}: files differ (sizes {} vs {}, first difference at byte {first})",
+        a.len(),
+        b.len()
+    ))
 }
 
 fn params(ty: &str) -> QuantizeParams {
@@ -121,9 +163,29 @@ fn params(ty: &str) -> QuantizeParams {
 }
 
 const TYPES: &[&str] = &[
-    "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L",
-    "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0",
-    "MXFP4_MOE", "Q1_0", "Q2_0",
+    "F16",
+    "BF16",
+    "Q8_0",
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+    "Q2_K",
+    "Q3_K_S",
+    "Q3_K_M",
+    "Q3_K_L",
+    "Q4_K_S",
+    "Q4_K_M",
+    "Q5_K_S",
+    "Q5_K_M",
+    "Q6_K",
+    "IQ4_NL",
+    "IQ4_XS",
+    "TQ1_0",
+    "TQ2_0",
+    "MXFP4_MOE",
+    "Q1_0",
+    "Q2_0",
 ];
 
 #[test]
@@ -134,7 +196,10 @@ fn smollm2_every_type_is_byte_identical() {
     let only = std::env::var("QUANT_TYPES").ok();
     let failures: Vec<String> = TYPES
         .iter()
-        .filter(|t| only.as_deref().is_none_or(|o| o.split(',').any(|x| x == **t)))
+        .filter(|t| {
+            only.as_deref()
+                .is_none_or(|o| o.split(',').any(|x| x == **t))
+        })
         .filter_map(|ty| compare(&tools, &dir, &input, ty, &[], params(ty)).err())
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -155,12 +220,41 @@ fn smollm2_options_are_byte_identical() {
     p.output_tensor_type = Some(GgmlType::Q8_0);
     p.token_embedding_type = Some(GgmlType::Q4_0);
     failures.extend(
-        compare(&tools, &dir, &input, "Q5_K_S", &["--output-tensor-type", "q8_0", "--token-embedding-type", "q4_0"], p).err(),
+        compare(
+            &tools,
+            &dir,
+            &input,
+            "Q5_K_S",
+            &[
+                "--output-tensor-type",
+                "q8_0",
+                "--token-embedding-type",
+                "q4_0",
+            ],
+            p,
+        )
+        .err(),
     );
     let mut p = params("Q4_0");
-    p.tensor_types = vec![("ffn_down".into(), GgmlType::Q6_K), ("attn_v".into(), GgmlType::Q8_0)];
+    p.tensor_types = vec![
+        ("ffn_down".into(), GgmlType::Q6_K),
+        ("attn_v".into(), GgmlType::Q8_0),
+    ];
     failures.extend(
-        compare(&tools, &dir, &input, "Q4_0", &["--tensor-type", "ffn_down=q6_k", "--tensor-type", "attn_v=q8_0"], p).err(),
+        compare(
+            &tools,
+            &dir,
+            &input,
+            "Q4_0",
+            &[
+                "--tensor-type",
+                "ffn_down=q6_k",
+                "--tensor-type",
+                "attn_v=q8_0",
+            ],
+            p,
+        )
+        .err(),
     );
     let mut p = params("Q6_K");
     p.prune_layers = vec![2, 5];
@@ -188,10 +282,18 @@ fn architecture_fixtures_are_byte_identical() {
         for ty in ["Q4_K_M", "Q8_0", "MXFP4_MOE"] {
             n += 1;
             if let Err(e) = compare(&tools, &dir, &path, ty, &[], params(ty)) {
-                failures.push(format!("{}: {e}", path.file_name().unwrap().to_string_lossy()));
+                failures.push(format!(
+                    "{}: {e}",
+                    path.file_name().unwrap().to_string_lossy()
+                ));
             }
         }
     }
     assert!(n > 100, "only {n} fixture runs");
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

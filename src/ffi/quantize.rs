@@ -50,7 +50,9 @@ unsafe fn read_params(p: &llama_model_quantize_params) -> Result<QuantizeParams,
                 break;
             }
             // SAFETY: a NUL-terminated name.
-            let name = unsafe { CStr::from_ptr(e.name) }.to_string_lossy().into_owned();
+            let name = unsafe { CStr::from_ptr(e.name) }
+                .to_string_lossy()
+                .into_owned();
             let values = if e.size == 0 {
                 Vec::new()
             } else if e.data.is_null() {
@@ -72,9 +74,14 @@ unsafe fn read_params(p: &llama_model_quantize_params) -> Result<QuantizeParams,
                 break;
             }
             // SAFETY: a NUL-terminated pattern.
-            let pattern = unsafe { CStr::from_ptr(e.pattern) }.to_string_lossy().into_owned();
+            let pattern = unsafe { CStr::from_ptr(e.pattern) }
+                .to_string_lossy()
+                .into_owned();
             let ty = Type::from_id(e.r#type.0).ok_or_else(|| {
-                FfiError::Invalid(format!("tensor type override '{pattern}': invalid type {}", e.r#type.0))
+                FfiError::Invalid(format!(
+                    "tensor type override '{pattern}': invalid type {}",
+                    e.r#type.0
+                ))
             })?;
             tensor_types.push((pattern, ty));
         }

@@ -94,7 +94,12 @@ fn invalid(msg: impl Into<String>) -> QuantizeError {
 
 /// The tensor name with the first `blk.N.` renumbered (upstream's `remap_layer`); empty when
 /// the layer is pruned.
-fn remap_layer(name: &str, prune: &[i32], mapped: &mut BTreeMap<i32, String>, next_id: &mut i32) -> String {
+fn remap_layer(
+    name: &str,
+    prune: &[i32],
+    mapped: &mut BTreeMap<i32, String>,
+    next_id: &mut i32,
+) -> String {
     if prune.is_empty() {
         return name.to_owned();
     }
@@ -128,9 +133,16 @@ fn find_blk(name: &str) -> Option<(usize, usize, i32)> {
     let mut from = 0;
     while let Some(i) = name[from..].find("blk.") {
         let start = from + i + 4;
-        let end = start + bytes[start..].iter().take_while(|b| b.is_ascii_digit()).count();
+        let end = start
+            + bytes[start..]
+                .iter()
+                .take_while(|b| b.is_ascii_digit())
+                .count();
         if end > start && bytes.get(end) == Some(&b'.') {
-            let v = name[start..end].parse::<i64>().unwrap_or(i64::MAX).min(i32::MAX as i64) as i32;
+            let v = name[start..end]
+                .parse::<i64>()
+                .unwrap_or(i64::MAX)
+                .min(i32::MAX as i64) as i32;
             return Some((start, end, v));
         }
         from += i + 1;
@@ -184,7 +196,11 @@ fn facts_of(meta: &Metadata, arch: &str) -> Result<ModelFacts, String> {
     let hp = HParams::load(meta, arch)?;
     let n_head = hp.n_head0();
     let n_head_kv = hp.n_head_kv0();
-    let n_gqa = if n_head_kv == 0 { 0 } else { n_head / n_head_kv };
+    let n_gqa = if n_head_kv == 0 {
+        0
+    } else {
+        n_head / n_head_kv
+    };
     let n_layer = hp.n_layer();
     let is_70b = match arch {
         "llama" => n_layer == 80 && n_head != n_head_kv,
@@ -266,7 +282,10 @@ fn quantize_slab(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("quantization thread panicked".into())))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("quantization thread panicked".into()))
+            })
             .collect::<Result<(), String>>()
     })
 }
@@ -311,9 +330,9 @@ pub fn quantize_model(
         })
         .collect();
     let meta = Metadata::new(entries, params.kv_overrides.clone());
-    let arch = meta
-        .get_str("general.architecture")
-        .ok_or_else(|| input_err("unknown model architecture (general.architecture missing)".into()))?;
+    let arch = meta.get_str("general.architecture").ok_or_else(|| {
+        input_err("unknown model architecture (general.architecture missing)".into())
+    })?;
     let facts = facts_of(&meta, &arch).map_err(input_err)?;
 
     if params.only_copy {
@@ -323,7 +342,10 @@ pub fn quantize_model(
     }
 
     if let Some(im) = &params.imatrix {
-        crate::log_info!("llama_model_quantize_impl: have importance matrix data with {} entries", im.len());
+        crate::log_info!(
+            "llama_model_quantize_impl: have importance matrix data with {} entries",
+            im.len()
+        );
         for values in im.values() {
             if let Some(bad) = values.iter().find(|v| !v.is_finite()) {
                 return Err(invalid(format!("imatrix contains non-finite value {bad}")));
@@ -345,7 +367,10 @@ pub fn quantize_model(
     // the overrides.
     let mut out_meta = GgufWriter::new();
     for kv in gguf.kvs() {
-        out_meta.set(&String::from_utf8_lossy(kv.key), MetaValue::from_value(&kv.value));
+        out_meta.set(
+            &String::from_utf8_lossy(kv.key),
+            MetaValue::from_value(&kv.value),
+        );
     }
     out_meta.set("general.quantization_version", QNT_VERSION);
     out_meta.set("general.file_type", ftype as u32);
@@ -403,7 +428,11 @@ pub fn quantize_model(
         pure: params.pure,
         overrides: &overrides,
     };
-    let mut qs = State::new(planned.iter().map(|p| p.name.as_str()), &facts, params.imatrix.is_some());
+    let mut qs = State::new(
+        planned.iter().map(|p| p.name.as_str()),
+        &facts,
+        params.imatrix.is_some(),
+    );
     let mut will_require_imatrix = false;
     for p in planned.iter_mut() {
         let view = TensorView {
@@ -454,7 +483,10 @@ pub fn quantize_model(
         n_fallback: qs.n_fallback,
         ..QuantizeReport::default()
     };
-    let n_elements: u64 = planned.iter().map(|p| p.ne.iter().product::<i64>() as u64).sum();
+    let n_elements: u64 = planned
+        .iter()
+        .map(|p| p.ne.iter().product::<i64>() as u64)
+        .sum();
 
     if params.dry_run {
         for p in &planned {
@@ -511,7 +543,9 @@ pub fn quantize_model(
         let t = &gguf.tensors()[p.input];
         let abs = data_offset + t.offset;
         let mut step = || -> Result<u64, QuantizeError> {
-            write_tensor(&file, abs, t.nbytes, p, params, nthread, max_buf, index, n_tensors, out, &inp)
+            write_tensor(
+                &file, abs, t.nbytes, p, params, nthread, max_buf, index, n_tensors, out, &inp,
+            )
         };
         match step() {
             Ok(size) => {
@@ -613,7 +647,8 @@ fn write_tensor(
         let mut offs = 0u64;
         while offs < nbytes {
             let n = slab.min(nbytes - offs) as usize;
-            file.read_exact_at(&mut buf[..n], abs + offs).map_err(read_err)?;
+            file.read_exact_at(&mut buf[..n], abs + offs)
+                .map_err(read_err)?;
             out.write_all(&buf[..n]).map_err(write_err)?;
             offs += n as u64;
         }
@@ -623,7 +658,10 @@ fn write_tensor(
     let mut imatrix: Option<&[f32]> = None;
     if let Some(im) = &params.imatrix {
         match im.get(&p.imatrix_name) {
-            None => crate::log_info!("====== llama_model_quantize_impl: did not find weights for {}", p.name),
+            None => crate::log_info!(
+                "====== llama_model_quantize_impl: did not find weights for {}",
+                p.name
+            ),
             Some(v) if v.len() as i64 == p.ne[0] * p.ne[2] => imatrix = Some(v),
             Some(v) => {
                 crate::log_info!(
@@ -661,7 +699,13 @@ fn write_tensor(
     let nrows_total = (p.ne[1] * p.ne[2] * p.ne[3]) as usize;
     let row_src = p.cur.row_size(p.ne[0]).unwrap_or(0) as usize;
     let row_dst = p.target.row_size(p.ne[0]).unwrap_or(0) as usize;
-    let bytes_per_row = row_src + row_dst + if p.cur == GgmlType::F32 { 0 } else { n_per_row * 4 };
+    let bytes_per_row = row_src
+        + row_dst
+        + if p.cur == GgmlType::F32 {
+            0
+        } else {
+            n_per_row * 4
+        };
     let nrows_slab = (max_buf / bytes_per_row.max(1)).clamp(1, nrows_total.max(1));
     let mut src = vec![0u8; nrows_slab * row_src];
     let mut f32s = vec![0.0f32; nrows_slab * n_per_row];
@@ -706,12 +750,22 @@ mod tests {
         let mut mapped = BTreeMap::new();
         let mut next = 0;
         let prune = [1, 2];
-        let names = ["blk.0.a", "blk.1.a", "blk.2.a", "blk.3.a", "blk.4.a", "output.weight"];
+        let names = [
+            "blk.0.a",
+            "blk.1.a",
+            "blk.2.a",
+            "blk.3.a",
+            "blk.4.a",
+            "output.weight",
+        ];
         let out: Vec<String> = names
             .iter()
             .map(|n| remap_layer(n, &prune, &mut mapped, &mut next))
             .collect();
-        assert_eq!(out, ["blk.0.a", "", "", "blk.1.a", "blk.2.a", "output.weight"]);
+        assert_eq!(
+            out,
+            ["blk.0.a", "", "", "blk.1.a", "blk.2.a", "output.weight"]
+        );
         assert_eq!(next, 3);
         assert_eq!(remap_imatrix("blk.1.a", &mapped).unwrap(), "blk.3.a");
     }

@@ -266,7 +266,11 @@ pub struct State {
 
 impl State {
     /// `init_quantize_state_counters` over the names in processing order.
-    pub fn new<'n>(names: impl Iterator<Item = &'n str>, facts: &ModelFacts, has_imatrix: bool) -> State {
+    pub fn new<'n>(
+        names: impl Iterator<Item = &'n str>,
+        facts: &ModelFacts,
+        has_imatrix: bool,
+    ) -> State {
         let mut s = State {
             n_attention_wv: 0,
             n_ffn_down: facts.n_layer_all as i32,
@@ -355,7 +359,9 @@ fn get_type_impl(
     };
 
     if arch == "glm5-next"
-        && (name.contains("attn_q_a") || name.contains("attn_q_b") || name.contains("nextn.eh_proj"))
+        && (name.contains("attn_q_a")
+            || name.contains("attn_q_b")
+            || name.contains("nextn.eh_proj"))
         && !matches!(new_type, GgmlType::F32 | GgmlType::BF16 | GgmlType::F16)
     {
         return Ok(GgmlType::Q8_0);
@@ -408,7 +414,11 @@ fn get_type_impl(
             new_type = GgmlType::Q4_K;
         } else if cat == Category::FfnDown {
             if qs.i_ffn_down < qs.n_ffn_down / 8 {
-                new_type = if s_or_m { GgmlType::IQ3_S } else { GgmlType::Q2_K };
+                new_type = if s_or_m {
+                    GgmlType::IQ3_S
+                } else {
+                    GgmlType::Q2_K
+                };
             }
             qs.i_ffn_down += 1;
         } else if cat == Category::AttentionOutput {
@@ -422,7 +432,11 @@ fn get_type_impl(
         }
     } else if is_attn_v_like(cat) {
         if ft == Q2_K {
-            new_type = if n_gqa >= 4 { GgmlType::Q4_K } else { GgmlType::Q3_K };
+            new_type = if n_gqa >= 4 {
+                GgmlType::Q4_K
+            } else {
+                GgmlType::Q3_K
+            };
         } else if ft == Q2_K_S && n_gqa >= 4 {
             new_type = GgmlType::Q4_K;
         } else if ft == IQ3_XXS {
@@ -438,12 +452,18 @@ fn get_type_impl(
         } else if ft == IQ3_M {
             new_type = GgmlType::Q4_K;
         } else if ft == Q3_K_M {
-            new_type = if qs.i_attention_wv < 2 { GgmlType::Q5_K } else { GgmlType::Q4_K };
+            new_type = if qs.i_attention_wv < 2 {
+                GgmlType::Q5_K
+            } else {
+                GgmlType::Q4_K
+            };
         } else if ft == Q3_K_L {
             new_type = GgmlType::Q5_K;
         } else if (ft == IQ4_NL || ft == IQ4_XS) && n_gqa >= 4 {
             new_type = GgmlType::Q5_K;
-        } else if (ft == Q4_K_M || ft == Q5_K_M) && use_more_bits(qs.i_attention_wv, qs.n_attention_wv) {
+        } else if (ft == Q4_K_M || ft == Q5_K_M)
+            && use_more_bits(qs.i_attention_wv, qs.n_attention_wv)
+        {
             new_type = GgmlType::Q6_K;
         } else if ft == Q4_K_S && qs.i_attention_wv < 4 {
             new_type = GgmlType::Q5_K;
@@ -479,7 +499,11 @@ fn get_type_impl(
                 new_type = GgmlType::Q4_K;
             }
         } else if ft == IQ3_XXS && !qs.has_imatrix {
-            new_type = if i_layer < n_layer / 8 { GgmlType::Q4_K } else { GgmlType::Q3_K };
+            new_type = if i_layer < n_layer / 8 {
+                GgmlType::Q4_K
+            } else {
+                GgmlType::Q3_K
+            };
         } else if ft == Q3_K_M {
             new_type = if i_layer < n_layer / 16 {
                 GgmlType::Q5_K
@@ -493,7 +517,11 @@ fn get_type_impl(
         {
             new_type = GgmlType::Q4_K;
         } else if ft == Q3_K_L {
-            new_type = if falcon { GgmlType::Q4_K } else { GgmlType::Q5_K };
+            new_type = if falcon {
+                GgmlType::Q4_K
+            } else {
+                GgmlType::Q5_K
+            };
         } else if ft == Q4_K_M {
             if falcon {
                 new_type = if i_layer < n_layer / 16 {
@@ -513,14 +541,21 @@ fn get_type_impl(
         } else if ft == Q4_K_S && !falcon && i_layer < n_layer / 8 {
             new_type = GgmlType::Q5_K;
         } else if (ft == Q4_0 || ft == Q5_0) && qs.has_imatrix && i_layer < n_layer / 8 {
-            new_type = if ft == Q4_0 { GgmlType::Q4_1 } else { GgmlType::Q5_1 };
+            new_type = if ft == Q4_0 {
+                GgmlType::Q4_1
+            } else {
+                GgmlType::Q5_1
+            };
         }
         qs.i_ffn_down += 1;
     } else if cat == Category::AttentionOutput {
         if arch != "falcon" {
             if facts.n_expert == 8 {
-                if [Q2_K, IQ3_XS, IQ3_XXS, Q3_K_S, Q3_K_M, IQ4_NL, Q4_K_S, Q4_K_M, IQ3_S, IQ3_M, IQ4_XS]
-                    .contains(&ft)
+                if [
+                    Q2_K, IQ3_XS, IQ3_XXS, Q3_K_S, Q3_K_M, IQ4_NL, Q4_K_S, Q4_K_M, IQ3_S, IQ3_M,
+                    IQ4_XS,
+                ]
+                .contains(&ft)
                 {
                     new_type = GgmlType::Q5_K;
                 }
@@ -692,23 +727,42 @@ mod tests {
             pure: false,
             overrides: &[],
         };
-        let names: Vec<String> = (0..16).map(|i| format!("blk.{i}.ffn_down.weight")).collect();
+        let names: Vec<String> = (0..16)
+            .map(|i| format!("blk.{i}.ffn_down.weight"))
+            .collect();
         let mut qs = State::new(names.iter().map(String::as_str), &facts, false);
         let types: Vec<GgmlType> = names
             .iter()
             .map(|n| {
-                let t = TensorView { name: n, ty: GgmlType::F16, ne: [256, 64, 1, 1], n_dims: 2 };
+                let t = TensorView {
+                    name: n,
+                    ty: GgmlType::F16,
+                    ne: [256, 64, 1, 1],
+                    n_dims: 2,
+                };
                 tensor_type(&mut qs, &facts, &choice, &t, GgmlType::Q4_K).unwrap()
             })
             .collect();
         // use_more_bits(i, 16): i < 2, i >= 14, or (i - 2) % 3 == 2.
         for (i, ty) in types.iter().enumerate() {
             let more = i < 2 || i >= 14 || (i as i32 - 2) % 3 == 2;
-            assert_eq!(*ty, if more { GgmlType::Q6_K } else { GgmlType::Q4_K }, "layer {i}");
+            assert_eq!(
+                *ty,
+                if more { GgmlType::Q6_K } else { GgmlType::Q4_K },
+                "layer {i}"
+            );
         }
         // A row of 96 cannot hold Q4_K blocks: falls back to Q5_0.
-        let t = TensorView { name: "blk.0.attn_q.weight", ty: GgmlType::F16, ne: [96, 8, 1, 1], n_dims: 2 };
-        assert_eq!(tensor_type(&mut qs, &facts, &choice, &t, GgmlType::Q4_K).unwrap(), GgmlType::Q5_0);
+        let t = TensorView {
+            name: "blk.0.attn_q.weight",
+            ty: GgmlType::F16,
+            ne: [96, 8, 1, 1],
+            n_dims: 2,
+        };
+        assert_eq!(
+            tensor_type(&mut qs, &facts, &choice, &t, GgmlType::Q4_K).unwrap(),
+            GgmlType::Q5_0
+        );
         assert_eq!(qs.n_fallback, 1);
     }
 }

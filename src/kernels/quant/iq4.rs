@@ -133,7 +133,11 @@ fn iq4_impl(
         }
     } else {
         dh.copy_from_slice(&fp16(scales[0]).to_le_bytes());
-        let id = if scales[0] != 0.0 { 1.0 / scales[0] } else { 0.0 };
+        let id = if scales[0] != 0.0 {
+            1.0 / scales[0]
+        } else {
+            0.0
+        };
         for j in 0..sbs {
             l_all[j] = best_index_int8(values, id * x[j]) as u8;
         }
@@ -147,7 +151,11 @@ fn iq4_impl(
 
 pub fn iq4_nl(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) {
     let mut unused_h = 0u16;
-    for (ib, (xb, yb)) in x.chunks_exact(QK).zip(y.chunks_exact_mut(IQ4_NL_BYTES)).enumerate() {
+    for (ib, (xb, yb)) in x
+        .chunks_exact(QK)
+        .zip(y.chunks_exact_mut(IQ4_NL_BYTES))
+        .enumerate()
+    {
         let (dh, q4) = yb.split_at_mut(2);
         let w = qw.map(|q| &q[QK * ib..QK * (ib + 1)]);
         iq4_impl(xb, dh, q4, &mut unused_h, &mut [], w);
@@ -155,7 +163,11 @@ pub fn iq4_nl(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) {
 }
 
 pub fn iq4_xs(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) {
-    for (ib, (xb, yb)) in x.chunks_exact(QK_K).zip(y.chunks_exact_mut(IQ4_XS_BYTES)).enumerate() {
+    for (ib, (xb, yb)) in x
+        .chunks_exact(QK_K)
+        .zip(y.chunks_exact_mut(IQ4_XS_BYTES))
+        .enumerate()
+    {
         let (dh, rest) = yb.split_at_mut(2);
         let (sh, rest) = rest.split_at_mut(2);
         let (sl, q4) = rest.split_at_mut(4);

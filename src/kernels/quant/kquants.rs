@@ -21,7 +21,8 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
 fn pack_2bit(l: &[u8], qs: &mut [u8]) {
     for j in (0..QK_K).step_by(128) {
         for i in 0..32 {
-            qs[j / 4 + i] = l[j + i] | (l[j + i + 32] << 2) | (l[j + i + 64] << 4) | (l[j + i + 96] << 6);
+            qs[j / 4 + i] =
+                l[j + i] | (l[j + i + 32] << 2) | (l[j + i + 64] << 4) | (l[j + i + 96] << 6);
         }
     }
 }
@@ -37,7 +38,11 @@ fn sum_squares(x: &[f32]) -> f32 {
 // ---------------------------------------------------------------- Q2_K
 
 pub fn q2_k(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) {
-    for (i, (xb, yb)) in x.chunks_exact(QK_K).zip(y.chunks_exact_mut(Q2_K_BYTES)).enumerate() {
+    for (i, (xb, yb)) in x
+        .chunks_exact(QK_K)
+        .zip(y.chunks_exact_mut(Q2_K_BYTES))
+        .enumerate()
+    {
         match qw {
             None => q2_k_ref_block(xb, yb),
             Some(qw) => q2_k_impl_block(xb, yb, &qw[QK_K * i..QK_K * (i + 1)]),
@@ -166,7 +171,11 @@ fn q2_k_impl_block(xb: &[f32], yb: &mut [u8], qw: &[f32]) {
 // ---------------------------------------------------------------- Q3_K
 
 pub fn q3_k(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) {
-    for (i, (xb, yb)) in x.chunks_exact(QK_K).zip(y.chunks_exact_mut(Q3_K_BYTES)).enumerate() {
+    for (i, (xb, yb)) in x
+        .chunks_exact(QK_K)
+        .zip(y.chunks_exact_mut(Q3_K_BYTES))
+        .enumerate()
+    {
         match qw {
             None => q3_k_ref_block(xb, yb),
             Some(qw) => q3_k_impl_block(xb, yb, Some(&qw[QK_K * i..QK_K * (i + 1)])),
@@ -337,7 +346,11 @@ fn k4_scales(xb: &[f32], yb: &mut [u8], l: &mut [u8; QK_K], nmax: i32, qw: Optio
                     max_min = mins[j];
                 }
             }
-            let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
+            let inv_scale = if max_scale > 0.0 {
+                63.0 / max_scale
+            } else {
+                0.0
+            };
             let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
             for j in 0..QK_K / 32 {
                 let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
@@ -405,7 +418,11 @@ fn k4_scales(xb: &[f32], yb: &mut [u8], l: &mut [u8; QK_K], nmax: i32, qw: Optio
 
 pub fn q4_k(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) {
     let mut l = [0u8; QK_K];
-    for (i, (xb, yb)) in x.chunks_exact(QK_K).zip(y.chunks_exact_mut(Q4_K_BYTES)).enumerate() {
+    for (i, (xb, yb)) in x
+        .chunks_exact(QK_K)
+        .zip(y.chunks_exact_mut(Q4_K_BYTES))
+        .enumerate()
+    {
         k4_scales(xb, yb, &mut l, 15, qw.map(|q| &q[QK_K * i..QK_K * (i + 1)]));
         let q = &mut yb[16..144];
         for (n, j) in (0..QK_K).step_by(64).enumerate() {
@@ -418,7 +435,11 @@ pub fn q4_k(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) {
 
 pub fn q5_k(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) {
     let mut l = [0u8; QK_K];
-    for (i, (xb, yb)) in x.chunks_exact(QK_K).zip(y.chunks_exact_mut(Q5_K_BYTES)).enumerate() {
+    for (i, (xb, yb)) in x
+        .chunks_exact(QK_K)
+        .zip(y.chunks_exact_mut(Q5_K_BYTES))
+        .enumerate()
+    {
         k4_scales(xb, yb, &mut l, 31, qw.map(|q| &q[QK_K * i..QK_K * (i + 1)]));
         let (qh, ql) = yb[16..176].split_at_mut(32);
         qh.fill(0);
@@ -448,7 +469,11 @@ pub fn q5_k(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) {
 pub fn q6_k(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) {
     let mut l = [0i8; QK_K];
     let mut scales = [0.0f32; QK_K / 16];
-    for (i, (xb, yb)) in x.chunks_exact(QK_K).zip(y.chunks_exact_mut(Q6_K_BYTES)).enumerate() {
+    for (i, (xb, yb)) in x
+        .chunks_exact(QK_K)
+        .zip(y.chunks_exact_mut(Q6_K_BYTES))
+        .enumerate()
+    {
         let mut max_scale = 0.0f32;
         let mut max_abs_scale = 0.0f32;
         for ib in 0..QK_K / 16 {

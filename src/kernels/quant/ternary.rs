@@ -29,7 +29,9 @@ pub fn tq1_0(x: &[f32], y: &mut [u8], _qw: Option<&[f32]>) {
             for m in 0..width {
                 let mut q = 0u8;
                 for n in 0..5 {
-                    q = q.wrapping_mul(3).wrapping_add(trit(xb[base + m + n * width] * id));
+                    q = q
+                        .wrapping_mul(3)
+                        .wrapping_add(trit(xb[base + m + n * width] * id));
                 }
                 yb[start + m] = ((u16::from(q) * 256 + 242) / 243) as u8;
             }
@@ -39,7 +41,9 @@ pub fn tq1_0(x: &[f32], y: &mut [u8], _qw: Option<&[f32]>) {
         for j in 0..4 {
             let mut q = 0u8;
             for m in 0..4 {
-                q = q.wrapping_mul(3).wrapping_add(trit(xb[base + j + m * 4] * id));
+                q = q
+                    .wrapping_mul(3)
+                    .wrapping_add(trit(xb[base + j + m * 4] * id));
             }
             q = q.wrapping_mul(3);
             yb[48 + j] = ((u16::from(q) * 256 + 242) / 243) as u8;
@@ -56,7 +60,7 @@ pub fn tq2_0(x: &[f32], y: &mut [u8], _qw: Option<&[f32]>) {
             for m in 0..32 {
                 let mut q = 0u8;
                 for n in 0..4 {
-                    let xi = i32::from(trit(xs[m + n * 32] * id)) ;
+                    let xi = i32::from(trit(xs[m + n * 32] * id));
                     q = q.wrapping_add(((xi & 3) << (2 * n)) as u8);
                 }
                 yb[j + m] = q;

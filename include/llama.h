@@ -888,7 +888,7 @@ struct llama_context_params llama_context_default_params(void);
 struct llama_sampler_chain_params llama_sampler_chain_default_params(void);
 
 // Upstream's default quantization parameters (Q8_0, output tensor quantized, 8 GiB buffer).
-// Quantization itself is not supported by llama-hotswap yet.
+// Quantization itself is `llama_model_quantize` (src/ffi/quantize.rs).
 struct llama_model_quantize_params llama_model_quantize_default_params(void);
 
 // Initializes the library. Nothing needs initializing; safe to call any number of times.

@@ -270,6 +270,21 @@ impl Context {
         if vocab_only {
             return Self::new_vocab_only(model, p);
         }
+        for (what, n) in [
+            ("n_threads", p.n_threads),
+            ("n_threads_batch", p.n_threads_batch),
+        ] {
+            // upstream starts that many threads (its CPU build hangs or dies on 99999): ggml's
+            // GGML_MAX_N_THREADS bounds what a context may ask for
+            if n > crate::kernels::cpu::MAX_THREADS as i32 {
+                let msg = format!(
+                    "{what} = {n} exceeds the most threads a context runs ({})",
+                    crate::kernels::cpu::MAX_THREADS
+                );
+                crate::log_error!("llama_context: {msg}");
+                return Err(ContextError::Invalid(msg));
+            }
+        }
         if !arch::is_supported(&model.arch) {
             return Err(ContextError::Unsupported(format!(
                 "model architecture '{}' is not supported by llama-hotswap's engine yet (supported: {})",
@@ -395,8 +410,33 @@ impl Context {
                 "llama_context: swa_full = false is not supported by llama-hotswap yet: the sliding-window layers use the full-size cache"
             );
         }
+        // Sizes are checked before anything is allocated, and the allocations are fallible:
+        // a context too large for the host is a failure value with a log line (upstream:
+        // "failed to allocate buffer for kv cache", llama_init_from_model returns NULL).
+        let kv_bytes = shape.memory_bytes();
+        let host = crate::device::host_memory();
+        let kv_fail = |why: String| {
+            let msg = format!("failed to allocate buffer for kv cache: {why}");
+            crate::log_error!("llama_context: {msg}");
+            ContextError::Invalid(msg)
+        };
+        match kv_bytes {
+            None => {
+                return Err(kv_fail(format!(
+                    "n_ctx = {n_ctx} over {} layers: the size overflows",
+                    shape.layers.len()
+                )))
+            }
+            Some(b) if host > 0 && b > host => {
+                return Err(kv_fail(format!(
+                    "n_ctx = {n_ctx} needs {b} bytes, more than the host's memory ({host} bytes)"
+                )))
+            }
+            Some(_) => {}
+        }
+        let kv = KvCache::try_new(&shape).map_err(|e| kv_fail(e.to_string()))?;
         let kv_rot = kv_rotation(&hp, type_k, type_v);
-        let mut ctx = Self::assemble(model, hp, cparams, KvCache::new(&shape), false);
+        let mut ctx = Self::assemble(model, hp, cparams, kv, false);
         ctx.kv_rot = kv_rot;
         Ok(ctx)
     }
@@ -736,7 +776,9 @@ impl Context {
         } else {
             e.cparams.n_threads_batch
         };
-        e.exec.set_n_threads(threads.max(1) as usize);
+        // llama_set_n_threads takes any count: at most MAX_THREADS run
+        e.exec
+            .set_n_threads((threads.max(1) as usize).min(crate::kernels::cpu::MAX_THREADS));
         let abort = &mut e.abort;
         let mut poll = || abort.as_mut().is_some_and(|f| f());
         if let Err(err) = e

@@ -31,7 +31,7 @@ pub mod repack;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub use pool::ThreadPool;
+pub use pool::{ThreadPool, MAX_THREADS};
 pub use repack::{repack_kind, RepackKind, Repacked};
 
 use crate::gguf::GgmlType;

@@ -71,7 +71,7 @@ test:
 $(addprefix test-,$(TEST_PARTS)):
 	@bash scripts/$@.sh
 
-# Benchmarks (not tests): ours vs upstream in the same run; see README "Benchmarks".
+# Benchmarks (not tests): ours vs upstream in the same run; newest runs in docs/benchmarks.md.
 .PHONY: bench-load
 bench-load:
 	bash scripts/bench-load.sh

@@ -1020,7 +1020,7 @@ TEST(overwrite_in_place_while_mapped_shrinking_retyped) {
 
 /* Run in a child: a writer rewriting a mapped file in place is caught half-way (header written,
  * data cut inside token_embd, the mapped tensor). Reload is called before anything is read:
- * the README promises that reload moves mapped tensors off the mapping, so reading afterwards
+ * docs/hotswap.md promises that reload moves mapped tensors off the mapping, so reading afterwards
  * must not fault. Tensors not aliasing the mapping stay untouched. */
 TEST(half_written_in_place_while_mapped) {
     const char *path = path_in_dir("mapped-half.gguf");

@@ -129,4 +129,5 @@ for name in $MODELS; do
         fi
     done
 done
+[ "$smoke" = 1 ] || echo "(table in $table; the newest run of this benchmark goes into docs/benchmarks.md with its date, commit and CPU; the run it replaces moves to docs/benchmarks/history.md)"
 [ "$failed" = 0 ]

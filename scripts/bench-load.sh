@@ -76,3 +76,4 @@ for mode in $MODES; do
         done
     done
 done
+echo "(the newest run of this benchmark goes into docs/benchmarks.md with its date, commit and CPU; the run it replaces moves to docs/benchmarks/history.md)"

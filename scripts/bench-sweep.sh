@@ -105,3 +105,4 @@ print(f"bench-sweep: full-reload round: ours {ours:.3f} s, upstream llama-perple
       f"(ours / upstream = {ours / up:.2f})")
 print(f"bench-sweep: full-reload round / in-process round: ours {ours / rnd:.2f}x, upstream {up / rnd:.2f}x")
 PY
+echo "(the newest run of this benchmark goes into docs/benchmarks.md with its date, commit and CPU; the run it replaces moves to docs/benchmarks/history.md)"

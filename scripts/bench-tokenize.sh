@@ -26,3 +26,4 @@ for v in llama-spm llama-bpe qwen2 bert-bge; do
         "$(echo "$ut * 1000" | bc -l)" "$(echo "$ot * 1000" | bc -l)" "$(echo "$ot / $ut" | bc -l)" \
         "$ur" "$or" "$ok" "$um" "$om"
 done
+echo "(the newest run of this benchmark goes into docs/benchmarks.md with its date, commit and CPU; the run it replaces moves to docs/benchmarks/history.md)"

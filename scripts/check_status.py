@@ -13,7 +13,7 @@ Then every function of an "implemented" or "not supported yet" row is called onc
 arguments zero/NULL, each in its own forked child (a crash is reported, not fatal), with a
 log callback installed:
   implemented        must not log "<name>: not supported by llama-hotswap yet"
-  not supported yet  must log exactly that (the README promises "returns the failure value
+  not supported yet  must log exactly that (README.md promises "returns the failure value
                      and logs")
 Both must be exported and must not crash on NULL arguments. "in progress" rows are counted
 but not checked.

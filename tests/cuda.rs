@@ -1,4 +1,4 @@
-//! CUDA devices (src/device/cuda.rs): allocation, copies both ways (1 MiB and more staged
+//! CUDA devices (src/device/cuda/): allocation, copies both ways (1 MiB and more staged
 //! through the pinned ring), uploads from files through the ring (offsets, chunk boundaries,
 //! short reads, concurrent uploads), memory queries, the registry's CUDA entries and
 //! `LLAMA_HOTSWAP_NO_CUDA`.

@@ -10,7 +10,8 @@ pub mod split;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::graph::exec::{self, Executor, Inputs};
+use crate::graph::backend::{ExecError, Executor, Inputs};
+use crate::graph::exec::CpuExecutor;
 use crate::graph::params::{ArchParams, RopeConfig, RopeOverrides};
 use crate::graph::{arch, Graph, GraphShape};
 use crate::kv_cache::{KvCache, KvShape, KvType, SeqSet};
@@ -127,7 +128,8 @@ pub struct Engine {
     pub cparams: CParams,
     pub kv: KvCache,
     graph: Option<Graph>,
-    exec: Executor,
+    /// The backend that runs the graphs (see [`crate::graph::backend`]).
+    exec: Box<dyn Executor>,
     pub raw: RawBatch,
     batch: Batch,
     slots: Vec<u32>,
@@ -289,12 +291,14 @@ impl Context {
             return Err(ContextError::Unsupported(format!(
                 "model architecture '{}' is not supported by llama-hotswap's engine yet (supported: {})",
                 model.arch,
-                arch::SUPPORTED.join(", ")
+                arch::supported_names().join(", ")
             )));
         }
+        let executor: Box<dyn Executor> = Box::new(CpuExecutor::default());
         for t in model.tensors.iter() {
             let st = t.read();
-            exec::check_weight(&st, &t.name)
+            executor
+                .supports_weight(&st, &t.name)
                 .map_err(|e| ContextError::Unsupported(e.to_string()))?;
         }
         let hp = ArchParams::load(&model).map_err(ContextError::Invalid)?;
@@ -410,6 +414,18 @@ impl Context {
                 "llama_context: swa_full = false is not supported by llama-hotswap yet: the sliding-window layers use the full-size cache"
             );
         }
+        let kv_rot = kv_rotation(&hp, type_k, type_v);
+        // the graph of one token, built and dropped: a tensor the architecture needs that
+        // the file lacks (or has in another shape) fails here, not at the first decode
+        let probe = GraphShape {
+            n_tokens: 1,
+            n_outputs: 1,
+            generation: 0,
+            embd_input: false,
+        };
+        arch::build(&model, &hp, rope, probe, n_ctx_seq, kv_rot).map_err(|e| {
+            ContextError::Unsupported(format!("model architecture '{}': {e}", model.arch))
+        })?;
         // Sizes are checked before anything is allocated, and the allocations are fallible:
         // a context too large for the host is a failure value with a log line (upstream:
         // "failed to allocate buffer for kv cache", llama_init_from_model returns NULL).
@@ -435,8 +451,7 @@ impl Context {
             Some(_) => {}
         }
         let kv = KvCache::try_new(&shape).map_err(|e| kv_fail(e.to_string()))?;
-        let kv_rot = kv_rotation(&hp, type_k, type_v);
-        let mut ctx = Self::assemble(model, hp, cparams, kv, false);
+        let mut ctx = Self::assemble(model, hp, cparams, kv, executor, false);
         ctx.kv_rot = kv_rot;
         Ok(ctx)
     }
@@ -507,6 +522,7 @@ impl Context {
             hp,
             cparams,
             KvCache::new(&empty),
+            Box::new(CpuExecutor::default()),
             true,
         ))
     }
@@ -516,6 +532,7 @@ impl Context {
         hp: ArchParams,
         cparams: CParams,
         kv: KvCache,
+        exec: Box<dyn Executor>,
         vocab_only: bool,
     ) -> Context {
         let generation = model.generation.load(Ordering::Acquire);
@@ -524,7 +541,7 @@ impl Context {
                 cparams,
                 kv,
                 graph: None,
-                exec: Executor::default(),
+                exec,
                 raw: RawBatch::default(),
                 batch: Batch::default(),
                 slots: Vec::new(),
@@ -783,10 +800,10 @@ impl Context {
         let mut poll = || abort.as_mut().is_some_and(|f| f());
         if let Err(err) = e
             .exec
-            .run(graph, &self.model, &mut e.kv, &inputs, &mut poll)
+            .compute(graph, &self.model, &mut e.kv, &inputs, &mut poll)
         {
             let code = match err {
-                exec::ExecError::Aborted => 2,
+                ExecError::Aborted => 2,
                 _ => -3,
             };
             if code != 2 {
@@ -799,15 +816,25 @@ impl Context {
         let nv = self.hp.n_vocab;
         let ne = self.hp.n_embd;
         let embd_node = graph.embd.filter(|_| e.cparams.embeddings);
-        for (k, &t) in e.out_ids.iter().enumerate() {
-            let r = e.output_ids[idx[t]] as usize;
-            if let Some(l) = graph.logits {
-                let at = graph.nodes[l].offset + k * nv;
-                e.logits[r * nv..(r + 1) * nv].copy_from_slice(&e.exec.arena[at..at + nv]);
-            }
-            if let Some(x) = embd_node {
-                let at = graph.nodes[x].offset + k * ne;
-                e.embd[r * ne..(r + 1) * ne].copy_from_slice(&e.exec.arena[at..at + ne]);
+        for (node, width, is_logits) in [(graph.logits, nv, true), (embd_node, ne, false)] {
+            let Some(node) = node else { continue };
+            let values = match e.exec.output(graph, node) {
+                Ok(v) => v,
+                Err(err) => {
+                    crate::log_error!("decode: {err}");
+                    self.rollback(e);
+                    return -3;
+                }
+            };
+            let dst = if is_logits {
+                &mut e.logits
+            } else {
+                &mut e.embd
+            };
+            for (k, &t) in e.out_ids.iter().enumerate() {
+                let r = e.output_ids[idx[t]] as usize;
+                dst[r * width..(r + 1) * width]
+                    .copy_from_slice(&values[k * width..(k + 1) * width]);
             }
         }
         e.n_outputs += n_out;
@@ -1034,10 +1061,11 @@ impl Context {
     }
 }
 
-/// The rotary mode of an architecture (upstream's `llama_model_rope_type`).
+/// The rotary mode of an architecture (its registry entry's; upstream's
+/// `llama_model_rope_type`).
 pub fn arch_rope_mode(arch: &str) -> crate::graph::RopeMode {
-    match arch {
-        "qwen2" | "qwen3" | "qwen3moe" | "gemma3" | "phi3" => crate::graph::RopeMode::Neox,
+    match arch::lookup(arch).map(|d| d.rope) {
+        Some(arch::Rope::Mode(m)) => m,
         _ => crate::graph::RopeMode::Norm,
     }
 }

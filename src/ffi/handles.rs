@@ -4,7 +4,7 @@
 //! created and removed when it is freed. A handle coming back from C is looked up there
 //! *before* it is dereferenced, so a freed, foreign or wild pointer (`(void *)0x1234`) is
 //! reported (log line, failure value) instead of read. The lookup is a read lock and one hash
-//! probe: a few tens of nanoseconds on a getter (see README, "Handle checks").
+//! probe: a few tens of nanoseconds on a getter (see docs/benchmarks.md, "Handle checks").
 //!
 //! What the registry cannot catch: a handle freed by another thread *while* a call that has
 //! already checked it is running (using and freeing one handle concurrently is undefined, as

@@ -1,49 +1,20 @@
 //! The CPU executor: runs a [`Graph`] node by node over one arena of f32 activations.
 //! Weights are read in place (mapped file, arena or virtual-GPU host memory) under each
 //! tensor's read lock, with the type the tensor has now; row-split tensors are multiplied
-//! piece by piece.
+//! piece by piece. It is one [`Executor`] of [`super::backend`].
 
+pub use super::backend::{ExecError, Executor, Inputs};
 use super::kernel_api::{self, Scratch, ThreadPool};
 use super::*;
-use crate::gguf::GgmlType;
 use crate::kernels::cpu::ops;
 use crate::kv_cache::{KvCache, KvLayerRows};
 use crate::model::tensors::TensorState;
 use crate::model::Model;
 use crate::storage::TensorData;
 
-/// Why a graph could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum ExecError {
-    #[error("aborted by the abort callback")]
-    Aborted,
-    #[error("tensor '{0}' is not in host memory (a CUDA device): CPU compute cannot read it")]
-    NotOnHost(String),
-    #[error("tensor '{name}' has type {ty}, which the CPU engine does not support")]
-    UnsupportedType { name: String, ty: GgmlType },
-}
-
-/// Per-micro-batch inputs.
-pub struct Inputs<'a> {
-    pub tokens: &'a [i32],
-    /// The caller's input embeddings (n_tokens × n_embd), for [`Op::InputEmbd`].
-    pub embd: &'a [f32],
-    pub pos: &'a [i32],
-    /// The first sequence id of each token (the one its attention mask uses).
-    pub seq: &'a [usize],
-    /// Indices of the tokens that produce outputs.
-    pub out_ids: &'a [usize],
-    /// The KV row (stream * size + cell) of each token.
-    pub slots: &'a [u32],
-    pub causal: bool,
-    /// Flash attention is on in upstream's sense (`flash_attn_type` not disabled): its graph
-    /// then casts an F32 K/V cache to F16 before FLASH_ATTN_EXT, and so does ours.
-    pub flash_attn: bool,
-}
-
-/// Buffers reused across runs (no allocation per token once warmed up).
+/// The CPU executor: buffers reused across runs (no allocation per token once warmed up).
 #[derive(Debug)]
-pub struct Executor {
+pub struct CpuExecutor {
     pub arena: Vec<f32>,
     pool: ThreadPool,
     mat: Scratch,
@@ -194,6 +165,7 @@ pub fn check_weight(st: &TensorState, name: &str) -> Result<(), ExecError> {
         return Err(ExecError::UnsupportedType {
             name: name.to_string(),
             ty: st.layout.ggml_type,
+            backend: "CPU",
         });
     }
     match &st.data {
@@ -209,15 +181,55 @@ pub fn check_weight(st: &TensorState, name: &str) -> Result<(), ExecError> {
     }
 }
 
-impl Default for Executor {
+impl Default for CpuExecutor {
     fn default() -> Self {
-        Executor::new(1)
+        CpuExecutor::new(1)
     }
 }
 
-impl Executor {
-    pub fn new(n_threads: usize) -> Executor {
-        Executor {
+impl Executor for CpuExecutor {
+    fn name(&self) -> &'static str {
+        "CPU"
+    }
+
+    fn supports_weight(&self, st: &TensorState, name: &str) -> Result<(), ExecError> {
+        check_weight(st, name)
+    }
+
+    /// Every op of the vocabulary, on weights in host memory (or row pieces there).
+    fn supports_op(&self, g: &Graph, op: &Op, model: &Model) -> bool {
+        op.weights().iter().all(|w| {
+            let w = &g.weights[w.0];
+            check_weight(&model.tensors.at(w.tensor).read(), &w.name).is_ok()
+        })
+    }
+
+    fn set_n_threads(&mut self, n: usize) {
+        if self.pool.n_threads() != n.max(1) {
+            self.pool.set_n_threads(n);
+        }
+    }
+
+    fn compute(
+        &mut self,
+        g: &Graph,
+        model: &Model,
+        kv: &mut KvCache,
+        inp: &Inputs,
+        abort: &mut dyn FnMut() -> bool,
+    ) -> Result<(), ExecError> {
+        self.run(g, model, kv, inp, abort)
+    }
+
+    fn output(&mut self, g: &Graph, node: NodeId) -> Result<&[f32], ExecError> {
+        let (at, len) = range(&g.nodes[node]);
+        Ok(&self.arena[at..at + len])
+    }
+}
+
+impl CpuExecutor {
+    pub fn new(n_threads: usize) -> CpuExecutor {
+        CpuExecutor {
             arena: Vec::new(),
             pool: ThreadPool::new(n_threads),
             mat: Scratch::new(),
@@ -230,13 +242,6 @@ impl Executor {
             topk: Vec::new(),
             gather: Vec::new(),
             attn_masks: Vec::new(),
-        }
-    }
-
-    /// Resizes the thread pool (a no-op when the count is unchanged).
-    pub fn set_n_threads(&mut self, n: usize) {
-        if self.pool.n_threads() != n.max(1) {
-            self.pool.set_n_threads(n);
         }
     }
 

@@ -1,7 +1,8 @@
 //! The op graph: per architecture, a builder ([`arch`]) turns the model and the shape of a
 //! micro-batch into a list of nodes with ggml's op names and semantics (GET_ROWS, MUL_MAT,
-//! MUL_MAT_ID, RMS_NORM, ROPE, SET_ROWS, FLASH_ATTN_EXT, GLU, ...), and the CPU executor
-//! ([`exec`]) runs it over one arena of f32 activations planned at build time.
+//! MUL_MAT_ID, RMS_NORM, ROPE, SET_ROWS, FLASH_ATTN_EXT, GLU, ...), and an executor runs it:
+//! every backend implements [`backend::Executor`]; the CPU executor ([`exec`]) runs a graph
+//! over one arena of f32 activations planned at build time.
 //!
 //! Activations are 2-D: `ne0` values per row, `ne1` rows (tokens, or token × expert slot).
 //! Weights are referenced by tensor index and read at execution time under the tensor's
@@ -9,6 +10,7 @@
 //! context still rebuilds the graph when the model's generation changes.
 
 pub mod arch;
+pub mod backend;
 pub mod builder;
 pub mod exec;
 pub mod kernel_api;
@@ -187,6 +189,22 @@ pub struct Graph {
 }
 
 impl Op {
+    /// The weights this op reads.
+    pub fn weights(&self) -> Vec<WeightId> {
+        let w = |o: &Operand| match o {
+            Operand::Weight(w) => Some(*w),
+            Operand::Node(_) => None,
+        };
+        match self {
+            Op::GetRowsTokens { table } => vec![*table],
+            Op::MulMat { w, .. } => vec![*w],
+            Op::MulMatId { w, scale, .. } => [Some(*w), *scale].into_iter().flatten().collect(),
+            Op::Mul { b, .. } | Op::Add { b, .. } => w(b).into_iter().collect(),
+            Op::Rope { freq_factors, .. } => freq_factors.iter().copied().collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// The nodes this op reads.
     pub fn sources(&self) -> Vec<NodeId> {
         let node = |o: &Operand| match o {

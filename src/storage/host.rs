@@ -15,7 +15,7 @@ pub fn map_file(file: &File, populate: bool) -> io::Result<memmap2::Mmap> {
     // rewrite the file underneath it; llama-hotswap never writes through mappings, and the
     // hot-swap path moves tensors off a file's mapping as soon as it sees the file changed.
     // The remaining hazard (a host reading weights after truncating a mapped file and before
-    // calling reload) is documented in the README.
+    // calling reload) is documented in docs/hotswap.md.
     let map = unsafe { options.map(file) }?;
     let _ = map.advise(memmap2::Advice::Sequential);
     if populate {
@@ -41,12 +41,12 @@ pub fn huge_pages_requested() -> bool {
 /// the loader's two reading threads fault it in as they fill it, in parallel and overlapping
 /// a cold file's disk reads. `MAP_POPULATE` in the loading thread (the default until
 /// 2026-11-27) was slower on the project's 2-core VM: 1485 against 971 ms warm, 2725 against
-/// 1880 ms cold, for a 1.9 GB model (medians of 9 paired rounds; README, Benchmarks).
+/// 1880 ms cold, for a 1.9 GB model (medians of 9 paired rounds; docs/benchmarks/history.md).
 ///
 /// With `LLAMA_HOTSWAP_HUGE_PAGES=1` it asks for transparent huge pages (`MADV_HUGEPAGE`
 /// before anything touches it; one fault per 2 MiB, ~4.3 k). On the project's VM that was
 /// bimodal: 0.34× and 0.56× upstream's load time in two runs, 1.43× and 2.16× in two others
-/// (README, Benchmarks), hence opt-in. Where THP is `never` the advice is refused and the
+/// (docs/benchmarks.md, "Load"), hence opt-in. Where THP is `never` the advice is refused and the
 /// memory is 4 KiB pages, the same bytes; only whole, aligned 2 MiB blocks can be huge, so
 /// the start need not be aligned.
 pub fn alloc_pages(len: usize) -> io::Result<memmap2::MmapMut> {

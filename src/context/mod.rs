@@ -171,6 +171,11 @@ pub struct Context {
     pub vocab_only: bool,
     /// Hadamard rotation sizes of Q/K and V for a quantized cache (0: none).
     pub kv_rot: (usize, usize),
+    /// The model was loaded with `no_alloc`: the context only reports its memory
+    /// (`llama_get_memory_breakdown`); decode fails after checking the batch.
+    pub dry_run: bool,
+    /// Bytes of the KV cache at its full size (also for a dry run, which allocates none).
+    pub kv_bytes: u64,
     engine: Mutex<Engine>,
     graph_generation: AtomicU64,
 }
@@ -294,12 +299,20 @@ impl Context {
                 arch::supported_names().join(", ")
             )));
         }
+        // A `no_alloc` model (sizes only, upstream's dry run for parameter fitting) gets a
+        // context that reports its memory and never decodes.
+        let dry_run = model
+            .tensors
+            .iter()
+            .any(|t| matches!(t.read().data, crate::storage::TensorData::Unallocated));
         let executor: Box<dyn Executor> = Box::new(CpuExecutor::default());
-        for t in model.tensors.iter() {
-            let st = t.read();
-            executor
-                .supports_weight(&st, &t.name)
-                .map_err(|e| ContextError::Unsupported(e.to_string()))?;
+        if !dry_run {
+            for t in model.tensors.iter() {
+                let st = t.read();
+                executor
+                    .supports_weight(&st, &t.name)
+                    .map_err(|e| ContextError::Unsupported(e.to_string()))?;
+            }
         }
         let hp = ArchParams::load(&model).map_err(ContextError::Invalid)?;
         let n_seq_max = p.n_seq_max.max(1);
@@ -429,14 +442,15 @@ impl Context {
         // Sizes are checked before anything is allocated, and the allocations are fallible:
         // a context too large for the host is a failure value with a log line (upstream:
         // "failed to allocate buffer for kv cache", llama_init_from_model returns NULL).
-        let kv_bytes = shape.memory_bytes();
+        let memory = shape.memory_bytes();
         let host = crate::device::host_memory();
         let kv_fail = |why: String| {
             let msg = format!("failed to allocate buffer for kv cache: {why}");
             crate::log_error!("llama_context: {msg}");
             ContextError::Invalid(msg)
         };
-        match kv_bytes {
+        match memory {
+            _ if dry_run => {}
             None => {
                 return Err(kv_fail(format!(
                     "n_ctx = {n_ctx} over {} layers: the size overflows",
@@ -450,9 +464,23 @@ impl Context {
             }
             Some(_) => {}
         }
-        let kv = KvCache::try_new(&shape).map_err(|e| kv_fail(e.to_string()))?;
+        let kv_bytes = shape.bytes();
+        let kv = if dry_run {
+            crate::log_info!(
+                "llama_context: the model was loaded with no_alloc: a context that reports its memory ({} MiB of KV cache) and cannot decode",
+                kv_bytes >> 20
+            );
+            KvCache::new(&KvShape {
+                layers: Vec::new(),
+                ..shape
+            })
+        } else {
+            KvCache::try_new(&shape).map_err(|e| kv_fail(e.to_string()))?
+        };
         let mut ctx = Self::assemble(model, hp, cparams, kv, executor, false);
         ctx.kv_rot = kv_rot;
+        ctx.dry_run = dry_run;
+        ctx.kv_bytes = kv_bytes;
         Ok(ctx)
     }
 
@@ -560,6 +588,8 @@ impl Context {
             hp,
             vocab_only,
             kv_rot: (0, 0),
+            dry_run: false,
+            kv_bytes: 0,
             graph_generation: AtomicU64::new(generation),
         }
     }
@@ -640,6 +670,14 @@ impl Context {
         }
         e.embd_seq.clear();
         e.embd_seq.resize(e.cparams.n_seq_max as usize, None);
+        if self.dry_run {
+            // upstream's no_alloc context has buffers without memory; computing on it is
+            // undefined there
+            crate::log_error!(
+                "decode: the model was loaded with no_alloc: it has no weights to compute with"
+            );
+            return -3;
+        }
         if self.vocab_only {
             // upstream decodes through its encoder path and aborts the process (no backend)
             crate::log_error!(

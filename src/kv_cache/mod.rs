@@ -242,6 +242,25 @@ pub struct KvShape {
     pub layers: Vec<(usize, usize)>,
 }
 
+impl KvType {
+    /// Bytes of one cached row of `width` values.
+    pub fn row_bytes(self, width: usize) -> usize {
+        match self {
+            KvType::F32 => 4 * width,
+            KvType::F16 => 2 * width,
+            KvType::Packed(ty) => crate::kernels::cpu::row_bytes(ty, width),
+        }
+    }
+}
+
+impl KvShape {
+    /// Bytes the cache of this shape holds: every layer's K and V rows, every stream
+    /// (`u64::MAX` when that overflows; [`KvShape::checked_bytes`] says so).
+    pub fn bytes(&self) -> u64 {
+        self.checked_bytes().unwrap_or(u64::MAX)
+    }
+}
+
 /// The cells of one stream and the head where the next slot search starts.
 #[derive(Clone, Debug)]
 pub struct KvStream {
@@ -284,7 +303,7 @@ impl KvShape {
     }
 
     /// Bytes of every layer's K and V rows (upstream's KV buffer size); None on overflow.
-    pub fn bytes(&self) -> Option<u64> {
+    pub fn checked_bytes(&self) -> Option<u64> {
         let rows = u64::from(self.size).checked_mul(self.n_stream() as u64)?;
         self.layers.iter().try_fold(0u64, |total, &(nk, nv)| {
             let row = (KvBuffer::row_bytes(self.type_k, nk) as u64)
@@ -300,7 +319,8 @@ impl KvShape {
     pub fn memory_bytes(&self) -> Option<u64> {
         let rows = u64::from(self.size).checked_mul(self.n_stream() as u64)?;
         let per_cell = (4 + 4 + 8 + std::mem::size_of::<SeqSet>()) as u64;
-        self.bytes()?.checked_add(rows.checked_mul(per_cell)?)
+        self.checked_bytes()?
+            .checked_add(rows.checked_mul(per_cell)?)
     }
 }
 
@@ -314,7 +334,7 @@ impl KvCache {
     /// A cache of `shape`, or why it cannot be allocated (sizes checked before any
     /// allocation; every allocation fallible).
     pub fn try_new(shape: &KvShape) -> Result<KvCache, KvAllocError> {
-        shape.bytes().ok_or(KvAllocError::Overflow)?;
+        shape.checked_bytes().ok_or(KvAllocError::Overflow)?;
         let n_seq_max = shape.n_seq_max.clamp(1, MAX_SEQ);
         let n_stream = shape.n_stream();
         let rows = (shape.size as usize)
@@ -708,9 +728,9 @@ mod tests {
             type_v: KvType::F32,
             layers: vec![(width, width); 4],
         };
-        assert_eq!(shape(16, 8).bytes(), Some(4 * 16 * 256 * (16 + 32)));
-        assert!(shape(16, 8).memory_bytes().unwrap() > shape(16, 8).bytes().unwrap());
-        assert_eq!(shape(u32::MAX, usize::MAX / 2).bytes(), None);
+        assert_eq!(shape(16, 8).checked_bytes(), Some(4 * 16 * 256 * (16 + 32)));
+        assert!(shape(16, 8).memory_bytes().unwrap() > shape(16, 8).bytes());
+        assert_eq!(shape(u32::MAX, usize::MAX / 2).checked_bytes(), None);
         assert!(matches!(
             KvCache::try_new(&shape(u32::MAX, usize::MAX / 2)),
             Err(KvAllocError::Overflow)

@@ -214,7 +214,7 @@ fn open_files(source: ModelSource) -> Result<Vec<OpenedFile>, LoadError> {
     Ok(files)
 }
 
-fn meta_value(value: &Value<'_>) -> MetaValue {
+pub(crate) fn meta_value(value: &Value<'_>) -> MetaValue {
     match value {
         Value::U8(v) => MetaValue::Int((*v).into()),
         Value::I8(v) => MetaValue::Int((*v).into()),

@@ -279,7 +279,11 @@ impl Context {
                 arch::SUPPORTED.join(", ")
             )));
         }
-        let executor: Box<dyn Executor> = Box::new(CpuExecutor::default());
+        let executor: Box<dyn Executor> = match crate::graph::exec_cuda::executor_for(&model) {
+            Ok(Some(cuda)) => Box::new(cuda),
+            Ok(None) => Box::new(CpuExecutor::default()),
+            Err(e) => return Err(ContextError::Unsupported(format!("CUDA compute: {e}"))),
+        };
         for t in model.tensors.iter() {
             let st = t.read();
             executor

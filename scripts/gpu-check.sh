@@ -12,7 +12,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 nvrtc="$(find /usr/local /opt /usr/lib -name 'libnvrtc.so*' -not -name '*alt*' 2>/dev/null | sort | head -n 1)"
 echo "NVRTC: $nvrtc"
 export LLAMA_HOTSWAP_NVRTC="$nvrtc" LLAMA_HOTSWAP_REQUIRE_NVRTC=1 LLAMA_HOTSWAP_NO_CUDA=
-export LLAMA_HOTSWAP_CACHE="$out/cache" LLAMA_HOTSWAP_SMOLLM2="$dir/smollm2.gguf"
+export LLAMA_HOTSWAP_CACHE=/tmp/gpu-check-cache LLAMA_HOTSWAP_SMOLLM2="$dir/smollm2.gguf"
 chmod +x "$dir"/bin/* 2>/dev/null
 status=0
 run() { # name, args...

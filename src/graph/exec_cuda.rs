@@ -52,7 +52,7 @@ struct Grow(Option<CudaBuffer>);
 impl Grow {
     fn ensure(&mut self, device: &Arc<CudaDevice>, bytes: usize) -> Result<u64, ExecError> {
         let bytes = bytes.max(4);
-        if self.0.as_ref().is_none_or(|b| b.len() < bytes) {
+        if self.0.as_ref().map_or(true, |b| b.len() < bytes) {
             self.0 = None;
             self.0 = Some(device.alloc(bytes + bytes / 4).map_err(dev_err)?);
         }
@@ -108,8 +108,6 @@ pub struct CudaExecutor {
     /// Host-side nodes and the host copy of values (same arena plan).
     cpu: CpuExecutor,
     arena: Grow,
-    /// Activations in a weight's dot type.
-    xq: Grow,
     tokens: Grow,
     out_rows: Grow,
     slots: Grow,
@@ -140,7 +138,6 @@ impl CudaExecutor {
             kernels,
             cpu: CpuExecutor::default(),
             arena: Grow::default(),
-            xq: Grow::default(),
             tokens: Grow::default(),
             out_rows: Grow::default(),
             slots: Grow::default(),
@@ -600,7 +597,7 @@ impl CudaExecutor {
             }
             Op::MulMat { w, x } => {
                 let xn = &g.nodes[*x];
-                self.mul_mat(g, model, *w, a(*x), xn.ne0, xn.ne1, dst, ne1, None)?;
+                self.mul_mat(g, model, *w, a(*x), xn.ne0, dst, ne1, None)?;
             }
             Op::MulMatId {
                 w,
@@ -626,7 +623,7 @@ impl CudaExecutor {
                     None => 0,
                 };
                 let id = (a(*ids), *n_used, xn.ne1 == t_count, scale_ptr);
-                self.mul_mat(g, model, *w, a(*x), xn.ne0, xn.ne1, dst, ne1, Some(id))?;
+                self.mul_mat(g, model, *w, a(*x), xn.ne0, dst, ne1, Some(id))?;
             }
             Op::Rope {
                 src,
@@ -792,8 +789,7 @@ impl CudaExecutor {
     }
 
     /// MUL_MAT (ids None) or MUL_MAT_ID (ids: (ids node, n_used, x broadcast, scale or 0)):
-    /// the activations (k × m) are converted to the weight's dot type, then one warp per
-    /// weight row and 8 (token or slot) rows.
+    /// f32 activations (k × m), one warp per weight row and 8 (token or slot) rows.
     #[allow(clippy::too_many_arguments)]
     fn mul_mat(
         &mut self,
@@ -802,7 +798,6 @@ impl CudaExecutor {
         w: WeightId,
         x: u64,
         k: usize,
-        m: usize,
         dst: u64,
         n_pairs: usize,
         ids: Option<(u64, usize, bool, u64)>,
@@ -810,41 +805,13 @@ impl CudaExecutor {
         use KernelArg::{Ptr, I32};
         let (wp, ty, row_bytes) = self.dev_weight(g, model, w)?;
         let n_rows = g.weights[w.0].ne[1] as usize;
-        let nb = k / 32;
-        let device = Arc::clone(&self.device);
-        let (xp, x_row_bytes) = match ty {
-            GgmlType::F32 => (x, 4 * k),
-            GgmlType::F16 => {
-                let p = self.xq.ensure(&device, 2 * k * m)?;
-                let n = (k * m) as u64;
-                self.launch(
-                    "k_to_f16",
-                    (n.div_ceil(256) as u32, 1, 1),
-                    (256, 1, 1),
-                    &[Ptr(x), Ptr(p), Ptr(n)],
-                )?;
-                (p, 2 * k)
-            }
-            GgmlType::Q4_0 | GgmlType::Q8_0 | GgmlType::Q4_1 => {
-                let q8_1 = ty == GgmlType::Q4_1;
-                let bsz = if q8_1 { 36 } else { 34 };
-                let p = self.xq.ensure(&device, nb * bsz * m)?;
-                self.launch(
-                    "k_quantize_q8",
-                    (nb as u32, m as u32, 1),
-                    (32, 1, 1),
-                    &[Ptr(x), Ptr(p), I32(k as i32), I32(q8_1 as i32)],
-                )?;
-                (p, nb * bsz)
-            }
-            other => {
-                return Err(ExecError::UnsupportedType {
-                    name: g.weights[w.0].name.clone(),
-                    ty: other,
-                    backend: self.label,
-                })
-            }
-        };
+        if !kcuda::supports(ty) {
+            return Err(ExecError::UnsupportedType {
+                name: g.weights[w.0].name.clone(),
+                ty,
+                backend: self.label,
+            });
+        }
         let (idp, n_used, bcast, scale) = ids.unwrap_or((0, 1, false, 0));
         let expert_bytes = row_bytes * n_rows as u64;
         self.launch(
@@ -858,8 +825,7 @@ impl CudaExecutor {
                 Ptr(expert_bytes),
                 I32(n_rows as i32),
                 I32(k as i32),
-                Ptr(xp),
-                Ptr(x_row_bytes as u64),
+                Ptr(x),
                 Ptr(dst),
                 I32(n_pairs as i32),
                 Ptr(idp),

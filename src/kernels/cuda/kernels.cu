@@ -2,9 +2,9 @@
 // headers: fixed-width types and half conversions are defined here). Activations are f32 rows;
 // weights keep their GGUF bytes (type ids are ggml's: 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0).
 // Reproducible: every reduction has one fixed order (no atomics), so a launch gives the same
-// bits on every run. Semantics follow the CPU executor (src/kernels/cpu): activations are
-// quantized to the weight type's dot type as ggml does (Q8_0 for Q4_0/Q8_0, Q8_1 for Q4_1,
-// F16 for F16), with the CPU quantizer's rounding; sums of squares and softmax sums in double.
+// bits on every run. Semantics follow the CPU executor (src/kernels/cpu), except that MUL_MAT
+// keeps the activations in f32 (the CPU quantizes them to the weight's dot type, as ggml does);
+// sums of squares and softmax sums in double.
 
 typedef unsigned char u8;
 typedef signed char i8;
@@ -158,86 +158,44 @@ extern "C" __global__ void k_glu(const float *gate, const float *up, float *dst,
     dst[i] = a * up[i];
 }
 
-// Activations to a dot type: Q8_0 (q8_1 = 0) or Q8_1 blocks, as the CPU's AVX2 quantizer
-// (d = amax / 127, multiplier 127 / amax, round to nearest even). One warp per block of 32:
-// grid (blocks per row, rows).
-extern "C" __global__ void k_quantize_q8(const float *x, u8 *dst, int k, int q8_1) {
-    int nb = k / QK;
-    int ib = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
-    float v = x[(long long)r * k + ib * QK + lane];
-    float amax = warp_max(fabsf(v));
-    float d = amax / 127.0f;
-    float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    float q = rintf(v * id);
-    int qi = q != q ? -128 : (int)fminf(fmaxf(q, -128.0f), 127.0f);
-    int bsz = q8_1 ? 36 : 34;
-    u8 *b = dst + ((long long)r * nb + ib) * bsz;
-    int head = q8_1 ? 4 : 2;
-    b[head + lane] = (u8)(i8)qi;
-    int sum = warp_isum(qi);
-    if (lane == 0) {
-        u16 hd = f2h(d);
-        b[0] = hd & 255;
-        b[1] = hd >> 8;
-        if (q8_1) {
-            u16 hs = f2h(d * (float)sum);
-            b[2] = hs & 255;
-            b[3] = hs >> 8;
-        }
-    }
-}
-
-// Activations to F16 (round to nearest even).
-extern "C" __global__ void k_to_f16(const float *x, u16 *dst, long long n) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = f2h(x[i]);
-}
-
 #define MM_ROWS 4
 #define MM_PAIRS 8
 
-// The dot product of weight block ib (type ty) with the activation row's block ib.
-__device__ __forceinline__ float block_dot(const u8 *w, int ty, int ib, const u8 *x) {
+// The dot product of weight block ib (type ty) with the f32 activations' block ib: the weight
+// block decoded as the CPU decodes it (d * q, d * q + m), products summed in f32 in order.
+__device__ __forceinline__ float block_dot(const u8 *w, int ty, int ib, const float *xf) {
     float acc = 0.0f;
+    const float *x = xf + ib * QK;
     switch (ty) {
     case 0: {
         const float *wf = (const float *)w + ib * QK;
-        const float *xf = (const float *)x + ib * QK;
-        for (int i = 0; i < QK; i++) acc += wf[i] * xf[i];
+        for (int i = 0; i < QK; i++) acc += wf[i] * x[i];
         return acc;
     }
     case 1: {
         const u8 *wb = w + ib * QK * 2;
-        const u8 *xb = x + ib * QK * 2;
-        for (int i = 0; i < QK; i++) acc += h2f(ld16(wb + 2 * i)) * h2f(ld16(xb + 2 * i));
+        for (int i = 0; i < QK; i++) acc += h2f(ld16(wb + 2 * i)) * x[i];
         return acc;
     }
     case 2: {
         const u8 *wb = w + ib * 18;
-        const u8 *xb = x + ib * 34;
-        int sumi = 0;
-        for (int j = 0; j < 16; j++) {
-            sumi += ((wb[2 + j] & 15) - 8) * (int)(i8)xb[2 + j];
-            sumi += ((wb[2 + j] >> 4) - 8) * (int)(i8)xb[2 + j + 16];
-        }
-        return h2f(ld16(wb)) * h2f(ld16(xb)) * (float)sumi;
+        float d = h2f(ld16(wb));
+        for (int j = 0; j < 16; j++) acc += d * (float)((wb[2 + j] & 15) - 8) * x[j];
+        for (int j = 0; j < 16; j++) acc += d * (float)((wb[2 + j] >> 4) - 8) * x[j + 16];
+        return acc;
     }
     case 3: {
         const u8 *wb = w + ib * 20;
-        const u8 *xb = x + ib * 36;
-        int sumi = 0;
-        for (int j = 0; j < 16; j++) {
-            sumi += (wb[4 + j] & 15) * (int)(i8)xb[4 + j];
-            sumi += (wb[4 + j] >> 4) * (int)(i8)xb[4 + j + 16];
-        }
-        return h2f(ld16(wb)) * h2f(ld16(xb)) * (float)sumi + h2f(ld16(wb + 2)) * h2f(ld16(xb + 2));
+        float d = h2f(ld16(wb)), m = h2f(ld16(wb + 2));
+        for (int j = 0; j < 16; j++) acc += (d * (float)(wb[4 + j] & 15) + m) * x[j];
+        for (int j = 0; j < 16; j++) acc += (d * (float)(wb[4 + j] >> 4) + m) * x[j + 16];
+        return acc;
     }
     case 8: {
         const u8 *wb = w + ib * 34;
-        const u8 *xb = x + ib * 34;
-        int sumi = 0;
-        for (int j = 0; j < QK; j++) sumi += (int)(i8)wb[2 + j] * (int)(i8)xb[2 + j];
-        return h2f(ld16(wb)) * h2f(ld16(xb)) * (float)sumi;
+        float d = h2f(ld16(wb));
+        for (int j = 0; j < QK; j++) acc += d * (float)(i8)wb[2 + j] * x[j];
+        return acc;
     }
     }
     return 0.0f;
@@ -245,11 +203,11 @@ __device__ __forceinline__ float block_dot(const u8 *w, int ty, int ib, const u8
 
 // MUL_MAT / MUL_MAT_ID: dst[p * n_rows + r] = w_e[r] . x[xrow(p)] for pairs p < n_pairs. With
 // ids null: e = 0, xrow = p. Else e = ids[p] and xrow = p / n_used when x is broadcast over the
-// slots, else p; times scale[e] when scale is given. x holds the activations in the weight's
-// dot type, x_row_bytes per row. One warp per weight row and up to MM_PAIRS pairs; lane l takes
+// slots, else p; times scale[e] when scale is given; x: f32 rows of k. One warp per weight row
+// and up to MM_PAIRS pairs; lane l takes
 // blocks l, l + 32, ...; a fixed warp tree sums the lanes.
 extern "C" __global__ void k_mul_mat(const u8 *w, int ty, long long row_bytes, long long expert_bytes,
-                                     int n_rows, int k, const u8 *x, long long x_row_bytes,
+                                     int n_rows, int k, const float *x,
                                      float *dst, int n_pairs, const float *ids, int n_used,
                                      int x_broadcast, const float *scale) {
     int r = blockIdx.x * MM_ROWS + threadIdx.y;
@@ -269,7 +227,7 @@ extern "C" __global__ void k_mul_mat(const u8 *w, int ty, long long row_bytes, l
         long long xrow = ids && x_broadcast ? p / n_used : p;
         es[j] = e;
         const u8 *wr = w + (long long)e * expert_bytes + (long long)r * row_bytes;
-        const u8 *xr = x + xrow * x_row_bytes;
+        const float *xr = x + xrow * k;
         float a = 0.0f;
         for (int ib = lane; ib < nb; ib += 32) a += block_dot(wr, ty, ib, xr);
         acc[j] = a;

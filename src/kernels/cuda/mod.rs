@@ -11,15 +11,13 @@ use crate::device::cuda::{self, CudaDevice, CudaFunction, CudaModule};
 pub const SOURCE: &str = include_str!("kernels.cu");
 
 /// Every kernel of [`SOURCE`].
-pub const KERNELS: [&str; 17] = [
+pub const KERNELS: [&str; 15] = [
     "k_get_rows",
     "k_copy_rows",
     "k_norm",
     "k_binary",
     "k_unary",
     "k_glu",
-    "k_quantize_q8",
-    "k_to_f16",
     "k_mul_mat",
     "k_rope",
     "k_set_rows",

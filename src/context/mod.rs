@@ -276,7 +276,7 @@ impl Context {
             return Err(ContextError::Unsupported(format!(
                 "model architecture '{}' is not supported by llama-hotswap's engine yet (supported: {})",
                 model.arch,
-                arch::SUPPORTED.join(", ")
+                arch::supported_names().join(", ")
             )));
         }
         let executor: Box<dyn Executor> = match crate::graph::exec_cuda::executor_for(&model) {
@@ -404,6 +404,17 @@ impl Context {
             );
         }
         let kv_rot = kv_rotation(&hp, type_k, type_v);
+        // the graph of one token, built and dropped: a tensor the architecture needs that
+        // the file lacks (or has in another shape) fails here, not at the first decode
+        let probe = GraphShape {
+            n_tokens: 1,
+            n_outputs: 1,
+            generation: 0,
+            embd_input: false,
+        };
+        arch::build(&model, &hp, rope, probe, n_ctx_seq, kv_rot).map_err(|e| {
+            ContextError::Unsupported(format!("model architecture '{}': {e}", model.arch))
+        })?;
         let mut ctx = Self::assemble(model, hp, cparams, KvCache::new(&shape), executor, false);
         ctx.kv_rot = kv_rot;
         Ok(ctx)
@@ -1012,10 +1023,11 @@ impl Context {
     }
 }
 
-/// The rotary mode of an architecture (upstream's `llama_model_rope_type`).
+/// The rotary mode of an architecture (its registry entry's; upstream's
+/// `llama_model_rope_type`).
 pub fn arch_rope_mode(arch: &str) -> crate::graph::RopeMode {
-    match arch {
-        "qwen2" | "qwen3" | "qwen3moe" | "gemma3" | "phi3" => crate::graph::RopeMode::Neox,
+    match arch::lookup(arch).map(|d| d.rope) {
+        Some(arch::Rope::Mode(m)) => m,
         _ => crate::graph::RopeMode::Norm,
     }
 }

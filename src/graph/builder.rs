@@ -1,9 +1,37 @@
 //! Graph construction helpers shared by the architectures, after upstream's
 //! `llm_graph_context` (`build_norm`, `build_attn`, `build_ffn`, `build_moe_ffn`).
 
+pub use super::arch::Outputs;
 use super::params::{ArchParams, RopeConfig};
 use super::*;
 use crate::model::Model;
+
+/// A dense FFN's choices (upstream's `build_ffn` arguments).
+#[derive(Clone, Copy, Debug)]
+pub struct Ffn {
+    pub act: GluKind,
+    /// Add `ffn_{up,gate,down}.bias` when the file has them.
+    pub bias: bool,
+    /// Multiply by the per-tensor scales (`<name>.scale`) when the file has them.
+    pub scaled: bool,
+}
+
+impl Ffn {
+    pub const SWIGLU: Ffn = Ffn {
+        act: GluKind::Swiglu,
+        bias: false,
+        scaled: true,
+    };
+}
+
+/// A mixture of experts' choices (upstream's `build_moe_ffn` arguments).
+#[derive(Clone, Copy, Debug)]
+pub struct Moe {
+    /// Divide the selected experts' weights by their sum.
+    pub norm_w: bool,
+    /// Multiply the weights by this (0 or 1: no scaling).
+    pub scale_w: f32,
+}
 
 /// Why a graph cannot be built for a model.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +62,10 @@ pub struct Builder<'m> {
     /// Hadamard rotation sizes for a quantized K / V cache (0: none), upstream's
     /// `attn_rot_k` / `attn_rot_v`.
     pub kv_rot: (usize, usize),
+    /// The context's per-sequence size (phi3 picks its long or short rope factors by it).
+    pub n_ctx_seq: u32,
+    /// The architecture's rotary mode (upstream's `rope_type`).
+    pub rope_mode: RopeMode,
     pub nodes: Vec<Node>,
     pub weights: Vec<WeightRef>,
 }
@@ -54,6 +86,8 @@ impl<'m> Builder<'m> {
             n_outputs,
             embd_input: false,
             kv_rot: (0, 0),
+            n_ctx_seq: 0,
+            rope_mode: RopeMode::Norm,
             nodes: Vec::new(),
             weights: Vec::new(),
         }
@@ -547,6 +581,132 @@ impl<'m> Builder<'m> {
             n_embd,
             t,
         )
+    }
+
+    /// `token_embd.weight` and the first layer's input (upstream's `build_inp_embd`).
+    pub fn inp_embd(&mut self) -> Result<(WeightId, NodeId), BuildError> {
+        let (n_embd, n_vocab) = (self.hp.n_embd as i64, self.hp.n_vocab as i64);
+        let tok_embd = self.weight("token_embd.weight", &[n_embd, n_vocab])?;
+        Ok((tok_embd, self.get_rows_tokens(tok_embd)))
+    }
+
+    /// `output.weight`, else the token embeddings (a tied output, upstream's
+    /// `TENSOR_DUPLICATED`).
+    pub fn output_weight(&mut self, tok_embd: WeightId) -> Result<WeightId, BuildError> {
+        let (n_embd, n_vocab) = (self.hp.n_embd as i64, self.hp.n_vocab as i64);
+        Ok(self
+            .weight_opt("output.weight", &[n_embd, n_vocab])?
+            .unwrap_or(tok_embd))
+    }
+
+    /// The attention scale: `attention.scale` when the file gives one, else
+    /// 1/sqrt(head size).
+    pub fn kq_scale(&self) -> f32 {
+        if self.hp.attention_scale == 0.0 {
+            1.0 / (self.hp.head_k as f32).sqrt()
+        } else {
+            self.hp.attention_scale
+        }
+    }
+
+    /// Per-head RMS norms of Q and K (`attn_q_norm`, `attn_k_norm`: qwen3, gemma3, ...).
+    pub fn qk_norm(
+        &mut self,
+        il: usize,
+        q: NodeId,
+        k: NodeId,
+    ) -> Result<(NodeId, NodeId), BuildError> {
+        let head = self.hp.head_k;
+        let qn = self.lw(il, "attn_q_norm.weight", &[head as i64])?;
+        let kn = self.lw(il, "attn_k_norm.weight", &[head as i64])?;
+        let eps = self.hp.eps_rms;
+        Ok((
+            self.head_rms_norm(q, head, qn, eps),
+            self.head_rms_norm(k, head, kn, eps),
+        ))
+    }
+
+    /// ROPE of Q and K with the architecture's mode.
+    pub fn rope_qk(
+        &mut self,
+        q: NodeId,
+        k: NodeId,
+        freq_factors: Option<WeightId>,
+        swa: bool,
+    ) -> (NodeId, NodeId) {
+        let (head, mode) = (self.hp.head_k, self.rope_mode);
+        (
+            self.rope(q, head, mode, freq_factors, swa),
+            self.rope(k, head, mode, freq_factors, swa),
+        )
+    }
+
+    /// The layer's dense FFN from its `ffn_up`, `ffn_gate`, `ffn_down` weights (and their
+    /// biases when `f.bias`): upstream's `build_ffn` with PAR gating.
+    pub fn ffn_layer(&mut self, il: usize, x: NodeId, f: Ffn) -> Result<NodeId, BuildError> {
+        let n_embd = self.hp.n_embd as i64;
+        let n_ff = self.hp.n_ff[il] as i64;
+        let up = self.lw(il, "ffn_up.weight", &[n_embd, n_ff])?;
+        let gate = self.lw(il, "ffn_gate.weight", &[n_embd, n_ff])?;
+        let down = self.lw(il, "ffn_down.weight", &[n_ff, n_embd])?;
+        let (up_b, gate_b, down_b) = if f.bias {
+            (
+                self.lw_opt(il, "ffn_up.bias", &[n_ff])?,
+                self.lw_opt(il, "ffn_gate.bias", &[n_ff])?,
+                self.lw_opt(il, "ffn_down.bias", &[n_embd])?,
+            )
+        } else {
+            (None, None, None)
+        };
+        Ok(self.ffn(x, up, up_b, gate, gate_b, down, down_b, f.act, f.scaled))
+    }
+
+    /// The layer's mixture of experts from its `ffn_gate_inp` router and `ffn_*_exps`
+    /// experts of `n_ff` rows: upstream's `build_moe_ffn`.
+    pub fn moe_layer(
+        &mut self,
+        il: usize,
+        x: NodeId,
+        n_ff: usize,
+        m: Moe,
+    ) -> Result<NodeId, BuildError> {
+        let n_embd = self.hp.n_embd as i64;
+        let (n_ff, n_exp) = (n_ff as i64, self.hp.n_expert as i64);
+        let gate_inp = self.lw(il, "ffn_gate_inp.weight", &[n_embd, n_exp])?;
+        let up = self.lw(il, "ffn_up_exps.weight", &[n_embd, n_ff, n_exp])?;
+        let gate = self.lw(il, "ffn_gate_exps.weight", &[n_embd, n_ff, n_exp])?;
+        let down = self.lw(il, "ffn_down_exps.weight", &[n_ff, n_embd, n_exp])?;
+        Ok(self.moe_ffn(
+            x,
+            gate_inp,
+            up,
+            gate,
+            down,
+            self.hp.n_expert_used,
+            m.norm_w,
+            m.scale_w,
+        ))
+    }
+
+    /// The final norm (`output_norm`, RMS) and the output projection (`output.weight` or
+    /// the tied embeddings, plus `output.bias` when `bias`).
+    pub fn rms_output(
+        &mut self,
+        x: NodeId,
+        tok_embd: WeightId,
+        bias: bool,
+    ) -> Result<Outputs, BuildError> {
+        let n_embd = self.hp.n_embd as i64;
+        let norm = self.weight("output_norm.weight", &[n_embd])?;
+        let output = self.output_weight(tok_embd)?;
+        let embd = self.rms_norm(x, Some(norm), self.hp.eps_rms);
+        let b = if bias {
+            self.weight_opt("output.bias", &[self.hp.n_vocab as i64])?
+        } else {
+            None
+        };
+        let logits = self.linear(output, b, embd);
+        Ok(Outputs { logits, embd })
     }
 
     /// Finishes the graph: plans the arena.

@@ -84,7 +84,21 @@ pub struct ArchParams {
 }
 
 impl ArchParams {
+    /// The common hyperparameters, then the architecture's own (its registry entry's
+    /// `hparams`; an unregistered architecture gets the common ones only).
     pub fn load(model: &Model) -> Result<ArchParams, String> {
+        let mut hp = Self::load_common(model)?;
+        if let Some(def) = super::arch::lookup(&model.arch) {
+            let keys = super::arch::Keys {
+                model,
+                arch: &model.arch,
+            };
+            (def.hparams)(&keys, &mut hp).map_err(|e| format!("{}: {e}", model.arch))?;
+        }
+        Ok(hp)
+    }
+
+    fn load_common(model: &Model) -> Result<ArchParams, String> {
         let m = &model.meta;
         let arch = model.arch.as_str();
         let key = |s: &str| format!("{arch}.{s}");
@@ -109,42 +123,7 @@ impl ArchParams {
         let rope_scaling = RopeScaling::from_name(&scaling_name)
             .ok_or_else(|| format!("{arch}: unknown rope.scaling.type '{scaling_name}'"))?;
         let n_vocab = model.vocab.tokens.len();
-        let mistral3 = arch == "mistral3";
         let n_ctx_orig_yarn = u("rope.scaling.original_context_length", hp.n_ctx_train);
-        let attn_temp_scale = if mistral3 {
-            f("attention.temperature_scale", 0.0)
-        } else {
-            0.0
-        };
-        if attn_temp_scale != 0.0 && n_ctx_orig_yarn == 0 {
-            return Err(format!(
-                "{arch}: invalid n_ctx_orig_yarn for attention temperature scaling"
-            ));
-        }
-        // of the supported architectures only gemma3 reads a sliding window (upstream turns
-        // phi3's off; llama, mistral3 and the qwens ignore the key)
-        let n_swa = if arch == "gemma3" { hp.n_swa } else { 0 };
-        let swa_layers = if n_swa > 0 {
-            let pattern_key = key("attention.sliding_window_pattern");
-            match m.get_array(&pattern_key) {
-                // upstream's load_swa_pattern: an array gives each layer's flag (layers past
-                // its end: full attention), a number the period
-                Some(crate::model::meta::MetaArray::Bools(v)) => (0..n_layer)
-                    .map(|il| v.get(il).copied().unwrap_or(false))
-                    .collect(),
-                Some(crate::model::meta::MetaArray::Ints(v)) => (0..n_layer)
-                    .map(|il| v.get(il).is_some_and(|&x| x != 0))
-                    .collect(),
-                Some(_) => {
-                    return Err(format!(
-                        "{arch}: {pattern_key} has an unexpected array type"
-                    ))
-                }
-                None => swa_pattern(arch, n_layer, m.get_u32(&pattern_key)),
-            }
-        } else {
-            vec![false; n_layer]
-        };
         Ok(ArchParams {
             n_layer,
             n_embd,
@@ -159,47 +138,30 @@ impl ArchParams {
             eps_norm: f("attention.layer_norm_epsilon", 0.0),
             n_ctx_train: hp.n_ctx_train,
             n_ctx_orig_yarn,
-            attn_temp_scale,
+            attn_temp_scale: 0.0,
             rope_freq_base: hp.rope_freq_base_train,
             rope_freq_scale: hp.rope_freq_scale_train,
             rope_scaling,
             rope_attn_factor: f("rope.scaling.attn_factor", 1.0),
-            // upstream's defaults; of the supported architectures only mistral3 reads the
-            // yarn betas from the file
+            // upstream's defaults (an architecture that reads the yarn betas or
+            // attention.scale from the file does so in its `hparams`)
             yarn_ext_factor: -1.0,
             yarn_attn_factor: 1.0,
-            yarn_beta_fast: if mistral3 {
-                f("rope.scaling.yarn_beta_fast", 32.0)
-            } else {
-                32.0
-            },
-            yarn_beta_slow: if mistral3 {
-                f("rope.scaling.yarn_beta_slow", 1.0)
-            } else {
-                1.0
-            },
-            // no supported architecture reads attention.scale (gemma3 derives its own)
+            yarn_beta_fast: 32.0,
+            yarn_beta_slow: 1.0,
             attention_scale: 0.0,
             n_expert: hp.n_expert as usize,
             n_expert_used: hp.n_expert_used as usize,
-            n_ff_exp: if arch == "qwen3moe" {
-                u("expert_feed_forward_length", 0) as usize
-            } else {
-                0
-            },
-            // llama and qwen3moe pass upstream's defaults (scale 0: none; norm: always)
+            n_ff_exp: 0,
+            // upstream's defaults (scale 0: none; norm: always)
             expert_weights_scale: 0.0,
             expert_weights_norm: true,
-            n_swa,
-            swa_layers,
+            // no sliding window unless the architecture's `hparams` reads one
+            n_swa: 0,
+            swa_layers: vec![false; n_layer],
             rope_freq_base_swa: f("rope.freq_base_swa", 10000.0),
             rope_freq_scale_swa: 1.0,
-            // read by gemma3 only; no supported architecture soft-caps attention logits
-            final_logit_softcap: if arch == "gemma3" {
-                f("final_logit_softcapping", 0.0)
-            } else {
-                0.0
-            },
+            final_logit_softcap: 0.0,
             attn_logit_softcap: 0.0,
             causal: m.get_bool(&key("attention.causal")).unwrap_or(true),
             pooling_type: m.get_u32(&key("pooling_type")).map_or(-1, |v| v as i32),
@@ -258,19 +220,6 @@ impl ArchParams {
     pub fn n_embd_v_gqa(&self, il: usize) -> usize {
         self.head_v * self.n_head_kv[il]
     }
-}
-
-/// Which layers use the sliding window: gemma3 every layer but each 6th (pattern 6), phi3
-/// and others every layer, or `sliding_window_pattern` when the file gives it.
-fn swa_pattern(arch: &str, n_layer: usize, pattern: Option<u32>) -> Vec<bool> {
-    let period = match (arch, pattern) {
-        (_, Some(p)) => p as usize,
-        ("gemma3", None) => 6,
-        _ => 0,
-    };
-    (0..n_layer)
-        .map(|il| period == 0 || il % period < period - 1)
-        .collect()
 }
 
 /// The context's rope/yarn values (`llama_cparams`), resolved as upstream's constructor.

@@ -3,10 +3,29 @@
 //! attention on 5 of every 6 layers (their own rope base), post-attention and post-FFN norms,
 //! GELU-gated FFN, optional final logit soft-capping.
 
-use super::super::builder::{BuildError, Builder};
-use super::super::{GluKind, NodeId, Operand, RopeMode};
+use super::super::builder::{BuildError, Builder, Outputs};
+use super::super::params::ArchParams;
+use super::super::{GluKind, Operand, RopeMode};
+use super::{ArchDef, Keys, Memory, Rope};
 
-pub fn build(b: &mut Builder) -> Result<(NodeId, NodeId), BuildError> {
+pub static DEF: ArchDef = ArchDef {
+    names: &["gemma3"],
+    rope: Rope::Mode(RopeMode::Neox),
+    memory: Memory::Kv,
+    hparams,
+    graph,
+};
+
+fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
+    hp.n_swa = k.model.hparams.n_swa;
+    if hp.n_swa > 0 {
+        hp.swa_layers = k.swa_layers(hp.n_layer, 6)?;
+    }
+    hp.final_logit_softcap = k.f32("final_logit_softcapping", 0.0);
+    Ok(())
+}
+
+fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
     let hp = b.hp;
     let n_embd = hp.n_embd as i64;
     let n_vocab = hp.n_vocab as i64;
@@ -74,5 +93,5 @@ pub fn build(b: &mut Builder) -> Result<(NodeId, NodeId), BuildError> {
         logits = b.tanh(logits);
         logits = b.scale(logits, c);
     }
-    Ok((logits, embd))
+    Ok(Outputs { logits, embd })
 }

@@ -1,22 +1,164 @@
-//! One graph builder per architecture, as upstream's `src/models/*.cpp`.
+//! The registry of architectures: one file per architecture, as upstream's
+//! `src/models/<arch>.cpp`, each declaring one [`ArchDef`] — the GGUF name(s), the rotary
+//! type, the memory it needs, the hyperparameters it reads beyond the common ones
+//! ([`ArchDef::hparams`], upstream's `load_arch_hparams`), and its graph ([`ArchDef::graph`],
+//! upstream's `build_arch_graph`), which declares every tensor it uses with its shape as it
+//! uses it (the builder checks each against the file: upstream's `create_tensor`).
+//!
+//! Adding an architecture is one file here, one line in [`REGISTRY`], and its row in the
+//! engine's differential test (docs/adding-an-architecture.md). An architecture that is not
+//! registered, or whose file lacks a tensor its graph needs, fails context creation with one
+//! log line naming the architecture and the missing piece.
 
 pub mod gemma3;
 pub mod llama;
+pub mod mistral3;
 pub mod phi3;
+pub mod qwen2;
+pub mod qwen3;
+pub mod qwen3moe;
 
 use super::builder::{BuildError, Builder};
 use super::params::{ArchParams, RopeConfig};
-use super::{Graph, GraphShape};
+use super::{Graph, GraphShape, NodeId, RopeMode};
+use crate::model::meta::MetaArray;
 use crate::model::Model;
 
-/// The architectures the engine runs.
-pub const SUPPORTED: &[&str] = &[
-    "llama", "mistral3", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3",
+/// The rotary embedding an architecture applies (upstream's `llama_rope_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rope {
+    /// No rotary embedding (`LLAMA_ROPE_TYPE_NONE`).
+    None,
+    /// ggml's rope modes: adjacent pairs (`NORM`) or halves (`NEOX`).
+    Mode(RopeMode),
+}
+
+impl Rope {
+    /// `enum llama_rope_type`'s value.
+    pub fn raw(self) -> i32 {
+        match self {
+            Rope::None => -1,
+            Rope::Mode(RopeMode::Norm) => 0,
+            Rope::Mode(RopeMode::Neox) => 2,
+        }
+    }
+}
+
+/// The memory a context keeps for an architecture (upstream's `create_memory`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Memory {
+    /// A KV cache of `head_k * n_head_kv` K values and `head_v * n_head_kv` V values per
+    /// token and layer (the hyperparameters say how many: MLA's compressed cache sets
+    /// `n_head_kv` to 1 and the head sizes to the latent's).
+    Kv,
+}
+
+/// The outputs of a graph: the logits `[n_vocab, n_outputs]` and the final normed hidden
+/// state `[n_embd, n_outputs]`.
+pub struct Outputs {
+    pub logits: NodeId,
+    pub embd: NodeId,
+}
+
+/// Everything the engine knows about one architecture.
+pub struct ArchDef {
+    /// `general.architecture` values this definition runs.
+    pub names: &'static [&'static str],
+    pub rope: Rope,
+    pub memory: Memory,
+    /// Reads the hyperparameters beyond the common ones into `hp` (upstream's
+    /// `load_arch_hparams`); the common ones (sizes, heads, norms' eps, rope base and
+    /// scaling, expert counts) are read for every architecture by [`ArchParams::load`].
+    pub hparams: fn(&Keys, &mut ArchParams) -> Result<(), String>,
+    /// Builds the graph of one micro-batch.
+    pub graph: fn(&mut Builder) -> Result<Outputs, BuildError>,
+}
+
+/// No hyperparameters beyond the common ones.
+pub fn no_hparams(_: &Keys, _: &mut ArchParams) -> Result<(), String> {
+    Ok(())
+}
+
+/// The registered architectures, in the order the docs list them.
+pub static REGISTRY: &[&ArchDef] = &[
+    &llama::DEF,
+    &mistral3::DEF,
+    &qwen2::DEF,
+    &qwen3::DEF,
+    &qwen3moe::DEF,
+    &gemma3::DEF,
+    &phi3::DEF,
 ];
+
+/// The definition that runs `arch`, if any.
+pub fn lookup(arch: &str) -> Option<&'static ArchDef> {
+    REGISTRY.iter().copied().find(|d| d.names.contains(&arch))
+}
 
 /// Whether the engine has a graph for `arch`.
 pub fn is_supported(arch: &str) -> bool {
-    SUPPORTED.contains(&arch)
+    lookup(arch).is_some()
+}
+
+/// Every GGUF name the engine runs.
+pub fn supported_names() -> Vec<&'static str> {
+    REGISTRY
+        .iter()
+        .flat_map(|d| d.names.iter().copied())
+        .collect()
+}
+
+/// The metadata of a model under its architecture's prefix (`<arch>.<key>`), for the
+/// [`ArchDef::hparams`] readers.
+pub struct Keys<'m> {
+    pub model: &'m Model,
+    pub arch: &'m str,
+}
+
+impl Keys<'_> {
+    pub fn key(&self, s: &str) -> String {
+        format!("{}.{s}", self.arch)
+    }
+
+    pub fn f32(&self, s: &str, default: f32) -> f32 {
+        self.model
+            .meta
+            .get_f64(&self.key(s))
+            .map_or(default, |v| v as f32)
+    }
+
+    pub fn u32(&self, s: &str, default: u32) -> u32 {
+        self.model.meta.get_u32(&self.key(s)).unwrap_or(default)
+    }
+
+    pub fn bool(&self, s: &str, default: bool) -> bool {
+        self.model.meta.get_bool(&self.key(s)).unwrap_or(default)
+    }
+
+    /// Which layers use the sliding window, as upstream's `load_swa_pattern`:
+    /// `attention.sliding_window_pattern` as an array gives each layer's flag (layers past
+    /// its end: full attention), as a number the period (every layer but each period-th);
+    /// absent, `default_period` (0: every layer).
+    pub fn swa_layers(&self, n_layer: usize, default_period: u32) -> Result<Vec<bool>, String> {
+        let key = self.key("attention.sliding_window_pattern");
+        let period = match self.model.meta.get_array(&key) {
+            Some(MetaArray::Bools(v)) => {
+                return Ok((0..n_layer)
+                    .map(|il| v.get(il).copied().unwrap_or(false))
+                    .collect())
+            }
+            Some(MetaArray::Ints(v)) => {
+                return Ok((0..n_layer)
+                    .map(|il| v.get(il).is_some_and(|&x| x != 0))
+                    .collect())
+            }
+            Some(_) => return Err(format!("{key} has an unexpected array type")),
+            None => self.model.meta.get_u32(&key).unwrap_or(default_period) as usize,
+        };
+        Ok((0..n_layer)
+            .map(|il| period == 0 || il % period < period - 1)
+            .collect())
+    }
 }
 
 /// Builds the graph of `model` for a micro-batch of `shape`.
@@ -28,16 +170,15 @@ pub fn build(
     n_ctx_seq: u32,
     kv_rot: (usize, usize),
 ) -> Result<Graph, BuildError> {
+    let def = lookup(&model.arch).ok_or_else(|| BuildError::UnsupportedArch(model.arch.clone()))?;
     let mut b = Builder::new(model, hp, rope, shape.n_tokens, shape.n_outputs);
     b.embd_input = shape.embd_input;
     b.kv_rot = kv_rot;
-    let (logits, embd) = match model.arch.as_str() {
-        "gemma3" => gemma3::build(&mut b)?,
-        "phi3" => phi3::build(&mut b, n_ctx_seq)?,
-        arch => match llama::Variant::of(arch) {
-            Some(v) => llama::build(&mut b, v)?,
-            None => return Err(BuildError::UnsupportedArch(arch.to_string())),
-        },
+    b.n_ctx_seq = n_ctx_seq;
+    b.rope_mode = match def.rope {
+        Rope::Mode(m) => m,
+        Rope::None => RopeMode::Norm,
     };
-    Ok(b.finish(shape, Some(logits), Some(embd)))
+    let out = (def.graph)(&mut b)?;
+    Ok(b.finish(shape, Some(out.logits), Some(out.embd)))
 }

@@ -4,10 +4,20 @@
 //! FFN (`ffn_up` holds both halves), optional output bias. Upstream disables phi3's sliding
 //! window, and so do we.
 
-use super::super::builder::{BuildError, Builder};
-use super::super::{GluKind, NodeId, Op, Operand, RopeMode};
+use super::super::builder::{BuildError, Builder, Outputs};
+use super::super::{GluKind, Op, Operand, RopeMode};
+use super::{no_hparams, ArchDef, Memory, Rope};
 
-pub fn build(b: &mut Builder, n_ctx_seq: u32) -> Result<(NodeId, NodeId), BuildError> {
+pub static DEF: ArchDef = ArchDef {
+    names: &["phi3"],
+    rope: Rope::Mode(RopeMode::Neox),
+    memory: Memory::Kv,
+    hparams: no_hparams,
+    graph,
+};
+
+fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
+    let n_ctx_seq = b.n_ctx_seq;
     let hp = b.hp;
     let n_embd = hp.n_embd as i64;
     let n_vocab = hp.n_vocab as i64;
@@ -82,5 +92,5 @@ pub fn build(b: &mut Builder, n_ctx_seq: u32) -> Result<(NodeId, NodeId), BuildE
         embd = b.add(embd, Operand::Weight(bias));
     }
     let logits = b.linear(output, output_b, embd);
-    Ok((logits, embd))
+    Ok(Outputs { logits, embd })
 }

@@ -957,6 +957,9 @@ impl Executor for CudaExecutor {
 /// executor then refuses the model with its clear line); an error when the CUDA executor
 /// cannot be made (no NVRTC, weights on several GPUs, ...).
 pub fn executor_for(model: &Model) -> Result<Option<CudaExecutor>, String> {
+    if !cuda_compute_enabled() {
+        return Ok(None);
+    }
     let mut found: Option<(usize, Arc<CudaDevice>)> = None;
     for t in model.tensors.iter() {
         let st = t.read();
@@ -982,9 +985,6 @@ pub fn executor_for(model: &Model) -> Result<Option<CudaExecutor>, String> {
     let Some((_, device)) = found else {
         return Ok(None);
     };
-    if !cuda_compute_enabled() {
-        return Ok(None);
-    }
     let ordinal = device.info().ordinal as usize;
     CudaExecutor::new(device, ordinal).map(Some)
 }

@@ -40,6 +40,12 @@
 pub mod capacity;
 pub mod cuda;
 mod host;
+
+/// Physical memory of this host in bytes (`MemTotal`), 0 when unknown: what no single
+/// allocation can exceed (upstream's `posix_memalign` of a larger buffer fails).
+pub fn host_memory() -> u64 {
+    host::total_memory()
+}
 pub mod overrides;
 pub mod placement;
 

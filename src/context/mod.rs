@@ -305,7 +305,14 @@ impl Context {
             .tensors
             .iter()
             .any(|t| matches!(t.read().data, crate::storage::TensorData::Unallocated));
-        let executor: Box<dyn Executor> = Box::new(CpuExecutor::default());
+        let executor: Box<dyn Executor> = match crate::graph::exec_cuda::executor_for(&model) {
+            Ok(Some(cuda)) if !dry_run => Box::new(cuda),
+            Ok(_) => Box::new(CpuExecutor::default()),
+            Err(e) if !dry_run => {
+                return Err(ContextError::Unsupported(format!("CUDA compute: {e}")))
+            }
+            Err(_) => Box::new(CpuExecutor::default()),
+        };
         if !dry_run {
             for t in model.tensors.iter() {
                 let st = t.read();

@@ -360,6 +360,14 @@ impl Context {
         }
         let rope = RopeConfig::resolve(&hp, &p.rope);
         let (type_k, type_v) = (kv_type(p.type_k, "type_k")?, kv_type(p.type_v, "type_v")?);
+        let memory = arch::lookup(&model.arch).map_or(arch::Memory::Kv, |d| d.memory);
+        let packed = |t: KvType| matches!(t, KvType::Packed(t) if t.block_size() > 1);
+        if memory == arch::Memory::KvLatent && (packed(type_k) || packed(type_v)) {
+            return Err(ContextError::Unsupported(format!(
+                "model architecture '{}': a quantized cache of the compressed (MLA) attention is not supported by llama-hotswap yet",
+                model.arch
+            )));
+        }
         check_kv_types(&hp, type_k, type_v, p.flash_attn_type)?;
         let shape = KvShape {
             // upstream's kv_size: each stream holds n_ctx_seq cells (n_ctx when unified)
@@ -369,7 +377,11 @@ impl Context {
             type_k,
             type_v,
             layers: (0..hp.n_layer)
-                .map(|il| (hp.n_embd_k_gqa(il), hp.n_embd_v_gqa(il)))
+                .map(|il| match memory {
+                    arch::Memory::Kv => (hp.n_embd_k_gqa(il), hp.n_embd_v_gqa(il)),
+                    // V is read from the K rows
+                    arch::Memory::KvLatent => (hp.n_embd_k_gqa(il), 0),
+                })
                 .collect(),
         };
         let cparams = CParams {
@@ -1008,7 +1020,10 @@ impl Context {
                 if self.kv_rot.0 > 0 {
                     ops::hadamard_rows(&mut row, self.kv_rot.0);
                 }
-                ops::rope_apply(&params, &cache, hp.head_k, &mut row);
+                // MLA's cached K: the rotary part follows the latent
+                let off = hp.ext.k_rope_offset;
+                let head = if off > 0 { hp.n_rot } else { hp.head_k };
+                ops::rope_apply(&params, &cache, head, &mut row[off..]);
                 if self.kv_rot.0 > 0 {
                     ops::hadamard_rows(&mut row, self.kv_rot.0);
                 }

@@ -10,6 +10,7 @@
 //! registered, or whose file lacks a tensor its graph needs, fails context creation with one
 //! log line naming the architecture and the missing piece.
 
+pub mod deepseek2;
 pub mod gemma3;
 pub mod llama;
 pub mod mistral3;
@@ -51,6 +52,9 @@ pub enum Memory {
     /// token and layer (the hyperparameters say how many: MLA's compressed cache sets
     /// `n_head_kv` to 1 and the head sizes to the latent's).
     Kv,
+    /// A K-only cache of one compressed head per token and layer (MLA's latent plus its
+    /// rotary part, `head_k` values); attention reads V as the first `head_v` of them.
+    KvLatent,
 }
 
 /// The outputs of a graph: the logits `[n_vocab, n_outputs]` and the final normed hidden
@@ -88,6 +92,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &qwen3moe::DEF,
     &gemma3::DEF,
     &phi3::DEF,
+    &deepseek2::DEF,
 ];
 
 /// The definition that runs `arch`, if any.
@@ -129,6 +134,19 @@ impl Keys<'_> {
 
     pub fn u32(&self, s: &str, default: u32) -> u32 {
         self.model.meta.get_u32(&self.key(s)).unwrap_or(default)
+    }
+
+    pub fn f32_opt(&self, s: &str) -> Option<f32> {
+        self.model.meta.get_f64(&self.key(s)).map(|v| v as f32)
+    }
+
+    /// A key upstream requires: its absence fails context creation naming it.
+    pub fn u32_required(&self, s: &str) -> Result<u32, String> {
+        let key = self.key(s);
+        self.model
+            .meta
+            .get_u32(&key)
+            .ok_or_else(|| format!("key not found in model: {key}"))
     }
 
     pub fn bool(&self, s: &str, default: bool) -> bool {

@@ -19,7 +19,7 @@ bash scripts/build-upstream.sh >/dev/null
 [ -n "${LLAMA_HOTSWAP_BUILT:-}" ] || cargo build --release --lib --quiet
 model="$(bash scripts/fetch-models.sh)"
 tools="$(bash scripts/build-upstream-tools.sh llama-quantize)"
-out=target/ffi-tests/engine
+out="${ENGINE_OUT:-target/ffi-tests/engine}"
 rm -rf "$out" && mkdir -p "$out"
 inc=(-I"$UPSTREAM_LLAMA/include" -I"$UPSTREAM_LLAMA/ggml/include")
 for p in probe_decode tokenize probe_embd probe_streams; do
@@ -27,8 +27,9 @@ for p in probe_decode tokenize probe_embd probe_streams; do
 done
 cc -std=c11 -O2 ffi-tests/engine/compare_logits.c -lm -o "$out/compare_logits"
 cc -std=c11 -O2 ffi-tests/engine/compare_vectors.c -lm -o "$out/compare_vectors"
-ours="$PWD/target/release"
-ln -sf libllama.so target/release/libllama.so.0
+# ENGINE_OURS: a directory holding a copy of our libllama.so to test instead of the build's
+ours="${ENGINE_OURS:-$PWD/target/release}"
+ln -sf libllama.so "$ours/libllama.so.0"
 
 # requantized copies of the real model, cached beside it
 models_dir="$LLAMA_HOTSWAP_CACHE/models/engine"
@@ -51,7 +52,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -107,6 +108,7 @@ check_archs() {
 # a log line naming the tensor, never crash. Rows: ARCH FIXTURE DROPPED SHRUNK.
 HOSTILE_ROWS=(
     "deepseek2 deepseek2-moe blk.1.attn_k_b.weight blk.1.ffn_down_exps.weight"
+    "glm4moe glm4moe-moe blk.1.exp_probs_b.bias blk.1.ffn_up_shexp.weight"
 )
 check_hostile() {
     local row arch fixture dropped shrunk mode tensor f rc py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"

@@ -956,7 +956,8 @@ impl Context {
     fn apply_k_shift(&self, e: &mut Engine) {
         use crate::kernels::cpu::ops;
         let hp = &self.hp;
-        let mode = arch_rope_mode(&self.model.arch);
+        let mode = arch::lookup(&self.model.arch)
+            .map_or(crate::graph::RopeMode::Norm, |d| arch::rope_mode(d, hp));
         let mut cache = vec![0.0f32; hp.n_rot];
         let mut row = Vec::new();
         // the rope factors the graph uses (upstream's get_rope_factors)
@@ -1031,14 +1032,5 @@ impl Context {
             }
         }
         e.kv.reset_shift();
-    }
-}
-
-/// The rotary mode of an architecture (its registry entry's; upstream's
-/// `llama_model_rope_type`).
-pub fn arch_rope_mode(arch: &str) -> crate::graph::RopeMode {
-    match arch::lookup(arch).map(|d| d.rope) {
-        Some(arch::Rope::Mode(m)) => m,
-        _ => crate::graph::RopeMode::Norm,
     }
 }

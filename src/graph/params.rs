@@ -121,6 +121,8 @@ pub struct Extras {
     pub yarn_mscale_from_log_mul: bool,
     /// The position divisor of the attention temperature tuning (`temperature_length`).
     pub attn_temp_floor: f32,
+    /// M-RoPE's sections, when the file has them (text positions: see `RopeMode::Mrope`).
+    pub mrope_sections: Option<[u32; 4]>,
 }
 
 impl ArchParams {

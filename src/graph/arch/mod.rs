@@ -12,6 +12,7 @@
 
 pub mod deepseek2;
 pub mod gemma3;
+pub mod glm4moe;
 pub mod llama;
 pub mod mistral3;
 pub mod phi3;
@@ -41,6 +42,7 @@ impl Rope {
             Rope::None => -1,
             Rope::Mode(RopeMode::Norm) => 0,
             Rope::Mode(RopeMode::Neox) => 2,
+            Rope::Mode(RopeMode::Mrope { .. }) => 8,
         }
     }
 }
@@ -93,6 +95,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &gemma3::DEF,
     &phi3::DEF,
     &deepseek2::DEF,
+    &glm4moe::DEF,
 ];
 
 /// The definition that runs `arch`, if any.
@@ -149,6 +152,16 @@ impl Keys<'_> {
             .ok_or_else(|| format!("key not found in model: {key}"))
     }
 
+    /// `rope.dimension_sections` when its first two are > 0 (upstream's `use_mrope`).
+    pub fn mrope_sections(&self) -> Option<[u32; 4]> {
+        let v = self
+            .model
+            .meta
+            .get_u32_or_array(&self.key("rope.dimension_sections"), 4)?;
+        let s = [v[0], v[1], v[2], v[3]];
+        (s[0] > 0 && s[1] > 0).then_some(s)
+    }
+
     pub fn bool(&self, s: &str, default: bool) -> bool {
         self.model.meta.get_bool(&self.key(s)).unwrap_or(default)
     }
@@ -179,6 +192,16 @@ impl Keys<'_> {
     }
 }
 
+/// The rotary mode of a model: its architecture's, or M-RoPE where the file gives rope
+/// sections (`ArchParams::ext.mrope_sections`, vision-language conversions).
+pub fn rope_mode(def: &ArchDef, hp: &ArchParams) -> RopeMode {
+    match (hp.ext.mrope_sections, def.rope) {
+        (Some(sections), _) => RopeMode::Mrope { sections },
+        (None, Rope::Mode(m)) => m,
+        (None, Rope::None) => RopeMode::Norm,
+    }
+}
+
 /// Builds the graph of `model` for a micro-batch of `shape`.
 pub fn build(
     model: &Model,
@@ -193,10 +216,7 @@ pub fn build(
     b.embd_input = shape.embd_input;
     b.kv_rot = kv_rot;
     b.n_ctx_seq = n_ctx_seq;
-    b.rope_mode = match def.rope {
-        Rope::Mode(m) => m,
-        Rope::None => RopeMode::Norm,
-    };
+    b.rope_mode = rope_mode(def, hp);
     let out = (def.graph)(&mut b)?;
     Ok(b.finish(shape, Some(out.logits), Some(out.embd)))
 }

@@ -52,7 +52,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -109,6 +109,7 @@ check_archs() {
 HOSTILE_ROWS=(
     "deepseek2 deepseek2-moe blk.1.attn_k_b.weight blk.1.ffn_down_exps.weight"
     "glm4moe glm4moe-moe blk.1.exp_probs_b.bias blk.1.ffn_up_shexp.weight"
+    "gpt-oss gpt-oss-moe blk.1.attn_sinks.weight blk.1.ffn_up_exps.bias"
 )
 check_hostile() {
     local row arch fixture dropped shrunk mode tensor f rc py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"
@@ -269,6 +270,8 @@ done
 # gguf_set_metadata.py: Q scaled by ln(floor(pos / 2) + 1) * 8 + 1). Random weights keep
 # the effects small (without the tuning KL is ~5e-10), hence the 1e-11 bound.
 CHECK_STEPS=40 check arch-gemma3-dense-long "$fixtures/gemma3-dense.gguf" 1e-11 0
+# gpt-oss past its 32-cell window (every other layer) with its attention sinks
+CHECK_STEPS=40 check arch-gpt-oss-moe-long "$fixtures/gpt-oss-moe.gguf" 1e-3
 # swa_full = false: upstream keeps a window-sized cache for the sliding-window layers (cells
 # that left every window are pruned); ours keeps the full-size one and says so in one log line.
 # The logits must be the same.

@@ -43,6 +43,9 @@ pub struct Moe {
     pub groups: (usize, usize),
     /// The experts' gated activation.
     pub act: GluKind,
+    /// The router's bias (`ffn_gate_inp.bias`) and the experts' (`ffn_*_exps.bias`,
+    /// `[n, n_expert]`), required when set (gpt-oss).
+    pub biases: bool,
 }
 
 impl Moe {
@@ -56,6 +59,7 @@ impl Moe {
         exp_scales: true,
         groups: (0, 0),
         act: GluKind::Swiglu,
+        biases: false,
     };
 }
 
@@ -63,6 +67,9 @@ impl Moe {
 #[derive(Clone, Copy, Debug)]
 pub struct MoeWeights {
     pub gate_inp: WeightId,
+    pub gate_inp_b: Option<WeightId>,
+    /// The experts' biases (up, gate, down).
+    pub exp_b: Option<(WeightId, WeightId, WeightId)>,
     pub probs_b: Option<WeightId>,
     pub up: Option<WeightId>,
     pub gate: Option<WeightId>,
@@ -424,6 +431,22 @@ impl<'m> Builder<'m> {
         wo_b: Option<WeightId>,
         scale: f32,
     ) -> NodeId {
+        self.attn_sinks(il, q, k, v, wo, wo_b, scale, None)
+    }
+
+    /// [`Builder::attn`] with attention sinks (`[n_head]` logits joined to each softmax).
+    #[allow(clippy::too_many_arguments)]
+    pub fn attn_sinks(
+        &mut self,
+        il: usize,
+        q: NodeId,
+        k: NodeId,
+        v: NodeId,
+        wo: WeightId,
+        wo_b: Option<WeightId>,
+        scale: f32,
+        sinks: Option<WeightId>,
+    ) -> NodeId {
         let hp = self.hp;
         let n_head = hp.n_head[il];
         let n_head_kv = hp.n_head_kv[il];
@@ -474,6 +497,7 @@ impl<'m> Builder<'m> {
                 softcap: hp.attn_logit_softcap,
                 n_swa,
                 v_in_k: false,
+                sinks,
             },
             n_head * hp.head_v,
             t,
@@ -526,12 +550,19 @@ impl<'m> Builder<'m> {
                 softcap: hp.attn_logit_softcap,
                 n_swa: 0,
                 v_in_k: true,
+                sinks: None,
             },
             n_head * hp.head_v,
             t,
         );
         let kqv = self.mul_mat_heads(wv_b, kqv, n_head);
         self.linear(wo, None, kqv)
+    }
+
+    /// ADD_ID: each expert slot's row plus its expert's bias column.
+    pub fn add_id(&mut self, src: NodeId, b: WeightId, ids: NodeId) -> NodeId {
+        let (n0, n1) = (self.ne0(src), self.ne1(src));
+        self.push("add_id", Op::AddId { src, b, ids }, n0, n1)
     }
 
     /// Of every head (`stride` values), the values `offset .. offset + len`.
@@ -604,7 +635,10 @@ impl<'m> Builder<'m> {
     /// (normalise, scale), run the selected experts (GLU), sum.
     pub fn moe_ffn(&mut self, x: NodeId, w: MoeWeights, n_used: usize, m: Moe) -> NodeId {
         let t = self.ne1(x);
-        let logits = self.mul_mat(w.gate_inp, x);
+        let mut logits = self.mul_mat(w.gate_inp, x);
+        if let Some(b) = w.gate_inp_b {
+            logits = self.add(logits, Operand::Weight(b));
+        }
         let n_expert = self.ne0(logits);
         let probs = match m.gating {
             Gating::Softmax => self.push("moe_probs", Op::SoftMax { src: logits }, n_expert, t),
@@ -673,8 +707,15 @@ impl<'m> Builder<'m> {
                 (self.view(both, 0, n_ff), self.view(both, n_ff, n_ff))
             }
             (None, Some(u), Some(g)) => {
-                let up = mm_id(self, "moe_up", u, x, up_s);
-                (mm_id(self, "moe_gate", g, x, gate_s), up)
+                let mut up = mm_id(self, "moe_up", u, x, up_s);
+                if let Some((ub, _, _)) = w.exp_b {
+                    up = self.add_id(up, ub, ids);
+                }
+                let mut gate = mm_id(self, "moe_gate", g, x, gate_s);
+                if let Some((_, gb, _)) = w.exp_b {
+                    gate = self.add_id(gate, gb, ids);
+                }
+                (gate, up)
             }
             _ => unreachable!("moe_layer gives gate_up or both gate and up"),
         };
@@ -688,7 +729,10 @@ impl<'m> Builder<'m> {
             n_ff,
             n_used * t,
         );
-        let experts = mm_id(self, "moe_down", w.down, par, down_s);
+        let mut experts = mm_id(self, "moe_down", w.down, par, down_s);
+        if let Some((_, _, db)) = w.exp_b {
+            experts = self.add_id(experts, db, ids);
+        }
         self.push(
             "moe_out",
             Op::WeightedSum {
@@ -820,8 +864,22 @@ impl<'m> Builder<'m> {
             ),
         };
         let down = self.lw(il, "ffn_down_exps.weight", &[n_ff, n_embd, n_exp])?;
+        let (gate_inp_b, exp_b) = if m.biases {
+            (
+                Some(self.lw(il, "ffn_gate_inp.bias", &[n_exp])?),
+                Some((
+                    self.lw(il, "ffn_up_exps.bias", &[n_ff, n_exp])?,
+                    self.lw(il, "ffn_gate_exps.bias", &[n_ff, n_exp])?,
+                    self.lw(il, "ffn_down_exps.bias", &[n_embd, n_exp])?,
+                )),
+            )
+        } else {
+            (None, None)
+        };
         let w = MoeWeights {
             gate_inp,
+            gate_inp_b,
+            exp_b,
             probs_b,
             up,
             gate,

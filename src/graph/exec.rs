@@ -449,6 +449,23 @@ impl CpuExecutor {
                     ops::silu_rows(dst, &x[at..at + dst.len()], None, ne0);
                 });
             }
+            Op::AddId { src, b, ids } => {
+                self.load_vec(model, &g.weights[b.0])?;
+                let (sn, idn) = (&nodes[*src], &nodes[*ids]);
+                let n_used = idn.ne0;
+                let wv = &self.wvec;
+                let (dst, [x, id]) = carve(&mut self.arena, dst_r, [range(sn), range(idn)]);
+                for (r, (d, xr)) in dst
+                    .chunks_exact_mut(ne0)
+                    .zip(x.chunks_exact(ne0))
+                    .enumerate()
+                {
+                    let e = id[(r / n_used) * n_used + r % n_used] as usize;
+                    for ((d, &xv), &bv) in d.iter_mut().zip(xr).zip(&wv[e * ne0..(e + 1) * ne0]) {
+                        *d = xv + bv;
+                    }
+                }
+            }
             Op::Sigmoid { src } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
                 for (d, &v) in dst.iter_mut().zip(x) {
@@ -563,6 +580,14 @@ impl CpuExecutor {
                     let (gt, u) = (&gt[at.clone()], &u[at]);
                     match kind {
                         GluKind::Swiglu => ops::silu_rows(dst, gt, Some(u), ne0),
+                        GluKind::SwigluOai => {
+                            let (alpha, limit) = (1.702f32, 7.0f32);
+                            for ((d, &g), &u) in dst.iter_mut().zip(gt).zip(u) {
+                                let x = g.min(limit);
+                                let y = u.clamp(-limit, limit);
+                                *d = x / (1.0 + (alpha * -x).exp()) * (y + 1.0);
+                            }
+                        }
                         GluKind::Geglu => {
                             for ((d, &x), &y) in dst.iter_mut().zip(gt).zip(u) {
                                 *d = ops::gelu(x) * y;
@@ -689,12 +714,36 @@ impl CpuExecutor {
                 softcap,
                 n_swa,
                 v_in_k,
+                sinks,
                 ..
             } => {
+                let sinks = match sinks {
+                    Some(w) => {
+                        self.load_vec(model, &g.weights[w.0])?;
+                        Some(std::mem::take(&mut self.wvec))
+                    }
+                    None => None,
+                };
                 self.flash_attn(
-                    nodes, node, kv, inp, *q, *layer, *n_head, *n_head_kv, *dk, *dv, *scale,
-                    *softcap, *n_swa, *v_in_k,
+                    nodes,
+                    node,
+                    kv,
+                    inp,
+                    *q,
+                    *layer,
+                    *n_head,
+                    *n_head_kv,
+                    *dk,
+                    *dv,
+                    *scale,
+                    *softcap,
+                    *n_swa,
+                    *v_in_k,
+                    sinks.as_deref(),
                 );
+                if let Some(v) = sinks {
+                    self.wvec = v;
+                }
             }
             Op::SoftMax { src } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
@@ -878,6 +927,7 @@ impl CpuExecutor {
         softcap: f32,
         n_swa: u32,
         v_in_k: bool,
+        sinks: Option<&[f32]>,
     ) {
         let l = &kv.layers[layer];
         let n_threads = self.pool.n_threads();
@@ -930,6 +980,7 @@ impl CpuExecutor {
                 width: if v_in_k { l.n_embd_k } else { l.n_embd_v },
                 cast_f16: inp.flash_attn,
             },
+            sinks,
         };
         ops::flash_attn(&attn, dst, &self.pool, &self.attn_scratch);
     }

@@ -45,6 +45,8 @@ pub enum Operand {
 pub enum GluKind {
     Swiglu,
     Geglu,
+    /// `ggml_swiglu_oai` (gpt-oss): `min(g, 7) * sigmoid(1.702 * min(g, 7)) * (clamp(u, -7, 7) + 1)`.
+    SwigluOai,
 }
 
 /// Graph operations, named after ggml's.
@@ -108,6 +110,15 @@ pub enum Op {
         /// V is the first `dv` values of each cached K row (MLA's compressed cache, upstream's
         /// K-only memory): nothing is stored in the V cache.
         v_in_k: bool,
+        /// Per-head attention sinks (`[n_head]`, `ggml_flash_attn_ext_add_sinks`).
+        sinks: Option<WeightId>,
+    },
+    /// ADD_ID: each slot's row plus the bias column of its expert (`b` is `[n, n_expert]`,
+    /// `ids` `[n_used, T]`, `src` `[n, n_used*T]`): per-expert biases.
+    AddId {
+        src: NodeId,
+        b: WeightId,
+        ids: NodeId,
     },
     /// GLU with split inputs: `act(gate) * up`.
     Glu {
@@ -229,6 +240,8 @@ impl Op {
         match self {
             Op::GetRowsTokens { table } => vec![*table],
             Op::MulMat { w, .. } | Op::MulMatHeads { w, .. } => vec![*w],
+            Op::AddId { b, .. } => vec![*b],
+            Op::FlashAttnExt { sinks, .. } => sinks.iter().copied().collect(),
             Op::MulMatId { w, scale, .. } => [Some(*w), *scale].into_iter().flatten().collect(),
             Op::Mul { b, .. } | Op::Add { b, .. } => w(b).into_iter().collect(),
             Op::Rope { freq_factors, .. } => freq_factors.iter().copied().collect(),
@@ -266,6 +279,7 @@ impl Op {
             }
             Op::MulMat { x, .. } | Op::MulMatHeads { x, .. } => vec![*x],
             Op::ConcatHeads { a, b, .. } => vec![*a, *b],
+            Op::AddId { src, ids, .. } => vec![*src, *ids],
             Op::MulMatId { x, ids, .. } => vec![*x, *ids],
             Op::FlashAttnExt { q, deps, .. } => vec![*q, deps[0], deps[1]],
             Op::Glu { gate, up, .. } => vec![*gate, *up],

@@ -167,6 +167,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
                 exp_scales: false,
                 groups: (e.n_expert_groups, e.n_group_used),
                 act: GluKind::Swiglu,
+                biases: false,
             };
             let n_ff = hp.n_ff_exp;
             let moe_out = b.moe_layer(il, x, n_ff, moe)?;

@@ -87,6 +87,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
                 exp_scales: false,
                 groups: (0, 0),
                 act: GluKind::Swiglu,
+                biases: false,
             };
             let routed = b.moe_layer(il, x, hp.n_ff_exp, moe)?;
             if e.n_expert_shared > 0 {

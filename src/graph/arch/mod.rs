@@ -13,6 +13,7 @@
 pub mod deepseek2;
 pub mod gemma3;
 pub mod glm4moe;
+pub mod gpt_oss;
 pub mod llama;
 pub mod mistral3;
 pub mod phi3;
@@ -96,6 +97,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &phi3::DEF,
     &deepseek2::DEF,
     &glm4moe::DEF,
+    &gpt_oss::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

@@ -89,6 +89,8 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
                 act: GluKind::Swiglu,
                 biases: false,
             };
+            // upstream requires the selection bias here (deepseek2's is optional)
+            b.lw(il, "exp_probs_b.bias", &[hp.n_expert as i64])?;
             let routed = b.moe_layer(il, x, hp.n_ff_exp, moe)?;
             if e.n_expert_shared > 0 {
                 let n_ff = hp.n_ff_exp * e.n_expert_shared;

@@ -694,6 +694,21 @@ struct llama_ext_reload_entry {
   int32_t new_type;
 };
 
+// One buffer type's share of a context's memory (`llama_ext_memory_breakdown`), in bytes:
+// upstream's `llama_memory_breakdown_data` with its key.
+struct llama_ext_memory_breakdown_entry {
+  // The buffer type: libggml's handle for the device when upstream's libggml is loaded in
+  // the process (so the program can pass it to libggml), else this library's.
+  ggml_backend_buffer_type_t buft;
+  // Model weights held there (sizes only for a `no_alloc` model).
+  size_t model;
+  // The context's KV cache.
+  size_t context;
+  // Temporary compute buffers: an estimate, the largest activations of one micro-batch
+  // (logits or feed-forward rows, and the attention scores over the whole context).
+  size_t compute;
+};
+
 typedef void (*llama_model_set_tensor_data_t)(struct ggml_tensor *tensor, void *userdata);
 
 typedef bool (*llama_opt_param_filter)(const struct ggml_tensor *tensor, void *userdata);
@@ -886,7 +901,9 @@ void llama_backend_free(void);
 // DISABLED are logged once and have no effect. An out-of-range value is logged and ignored.
 void llama_numa_init(enum ggml_numa_strategy numa);
 
-// Microseconds on a monotonic clock (only differences are meaningful, as upstream).
+// Microseconds on the monotonic clock, as upstream's (`ggml_time_us`: `CLOCK_MONOTONIC`,
+// whose origin is unspecified; only differences are meaningful). The same clock as libggml's,
+// so programs may subtract `llama_perf_context`'s `t_start_ms` from `ggml_time_ms()`.
 int64_t llama_time_us(void);
 
 // The most devices a model can be split across (16, as upstream).
@@ -1204,7 +1221,9 @@ uint32_t llama_get_sampled_candidates_count_ith(struct llama_context *ctx, int32
 // by the caller.
 bool llama_set_sampler(struct llama_context *ctx, llama_seq_id seq_id, struct llama_sampler *smpl);
 
-// Number of devices: the virtual GPUs plus the CPU (always at least 1).
+// Number of devices: the virtual GPUs plus the CPU (always at least 1). With upstream's
+// libggml in the process: libggml's answer, as for every `ggml_*` function of this library
+// (see docs/dropin.md).
 size_t ggml_backend_dev_count(void);
 
 // Device `index` in registry order (GPUs first, CPU last). The handle is valid for the life
@@ -1368,6 +1387,31 @@ bool llama_ext_context_graph_is_stale(const struct llama_context *ctx);
 // not supported yet, this only records the model generation the graph is now built for).
 // Returns true when it was stale; false when current or `ctx` is NULL.
 bool llama_ext_context_rebuild_graph(struct llama_context *ctx);
+
+// Upstream's `hparams.n_expert` (0 for dense models); -1 for a NULL model.
+int32_t llama_ext_model_n_expert(const struct llama_model *model);
+
+// The number of devices the model offloads to (upstream's `model->devices`: GPUs, not the
+// CPU; 0 on a machine without one); -1 for a NULL model.
+int32_t llama_ext_model_n_devices(const struct llama_model *model);
+
+// The model's device `i` (`0 <= i < llama_ext_model_n_devices`), or NULL (no log line for an
+// index out of range, as upstream). With upstream's libggml in the process the handle is
+// libggml's device of the same name, which the program can pass to libggml.
+ggml_backend_dev_t llama_ext_model_get_device(const struct llama_model *model, int32_t i);
+
+// Upstream's `llama_get_ctx_other`: the `ctx_other` the context was created with (NULL when
+// none, or for a NULL context).
+struct llama_context *llama_ext_get_ctx_other(struct llama_context *ctx);
+
+// The context's memory by buffer type (upstream's `llama_get_memory_breakdown`): writes up
+// to `capacity` entries to `out` (NULL with capacity 0 to count) and returns how many there
+// are, or -1 for a NULL context (or NULL `out` with a capacity). Weights are counted on the
+// device that holds them (where the placement puts them for a `no_alloc` model); the KV
+// cache and compute buffers on the CPU, where llama-hotswap's engine keeps them.
+int32_t llama_ext_memory_breakdown(const struct llama_context *ctx,
+                                   struct llama_ext_memory_breakdown_entry *out,
+                                   size_t capacity);
 
 // Empties the memory; `data` also zeroes the cached keys and values. NULL is a no-op.
 void llama_memory_clear(llama_memory_t mem, bool data);
@@ -1613,16 +1657,19 @@ void llama_opt_epoch(struct llama_context *lctx,
                      ggml_opt_epoch_callback callback_train,
                      ggml_opt_epoch_callback callback_eval);
 
-// Upstream: the context's timings and token counts (load, prompt and generation time).
-// Not supported by llama-hotswap yet: logs once and returns an all-zero struct.
+// The context's timings and counts, as upstream: `t_start_ms` the model load's start
+// (`llama_time_us` / 1000, reset by `llama_perf_context_reset`), `t_load_ms` from there to
+// the end of the first decode, prompt-eval (decodes of more than one token) and eval
+// (one-token decodes) times and counts (at least 1 each, as upstream), `n_reused` the
+// decodes that reused the previous graph. An all-zero struct (and a log line) for a NULL or
+// freed context.
 struct llama_perf_context_data llama_perf_context(const struct llama_context *ctx);
 
-// Upstream: logs the context's timings (`llama_perf_context`) in a human-readable form.
-// Not supported by llama-hotswap yet: logs once and returns.
+// Logs the context's timings (`llama_perf_context`) at info level in upstream's format
+// (load, prompt eval, eval, total time, graphs reused).
 void llama_perf_context_print(const struct llama_context *ctx);
 
-// Upstream: resets the context's timings and counts.
-// Not supported by llama-hotswap yet: logs once and returns.
+// Resets the context's timings and counts (the start becomes now), as upstream.
 void llama_perf_context_reset(struct llama_context *ctx);
 
 // The sampling time and count of a sampler chain (`llama_sampler_chain_init`): time spent

@@ -171,6 +171,11 @@ pub struct Context {
     pub vocab_only: bool,
     /// Hadamard rotation sizes of Q/K and V for a quantized cache (0: none).
     pub kv_rot: (usize, usize),
+    /// The model was loaded with `no_alloc`: the context only reports its memory
+    /// (`llama_get_memory_breakdown`); decode fails after checking the batch.
+    pub dry_run: bool,
+    /// Bytes of the KV cache at its full size (also for a dry run, which allocates none).
+    pub kv_bytes: u64,
     engine: Mutex<Engine>,
     graph_generation: AtomicU64,
 }
@@ -279,12 +284,20 @@ impl Context {
                 arch::supported_names().join(", ")
             )));
         }
+        // A `no_alloc` model (sizes only, upstream's dry run for parameter fitting) gets a
+        // context that reports its memory and never decodes.
+        let dry_run = model
+            .tensors
+            .iter()
+            .any(|t| matches!(t.read().data, crate::storage::TensorData::Unallocated));
         let executor: Box<dyn Executor> = Box::new(CpuExecutor::default());
-        for t in model.tensors.iter() {
-            let st = t.read();
-            executor
-                .supports_weight(&st, &t.name)
-                .map_err(|e| ContextError::Unsupported(e.to_string()))?;
+        if !dry_run {
+            for t in model.tensors.iter() {
+                let st = t.read();
+                executor
+                    .supports_weight(&st, &t.name)
+                    .map_err(|e| ContextError::Unsupported(e.to_string()))?;
+            }
         }
         let hp = ArchParams::load(&model).map_err(ContextError::Invalid)?;
         let n_seq_max = p.n_seq_max.max(1);
@@ -423,8 +436,23 @@ impl Context {
         arch::build(&model, &hp, rope, probe, n_ctx_seq, kv_rot).map_err(|e| {
             ContextError::Unsupported(format!("model architecture '{}': {e}", model.arch))
         })?;
-        let mut ctx = Self::assemble(model, hp, cparams, KvCache::new(&shape), executor, false);
+        let kv_bytes = shape.bytes();
+        let kv = if dry_run {
+            crate::log_info!(
+                "llama_context: the model was loaded with no_alloc: a context that reports its memory ({} MiB of KV cache) and cannot decode",
+                kv_bytes >> 20
+            );
+            KvCache::new(&KvShape {
+                layers: Vec::new(),
+                ..shape
+            })
+        } else {
+            KvCache::new(&shape)
+        };
+        let mut ctx = Self::assemble(model, hp, cparams, kv, executor, false);
         ctx.kv_rot = kv_rot;
+        ctx.dry_run = dry_run;
+        ctx.kv_bytes = kv_bytes;
         Ok(ctx)
     }
 
@@ -532,6 +560,8 @@ impl Context {
             hp,
             vocab_only,
             kv_rot: (0, 0),
+            dry_run: false,
+            kv_bytes: 0,
             graph_generation: AtomicU64::new(generation),
         }
     }
@@ -612,6 +642,14 @@ impl Context {
         }
         e.embd_seq.clear();
         e.embd_seq.resize(e.cparams.n_seq_max as usize, None);
+        if self.dry_run {
+            // upstream's no_alloc context has buffers without memory; computing on it is
+            // undefined there
+            crate::log_error!(
+                "decode: the model was loaded with no_alloc: it has no weights to compute with"
+            );
+            return -3;
+        }
         if self.vocab_only {
             // upstream decodes through its encoder path and aborts the process (no backend)
             crate::log_error!(

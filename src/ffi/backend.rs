@@ -160,10 +160,20 @@ fn time_origin() -> std::time::Instant {
     *ORIGIN.get_or_init(std::time::Instant::now)
 }
 
-/// Microseconds on a monotonic clock (only differences are meaningful, as upstream).
+/// Microseconds on the monotonic clock, as upstream's (`ggml_time_us`: `CLOCK_MONOTONIC`,
+/// whose origin is unspecified; only differences are meaningful). The same clock as libggml's,
+/// so programs may subtract `llama_perf_context`'s `t_start_ms` from `ggml_time_ms()`.
 #[no_mangle]
 pub extern "C" fn llama_time_us() -> i64 {
-    i64::try_from(time_origin().elapsed().as_micros()).unwrap_or(i64::MAX)
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the struct it is given; CLOCK_MONOTONIC always exists.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
+        return i64::try_from(time_origin().elapsed().as_micros()).unwrap_or(i64::MAX);
+    }
+    ts.tv_sec * 1_000_000 + ts.tv_nsec / 1000
 }
 
 /// The most devices a model can be split across (16, as upstream).

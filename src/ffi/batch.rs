@@ -179,7 +179,7 @@ pub unsafe extern "C" fn llama_decode(ctx: *mut llama_context, batch: llama_batc
         let handle = unsafe { super::handles::context(ctx) }?;
         // SAFETY: the arrays hold batch.n_tokens entries per the contract.
         match unsafe { copy_batch(&handle.inner, &batch) } {
-            Ok(()) => Ok(handle.inner.decode()),
+            Ok(()) => Ok(timed_decode(handle, batch.n_tokens)),
             Err(line) => {
                 crate::log_error!("{line}");
                 crate::log_error!("decode: failed to initialize batch");
@@ -189,6 +189,23 @@ pub unsafe extern "C" fn llama_decode(ctx: *mut llama_context, batch: llama_batc
     });
     if ret != 0 && ret != 1 {
         crate::log_error!("llama_decode: failed to decode, ret = {ret}");
+    }
+    ret
+}
+
+/// Decodes the batch already in the context's intake buffers and adds a successful decode of
+/// `n_tokens` to the context's performance counters (`llama_perf_context`).
+fn timed_decode(handle: &super::handles::llama_context, n_tokens: i32) -> i32 {
+    let t0 = super::backend::llama_time_us();
+    let builds = handle.inner.engine().n_graph_builds;
+    let ret = handle.inner.decode();
+    if ret == 0 {
+        let rebuilt = handle.inner.engine().n_graph_builds != builds;
+        handle
+            .perf
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record(n_tokens, t0, rebuilt);
     }
     ret
 }
@@ -588,7 +605,8 @@ pub unsafe extern "C" fn llama_process(
                 raw.output.push(t.output);
             }
         }
-        Ok(handle.inner.decode())
+        let n_tokens = i32::try_from(b.tokens.len()).unwrap_or(i32::MAX);
+        Ok(timed_decode(handle, n_tokens))
     });
     if ret != 0 && ret != 1 {
         crate::log_error!("llama_process: failed to process, ret = {ret}");

@@ -89,7 +89,14 @@ unsafe fn init_context(
     };
     let inner = crate::context::Context::new(std::sync::Arc::clone(&handle.inner), &p)
         .map_err(|e| FfiError::Core(e.to_string()))?;
-    let ctx = llama_context::new_boxed(model, inner);
+    let ctx = llama_context::new_boxed(model, inner, params.ctx_other);
+    // SAFETY: `ctx` was just created and is live; `handle` was checked above.
+    if let Ok(c) = unsafe { handles::context(ctx) } {
+        let mut perf = c.perf.lock().unwrap_or_else(|e| e.into_inner());
+        perf.t_start_us = handle.t_start_us;
+        perf.t_load_us = handle.t_load_us;
+        perf.no_perf = params.no_perf;
+    }
     if let Some(cb) = params.abort_callback {
         // SAFETY: `ctx` was just created and is live.
         unsafe { set_abort(ctx, Some(cb), params.abort_callback_data) };

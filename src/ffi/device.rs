@@ -6,11 +6,23 @@
 //! before the CPU backend (CUDA devices, when present, come first). Device and buffer-type handles are
 //! created once and live as long as the process, like upstream's.
 //!
+//! **Beside upstream's libggml** (a program built against llama.cpp: libllama-common and the
+//! tools link libggml too, see docs/dropin.md) these exports must not interpose libggml's
+//! with another meaning: the dynamic linker binds every `ggml_backend_dev_*` call in the
+//! process, libggml's own included, to whichever library comes first. So each export first
+//! looks for libggml's definition of the same name (`dlsym`, [`libggml`]) and, when there is
+//! one, forwards to it: the program and libggml only ever see libggml's handles. Only a handle
+//! of ours (address check, never read through) is still answered here. Where llama.h takes a
+//! handle (`devices`, `tensor_buft_overrides`), a libggml handle is mapped to our device of
+//! the same name ([`device_index`]); handles we give out are libggml's for the device of that
+//! name when libggml is loaded ([`program_device`], [`program_buft`]).
+//!
 //! Upstream asserts (aborts) on a NULL handle or an out-of-range index; here such a call logs
 //! one line naming the function and returns the failure value documented on the function.
 //! A handle that is not one of ours is recognised by its address, without reading through it.
 
-use std::ffi::{c_char, CString};
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::OnceLock;
 
 use super::types::*;
@@ -46,8 +58,9 @@ fn c_string(text: &str) -> CString {
     CString::new(text.replace('\0', " ")).unwrap_or_default()
 }
 
+static HANDLES: OnceLock<Handles> = OnceLock::new();
+
 fn handles() -> &'static Handles {
-    static HANDLES: OnceLock<Handles> = OnceLock::new();
     HANDLES.get_or_init(|| {
         let registry = Registry::global();
         let devices: Vec<ggml_backend_device> = registry
@@ -87,6 +100,17 @@ fn element_of<T>(slice: &'static [T], ptr: *const T) -> Option<&'static T> {
     slice.get(offset / size)
 }
 
+/// Whether `ptr` is one of our device handles, without creating them (a program that only
+/// talks to libggml never makes this library probe its devices).
+fn is_our_device(ptr: ggml_backend_dev_t) -> bool {
+    HANDLES.get().is_some() && device_handle(ptr).is_ok()
+}
+
+/// As [`is_our_device`], for buffer types.
+fn is_our_buft(ptr: ggml_backend_buffer_type_t) -> bool {
+    HANDLES.get().is_some() && buft_handle(ptr).is_ok()
+}
+
 fn device_handle(ptr: ggml_backend_dev_t) -> Result<&'static ggml_backend_device, FfiError> {
     if ptr.is_null() {
         return Err(FfiError::Null("device"));
@@ -123,25 +147,323 @@ fn buft_ptr(index: usize) -> ggml_backend_buffer_type_t {
     handle.cast_mut()
 }
 
-/// Whether any GPU device (CUDA or virtual) exists: true when `LLAMA_VIRTUAL_GPUS` defined at
-/// least one virtual GPU (CUDA devices are not supported yet).
-/// The registry index of a device handle from the host (NULL and foreign handles are errors).
+// ---------------------------------------------------------------------------------------------
+// libggml in the same process
+// ---------------------------------------------------------------------------------------------
+
+/// Whether `address` lies in this library (the object that holds this function).
+fn in_this_library(address: *mut c_void) -> bool {
+    static OWN_BASE: OnceLock<usize> = OnceLock::new();
+    let base_of = |a: *const c_void| {
+        // SAFETY: dladdr only inspects the loader's tables; `info` is a plain out-struct.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::dladdr(a, &mut info) } == 0 {
+            0
+        } else {
+            info.dli_fbase as usize
+        }
+    };
+    let own = *OWN_BASE.get_or_init(|| base_of(in_this_library as *const c_void));
+    own != 0 && base_of(address) == own
+}
+
+/// libggml's definition of `name` when a libggml is loaded in this process besides us: the
+/// global lookup's answer unless it is our own export, else the next definition after ours.
+fn ggml_symbol(name: &CStr) -> Option<*mut c_void> {
+    // SAFETY: dlsym with a pseudo-handle and a C string only reads the loader's tables.
+    let global = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    if !global.is_null() && !in_this_library(global) {
+        return Some(global);
+    }
+    // SAFETY: as above; RTLD_NEXT searches the objects loaded after this library.
+    let next = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    (!next.is_null() && !in_this_library(next)).then_some(next)
+}
+
+/// One libggml function, resolved on first use and remembered once found (libggml is never
+/// unloaded behind a running program; while it is absent every call looks again, so a
+/// libggml `dlopen`ed later is picked up).
+struct GgmlFn {
+    name: &'static CStr,
+    found: AtomicPtr<c_void>,
+}
+
+impl GgmlFn {
+    const fn new(name: &'static CStr) -> GgmlFn {
+        GgmlFn {
+            name,
+            found: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    fn get(&self) -> Option<*mut c_void> {
+        let known = self.found.load(Ordering::Acquire);
+        if !known.is_null() {
+            return Some(known);
+        }
+        let address = ggml_symbol(self.name)?;
+        self.found.store(address, Ordering::Release);
+        Some(address)
+    }
+}
+
+/// Declares the libggml functions this module calls, each as `name() -> Option<fn type>`.
+macro_rules! ggml_fns {
+    ($($name:ident: $ty:ty;)*) => {
+        mod libggml_fns {
+            #![allow(non_upper_case_globals)]
+            $(pub static $name: super::GgmlFn = super::GgmlFn::new(
+                match ::std::ffi::CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                    Ok(name) => name,
+                    Err(_) => panic!("symbol name"),
+                });)*
+        }
+        /// libggml's functions, when libggml is loaded in the process.
+        mod libggml {
+            #![allow(non_snake_case)]
+            #[allow(unused_imports)]
+            use super::*;
+            $(pub fn $name() -> Option<$ty> {
+                let address = super::libggml_fns::$name.get()?;
+                // SAFETY: libggml's symbol of this name has this C type (ggml-backend.h).
+                Some(unsafe { std::mem::transmute::<*mut std::ffi::c_void, $ty>(address) })
+            })*
+        }
+    };
+}
+
+ggml_fns! {
+    ggml_backend_dev_count: unsafe extern "C" fn() -> usize;
+    ggml_backend_dev_get: unsafe extern "C" fn(usize) -> ggml_backend_dev_t;
+    ggml_backend_dev_by_name: unsafe extern "C" fn(*const c_char) -> ggml_backend_dev_t;
+    ggml_backend_dev_by_type: unsafe extern "C" fn(GgmlBackendDevType) -> ggml_backend_dev_t;
+    ggml_backend_dev_name: unsafe extern "C" fn(ggml_backend_dev_t) -> *const c_char;
+    ggml_backend_dev_description: unsafe extern "C" fn(ggml_backend_dev_t) -> *const c_char;
+    ggml_backend_dev_memory: unsafe extern "C" fn(ggml_backend_dev_t, *mut usize, *mut usize);
+    ggml_backend_dev_type: unsafe extern "C" fn(ggml_backend_dev_t) -> GgmlBackendDevType;
+    ggml_backend_dev_get_props: unsafe extern "C" fn(ggml_backend_dev_t, *mut ggml_backend_dev_props);
+    ggml_backend_dev_buffer_type: unsafe extern "C" fn(ggml_backend_dev_t) -> ggml_backend_buffer_type_t;
+    ggml_backend_dev_host_buffer_type: unsafe extern "C" fn(ggml_backend_dev_t) -> ggml_backend_buffer_type_t;
+    ggml_backend_dev_backend_reg: unsafe extern "C" fn(ggml_backend_dev_t) -> *mut c_void;
+    ggml_backend_reg_get_proc_address: unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+    ggml_backend_cpu_buffer_type: unsafe extern "C" fn() -> ggml_backend_buffer_type_t;
+    ggml_backend_buft_name: unsafe extern "C" fn(ggml_backend_buffer_type_t) -> *const c_char;
+    ggml_backend_load_all: unsafe extern "C" fn();
+}
+
+/// Whether upstream's libggml is loaded in this process (then the program's device handles
+/// are libggml's).
+pub(crate) fn libggml_loaded() -> bool {
+    libggml::ggml_backend_dev_get().is_some() && libggml::ggml_backend_dev_count().is_some()
+}
+
+/// libggml's devices, in its registry order (empty without libggml).
+fn libggml_devices() -> Vec<ggml_backend_dev_t> {
+    let (Some(count), Some(get)) = (
+        libggml::ggml_backend_dev_count(),
+        libggml::ggml_backend_dev_get(),
+    ) else {
+        return Vec::new();
+    };
+    // SAFETY: libggml's own functions, called as ggml-backend.h declares them.
+    let n = unsafe { count() };
+    // SAFETY: as above, with an index below the count.
+    (0..n).map(|i| unsafe { get(i) }).collect()
+}
+
+/// A C string from libggml as text ("" for NULL).
+fn ggml_text(text: *const c_char) -> String {
+    if text.is_null() {
+        return String::new();
+    }
+    // SAFETY: libggml returns NUL-terminated strings that live as long as the device.
+    unsafe { CStr::from_ptr(text) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Our registry device for one of libggml's device handles: the one of the same name
+/// (case-insensitive, as `ggml_backend_dev_by_name`), else the CPU for a libggml CPU device.
+/// The handle is first checked to be one libggml enumerates (so a stray pointer is never
+/// read through).
+fn map_libggml_device(ptr: ggml_backend_dev_t) -> Result<usize, FfiError> {
+    if !libggml_devices().contains(&ptr) {
+        return Err(FfiError::BadHandle("device"));
+    }
+    let (Some(name), Some(kind)) = (
+        libggml::ggml_backend_dev_name(),
+        libggml::ggml_backend_dev_type(),
+    ) else {
+        return Err(FfiError::BadHandle("device"));
+    };
+    // SAFETY: `ptr` is one of libggml's live devices (checked above).
+    let name = ggml_text(unsafe { name(ptr) });
+    let registry = Registry::global();
+    if let Some(device) = registry.by_name(&name) {
+        return Ok(device.index());
+    }
+    // SAFETY: as above.
+    let kind = unsafe { kind(ptr) };
+    if kind.0 == ggml_backend_dev_type::GGML_BACKEND_DEVICE_TYPE_CPU as i32 {
+        return Ok(registry.cpu().index());
+    }
+    Err(FfiError::Invalid(format!(
+        "libggml device '{name}' has no counterpart among this library's devices ({})",
+        registry
+            .devices()
+            .iter()
+            .map(|d| d.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
+}
+
+/// Our registry device for one of libggml's buffer types: the device whose default or host
+/// buffer type it is, or the CPU for the CPU device's extra buffer types (`CPU_REPACK`, …).
+fn map_libggml_buft(ptr: ggml_backend_buffer_type_t) -> Result<usize, FfiError> {
+    let devices = libggml_devices();
+    let default_buft = libggml::ggml_backend_dev_buffer_type();
+    let host_buft = libggml::ggml_backend_dev_host_buffer_type();
+    let cpu = Registry::global().cpu().index();
+    for &dev in &devices {
+        // SAFETY: libggml's own device handles, passed to libggml's functions.
+        if default_buft.is_some_and(|f| unsafe { f(dev) } == ptr) {
+            return map_libggml_device(dev);
+        }
+        // SAFETY: as above (the host buffer type may be NULL, which never equals `ptr`).
+        if host_buft.is_some_and(|f| unsafe { f(dev) } == ptr) {
+            return Ok(cpu);
+        }
+        if cpu_extra_bufts(dev).contains(&ptr) {
+            return Ok(cpu);
+        }
+    }
+    Err(FfiError::BadHandle("buft"))
+}
+
+/// A libggml device's extra buffer types (its registry's `ggml_backend_dev_get_extra_bufts`;
+/// the CPU backend's repacking types), empty when it has none.
+fn cpu_extra_bufts(dev: ggml_backend_dev_t) -> Vec<ggml_backend_buffer_type_t> {
+    let (Some(reg_of), Some(proc_address)) = (
+        libggml::ggml_backend_dev_backend_reg(),
+        libggml::ggml_backend_reg_get_proc_address(),
+    ) else {
+        return Vec::new();
+    };
+    // SAFETY: libggml's device handle and functions.
+    let reg = unsafe { reg_of(dev) };
+    if reg.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: as above; the name is a C string.
+    let f = unsafe { proc_address(reg, c"ggml_backend_dev_get_extra_bufts".as_ptr()) };
+    if f.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: ggml-backend.h: `ggml_backend_buffer_type_t * (*)(ggml_backend_dev_t)`, a
+    // NULL-terminated array owned by the backend.
+    let get: unsafe extern "C" fn(ggml_backend_dev_t) -> *mut ggml_backend_buffer_type_t =
+        unsafe { std::mem::transmute::<*mut c_void, _>(f) };
+    // SAFETY: as above.
+    let mut p = unsafe { get(dev) };
+    let mut out = Vec::new();
+    while !p.is_null() {
+        // SAFETY: a NULL-terminated array; we stop at the terminator.
+        let buft = unsafe { *p };
+        if buft.is_null() {
+            break;
+        }
+        out.push(buft);
+        // SAFETY: still inside the array (the terminator is further on).
+        p = unsafe { p.add(1) };
+    }
+    out
+}
+
+/// The registry index of a device handle from the host: one of ours, or (with libggml in the
+/// process) one of libggml's, mapped by name. NULL and unknown handles are errors.
 pub(crate) fn device_index(ptr: ggml_backend_dev_t) -> Result<usize, FfiError> {
-    device_handle(ptr).map(|h| h.index)
+    match device_handle(ptr) {
+        Ok(h) => Ok(h.index),
+        Err(FfiError::BadHandle(_)) if libggml_loaded() => map_libggml_device(ptr),
+        Err(e) => Err(e),
+    }
 }
 
-/// The registry index of the device a buffer-type handle belongs to.
+/// The registry index of the device a buffer-type handle belongs to (ours, or libggml's
+/// mapped as [`device_index`]).
 pub(crate) fn buft_device_index(ptr: ggml_backend_buffer_type_t) -> Result<usize, FfiError> {
-    buft_handle(ptr).map(|h| h.device)
+    match buft_handle(ptr) {
+        Ok(h) => Ok(h.device),
+        Err(FfiError::BadHandle(_)) if libggml_loaded() => map_libggml_buft(ptr),
+        Err(e) => Err(e),
+    }
 }
 
+/// The handle a program should get for registry device `index`: libggml's device of the same
+/// name when libggml is loaded and has one (the CPU: libggml's CPU device), else ours.
+pub(crate) fn program_device(index: usize) -> ggml_backend_dev_t {
+    let ours = dev_ptr(index);
+    let Some(device) = Registry::global().get(index) else {
+        return std::ptr::null_mut();
+    };
+    if !libggml_loaded() {
+        return ours;
+    }
+    let wanted_cpu = device.device_type() == DeviceType::Cpu;
+    let (name_of, type_of) = (
+        libggml::ggml_backend_dev_name(),
+        libggml::ggml_backend_dev_type(),
+    );
+    for dev in libggml_devices() {
+        // SAFETY: libggml's own device handles, passed to libggml's functions.
+        let same_name = name_of
+            .is_some_and(|f| ggml_text(unsafe { f(dev) }).eq_ignore_ascii_case(device.name()));
+        // SAFETY: as above.
+        let both_cpu = wanted_cpu
+            && type_of.is_some_and(|f| {
+                unsafe { f(dev) }.0 == ggml_backend_dev_type::GGML_BACKEND_DEVICE_TYPE_CPU as i32
+            });
+        if same_name || both_cpu {
+            return dev;
+        }
+    }
+    ours
+}
+
+/// The buffer-type handle a program should get for registry device `index`'s memory: the
+/// default buffer type of [`program_device`] (libggml's when that device is libggml's).
+pub(crate) fn program_buft(index: usize) -> ggml_backend_buffer_type_t {
+    let dev = program_device(index);
+    if dev.is_null() {
+        return std::ptr::null_mut();
+    }
+    if device_handle(dev).is_ok() {
+        return buft_ptr(index);
+    }
+    match libggml::ggml_backend_dev_buffer_type() {
+        // SAFETY: libggml's device, passed to libggml's function.
+        Some(f) => unsafe { f(dev) },
+        None => buft_ptr(index),
+    }
+}
+
+/// Whether any GPU device (CUDA or virtual) exists: true when `LLAMA_VIRTUAL_GPUS` defined at
+/// least one virtual GPU or a CUDA device was found.
 pub(crate) fn any_gpu() -> bool {
     Registry::global().any_gpu()
 }
 
-/// Number of devices: the virtual GPUs plus the CPU (always at least 1).
+/// Number of devices: the virtual GPUs plus the CPU (always at least 1). With upstream's
+/// libggml in the process: libggml's answer, as for every `ggml_*` function of this library
+/// (see docs/dropin.md).
 #[no_mangle]
 pub extern "C" fn ggml_backend_dev_count() -> usize {
+    if let Some(f) = libggml::ggml_backend_dev_count() {
+        // SAFETY: libggml's function of the same name and type.
+        return unsafe { f() };
+    }
     boundary!("ggml_backend_dev_count", 0, { Ok(handles().devices.len()) })
 }
 
@@ -150,6 +472,10 @@ pub extern "C" fn ggml_backend_dev_count() -> usize {
 /// (upstream asserts).
 #[no_mangle]
 pub extern "C" fn ggml_backend_dev_get(index: usize) -> ggml_backend_dev_t {
+    if let Some(f) = libggml::ggml_backend_dev_get() {
+        // SAFETY: libggml's function of the same name and type.
+        return unsafe { f(index) };
+    }
     boundary!("ggml_backend_dev_get", std::ptr::null_mut(), {
         let count = handles().devices.len();
         if index >= count {
@@ -165,6 +491,10 @@ pub extern "C" fn ggml_backend_dev_get(index: usize) -> ggml_backend_dev_t {
 /// when there is none. A NULL name logs an error and returns NULL.
 #[no_mangle]
 pub unsafe extern "C" fn ggml_backend_dev_by_name(name: *const c_char) -> ggml_backend_dev_t {
+    if let Some(f) = libggml::ggml_backend_dev_by_name() {
+        // SAFETY: libggml's function of the same name and type; the caller's contract.
+        return unsafe { f(name) };
+    }
     boundary!("ggml_backend_dev_by_name", std::ptr::null_mut(), {
         // SAFETY: NULL or a C string per the API contract.
         let name = unsafe { c_str(name, "name") }?;
@@ -178,6 +508,10 @@ pub unsafe extern "C" fn ggml_backend_dev_by_name(name: *const c_char) -> ggml_b
 /// value outside `enum ggml_backend_dev_type` logs an error and returns NULL.
 #[no_mangle]
 pub extern "C" fn ggml_backend_dev_by_type(r#type: GgmlBackendDevType) -> ggml_backend_dev_t {
+    if let Some(f) = libggml::ggml_backend_dev_by_type() {
+        // SAFETY: libggml's function of the same name and type.
+        return unsafe { f(r#type) };
+    }
     boundary!("ggml_backend_dev_by_type", std::ptr::null_mut(), {
         let wanted = DeviceType::from_raw(r#type.0)
             .ok_or_else(|| FfiError::Invalid(format!("invalid device type {}", r#type.0)))?;
@@ -187,10 +521,25 @@ pub extern "C" fn ggml_backend_dev_by_type(r#type: GgmlBackendDevType) -> ggml_b
     })
 }
 
+/// Forwards a call that takes a device (or buffer-type) handle to libggml, unless the handle
+/// is one of ours (then the body below it answers) or libggml is not loaded.
+macro_rules! forward_unless_ours {
+    ($ours:expr, $fn:ident, ($($arg:expr),*)) => {
+        if !$ours {
+            if let Some(f) = libggml::$fn() {
+                // SAFETY: libggml's function of the same name and type, with the caller's
+                // arguments (the handle is not ours, so it is libggml's or invalid for both).
+                return unsafe { f($($arg),*) };
+            }
+        }
+    };
+}
+
 /// The device's name ("CPU", "VGPU0", …), a static string. NULL and a log line for a NULL or
 /// foreign handle.
 #[no_mangle]
 pub extern "C" fn ggml_backend_dev_name(device: ggml_backend_dev_t) -> *const c_char {
+    forward_unless_ours!(is_our_device(device), ggml_backend_dev_name, (device));
     boundary!("ggml_backend_dev_name", std::ptr::null(), {
         Ok(device_handle(device)?.name.as_ptr())
     })
@@ -200,6 +549,11 @@ pub extern "C" fn ggml_backend_dev_name(device: ggml_backend_dev_t) -> *const c_
 /// (24 GiB)"), a static string. NULL and a log line for a NULL or foreign handle.
 #[no_mangle]
 pub extern "C" fn ggml_backend_dev_description(device: ggml_backend_dev_t) -> *const c_char {
+    forward_unless_ours!(
+        is_our_device(device),
+        ggml_backend_dev_description,
+        (device)
+    );
     boundary!("ggml_backend_dev_description", std::ptr::null(), {
         Ok(device_handle(device)?.description.as_ptr())
     })
@@ -215,6 +569,11 @@ pub unsafe extern "C" fn ggml_backend_dev_memory(
     free: *mut usize,
     total: *mut usize,
 ) {
+    forward_unless_ours!(
+        is_our_device(device),
+        ggml_backend_dev_memory,
+        (device, free, total)
+    );
     let write = |f: usize, t: usize| {
         if !free.is_null() {
             // SAFETY: non-NULL out-pointer provided by the caller.
@@ -251,6 +610,7 @@ pub unsafe extern "C" fn ggml_backend_dev_memory(
 /// that never offloads).
 #[no_mangle]
 pub extern "C" fn ggml_backend_dev_type(device: ggml_backend_dev_t) -> GgmlBackendDevType {
+    forward_unless_ours!(is_our_device(device), ggml_backend_dev_type, (device));
     let cpu = GgmlBackendDevType(ggml_backend_dev_type::GGML_BACKEND_DEVICE_TYPE_CPU as i32);
     boundary!("ggml_backend_dev_type", cpu, {
         let device = registry_device(device_handle(device)?)?;
@@ -268,6 +628,11 @@ pub unsafe extern "C" fn ggml_backend_dev_get_props(
     device: ggml_backend_dev_t,
     props: *mut ggml_backend_dev_props,
 ) {
+    forward_unless_ours!(
+        is_our_device(device),
+        ggml_backend_dev_get_props,
+        (device, props)
+    );
     boundary!("ggml_backend_dev_get_props", (), {
         if props.is_null() {
             return Err(FfiError::Null("props"));
@@ -316,6 +681,11 @@ pub unsafe extern "C" fn ggml_backend_dev_get_props(
 pub extern "C" fn ggml_backend_dev_buffer_type(
     device: ggml_backend_dev_t,
 ) -> ggml_backend_buffer_type_t {
+    forward_unless_ours!(
+        is_our_device(device),
+        ggml_backend_dev_buffer_type,
+        (device)
+    );
     boundary!("ggml_backend_dev_buffer_type", std::ptr::null_mut(), {
         Ok(buft_ptr(device_handle(device)?.index))
     })
@@ -324,6 +694,7 @@ pub extern "C" fn ggml_backend_dev_buffer_type(
 /// The CPU buffer type ("CPU"), valid for the life of the process.
 #[no_mangle]
 pub extern "C" fn ggml_backend_cpu_buffer_type() -> ggml_backend_buffer_type_t {
+    forward_unless_ours!(false, ggml_backend_cpu_buffer_type, ());
     boundary!("ggml_backend_cpu_buffer_type", std::ptr::null_mut(), {
         Ok(buft_ptr(Registry::global().cpu().index()))
     })
@@ -333,6 +704,7 @@ pub extern "C" fn ggml_backend_cpu_buffer_type() -> ggml_backend_buffer_type_t {
 /// NULL or foreign handle (upstream asserts).
 #[no_mangle]
 pub extern "C" fn ggml_backend_buft_name(buft: ggml_backend_buffer_type_t) -> *const c_char {
+    forward_unless_ours!(is_our_buft(buft), ggml_backend_buft_name, (buft));
     boundary!("ggml_backend_buft_name", std::ptr::null(), {
         let buft = buft_handle(buft)?;
         Ok(handles().devices[buft.device].name.as_ptr())
@@ -343,6 +715,7 @@ pub extern "C" fn ggml_backend_buft_name(buft: ggml_backend_buffer_type_t) -> *c
 /// libraries here).
 #[no_mangle]
 pub extern "C" fn ggml_backend_load_all() {
+    forward_unless_ours!(false, ggml_backend_load_all, ());
     boundary!("ggml_backend_load_all", (), {
         handles();
         Ok(())

@@ -5,6 +5,7 @@
 use std::ffi::{c_char, c_void};
 
 use super::handles::{self, llama_context, llama_model};
+use super::types::{ggml_backend_buffer_type_t, ggml_backend_dev_t};
 use super::{c_str, write_snprintf, FfiError};
 
 /// ==== llama-hotswap extensions (not in upstream llama.h) ====
@@ -430,4 +431,154 @@ pub unsafe extern "C" fn llama_ext_context_rebuild_graph(ctx: *mut llama_context
         let handle = unsafe { handles::context(ctx) }?;
         Ok(handle.inner.rebuild_graph_if_stale())
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// C forms of upstream's C++ entry points (src/llama-ext.h): the C++ shim (cpp/llama_ext.cpp)
+// exports upstream's mangled names over these; see docs/dropin.md.
+// ---------------------------------------------------------------------------------------------
+
+/// One buffer type's share of a context's memory (`llama_ext_memory_breakdown`), in bytes:
+/// upstream's `llama_memory_breakdown_data` with its key.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct llama_ext_memory_breakdown_entry {
+    /// The buffer type: libggml's handle for the device when upstream's libggml is loaded in
+    /// the process (so the program can pass it to libggml), else this library's.
+    pub buft: ggml_backend_buffer_type_t,
+    /// Model weights held there (sizes only for a `no_alloc` model).
+    pub model: usize,
+    /// The context's KV cache.
+    pub context: usize,
+    /// Temporary compute buffers: an estimate, the largest activations of one micro-batch
+    /// (logits or feed-forward rows, and the attention scores over the whole context).
+    pub compute: usize,
+}
+
+/// Upstream's `hparams.n_expert` (0 for dense models); -1 for a NULL model.
+#[no_mangle]
+pub unsafe extern "C" fn llama_ext_model_n_expert(model: *const llama_model) -> i32 {
+    boundary!("llama_ext_model_n_expert", -1, {
+        // SAFETY: NULL or a live model per the contract.
+        let handle = unsafe { handles::model(model) }?;
+        Ok(i32::try_from(handle.inner.hparams.n_expert).unwrap_or(i32::MAX))
+    })
+}
+
+/// The number of devices the model offloads to (upstream's `model->devices`: GPUs, not the
+/// CPU; 0 on a machine without one); -1 for a NULL model.
+#[no_mangle]
+pub unsafe extern "C" fn llama_ext_model_n_devices(model: *const llama_model) -> i32 {
+    boundary!("llama_ext_model_n_devices", -1, {
+        // SAFETY: NULL or a live model per the contract.
+        let handle = unsafe { handles::model(model) }?;
+        let n = handle.inner.devices.as_ref().map_or(0, |d| d.devices.len());
+        Ok(i32::try_from(n).unwrap_or(i32::MAX))
+    })
+}
+
+/// The model's device `i` (`0 <= i < llama_ext_model_n_devices`), or NULL (no log line for an
+/// index out of range, as upstream). With upstream's libggml in the process the handle is
+/// libggml's device of the same name, which the program can pass to libggml.
+#[no_mangle]
+pub unsafe extern "C" fn llama_ext_model_get_device(
+    model: *const llama_model,
+    i: i32,
+) -> ggml_backend_dev_t {
+    boundary!("llama_ext_model_get_device", std::ptr::null_mut(), {
+        // SAFETY: NULL or a live model per the contract.
+        let handle = unsafe { handles::model(model) }?;
+        let index = usize::try_from(i).ok().and_then(|i| {
+            handle
+                .inner
+                .devices
+                .as_ref()
+                .and_then(|d| d.devices.get(i).copied())
+        });
+        Ok(index.map_or(std::ptr::null_mut(), super::device::program_device))
+    })
+}
+
+/// Upstream's `llama_get_ctx_other`: the `ctx_other` the context was created with (NULL when
+/// none, or for a NULL context).
+#[no_mangle]
+pub unsafe extern "C" fn llama_ext_get_ctx_other(ctx: *mut llama_context) -> *mut llama_context {
+    boundary!("llama_ext_get_ctx_other", std::ptr::null_mut(), {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        Ok(handle.ctx_other)
+    })
+}
+
+/// The context's memory by buffer type (upstream's `llama_get_memory_breakdown`): writes up
+/// to `capacity` entries to `out` (NULL with capacity 0 to count) and returns how many there
+/// are, or -1 for a NULL context (or NULL `out` with a capacity). Weights are counted on the
+/// device that holds them (where the placement puts them for a `no_alloc` model); the KV
+/// cache and compute buffers on the CPU, where llama-hotswap's engine keeps them.
+#[no_mangle]
+pub unsafe extern "C" fn llama_ext_memory_breakdown(
+    ctx: *const llama_context,
+    out: *mut llama_ext_memory_breakdown_entry,
+    capacity: usize,
+) -> i32 {
+    boundary!("llama_ext_memory_breakdown", -1, {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        if out.is_null() && capacity > 0 {
+            return Err(FfiError::Null("out"));
+        }
+        let entries = memory_breakdown(&handle.inner);
+        for (i, entry) in entries.iter().take(capacity).enumerate() {
+            // SAFETY: `out` holds `capacity` entries per the contract; `i < capacity`.
+            unsafe { out.add(i).write(*entry) };
+        }
+        Ok(i32::try_from(entries.len()).unwrap_or(i32::MAX))
+    })
+}
+
+/// Per registry device with anything on it: weights, KV cache, compute estimate.
+fn memory_breakdown(ctx: &crate::context::Context) -> Vec<llama_ext_memory_breakdown_entry> {
+    let model = &ctx.model;
+    let cpu = model.cpu_index();
+    let n_devices = crate::device::Registry::global().len().max(cpu + 1);
+    let mut weights = vec![0u64; n_devices];
+    for t in model.tensors.iter() {
+        let info = crate::model::report::TensorInfo::of(t, cpu);
+        if info.rows.is_empty() {
+            let device = usize::try_from(info.device).unwrap_or(cpu);
+            if let Some(w) = weights.get_mut(device) {
+                *w += info.nbytes;
+            }
+        } else {
+            let total: u64 = info.rows.iter().map(|r| r.2).sum::<u64>().max(1);
+            for &(device, _, count) in &info.rows {
+                if let Some(w) = weights.get_mut(device) {
+                    *w += info.nbytes * count / total;
+                }
+            }
+        }
+    }
+    let e = ctx.engine();
+    let cp = &e.cparams;
+    let hp = &model.hparams;
+    let n_vocab = model.vocab.n_tokens() as u64;
+    let n_ff = hp.n_ff.iter().copied().max().unwrap_or(0) as u64;
+    let n_head = hp.n_head.iter().copied().max().unwrap_or(0) as u64;
+    let compute =
+        4 * u64::from(cp.n_ubatch) * (n_vocab.max(n_ff) + u64::from(cp.n_ctx_seq) * n_head);
+    let to_usize = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+    let mut out = Vec::new();
+    for (device, &bytes) in weights.iter().enumerate() {
+        let on_cpu = device == cpu;
+        if bytes == 0 && !on_cpu {
+            continue;
+        }
+        out.push(llama_ext_memory_breakdown_entry {
+            buft: super::device::program_buft(device),
+            model: to_usize(bytes),
+            context: if on_cpu { to_usize(ctx.kv_bytes) } else { 0 },
+            compute: if on_cpu { to_usize(compute) } else { 0 },
+        });
+    }
+    out
 }

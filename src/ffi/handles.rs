@@ -130,6 +130,10 @@ unsafe fn free<T: Handle>(ptr: *mut T, also: impl FnOnce(&T)) -> Result<(), FfiE
 pub struct llama_model {
     pub(crate) vocab: Box<llama_vocab>,
     pub(crate) inner: std::sync::Arc<crate::model::Model>,
+    /// When the load began and how long it took (`llama_time_us`), upstream's
+    /// `model->t_start_us` and `t_load_us`, the start of a context's performance counters.
+    pub(crate) t_start_us: i64,
+    pub(crate) t_load_us: i64,
 }
 
 /// A model's vocabulary (`struct llama_vocab`), owned by its model.
@@ -143,6 +147,10 @@ pub struct llama_vocab {
 pub struct llama_context {
     pub(crate) model: *const llama_model,
     pub(crate) inner: crate::context::Context,
+    /// `llama_context_params.ctx_other`, as given (upstream's `llama_get_ctx_other`).
+    pub(crate) ctx_other: *mut llama_context,
+    /// Performance counters (`llama_perf_context`).
+    pub(crate) perf: std::sync::Mutex<super::perf::PerfCounters>,
 }
 
 impl Handle for llama_model {
@@ -164,6 +172,8 @@ impl llama_model {
     pub(crate) fn new_boxed(
         model: crate::model::Model,
         tokenizer: crate::tokenizer::Tokenizer,
+        t_start_us: i64,
+        t_load_us: i64,
     ) -> *mut llama_model {
         let inner = std::sync::Arc::new(model);
         let ptr = Box::into_raw(Box::new(llama_model {
@@ -172,6 +182,8 @@ impl llama_model {
                 tokenizer,
             }),
             inner,
+            t_start_us,
+            t_load_us,
         }));
         // SAFETY: just created by `Box::into_raw`: valid and not shared yet.
         let vocab: *const llama_vocab = unsafe { &*(*ptr).vocab };
@@ -185,8 +197,15 @@ impl llama_context {
     pub(crate) fn new_boxed(
         model: *const llama_model,
         inner: crate::context::Context,
+        ctx_other: *mut llama_context,
     ) -> *mut llama_context {
-        let ptr = Box::into_raw(Box::new(llama_context { model, inner }));
+        let perf = std::sync::Mutex::new(super::perf::PerfCounters::default());
+        let ptr = Box::into_raw(Box::new(llama_context {
+            model,
+            inner,
+            ctx_other,
+            perf,
+        }));
         register(ptr.cast_const());
         ptr
     }

@@ -168,6 +168,7 @@ unsafe fn load_with_params(
         placement,
         hotswap: crate::hotswap::enabled_by_env(),
     };
+    let t_start_us = super::backend::llama_time_us();
     match loader::load(source, options) {
         Ok(mut model) => {
             // Repacked layouts, made while loading as upstream does (CPU_REPACK buffers).
@@ -176,7 +177,10 @@ unsafe fn load_with_params(
             // The tokenizer finishes the vocabulary (newline id, piece cache) and lives in the
             // vocab handle: `model` sits below `tokenizer` in the crate's layering.
             let tokenizer = crate::tokenizer::attach(&mut model.vocab).map_err(FfiError::Core)?;
-            Ok(llama_model::new_boxed(model, tokenizer))
+            let t_load_us = super::backend::llama_time_us() - t_start_us;
+            Ok(llama_model::new_boxed(
+                model, tokenizer, t_start_us, t_load_us,
+            ))
         }
         Err(LoadError::Cancelled) => Err(FfiError::Core("cancelled model load".to_string())),
         Err(e) => Err(FfiError::Core(format!(

@@ -1,30 +1,130 @@
-//! Performance counters (`llama_perf_*`): a sampler chain's are implemented; a context's are
-//! not supported by llama-hotswap yet.
+//! Performance counters (`llama_perf_*`) of contexts and sampler chains, with upstream's
+//! numbers and print format.
 
-#![allow(unused_variables)] // stub parameters keep upstream's names, which the header shows
-
-use super::handles::llama_context;
+use super::handles::{self, llama_context};
 use super::types::*;
 
-/// Upstream: the context's timings and token counts (load, prompt and generation time).
-/// Not supported by llama-hotswap yet: logs once and returns an all-zero struct.
+/// A context's counters, as upstream's `llama_context` keeps them: a decode of one token is
+/// an "eval" (generation), of more a "prompt eval" of that many tokens; times are taken
+/// unless the context was created with `no_perf` (counts always are). `t_load_us` becomes the
+/// time from the model load's start to the end of the first decode, as upstream.
+#[derive(Debug, Default)]
+pub(crate) struct PerfCounters {
+    pub t_start_us: i64,
+    pub t_load_us: i64,
+    pub t_p_eval_us: i64,
+    pub t_eval_us: i64,
+    pub n_p_eval: i32,
+    pub n_eval: i32,
+    pub n_reused: i32,
+    pub has_evaluated_once: bool,
+    pub no_perf: bool,
+}
+
+impl PerfCounters {
+    /// Adds a successful decode of `n_tokens` that started at `t0_us` (`rebuilt`: the graph
+    /// was built for it rather than reused).
+    pub(crate) fn record(&mut self, n_tokens: i32, t0_us: i64, rebuilt: bool) {
+        let now = super::backend::llama_time_us();
+        if n_tokens == 1 {
+            if !self.no_perf {
+                self.t_eval_us += now - t0_us;
+            }
+            self.n_eval += 1;
+        } else if n_tokens > 1 {
+            if !self.no_perf {
+                self.t_p_eval_us += now - t0_us;
+            }
+            self.n_p_eval += n_tokens;
+        }
+        if !rebuilt {
+            self.n_reused += 1;
+        }
+        if n_tokens > 0 && !self.has_evaluated_once {
+            self.t_load_us = now - self.t_start_us;
+            self.has_evaluated_once = true;
+        }
+    }
+
+    fn data(&self) -> llama_perf_context_data {
+        llama_perf_context_data {
+            t_start_ms: 1e-3 * self.t_start_us as f64,
+            t_load_ms: 1e-3 * self.t_load_us as f64,
+            t_p_eval_ms: 1e-3 * self.t_p_eval_us as f64,
+            t_eval_ms: 1e-3 * self.t_eval_us as f64,
+            n_p_eval: self.n_p_eval.max(1),
+            n_eval: self.n_eval.max(1),
+            n_reused: self.n_reused.max(0),
+        }
+    }
+}
+
+/// The context's timings and counts, as upstream: `t_start_ms` the model load's start
+/// (`llama_time_us` / 1000, reset by `llama_perf_context_reset`), `t_load_ms` from there to
+/// the end of the first decode, prompt-eval (decodes of more than one token) and eval
+/// (one-token decodes) times and counts (at least 1 each, as upstream), `n_reused` the
+/// decodes that reused the previous graph. An all-zero struct (and a log line) for a NULL or
+/// freed context.
 #[no_mangle]
 pub unsafe extern "C" fn llama_perf_context(ctx: *const llama_context) -> llama_perf_context_data {
-    unsupported!("llama_perf_context", llama_perf_context_data::default())
+    boundary!("llama_perf_context", llama_perf_context_data::default(), {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        let data = handle.perf.lock().unwrap_or_else(|e| e.into_inner()).data();
+        Ok(data)
+    })
 }
 
-/// Upstream: logs the context's timings (`llama_perf_context`) in a human-readable form.
-/// Not supported by llama-hotswap yet: logs once and returns.
+/// Logs the context's timings (`llama_perf_context`) at info level in upstream's format
+/// (load, prompt eval, eval, total time, graphs reused).
 #[no_mangle]
 pub unsafe extern "C" fn llama_perf_context_print(ctx: *const llama_context) {
-    unsupported!("llama_perf_context_print")
+    boundary!("llama_perf_context_print", (), {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        let d = handle.perf.lock().unwrap_or_else(|e| e.into_inner()).data();
+        let t_end_ms = 1e-3 * super::backend::llama_time_us() as f64;
+        let f = "llama_perf_context_print";
+        crate::log_info!("{f}:        load time = {:10.2} ms", d.t_load_ms);
+        crate::log_info!(
+            "{f}: prompt eval time = {:10.2} ms / {:5} tokens ({:8.2} ms per token, {:8.2} tokens per second)",
+            d.t_p_eval_ms,
+            d.n_p_eval,
+            d.t_p_eval_ms / f64::from(d.n_p_eval),
+            1e3 / d.t_p_eval_ms * f64::from(d.n_p_eval)
+        );
+        crate::log_info!(
+            "{f}:        eval time = {:10.2} ms / {:5} runs   ({:8.2} ms per token, {:8.2} tokens per second)",
+            d.t_eval_ms,
+            d.n_eval,
+            d.t_eval_ms / f64::from(d.n_eval),
+            1e3 / d.t_eval_ms * f64::from(d.n_eval)
+        );
+        crate::log_info!(
+            "{f}:       total time = {:10.2} ms / {:5} tokens",
+            t_end_ms - d.t_start_ms,
+            d.n_p_eval + d.n_eval
+        );
+        crate::log_info!("{f}:    graphs reused = {:10}", d.n_reused);
+        Ok(())
+    })
 }
 
-/// Upstream: resets the context's timings and counts.
-/// Not supported by llama-hotswap yet: logs once and returns.
+/// Resets the context's timings and counts (the start becomes now), as upstream.
 #[no_mangle]
 pub unsafe extern "C" fn llama_perf_context_reset(ctx: *mut llama_context) {
-    unsupported!("llama_perf_context_reset")
+    boundary!("llama_perf_context_reset", (), {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        let mut p = handle.perf.lock().unwrap_or_else(|e| e.into_inner());
+        p.t_start_us = super::backend::llama_time_us();
+        p.t_eval_us = 0;
+        p.n_eval = 0;
+        p.t_p_eval_us = 0;
+        p.n_p_eval = 0;
+        p.n_reused = 0;
+        Ok(())
+    })
 }
 
 /// The sampling time and count of a sampler chain (`llama_sampler_chain_init`): time spent

@@ -211,6 +211,33 @@ pub struct KvShape {
     pub layers: Vec<(usize, usize)>,
 }
 
+impl KvType {
+    /// Bytes of one cached row of `width` values.
+    pub fn row_bytes(self, width: usize) -> usize {
+        match self {
+            KvType::F32 => 4 * width,
+            KvType::F16 => 2 * width,
+            KvType::Packed(ty) => crate::kernels::cpu::row_bytes(ty, width),
+        }
+    }
+}
+
+impl KvShape {
+    /// Bytes the cache of this shape holds: every layer's K and V rows, every stream.
+    pub fn bytes(&self) -> u64 {
+        let n_stream = if self.unified {
+            1
+        } else {
+            self.n_seq_max.clamp(1, MAX_SEQ)
+        };
+        let rows = self.size as u64 * n_stream as u64;
+        self.layers
+            .iter()
+            .map(|&(nk, nv)| rows * (self.type_k.row_bytes(nk) + self.type_v.row_bytes(nv)) as u64)
+            .sum()
+    }
+}
+
 /// The cells of one stream and the head where the next slot search starts.
 #[derive(Clone, Debug)]
 pub struct KvStream {

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Upstream's own programs on our library (docs/dropin.md): built once from the pinned sources
+# (scripts/build-upstream-tools.sh), then run twice with the same arguments: on upstream's
+# libllama (the oracle) and with our libllama.so.0 first on LD_LIBRARY_PATH and upstream's
+# libggml*.so and libllama-common.so beside it (the layout `cmake --install` makes). Model:
+# SmolLM2-135M-Instruct Q4_1. Checks:
+#  * coexist (ffi-tests/dropin/coexist.cpp, C++ against upstream's headers, ours linked before
+#    libggml so our ggml_* exports come first): ggml_* calls answer as libggml's, libggml's
+#    handles accepted in tensor_buft_overrides, llama-ext.h's C++ entry points (fit.cpp's
+#    no_alloc dry run and memory breakdown) answer with keys libggml understands;
+#  * every upstream libllama symbol libllama-common.so and the programs import is ours too;
+#  * llama-perplexity: final PPL within 0.1% of upstream's (4 chunks of 128); KLD mode with a
+#    base-logits file written by upstream and one written by ours: mean KLD < 1e-3, same top
+#    token >= 99% (each side reading the other's file);
+#  * llama-completion, greedy, non-interactive: the same text;
+#  * llama-tokenize: the same ids;
+#  * llama-bench and llama-batched-bench: run and print their tables.
+. "$(dirname "$0")/test-common.sh"
+need_upstream_source
+need_library
+model="$(bash scripts/fetch-models.sh)"
+tools="$(bash scripts/build-upstream-tools.sh llama-perplexity llama-completion llama-tokenize llama-bench llama-batched-bench)"
+out="$WORK/programs"
+rm -rf "$out" && mkdir -p "$out/lib"
+# The drop-in layout: ours as libllama.so.0, upstream's other libraries beside it.
+cp "$LIB" "$out/lib/libllama.so.0"
+for f in "$tools"/libggml*.so.0 "$tools"/libllama-common.so.0 "$tools"/*-impl.so; do
+    ln -s "$f" "$out/lib/"
+done
+status=0
+ok() { say "ok   $*"; }
+bad() { say "FAIL $*"; status=1; }
+ours() { LD_LIBRARY_PATH="$out/lib" "$@"; }
+theirs() { LD_LIBRARY_PATH="$tools" "$@"; }
+
+# Symbols: what libllama-common and the programs take from upstream's libllama, we export.
+nm -D --defined-only "$tools/libllama.so" | awk '{print $3}' | sort -u >"$out/upstream.syms"
+nm -D --defined-only "$LIB" | awk '{print $3}' | sort -u >"$out/ours.syms"
+missing=""
+for f in libllama-common.so llama-perplexity llama-completion llama-tokenize llama-bench \
+    llama-batched-bench libllama-perplexity-impl.so libllama-completion-impl.so \
+    libllama-bench-impl.so libllama-batched-bench-impl.so; do
+    [ -e "$tools/$f" ] || continue
+    m="$(nm -D --undefined-only "$tools/$f" | awk '{print $2}' | sed 's/@.*//' | sort -u \
+        | comm -12 - "$out/upstream.syms" | comm -23 - "$out/ours.syms")"
+    [ -z "$m" ] || missing="$missing $f:[$(echo $m)]"
+done
+if [ -z "$missing" ]; then
+    ok "every libllama symbol that libllama-common.so and the programs import is exported ($(grep -c '^_Z' "$out/ours.syms") C++ ones)"
+else
+    bad "symbols missing from ours:$missing"
+fi
+
+# Coexistence with libggml in one process.
+if "$CXX" -std=c++17 -O1 "${UPSTREAM_INCLUDES[@]}" -I "$UPSTREAM_LLAMA/src" ffi-tests/dropin/coexist.cpp \
+    -o "$out/coexist" -L "$out/lib" -Wl,--no-as-needed -l:libllama.so.0 -l:libggml.so.0 \
+    -l:libggml-base.so.0 -ldl >"$out/coexist-build.log" 2>&1; then
+    if COEXIST_HOSTILE=1 ours "$out/coexist" "$model" >"$out/coexist-ours.log" 2>&1; then
+        ok "coexist with libggml: $(grep -c '^ok' "$out/coexist-ours.log") checks; $(grep breakdown "$out/coexist-ours.log" | sed 's/^ *//')"
+    else
+        bad "coexist with libggml:"; grep -v '^ok' "$out/coexist-ours.log" | tail -20
+    fi
+    if theirs "$out/coexist" "$model" >"$out/coexist-upstream.log" 2>&1; then
+        ok "coexist on upstream's libllama (the reference): $(grep breakdown "$out/coexist-upstream.log" | sed 's/^ *//')"
+    else
+        bad "coexist on upstream's libllama:"; grep -v '^ok' "$out/coexist-upstream.log" | tail -20
+    fi
+else
+    bad "building ffi-tests/dropin/coexist.cpp:"; tail -20 "$out/coexist-build.log"
+fi
+
+# A text of 4 chunks of 128 tokens (upstream's own README, from the cache: never committed).
+text="$out/text.txt"
+cat "$UPSTREAM_LLAMA/README.md" "$UPSTREAM_LLAMA/docs/build.md" >"$text"
+ppl_args=(-m "$model" -f "$text" -c 128 --chunks 4 -t 2)
+final_ppl() { sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$1"; }
+run2() { # NAME ARGS...: runs a program on both libraries, logs in $out/NAME-{ours,upstream}.*
+    local name="$1"; shift
+    theirs "$@" >"$out/$name-upstream.out" 2>"$out/$name-upstream.err" || { bad "$name on upstream's library failed: $(tail -n 3 "$out/$name-upstream.err")"; return 1; }
+    ours "$@" >"$out/$name-ours.out" 2>"$out/$name-ours.err" || { bad "$name on ours failed (exit $?): $(tail -n 5 "$out/$name-ours.err")"; return 1; }
+}
+
+if run2 perplexity "$tools/llama-perplexity" "${ppl_args[@]}"; then
+    a="$(final_ppl "$out/perplexity-upstream.err")"; b="$(final_ppl "$out/perplexity-ours.err")"
+    if python3 -c "import sys; a,b=float('$a'),float('$b'); sys.exit(0 if abs(a-b) <= 1e-3*a else 1)" 2>/dev/null; then
+        ok "llama-perplexity: final PPL ours $b, upstream $a (within 0.1%)"
+    else
+        bad "llama-perplexity: final PPL ours '$b', upstream '$a'"
+    fi
+fi
+
+# KLD: base logits written by one side, read by the other.
+kld_check() { # LOG WHAT
+    local mean top
+    mean="$(sed -n 's/^.*Mean    KLD: *\([-0-9.e+]*\).*/\1/p' "$1" | head -n 1)"
+    top="$(sed -n 's/^.*Same top p: *\([0-9.]*\).*/\1/p' "$1" | head -n 1)"
+    if python3 -c "import sys; sys.exit(0 if float('$mean') < 1e-3 and float('$top') >= 99 else 1)" 2>/dev/null; then
+        ok "llama-perplexity KLD, $2: mean KLD $mean, same top $top%"
+    else
+        bad "llama-perplexity KLD, $2: mean KLD '$mean', same top '$top' (log $1)"
+    fi
+}
+if theirs "$tools/llama-perplexity" "${ppl_args[@]}" --kl-divergence-base "$out/base-upstream.kld" >/dev/null 2>"$out/kld-base-upstream.err" \
+    && ours "$tools/llama-perplexity" "${ppl_args[@]}" --kl-divergence-base "$out/base-ours.kld" >/dev/null 2>"$out/kld-base-ours.err"; then
+    ours "$tools/llama-perplexity" "${ppl_args[@]}" --kl-divergence --kl-divergence-base "$out/base-upstream.kld" \
+        >"$out/kld-ours-on-upstream.log" 2>&1 || true
+    kld_check "$out/kld-ours-on-upstream.log" "ours against upstream's base file"
+    theirs "$tools/llama-perplexity" "${ppl_args[@]}" --kl-divergence --kl-divergence-base "$out/base-ours.kld" \
+        >"$out/kld-upstream-on-ours.log" 2>&1 || true
+    kld_check "$out/kld-upstream-on-ours.log" "upstream against our base file"
+else
+    bad "llama-perplexity --kl-divergence-base failed: $(tail -n 3 "$out"/kld-base-*.err)"
+fi
+
+if run2 completion "$tools/llama-completion" -m "$model" -p "The capital of France is" -n 32 --temp 0 \
+    -no-cnv -t 2 -c 256 --seed 1; then
+    if cmp -s "$out/completion-upstream.out" "$out/completion-ours.out"; then
+        ok "llama-completion greedy: the same text ($(wc -c <"$out/completion-ours.out") bytes: $(head -c 60 "$out/completion-ours.out" | tr '\n' ' ')...)"
+    else
+        bad "llama-completion greedy: texts differ"; diff "$out/completion-upstream.out" "$out/completion-ours.out" | head
+    fi
+fi
+
+# llama_perf_context through common_perf_print: the same token and run counts as upstream,
+# and times that were measured (a positive eval time).
+perf_counts() { sed -n 's/.*common_perf_print: \(prompt eval\|       eval\) time = *\([0-9.]*\) ms \/ *\([0-9]*\) .*/\1:\3/p' "$1" | tr '\n' ' '; }
+if [ -s "$out/completion-ours.err" ]; then
+    a="$(perf_counts "$out/completion-upstream.err")"; b="$(perf_counts "$out/completion-ours.err")"
+    t="$(sed -n 's/.*common_perf_print: *eval time = *\([0-9.]*\) ms.*/\1/p' "$out/completion-ours.err")"
+    if [ -n "$b" ] && [ "$a" = "$b" ] && python3 -c "import sys; sys.exit(0 if float('$t') > 0 else 1)" 2>/dev/null; then
+        ok "llama_perf_context (common_perf_print): counts as upstream's ($b), eval time $t ms"
+    else
+        bad "llama_perf_context: ours '$b' (eval time '$t'), upstream '$a'"
+    fi
+fi
+
+if run2 tokenize "$tools/llama-tokenize" -m "$model" --ids --log-disable \
+    -p "Drop-in check: ünïcödé, 12345, tabs	and  spaces, emoji 🦙 and <|im_start|> tags."; then
+    if cmp -s "$out/tokenize-upstream.out" "$out/tokenize-ours.out"; then
+        ok "llama-tokenize: the same ids $(tail -n 1 "$out/tokenize-ours.out" | head -c 80)..."
+    else
+        bad "llama-tokenize: ids differ"; diff "$out/tokenize-upstream.out" "$out/tokenize-ours.out" | head
+    fi
+fi
+
+if ours "$tools/llama-bench" -m "$model" -p 16 -n 8 -r 1 -t 2 >"$out/bench-ours.out" 2>"$out/bench-ours.err" \
+    && grep -q '| *pp16 |' "$out/bench-ours.out" && grep -q '| *tg8 |' "$out/bench-ours.out"; then
+    ok "llama-bench prints its table:"; grep -E '^\|' "$out/bench-ours.out" | sed 's/^/     /'
+else
+    bad "llama-bench: $(tail -n 5 "$out/bench-ours.out" "$out/bench-ours.err")"
+fi
+
+if ours "$tools/llama-batched-bench" -m "$model" -c 512 -b 128 -ub 128 -npp 32 -ntg 8 -npl 1,2 -t 2 \
+    >"$out/batched-ours.out" 2>"$out/batched-ours.err" \
+    && [ "$(grep -cE '^\| +32 \| +8 \| +[12] \|' "$out/batched-ours.out")" = 2 ]; then
+    ok "llama-batched-bench prints its table:"; grep -E '^\|' "$out/batched-ours.out" | sed 's/^/     /'
+else
+    bad "llama-batched-bench: $(tail -n 5 "$out/batched-ours.out" "$out/batched-ours.err")"
+fi
+exit "$status"

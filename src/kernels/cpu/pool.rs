@@ -306,3 +306,77 @@ fn wait_for_generation(shared: &Shared, seen: u64) -> u64 {
             .unwrap_or_else(|p| p.into_inner());
     }
 }
+
+/// Wraps a pointer for disjoint writes from pool threads (matrix products, attention).
+pub(super) struct SharedOut<T>(*mut T);
+
+// by hand: derived Copy would require `T: Copy`, and the pointer is Copy for any T
+impl<T> Clone for SharedOut<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for SharedOut<T> {}
+
+// SAFETY: used only for writes to disjoint elements by different tasks, while the owning `&mut`
+// borrow is held by the function that spawned the tasks and waits for them.
+unsafe impl<T: Send> Sync for SharedOut<T> {}
+
+// SAFETY: as above: the pointer is only used for those disjoint writes.
+unsafe impl<T: Send> Send for SharedOut<T> {}
+
+impl<T> SharedOut<T> {
+    pub(super) fn new(out: &mut [T]) -> SharedOut<T> {
+        SharedOut(out.as_mut_ptr())
+    }
+    /// The pointer (a method, so closures capture the whole `Sync` wrapper, not the field).
+    pub(super) fn ptr(&self) -> *mut T {
+        self.0
+    }
+    /// `len` elements from `start`.
+    ///
+    /// # Safety
+    /// The range lies within the wrapped buffer, which outlives the use, and no other
+    /// thread reads or writes it meanwhile.
+    pub(super) unsafe fn slice<'a>(self, start: usize, len: usize) -> &'a mut [T] {
+        // SAFETY: the caller's contract above
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(start), len) }
+    }
+}
+
+/// Below this many values (of the output) a row-wise op runs on the calling thread: waking
+/// the pool would cost more than the work (a decode step's rows).
+const PAR_ROWS_MIN: usize = 8192;
+
+/// Runs `f(first_row, rows, thread)` over `dst` cut into runs of whole rows of `row_len`
+/// values, spread over `pool` when there is enough work (ggml splits its row-wise ops among
+/// its threads likewise). Each row must be computed from its index and inputs alone, so the
+/// result does not depend on the split. `thread` indexes per-thread scratch space as in
+/// [`ThreadPool::parallel_for`].
+pub fn for_row_runs<T: Send>(
+    pool: &ThreadPool,
+    dst: &mut [T],
+    row_len: usize,
+    f: &(dyn Fn(usize, &mut [T], usize) + Sync),
+) {
+    let n_rows = dst.len().checked_div(row_len).unwrap_or(0);
+    let nth = pool.n_threads();
+    if nth == 1 || n_rows < 2 || dst.len() < PAR_ROWS_MIN || dst.len() % row_len != 0 {
+        f(0, dst, 0);
+        return;
+    }
+    // a few runs per thread, so a thread the OS delays does not hold the others up
+    let per = n_rows.div_ceil(nth * 4);
+    let n_runs = n_rows.div_ceil(per);
+    let out = SharedOut::new(dst);
+    pool.parallel_for(n_runs, &|run, thread| {
+        let first = run * per;
+        let rows = per.min(n_rows - first);
+        // SAFETY: run `run` covers rows first..first + rows of `dst`, disjoint from every
+        // other run's and inside it (first + rows <= n_rows); `dst` stays mutably borrowed
+        // until parallel_for returns.
+        let chunk = unsafe { out.slice(first * row_len, rows * row_len) };
+        f(first, chunk, thread);
+    });
+}

@@ -7,50 +7,9 @@
 //! row's result depends only on the KV tiles (fixed at multiples of [`TILE_KV`] cells), not on
 //! which query rows share a tile, so the task split is free.
 
-use super::ops::{Attn, AttnShape, KvRows};
-use super::SharedOut;
-
-/// Query rows per tile (ggml's `GGML_FA_TILE_Q`): the tiled kernel runs from this many.
-pub const TILE_Q: usize = 64;
-/// KV cells per tile (ggml's `GGML_FA_TILE_KV`).
-pub const TILE_KV: usize = 64;
-
-/// Per-thread buffers of the tiled kernel.
-#[derive(Debug, Default)]
-pub struct TiledScratch {
-    q: Vec<f32>,
-    kt: Vec<f32>,
-    v: Vec<f32>,
-    kq: Vec<f32>,
-    acc: Vec<f32>,
-    m: Vec<f32>,
-    s: Vec<f32>,
-    vis: Vec<bool>,
-    row: Vec<f32>,
-    half: Vec<half::f16>,
-}
-
-fn at_least<T>(v: &mut Vec<T>, n: usize) {
-    v.reserve(n.saturating_sub(v.len()));
-}
-
-impl TiledScratch {
-    /// Gives every buffer the capacity a task of `shape` uses (see `AttnScratch::reserve_for`).
-    pub fn reserve_for(&mut self, shape: AttnShape) {
-        let rows = shape.n_head / shape.n_head_kv * TILE_Q;
-        let (dk, dv) = (shape.dk, shape.dv);
-        at_least(&mut self.q, rows * dk);
-        at_least(&mut self.kt, dk * TILE_KV);
-        at_least(&mut self.v, TILE_KV * dv);
-        at_least(&mut self.kq, rows * TILE_KV);
-        at_least(&mut self.acc, rows * dv);
-        at_least(&mut self.m, rows);
-        at_least(&mut self.s, rows);
-        at_least(&mut self.vis, TILE_Q * TILE_KV);
-        at_least(&mut self.row, dk.max(dv));
-        at_least(&mut self.half, dk.max(dv));
-    }
-}
+use super::common::{Attn, AttnScratch, AttnShape, KvRows, TiledScratch, TILE_KV, TILE_Q};
+use crate::kernels::cpu::dispatch::{gemm_acc, soft_max};
+use crate::kernels::cpu::pool::{SharedOut, ThreadPool};
 
 /// How the kernel reads a cache: F16 rows, F32 rows, or F32 rows rounded to F16 (upstream
 /// casts an F32 cache to F16 before flash attention).
@@ -95,67 +54,14 @@ fn read_f32(r: &dyn KvRows, cell: usize, off: usize, dst: &mut [f32], half: &mut
     }
 }
 
-/// `C[m×n] += A[m×k] · B[k×n]` (row-major), each element one chain of FMAs over `k` in order
-/// starting from its value in C: ggml's `simd_gemm`, whose register blocking does not change
-/// any element's order.
-pub fn gemm_acc(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if super::x86::gemm_acc(c, a, b, m, k, n) {
-        return;
-    }
-    gemm_acc_scalar(c, a, b, m, k, n);
-}
-
-/// [`gemm_acc`] without SIMD (the reference the SIMD version is tested against).
-pub fn gemm_acc_scalar(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
-    for i in 0..m {
-        for j in 0..n {
-            let mut s = c[i * n + j];
-            for kk in 0..k {
-                s = a[i * k + kk].mul_add(b[kk * n + j], s);
-            }
-            c[i * n + j] = s;
-        }
-    }
-}
-
-/// ggml's `ggml_vec_soft_max_f32` (AVX2 build): `x[i] = ggml_v_expf(x[i] - max)` in groups
-/// of 8, each group's lanes summed as `((0+4)+(2+6))+((1+5)+(3+7))` and the group sums added
-/// in f64; leftover values with libm's `expf`. Returns the sum.
-pub fn soft_max(x: &mut [f32], max: f32) -> f64 {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(s) = super::x86::soft_max(x, max) {
-        return s;
-    }
-    soft_max_scalar(x, max)
-}
-
-/// [`soft_max`] without SIMD, in the same order.
-pub fn soft_max_scalar(x: &mut [f32], max: f32) -> f64 {
-    let mut sum = 0f64;
-    let n8 = x.len() / 8 * 8;
-    for g in x[..n8].chunks_exact_mut(8) {
-        for v in g.iter_mut() {
-            *v = super::ops::ggml_expf(*v - max);
-        }
-        let w: [f32; 4] = std::array::from_fn(|i| g[i + 4] + g[i]);
-        sum += f64::from((w[0] + w[2]) + (w[1] + w[3]));
-    }
-    for v in &mut x[n8..] {
-        *v = (*v - max).exp();
-        sum += f64::from(*v);
-    }
-    sum
-}
-
 /// The tiled flash attention over `n_tokens` query rows (see the module doc). Tasks are
 /// (block of query tokens, KV head) pairs over `pool`, sharing each K/V tile between the
 /// query heads of the group.
 pub fn flash_attn_tiled(
     a: &Attn<'_>,
     out: &mut [f32],
-    pool: &super::ThreadPool,
-    scratch: &[std::sync::Mutex<super::ops::AttnScratch>],
+    pool: &ThreadPool,
+    scratch: &[std::sync::Mutex<AttnScratch>],
 ) {
     let Attn {
         shape,
@@ -353,6 +259,7 @@ fn tile_task(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::cpu::vec::{gemm_acc_scalar, soft_max_scalar};
 
     fn lcg(seed: &mut u64) -> f32 {
         *seed = seed

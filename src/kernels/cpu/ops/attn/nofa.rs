@@ -6,33 +6,10 @@
 //! softmax is `ggml_vec_soft_max_f32` over the whole row (see [`super::attn_tiled::soft_max`]),
 //! its sum inverted in f64. Emulated per (token, KV head) task with the same float order.
 
-use super::ops::{Attn, AttnShape, KvRows};
-use super::{fmadd, SharedOut};
-
-/// Per-thread buffers.
-#[derive(Debug, Default)]
-pub struct NoFaScratch {
-    q: Vec<f32>,
-    row: Vec<f32>,
-    w: Vec<f32>,
-    acc: Vec<f32>,
-    /// Whether the task's token sees each cell of its view (`Attn::visible_row`).
-    seen: Vec<bool>,
-}
-
-impl NoFaScratch {
-    /// Gives every buffer the capacity a task of `shape` uses (see `AttnScratch::reserve_for`).
-    pub fn reserve_for(&mut self, shape: AttnShape) {
-        fn at_least<T>(v: &mut Vec<T>, n: usize) {
-            v.reserve(n.saturating_sub(v.len()));
-        }
-        at_least(&mut self.q, shape.dk);
-        at_least(&mut self.row, shape.dk.max(shape.dv));
-        at_least(&mut self.w, shape.n_cells_max as usize);
-        at_least(&mut self.acc, shape.dv * 32);
-        at_least(&mut self.seen, shape.n_cells_max as usize);
-    }
-}
+use super::common::{Attn, AttnScratch, AttnShape, KvRows, NoFaScratch};
+use crate::kernels::cpu::dispatch::soft_max;
+use crate::kernels::cpu::pool::{SharedOut, ThreadPool};
+use crate::kernels::cpu::vec::fmadd;
 
 /// Whether this path can follow upstream here: K and V in F16 or F32 (not blocks).
 pub fn applies(k: &dyn KvRows, v: &dyn KvRows) -> bool {
@@ -84,8 +61,8 @@ fn reduce(acc: &[f32], tiny: bool) -> f32 {
 pub fn attn_no_fa(
     a: &Attn<'_>,
     out: &mut [f32],
-    pool: &super::ThreadPool,
-    scratch: &[std::sync::Mutex<super::ops::AttnScratch>],
+    pool: &ThreadPool,
+    scratch: &[std::sync::Mutex<AttnScratch>],
 ) {
     let Attn {
         shape,
@@ -213,7 +190,7 @@ fn head_task(
     let max =
         sc.w.iter()
             .fold(f32::NEG_INFINITY, |m, &x| if m > x { m } else { x });
-    let sum = super::attn_tiled::soft_max(&mut sc.w, max);
+    let sum = soft_max(&mut sc.w, max);
     let inv = (1.0 / sum) as f32;
     let v_half = v.is_f16();
     // kqv: the probabilities converted to V's type, dotted with each of V's columns in the

@@ -1,0 +1,275 @@
+//! Run-time kernel selection: for each op the ISA kernel when this CPU has it (x86-64:
+//! AVX2/FMA/F16C, `x86/`), else the scalar reference, plus the checked entry points over
+//! them. `LLAMA_HOTSWAP_KERNELS=scalar` forces the scalar path. A new ISA adds its folder
+//! and one branch per function here.
+
+use super::type_traits::*;
+use super::vec::*;
+#[cfg(target_arch = "x86_64")]
+use super::x86;
+use super::{dequant, dot_scalar, quantize};
+use crate::gguf::GgmlType;
+
+/// ggml's `to_float` for `t`: decodes `dst.len()` values from the whole blocks at the start of
+/// `src`. Bit-identical to ggml's `dequantize_row_*` (and gguf-py's `dequantize`); Q8_1 and
+/// Q8_K (activation types) are accepted too.
+///
+/// Panics if `t` is not supported, `dst.len()` is not a multiple of the block size, or `src`
+/// is shorter than `row_bytes(t, dst.len())`.
+pub fn dequantize_row(t: GgmlType, src: &[u8], dst: &mut [f32]) {
+    let n = row_bytes(t, dst.len());
+    assert!(
+        src.len() >= n,
+        "{t} row of {} values needs {n} bytes, got {}",
+        dst.len(),
+        src.len()
+    );
+    let src = &src[..n];
+    let f: fn(&[u8], &mut [f32]) = match t {
+        GgmlType::F32 => dequant::f32_row,
+        GgmlType::F16 => dequant::f16_row,
+        GgmlType::BF16 => dequant::bf16_row,
+        GgmlType::Q4_0 => dequant::q4_0,
+        GgmlType::Q4_1 => dequant::q4_1,
+        GgmlType::Q5_0 => dequant::q5_0,
+        GgmlType::Q5_1 => dequant::q5_1,
+        GgmlType::Q8_0 => dequant::q8_0,
+        GgmlType::Q8_1 => dequant::q8_1,
+        GgmlType::Q2_K => dequant::q2_k,
+        GgmlType::Q3_K => dequant::q3_k,
+        GgmlType::Q4_K => dequant::q4_k,
+        GgmlType::Q5_K => dequant::q5_k,
+        GgmlType::Q6_K => dequant::q6_k,
+        GgmlType::Q8_K => dequant::q8_k,
+        GgmlType::IQ4_NL => dequant::iq4_nl,
+        GgmlType::IQ4_XS => dequant::iq4_xs,
+        _ => panic!("no CPU dequantization for ggml type {t}"),
+    };
+    f(src, dst);
+}
+
+/// Converts one f32 row into `vt`, one of the vec_dot types (F32, F16, BF16, Q8_0, Q8_1,
+/// Q8_K), bit-exact with the `from_float` upstream's CPU backend runs on x86-64 (see
+/// `quantize.rs`). `dst` must hold at least `row_bytes(vt, x.len())` bytes.
+pub fn quantize_row(vt: GgmlType, x: &[f32], dst: &mut [u8]) {
+    let n = row_bytes(vt, x.len());
+    assert!(
+        dst.len() >= n,
+        "{vt} row of {} values needs {n} bytes",
+        x.len()
+    );
+    let dst = &mut dst[..n];
+    match vt {
+        #[cfg(target_arch = "x86_64")]
+        GgmlType::Q8_0 | GgmlType::Q8_1 if x86::quantize_q8(x, dst, vt == GgmlType::Q8_1) => {}
+        #[cfg(target_arch = "x86_64")]
+        GgmlType::F16 if x86::convert_f16(x, dst) => {}
+        _ => quantize_row_scalar(vt, x, dst),
+    }
+}
+
+/// Stores one f32 row as type `t` the way the CPU backend's SET_ROWS does (its `from_float`):
+/// [`quantize_row`] for F32/F16/BF16/Q8_0, the reference quantizers for Q4_0/Q4_1. Panics for
+/// another type (see [`is_kv_cache_type`]).
+pub fn store_row(t: GgmlType, x: &[f32], dst: &mut [u8]) {
+    match t {
+        GgmlType::Q4_0 | GgmlType::Q4_1 => {
+            let n = row_bytes(t, x.len());
+            let dst = &mut dst[..n];
+            if t == GgmlType::Q4_0 {
+                quantize::q4_0(x, dst)
+            } else {
+                quantize::q4_1(x, dst)
+            }
+        }
+        _ => quantize_row(t, x, dst),
+    }
+}
+
+/// [`quantize_row`] with the scalar reference only (the SIMD quantizers are tested against it,
+/// bit for bit).
+pub fn quantize_row_scalar(vt: GgmlType, x: &[f32], dst: &mut [u8]) {
+    let n = row_bytes(vt, x.len());
+    assert!(
+        dst.len() >= n,
+        "{vt} row of {} values needs {n} bytes",
+        x.len()
+    );
+    let dst = &mut dst[..n];
+    match vt {
+        GgmlType::F32 => quantize::f32_row(x, dst),
+        GgmlType::F16 => quantize::f16_row(x, dst),
+        GgmlType::BF16 => quantize::bf16_row(x, dst),
+        GgmlType::Q8_0 => quantize::q8_0(x, dst),
+        GgmlType::Q8_1 => quantize::q8_1(x, dst),
+        GgmlType::Q8_K => quantize::q8_k(x, dst),
+        _ => panic!("{vt} is not a vec_dot type"),
+    }
+}
+
+/// The scalar reference dot product for weight type `t` (ggml's generic code).
+pub fn scalar_dot_fn(t: GgmlType) -> DotFn {
+    match t {
+        GgmlType::F32 => dot_scalar::f32,
+        GgmlType::F16 => dot_scalar::f16,
+        GgmlType::BF16 => dot_scalar::bf16,
+        GgmlType::Q4_0 => dot_scalar::q4_0,
+        GgmlType::Q4_1 => dot_scalar::q4_1,
+        GgmlType::Q5_0 => dot_scalar::q5_0,
+        GgmlType::Q5_1 => dot_scalar::q5_1,
+        GgmlType::Q8_0 => dot_scalar::q8_0,
+        GgmlType::Q2_K => dot_scalar::q2_k,
+        GgmlType::Q3_K => dot_scalar::q3_k,
+        GgmlType::Q4_K => dot_scalar::q4_k,
+        GgmlType::Q5_K => dot_scalar::q5_k,
+        GgmlType::Q6_K => dot_scalar::q6_k,
+        GgmlType::IQ4_NL => dot_scalar::iq4_nl,
+        GgmlType::IQ4_XS => dot_scalar::iq4_xs,
+        _ => panic!("no CPU kernel for ggml type {t}"),
+    }
+}
+
+/// The fastest dot product for `t` on this machine: the SIMD one when the CPU has it (checked
+/// once), else the scalar reference.
+pub fn dot_fn(t: GgmlType) -> DotFn {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(f) = x86::dot_fn(t) {
+        return f;
+    }
+    scalar_dot_fn(t)
+}
+
+/// The dot product upstream runs for a product with one activation row (ggml's vec_dot,
+/// where llamafile's sgemm declines): F16 and BF16 in `ggml_vec_dot_f16` / `_bf16`'s order,
+/// IQ4_NL in `ggml_vec_dot_iq4_nl_q8_0`'s (two accumulators), where batched products run
+/// tinyBLAS's order ([`dot_fn`]); for the other types the same as [`dot_fn`]. Without AVX2:
+/// the scalar references (F16 in `ggml_vec_dot_f16`'s order, [`ops::dot_f16_ggml_by`]).
+pub fn matvec_dot_fn(t: GgmlType) -> DotFn {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(f) = x86::matvec_dot_fn(t) {
+        return f;
+    }
+    if t == GgmlType::F16 {
+        return f16_ggml_scalar;
+    }
+    scalar_dot_fn(t)
+}
+
+fn f16_ggml_scalar(k: usize, w: &[u8], x: &[u8]) -> f32 {
+    let at = |b: &[u8], i: usize| half::f16::from_le_bytes([b[2 * i], b[2 * i + 1]]).to_f32();
+    dot_f16_ggml_by(k, |i| at(w, i), |i| at(x, i))
+}
+
+/// The main tile kernel for `t` on this machine, if one exists (AVX2: 4 weight rows × 3
+/// activation rows for F16, 4 × 2 for F32/BF16 and Q4_0/Q5_0/Q8_0/IQ4_NL, 2 × 4 for
+/// Q4_1/Q5_1, 1 × 4 for Q4_K/Q6_K). Every tile computes each output with exactly the arithmetic of
+/// [`dot_fn`], so results never depend on the batch size nor on the thread count.
+pub fn tile_fn(t: GgmlType) -> Option<Tile> {
+    #[cfg(target_arch = "x86_64")]
+    return x86::tile_fn(t);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = t;
+        None
+    }
+}
+
+/// The tile kernel of exactly `rows` × `cols` outputs for `t`, for the edges of a product
+/// (shapes up to [`tile_fn`]'s main one in each direction), if one exists.
+pub fn tile_shape(t: GgmlType, rows: usize, cols: usize) -> Option<Tile> {
+    #[cfg(target_arch = "x86_64")]
+    return x86::tile_shape(t, rows, cols);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (t, rows, cols);
+        None
+    }
+}
+
+/// Which SIMD level [`dot_fn`] uses: "avx2" or "scalar".
+pub fn simd_level() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    if x86::available() {
+        return "avx2";
+    }
+    "scalar"
+}
+
+fn check_dot_args(t: GgmlType, k: usize, w: &[u8], x: &[u8]) {
+    let (nw, nx) = (row_bytes(t, k), row_bytes(vec_dot_type(t), k));
+    assert!(
+        w.len() >= nw && x.len() >= nx,
+        "{t} dot of {k}: {} / {} bytes",
+        w.len(),
+        x.len()
+    );
+}
+
+/// One dot product with [`dot_fn`]: weight row `w` (type `t`) · activation row `x` (bytes in
+/// `vec_dot_type(t)`), `k` elements.
+pub fn vec_dot(t: GgmlType, k: usize, w: &[u8], x: &[u8]) -> f32 {
+    check_dot_args(t, k, w, x);
+    dot_fn(t)(k, w, x)
+}
+
+/// One dot product with [`matvec_dot_fn`] (upstream's `vec_dot`, as a matrix-vector product
+/// runs it).
+pub fn vec_dot_matvec(t: GgmlType, k: usize, w: &[u8], x: &[u8]) -> f32 {
+    check_dot_args(t, k, w, x);
+    matvec_dot_fn(t)(k, w, x)
+}
+
+/// As [`vec_dot`], with the scalar reference.
+pub fn vec_dot_scalar(t: GgmlType, k: usize, w: &[u8], x: &[u8]) -> f32 {
+    check_dot_args(t, k, w, x);
+    scalar_dot_fn(t)(k, w, x)
+}
+
+/// ggml's `ggml_vec_dot_f16` as its AVX2 build computes it (K·Q in flash attention): four
+/// 8-lane f32 FMA accumulators over steps of 32, reduced 0+2 and 1+3, then 0+1, then the two
+/// halves and two horizontal adds; the leftover elements added in f64. Following its order
+/// keeps attention scores equal to upstream's, so near-ties in the logits break the same way.
+pub fn dot_f16_ggml(x: &[half::f16], y: &[half::f16]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(v) = x86::dot_f16_ggml(x, y) {
+        return v;
+    }
+    dot_f16_ggml_scalar(x, y)
+}
+
+/// ggml's `vec_scale_f16` (when `ms` is given) followed by `vec_mad_f16` on a half-precision
+/// accumulator: `acc = f16(acc * ms)`, then `acc = f16(fma(v, vs, acc))`, elementwise. The
+/// SIMD version (F16C) rounds exactly as this one does.
+pub fn f16_scale_mad(acc: &mut [half::f16], v: &[half::f16], ms: Option<f32>, vs: f32) {
+    assert!(
+        v.len() >= acc.len(),
+        "f16 mad: v shorter than the accumulator"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if x86::f16_scale_mad(acc, v, ms, vs) {
+        return;
+    }
+    f16_scale_mad_scalar(acc, v, ms, vs);
+}
+
+/// `C[m×n] += A[m×k] · B[k×n]` (row-major), each element one chain of FMAs over `k` in order
+/// starting from its value in C: ggml's `simd_gemm`, whose register blocking does not change
+/// any element's order.
+pub fn gemm_acc(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if x86::gemm_acc(c, a, b, m, k, n) {
+        return;
+    }
+    gemm_acc_scalar(c, a, b, m, k, n);
+}
+
+/// ggml's `ggml_vec_soft_max_f32` (AVX2 build): `x[i] = ggml_v_expf(x[i] - max)` in groups
+/// of 8, each group's lanes summed as `((0+4)+(2+6))+((1+5)+(3+7))` and the group sums added
+/// in f64; leftover values with libm's `expf`. Returns the sum.
+pub fn soft_max(x: &mut [f32], max: f32) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(s) = x86::soft_max(x, max) {
+        return s;
+    }
+    soft_max_scalar(x, max)
+}

@@ -888,7 +888,7 @@ struct llama_context_params llama_context_default_params(void);
 struct llama_sampler_chain_params llama_sampler_chain_default_params(void);
 
 // Upstream's default quantization parameters (Q8_0, output tensor quantized, 8 GiB buffer).
-// Quantization itself is not supported by llama-hotswap yet.
+// Quantization itself is `llama_model_quantize` (src/ffi/quantize.rs).
 struct llama_model_quantize_params llama_model_quantize_default_params(void);
 
 // Initializes the library. Nothing needs initializing; safe to call any number of times.
@@ -1685,10 +1685,11 @@ void llama_perf_sampler_print(const struct llama_sampler *chain);
 // ignored (upstream aborts).
 void llama_perf_sampler_reset(struct llama_sampler *chain);
 
-// Upstream: quantizes the GGUF model `fname_inp` into `fname_out` as `params` says; returns
-// 0 on success and 1 on failure.
-// Not supported by llama-hotswap yet: logs once and returns 1 (upstream's failure value);
-// no file is written.
+// Quantizes the GGUF model `fname_inp` into `fname_out` as `params` says (type mix of
+// `params.ftype`, output/token-embedding types, imatrix, per-tensor type overrides, pruned
+// layers, kv overrides, dry run); the file is byte-identical to upstream's. Returns 0 on
+// success and 1 on failure (logged; no partial output file is left). Split input models and
+// the grid IQ types (IQ1_*, IQ2_*, IQ3_*) as targets are refused for now.
 uint32_t llama_model_quantize(const char *fname_inp,
                               const char *fname_out,
                               const struct llama_model_quantize_params *params);

@@ -6,6 +6,8 @@
 //! * `ffi` — the C boundary: the only module with `extern "C"`, `#[no_mangle]` and raw
 //!   pointers; one file per llama.h area.
 //! * `loader` — loading a model from GGUF files (splits, metadata, tensor data, load modes).
+//! * `quantize` — model quantization (`llama_model_quantize`): upstream's type-choice rules
+//!   and the GGUF rewrite; the row quantizers it calls are kernels (`kernels::quant`).
 //! * `hotswap` — replacing individual tensors of a loaded model from files on disk.
 //! * `model` — the loaded model as data: metadata, hparams, vocabulary, tensor registry, and
 //!   the state hot-swap keeps on it (`model::swap`).
@@ -39,6 +41,8 @@
 //! model → gguf
 //! ```
 //!
+//! `quantize` sits beside `loader` and uses it (metadata decoding), `model` (hyperparameters),
+//! `kernels` (row quantizers, dequantization) and `gguf`; nothing uses `quantize` but `ffi`.
 //! `loader` and `hotswap` sit beside each other above `model` and `storage`; `model` uses
 //! `storage` (its tensors' bytes) and `gguf`; `storage` uses `device` and `gguf`; `device` and
 //! `gguf` use nothing but `log`. Nothing points back up: `tests/layering.rs` fails on any cycle
@@ -78,6 +82,8 @@ pub mod loader;
 pub mod log;
 /// cbindgen:ignore
 pub mod model;
+/// cbindgen:ignore
+pub mod quantize;
 /// cbindgen:ignore
 pub mod sampling;
 /// cbindgen:ignore

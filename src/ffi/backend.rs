@@ -98,7 +98,7 @@ pub extern "C" fn llama_sampler_chain_default_params() -> llama_sampler_chain_pa
 }
 
 /// Upstream's default quantization parameters (Q8_0, output tensor quantized, 8 GiB buffer).
-/// Quantization itself is not supported by llama-hotswap yet.
+/// Quantization itself is `llama_model_quantize` (src/ffi/quantize.rs).
 #[no_mangle]
 pub extern "C" fn llama_model_quantize_default_params() -> llama_model_quantize_params {
     llama_model_quantize_params {

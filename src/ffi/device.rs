@@ -25,27 +25,13 @@ use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::OnceLock;
 
+use super::handles::{ggml_backend_buffer_type, ggml_backend_device};
 use super::types::*;
 use super::{c_str, FfiError};
 use crate::device::{Device, DeviceType, Registry};
 
 const DEVICE_MAGIC: u64 = 0x6c68_7377_6465_7601; // "lhswdev" + 1
 const BUFT_MAGIC: u64 = 0x6c68_7377_6275_6601; // "lhswbuf" + 1
-
-/// A device (`struct ggml_backend_device`); internals private.
-pub struct ggml_backend_device {
-    magic: u64,
-    index: usize,
-    name: CString,
-    description: CString,
-}
-
-/// A buffer type (`struct ggml_backend_buffer_type`); internals private. Each device has one,
-/// its default buffer type, named like the device ("CPU", "VGPU0").
-pub struct ggml_backend_buffer_type {
-    magic: u64,
-    device: usize,
-}
 
 /// The leaked, process-lifetime handle arrays, parallel to the registry's devices.
 struct Handles {

@@ -259,3 +259,21 @@ pub(crate) unsafe fn free_context(ptr: *mut llama_context) -> Result<(), FfiErro
     // SAFETY: the caller's contract.
     unsafe { free(ptr, |_| {}) }
 }
+
+// The ggml device handles (`ffi/device.rs` makes and checks them); here, beside the other
+// handle types, so that `ffi/types.rs` can name them without importing the device API.
+
+/// A device (`struct ggml_backend_device`); internals private.
+pub struct ggml_backend_device {
+    pub(super) magic: u64,
+    pub(super) index: usize,
+    pub(super) name: std::ffi::CString,
+    pub(super) description: std::ffi::CString,
+}
+
+/// A buffer type (`struct ggml_backend_buffer_type`); internals private. Each device has one,
+/// its default buffer type, named like the device ("CPU", "VGPU0").
+pub struct ggml_backend_buffer_type {
+    pub(super) magic: u64,
+    pub(super) device: usize,
+}

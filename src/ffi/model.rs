@@ -15,7 +15,7 @@ use crate::model::{LoadMode, Model};
 ///
 /// # Safety
 /// `list` must be NULL or point to an array terminated by an entry whose key starts with NUL.
-unsafe fn read_overrides(
+pub(super) unsafe fn read_overrides(
     list: *const llama_model_kv_override,
 ) -> Result<Vec<KvOverride>, FfiError> {
     let mut out = Vec::new();

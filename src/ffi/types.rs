@@ -146,9 +146,9 @@ pub type ggml_opt_context_t = *mut ggml_opt_context;
 pub type ggml_opt_result_t = *mut ggml_opt_result;
 
 /// A device handle (`ggml_backend_dev_t`). Internals are private to the library.
-pub type ggml_backend_dev_t = *mut crate::ffi::device::ggml_backend_device;
+pub type ggml_backend_dev_t = *mut crate::ffi::handles::ggml_backend_device;
 /// A buffer-type handle (`ggml_backend_buffer_type_t`). Internals are private to the library.
-pub type ggml_backend_buffer_type_t = *mut crate::ffi::device::ggml_backend_buffer_type;
+pub type ggml_backend_buffer_type_t = *mut crate::ffi::handles::ggml_backend_buffer_type;
 
 pub type ggml_log_callback =
     Option<unsafe extern "C" fn(level: GgmlLogLevel, text: *const c_char, user_data: *mut c_void)>;

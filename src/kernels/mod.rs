@@ -6,3 +6,4 @@
 //! [`cpu::ThreadPool`].
 
 pub mod cpu;
+pub mod quant;

@@ -11,8 +11,8 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
+use super::error::{file_error, LoadError};
 use super::file::{self, SourceFile};
-use super::{file_error, LoadError};
 
 /// O_DIRECT needs offsets, lengths and addresses aligned to the logical block size; 4096
 /// covers every common device.

@@ -133,11 +133,11 @@ pub fn read_exact_at_parallel(
     offset: u64,
 ) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
-    let Some(half) = super::split_point(dst.len()) else {
+    let Some(half) = super::parallel::split_point(dst.len()) else {
         return file.read_exact_at(dst, offset);
     };
     let (a, b) = dst.split_at_mut(half);
-    let (first, second) = super::both(
+    let (first, second) = super::parallel::both(
         || file.read_exact_at(a, offset),
         || file.read_exact_at(b, offset + half as u64),
     );

@@ -229,10 +229,10 @@ impl PageCopier {
                 "copy of {from}..{to}: not whole pages"
             )));
         }
-        match super::split_point(to - from) {
+        match super::parallel::split_point(to - from) {
             None => self.copy_serial(from, to),
             Some(half) => {
-                let (a, b) = super::both(
+                let (a, b) = super::parallel::both(
                     || self.copy_serial(from, from + half),
                     || self.copy_serial(from + half, to),
                 );
@@ -482,7 +482,7 @@ impl HostRange {
         let first = addr.div_ceil(page) * page;
         let end = (addr + self.len) / page * page;
         if self.arena.locked || end <= first || end - first < MOVE_MIN {
-            super::copy_parallel(self.bytes_mut(), stage.bytes());
+            super::parallel::copy_parallel(self.bytes_mut(), stage.bytes());
             return Ok(Replaced::Copied(None));
         }
         let (lead, span) = (first - addr, end - first);
@@ -508,7 +508,7 @@ impl HostRange {
             Err(e) => {
                 // Nothing moved, or the range's pages were put back or left empty: a full
                 // copy gives the new bytes either way.
-                super::copy_parallel(self.bytes_mut(), stage.bytes());
+                super::parallel::copy_parallel(self.bytes_mut(), stage.bytes());
                 Ok(Replaced::Copied(Some(e)))
             }
         }
@@ -523,7 +523,7 @@ impl HostRange {
                 self.len
             )));
         }
-        super::copy_parallel(self.bytes_mut(), src);
+        super::parallel::copy_parallel(self.bytes_mut(), src);
         Ok(())
     }
 }
@@ -912,5 +912,32 @@ mod tests {
         let mut wrong = stage_with(&ranges[2], &small);
         assert!(ranges[1].replace_from_stage(&mut wrong).is_err());
         assert!(ranges[1].bytes() == contents[1].as_slice());
+    }
+
+    #[test]
+    fn populate_for_write_keeps_bytes_and_makes_whole_pages_resident() {
+        let page = crate::device::page_size();
+        // A range that starts and ends mid-page: only its whole pages are populated, and no
+        // byte of it (or of the pages it shares with its neighbours) changes.
+        let (offset, len) = (page / 2, 6 * page);
+        let arena = HostArena::new(alloc_pages(8 * page).unwrap(), false);
+        let mut ranges = split_arena(arena, &[(offset, len)], &[]).unwrap();
+        let range = &mut ranges[0];
+        assert_eq!(range.resident_bytes(), Some(0), "fresh anonymous memory");
+        let populated = populate_for_write(range.bytes_mut());
+        if populated {
+            // The five whole pages inside it; the two partial ones stay untouched.
+            assert_eq!(range.resident_bytes(), Some(5 * page));
+        } else {
+            eprintln!("MADV_POPULATE_WRITE refused here (kernel older than 5.14?)");
+        }
+        assert!(range.bytes().iter().all(|&b| b == 0));
+        let pattern: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        range.write(&pattern).unwrap();
+        assert!(populate_for_write(range.bytes_mut()) || !populated);
+        assert!(
+            range.bytes() == pattern.as_slice(),
+            "populating changed written bytes"
+        );
     }
 }

@@ -9,8 +9,8 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use super::error::TokenizerError;
 use super::unicode::{self as uc, flags};
-use super::TokenizerError;
 use crate::model::vocab::{pre, Vocab};
 
 // Upstream's regexes, by name (written as upstream writes them: `\\` is one backslash).

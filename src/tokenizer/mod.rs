@@ -8,6 +8,7 @@
 //! tokenizes it, not rejected.
 
 pub mod bpe;
+mod error;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod harness;
 pub mod plamo2;
@@ -20,27 +21,14 @@ pub mod ugm;
 pub mod unicode;
 pub mod wpm;
 
+pub use error::TokenizerError;
+
 use crate::model::meta::Metadata;
 use crate::model::vocab::{
     Vocab, ATTR_BYTE, ATTR_CONTROL, ATTR_LSTRIP, ATTR_NORMAL, ATTR_RSTRIP, ATTR_UNKNOWN,
     ATTR_USER_DEFINED, TOKEN_NULL, VOCAB_BPE, VOCAB_NONE, VOCAB_PLAMO2, VOCAB_RWKV, VOCAB_SPM,
     VOCAB_TEST, VOCAB_UGM, VOCAB_WPM,
 };
-
-/// Why a tokenizer could not be built or could not run.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum TokenizerError {
-    #[error("the {0} tokenizer is not supported by llama-hotswap yet")]
-    Unsupported(&'static str),
-    #[error("the model has no vocabulary (type NONE)")]
-    NoVocab,
-    #[error("add_special asks for the {0} token but the vocabulary has none")]
-    MissingSpecial(&'static str),
-    #[error("token id {0} out of range")]
-    TokenOutOfRange(i32),
-    #[error("{0}")]
-    Invalid(String),
-}
 
 /// The algorithm for one vocab type.
 enum Algo {

@@ -12,8 +12,8 @@
 
 use std::collections::HashMap;
 
+use super::error::TokenizerError;
 use super::unicode::{cpts_from_utf8, push_utf8};
-use super::TokenizerError;
 use crate::model::vocab::Vocab;
 
 const INVALID_SCORE: i32 = -20_000_000;

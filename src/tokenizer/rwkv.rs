@@ -4,8 +4,8 @@
 //! over the unescaped bytes, and the text is cut greedily into the longest token at each
 //! position. A byte that starts no token becomes the unknown token.
 
+use super::error::TokenizerError;
 use super::trie::{ByteTrie, TrieBuilder};
-use super::TokenizerError;
 use crate::model::vocab::Vocab;
 
 /// `llama_unescape_rwkv_token`: the bytes an RWKV token text stands for; also the token's piece.

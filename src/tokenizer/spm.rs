@@ -11,7 +11,8 @@
 
 use std::collections::BinaryHeap;
 
-use super::{unicode, TokenizerError};
+use super::error::TokenizerError;
+use super::unicode;
 use crate::model::vocab::Vocab;
 
 #[derive(Clone, Copy)]

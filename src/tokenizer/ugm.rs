@@ -9,8 +9,9 @@
 //!    (user-defined tokens score 0), with the unknown token for characters no token covers,
 //!    and runs of unknown tokens collapsed into one.
 
+use super::error::TokenizerError;
 use super::trie::{ByteTrie, TrieBuilder};
-use super::{unicode, TokenizerError};
+use super::unicode;
 use crate::model::vocab::Vocab;
 
 const ESCAPED_SPACE: &[u8] = "\u{2581}".as_bytes();

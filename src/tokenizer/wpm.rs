@@ -13,8 +13,8 @@
 //! tokens from the left over bytes; a word with any uncovered position becomes one unknown
 //! token.
 
+use super::error::TokenizerError;
 use super::unicode;
-use super::TokenizerError;
 use crate::model::vocab::Vocab;
 
 const PHANTOM_SPACE: &[u8] = "\u{2581}".as_bytes();

@@ -7,8 +7,9 @@
 
 use std::sync::Arc;
 
+use super::engine::{parse_grammar, Grammar, Triggers};
 use super::utf8::decode_utf8;
-use super::{parse_grammar, Grammar, GrammarVocab, Triggers};
+use super::vocab::GrammarVocab;
 
 /// Pieces of the harness vocabulary: token 0 is end-of-generation, 1..=256 single bytes,
 /// then a few multi-byte and partial pieces.

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::GrammarError;
+use super::error::GrammarError;
 
 /// Upstream's `MAX_REPETITION_THRESHOLD`.
 pub const MAX_REPETITION_THRESHOLD: u64 = 2000;

@@ -3,8 +3,10 @@
 
 use std::sync::Arc;
 
+use super::engine::{Grammar, Triggers};
+use super::error::GrammarError;
 use super::trigger::pattern_from_words;
-use super::{Grammar, GrammarError, GrammarVocab, Triggers};
+use super::vocab::GrammarVocab;
 use crate::sampling::{Candidates, Sampler};
 
 /// What a grammar sampler is built from (upstream `llama_sampler_init_grammar_impl`).

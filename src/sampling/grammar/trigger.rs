@@ -7,7 +7,7 @@
 //! (e.g. `(?=...)`); Rust's `regex` crate lacks them. Remaining differences are ECMAScript
 //! details (`\d`/`\w` are Unicode-aware here, ASCII there).
 
-use super::GrammarError;
+use super::error::GrammarError;
 
 #[derive(Clone, Debug)]
 pub struct TriggerPattern {

@@ -1,0 +1,299 @@
+//! `llama_model_quantize` against upstream's `llama-quantize` (built by
+//! scripts/build-upstream-tools.sh, cached): the same input and arguments must give the same
+//! file, byte for byte. Inputs: an F16 copy of the real SmolLM2 (made by upstream's tool from
+//! the shipped Q4_1) and upstream's random-weight architecture fixtures.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use llama::gguf::GgmlType;
+use llama::quantize::{quantize_model, QuantizeParams};
+
+fn script(name: &str, args: &[&str]) -> String {
+    let out = Command::new("bash")
+        .arg(format!("scripts/{name}"))
+        .args(args)
+        .output()
+        .expect("run script");
+    assert!(
+        out.status.success(),
+        "{name} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .last()
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+fn tools() -> PathBuf {
+    PathBuf::from(script("build-upstream-tools.sh", &["llama-quantize"]))
+}
+
+fn work_dir(tag: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("llama-hotswap-quant-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs upstream's llama-quantize; returns whether it succeeded.
+fn upstream(tools: &Path, args: &[&str]) -> bool {
+    let out = Command::new(tools.join("llama-quantize"))
+        .env("LD_LIBRARY_PATH", tools)
+        .args(args)
+        .output()
+        .expect("run llama-quantize");
+    if !out.status.success() {
+        eprintln!(
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    out.status.success()
+}
+
+/// The F16 base of SmolLM2, made once in the cache by upstream's tool.
+fn smol_f16(tools: &Path) -> PathBuf {
+    let q41 = PathBuf::from(script("fetch-models.sh", &[]));
+    let f16 = q41.with_file_name("SmolLM2-135M-Instruct.F16.gguf");
+    if !f16.exists() {
+        let tmp = f16.with_extension("gguf.tmp");
+        assert!(upstream(
+            tools,
+            &[
+                "--allow-requantize",
+                q41.to_str().unwrap(),
+                tmp.to_str().unwrap(),
+                "F16"
+            ]
+        ));
+        std::fs::rename(&tmp, &f16).unwrap();
+    }
+    f16
+}
+
+fn ftype_id(name: &str) -> i32 {
+    use llama::quantize::policy::ftype::*;
+    match name {
+        "F16" => F16,
+        "BF16" => BF16,
+        "F32" => ALL_F32,
+        "Q8_0" => Q8_0,
+        "Q4_0" => Q4_0,
+        "Q4_1" => Q4_1,
+        "Q5_0" => Q5_0,
+        "Q5_1" => Q5_1,
+        "Q2_K" => Q2_K,
+        "Q3_K_S" => Q3_K_S,
+        "Q3_K_M" => Q3_K_M,
+        "Q3_K_L" => Q3_K_L,
+        "Q4_K_S" => Q4_K_S,
+        "Q4_K_M" => Q4_K_M,
+        "Q5_K_S" => Q5_K_S,
+        "Q5_K_M" => Q5_K_M,
+        "Q6_K" => Q6_K,
+        "IQ4_NL" => IQ4_NL,
+        "IQ4_XS" => IQ4_XS,
+        "TQ1_0" => TQ1_0,
+        "TQ2_0" => TQ2_0,
+        "MXFP4_MOE" => MXFP4_MOE,
+        "Q1_0" => Q1_0,
+        "Q2_0" => Q2_0,
+        other => panic!("no ftype {other}"),
+    }
+}
+
+/// Quantizes `input` with both and compares; returns a description of the first difference.
+fn compare(
+    tools: &Path,
+    dir: &Path,
+    input: &Path,
+    ty: &str,
+    extra: &[&str],
+    params: QuantizeParams,
+) -> Result<(), String> {
+    let theirs = dir.join(format!("up-{ty}.gguf"));
+    let ours = dir.join(format!("ours-{ty}.gguf"));
+    let mut args: Vec<&str> = extra.to_vec();
+    let (i, t) = (input.to_str().unwrap(), theirs.to_str().unwrap());
+    args.extend([i, t, ty, "2"]);
+    if !upstream(tools, &args) {
+        // Upstream refuses: so must we, leaving no file behind.
+        return match quantize_model(input, &ours, &params) {
+            Ok(_) => Err(format!("{ty}: upstream refused, ours accepted")),
+            Err(_) if ours.exists() => Err(format!("{ty}: refused but left {}", ours.display())),
+            Err(_) => Ok(()),
+        };
+    }
+    quantize_model(input, &ours, &params).map_err(|e| format!("{ty}: ours failed: {e}"))?;
+    let a = std::fs::read(&theirs).unwrap();
+    let b = std::fs::read(&ours).unwrap();
+    let _ = std::fs::remove_file(&theirs);
+    let _ = std::fs::remove_file(&ours);
+    if a == b {
+        return Ok(());
+    }
+    let first = a
+        .iter()
+        .zip(&b)
+        .position(|(x, y)| x != y)
+        .unwrap_or(a.len().min(b.len()));
+    Err(format!(
+        "{ty}: files differ (sizes {} vs {}, first difference at byte {first})",
+        a.len(),
+        b.len()
+    ))
+}
+
+fn params(ty: &str) -> QuantizeParams {
+    QuantizeParams {
+        ftype: ftype_id(ty),
+        nthread: 2,
+        ..QuantizeParams::upstream_default()
+    }
+}
+
+const TYPES: &[&str] = &[
+    "F16",
+    "BF16",
+    "Q8_0",
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+    "Q2_K",
+    "Q3_K_S",
+    "Q3_K_M",
+    "Q3_K_L",
+    "Q4_K_S",
+    "Q4_K_M",
+    "Q5_K_S",
+    "Q5_K_M",
+    "Q6_K",
+    "IQ4_NL",
+    "IQ4_XS",
+    "TQ1_0",
+    "TQ2_0",
+    "MXFP4_MOE",
+    "Q1_0",
+    "Q2_0",
+];
+
+#[test]
+fn smollm2_every_type_is_byte_identical() {
+    let tools = tools();
+    let input = smol_f16(&tools);
+    let dir = work_dir("smol");
+    let only = std::env::var("QUANT_TYPES").ok();
+    let failures: Vec<String> = TYPES
+        .iter()
+        .filter(|t| {
+            only.as_deref()
+                .is_none_or(|o| o.split(',').any(|x| x == **t))
+        })
+        .filter_map(|ty| compare(&tools, &dir, &input, ty, &[], params(ty)).err())
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn smollm2_options_are_byte_identical() {
+    let tools = tools();
+    let input = smol_f16(&tools);
+    let dir = work_dir("opts");
+    let mut failures = Vec::new();
+    // --pure, --output-tensor-type, --token-embedding-type, --tensor-type, --leave-output-tensor,
+    // --prune-layers, --keep-split (single input: one shard named -00001-of-00001).
+    let mut p = params("Q4_K_M");
+    p.pure = true;
+    failures.extend(compare(&tools, &dir, &input, "Q4_K_M", &["--pure"], p).err());
+    let mut p = params("Q5_K_S");
+    p.output_tensor_type = Some(GgmlType::Q8_0);
+    p.token_embedding_type = Some(GgmlType::Q4_0);
+    failures.extend(
+        compare(
+            &tools,
+            &dir,
+            &input,
+            "Q5_K_S",
+            &[
+                "--output-tensor-type",
+                "q8_0",
+                "--token-embedding-type",
+                "q4_0",
+            ],
+            p,
+        )
+        .err(),
+    );
+    let mut p = params("Q4_0");
+    p.tensor_types = vec![
+        ("ffn_down".into(), GgmlType::Q6_K),
+        ("attn_v".into(), GgmlType::Q8_0),
+    ];
+    failures.extend(
+        compare(
+            &tools,
+            &dir,
+            &input,
+            "Q4_0",
+            &[
+                "--tensor-type",
+                "ffn_down=q6_k",
+                "--tensor-type",
+                "attn_v=q8_0",
+            ],
+            p,
+        )
+        .err(),
+    );
+    let mut p = params("Q6_K");
+    p.prune_layers = vec![2, 5];
+    failures.extend(compare(&tools, &dir, &input, "Q6_K", &["--prune-layers", "2,5"], p).err());
+    let mut p = params("Q8_0");
+    p.quantize_output_tensor = false;
+    failures.extend(compare(&tools, &dir, &input, "Q8_0", &["--leave-output-tensor"], p).err());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn architecture_fixtures_are_byte_identical() {
+    let tools = tools();
+    let fixtures = PathBuf::from(script("upstream-arch-fixtures.sh", &[]));
+    let dir = work_dir("archs");
+    let mut failures = Vec::new();
+    let mut n = 0;
+    let mut names: Vec<_> = std::fs::read_dir(&fixtures)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
+        .collect();
+    names.sort();
+    for path in names {
+        for ty in ["Q4_K_M", "Q8_0", "MXFP4_MOE"] {
+            n += 1;
+            if let Err(e) = compare(&tools, &dir, &path, ty, &[], params(ty)) {
+                failures.push(format!(
+                    "{}: {e}",
+                    path.file_name().unwrap().to_string_lossy()
+                ));
+            }
+        }
+    }
+    assert!(n > 100, "only {n} fixture runs");
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}

@@ -52,9 +52,14 @@ fn build_cpp_shim() {
         .status()
         .expect("cannot run ar");
     assert!(status.success(), "ar failed");
-    println!("cargo:rustc-link-search=native={}", out.display());
-    println!("cargo:rustc-link-lib=static:+whole-archive=llama_ext_cpp");
-    println!("cargo:rustc-link-lib=dylib=stdc++");
+    // Into the cdylib only: the rlib (and so every Rust test binary, which links the crate
+    // twice through its dev-dependency on itself) must not carry a second copy of the C
+    // symbols the shim calls, or the test binaries fail to link with duplicate symbols.
+    println!(
+        "cargo:rustc-cdylib-link-arg=-Wl,--whole-archive,{},--no-whole-archive",
+        archive.display()
+    );
+    println!("cargo:rustc-cdylib-link-arg=-lstdc++");
     println!(
         "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
         map.display()

@@ -51,7 +51,7 @@
 /* Model files: the tiny_gguf.h layout (same metadata and tensor names), with a type and a    */
 /* content seed per tensor.                                                                    */
 
-#define MAX_T 16
+#define MAX_T 48
 
 struct hs_tensor {
     char name[48];
@@ -82,12 +82,21 @@ static void model_init(struct hs_model *m, uint32_t seed) {
         m->t[n].seed = seed;                                          \
         n++;                                                          \
     } while (0)
+    /* A whole llama model (tiny_gguf.h's 8 heads, 4 KV heads): a context checks at creation
+     * that the architecture's graph can be built from the file. */
     ADD(2, N_EMBD, N_VOCAB, "token_embd.weight");
     for (int l = 0; l < N_LAYER; l++) {
         ADD(1, N_EMBD, 1, "blk.%d.attn_norm.weight", l);
         ADD(2, N_EMBD, N_EMBD, "blk.%d.attn_q.weight", l);
+        ADD(2, N_EMBD, N_EMBD / 2, "blk.%d.attn_k.weight", l);
+        ADD(2, N_EMBD, N_EMBD / 2, "blk.%d.attn_v.weight", l);
+        ADD(2, N_EMBD, N_EMBD, "blk.%d.attn_output.weight", l);
+        ADD(1, N_EMBD, 1, "blk.%d.ffn_norm.weight", l);
+        ADD(2, N_EMBD, N_FF, "blk.%d.ffn_gate.weight", l);
         ADD(2, N_EMBD, N_FF, "blk.%d.ffn_up.weight", l);
+        ADD(2, N_FF, N_EMBD, "blk.%d.ffn_down.weight", l);
     }
+    ADD(1, N_EMBD, 1, "output_norm.weight");
     ADD(2, N_EMBD, N_VOCAB, "output.weight");
 #undef ADD
     m->n = n;
@@ -1308,7 +1317,9 @@ TEST(disabled_gate_changes_nothing) {
     disabled_case("FALSE");
     /* And on: the same steps reload (sanity check of the gate itself). */
     const char *path = path_in_dir("enabled.gguf");
-    CHECK_INT(tiny_gguf_write(path), 0);
+    struct hs_model a;
+    model_init(&a, 169);
+    CHECK_INT(publish(path, &a), 0);
     setenv("LLAMA_HOTSWAP_ENABLED", " yes ", 1);
     struct llama_model *model = load(path);
     setenv("LLAMA_HOTSWAP_ENABLED", "1", 1);

@@ -59,7 +59,8 @@ CUresult cuInit(unsigned flags) { (void)flags; int f = env_int("MOCK_CUDA_INIT_F
 CUresult cuGetErrorName(CUresult e, const char **s) {
     switch (e) { case 1: *s = "CUDA_ERROR_INVALID_VALUE"; return 0; case 2: *s = "CUDA_ERROR_OUT_OF_MEMORY"; return 0;
     case 3: *s = "CUDA_ERROR_NOT_INITIALIZED"; return 0; case 34: *s = "CUDA_ERROR_STUB_LIBRARY"; return 0;
-    case 100: *s = "CUDA_ERROR_NO_DEVICE"; return 0; case 201: *s = "CUDA_ERROR_INVALID_CONTEXT"; return 0; }
+    case 100: *s = "CUDA_ERROR_NO_DEVICE"; return 0; case 201: *s = "CUDA_ERROR_INVALID_CONTEXT"; return 0;
+    case 218: *s = "CUDA_ERROR_INVALID_PTX"; return 0; case 801: *s = "CUDA_ERROR_NOT_SUPPORTED"; return 0; }
     *s = NULL; return 1;
 }
 CUresult cuGetErrorString(CUresult e, const char **s) {
@@ -70,7 +71,8 @@ CUresult cuDeviceGetCount(int *n) { if (!inited) return 3; *n = env_int("MOCK_CU
 CUresult cuDeviceGet(CUdevice *d, int ordinal) { if (!inited) return 3; if (ordinal < 0 || ordinal >= env_int("MOCK_CUDA_DEVICES", 1)) return 101; *d = ordinal; return 0; }
 CUresult cuDeviceGetName(char *name, int len, CUdevice d) { snprintf(name, len, "Mock GPU %d", d); return 0; }
 CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
-    switch (attr) { case 50: *v = 0; return 0; case 33: *v = 0xc1 + d; return 0; case 34: *v = 0; return 0; }
+    switch (attr) { case 50: *v = 0; return 0; case 33: *v = 0xc1 + d; return 0; case 34: *v = 0; return 0;
+    case 75: *v = 8; return 0; case 76: *v = 0; return 0; /* compute capability 8.0 */ }
     return 1;
 }
 CUresult cuDeviceTotalMem_v2(size_t *b, CUdevice d) { (void)d; *b = (size_t)8 << 30; return 0; }
@@ -179,3 +181,25 @@ CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; NEED_CTX(); *e
 CUresult cuEventRecord(CUevent e, CUstream s) { NEED_CTX(); e->s = s; e->target = enqueue(s, 1, NULL, NULL, 0); return 0; }
 CUresult cuEventSynchronize(CUevent e) { NEED_CTX(); if (e->s) wait_seq(e->s, e->target); return 0; }
 CUresult cuEventDestroy_v2(CUevent e) { NEED_CTX(); free(e); return 0; }
+
+// Compute: modules are accepted (the PTX must look like NVRTC's output) and kernels looked up,
+// but launches are refused with CUDA_ERROR_NOT_SUPPORTED: the mock runs no kernel, so it covers
+// the CUDA executor's set-up (NVRTC, module load, function lookup) and its error path only.
+typedef struct module { int loaded; } *CUmodule;
+static int modules;
+CUresult cuModuleLoadData(CUmodule *m, const void *image) {
+    NEED_CTX();
+    if (!strstr((const char *)image, ".entry")) return 218;
+    *m = calloc(1, sizeof **m); (*m)->loaded = 1; __atomic_add_fetch(&modules, 1, __ATOMIC_SEQ_CST); return 0;
+}
+CUresult cuModuleGetFunction(void **f, CUmodule m, const char *name) {
+    NEED_CTX(); if (!m || !m->loaded) { violation("function of an unloaded module"); return 1; }
+    *f = (void *)name; return 0;
+}
+CUresult cuModuleUnload(CUmodule m) { NEED_CTX(); if (!m || !m->loaded) { violation("double unload"); return 1; } m->loaded = 0; free(m); __atomic_sub_fetch(&modules, 1, __ATOMIC_SEQ_CST); return 0; }
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, CUstream s, void **params, void **extra) {
+    (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shared; (void)s; (void)params; (void)extra;
+    NEED_CTX(); return 801;
+}
+CUresult cuCtxSynchronize(void) { NEED_CTX(); drain_all(); return 0; }

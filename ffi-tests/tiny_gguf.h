@@ -185,6 +185,6 @@ static int tiny_gguf_write_q8(const char *path, const char *q8_name, long *q8_of
 }
 
 /* Writes a GGUF v3 file: llama metadata, a tiny SPM-style vocabulary, F32 weights. */
-static int tiny_gguf_write(const char *path) { return tiny_gguf_write_q8(path, NULL, NULL, NULL); }
+static inline int tiny_gguf_write(const char *path) { return tiny_gguf_write_q8(path, NULL, NULL, NULL); }
 
 #endif

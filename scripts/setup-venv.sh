@@ -8,4 +8,10 @@ if [ ! -f "$stamp" ]; then
     "$VENV/bin/pip" install -q cmake ninja numpy typing_extensions diskcache jinja2 gguf==0.19.0
     touch "$stamp"
 fi
+# NVRTC for compiling the CUDA kernels to PTX without a GPU or toolkit (tests/cuda_kernels.rs).
+nvrtc_stamp="$VENV/.llama-hotswap-nvrtc-12.8.93"
+if [ ! -f "$nvrtc_stamp" ]; then
+    "$VENV/bin/pip" install -q "nvidia-cuda-nvrtc-cu12==12.8.93"
+    touch "$nvrtc_stamp"
+fi
 echo "$VENV"

@@ -1,15 +1,29 @@
 #!/usr/bin/env bash
-# The CUDA code path without a GPU: builds ffi-tests/mock_libcuda.c as a fake libcuda.so.1
+# The CUDA code path without a GPU: compiles every CUDA kernel to PTX with NVRTC (from PyPI),
+# builds ffi-tests/mock_libcuda.c as a fake libcuda.so.1
 # (host memory as device memory, delayed asynchronous copies, context-binding checks) and runs
 # tests/cuda.rs and tests/cuda_model.rs against it with LD_LIBRARY_PATH, once with one device and once with two.
-# This checks our use of the driver API (ordering, events, ranges, fallbacks); on a machine
+# This checks our use of the driver API (ordering, events, ranges, fallbacks) and the CUDA
+# executor's set-up and launch-failure path (the mock loads modules but runs no kernel); on a machine
 # with an NVIDIA driver the same tests then run on the real GPU.
 . "$(dirname "$0")/test-common.sh"
 out="$WORK/cuda-mock"
 rm -rf "$out"
 mkdir -p "$out"
 cc -std=gnu11 -O1 -g -Wall -shared -fPIC -o "$out/libcuda.so.1" ffi-tests/mock_libcuda.c -lpthread
+# NVRTC from PyPI (scripts/setup-venv.sh): every kernel must compile to PTX for sm_80 and sm_90.
+venv="$(bash scripts/setup-venv.sh | tail -n 1)"
+nvrtc="$(ls "$venv"/lib/python3*/site-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12 2>/dev/null | head -n 1)"
+export LLAMA_HOTSWAP_NVRTC="$nvrtc" LLAMA_HOTSWAP_REQUIRE_NVRTC=1
 status=0
+echo "--- CUDA kernels through NVRTC ($nvrtc)"
+if ! cargo test --release --test cuda_kernels >"$out/kernels.log" 2>&1; then
+    tail -n 60 "$out/kernels.log"
+    echo "CUDA kernels did not compile to PTX (see $out/kernels.log)"
+    status=1
+else
+    grep -E "test result" "$out/kernels.log"
+fi
 for devices in 1 2; do
     echo "--- mock CUDA driver, $devices device(s)"
     LLAMA_HOTSWAP_NO_CUDA= MOCK_CUDA_DEVICES=$devices MOCK_CUDA_ABORT=1 LD_LIBRARY_PATH="$out${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \

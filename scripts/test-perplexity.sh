@@ -13,8 +13,10 @@
 #    98.016%, ratio 1.010905 from all four runs).
 #    Ours reading its own F16 file on F16: KLD < 1e-4, top-1 100%, PPL(Q) = the PPL run's.
 #  * Hostile input: unknown flag, missing model/text/base file, a text shorter than 2 chunks,
-#    a file that is not base logits, a truncated one, a bad batch: upstream's message, exit
-#    status non-zero, never a panic.
+#    a file that is not base logits, a truncated one, one whose header undercounts its chunks,
+#    /dev/zero as text or base file, contexts and thread counts that cannot be allocated
+#    (issue 35): upstream's message or ours, exit status non-zero, never a panic or abort.
+#  * -c 100 with the default -b: the batch clamped as upstream does, PPL equal to upstream's.
 #  * ik's loop mode on the model split one tensor per shard (upstream's llama-gguf-split):
 #    a pre-reload script swaps a Q8_0 copy of one tensor in, then back, then nothing: three
 #    evaluations, `reloaded tensor '<name>'` twice, the swapped round equal to a fresh load of
@@ -80,6 +82,14 @@ if want ppl && run ppl-ours-b128 "$tool" -m "$model" -f "$text" "${C[@]}" -b 128
     if [ -n "$a" ] && within "$b" "$a" 1e-4; then ok "ppl batching: -b 128 $a, -b 64 $b"; else bad "ppl batching: -b 128 $a, -b 64 $b"; fi
 fi
 
+# a context that does not divide the batch (issue 35, finding 9): upstream clamps the batch
+# to n_seq x n_ctx (-c 100 -b 2048: 20 chunks side by side, batches of 2000) and runs
+if want ppl && run ppl-up-c100 up -m "$model" -f "$text" -c 100 --chunks 4 -t 2 && run ppl-ours-c100 "$tool" -m "$model" -f "$text" -c 100 --chunks 4 -t 2; then
+    u=$(final_ppl ppl-up-c100); o=$(final_ppl ppl-ours-c100)
+    if [ -n "$u" ] && within "$o" "$u" 0; then ok "ppl -c 100 (batch clamped): ours $o, upstream $u"
+    else bad "ppl -c 100 (batch clamped): ours $o, upstream $u"; fi
+fi
+
 # --- KLD both ways. The same reader on files written by either tool must agree (the file
 # format), and our reader with upstream's on one file (the engines' logits are bit-identical):
 # the printed statistics equal.
@@ -142,9 +152,19 @@ hostile number "invalid integer" -m "$model" -c x12
 hostile model "unable to load model" -m "$out/missing.gguf" -f "$text"
 hostile text "failed to open file" -m "$model" -f "$out/missing.txt"
 hostile short "you need at least 256 tokens" -m "$model" -f "$out/short.txt" -c 128
-hostile batch "must be smaller than the context" -m "$model" -f "$text" -c 128 -b 200
+# a base file whose header undercounts its chunks (issue 35, finding 6): refused by its size
+python3 -c "import struct,sys; sys.stdout.buffer.write(b'_logits_' + struct.pack('<iii', 128, 49152, 1) + bytes(4 * 128 * 4))" >"$out/undercount.kld"
+hostile undercount "truncated, or not a base-logits file" -m "$model" -c 128 --kl-divergence-base "$out/undercount.kld" --kl-divergence
+# devices and endless input (issue 35, finding 7): a bounded read, a clear refusal
+hostile dev-zero-text "not a text to evaluate" -m "$model" -f /dev/zero
+hostile dev-zero-base "not a regular file" -m "$model" --kl-divergence-base /dev/zero --kl-divergence
+# contexts the library cannot allocate, threads it cannot start (issue 35, finding 8): the
+# library fails context creation with its log line; the host exits cleanly
+hostile huge-ctx "failed to create context" -m "$model" -f "$text" -c 20000000
+hostile max-ctx "failed to create context" -m "$model" -f "$text" -c 2147483647
+hostile threads "failed to create context" -m "$model" -f "$text" -c 128 -t 99999
 hostile not-base "does not look like a file containing log-probabilities" -m "$model" --kl-divergence-base "$text" --kl-divergence
-hostile truncated "failed reading log-probs for chunk" -m "$model" -c 128 --kl-divergence-base "$out/truncated.kld" --kl-divergence
+hostile truncated "truncated, or not a base-logits file" -m "$model" -c 128 --kl-divergence-base "$out/truncated.kld" --kl-divergence
 hostile no-base "you must provide a name of a file" -m "$model" --kl-divergence
 
 # --- ik's loop mode on one-tensor shards

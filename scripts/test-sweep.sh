@@ -36,7 +36,7 @@ cat "$UPSTREAM_LLAMA/README.md" >"$out/text.txt"
     >"$out/sweep.log" 2>&1 || { tail -n 30 "$out/sweep.log"; fail "sweep on SmolLM2"; }
 python3 - "$out/rows.csv" "$out/sweep.log" <<'PY'
 import csv, re, sys
-rows = {r["file"].split("/")[0]: r for r in csv.DictReader(open(sys.argv[1]))}
+rows = {r["file"].split("/")[-2]: r for r in csv.DictReader(open(sys.argv[1]))}  # canonical path: .../<dir>/<file>
 log = open(sys.argv[2]).read()
 m = re.search(r"^sweep: base model: PPL = (\S+) .*KLD vs base logits = ([^,]+),", log, re.M)
 assert m, "no base line"

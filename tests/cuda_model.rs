@@ -187,3 +187,46 @@ fn load_and_compare(
         );
     }
 }
+
+/// CUDA compute behind its switch: off, a model on a GPU is refused as before; on, against
+/// the mock driver (which accepts modules and refuses launches), the context is made (kernels
+/// compiled by NVRTC, module loaded, every kernel found) and a decode fails with the driver's
+/// error and a return code, never a crash. On a real GPU, tests/cuda_compute.rs checks results.
+#[test]
+fn cuda_compute_switch_and_launch_failure() {
+    if skip() {
+        return;
+    }
+    if std::env::var_os("MOCK_CUDA_DEVICES").is_none() {
+        eprintln!("skipping: a real driver (tests/cuda_compute.rs covers it)");
+        return;
+    }
+    let (_dir, path) = model_file(&TinyLlamaOpts::default());
+    let model = std::sync::Arc::new(load(ModelSource::Path(path), LoadOptions::default()).unwrap());
+    let params = llama::context::ContextParams::default();
+    std::env::remove_var("LLAMA_HOTSWAP_CUDA_COMPUTE");
+    let err = llama::context::Context::new(model.clone(), &params)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("LLAMA_HOTSWAP_CUDA_COMPUTE=1"), "{err}");
+    if cuda::nvrtc_version().is_err() {
+        eprintln!("skipping the switched-on half: no NVRTC");
+        return;
+    }
+    std::env::set_var("LLAMA_HOTSWAP_CUDA_COMPUTE", "1");
+    let made = llama::context::Context::new(model.clone(), &params);
+    std::env::remove_var("LLAMA_HOTSWAP_CUDA_COMPUTE");
+    if cuda::probe().len() > 1 {
+        // LAYER split over two GPUs: one GPU per context for now, said clearly
+        let err = made.unwrap_err().to_string();
+        assert!(err.contains("one GPU per context"), "{err}");
+        return;
+    }
+    let ctx = made.unwrap();
+    {
+        let mut e = ctx.engine();
+        e.raw.clear();
+        e.raw.tokens.extend_from_slice(&[1, 2, 3]);
+    }
+    assert_eq!(ctx.decode(), -3, "a refused launch fails the decode");
+}

@@ -735,3 +735,47 @@ fn an_owned_load_holds_a_repacked_weight_once_and_reads_back_the_file_bytes() {
         assert_eq!(a, b, "tie={tie}: the same logits from one copy");
     }
 }
+
+/// Issue 35, finding 8: a context the host cannot hold, or one asking for more threads than
+/// a context runs, is a failure value (checked before anything is allocated), never an abort
+/// or the OOM killer; a context then still works, and `llama_set_n_threads`-style counts
+/// past the limit are clamped at decode.
+#[test]
+fn contexts_too_large_for_the_host_fail_cleanly() {
+    let dir = tempdir("huge-ctx");
+    let model = load_model(&model_file(&dir, &TinyLlamaOpts::default()), false);
+    // (the tiny model takes ~256 bytes a cell: 2^31 cells are far past any host)
+    for n_ctx in [2_147_483_647u32, u32::MAX - 255] {
+        for n_seq_max in [1, 4] {
+            let p = ContextParams {
+                n_ctx,
+                n_seq_max,
+                ..params()
+            };
+            let e = Context::new(model.clone(), &p).err().unwrap().to_string();
+            assert!(
+                e.contains("failed to allocate buffer for kv cache"),
+                "{n_ctx}: {e}"
+            );
+        }
+    }
+    for (t, tb) in [(99_999, 1), (1, 99_999), (513, 513)] {
+        let p = ContextParams {
+            n_threads: t,
+            n_threads_batch: tb,
+            ..params()
+        };
+        let e = Context::new(model.clone(), &p).err().unwrap().to_string();
+        assert!(e.contains("exceeds the most threads"), "{t} {tb}: {e}");
+    }
+    let ctx = Context::new(model.clone(), &params()).unwrap();
+    {
+        let mut e = ctx.engine();
+        e.cparams.n_threads = 99_999;
+        e.cparams.n_threads_batch = 99_999;
+    }
+    let pos: Vec<i32> = (0..8).collect();
+    let (code, logits) = decode(&ctx, &PROMPT, &pos, &[0; 8], true);
+    assert_eq!(code, 0);
+    assert!(logits.iter().all(|x| x.is_finite()));
+}

@@ -188,7 +188,10 @@ const TYPES: &[&str] = &[
     "Q2_0",
 ];
 
+// These run upstream's llama-quantize and ours on whole models: minutes each, so they run in
+// release through `make test-quantize` (scripts/test-quantize.sh), not in the debug `cargo test`.
 #[test]
+#[ignore = "slow differential: make test-quantize runs it in release"]
 fn smollm2_every_type_is_byte_identical() {
     let tools = tools();
     let input = smol_f16(&tools);
@@ -206,6 +209,7 @@ fn smollm2_every_type_is_byte_identical() {
 }
 
 #[test]
+#[ignore = "written, not yet run to completion: see issue 36's note"]
 fn smollm2_options_are_byte_identical() {
     let tools = tools();
     let input = smol_f16(&tools);
@@ -266,6 +270,7 @@ fn smollm2_options_are_byte_identical() {
 }
 
 #[test]
+#[ignore = "written, not yet run to completion: see issue 36's note"]
 fn architecture_fixtures_are_byte_identical() {
     let tools = tools();
     let fixtures = PathBuf::from(script("upstream-arch-fixtures.sh", &[]));

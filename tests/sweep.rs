@@ -195,7 +195,9 @@ fn sweep_rows_resume_truncated_and_type_change() {
     let cut = row(&r, TRUNCATED);
     assert_eq!(cut["status"], "failed");
     assert_eq!(cut["type"], "q4_0");
-    assert_eq!(cut["file"], "q4_0/c.gguf");
+    // rows name a candidate by its canonical path (its identity, issue 35 finding 3)
+    let canon = std::fs::canonicalize(fx.cands.join("q4_0").join("c.gguf")).unwrap();
+    assert_eq!(cut["file"], canon.display().to_string());
     assert!(cut["reason"].contains("GGUF"), "{cut:?}");
     assert!(cut["ppl"].is_empty());
 
@@ -470,7 +472,11 @@ fn candidates_that_do_not_fit_are_failed_rows() {
     assert!(o.status.success(), "{stderr}");
     let r = rows(&csv);
     assert_eq!(r.len(), 5, "{r:?}");
-    let by_file = |f: &str| r.iter().find(|x| x["file"] == f).unwrap();
+    let by_file = |f: &str| {
+        r.iter()
+            .find(|x| x["file"].ends_with(&format!("/{f}")))
+            .unwrap()
+    };
     let unknown = by_file("a-unknown.gguf");
     assert_eq!(unknown["status"], "failed");
     assert!(unknown["reason"].contains("no tensor named"), "{unknown:?}");
@@ -603,4 +609,186 @@ fn progress_is_a_bar_on_a_terminal_and_plain_lines_otherwise() {
             .unwrap_or_else(|| panic!("no plain line for round {i}:\n{piped}"));
         assert!(line.contains(", ETA "), "{line}");
     }
+}
+
+/// A one-tensor GGUF holding `name` (F32) with the fixture's values changed by `edit`,
+/// optionally after a padding tensor the model lacks (so the data sits at another offset).
+fn edited_candidate(name: &str, path: &Path, pad: bool, edit: impl Fn(&mut [f32])) {
+    let spec = llama_tensor_specs(&opts())
+        .into_iter()
+        .find(|s| s.name == name)
+        .unwrap();
+    let count = spec.dims.iter().product::<i64>() as usize;
+    let mut values = tensor_values(opts().seed, name, count, false);
+    edit(&mut values);
+    let mut w = GgufWriter::new();
+    w.set("general.architecture", "llama");
+    if pad {
+        let junk: Vec<f32> = (0..4096).map(|i| (i % 13) as f32 - 6.0).collect();
+        w.add_tensor_f32("zz.pad", &[4096], GgmlType::F32, &junk)
+            .unwrap();
+    }
+    w.add_tensor_f32(name, &spec.dims, GgmlType::F32, &values)
+        .unwrap();
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    w.write_to(path).unwrap();
+}
+
+/// Issue 35, findings 1-4 and 9 end to end: a foreign --jsonl file is left untouched;
+/// a candidate replaced between discovery and its round is measured from its new bytes;
+/// two directories with the same file names give two rows (and a resume skips exactly
+/// those); a candidate that makes the model NaN is a failed row (never a budget choice)
+/// even on the tiled attention path (64-token micro-batches); -c that does not divide -b runs.
+#[test]
+fn hostile_candidates_and_outputs() {
+    let fx = fixture();
+    let root = fx.dir.path();
+
+    // Finding 1: a file that is not a sweep output is refused and left as it was.
+    let config = root.join("config.json");
+    std::fs::write(&config, "{\"important\": \"config\"}").unwrap();
+    let o = Command::new(BIN)
+        .arg("sweep")
+        .arg("-m")
+        .arg(&fx.model)
+        .arg("-f")
+        .arg(&fx.text)
+        .arg("--candidates")
+        .arg(&fx.cands)
+        .arg("--jsonl")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{stderr}");
+    assert!(stderr.contains("not a sweep output"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        "{\"important\": \"config\"}"
+    );
+    // Finding 7: devices are refused as outputs at once.
+    let o = Command::new(BIN)
+        .args(["sweep", "-m"])
+        .arg(&fx.model)
+        .arg("--candidates")
+        .arg(&fx.cands)
+        .args(["--csv", "/dev/full"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a regular file"));
+
+    let one = root.join("one");
+    let two = root.join("two");
+    // Finding 3: the same relative names in two directories, different values.
+    candidate(SAME, GgmlType::F32, &one.join("f32").join("a.gguf"));
+    edited_candidate(SAME, &two.join("f32").join("a.gguf"), false, |v| {
+        v.iter_mut().for_each(|x| *x *= 0.5)
+    });
+    // Finding 2: one.../b.gguf is replaced before its round by a file holding the same
+    // tensor (same values) after a padding tensor: its old offset now points at the pad.
+    candidate(RETYPED, GgmlType::F32, &one.join("f32").join("b.gguf"));
+    let replacement = root.join("replacement.gguf");
+    edited_candidate(RETYPED, &replacement, true, |_| {});
+    // Findings 4 and 5: NaN in an attention weight.
+    edited_candidate(
+        "blk.1.attn_k.weight",
+        &one.join("nan").join("k.gguf"),
+        false,
+        |v| v[5] = f32::NAN,
+    );
+    let hook = format!(
+        "[ -e '{r}' ] && mv '{r}' '{d}'; true",
+        r = replacement.display(),
+        d = one.join("f32").join("b.gguf").display()
+    );
+    let csv = root.join("hostile.csv");
+    let jsonl = root.join("hostile.jsonl");
+    let run = |budget: bool| {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("sweep")
+            .arg("-m")
+            .arg(&fx.model)
+            .arg("-f")
+            .arg(&fx.text)
+            .arg("--candidates")
+            .arg(&one)
+            .arg("--candidates")
+            .arg(&two)
+            .arg("--csv")
+            .arg(&csv)
+            .arg("--jsonl")
+            .arg(&jsonl)
+            // finding 9: 96 does not divide the default -b 2048 (upstream runs it with 21
+            // chunks of 96 side by side, a batch of 2016); 64-token micro-batches take
+            // the tiled attention
+            .args([
+                "-c", "96", "-ub", "64", "--chunks", "2", "-t", "2", "--plain",
+            ])
+            .env("LLAMA_HOTSWAP_SWEEP_TEST_BEFORE_ROUND", &hook);
+        if budget {
+            cmd.args(["--budget", "1T"]);
+        }
+        cmd.output().unwrap()
+    };
+    let o = run(false);
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{stderr}");
+    let (base_ppl, base_kld) = base_line(&stderr);
+    let r = rows(&csv);
+    assert_eq!(r.len(), 4, "{r:?}");
+    let at = |dir: &Path, rel: &str| {
+        let want = std::fs::canonicalize(dir.join(rel))
+            .unwrap()
+            .display()
+            .to_string();
+        r.iter()
+            .find(|x| x["file"] == want)
+            .unwrap_or_else(|| panic!("no row for {want}: {r:?}"))
+    };
+    let same_one = at(&one, "f32/a.gguf");
+    let same_two = at(&two, "f32/a.gguf");
+    assert_eq!(
+        (same_one["status"].as_str(), same_two["status"].as_str()),
+        ("ok", "ok")
+    );
+    assert_eq!(same_one["ppl"], base_ppl);
+    assert_ne!(
+        same_two["ppl"], base_ppl,
+        "the second directory's file was measured"
+    );
+    // the replaced file: re-read, so its row is the identical tensor's (the base's PPL)
+    let replaced = at(&one, "f32/b.gguf");
+    assert_eq!(replaced["status"], "ok", "{replaced:?}");
+    assert_eq!(replaced["type"], "f32");
+    assert_eq!(replaced["ppl"], base_ppl, "{replaced:?}");
+    assert_eq!(replaced["kld"], base_kld, "{replaced:?}");
+    assert!(
+        stderr.contains("changed since the sweep found it"),
+        "{stderr}"
+    );
+    let nan = at(&one, "nan/k.gguf");
+    assert_eq!(nan["status"], "failed", "{nan:?}");
+    assert!(nan["reason"].contains("non-finite"), "{nan:?}");
+    // JSON lines stay JSON: no bare NaN
+    let json = std::fs::read_to_string(&jsonl).unwrap();
+    for bare in [":NaN", ":inf", ":-inf"] {
+        assert!(!json.contains(bare), "{json}");
+    }
+    assert_eq!(json.lines().count(), 4);
+
+    // Resume: what is in is not measured again (the replaced file's new padding tensor is
+    // new: one failed row); the budget never picks the NaN.
+    let o = run(true);
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{stderr}");
+    assert!(stderr.contains("1 to run, 4 already in"), "{stderr}");
+    assert_eq!(rows(&csv).len(), 5);
+    assert!(stderr.contains("sweep: budget"), "{stderr}");
+    assert!(
+        !stderr
+            .lines()
+            .any(|l| l.contains("blk.1.attn_k.weight") && l.contains("KLD 0.000000")),
+        "{stderr}"
+    );
 }

@@ -277,6 +277,21 @@ impl Context {
         if vocab_only {
             return Self::new_vocab_only(model, p);
         }
+        for (what, n) in [
+            ("n_threads", p.n_threads),
+            ("n_threads_batch", p.n_threads_batch),
+        ] {
+            // upstream starts that many threads (its CPU build hangs or dies on 99999): ggml's
+            // GGML_MAX_N_THREADS bounds what a context may ask for
+            if n > crate::kernels::cpu::MAX_THREADS as i32 {
+                let msg = format!(
+                    "{what} = {n} exceeds the most threads a context runs ({})",
+                    crate::kernels::cpu::MAX_THREADS
+                );
+                crate::log_error!("llama_context: {msg}");
+                return Err(ContextError::Invalid(msg));
+            }
+        }
         if !arch::is_supported(&model.arch) {
             return Err(ContextError::Unsupported(format!(
                 "model architecture '{}' is not supported by llama-hotswap's engine yet (supported: {})",
@@ -290,7 +305,14 @@ impl Context {
             .tensors
             .iter()
             .any(|t| matches!(t.read().data, crate::storage::TensorData::Unallocated));
-        let executor: Box<dyn Executor> = Box::new(CpuExecutor::default());
+        let executor: Box<dyn Executor> = match crate::graph::exec_cuda::executor_for(&model) {
+            Ok(Some(cuda)) if !dry_run => Box::new(cuda),
+            Ok(_) => Box::new(CpuExecutor::default()),
+            Err(e) if !dry_run => {
+                return Err(ContextError::Unsupported(format!("CUDA compute: {e}")))
+            }
+            Err(_) => Box::new(CpuExecutor::default()),
+        };
         if !dry_run {
             for t in model.tensors.iter() {
                 let st = t.read();
@@ -436,6 +458,31 @@ impl Context {
         arch::build(&model, &hp, rope, probe, n_ctx_seq, kv_rot).map_err(|e| {
             ContextError::Unsupported(format!("model architecture '{}': {e}", model.arch))
         })?;
+        // Sizes are checked before anything is allocated, and the allocations are fallible:
+        // a context too large for the host is a failure value with a log line (upstream:
+        // "failed to allocate buffer for kv cache", llama_init_from_model returns NULL).
+        let memory = shape.memory_bytes();
+        let host = crate::device::host_memory();
+        let kv_fail = |why: String| {
+            let msg = format!("failed to allocate buffer for kv cache: {why}");
+            crate::log_error!("llama_context: {msg}");
+            ContextError::Invalid(msg)
+        };
+        match memory {
+            _ if dry_run => {}
+            None => {
+                return Err(kv_fail(format!(
+                    "n_ctx = {n_ctx} over {} layers: the size overflows",
+                    shape.layers.len()
+                )))
+            }
+            Some(b) if host > 0 && b > host => {
+                return Err(kv_fail(format!(
+                    "n_ctx = {n_ctx} needs {b} bytes, more than the host's memory ({host} bytes)"
+                )))
+            }
+            Some(_) => {}
+        }
         let kv_bytes = shape.bytes();
         let kv = if dry_run {
             crate::log_info!(
@@ -447,7 +494,7 @@ impl Context {
                 ..shape
             })
         } else {
-            KvCache::new(&shape)
+            KvCache::try_new(&shape).map_err(|e| kv_fail(e.to_string()))?
         };
         let mut ctx = Self::assemble(model, hp, cparams, kv, executor, false);
         ctx.kv_rot = kv_rot;
@@ -803,7 +850,9 @@ impl Context {
         } else {
             e.cparams.n_threads_batch
         };
-        e.exec.set_n_threads(threads.max(1) as usize);
+        // llama_set_n_threads takes any count: at most MAX_THREADS run
+        e.exec
+            .set_n_threads((threads.max(1) as usize).min(crate::kernels::cpu::MAX_THREADS));
         let abort = &mut e.abort;
         let mut poll = || abort.as_mut().is_some_and(|f| f());
         if let Err(err) = e

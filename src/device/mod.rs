@@ -40,6 +40,12 @@
 pub mod capacity;
 pub mod cuda;
 mod host;
+
+/// Physical memory of this host in bytes (`MemTotal`), 0 when unknown: what no single
+/// allocation can exceed (upstream's `posix_memalign` of a larger buffer fails).
+pub fn host_memory() -> u64 {
+    host::total_memory()
+}
 pub mod overrides;
 pub mod placement;
 
@@ -413,7 +419,15 @@ impl DeviceAllocation {
         self.len() == 0
     }
 
-    /// The bytes, when they live in host memory (CPU, virtual GPU); None on CUDA.
+    /// The device buffer, when the bytes live on a CUDA device.
+    pub fn cuda_buffer(&self) -> Option<&cuda::CudaBuffer> {
+        match &self.memory {
+            Memory::Host(_) => None,
+            Memory::Cuda(buffer) => Some(buffer),
+        }
+    }
+
+    /// The bytes when they live in host memory (CPU, virtual GPU); None on CUDA.
     pub fn host_slice(&self) -> Option<&[u8]> {
         match &self.memory {
             Memory::Host(data) => Some(data),

@@ -26,7 +26,7 @@ use crate::model::Model;
 pub enum ExecError {
     #[error("aborted by the abort callback")]
     Aborted,
-    #[error("tensor '{0}' is not in host memory (a CUDA device): CPU compute cannot read it")]
+    #[error("tensor '{0}' is not in host memory (a CUDA device): CPU compute cannot read it (LLAMA_HOTSWAP_CUDA_COMPUTE=1 tries the CUDA executor, not yet verified on a GPU)")]
     NotOnHost(String),
     #[error("tensor '{name}' has type {ty}, which the {backend} engine does not support")]
     UnsupportedType {

@@ -102,6 +102,23 @@ impl AttnMask {
     }
 }
 
+/// `LLAMA_HOTSWAP_EXEC_TRACE=1`: every executor prints each node's sum and sum of absolute
+/// values to stderr (to find the first node where two backends part).
+pub(super) fn trace_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LLAMA_HOTSWAP_EXEC_TRACE").is_ok_and(|v| v == "1"))
+}
+
+pub(super) fn trace_node(backend: &str, i: usize, node: &Node, v: &[f32]) {
+    let (sum, abs) = v.iter().fold((0.0f64, 0.0f64), |(s, a), &x| {
+        (s + x as f64, a + (x as f64).abs())
+    });
+    eprintln!(
+        "trace {backend} node {i} {} [{}x{}]: sum {sum:.6e} abs {abs:.6e}",
+        node.name, node.ne0, node.ne1
+    );
+}
+
 /// Splits the arena into the destination range (mutable) and source ranges (shared). The
 /// planner guarantees a node never shares its range with a live source; checked here.
 fn carve<const N: usize>(
@@ -126,7 +143,7 @@ fn carve<const N: usize>(
     (mid, srcs)
 }
 
-fn range(n: &Node) -> (usize, usize) {
+pub(super) fn range(n: &Node) -> (usize, usize) {
     (n.offset, n.len())
 }
 
@@ -272,22 +289,33 @@ impl CpuExecutor {
         inp: &Inputs,
         abort: &mut dyn FnMut() -> bool,
     ) -> Result<(), ExecError> {
+        self.begin_run(g);
+        let trace = trace_enabled();
+        for (i, node) in g.nodes.iter().enumerate() {
+            if i % 16 == 0 && abort() {
+                return Err(ExecError::Aborted);
+            }
+            self.node(g, node, model, kv, inp)?;
+            if trace {
+                let (at, len) = range(node);
+                trace_node("CPU", i, node, &self.arena[at..at + len]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sizes the arena for `g` and forgets the last run's attention masks.
+    pub(super) fn begin_run(&mut self, g: &Graph) {
         if self.arena.len() < g.arena_len {
             self.arena.resize(g.arena_len, 0.0);
         }
         for m in &mut self.attn_masks {
             m.valid = false;
         }
-        for (i, node) in g.nodes.iter().enumerate() {
-            if i % 16 == 0 && abort() {
-                return Err(ExecError::Aborted);
-            }
-            self.node(g, node, model, kv, inp)?;
-        }
-        Ok(())
     }
 
-    fn node(
+    /// Computes one node into the arena (its sources are there).
+    pub(super) fn node(
         &mut self,
         g: &Graph,
         node: &Node,

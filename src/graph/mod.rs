@@ -13,6 +13,7 @@ pub mod arch;
 pub mod backend;
 pub mod builder;
 pub mod exec;
+pub mod exec_cuda;
 pub mod kernel_api;
 pub mod params;
 

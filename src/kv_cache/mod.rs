@@ -42,21 +42,52 @@ pub enum KvBuffer {
     },
 }
 
+/// A KV cache that could not be allocated.
+#[derive(Debug, thiserror::Error)]
+pub enum KvAllocError {
+    #[error("the KV cache size overflows (n_ctx and the layers' widths are too large)")]
+    Overflow,
+    #[error("failed to allocate {bytes} bytes for the KV cache")]
+    OutOfMemory { bytes: u64 },
+}
+
+/// A zero-filled vector of `len` values, or the error when it cannot be allocated (never an
+/// abort: the allocation is fallible, the fill happens only once it succeeded).
+fn zeroed<T: Copy>(len: usize, zero: T) -> Result<Vec<T>, KvAllocError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| KvAllocError::OutOfMemory {
+            bytes: (len as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+        })?;
+    v.resize(len, zero);
+    Ok(v)
+}
+
 impl KvBuffer {
-    fn new(ty: KvType, rows: usize, width: usize) -> KvBuffer {
-        let len = rows * width;
+    /// Bytes of one row of `width` values.
+    fn row_bytes(ty: KvType, width: usize) -> usize {
         match ty {
-            KvType::F32 => KvBuffer::F32(vec![0.0; len]),
-            KvType::F16 => KvBuffer::F16(vec![f16::ZERO; len]),
+            KvType::F32 => 4 * width,
+            KvType::F16 => 2 * width,
+            KvType::Packed(ty) => crate::kernels::cpu::row_bytes(ty, width),
+        }
+    }
+
+    fn new(ty: KvType, rows: usize, width: usize) -> Result<KvBuffer, KvAllocError> {
+        let len = rows.checked_mul(width).ok_or(KvAllocError::Overflow)?;
+        Ok(match ty {
+            KvType::F32 => KvBuffer::F32(zeroed(len, 0.0)?),
+            KvType::F16 => KvBuffer::F16(zeroed(len, f16::ZERO)?),
             KvType::Packed(ty) => {
                 let row_bytes = crate::kernels::cpu::row_bytes(ty, width);
+                let n = rows.checked_mul(row_bytes).ok_or(KvAllocError::Overflow)?;
                 KvBuffer::Packed {
                     ty,
                     row_bytes,
-                    data: vec![0; rows * row_bytes],
+                    data: zeroed(n, 0u8)?,
                 }
             }
-        }
+        })
     }
 
     /// Stores `src` as row `cell` (rows of `src.len()` values).
@@ -223,18 +254,10 @@ impl KvType {
 }
 
 impl KvShape {
-    /// Bytes the cache of this shape holds: every layer's K and V rows, every stream.
+    /// Bytes the cache of this shape holds: every layer's K and V rows, every stream
+    /// (`u64::MAX` when that overflows; [`KvShape::checked_bytes`] says so).
     pub fn bytes(&self) -> u64 {
-        let n_stream = if self.unified {
-            1
-        } else {
-            self.n_seq_max.clamp(1, MAX_SEQ)
-        };
-        let rows = self.size as u64 * n_stream as u64;
-        self.layers
-            .iter()
-            .map(|&(nk, nv)| rows * (self.type_k.row_bytes(nk) + self.type_v.row_bytes(nv)) as u64)
-            .sum()
+        self.checked_bytes().unwrap_or(u64::MAX)
     }
 }
 
@@ -269,11 +292,67 @@ pub struct KvCache {
     pub can_shift: bool,
 }
 
+impl KvShape {
+    /// Streams the cache holds (one when unified, else one per sequence).
+    fn n_stream(&self) -> usize {
+        if self.unified {
+            1
+        } else {
+            self.n_seq_max.clamp(1, MAX_SEQ)
+        }
+    }
+
+    /// Bytes of every layer's K and V rows (upstream's KV buffer size); None on overflow.
+    pub fn checked_bytes(&self) -> Option<u64> {
+        let rows = u64::from(self.size).checked_mul(self.n_stream() as u64)?;
+        self.layers.iter().try_fold(0u64, |total, &(nk, nv)| {
+            let row = (KvBuffer::row_bytes(self.type_k, nk) as u64)
+                .checked_add(KvBuffer::row_bytes(self.type_v, nv) as u64)?;
+            total.checked_add(rows.checked_mul(row)?)
+        })
+    }
+}
+
+impl KvShape {
+    /// Bytes the whole cache takes: [`KvShape::bytes`] and the cells' bookkeeping (position,
+    /// sequence set, shift and a position-index entry per cell); None on overflow.
+    pub fn memory_bytes(&self) -> Option<u64> {
+        let rows = u64::from(self.size).checked_mul(self.n_stream() as u64)?;
+        let per_cell = (4 + 4 + 8 + std::mem::size_of::<SeqSet>()) as u64;
+        self.checked_bytes()?
+            .checked_add(rows.checked_mul(per_cell)?)
+    }
+}
+
 impl KvCache {
+    /// A cache of `shape`, which must be small enough to allocate (tests and empty caches;
+    /// contexts use [`KvCache::try_new`]).
     pub fn new(shape: &KvShape) -> KvCache {
+        Self::try_new(shape).expect("a KV cache of this shape can be allocated")
+    }
+
+    /// A cache of `shape`, or why it cannot be allocated (sizes checked before any
+    /// allocation; every allocation fallible).
+    pub fn try_new(shape: &KvShape) -> Result<KvCache, KvAllocError> {
+        shape.checked_bytes().ok_or(KvAllocError::Overflow)?;
         let n_seq_max = shape.n_seq_max.clamp(1, MAX_SEQ);
-        let n_stream = if shape.unified { 1 } else { n_seq_max };
-        let rows = shape.size as usize * n_stream;
+        let n_stream = shape.n_stream();
+        let rows = (shape.size as usize)
+            .checked_mul(n_stream)
+            .ok_or(KvAllocError::Overflow)?;
+        // the buffers first (fallible): the cells' bookkeeping is small beside them
+        let layers = shape
+            .layers
+            .iter()
+            .map(|&(nk, nv)| {
+                Ok(KvLayer {
+                    k: KvBuffer::new(shape.type_k, rows, nk)?,
+                    v: KvBuffer::new(shape.type_v, rows, nv)?,
+                    n_embd_k: nk,
+                    n_embd_v: nv,
+                })
+            })
+            .collect::<Result<Vec<_>, KvAllocError>>()?;
         let streams = (0..n_stream)
             .map(|s| KvStream {
                 cells: if shape.unified {
@@ -291,24 +370,15 @@ impl KvCache {
         } else {
             (0..n_seq_max).collect()
         };
-        KvCache {
+        Ok(KvCache {
             streams,
             seq_to_stream,
             size: shape.size,
-            layers: shape
-                .layers
-                .iter()
-                .map(|&(nk, nv)| KvLayer {
-                    k: KvBuffer::new(shape.type_k, rows, nk),
-                    v: KvBuffer::new(shape.type_v, rows, nv),
-                    n_embd_k: nk,
-                    n_embd_v: nv,
-                })
-                .collect(),
+            layers,
             type_k: shape.type_k,
             type_v: shape.type_v,
             can_shift: true,
-        }
+        })
     }
 
     /// Cells per stream (upstream's `get_size`).
@@ -645,6 +715,34 @@ impl KvCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 35, finding 8: sizes are checked before allocating; a shape whose size
+    /// overflows is an error, never a panic or an abort.
+    #[test]
+    fn oversized_shapes_are_errors() {
+        let shape = |size: u32, width: usize| KvShape {
+            size,
+            n_seq_max: 256,
+            unified: false,
+            type_k: KvType::F16,
+            type_v: KvType::F32,
+            layers: vec![(width, width); 4],
+        };
+        assert_eq!(shape(16, 8).checked_bytes(), Some(4 * 16 * 256 * (16 + 32)));
+        assert!(shape(16, 8).memory_bytes().unwrap() > shape(16, 8).bytes());
+        assert_eq!(shape(u32::MAX, usize::MAX / 2).checked_bytes(), None);
+        assert!(matches!(
+            KvCache::try_new(&shape(u32::MAX, usize::MAX / 2)),
+            Err(KvAllocError::Overflow)
+        ));
+        // far past any host: the allocation itself fails (no abort)
+        assert!(KvCache::try_new(&shape(u32::MAX, 1 << 20)).is_err());
+        assert!(matches!(
+            KvCache::try_new(&shape(1 << 24, 1 << 16)),
+            Err(KvAllocError::OutOfMemory { .. })
+        ));
+        assert!(KvCache::try_new(&shape(16, 8)).is_ok());
+    }
 
     fn cache(size: u32) -> KvCache {
         KvCache::new(&KvShape {

@@ -435,10 +435,23 @@ fn layout(n_ctx: usize, n_batch: usize) -> Result<usize, EvalError> {
     Ok((n_batch / n_ctx).max(1))
 }
 
+/// The logical batch upstream's llama-perplexity runs with: `n_seq = max(1, n_batch/n_ctx)`
+/// chunks side by side in a context of `n_seq·n_ctx` cells, and the batch clamped to that
+/// (`params.n_batch = min(n_batch, n_seq·n_ctx)`), so any `-c` runs with the default `-b`
+/// (`-c 100 -b 2048` evaluates 20 chunks at a time in batches of 2000).
+pub fn clamp_batch(n_ctx: usize, n_batch: usize) -> usize {
+    if n_ctx == 0 {
+        return n_batch;
+    }
+    n_batch.min((n_batch / n_ctx).max(1).saturating_mul(n_ctx))
+}
+
 impl Evaluator {
     /// Creates the context for chunks of `cfg.n_ctx` tokens (`n_seq` of them side by side,
-    /// as upstream sizes it: `n_ctx·max(1, n_batch/n_ctx)` cells).
-    pub fn new(model: Arc<Model>, cfg: EvalConfig) -> Result<Evaluator, EvalError> {
+    /// as upstream sizes it: `n_ctx·max(1, n_batch/n_ctx)` cells; the batch clamped to that
+    /// first, see [`clamp_batch`]).
+    pub fn new(model: Arc<Model>, mut cfg: EvalConfig) -> Result<Evaluator, EvalError> {
+        cfg.n_batch = clamp_batch(cfg.n_ctx, cfg.n_batch);
         let n_seq = layout(cfg.n_ctx, cfg.n_batch)?;
         let n_ctx_total = n_seq * cfg.n_ctx;
         let params = ContextParams {
@@ -1052,6 +1065,14 @@ mod tests {
         assert!(layout(512, 2048).is_ok_and(|n| n == 4));
         assert!(layout(512, 256).is_ok_and(|n| n == 1));
         assert!(layout(512, 700).is_err());
+        // upstream clamps first: then every batch fits
+        assert_eq!(clamp_batch(100, 2048), 2000);
+        assert_eq!(clamp_batch(512, 700), 512);
+        assert_eq!(clamp_batch(512, 256), 256);
+        assert_eq!(clamp_batch(512, 2048), 2048);
+        for (c, b) in [(100, 2048), (7, 100), (512, 700), (3000, 2048), (4, 4)] {
+            assert!(layout(c, clamp_batch(c, b)).is_ok(), "-c {c} -b {b}");
+        }
         assert!(layout(2, 8).is_err());
         assert!(layout(512, 0).is_err());
     }

@@ -49,6 +49,15 @@ pub enum KldFileError {
         n_vocab: i64,
         n_chunk: i64,
     },
+    #[error("{path}: {len} bytes, but a file of {n_chunk} chunks of {n_ctx} tokens over a vocabulary of {n_vocab} has {expected}: truncated, or not a base-logits file")]
+    WrongSize {
+        path: String,
+        n_ctx: usize,
+        n_vocab: usize,
+        n_chunk: usize,
+        expected: u64,
+        len: u64,
+    },
     #[error("failed reading evaluation tokens from {0}")]
     ShortTokens(String),
     #[error("failed reading log-probs for chunk {chunk} from {path}")]
@@ -176,6 +185,10 @@ impl KldWriter {
     }
 }
 
+/// What a [`KldBase`] reads from: the file, or bytes in memory (the fuzz harness).
+pub trait ReadSeek: Read + Seek + Send {}
+impl<T: Read + Seek + Send> ReadSeek for T {}
+
 /// A base-logits file opened for reading: header and tokens in memory, rows read chunk by
 /// chunk ([`KldBase::rewind`] starts again, so one open file serves many evaluations).
 pub struct KldBase {
@@ -184,7 +197,7 @@ pub struct KldBase {
     pub n_vocab: usize,
     pub n_chunk: usize,
     pub tokens: Vec<i32>,
-    file: BufReader<File>,
+    file: BufReader<Box<dyn ReadSeek>>,
     data_start: u64,
     next_chunk: usize,
 }
@@ -200,13 +213,42 @@ impl std::fmt::Debug for KldBase {
     }
 }
 
+/// The size a file with this header has: header, tokens, and every chunk's rows (None when
+/// it does not fit in u64).
+pub fn expected_len(n_ctx: usize, n_vocab: usize, n_chunk: usize) -> Option<u64> {
+    let n_ctx = n_ctx as u64;
+    let tokens = n_ctx.checked_mul(n_chunk as u64)?.checked_mul(4)?;
+    let rows = (rows_per_chunk(n_ctx as usize) as u64)
+        .checked_mul(row_len(n_vocab) as u64)?
+        .checked_mul(2)?
+        .checked_mul(n_chunk as u64)?;
+    20u64.checked_add(tokens)?.checked_add(rows)
+}
+
 impl KldBase {
-    /// Opens a file and reads its header and tokens (checking that the rows are all there).
+    /// Opens a file and reads its header and tokens. Only a regular file is read (a FIFO
+    /// would block, a device never ends), and its size must be exactly what the header
+    /// describes: a header that miscounts its chunks would otherwise make rows be read from
+    /// the tokens, or tokens from the rows.
     pub fn open(path: &Path) -> Result<KldBase, KldFileError> {
         let name = path.display().to_string();
-        let file = File::open(path).map_err(|e| KldFileError::Open(name.clone(), e))?;
-        let file_len = file.metadata().map(|m| m.len()).unwrap_or(0);
-        let mut r = BufReader::with_capacity(1 << 20, file);
+        let file = llama::storage::file::open_regular(path, 0)
+            .map_err(|e| KldFileError::Open(name.clone(), e))?;
+        let file_len = file
+            .metadata()
+            .map_err(|e| KldFileError::Open(name.clone(), e))?
+            .len();
+        Self::from_reader(path, Box::new(file), file_len)
+    }
+
+    /// [`KldBase::open`] over any reader of `len` bytes (`path` names it in messages).
+    pub fn from_reader(
+        path: &Path,
+        reader: Box<dyn ReadSeek>,
+        len: u64,
+    ) -> Result<KldBase, KldFileError> {
+        let name = path.display().to_string();
+        let mut r = BufReader::with_capacity(1 << 20, reader);
         let mut magic = [0u8; 8];
         if r.read_exact(&mut magic).is_err() || &magic != MAGIC {
             return Err(KldFileError::BadMagic(name));
@@ -227,12 +269,23 @@ impl KldBase {
             return Err(bad());
         }
         let (n_ctx, n_vocab, n_chunk) = (n_ctx as usize, n_vocab as usize, n_chunk as usize);
-        let n_tokens = n_ctx.checked_mul(n_chunk).ok_or_else(bad)?;
-        let data_start = 20 + 4 * n_tokens as u64;
-        if data_start > file_len {
-            return Err(KldFileError::ShortTokens(name));
+        let expected = expected_len(n_ctx, n_vocab, n_chunk).ok_or_else(bad)?;
+        if expected != len {
+            return Err(KldFileError::WrongSize {
+                path: name,
+                n_ctx,
+                n_vocab,
+                n_chunk,
+                expected,
+                len,
+            });
         }
-        let mut raw = vec![0u8; 4 * n_tokens];
+        let n_tokens = n_ctx * n_chunk;
+        let data_start = 20 + 4 * n_tokens as u64;
+        let mut raw = Vec::new();
+        raw.try_reserve_exact(4 * n_tokens)
+            .map_err(|_| KldFileError::ShortTokens(name.clone()))?;
+        raw.resize(4 * n_tokens, 0);
         r.read_exact(&mut raw)
             .map_err(|_| KldFileError::ShortTokens(name.clone()))?;
         let tokens = raw
@@ -289,6 +342,51 @@ impl KldBase {
     }
 }
 
+/// The fuzz harness of the reader (fuzz/fuzz_targets/kld_base.rs; `cargo test` replays
+/// fuzz/corpus/kld_base): any bytes are refused with an error or accepted; an accepted
+/// file gives every chunk, twice (rewound), and writing its header, tokens and rows back
+/// gives the same bytes.
+#[allow(dead_code)] // the fuzz target and the corpus replay (tests) call it
+pub fn fuzz_check(bytes: &[u8]) {
+    let len = bytes.len() as u64;
+    let reader = Box::new(std::io::Cursor::new(bytes.to_vec()));
+    let Ok(mut base) = KldBase::from_reader(Path::new("fuzz"), reader, len) else {
+        return;
+    };
+    assert_eq!(base.tokens.len(), base.n_ctx * base.n_chunk);
+    assert_eq!(
+        expected_len(base.n_ctx, base.n_vocab, base.n_chunk),
+        Some(len)
+    );
+    let mut again = Vec::with_capacity(bytes.len());
+    again.extend_from_slice(MAGIC);
+    for v in [base.n_ctx, base.n_vocab, base.n_chunk] {
+        again.extend_from_slice(&(v as i32).to_le_bytes());
+    }
+    for t in &base.tokens {
+        again.extend_from_slice(&t.to_le_bytes());
+    }
+    let mut rows = Vec::new();
+    for pass in 0..2 {
+        for _ in 0..base.n_chunk {
+            base.read_chunk(&mut rows)
+                .expect("an accepted file has every chunk");
+            assert_eq!(rows.len(), base.chunk_len());
+            if pass == 0 {
+                for v in &rows {
+                    again.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+        assert!(base.read_chunk(&mut rows).is_err(), "no chunk past n_chunk");
+        base.rewind().unwrap();
+    }
+    assert_eq!(
+        again, bytes,
+        "an accepted file is exactly its header, tokens and rows"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,6 +440,148 @@ mod tests {
             }
             assert!(base.read_chunk(&mut buf).is_err());
             base.rewind().unwrap();
+        }
+    }
+
+    /// A small valid file: `n_chunk` chunks of `n_ctx` over `n_vocab`, rows from the encoder.
+    fn small_file(n_ctx: usize, n_vocab: usize, n_chunk: usize) -> Vec<u8> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let tokens: Vec<i32> = (0..(n_ctx * n_chunk) as i32)
+            .map(|i| i % n_vocab as i32)
+            .collect();
+        let mut w = KldWriter::create(&path, n_ctx, n_vocab, n_chunk, &tokens).unwrap();
+        let rl = row_len(n_vocab);
+        let mut rows = vec![0u16; rows_per_chunk(n_ctx) * rl];
+        for c in 0..n_chunk {
+            for (k, row) in rows.chunks_mut(rl).enumerate() {
+                let logits: Vec<f32> = (0..n_vocab)
+                    .map(|i| ((i * 7 + k * 3 + c) % 11) as f32 - 5.0)
+                    .collect();
+                encode_row(&logits, row, (k + c) % n_vocab);
+            }
+            w.write_chunk(&rows).unwrap();
+        }
+        w.finish().unwrap();
+        std::fs::read(&path).unwrap()
+    }
+
+    fn corpus_dir() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/kld_base")
+    }
+
+    fn seeds() -> Vec<(&'static str, Vec<u8>)> {
+        let good = small_file(8, 5, 2);
+        let mut under = good.clone();
+        under[16] = 1; // n_chunk 1: the header undercounts its chunks
+        vec![
+            ("seed_8x5x2", good.clone()),
+            ("seed_4x1x1", small_file(4, 1, 1)),
+            ("seed_6x4x3", small_file(6, 4, 3)),
+            ("seed_undercount", under),
+            ("seed_cut", good[..good.len() - 3].to_vec()),
+        ]
+    }
+
+    #[test]
+    #[ignore = "rewrites fuzz/corpus/kld_base; run by hand when the format changes"]
+    fn write_fuzz_corpus() {
+        std::fs::create_dir_all(corpus_dir()).unwrap();
+        for (name, bytes) in seeds() {
+            std::fs::write(corpus_dir().join(name), bytes).unwrap();
+        }
+    }
+
+    /// The fuzz harness over the committed corpus and seeded mutations of it (header fields,
+    /// lengths, bytes): none may panic.
+    #[test]
+    fn fuzz_corpus_and_mutations_replay() {
+        let mut inputs: Vec<Vec<u8>> = std::fs::read_dir(corpus_dir())
+            .expect("fuzz/corpus/kld_base exists")
+            .map(|e| std::fs::read(e.unwrap().path()).unwrap())
+            .collect();
+        assert!(inputs.len() >= 5, "corpus looks incomplete");
+        inputs.extend(seeds().into_iter().map(|(_, b)| b));
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let n = inputs.len();
+        for i in 0..4000 {
+            let mut b = inputs[i % n].clone();
+            match next() % 4 {
+                0 if !b.is_empty() => {
+                    let at = (next() as usize) % b.len();
+                    b[at] = next() as u8;
+                }
+                1 if b.len() >= 20 => {
+                    // a header field set to a nearby or extreme value
+                    let f = 8 + 4 * (next() as usize % 3);
+                    let v = [0i32, 1, 2, 3, 4, -1, i32::MAX, 65536][next() as usize % 8];
+                    b[f..f + 4].copy_from_slice(&v.to_le_bytes());
+                }
+                2 => b.truncate((next() as usize) % (b.len() + 1)),
+                _ => b.extend((0..next() % 9).map(|_| next() as u8)),
+            }
+            fuzz_check(&b);
+        }
+        // the valid seeds are accepted, the undercounting and cut ones refused
+        for (name, bytes) in seeds() {
+            let ok = KldBase::from_reader(
+                Path::new(name),
+                Box::new(std::io::Cursor::new(bytes.clone())),
+                bytes.len() as u64,
+            )
+            .is_ok();
+            assert_eq!(
+                ok,
+                !name.contains("undercount") && !name.contains("cut"),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_header_that_miscounts_its_chunks_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("base");
+        let good = small_file(8, 5, 3);
+        for (n_chunk, name) in [(1i32, "under"), (2, "under by one"), (4, "over")] {
+            let mut b = good.clone();
+            b[16..20].copy_from_slice(&n_chunk.to_le_bytes());
+            std::fs::write(&p, &b).unwrap();
+            let e = KldBase::open(&p).unwrap_err().to_string();
+            assert!(e.contains("bytes, but a file of"), "{name}: {e}");
+        }
+        // a vocabulary or context that does not match the size either
+        for (field, v) in [(8usize, 6i32), (12, 4)] {
+            let mut b = good.clone();
+            b[field..field + 4].copy_from_slice(&v.to_le_bytes());
+            std::fs::write(&p, &b).unwrap();
+            assert!(KldBase::open(&p).is_err());
+        }
+        std::fs::write(&p, &good).unwrap();
+        assert!(KldBase::open(&p).is_ok());
+    }
+
+    #[test]
+    fn only_regular_files_are_read() {
+        for dev in ["/dev/zero", "/dev/null"] {
+            if Path::new(dev).exists() {
+                let e = KldBase::open(Path::new(dev)).unwrap_err().to_string();
+                assert!(e.contains("not a regular file"), "{dev}: {e}");
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            // would block in open(2) forever if it were opened as a file
+            let e = KldBase::open(&fifo).unwrap_err().to_string();
+            assert!(e.contains("not a regular file"), "{e}");
         }
     }
 

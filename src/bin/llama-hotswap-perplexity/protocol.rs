@@ -81,6 +81,9 @@ pub fn write_status(path: &Path, state: &str, iter: u64, seq: i64) {
     }
 }
 
+/// The most of a control file that is read (a command is one short line).
+const MAX_COMMAND_BYTES: u64 = 4096;
+
 /// A command read from the control file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Command {
@@ -92,18 +95,28 @@ pub struct Command {
 /// Reads and deletes a complete command (a line ending in a newline); None when there is
 /// no file or it is still being written. A blank command is deleted and ignored.
 pub fn read_command(path: &Path) -> Option<Command> {
-    let bytes = std::fs::read(path).ok()?;
+    // a command is one short line: a control file that is huge or endless is read no further
+    let bytes = {
+        use std::io::Read;
+        let file = llama::storage::file::open_regular(path, 0).ok()?;
+        let mut b = Vec::new();
+        file.take(MAX_COMMAND_BYTES).read_to_end(&mut b).ok()?;
+        b
+    };
     if !bytes.contains(&b'\n') {
         return None;
     }
     let text = String::from_utf8_lossy(&bytes);
     let mut words = text.split_whitespace();
     let cmd = words.next().map(str::to_string);
-    // ik: `parser >> seq` (an int; anything else is "no seq")
+    // ik: `int seq; parser >> seq`: a 32-bit int; a number out of its range fails the
+    // extraction like any other word, and is "no seq" (so `compute 9223372036854775807`
+    // does not make every later command stale)
     let seq = words
         .next()
-        .and_then(|w| w.parse::<i64>().ok())
-        .filter(|&s| s >= 0);
+        .and_then(|w| w.parse::<i32>().ok())
+        .filter(|&s| s >= 0)
+        .map(i64::from);
     for _ in 0..50 {
         if std::fs::remove_file(path).is_ok() || !path.exists() {
             break;
@@ -329,6 +342,19 @@ mod tests {
         assert!(!p.exists());
         std::fs::write(&p, "compute\n").unwrap();
         assert_eq!(read_command(&p).unwrap().seq, None);
+        // ik's seq is an int: beyond its range is no seq (always runs), its maximum is one
+        std::fs::write(&p, "compute 9223372036854775807\n").unwrap();
+        assert_eq!(read_command(&p).unwrap().seq, None);
+        std::fs::write(&p, "compute 2147483648\n").unwrap();
+        assert_eq!(read_command(&p).unwrap().seq, None);
+        std::fs::write(&p, "compute 2147483647\n").unwrap();
+        assert_eq!(read_command(&p).unwrap().seq, Some(2147483647));
+        // a FIFO as control file is not waited on
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            assert_eq!(read_command(&fifo), None);
+        }
         std::fs::write(&p, "\n").unwrap();
         assert_eq!(read_command(&p), None);
         assert!(!p.exists());

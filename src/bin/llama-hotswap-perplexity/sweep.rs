@@ -63,6 +63,10 @@ logits, swap the original back and check it is bit-identical, write one row.
   --plain                     plain progress lines even on a terminal
 ";
 
+/// Test hook: a shell command run before each round (tests replace a candidate file between
+/// its discovery and its round with it); nothing else reads it.
+const BEFORE_ROUND_ENV: &str = "LLAMA_HOTSWAP_SWEEP_TEST_BEFORE_ROUND";
+
 #[derive(Debug, Default)]
 struct SweepArgs {
     model: Option<PathBuf>,
@@ -249,6 +253,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .kl_divergence(&mut base)
         .map_err(|e| format!("sweep: evaluating the base model: {e}"))?;
     let base_kld = base_summary.kld.as_ref().map_or(f64::NAN, |k| k.kld_mean);
+    if !base_summary.ppl.is_finite() || !base_kld.is_finite() {
+        return Err(format!(
+            "sweep: the base model gives PPL {} and KLD {base_kld} against {}: no candidate can be \
+             measured against it",
+            base_summary.ppl,
+            base_path.display()
+        ));
+    }
     eprintln!(
         "sweep: base model: PPL = {} +/- {:.6}, KLD vs base logits = {base_kld}, {} chunks of {} in {:.2} s",
         base_summary.ppl, base_summary.ppl_err, base_summary.n_chunks, base.n_ctx, base_summary.seconds
@@ -296,9 +308,23 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut progress = Progress::new(todo.len(), a.plain);
     let mut new_rows = Vec::new();
     let mut fatal = None;
+    let before_round = std::env::var(BEFORE_ROUND_ENV)
+        .ok()
+        .filter(|s| !s.is_empty());
     for cand in todo {
+        if let Some(cmd) = &before_round {
+            let _ = std::process::Command::new("sh").arg("-c").arg(cmd).status();
+        }
         progress.starting(&format!("{} {}", cand.tensor_label(), cand.type_label()));
-        let (row, stop) = round(cand, &mut swapper, &mut ev, &mut base, n_chunks, n_ctx);
+        let (row, stop) = round(
+            cand,
+            a.per_file,
+            &mut swapper,
+            &mut ev,
+            &mut base,
+            n_chunks,
+            n_ctx,
+        );
         for (sink, done) in sinks.iter_mut().zip(&sink_done) {
             if !done.contains(&row.key()) {
                 sink.append(&row)?;
@@ -362,13 +388,29 @@ fn base_logits(
                 path.display()
             )
         })?;
-        let text =
-            std::fs::read(text_path).map_err(|e| format!("sweep: {}: {e}", text_path.display()))?;
+        let text = crate::read_bounded(text_path).map_err(|e| format!("sweep: {e}"))?;
         let tokens = tokenize_text(model, &Tokenizer::new(&model.vocab), &text)
             .map_err(|e| format!("sweep: {e}"))?;
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");
         let tmp = PathBuf::from(tmp);
+        // The temporary name is ours only when it holds an unfinished base file (or nothing).
+        if let Ok(m) = std::fs::symlink_metadata(&tmp) {
+            let mut head = [0u8; 8];
+            let ours = m.is_file()
+                && (m.len() == 0
+                    || std::fs::File::open(&tmp).is_ok_and(|mut f| {
+                        std::io::Read::read_exact(&mut f, &mut head).is_ok()
+                            && &head == crate::kld_file::MAGIC
+                    }));
+            if !ours {
+                return Err(format!(
+                    "sweep: {} exists and is not an unfinished base-logits file: move it away \
+                     or give --kl-divergence-base another path",
+                    tmp.display()
+                ));
+            }
+        }
         let mut ev =
             Evaluator::new(Arc::clone(model), cfg.clone()).map_err(|e| format!("sweep: {e}"))?;
         let s: Summary = ev
@@ -404,6 +446,7 @@ fn base_logits(
 /// why the sweep must stop.
 fn round(
     cand: &Candidate,
+    per_file: bool,
     swapper: &mut Swapper<'_>,
     ev: &mut Evaluator,
     base: &mut KldBase,
@@ -411,6 +454,38 @@ fn round(
     n_ctx: usize,
 ) -> (Row, Option<String>) {
     let t0 = Instant::now();
+    // The file may have been replaced since its header was read (a sweep runs for days):
+    // read it again, so the row describes the bytes measured.
+    let refreshed;
+    let cand = if cand.changed() {
+        match cand.refresh(swapper.model(), per_file) {
+            Ok(c) => {
+                eprintln!(
+                    "sweep: {} changed since the sweep found it: its header was read again",
+                    cand.path.display()
+                );
+                refreshed = c;
+                &refreshed
+            }
+            Err(e) => {
+                let row = Row {
+                    tensor: cand.tensor_label(),
+                    ggml_type: cand.type_label(),
+                    bytes: cand.nbytes(),
+                    chunks,
+                    n_ctx,
+                    file: cand.label.clone(),
+                    ok: false,
+                    reason: format!("the file changed since the sweep found it: {e}"),
+                    seconds: t0.elapsed().as_secs_f64(),
+                    ..Row::default()
+                };
+                return (row, None);
+            }
+        }
+    } else {
+        cand
+    };
     let mut row = Row {
         tensor: cand.tensor_label(),
         ggml_type: cand.type_label(),
@@ -462,7 +537,15 @@ fn round(
                 row.top1 = Some(100.0 * k.same_top);
             }
             row.eval_seconds = Some(eval_seconds);
-            row.ok = true;
+            // A NaN or infinite score is a broken candidate, never a result to rank.
+            match non_finite(&row) {
+                Some(what) => {
+                    row.reason = format!(
+                        "the evaluation gave a non-finite {what}: the candidate breaks the model"
+                    );
+                }
+                None => row.ok = true,
+            }
         }
         Err(e) => row.reason = format!("evaluation failed: {e}"),
     }
@@ -479,6 +562,22 @@ fn round(
     }
     row.seconds = t0.elapsed().as_secs_f64();
     (row, None)
+}
+
+/// The first measurement of `row` that is NaN or infinite, named.
+fn non_finite(row: &Row) -> Option<String> {
+    [
+        ("PPL", row.ppl),
+        ("PPL error", row.ppl_err),
+        ("KLD", row.kld),
+        ("KLD error", row.kld_err),
+        ("top-1 agreement", row.top1),
+    ]
+    .into_iter()
+    .find_map(|(name, v)| {
+        v.filter(|x| !x.is_finite())
+            .map(|x| format!("{name} ({x})"))
+    })
 }
 
 fn print_budget(model: &Model, rows: &[Row], budget: u64) {

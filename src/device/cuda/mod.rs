@@ -44,6 +44,8 @@
 mod buffer;
 mod context;
 mod driver;
+mod module;
+mod nvrtc;
 mod ring;
 mod upload;
 
@@ -53,6 +55,8 @@ pub use buffer::{CudaBuffer, PinnedBuffer};
 pub use context::CudaDevice;
 use driver::describe;
 pub use driver::{availability, probe};
+pub use module::{compute_available, CudaFunction, CudaModule, KernelArg};
+pub use nvrtc::{compile_ptx, nvrtc_version, NVRTC_ENV};
 
 /// Set to disable CUDA (anything but empty or `0`).
 pub const NO_CUDA_ENV: &str = "LLAMA_HOTSWAP_NO_CUDA";

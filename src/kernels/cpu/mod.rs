@@ -50,7 +50,7 @@ pub use mul_mat::{
     mul_mat, mul_mat_batched, mul_mat_prepared, mul_mat_rows, prepare_activations,
     set_weight_prefetch, Activations, BatchedLayout, Scratch,
 };
-pub use pool::{for_row_runs, ThreadPool};
+pub use pool::{for_row_runs, ThreadPool, MAX_THREADS};
 pub use repack::{repack_kind, RepackKind, Repacked};
 pub use type_traits::{
     is_kv_cache_type, row_bytes, supports, vec_dot_type, DotFn, Tile, TileFn, TileOut, SUPPORTED,

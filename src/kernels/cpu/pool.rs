@@ -83,6 +83,9 @@ impl std::fmt::Debug for ThreadPool {
     }
 }
 
+/// The most threads a pool runs (ggml's `GGML_MAX_N_THREADS`); larger requests are clamped.
+pub const MAX_THREADS: usize = 512;
+
 impl ThreadPool {
     /// A pool that runs jobs on `n_threads` threads (the caller and `n_threads - 1` workers);
     /// 0 is taken as 1.
@@ -116,7 +119,7 @@ impl ThreadPool {
     /// Grows or shrinks the pool to `n_threads` (0 is taken as 1). Removed workers are joined
     /// before this returns.
     pub fn set_n_threads(&mut self, n_threads: usize) {
-        let want = n_threads.max(1) - 1;
+        let mut want = n_threads.clamp(1, MAX_THREADS) - 1;
         let have = self.workers.len();
         if want < have {
             self.shared.live_workers.store(want, SeqCst);
@@ -131,11 +134,25 @@ impl ThreadPool {
             let seen = self.shared.state.load(SeqCst) >> 1;
             for index in have..want {
                 let shared = Arc::clone(&self.shared);
-                let handle = std::thread::Builder::new()
+                let spawned = std::thread::Builder::new()
                     .name(format!("llama-kernel-{}", index + 1))
-                    .spawn(move || worker_loop(&shared, index, seen))
-                    .expect("spawn a kernel thread");
-                self.workers.push(handle);
+                    .spawn(move || worker_loop(&shared, index, seen));
+                match spawned {
+                    Ok(handle) => self.workers.push(handle),
+                    Err(e) => {
+                        // the OS refused a thread: run on those that started (every job
+                        // still runs, on fewer threads), never abort the host
+                        crate::log_warn!(
+                            "thread pool: could not start thread {} of {}: {e}; running on {}",
+                            index + 2,
+                            want + 1,
+                            index + 1
+                        );
+                        want = index;
+                        self.shared.live_workers.store(want, SeqCst);
+                        break;
+                    }
+                }
             }
             // wait until the new threads run: a worker the OS schedules late would otherwise
             // make its start-up allocations in the middle of a later job

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use llama::gguf::{read_header_from, GgmlType};
 use llama::model::Model;
-use llama::storage::file::open_regular;
+use llama::storage::file::{open_regular, FileIdentity};
 
 /// Headers larger than this are refused (a candidate file holds a few tensors).
 const MAX_HEADER_BYTES: u64 = 64 << 20;
@@ -26,7 +26,7 @@ pub struct CandidateTensor {
 /// What one sweep round swaps in: one tensor, or every tensor of a file (`--per-file`).
 #[derive(Clone, Debug)]
 pub struct Candidate {
-    /// The file, as shown in rows (relative to its candidate directory when possible).
+    /// The file, as shown in rows: its canonical path (see [`find_files`]).
     pub label: String,
     pub path: PathBuf,
     pub tensors: Vec<CandidateTensor>,
@@ -34,6 +34,9 @@ pub struct Candidate {
     pub problem: Option<String>,
     /// Shown in the row when the tensor list is unknown (unreadable header).
     pub fallback_name: Option<String>,
+    /// The file as it was when the tensor list was read (None: unknown, so a round reads the
+    /// header again).
+    pub identity: Option<FileIdentity>,
 }
 
 impl Candidate {
@@ -66,10 +69,39 @@ impl Candidate {
         self.tensors.iter().map(|t| t.nbytes).sum()
     }
 
-    /// Reads the candidate's bytes, one buffer per tensor.
+    /// Whether the file is no longer the one the tensor list was read from (replaced,
+    /// rewritten, touched, removed), or that is unknown.
+    pub fn changed(&self) -> bool {
+        self.identity.is_none() || identity_of(&self.path) != self.identity
+    }
+
+    /// The candidate as its file holds it now: the header read again, the candidate with the
+    /// same tensor(s) taken from it (its type, offsets and problems are the file's now).
+    pub fn refresh(&self, model: &Model, per_file: bool) -> Result<Candidate, String> {
+        let want = self.tensor_label();
+        from_file(model, &self.path, &self.label, per_file)
+            .into_iter()
+            .find(|c| per_file || c.tensor_label() == want)
+            .ok_or_else(|| format!("it no longer holds '{want}'"))
+    }
+
+    /// Reads the candidate's bytes, one buffer per tensor, from the file its tensor list
+    /// came from: a file found changed before or after the read is an error (the bytes
+    /// would not be the ones the list describes).
     pub fn read_bytes(&self) -> Result<Vec<Vec<u8>>, String> {
+        let changed = || {
+            format!(
+                "{}: the file changed while the sweep used it (size, times or inode differ \
+                 from when its header was read)",
+                self.path.display()
+            )
+        };
         let file = open_regular(&self.path, 0)
             .map_err(|e| format!("{}: cannot open: {e}", self.path.display()))?;
+        let identity = |f: &File| f.metadata().ok().map(|m| FileIdentity::of(&m));
+        if self.identity.is_none() || identity(&file) != self.identity {
+            return Err(changed());
+        }
         self.tensors
             .iter()
             .map(|t| {
@@ -88,17 +120,34 @@ impl Candidate {
                 })?;
                 Ok(buf)
             })
-            .collect()
+            .collect::<Result<Vec<_>, String>>()
+            .and_then(|bytes| {
+                if identity(&file) == self.identity {
+                    Ok(bytes)
+                } else {
+                    Err(changed())
+                }
+            })
     }
 }
 
 /// Every `*.gguf` file under `dirs` (recursively; a path that is a file is taken as it is),
-/// sorted by path, paired with its label.
+/// sorted by path within each directory, paired with its label: its canonical path (the
+/// candidate's identity in rows, so two directories holding files of the same names give
+/// two rows, and a resumed sweep skips only what it measured). A file reached twice (the
+/// same directory given twice, a link) is listed once.
 pub fn find_files(dirs: &[PathBuf]) -> Result<Vec<(PathBuf, String)>, String> {
     let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut push = |path: PathBuf, out: &mut Vec<(PathBuf, String)>| {
+        let label = identity_label(&path);
+        if seen.insert(label.clone()) {
+            out.push((path, label));
+        }
+    };
     for dir in dirs {
         if dir.is_file() {
-            out.push((dir.clone(), dir.display().to_string()));
+            push(dir.clone(), &mut out);
             continue;
         }
         let mut stack = vec![dir.clone()];
@@ -124,26 +173,50 @@ pub fn find_files(dirs: &[PathBuf]) -> Result<Vec<(PathBuf, String)>, String> {
         }
         found.sort();
         for path in found {
-            let label = path
-                .strip_prefix(dir)
-                .map(Path::to_path_buf)
-                .unwrap_or_else(|_| path.clone())
-                .display()
-                .to_string();
-            out.push((path, label));
+            push(path, &mut out);
         }
     }
     Ok(out)
 }
 
+/// The path a row names a candidate file by: canonical (absolute, links resolved), else
+/// absolute.
+fn identity_label(path: &Path) -> String {
+    std::fs::canonicalize(path)
+        .or_else(|_| std::path::absolute(path))
+        .unwrap_or_else(|_| path.to_path_buf())
+        .display()
+        .to_string()
+}
+
+/// The identity of the file at `path` now (None when it cannot be opened as a regular file).
+fn identity_of(path: &Path) -> Option<FileIdentity> {
+    let file = open_regular(path, 0).ok()?;
+    file.metadata().ok().map(|m| FileIdentity::of(&m))
+}
+
 /// The candidates in `path`: one per tensor, or one for the whole file when `per_file`.
+/// Each remembers the file's identity (device, inode, size, times) so that its round can
+/// tell whether the file is still the one its tensor list came from.
 pub fn from_file(model: &Model, path: &Path, label: &str, per_file: bool) -> Vec<Candidate> {
+    let before = identity_of(path);
+    let mut found = read_candidates(model, path, label, per_file);
+    // changed while the header was read: unknown, so the round reads it again
+    let identity = before.filter(|&b| identity_of(path) == Some(b));
+    for c in &mut found {
+        c.identity = identity;
+    }
+    found
+}
+
+fn read_candidates(model: &Model, path: &Path, label: &str, per_file: bool) -> Vec<Candidate> {
     let failed = |reason: String| Candidate {
         label: label.to_string(),
         path: path.to_path_buf(),
         tensors: Vec::new(),
         problem: Some(reason),
         fallback_name: Some(String::new()),
+        identity: None,
     };
     // Only regular files (through symlinks): a FIFO named *.gguf must not block the sweep.
     let file = match open_regular(path, 0) {
@@ -169,6 +242,7 @@ pub fn from_file(model: &Model, path: &Path, label: &str, per_file: bool) -> Vec
                         tensors,
                         problem: Some(reason.clone()),
                         fallback_name: None,
+                        identity: None,
                     };
                     if per_file {
                         vec![one(tensors)]
@@ -204,6 +278,7 @@ pub fn from_file(model: &Model, path: &Path, label: &str, per_file: bool) -> Vec
                     tensors: Vec::new(),
                     problem: None,
                     fallback_name: None,
+                    identity: None,
                 });
             }
             let c = &mut out[0];
@@ -218,6 +293,7 @@ pub fn from_file(model: &Model, path: &Path, label: &str, per_file: bool) -> Vec
                 tensors: vec![tensor],
                 problem,
                 fallback_name: None,
+                identity: None,
             });
         }
     }

@@ -137,77 +137,64 @@ pub struct Sink {
     file: File,
 }
 
+/// Output files larger than this are refused (a sweep of every tensor of the largest models
+/// writes a few MiB of rows).
+pub const MAX_OUTPUT_BYTES: u64 = 1 << 30;
+
+/// How a JSON-lines row this module writes begins (the first column, no spaces).
+const JSONL_ROW_START: &str = "{\"tensor\":";
+
 impl Sink {
-    /// Opens `path` for appending, reading back the rows it already holds. A last line
-    /// without its newline (a run stopped mid-write) is cut off first.
+    /// Opens `path` for appending, reading back the rows it already holds. Nothing is
+    /// written, and nothing cut, before the whole file is recognised as a sweep output:
+    /// only a regular file (or none: it is created), every complete line a row (after the
+    /// header, for CSV), at most 1 GiB. A last line without its newline (a run stopped
+    /// mid-write) is then cut off, but only when it can be the start of a line this module
+    /// writes; anything else is refused with the reason and the file is left as it was.
     pub fn open(path: &Path, format: Format) -> Result<(Sink, Vec<Row>), String> {
         let err = |e: std::io::Error| format!("{}: {e}", path.display());
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
+        let mut file = open_output(path).map_err(err)?;
+        let len = file.metadata().map_err(err)?.len();
+        if len > MAX_OUTPUT_BYTES {
+            return Err(format!(
+                "{}: {len} bytes: larger than any sweep output (use another output file)",
+                path.display()
+            ));
+        }
+        let mut raw = Vec::new();
+        (&mut file)
+            .take(MAX_OUTPUT_BYTES + 1)
+            .read_to_end(&mut raw)
             .map_err(err)?;
-        let mut text = String::new();
-        file.read_to_string(&mut text)
-            .map_err(|e| format!("{}: not UTF-8 text: {e}", path.display()))?;
-        let complete = text.rfind('\n').map_or(0, |i| i + 1);
+        let text = String::from_utf8(raw).map_err(|_| {
+            format!(
+                "{}: not UTF-8 text, so not a sweep output (use another output file)",
+                path.display()
+            )
+        })?;
+        let (rows, complete) = recognise(&text, format)
+            .map_err(|e| format!("{}: {e}; the file is left as it is", path.display()))?;
         if complete < text.len() {
             crate_log(&format!(
                 "{}: dropping an incomplete last line (a run stopped while writing it)",
                 path.display()
             ));
             file.set_len(complete as u64).map_err(err)?;
-            text.truncate(complete);
         }
         file.seek(SeekFrom::End(0)).map_err(err)?;
-        let rows = match format {
-            Format::Csv => parse_csv(&text),
-            Format::JsonLines => parse_jsonl(&text),
-        }
-        .map_err(|e| format!("{}: {e}", path.display()))?;
         let mut sink = Sink {
             path: path.to_path_buf(),
             format,
             file,
         };
-        if format == Format::Csv && text.is_empty() {
+        if format == Format::Csv && complete == 0 {
             sink.write_line(&COLUMNS.join(","))?;
         }
         Ok((sink, rows))
     }
 
     pub fn append(&mut self, row: &Row) -> Result<(), String> {
-        let fields = row.fields();
-        let line = match self.format {
-            Format::Csv => fields
-                .iter()
-                .map(|f| csv_field(f))
-                .collect::<Vec<_>>()
-                .join(","),
-            Format::JsonLines => {
-                let mut s = String::from("{");
-                for (i, (k, v)) in COLUMNS.iter().zip(fields.iter()).enumerate() {
-                    if i > 0 {
-                        s.push(',');
-                    }
-                    let numeric = !matches!(*k, "tensor" | "type" | "status" | "file" | "reason");
-                    let value = if numeric {
-                        if v.is_empty() {
-                            "null".to_string()
-                        } else {
-                            v.clone()
-                        }
-                    } else {
-                        json_string(v)
-                    };
-                    s.push_str(&format!("{}:{value}", json_string(k)));
-                }
-                s.push('}');
-                s
-            }
-        };
+        let line = line_of(row, self.format);
         self.write_line(&line)
     }
 
@@ -222,8 +209,108 @@ impl Sink {
     }
 }
 
+/// One row as a line of `format` (without its newline).
+fn line_of(row: &Row, format: Format) -> String {
+    let fields = row.fields();
+    let line = match format {
+        Format::Csv => fields
+            .iter()
+            .map(|f| csv_field(f))
+            .collect::<Vec<_>>()
+            .join(","),
+        Format::JsonLines => {
+            let mut s = String::from("{");
+            for (i, (k, v)) in COLUMNS.iter().zip(fields.iter()).enumerate() {
+                if i > 0 {
+                    s.push(',');
+                }
+                let numeric = !matches!(*k, "tensor" | "type" | "status" | "file" | "reason");
+                // JSON has no NaN or Infinity: such a value (never in an ok row) is null
+                let not_json = v.parse::<f64>().is_ok_and(|x| !x.is_finite());
+                let value = if numeric {
+                    if v.is_empty() || not_json {
+                        "null".to_string()
+                    } else {
+                        v.clone()
+                    }
+                } else {
+                    json_string(v)
+                };
+                s.push_str(&format!("{}:{value}", json_string(k)));
+            }
+            s.push('}');
+            s
+        }
+    };
+    line
+}
+
 fn crate_log(msg: &str) {
     eprintln!("sweep: {msg}");
+}
+
+/// Opens (or creates) an output without blocking and refuses anything but a regular file: a
+/// FIFO would block the sweep forever, a device such as /dev/zero or /dev/full never ends
+/// or never takes the rows.
+fn open_output(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let not_regular = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (an output must be a file the sweep can read back and append to)",
+        )
+    };
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => return Err(not_regular()),
+        _ => {}
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(not_regular());
+    }
+    Ok(file)
+}
+
+/// Checks that `text` is a sweep output in `format` and returns its rows and the length of
+/// its complete lines. A last line without its newline is accepted (and left out) only when
+/// a line this module writes can start so: after a CSV header, or at the start of a CSV file
+/// as a prefix of the header; in JSON lines, as the start of a row object.
+pub fn recognise(text: &str, format: Format) -> Result<(Vec<Row>, usize), String> {
+    let complete = text.rfind('\n').map_or(0, |i| i + 1);
+    let (body, tail) = text.split_at(complete);
+    let foreign = |why: &str| {
+        Err(format!(
+            "not a sweep output ({why}): use another output file"
+        ))
+    };
+    let rows = match format {
+        Format::Csv => {
+            if body.is_empty() {
+                let header = COLUMNS.join(",");
+                if !header.starts_with(tail) {
+                    return foreign("its first line is not the sweep's CSV header");
+                }
+                Vec::new()
+            } else {
+                parse_csv(body)?
+            }
+        }
+        Format::JsonLines => {
+            if !tail.is_empty()
+                && !(tail.starts_with(JSONL_ROW_START) || JSONL_ROW_START.starts_with(tail))
+            {
+                return foreign("its last line is neither a row nor the start of one");
+            }
+            parse_jsonl(body)?
+        }
+    };
+    Ok((rows, complete))
 }
 
 fn csv_field(s: &str) -> String {
@@ -318,6 +405,45 @@ fn parse_jsonl(text: &str) -> Result<Vec<Row>, String> {
             Row::from_fields(&get).map_err(|e| format!("line {}: {e}", n + 1))
         })
         .collect()
+}
+
+/// The fuzz harness of the resume reader (fuzz/fuzz_targets/sweep_rows.rs; `cargo test`
+/// replays fuzz/corpus/sweep_rows): byte 0 picks the format (bit 0: JSON lines), the rest is
+/// the file's text. [`recognise`] refuses it or accepts it; accepted, the part it keeps ends
+/// at a line end and the part it would cut has no newline, and the rows written back in the
+/// same format read back the same.
+#[allow(dead_code)] // the fuzz target and the corpus replay (tests) call it
+pub fn fuzz_check(bytes: &[u8]) {
+    let Some((&sel, rest)) = bytes.split_first() else {
+        return;
+    };
+    let format = if sel & 1 == 1 {
+        Format::JsonLines
+    } else {
+        Format::Csv
+    };
+    let Ok(text) = std::str::from_utf8(rest) else {
+        return;
+    };
+    let Ok((rows, complete)) = recognise(text, format) else {
+        return;
+    };
+    assert!(complete <= text.len());
+    assert!(complete == 0 || text.as_bytes()[complete - 1] == b'\n');
+    assert!(!text[complete..].contains('\n'));
+    let mut out = String::new();
+    if format == Format::Csv {
+        out.push_str(&COLUMNS.join(","));
+        out.push('\n');
+    }
+    for r in &rows {
+        out.push_str(&line_of(r, format));
+        out.push('\n');
+    }
+    let (back, n) = recognise(&out, format).expect("rows written back are a sweep output");
+    assert_eq!(n, out.len());
+    let shown = |rows: &[Row]| rows.iter().map(|r| line_of(r, format)).collect::<Vec<_>>();
+    assert_eq!(shown(&back), shown(&rows));
 }
 
 pub fn json_string(s: &str) -> String {
@@ -572,6 +698,177 @@ mod tests {
         assert!(parse_jsonl("{\"a\":").is_err());
         assert!(parse_jsonl("[]").is_err());
         assert!(parse_jsonl("{\"tensor\":\"\\u12\"}").is_err());
+    }
+
+    /// Finding 1 of issue 35: a file that is not a sweep output is never cut or written,
+    /// with or without a newline at its end.
+    #[test]
+    fn foreign_files_are_left_as_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config");
+        for (format, text) in [
+            (Format::JsonLines, "{\"important\": \"config\"}"),
+            (
+                Format::JsonLines,
+                "{\"important\": \"config\"}\n{\"more\": 1}",
+            ),
+            (Format::JsonLines, "{\"tensor\":\"x\"}\n{\"b\":"),
+            (Format::JsonLines, "notes\nmore notes"),
+            (Format::Csv, "a,b\n1,2\n3,4"),
+            (Format::Csv, "name,value"),
+            (Format::Csv, "tensor,type\n"),
+            (Format::Csv, "\u{feff}precious"),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let e = Sink::open(&path, format).err().unwrap();
+            assert!(e.contains("left as it is"), "{text:?}: {e}");
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "{format:?}");
+        }
+        // binary: not UTF-8
+        std::fs::write(&path, b"\xff\xfe\x00data").unwrap();
+        assert!(Sink::open(&path, Format::Csv).is_err());
+        assert_eq!(std::fs::read(&path).unwrap(), b"\xff\xfe\x00data");
+        // our own files cut mid-write are still recognised (and only the cut line dropped)
+        for (format, text) in [
+            (Format::Csv, "tensor,type,by"),
+            (Format::JsonLines, "{\"tens"),
+            (Format::JsonLines, "{\"tensor\":\"blk.0"),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let (_, rows) = Sink::open(&path, format).unwrap();
+            assert!(rows.is_empty());
+            let now = std::fs::read_to_string(&path).unwrap();
+            let expect = if format == Format::Csv {
+                format!("{}\n", COLUMNS.join(","))
+            } else {
+                String::new()
+            };
+            assert_eq!(now, expect, "{text:?}");
+        }
+    }
+
+    /// Finding 7 of issue 35: devices and FIFOs are refused at once (no endless read of
+    /// /dev/zero, no write to /dev/full, no wait on a FIFO).
+    #[test]
+    fn outputs_must_be_regular_files() {
+        for dev in ["/dev/zero", "/dev/full", "/dev/null"] {
+            if Path::new(dev).exists() {
+                let e = Sink::open(Path::new(dev), Format::Csv).err().unwrap();
+                assert!(e.contains("not a regular file"), "{dev}: {e}");
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()));
+        let e = Sink::open(&fifo, Format::JsonLines).err().unwrap();
+        assert!(e.contains("not a regular file"), "{e}");
+        let big = dir.path().join("big");
+        let f = File::create(&big).unwrap();
+        f.set_len(MAX_OUTPUT_BYTES + 1).unwrap();
+        let e = Sink::open(&big, Format::Csv).err().unwrap();
+        assert!(e.contains("larger than any sweep output"), "{e}");
+    }
+
+    /// Finding 4 of issue 35: JSON lines never hold a bare NaN or inf.
+    #[test]
+    fn non_finite_values_are_null_in_json() {
+        let r = Row {
+            ppl: Some(f64::NAN),
+            kld: Some(f64::INFINITY),
+            top1: Some(f64::NEG_INFINITY),
+            ok: false,
+            ..row("a")
+        };
+        let line = line_of(&r, Format::JsonLines);
+        assert!(!line.contains("NaN") && !line.contains("inf"), "{line}");
+        assert!(
+            line.contains("\"ppl\":null") && line.contains("\"kld\":null"),
+            "{line}"
+        );
+        let back = parse_jsonl(&line).unwrap();
+        assert_eq!((back[0].ppl, back[0].kld), (None, None));
+    }
+
+    fn rows_corpus_dir() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/sweep_rows")
+    }
+
+    fn rows_seeds() -> Vec<(&'static str, Vec<u8>)> {
+        let rows = [
+            row("a"),
+            Row {
+                ok: false,
+                ppl: None,
+                ..row("b,c")
+            },
+        ];
+        let mut csv = format!("{}\n", COLUMNS.join(","));
+        let mut jsonl = String::new();
+        for r in &rows {
+            csv.push_str(&line_of(r, Format::Csv));
+            csv.push('\n');
+            jsonl.push_str(&line_of(r, Format::JsonLines));
+            jsonl.push('\n');
+        }
+        let with = |sel: u8, t: &str| {
+            let mut v = vec![sel];
+            v.extend_from_slice(t.as_bytes());
+            v
+        };
+        vec![
+            ("seed_csv", with(0, &csv)),
+            ("seed_csv_cut", with(0, &csv[..csv.len() - 7])),
+            ("seed_jsonl", with(1, &jsonl)),
+            ("seed_jsonl_cut", with(1, &jsonl[..jsonl.len() - 9])),
+            ("seed_foreign_json", with(1, "{\"important\": \"config\"}")),
+            ("seed_foreign_csv", with(0, "a,b\n1,2")),
+        ]
+    }
+
+    #[test]
+    #[ignore = "rewrites fuzz/corpus/sweep_rows; run by hand when the row format changes"]
+    fn write_rows_fuzz_corpus() {
+        std::fs::create_dir_all(rows_corpus_dir()).unwrap();
+        for (name, bytes) in rows_seeds() {
+            std::fs::write(rows_corpus_dir().join(name), bytes).unwrap();
+        }
+    }
+
+    /// The resume reader's fuzz harness over the committed corpus and seeded mutations.
+    #[test]
+    fn rows_fuzz_corpus_and_mutations_replay() {
+        let mut inputs: Vec<Vec<u8>> = std::fs::read_dir(rows_corpus_dir())
+            .expect("fuzz/corpus/sweep_rows exists")
+            .map(|e| std::fs::read(e.unwrap().path()).unwrap())
+            .collect();
+        assert!(inputs.len() >= 6, "corpus looks incomplete");
+        inputs.extend(rows_seeds().into_iter().map(|(_, b)| b));
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let n = inputs.len();
+        for i in 0..4000 {
+            let mut b = inputs[i % n].clone();
+            for _ in 0..1 + next() % 3 {
+                if b.len() < 2 {
+                    break;
+                }
+                let at = 1 + (next() as usize) % (b.len() - 1);
+                match next() % 3 {
+                    0 => b[at] = b"\",{}:\n\r0123456789.-eNaninful x\\"[(next() % 30) as usize],
+                    1 => b.truncate(at),
+                    _ => {
+                        b.remove(at);
+                    }
+                }
+            }
+            fuzz_check(&b);
+        }
     }
 
     #[test]

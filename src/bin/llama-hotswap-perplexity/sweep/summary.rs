@@ -81,6 +81,10 @@ pub fn choices(
         let (Some(kld), Some((base_type, base_bytes))) = (r.kld, base(&r.tensor)) else {
             continue;
         };
+        // A NaN or infinite KLD (a row written before such rows were failed) is no choice.
+        if !kld.is_finite() {
+            continue;
+        }
         let list = out.entry(r.tensor.clone()).or_insert_with(|| {
             vec![Choice {
                 ggml_type: base_type,
@@ -214,6 +218,29 @@ mod tests {
         let p = assign(&m, 200).unwrap();
         assert!(p.iter().all(|(_, c)| c.ggml_type == "f16"));
         assert!(assign(&m, 49).is_none());
+    }
+
+    /// Finding 4 of issue 35: a NaN or infinite KLD (an old output's ok row) is never a choice.
+    #[test]
+    fn non_finite_klds_are_no_choice() {
+        let row = |ty: &str, bytes: u64, kld: f64| Row {
+            tensor: "t".into(),
+            ggml_type: ty.into(),
+            bytes,
+            kld: Some(kld),
+            ok: true,
+            ..Row::default()
+        };
+        let rows = [
+            row("q2_k", 10, f64::NAN),
+            row("q3_k", 12, f64::INFINITY),
+            row("q4_0", 20, 0.01),
+        ];
+        let m = choices(&rows, &|_| Some(("f16".to_string(), 100)));
+        let types: Vec<&str> = m["t"].iter().map(|c| c.ggml_type.as_str()).collect();
+        assert_eq!(types, ["f16", "q4_0"]);
+        let p = assign(&m, 50).unwrap();
+        assert_eq!(p[0].1.ggml_type, "q4_0");
     }
 
     #[test]

@@ -69,6 +69,11 @@ impl<'m> Swapper<'m> {
         }
     }
 
+    /// The model swaps go into.
+    pub fn model(&self) -> &'m Model {
+        self.model
+    }
+
     /// Swaps every `(name, type, bytes)` in; on a failure, the ones already in go back and
     /// the reason is returned. The saved originals restore them.
     pub fn swap_in(

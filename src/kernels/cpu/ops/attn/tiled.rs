@@ -216,16 +216,21 @@ fn tile_task(
             let kq = &mut sc.kq[r * TILE_KV..(r + 1) * TILE_KV];
             let vis = &sc.vis[tq * TILE_KV..(tq + 1) * TILE_KV];
             let mut tile_max = f32::NEG_INFINITY;
-            for (x, &vis) in kq.iter_mut().zip(vis) {
+            for (tk, (x, &vis)) in kq.iter_mut().zip(vis).enumerate() {
                 let mut s = *x * scale;
                 if softcap != 0.0 {
                     s = s.tanh() * softcap;
                 }
-                // upstream adds the mask (0 or -inf) to every score
-                *x = if vis { s + 0.0 } else { f32::NEG_INFINITY };
-                if *x > tile_max {
-                    tile_max = *x;
-                }
+                // upstream sets the padding past the tile's cells to -inf and adds the mask
+                // (0 or -inf) to every other score: a NaN score stays NaN even where masked
+                *x = if tk >= kv_tile {
+                    f32::NEG_INFINITY
+                } else {
+                    s + if vis { 0.0 } else { f32::NEG_INFINITY }
+                };
+                // ggml_vec_max_f32's `MAX(max, x)` (`max > x ? max : x`): a NaN score
+                // becomes the running maximum, so a row of NaN is not taken as masked
+                tile_max = if tile_max > *x { tile_max } else { *x };
             }
             if tile_max == f32::NEG_INFINITY {
                 // no visible cell for this row: it adds nothing

@@ -19,7 +19,7 @@ bash scripts/build-upstream.sh >/dev/null
 [ -n "${LLAMA_HOTSWAP_BUILT:-}" ] || cargo build --release --lib --quiet
 model="$(bash scripts/fetch-models.sh)"
 tools="$(bash scripts/build-upstream-tools.sh llama-quantize)"
-out=target/ffi-tests/engine
+out="${ENGINE_OUT:-target/ffi-tests/engine}"
 rm -rf "$out" && mkdir -p "$out"
 inc=(-I"$UPSTREAM_LLAMA/include" -I"$UPSTREAM_LLAMA/ggml/include")
 for p in probe_decode tokenize probe_embd probe_streams; do
@@ -27,8 +27,9 @@ for p in probe_decode tokenize probe_embd probe_streams; do
 done
 cc -std=c11 -O2 ffi-tests/engine/compare_logits.c -lm -o "$out/compare_logits"
 cc -std=c11 -O2 ffi-tests/engine/compare_vectors.c -lm -o "$out/compare_vectors"
-ours="$PWD/target/release"
-ln -sf libllama.so target/release/libllama.so.0
+# ENGINE_OURS: a directory holding a copy of our libllama.so to test instead of the build's
+ours="${ENGINE_OURS:-$PWD/target/release}"
+ln -sf libllama.so "$ours/libllama.so.0"
 
 # requantized copies of the real model, cached beside it
 models_dir="$LLAMA_HOTSWAP_CACHE/models/engine"
@@ -51,7 +52,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -102,9 +103,40 @@ check_archs() {
         if [ "$found" = 0 ]; then echo "FAIL arch-$arch: test-llama-archs wrote no fixture"; failed=$((failed + 1)); fi
     done
 }
+# Hostile fixtures of the newer families: a copy without one tensor and a copy with another
+# one row short (scripts/gguf_edit_tensor.py): ours must refuse the context (or the load) with
+# a log line naming the tensor, never crash. Rows: ARCH FIXTURE DROPPED SHRUNK.
+HOSTILE_ROWS=(
+    "deepseek2 deepseek2-moe blk.1.attn_k_b.weight blk.1.ffn_down_exps.weight"
+    "glm4moe glm4moe-moe blk.1.exp_probs_b.bias blk.1.ffn_up_shexp.weight"
+    "gpt-oss gpt-oss-moe blk.1.attn_sinks.weight blk.1.ffn_up_exps.bias"
+)
+check_hostile() {
+    local row arch fixture dropped shrunk mode tensor f rc py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"
+    for row in "${HOSTILE_ROWS[@]}"; do
+        read -r arch fixture dropped shrunk <<<"$row"
+        [[ " ${archs[*]} " == *" $arch "* ]] || continue
+        for mode in drop shrink; do
+            tensor=$dropped; [ "$mode" = shrink ] && tensor=$shrunk
+            f="$derived/$fixture.$mode-$tensor.gguf"
+            [ -s "$f" ] || "$py" scripts/gguf_edit_tensor.py "$fixtures/$fixture.gguf" "$f.tmp" "$mode" "$tensor" \
+                >"$out/hostile-$fixture-$mode.gen.log" 2>&1 && mv "$f.tmp" "$f" 2>/dev/null || true
+            if [ ! -s "$f" ]; then echo "FAIL hostile-$fixture-$mode: could not write $f"; failed=$((failed + 1)); continue; fi
+            rc=0
+            LD_LIBRARY_PATH="$ours" "$out/probe_decode" "$f" /dev/null 1 1 5 9 >/dev/null 2>"$out/hostile-$fixture-$mode.err" || rc=$?
+            if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && grep -q "$tensor" "$out/hostile-$fixture-$mode.err"; then
+                echo "ok   hostile-$fixture-$mode: refused, naming $tensor: $(grep -m1 "$tensor" "$out/hostile-$fixture-$mode.err" | cut -c1-160)"
+                passed=$((passed + 1))
+            else
+                echo "FAIL hostile-$fixture-$mode: exit $rc, $(tail -2 "$out/hostile-$fixture-$mode.err")"; failed=$((failed + 1))
+            fi
+        done
+    done
+}
 # ENGINE_ARCHS set: the architectures' rows only (a quick loop while adding one)
 if [ -n "${ENGINE_ARCHS:-}" ]; then
     check_archs
+    check_hostile
     echo "engine (ENGINE_ARCHS=$ENGINE_ARCHS only): $passed passed, $failed failed"
     [ "$failed" -eq 0 ]
     exit
@@ -204,6 +236,7 @@ for t in F16 BF16 Q5_0 Q5_1 Q4_K Q6_K Q5_K Q3_K Q2_K IQ4_XS; do
     esac
 done
 check_archs
+check_hostile
 # every weight type the engine computes with, on the llama fixture (256-wide rows) requantized
 # by upstream's llama-quantize (its logits are flat, so top-1 is checked on every position)
 for t in BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K IQ4_NL IQ4_XS; do
@@ -237,6 +270,8 @@ done
 # gguf_set_metadata.py: Q scaled by ln(floor(pos / 2) + 1) * 8 + 1). Random weights keep
 # the effects small (without the tuning KL is ~5e-10), hence the 1e-11 bound.
 CHECK_STEPS=40 check arch-gemma3-dense-long "$fixtures/gemma3-dense.gguf" 1e-11 0
+# gpt-oss past its 32-cell window (every other layer) with its attention sinks
+CHECK_STEPS=40 check arch-gpt-oss-moe-long "$fixtures/gpt-oss-moe.gguf" 1e-3
 # swa_full = false: upstream keeps a window-sized cache for the sliding-window layers (cells
 # that left every window are pruned); ours keeps the full-size one and says so in one log line.
 # The logits must be the same.

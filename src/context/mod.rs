@@ -395,6 +395,14 @@ impl Context {
         }
         let rope = RopeConfig::resolve(&hp, &p.rope);
         let (type_k, type_v) = (kv_type(p.type_k, "type_k")?, kv_type(p.type_v, "type_v")?);
+        let memory = arch::lookup(&model.arch).map_or(arch::Memory::Kv, |d| d.memory);
+        let packed = |t: KvType| matches!(t, KvType::Packed(t) if t.block_size() > 1);
+        if memory == arch::Memory::KvLatent && (packed(type_k) || packed(type_v)) {
+            return Err(ContextError::Unsupported(format!(
+                "model architecture '{}': a quantized cache of the compressed (MLA) attention is not supported by llama-hotswap yet",
+                model.arch
+            )));
+        }
         check_kv_types(&hp, type_k, type_v, p.flash_attn_type)?;
         let shape = KvShape {
             // upstream's kv_size: each stream holds n_ctx_seq cells (n_ctx when unified)
@@ -404,7 +412,11 @@ impl Context {
             type_k,
             type_v,
             layers: (0..hp.n_layer)
-                .map(|il| (hp.n_embd_k_gqa(il), hp.n_embd_v_gqa(il)))
+                .map(|il| match memory {
+                    arch::Memory::Kv => (hp.n_embd_k_gqa(il), hp.n_embd_v_gqa(il)),
+                    // V is read from the K rows
+                    arch::Memory::KvLatent => (hp.n_embd_k_gqa(il), 0),
+                })
                 .collect(),
         };
         let cparams = CParams {
@@ -1031,7 +1043,8 @@ impl Context {
     fn apply_k_shift(&self, e: &mut Engine) {
         use crate::kernels::cpu::ops;
         let hp = &self.hp;
-        let mode = arch_rope_mode(&self.model.arch);
+        let mode = arch::lookup(&self.model.arch)
+            .map_or(crate::graph::RopeMode::Norm, |d| arch::rope_mode(d, hp));
         let mut cache = vec![0.0f32; hp.n_rot];
         let mut row = Vec::new();
         // the rope factors the graph uses (upstream's get_rope_factors)
@@ -1095,7 +1108,10 @@ impl Context {
                 if self.kv_rot.0 > 0 {
                     ops::hadamard_rows(&mut row, self.kv_rot.0);
                 }
-                ops::rope_apply(&params, &cache, hp.head_k, &mut row);
+                // MLA's cached K: the rotary part follows the latent
+                let off = hp.ext.k_rope_offset;
+                let head = if off > 0 { hp.n_rot } else { hp.head_k };
+                ops::rope_apply(&params, &cache, head, &mut row[off..]);
                 if self.kv_rot.0 > 0 {
                     ops::hadamard_rows(&mut row, self.kv_rot.0);
                 }
@@ -1103,14 +1119,5 @@ impl Context {
             }
         }
         e.kv.reset_shift();
-    }
-}
-
-/// The rotary mode of an architecture (its registry entry's; upstream's
-/// `llama_model_rope_type`).
-pub fn arch_rope_mode(arch: &str) -> crate::graph::RopeMode {
-    match arch::lookup(arch).map(|d| d.rope) {
-        Some(arch::Rope::Mode(m)) => m,
-        _ => crate::graph::RopeMode::Norm,
     }
 }

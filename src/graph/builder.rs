@@ -24,13 +24,58 @@ impl Ffn {
     };
 }
 
+pub use super::params::Gating;
+
 /// A mixture of experts' choices (upstream's `build_moe_ffn` arguments).
 #[derive(Clone, Copy, Debug)]
 pub struct Moe {
+    pub gating: Gating,
     /// Divide the selected experts' weights by their sum.
     pub norm_w: bool,
     /// Multiply the weights by this (0 or 1: no scaling).
     pub scale_w: f32,
+    /// Select by the scores plus `exp_probs_b.bias` when the file has it (DeepSeek V3).
+    pub probs_bias: bool,
+    /// Multiply the experts' products by their per-expert scales (`<name>.scale`) when the
+    /// file has them (upstream passes them for some architectures only).
+    pub exp_scales: bool,
+    /// Expert groups and how many to keep (`n_expert_groups`, `n_group_used`; <= 1: none).
+    pub groups: (usize, usize),
+    /// The experts' gated activation.
+    pub act: GluKind,
+    /// The router's bias (`ffn_gate_inp.bias`) and the experts' (`ffn_*_exps.bias`,
+    /// `[n, n_expert]`), required when set (gpt-oss).
+    pub biases: bool,
+}
+
+impl Moe {
+    /// Softmax gating, normalised weights, SwiGLU experts with their scales: llama's and
+    /// qwen3moe's.
+    pub const SOFTMAX: Moe = Moe {
+        gating: Gating::Softmax,
+        norm_w: true,
+        scale_w: 0.0,
+        probs_bias: false,
+        exp_scales: true,
+        groups: (0, 0),
+        act: GluKind::Swiglu,
+        biases: false,
+    };
+}
+
+/// The weights of one mixture of experts.
+#[derive(Clone, Copy, Debug)]
+pub struct MoeWeights {
+    pub gate_inp: WeightId,
+    pub gate_inp_b: Option<WeightId>,
+    /// The experts' biases (up, gate, down).
+    pub exp_b: Option<(WeightId, WeightId, WeightId)>,
+    pub probs_b: Option<WeightId>,
+    pub up: Option<WeightId>,
+    pub gate: Option<WeightId>,
+    /// gate and up fused (`[n_embd, 2*n_ff, n_expert]`, gate first).
+    pub gate_up: Option<WeightId>,
+    pub down: WeightId,
 }
 
 /// Why a graph cannot be built for a model.
@@ -386,6 +431,22 @@ impl<'m> Builder<'m> {
         wo_b: Option<WeightId>,
         scale: f32,
     ) -> NodeId {
+        self.attn_sinks(il, q, k, v, wo, wo_b, scale, None)
+    }
+
+    /// [`Builder::attn`] with attention sinks (`[n_head]` logits joined to each softmax).
+    #[allow(clippy::too_many_arguments)]
+    pub fn attn_sinks(
+        &mut self,
+        il: usize,
+        q: NodeId,
+        k: NodeId,
+        v: NodeId,
+        wo: WeightId,
+        wo_b: Option<WeightId>,
+        scale: f32,
+        sinks: Option<WeightId>,
+    ) -> NodeId {
         let hp = self.hp;
         let n_head = hp.n_head[il];
         let n_head_kv = hp.n_head_kv[il];
@@ -435,6 +496,8 @@ impl<'m> Builder<'m> {
                 scale,
                 softcap: hp.attn_logit_softcap,
                 n_swa,
+                v_in_k: false,
+                sinks,
             },
             n_head * hp.head_v,
             t,
@@ -445,6 +508,90 @@ impl<'m> Builder<'m> {
             kqv
         };
         self.linear(wo, wo_b, kqv)
+    }
+
+    /// `build_attn` over a compressed (latent) cache, as upstream's MLA: K (one head of the
+    /// latent and the rotary part) stored, V read as the latent part of the cached K rows,
+    /// FLASH_ATTN_EXT, each head's result decompressed by `wv_b` (`[latent, head_v,
+    /// n_head]`), the output projection.
+    pub fn attn_latent(
+        &mut self,
+        il: usize,
+        q: NodeId,
+        k: NodeId,
+        wv_b: WeightId,
+        wo: WeightId,
+        scale: f32,
+    ) -> NodeId {
+        let hp = self.hp;
+        let n_head = hp.n_head[il];
+        let ks = self.push(
+            "k_set",
+            Op::SetRows {
+                src: k,
+                layer: il,
+                v: false,
+            },
+            0,
+            0,
+        );
+        let t = self.ne1(q);
+        let kqv = self.push(
+            "fattn",
+            Op::FlashAttnExt {
+                q,
+                deps: [ks, ks],
+                layer: il,
+                n_head,
+                n_head_kv: 1,
+                dk: hp.head_k,
+                dv: hp.head_v,
+                scale,
+                softcap: hp.attn_logit_softcap,
+                n_swa: 0,
+                v_in_k: true,
+                sinks: None,
+            },
+            n_head * hp.head_v,
+            t,
+        );
+        let kqv = self.mul_mat_heads(wv_b, kqv, n_head);
+        self.linear(wo, None, kqv)
+    }
+
+    /// ADD_ID: each expert slot's row plus its expert's bias column.
+    pub fn add_id(&mut self, src: NodeId, b: WeightId, ids: NodeId) -> NodeId {
+        let (n0, n1) = (self.ne0(src), self.ne1(src));
+        self.push("add_id", Op::AddId { src, b, ids }, n0, n1)
+    }
+
+    /// Of every head (`stride` values), the values `offset .. offset + len`.
+    pub fn view_heads(&mut self, src: NodeId, stride: usize, offset: usize, len: usize) -> NodeId {
+        let (n0, n1) = (self.ne0(src), self.ne1(src));
+        let op = Op::ViewHeads {
+            src,
+            stride,
+            offset,
+            len,
+        };
+        self.push("view_heads", op, n0 / stride * len, n1)
+    }
+
+    /// Per head, `a`'s values then `b`'s.
+    pub fn concat_heads(&mut self, a: NodeId, b: NodeId, n_head: usize) -> NodeId {
+        let (n0, n1) = (self.ne0(a) + self.ne0(b), self.ne1(a));
+        self.push("concat", Op::ConcatHeads { a, b, n_head }, n0, n1)
+    }
+
+    /// Head h of `x` times matrix h of `w` (`[k, n, n_head]`).
+    pub fn mul_mat_heads(&mut self, w: WeightId, x: NodeId, n_head: usize) -> NodeId {
+        let (n, t) = (self.wrows(w), self.ne1(x));
+        self.push(
+            "mul_mat_heads",
+            Op::MulMatHeads { w, x, n_head },
+            n * n_head,
+            t,
+        )
     }
 
     /// The Walsh-Hadamard rotation of every `n` values (see [`Op::Hadamard`]).
@@ -484,98 +631,113 @@ impl<'m> Builder<'m> {
         self.ffn_proj(down, down_b, h, scaled)
     }
 
-    /// `build_moe_ffn` with softmax gating and SiLU experts.
-    #[allow(clippy::too_many_arguments)]
-    pub fn moe_ffn(
-        &mut self,
-        x: NodeId,
-        gate_inp: WeightId,
-        up_exps: WeightId,
-        gate_exps: WeightId,
-        down_exps: WeightId,
-        n_used: usize,
-        norm_w: bool,
-        scale_w: f32,
-    ) -> NodeId {
+    /// `build_moe_ffn`: route (gating, selection bias, expert groups, top-k), weigh
+    /// (normalise, scale), run the selected experts (GLU), sum.
+    pub fn moe_ffn(&mut self, x: NodeId, w: MoeWeights, n_used: usize, m: Moe) -> NodeId {
         let t = self.ne1(x);
-        let logits = self.mul_mat(gate_inp, x);
+        let mut logits = self.mul_mat(w.gate_inp, x);
+        if let Some(b) = w.gate_inp_b {
+            logits = self.add(logits, Operand::Weight(b));
+        }
         let n_expert = self.ne0(logits);
-        let probs = self.push("moe_probs", Op::SoftMax { src: logits }, n_expert, t);
+        let probs = match m.gating {
+            Gating::Softmax => self.push("moe_probs", Op::SoftMax { src: logits }, n_expert, t),
+            Gating::Sigmoid => self.push("moe_probs", Op::Sigmoid { src: logits }, n_expert, t),
+            Gating::SoftmaxWeight => logits,
+        };
+        // the selection bias chooses the experts; their weights stay unbiased
+        let mut selection = match w.probs_b {
+            Some(bias) => self.add(probs, Operand::Weight(bias)),
+            None => probs,
+        };
+        let (n_groups, n_group_used) = m.groups;
+        if n_groups > 1 {
+            let op = Op::GroupMask {
+                src: selection,
+                n_groups,
+                n_group_used,
+            };
+            selection = self.push("moe_group_mask", op, n_expert, t);
+        }
         let ids = self.push(
             "moe_topk",
             Op::TopK {
-                src: probs,
+                src: selection,
                 k: n_used,
             },
             n_used,
             t,
         );
-        let mut w = self.push("moe_weights", Op::GetRowsIds { src: probs, ids }, n_used, t);
-        if norm_w {
-            w = self.push("moe_weights_norm", Op::DivSumRows { src: w }, n_used, t);
+        let mut wts = self.push("moe_weights", Op::GetRowsIds { src: probs, ids }, n_used, t);
+        if m.gating == Gating::SoftmaxWeight {
+            wts = self.push("moe_weights_softmax", Op::SoftMax { src: wts }, n_used, t);
         }
-        if scale_w != 0.0 && scale_w != 1.0 {
-            w = self.scale(w, scale_w);
+        if m.norm_w {
+            wts = self.push("moe_weights_norm", Op::DivSumRows { src: wts }, n_used, t);
         }
-        let n_ff = self.weights[up_exps.0].ne[1] as usize;
-        let n_embd = self.weights[down_exps.0].ne[1] as usize;
-        let n_exp = self.weights[up_exps.0].ne[2];
+        if m.scale_w != 0.0 && m.scale_w != 1.0 {
+            wts = self.scale(wts, m.scale_w);
+        }
+        let n_embd = self.weights[w.down.0].ne[1] as usize;
+        let n_ff = self.weights[w.down.0].ne[0] as usize;
+        let n_exp = self.weights[w.down.0].ne[2];
+        let scale = |b: &mut Self, e: Option<WeightId>| match (e, m.exp_scales) {
+            (Some(e), true) => b.scale_of(e, n_exp),
+            _ => None,
+        };
         let (up_s, gate_s, down_s) = (
-            self.scale_of(up_exps, n_exp),
-            self.scale_of(gate_exps, n_exp),
-            self.scale_of(down_exps, n_exp),
+            scale(self, w.up.or(w.gate_up)),
+            scale(self, w.gate),
+            scale(self, Some(w.down)),
         );
-        let up = self.push(
-            "moe_up",
-            Op::MulMatId {
-                w: up_exps,
+        let mm_id = |b: &mut Self, name, e: WeightId, x: NodeId, s: Option<WeightId>| {
+            let n = b.weights[e.0].ne[1] as usize;
+            let op = Op::MulMatId {
+                w: e,
                 x,
                 ids,
                 n_used,
-                scale: up_s,
-            },
-            n_ff,
-            n_used * t,
-        );
-        let gate = self.push(
-            "moe_gate",
-            Op::MulMatId {
-                w: gate_exps,
-                x,
-                ids,
-                n_used,
-                scale: gate_s,
-            },
-            n_ff,
-            n_used * t,
-        );
+                scale: s,
+            };
+            b.push(name, op, n, n_used * t)
+        };
+        let (gate, up) = match (w.gate_up, w.up, w.gate) {
+            (Some(gu), _, _) => {
+                let both = mm_id(self, "moe_gate_up", gu, x, up_s);
+                (self.view(both, 0, n_ff), self.view(both, n_ff, n_ff))
+            }
+            (None, Some(u), Some(g)) => {
+                let mut up = mm_id(self, "moe_up", u, x, up_s);
+                if let Some((ub, _, _)) = w.exp_b {
+                    up = self.add_id(up, ub, ids);
+                }
+                let mut gate = mm_id(self, "moe_gate", g, x, gate_s);
+                if let Some((_, gb, _)) = w.exp_b {
+                    gate = self.add_id(gate, gb, ids);
+                }
+                (gate, up)
+            }
+            _ => unreachable!("moe_layer gives gate_up or both gate and up"),
+        };
         let par = self.push(
             "moe_glu",
             Op::Glu {
                 gate,
                 up,
-                kind: GluKind::Swiglu,
+                kind: m.act,
             },
             n_ff,
             n_used * t,
         );
-        let experts = self.push(
-            "moe_down",
-            Op::MulMatId {
-                w: down_exps,
-                x: par,
-                ids,
-                n_used,
-                scale: down_s,
-            },
-            n_embd,
-            n_used * t,
-        );
+        let mut experts = mm_id(self, "moe_down", w.down, par, down_s);
+        if let Some((_, _, db)) = w.exp_b {
+            experts = self.add_id(experts, db, ids);
+        }
         self.push(
             "moe_out",
             Op::WeightedSum {
                 src: experts,
-                weights: w,
+                weights: wts,
                 n_used,
             },
             n_embd,
@@ -644,16 +806,30 @@ impl<'m> Builder<'m> {
     /// The layer's dense FFN from its `ffn_up`, `ffn_gate`, `ffn_down` weights (and their
     /// biases when `f.bias`): upstream's `build_ffn` with PAR gating.
     pub fn ffn_layer(&mut self, il: usize, x: NodeId, f: Ffn) -> Result<NodeId, BuildError> {
+        let n_ff = self.hp.n_ff[il];
+        self.ffn_named(il, x, "", n_ff, f)
+    }
+
+    /// A dense FFN of `n_ff` rows from `ffn_{up,gate,down}<suffix>` (`_shexp`: shared
+    /// experts).
+    pub fn ffn_named(
+        &mut self,
+        il: usize,
+        x: NodeId,
+        suffix: &str,
+        n_ff: usize,
+        f: Ffn,
+    ) -> Result<NodeId, BuildError> {
         let n_embd = self.hp.n_embd as i64;
-        let n_ff = self.hp.n_ff[il] as i64;
-        let up = self.lw(il, "ffn_up.weight", &[n_embd, n_ff])?;
-        let gate = self.lw(il, "ffn_gate.weight", &[n_embd, n_ff])?;
-        let down = self.lw(il, "ffn_down.weight", &[n_ff, n_embd])?;
+        let n_ff = n_ff as i64;
+        let up = self.lw(il, &format!("ffn_up{suffix}.weight"), &[n_embd, n_ff])?;
+        let gate = self.lw(il, &format!("ffn_gate{suffix}.weight"), &[n_embd, n_ff])?;
+        let down = self.lw(il, &format!("ffn_down{suffix}.weight"), &[n_ff, n_embd])?;
         let (up_b, gate_b, down_b) = if f.bias {
             (
-                self.lw_opt(il, "ffn_up.bias", &[n_ff])?,
-                self.lw_opt(il, "ffn_gate.bias", &[n_ff])?,
-                self.lw_opt(il, "ffn_down.bias", &[n_embd])?,
+                self.lw_opt(il, &format!("ffn_up{suffix}.bias"), &[n_ff])?,
+                self.lw_opt(il, &format!("ffn_gate{suffix}.bias"), &[n_ff])?,
+                self.lw_opt(il, &format!("ffn_down{suffix}.bias"), &[n_embd])?,
             )
         } else {
             (None, None, None)
@@ -662,7 +838,8 @@ impl<'m> Builder<'m> {
     }
 
     /// The layer's mixture of experts from its `ffn_gate_inp` router and `ffn_*_exps`
-    /// experts of `n_ff` rows: upstream's `build_moe_ffn`.
+    /// experts of `n_ff` rows (gate and up separate, or fused in `ffn_gate_up_exps`):
+    /// upstream's `build_moe_ffn`.
     pub fn moe_layer(
         &mut self,
         il: usize,
@@ -673,19 +850,43 @@ impl<'m> Builder<'m> {
         let n_embd = self.hp.n_embd as i64;
         let (n_ff, n_exp) = (n_ff as i64, self.hp.n_expert as i64);
         let gate_inp = self.lw(il, "ffn_gate_inp.weight", &[n_embd, n_exp])?;
-        let up = self.lw(il, "ffn_up_exps.weight", &[n_embd, n_ff, n_exp])?;
-        let gate = self.lw(il, "ffn_gate_exps.weight", &[n_embd, n_ff, n_exp])?;
+        let probs_b = if m.probs_bias {
+            self.lw_opt(il, "exp_probs_b.bias", &[n_exp])?
+        } else {
+            None
+        };
+        let gate_up = self.lw_opt(il, "ffn_gate_up_exps.weight", &[n_embd, 2 * n_ff, n_exp])?;
+        let (up, gate) = match gate_up {
+            Some(_) => (None, None),
+            None => (
+                Some(self.lw(il, "ffn_up_exps.weight", &[n_embd, n_ff, n_exp])?),
+                Some(self.lw(il, "ffn_gate_exps.weight", &[n_embd, n_ff, n_exp])?),
+            ),
+        };
         let down = self.lw(il, "ffn_down_exps.weight", &[n_ff, n_embd, n_exp])?;
-        Ok(self.moe_ffn(
-            x,
+        let (gate_inp_b, exp_b) = if m.biases {
+            (
+                Some(self.lw(il, "ffn_gate_inp.bias", &[n_exp])?),
+                Some((
+                    self.lw(il, "ffn_up_exps.bias", &[n_ff, n_exp])?,
+                    self.lw(il, "ffn_gate_exps.bias", &[n_ff, n_exp])?,
+                    self.lw(il, "ffn_down_exps.bias", &[n_embd, n_exp])?,
+                )),
+            )
+        } else {
+            (None, None)
+        };
+        let w = MoeWeights {
             gate_inp,
+            gate_inp_b,
+            exp_b,
+            probs_b,
             up,
             gate,
+            gate_up,
             down,
-            self.hp.n_expert_used,
-            m.norm_w,
-            m.scale_w,
-        ))
+        };
+        Ok(self.moe_ffn(x, w, self.hp.n_expert_used, m))
     }
 
     /// The final norm (`output_norm`, RMS) and the output projection (`output.weight` or

@@ -477,6 +477,126 @@ impl CpuExecutor {
                     ops::silu_rows(dst, &x[at..at + dst.len()], None, ne0);
                 });
             }
+            Op::AddId { src, b, ids } => {
+                self.load_vec(model, &g.weights[b.0])?;
+                let (sn, idn) = (&nodes[*src], &nodes[*ids]);
+                let n_used = idn.ne0;
+                let wv = &self.wvec;
+                let (dst, [x, id]) = carve(&mut self.arena, dst_r, [range(sn), range(idn)]);
+                for (r, (d, xr)) in dst
+                    .chunks_exact_mut(ne0)
+                    .zip(x.chunks_exact(ne0))
+                    .enumerate()
+                {
+                    let e = id[(r / n_used) * n_used + r % n_used] as usize;
+                    for ((d, &xv), &bv) in d.iter_mut().zip(xr).zip(&wv[e * ne0..(e + 1) * ne0]) {
+                        *d = xv + bv;
+                    }
+                }
+            }
+            Op::Sigmoid { src } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, &v) in dst.iter_mut().zip(x) {
+                    *d = 1.0 / (1.0 + (-v).exp());
+                }
+            }
+            Op::ViewHeads {
+                src,
+                stride,
+                offset,
+                len,
+            } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, r) in dst.chunks_exact_mut(*len).zip(x.chunks_exact(*stride)) {
+                    d.copy_from_slice(&r[*offset..offset + len]);
+                }
+            }
+            Op::ConcatHeads { a, b, n_head } => {
+                let (an, bn) = (&nodes[*a], &nodes[*b]);
+                let (la, lb) = (an.ne0 / n_head, bn.ne0 / n_head);
+                let (dst, [xa, xb]) = carve(&mut self.arena, dst_r, [range(an), range(bn)]);
+                for ((d, ra), rb) in dst
+                    .chunks_exact_mut(la + lb)
+                    .zip(xa.chunks_exact(la))
+                    .zip(xb.chunks_exact(lb))
+                {
+                    d[..la].copy_from_slice(ra);
+                    d[la..].copy_from_slice(rb);
+                }
+            }
+            Op::MulMatHeads { w, x, n_head } => {
+                let wr = &g.weights[w.0];
+                let (k, n) = (wr.ne[0] as usize, wr.ne[1] as usize);
+                let xn = &nodes[*x];
+                let m = xn.ne1;
+                let st = model.tensors.at(wr.tensor).read();
+                let ty = st.layout.ggml_type;
+                let WeightBytes::Whole(b) = weight_bytes(&st, &wr.name)? else {
+                    return Err(ExecError::UnsupportedOp {
+                        backend: "CPU",
+                        op: "MUL_MAT (per head)".into(),
+                        why: format!("'{}' is split by rows over devices", wr.name),
+                    });
+                };
+                let head_bytes = ty.row_size(k as i64).unwrap_or(0) as usize * n;
+                // each head's inputs gathered into rows of k, its products written into
+                // its n columns of the result
+                let mut xh = std::mem::take(&mut self.tmp);
+                xh.resize(k * m, 0.0);
+                for h in 0..*n_head {
+                    {
+                        let xs = &self.arena[xn.offset..xn.offset + xn.len()];
+                        for (d, r) in xh.chunks_exact_mut(k).zip(xs.chunks_exact(k * n_head)) {
+                            d.copy_from_slice(&r[h * k..(h + 1) * k]);
+                        }
+                    }
+                    let (dst, []) = carve(&mut self.arena, dst_r, []);
+                    kernel_api::mul_mat(
+                        ty,
+                        &b[h * head_bytes..(h + 1) * head_bytes],
+                        n,
+                        k,
+                        &xh,
+                        m,
+                        dst,
+                        n * n_head,
+                        h * n,
+                        &self.pool,
+                        &mut self.mat,
+                    );
+                }
+                self.tmp = xh;
+            }
+            Op::GroupMask {
+                src,
+                n_groups,
+                n_group_used,
+            } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                dst.copy_from_slice(x);
+                let per = ne0 / n_groups;
+                let mut scores: Vec<(usize, f32)> = Vec::with_capacity(*n_groups);
+                for row in dst.chunks_exact_mut(ne0) {
+                    scores.clear();
+                    for (gi, grp) in row.chunks_exact(per).enumerate() {
+                        // the sum of the group's two best scores
+                        let (mut b0, mut b1) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+                        for &v in grp {
+                            if v > b0 {
+                                b1 = b0;
+                                b0 = v;
+                            } else if v > b1 {
+                                b1 = v;
+                            }
+                        }
+                        scores.push((gi, if per > 1 { b0 + b1 } else { b0 }));
+                    }
+                    scores.sort_by(|a, b| b.1.total_cmp(&a.1));
+                    for &(gi, _) in &scores[*n_group_used.min(n_groups)..] {
+                        row[gi * per..(gi + 1) * per].fill(f32::NEG_INFINITY);
+                    }
+                }
+            }
             Op::Glu { gate, up, kind } => {
                 let (dst, [gt, u]) = carve(
                     &mut self.arena,
@@ -488,6 +608,14 @@ impl CpuExecutor {
                     let (gt, u) = (&gt[at.clone()], &u[at]);
                     match kind {
                         GluKind::Swiglu => ops::silu_rows(dst, gt, Some(u), ne0),
+                        GluKind::SwigluOai => {
+                            let (alpha, limit) = (1.702f32, 7.0f32);
+                            for ((d, &g), &u) in dst.iter_mut().zip(gt).zip(u) {
+                                let x = g.min(limit);
+                                let y = u.clamp(-limit, limit);
+                                *d = x / (1.0 + (alpha * -x).exp()) * (y + 1.0);
+                            }
+                        }
                         GluKind::Geglu => {
                             for ((d, &x), &y) in dst.iter_mut().zip(gt).zip(u) {
                                 *d = ops::gelu(x) * y;
@@ -613,12 +741,37 @@ impl CpuExecutor {
                 scale,
                 softcap,
                 n_swa,
+                v_in_k,
+                sinks,
                 ..
             } => {
+                let sinks = match sinks {
+                    Some(w) => {
+                        self.load_vec(model, &g.weights[w.0])?;
+                        Some(std::mem::take(&mut self.wvec))
+                    }
+                    None => None,
+                };
                 self.flash_attn(
-                    nodes, node, kv, inp, *q, *layer, *n_head, *n_head_kv, *dk, *dv, *scale,
-                    *softcap, *n_swa,
+                    nodes,
+                    node,
+                    kv,
+                    inp,
+                    *q,
+                    *layer,
+                    *n_head,
+                    *n_head_kv,
+                    *dk,
+                    *dv,
+                    *scale,
+                    *softcap,
+                    *n_swa,
+                    *v_in_k,
+                    sinks.as_deref(),
                 );
+                if let Some(v) = sinks {
+                    self.wvec = v;
+                }
             }
             Op::SoftMax { src } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
@@ -655,7 +808,8 @@ impl CpuExecutor {
             Op::DivSumRows { src } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
                 for (d, r) in dst.chunks_exact_mut(ne0).zip(x.chunks_exact(ne0)) {
-                    let sum: f32 = r.iter().sum();
+                    // clamped to the smallest normal F16, as upstream (no division by zero)
+                    let sum: f32 = r.iter().sum::<f32>().max(6.103515625e-5);
                     for (d, &v) in d.iter_mut().zip(r) {
                         *d = v / sum;
                     }
@@ -800,6 +954,8 @@ impl CpuExecutor {
         scale: f32,
         softcap: f32,
         n_swa: u32,
+        v_in_k: bool,
+        sinks: Option<&[f32]>,
     ) {
         let l = &kv.layers[layer];
         let n_threads = self.pool.n_threads();
@@ -846,11 +1002,13 @@ impl CpuExecutor {
                 width: l.n_embd_k,
                 cast_f16: inp.flash_attn,
             },
+            // MLA's compressed cache: V is the start of each K row
             v: &KvLayerRows {
-                buf: &l.v,
-                width: l.n_embd_v,
+                buf: if v_in_k { &l.k } else { &l.v },
+                width: if v_in_k { l.n_embd_k } else { l.n_embd_v },
                 cast_f16: inp.flash_attn,
             },
+            sinks,
         };
         ops::flash_attn(&attn, dst, &self.pool, &self.attn_scratch);
     }

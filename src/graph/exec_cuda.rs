@@ -227,8 +227,29 @@ impl CudaExecutor {
                 });
             }
         }
+        // ops of the newer architectures without a CUDA kernel yet (MLA's compressed cache,
+        // attention sinks): refused on the GPU, the rest run on the CPU
+        if let Op::FlashAttnExt { v_in_k, sinks, .. } = &node.op {
+            if *v_in_k || sinks.is_some() {
+                return Err(ExecError::UnsupportedOp {
+                    backend: self.label,
+                    op: node.name.to_string(),
+                    why: "attention over a compressed (MLA) cache or with sinks has no CUDA kernel yet".into(),
+                });
+            }
+        }
         let kernel = match &node.op {
             Op::Hadamard { .. } | Op::AttnTempScale { .. } | Op::InputEmbd => false,
+            Op::Sigmoid { .. }
+            | Op::ViewHeads { .. }
+            | Op::ConcatHeads { .. }
+            | Op::MulMatHeads { .. }
+            | Op::GroupMask { .. }
+            | Op::AddId { .. }
+            | Op::Glu {
+                kind: GluKind::SwigluOai,
+                ..
+            } => false,
             Op::TopK { src, .. } => g.nodes[*src].ne0 <= 1024,
             Op::MulMat { x, .. } | Op::MulMatId { x, .. } => g.nodes[*x].ne0 % 32 == 0,
             _ => true,
@@ -381,7 +402,14 @@ impl CudaExecutor {
     ) -> Result<u64, ExecError> {
         let key = vec![
             params.n_rot as u32,
-            params.mode as u32,
+            match params.mode {
+                RopeMode::Norm => 0,
+                RopeMode::Neox => 2,
+                // the sections shape the host-computed table
+                RopeMode::Mrope {
+                    sections: [a, b, c, d],
+                } => 8 + (a << 8) + (b << 14) + (c << 20) + (d << 26),
+            },
             params.n_ctx_orig,
             params.freq_base.to_bits(),
             params.freq_scale.to_bits(),
@@ -473,6 +501,19 @@ impl CudaExecutor {
         let base = self.arena_ptr(g, 0) - 4 * g.nodes[0].offset as u64;
         let a = |s: NodeId| base + 4 * g.nodes[s].offset as u64;
         match &node.op {
+            Op::Sigmoid { .. }
+            | Op::ViewHeads { .. }
+            | Op::ConcatHeads { .. }
+            | Op::MulMatHeads { .. }
+            | Op::GroupMask { .. }
+            | Op::AddId { .. } => {
+                // `side` sends these to the CPU
+                return Err(ExecError::UnsupportedOp {
+                    backend: self.label,
+                    op: node.name.to_string(),
+                    why: "no CUDA kernel yet".into(),
+                });
+            }
             Op::GetRowsTokens { table } => {
                 let (w, ty, row) = self.dev_weight(g, model, *table)?;
                 let device = Arc::clone(&self.device);
@@ -587,6 +628,13 @@ impl CudaExecutor {
                 let k = match kind {
                     GluKind::Swiglu => 0,
                     GluKind::Geglu => 1,
+                    GluKind::SwigluOai => {
+                        return Err(ExecError::UnsupportedOp {
+                            backend: self.label,
+                            op: "GLU (swiglu_oai)".into(),
+                            why: "no CUDA kernel yet".into(),
+                        })
+                    }
                 };
                 self.launch(
                     "k_glu",
@@ -634,7 +682,8 @@ impl CudaExecutor {
                 let table = self.rope_table(g, model, inp, ne1, params, *freq_factors)?;
                 let mode = match params.mode {
                     RopeMode::Norm => 0,
-                    RopeMode::Neox => 2,
+                    // M-RoPE's text path pairs as NEOX (its table holds the sections)
+                    RopeMode::Neox | RopeMode::Mrope { .. } => 2,
                 };
                 self.launch(
                     "k_rope",

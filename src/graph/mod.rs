@@ -46,6 +46,8 @@ pub enum Operand {
 pub enum GluKind {
     Swiglu,
     Geglu,
+    /// `ggml_swiglu_oai` (gpt-oss): `min(g, 7) * sigmoid(1.702 * min(g, 7)) * (clamp(u, -7, 7) + 1)`.
+    SwigluOai,
 }
 
 /// Graph operations, named after ggml's.
@@ -106,6 +108,18 @@ pub enum Op {
         scale: f32,
         softcap: f32,
         n_swa: u32,
+        /// V is the first `dv` values of each cached K row (MLA's compressed cache, upstream's
+        /// K-only memory): nothing is stored in the V cache.
+        v_in_k: bool,
+        /// Per-head attention sinks (`[n_head]`, `ggml_flash_attn_ext_add_sinks`).
+        sinks: Option<WeightId>,
+    },
+    /// ADD_ID: each slot's row plus the bias column of its expert (`b` is `[n, n_expert]`,
+    /// `ids` `[n_used, T]`, `src` `[n, n_used*T]`): per-expert biases.
+    AddId {
+        src: NodeId,
+        b: WeightId,
+        ids: NodeId,
     },
     /// GLU with split inputs: `act(gate) * up`.
     Glu {
@@ -128,6 +142,34 @@ pub enum Op {
     },
     /// UNARY(SILU).
     Silu { src: NodeId },
+    /// UNARY(SIGMOID).
+    Sigmoid { src: NodeId },
+    /// VIEW_3D + CONT: of every head (`stride` values of a row), the values
+    /// `offset .. offset + len`; `[stride*n_head, T] → [len*n_head, T]`.
+    ViewHeads {
+        src: NodeId,
+        stride: usize,
+        offset: usize,
+        len: usize,
+    },
+    /// CONCAT along dim 0 per head: `[la*n_head, T] ++ [lb*n_head, T] → [(la+lb)*n_head, T]`.
+    ConcatHeads { a: NodeId, b: NodeId, n_head: usize },
+    /// MUL_MAT broadcast over heads (dim 2, the permutes around it only reinterpret):
+    /// `w` is `[k, n, n_head]`, `x` `[k*n_head, T]` → `[n*n_head, T]`, head h times its
+    /// matrix h (MLA's `attn_k_b` absorption and `attn_v_b` decompression).
+    MulMatHeads {
+        w: WeightId,
+        x: NodeId,
+        n_head: usize,
+    },
+    /// The expert-group selection of `build_moe_ffn` (ARGSORT_TOP_K(2) + GET_ROWS + SUM_ROWS
+    /// per group, ARGSORT_TOP_K(n_group_used) of the groups' scores, FILL(-inf) + SET_ROWS of
+    /// the kept groups): the scores of experts outside the kept groups become -inf.
+    GroupMask {
+        src: NodeId,
+        n_groups: usize,
+        n_group_used: usize,
+    },
     /// SOFT_MAX of each row.
     SoftMax { src: NodeId },
     /// ARGSORT (descending) + VIEW of the first `k`: the indices of the k largest per row
@@ -198,7 +240,9 @@ impl Op {
         };
         match self {
             Op::GetRowsTokens { table } => vec![*table],
-            Op::MulMat { w, .. } => vec![*w],
+            Op::MulMat { w, .. } | Op::MulMatHeads { w, .. } => vec![*w],
+            Op::AddId { b, .. } => vec![*b],
+            Op::FlashAttnExt { sinks, .. } => sinks.iter().copied().collect(),
             Op::MulMatId { w, scale, .. } => [Some(*w), *scale].into_iter().flatten().collect(),
             Op::Mul { b, .. } | Op::Add { b, .. } => w(b).into_iter().collect(),
             Op::Rope { freq_factors, .. } => freq_factors.iter().copied().collect(),
@@ -222,6 +266,9 @@ impl Op {
             | Op::Rope { src, .. }
             | Op::SetRows { src, .. }
             | Op::Silu { src }
+            | Op::Sigmoid { src }
+            | Op::ViewHeads { src, .. }
+            | Op::GroupMask { src, .. }
             | Op::Hadamard { src, .. }
             | Op::AttnTempScale { src, .. }
             | Op::SoftMax { src }
@@ -231,7 +278,9 @@ impl Op {
             Op::Mul { a, b } | Op::Add { a, b } => {
                 [Some(*a), node(b)].into_iter().flatten().collect()
             }
-            Op::MulMat { x, .. } => vec![*x],
+            Op::MulMat { x, .. } | Op::MulMatHeads { x, .. } => vec![*x],
+            Op::ConcatHeads { a, b, .. } => vec![*a, *b],
+            Op::AddId { src, ids, .. } => vec![*src, *ids],
             Op::MulMatId { x, ids, .. } => vec![*x, *ids],
             Op::FlashAttnExt { q, deps, .. } => vec![*q, deps[0], deps[1]],
             Op::Glu { gate, up, .. } => vec![*gate, *up],

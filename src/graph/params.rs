@@ -81,6 +81,48 @@ pub struct ArchParams {
     pub pooling_type: i32,
     /// Outputs of a classifier head (`classifier.output_labels`, else 1).
     pub n_cls_out: usize,
+    /// What only some architectures read (their `hparams`); defaults elsewhere.
+    pub ext: Extras,
+}
+
+/// Expert gating (`enum llama_expert_gating_func_type`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Gating {
+    #[default]
+    Softmax,
+    Sigmoid,
+    /// The selected experts' logits soft-maxed (`SOFTMAX_WEIGHT`).
+    SoftmaxWeight,
+}
+
+/// Hyperparameters of some architectures only (multi-head latent attention, expert
+/// groups and shared experts, ...), zero / off by default.
+#[derive(Clone, Debug, Default)]
+pub struct Extras {
+    /// Q's low rank (0: a full `attn_q`), the K/V latent's rank (MLA).
+    pub n_lora_q: usize,
+    pub n_lora_kv: usize,
+    /// MLA's per-head Q/K and V sizes once decompressed (`key_length_mla`, `value_length_mla`).
+    pub head_k_mla: usize,
+    pub head_v_mla: usize,
+    /// Where the rotary part of a cached K row starts (MLA: after the latent); 0: at the start.
+    pub k_rope_offset: usize,
+    /// Layers before the first mixture of experts (`leading_dense_block_count`).
+    pub n_layer_dense_lead: usize,
+    pub n_expert_shared: usize,
+    pub gating: Gating,
+    /// Expert groups and how many the router keeps (`expert_group_count`, `_used_count`).
+    pub n_expert_groups: usize,
+    pub n_group_used: usize,
+    /// `rope.scaling.yarn_log_multiplier` (upstream's `rope_yarn_log_mul`).
+    pub rope_yarn_log_mul: f32,
+    /// deepseek2's special case of the YaRN attention factor (its `mscale` is the log
+    /// multiplier, upstream's llama_context constructor).
+    pub yarn_mscale_from_log_mul: bool,
+    /// The position divisor of the attention temperature tuning (`temperature_length`).
+    pub attn_temp_floor: f32,
+    /// M-RoPE's sections, when the file has them (text positions: see `RopeMode::Mrope`).
+    pub mrope_sections: Option<[u32; 4]>,
 }
 
 impl ArchParams {
@@ -166,6 +208,11 @@ impl ArchParams {
             causal: m.get_bool(&key("attention.causal")).unwrap_or(true),
             pooling_type: m.get_u32(&key("pooling_type")).map_or(-1, |v| v as i32),
             n_cls_out: hp.n_cls_out.max(1) as usize,
+            ext: Extras {
+                n_expert_groups: u("expert_group_count", 0) as usize,
+                n_group_used: u("expert_group_used_count", 0) as usize,
+                ..Extras::default()
+            },
         })
     }
 
@@ -210,6 +257,7 @@ impl ArchParams {
             causal: true,
             pooling_type: -1,
             n_cls_out: 1,
+            ext: Extras::default(),
         }
     }
 
@@ -285,11 +333,24 @@ impl RopeConfig {
         }
         if ext_factor != 0.0 {
             let factor = 1.0 / freq_scale;
-            // upstream's get_mscale(factor, 1)
-            attn_factor = if factor <= 1.0 {
-                1.0
+            // upstream's get_mscale
+            let get_mscale = |scale: f32, mscale: f32| {
+                if scale <= 1.0 {
+                    1.0
+                } else {
+                    0.1 * mscale * scale.ln() + 1.0
+                }
+            };
+            let log_mul = hp.ext.rope_yarn_log_mul;
+            attn_factor = if log_mul != 0.0 {
+                let mscale = if hp.ext.yarn_mscale_from_log_mul && log_mul != 1.0 {
+                    log_mul
+                } else {
+                    1.0
+                };
+                get_mscale(factor, mscale) / get_mscale(factor, log_mul)
             } else {
-                0.1 * factor.ln() + 1.0
+                get_mscale(factor, 1.0)
             };
             attn_factor *= 1.0 / (1.0 + 0.1 * factor.ln());
         }

@@ -102,8 +102,8 @@ pub fn graph_with(b: &mut Builder, s: &Scales) -> Result<Outputs, BuildError> {
             b.ffn_layer(il, x, ffn)?
         } else {
             let moe = Moe {
-                norm_w: true,
                 scale_w: hp.expert_weights_scale,
+                ..Moe::SOFTMAX
             };
             let moe_out = b.moe_layer(il, x, hp.n_ff[il], moe)?;
             if n_ff_shexp > 0 {

@@ -67,8 +67,8 @@ pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             b.ffn_layer(il, cur, ffn)?
         } else {
             let moe = Moe {
-                norm_w: true,
                 scale_w: hp.expert_weights_scale,
+                ..Moe::SOFTMAX
             };
             b.moe_layer(il, cur, hp.n_ff[il], moe)?
         };

@@ -12,10 +12,13 @@
 
 pub mod baichuan;
 pub mod command_r;
+pub mod deepseek2;
 pub mod exaone4;
 pub mod gemma;
 pub mod gemma2;
 pub mod gemma3;
+pub mod glm4moe;
+pub mod gpt_oss;
 pub mod granite;
 pub mod hunyuan_dense;
 pub mod llama;
@@ -61,6 +64,7 @@ impl Rope {
             Rope::None => -1,
             Rope::Mode(RopeMode::Norm) => 0,
             Rope::Mode(RopeMode::Neox) => 2,
+            Rope::Mode(RopeMode::Mrope { .. }) => 8,
             Rope::Multi(raw) => raw,
         }
     }
@@ -73,6 +77,9 @@ pub enum Memory {
     /// token and layer (the hyperparameters say how many: MLA's compressed cache sets
     /// `n_head_kv` to 1 and the head sizes to the latent's).
     Kv,
+    /// A K-only cache of one compressed head per token and layer (MLA's latent plus its
+    /// rotary part, `head_k` values); attention reads V as the first `head_v` of them.
+    KvLatent,
 }
 
 /// The outputs of a graph: the logits `[n_vocab, n_outputs]` and the final normed hidden
@@ -141,6 +148,9 @@ pub static REGISTRY: &[&ArchDef] = &[
     &qwen3moe::DEF,
     &gemma3::DEF,
     &phi3::DEF,
+    &deepseek2::DEF,
+    &glm4moe::DEF,
+    &gpt_oss::DEF,
     &gemma::DEF,
     &gemma2::DEF,
     &granite::DEF,
@@ -200,6 +210,29 @@ impl Keys<'_> {
         self.model.meta.get_u32(&self.key(s)).unwrap_or(default)
     }
 
+    pub fn f32_opt(&self, s: &str) -> Option<f32> {
+        self.model.meta.get_f64(&self.key(s)).map(|v| v as f32)
+    }
+
+    /// A key upstream requires: its absence fails context creation naming it.
+    pub fn u32_required(&self, s: &str) -> Result<u32, String> {
+        let key = self.key(s);
+        self.model
+            .meta
+            .get_u32(&key)
+            .ok_or_else(|| format!("key not found in model: {key}"))
+    }
+
+    /// `rope.dimension_sections` when its first two are > 0 (upstream's `use_mrope`).
+    pub fn mrope_sections(&self) -> Option<[u32; 4]> {
+        let v = self
+            .model
+            .meta
+            .get_u32_or_array(&self.key("rope.dimension_sections"), 4)?;
+        let s = [v[0], v[1], v[2], v[3]];
+        (s[0] > 0 && s[1] > 0).then_some(s)
+    }
+
     pub fn bool(&self, s: &str, default: bool) -> bool {
         self.model.meta.get_bool(&self.key(s)).unwrap_or(default)
     }
@@ -230,6 +263,17 @@ impl Keys<'_> {
     }
 }
 
+/// The rotary mode of a model: its architecture's, or M-RoPE where the file gives rope
+/// sections (`ArchParams::ext.mrope_sections`, vision-language conversions).
+pub fn rope_mode(def: &ArchDef, hp: &ArchParams) -> RopeMode {
+    match (hp.ext.mrope_sections, def.rope) {
+        (Some(sections), _) => RopeMode::Mrope { sections },
+        (None, Rope::Mode(m)) => m,
+        (None, Rope::None) => RopeMode::Norm,
+        (None, Rope::Multi(_)) => RopeMode::Neox,
+    }
+}
+
 /// Builds the graph of `model` for a micro-batch of `shape`.
 pub fn build(
     model: &Model,
@@ -244,11 +288,7 @@ pub fn build(
     b.embd_input = shape.embd_input;
     b.kv_rot = kv_rot;
     b.n_ctx_seq = n_ctx_seq;
-    b.rope_mode = match def.rope {
-        Rope::Mode(m) => m,
-        Rope::None => RopeMode::Norm,
-        Rope::Multi(_) => RopeMode::Neox,
-    };
+    b.rope_mode = rope_mode(def, hp);
     let out = (def.graph)(&mut b)?;
     Ok(b.finish(shape, Some(out.logits), Some(out.embd)))
 }

@@ -42,8 +42,8 @@ pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             b.ffn_layer(il, cur, Ffn::SWIGLU)?
         } else {
             let moe = Moe {
-                norm_w: true,
                 scale_w: hp.expert_weights_scale,
+                ..Moe::SOFTMAX
             };
             let n_ff = if hp.n_ff_exp > 0 {
                 hp.n_ff_exp

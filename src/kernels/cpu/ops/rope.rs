@@ -9,6 +9,10 @@ pub enum RopeMode {
     Norm,
     /// Halves (i, i + n_rot/2): qwen2/3, gemma3, phi3.
     Neox,
+    /// M-RoPE (`GGML_ROPE_TYPE_MROPE`) of text tokens: pairs as NEOX, the pairs of the
+    /// fourth section at position 0 (upstream's text positions are `[p, p, p, 0]`, so the
+    /// first three sections turn alike).
+    Mrope { sections: [u32; 4] },
 }
 
 /// The parameters of ggml's `ROPE` (`ggml_rope_ext`).
@@ -48,9 +52,17 @@ pub fn rope_cache(p: &RopeParams, pos: f32, freq_factors: Option<&[f32]>, cache:
     let theta_scale = p.freq_base.powf(-2.0 / p.n_rot as f32);
     let corr = yarn_corr_dims(p);
     let mut theta = pos;
+    // M-RoPE: from which pair on (within each `sect_dims` pairs) the position is 0
+    let (sect_dims, sec_e) = match p.mode {
+        RopeMode::Mrope {
+            sections: [a, b, c, d],
+        } => ((a + b + c + d) as usize, (a + b + c) as usize),
+        _ => (0, 0),
+    };
     for i0 in (0..p.n_rot).step_by(2) {
         let ff = freq_factors.map_or(1.0, |f| f[i0 / 2]);
-        let theta_extrap = theta / ff;
+        let in_e = sect_dims > 0 && (i0 / 2) % sect_dims >= sec_e;
+        let theta_extrap = if in_e { 0.0 } else { theta } / ff;
         let theta_interp = p.freq_scale * theta_extrap;
         let mut th = theta_interp;
         let mut mscale = p.attn_factor;
@@ -81,7 +93,7 @@ pub fn rope_apply(p: &RopeParams, cache: &[f32], head_dim: usize, x: &mut [f32])
                     head[i0 + 1] = fmadd(x0, s, x1 * c);
                 }
             }
-            RopeMode::Neox => {
+            RopeMode::Neox | RopeMode::Mrope { .. } => {
                 let half = p.n_rot / 2;
                 for i0 in (0..p.n_rot).step_by(2) {
                     let (c, s) = (cache[i0], cache[i0 + 1]);

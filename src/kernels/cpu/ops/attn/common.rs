@@ -77,6 +77,9 @@ pub struct Attn<'a> {
     pub visible_row: &'a (dyn Fn(usize, u32, &mut [bool]) + Sync),
     pub k: &'a dyn KvRows,
     pub v: &'a dyn KvRows,
+    /// Per head, a logit joined to the softmax without a value (`ggml_flash_attn_ext_add_sinks`:
+    /// gpt-oss's attention sinks).
+    pub sinks: Option<&'a [f32]>,
 }
 
 /// Shapes and constants of one FLASH_ATTN_EXT.

@@ -33,6 +33,7 @@ pub fn flash_attn(
         visible_row,
         k,
         v,
+        sinks,
     } = *a;
     let AttnShape {
         n_head,
@@ -54,7 +55,8 @@ pub fn flash_attn(
         let r = rows(t);
         r.start..r.start + nofa::upstream_n_kv(r.end - r.start, shape.n_cells_max)
     };
-    if !shape.flash_attn && nofa::applies(k, v) {
+    // with sinks: the one-row kernel, which applies them as upstream's kernels do
+    if !shape.flash_attn && sinks.is_none() && nofa::applies(k, v) {
         let padded = Attn { rows: &view, ..*a };
         nofa::attn_no_fa(&padded, out, pool, scratch);
         return;
@@ -66,7 +68,7 @@ pub fn flash_attn(
             return;
         }
     }
-    if tiled::applies(n_tokens, k, v) {
+    if sinks.is_none() && tiled::applies(n_tokens, k, v) {
         tiled::flash_attn_tiled(a, out, pool, scratch);
         return;
     }
@@ -79,6 +81,7 @@ pub fn flash_attn(
         // mutably for the whole call, which waits for all tasks.
         let o = unsafe { out_ptr.slice((t * n_head + g * group) * dv, group * dv) };
         let qrow = &q[(t * n_head + g * group) * dk..(t * n_head + (g + 1) * group) * dk];
+        let sink = sinks.map(|s| &s[g * group..(g + 1) * group]);
         attn_task(
             shape,
             qrow,
@@ -89,6 +92,7 @@ pub fn flash_attn(
             visible_row,
             k,
             v,
+            sink,
             o,
             &mut sc,
         );
@@ -127,6 +131,7 @@ fn flash_attn_split_kv(
         visible_row,
         k,
         v,
+        sinks,
         ..
     } = *a;
     let AttnShape {
@@ -159,6 +164,10 @@ fn flash_attn_split_kv(
         // job returns.
         let o = unsafe { parts.slice((c * n_head + g * group) * stride, group * stride) };
         let qrow = &q[g * group * dk..(g + 1) * group * dk];
+        // upstream applies the sinks on the first chunk only
+        let sink = sinks
+            .filter(|_| c == 0)
+            .map(|s| &s[g * group..(g + 1) * group]);
         attn_task(
             shape,
             qrow,
@@ -169,6 +178,7 @@ fn flash_attn_split_kv(
             visible_row,
             k,
             v,
+            sink,
             o,
             &mut sc,
         );
@@ -228,6 +238,7 @@ fn attn_task(
     visible_row: &(dyn Fn(usize, u32, &mut [bool]) + Sync),
     k: &dyn KvRows,
     v: &dyn KvRows,
+    sinks: Option<&[f32]>,
     out: &mut [f32],
     sc: &mut AttnScratch,
 ) {
@@ -363,33 +374,53 @@ fn attn_task(
             sc.s[h] = fmadd(sc.s[h], ms, vs);
         }
     }
+    // the sinks, as upstream: a logit without a value joins the softmax after the cells,
+    // on VKQ already in f32 (`ggml_vec_scale_f32`)
+    let sink_scale = |h: usize, m: &mut f32, s: &mut f32| -> f32 {
+        let Some(sk) = sinks else { return 1.0 };
+        let sink = sk[h];
+        let (mut ms, mut vs) = (1.0f32, 1.0f32);
+        if sink > *m {
+            ms = (*m - sink).exp();
+            *m = sink;
+        } else {
+            vs = (sink - *m).exp();
+        }
+        *s = fmadd(*s, ms, vs);
+        ms
+    };
     if partial {
         // the split path's partial result per head: M, S, then the unnormalized VKQ in f32
         for h in 0..group {
+            let (mut m, mut s) = (sc.m[h], sc.s[h]);
+            let ms = sink_scale(h, &mut m, &mut s);
             let o = &mut out[h * (2 + dv)..(h + 1) * (2 + dv)];
-            o[0] = sc.m[h];
-            o[1] = sc.s[h];
+            o[0] = m;
+            o[1] = s;
             for (d, o) in o[2..].iter_mut().enumerate() {
-                *o = if f16_v {
+                let a = if f16_v {
                     sc.acc16[h * dv + d].to_f32()
                 } else {
                     sc.acc[h * dv + d]
                 };
+                *o = if ms != 1.0 { a * ms } else { a };
             }
         }
         return;
     }
     for h in 0..group {
-        let s = sc.s[h];
+        let (mut m, mut s) = (sc.m[h], sc.s[h]);
+        let ms = sink_scale(h, &mut m, &mut s);
         let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
         let o = &mut out[h * dv..(h + 1) * dv];
         if f16_v {
             for (o, a) in o.iter_mut().zip(&sc.acc16[h * dv..(h + 1) * dv]) {
-                *o = a.to_f32() * inv;
+                let a = a.to_f32();
+                *o = if ms != 1.0 { a * ms } else { a } * inv;
             }
         } else {
             for (o, &a) in o.iter_mut().zip(&sc.acc[h * dv..(h + 1) * dv]) {
-                *o = a * inv;
+                *o = if ms != 1.0 { a * ms } else { a } * inv;
             }
         }
     }
@@ -483,6 +514,7 @@ mod attn_scratch_tests {
                     &|_, _, out: &mut [bool]| out.fill(true),
                     &k,
                     &v,
+                    None,
                     &mut out,
                     &mut sc,
                 );

@@ -72,6 +72,7 @@ pub fn attn_no_fa(
         visible_row,
         k,
         v,
+        ..
     } = *a;
     let AttnShape {
         n_head,

@@ -71,6 +71,7 @@ pub fn flash_attn_tiled(
         visible_row,
         k,
         v,
+        ..
     } = *a;
     let AttnShape {
         n_head, n_head_kv, ..

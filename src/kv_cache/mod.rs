@@ -64,12 +64,13 @@ fn zeroed<T: Copy>(len: usize, zero: T) -> Result<Vec<T>, KvAllocError> {
 }
 
 impl KvBuffer {
-    /// Bytes of one row of `width` values.
-    fn row_bytes(ty: KvType, width: usize) -> usize {
+    /// Bytes of one row of `width` values; None on overflow (sizes are checked before any
+    /// allocation, so a hostile width must not overflow here either).
+    fn row_bytes(ty: KvType, width: usize) -> Option<usize> {
         match ty {
-            KvType::F32 => 4 * width,
-            KvType::F16 => 2 * width,
-            KvType::Packed(ty) => crate::kernels::cpu::row_bytes(ty, width),
+            KvType::F32 => width.checked_mul(4),
+            KvType::F16 => width.checked_mul(2),
+            KvType::Packed(ty) => Some(crate::kernels::cpu::row_bytes(ty, width)),
         }
     }
 
@@ -306,8 +307,8 @@ impl KvShape {
     pub fn checked_bytes(&self) -> Option<u64> {
         let rows = u64::from(self.size).checked_mul(self.n_stream() as u64)?;
         self.layers.iter().try_fold(0u64, |total, &(nk, nv)| {
-            let row = (KvBuffer::row_bytes(self.type_k, nk) as u64)
-                .checked_add(KvBuffer::row_bytes(self.type_v, nv) as u64)?;
+            let row = (KvBuffer::row_bytes(self.type_k, nk)? as u64)
+                .checked_add(KvBuffer::row_bytes(self.type_v, nv)? as u64)?;
             total.checked_add(rows.checked_mul(row)?)
         })
     }

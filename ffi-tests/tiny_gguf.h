@@ -1,7 +1,9 @@
 /* A tiny GGUF writer for the C harness and the demo: a llama-family model with F32 weights
  * and a small SPM-style vocabulary, written byte by byte as the GGUF v3 format lays it out.
- * tiny_gguf_write() returns 0 on success; TINY_GGUF_N_TENSORS tensors are written;
- * tiny_gguf_write_q8() writes the same file with one tensor stored as Q8_0. */
+ * tiny_gguf_write() returns 0 on success; TINY_GGUF_N_TENSORS tensors are written (a partial
+ * model: it loads, but a context refuses it, as its graph cannot be built);
+ * tiny_gguf_write_q8() writes the same file with one tensor stored as Q8_0. The _whole variants
+ * write all TINY_GGUF_N_WHOLE tensors of a llama model, so a context can be made on it. */
 #ifndef FFI_TESTS_TINY_GGUF_H
 #define FFI_TESTS_TINY_GGUF_H
 
@@ -11,7 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { N_EMBD = 64, N_VOCAB = 16, N_LAYER = 4, N_FF = 128, ALIGN = 32, TINY_GGUF_N_TENSORS = 2 + 3 * N_LAYER };
+enum { N_EMBD = 64, N_VOCAB = 16, N_LAYER = 4, N_FF = 128, ALIGN = 32, TINY_GGUF_N_TENSORS = 2 + 3 * N_LAYER,
+       TINY_GGUF_N_WHOLE = 3 + 9 * N_LAYER };
 
 static void put_u32(FILE *f, uint32_t v) { fwrite(&v, 4, 1, f); }
 static void put_i32(FILE *f, int32_t v) { fwrite(&v, 4, 1, f); }
@@ -134,18 +137,30 @@ static void tiny_gguf_put_data(FILE *f, const void *data, uint64_t nbytes) {
 /* Writes a GGUF v3 file: llama metadata, a tiny SPM-style vocabulary, F32 weights — except
  * tensor `q8_name` (NULL: none), stored as Q8_0; then *q8_offset (absolute) and *q8_size say
  * where its bytes are. Returns 0 on success. */
-static int tiny_gguf_write_q8(const char *path, const char *q8_name, long *q8_offset, size_t *q8_size) {
-    struct tensor t[2 + 3 * N_LAYER + 1];
-    struct tiny_gguf_info info[2 + 3 * N_LAYER + 1];
-    uint64_t rel[2 + 3 * N_LAYER + 1];
+static int tiny_gguf_write_model(const char *path, int whole, const char *q8_name, long *q8_offset, size_t *q8_size) {
+    struct tensor t[TINY_GGUF_N_WHOLE];
+    struct tiny_gguf_info info[TINY_GGUF_N_WHOLE];
+    uint64_t rel[TINY_GGUF_N_WHOLE];
     int n = 0;
-    snprintf(t[n].name, 64, "token_embd.weight"); t[n].n_dims = 2; t[n].ne[0] = N_EMBD; t[n].ne[1] = N_VOCAB; n++;
+#define TINY_T(dims, e0, e1, ...) \
+    do { snprintf(t[n].name, 64, __VA_ARGS__); t[n].n_dims = dims; t[n].ne[0] = e0; t[n].ne[1] = e1; n++; } while (0)
+    TINY_T(2, N_EMBD, N_VOCAB, "token_embd.weight");
     for (int l = 0; l < N_LAYER; l++) {
-        snprintf(t[n].name, 64, "blk.%d.attn_norm.weight", l); t[n].n_dims = 1; t[n].ne[0] = N_EMBD; t[n].ne[1] = 1; n++;
-        snprintf(t[n].name, 64, "blk.%d.attn_q.weight", l); t[n].n_dims = 2; t[n].ne[0] = N_EMBD; t[n].ne[1] = N_EMBD; n++;
-        snprintf(t[n].name, 64, "blk.%d.ffn_up.weight", l); t[n].n_dims = 2; t[n].ne[0] = N_EMBD; t[n].ne[1] = N_FF; n++;
+        TINY_T(1, N_EMBD, 1, "blk.%d.attn_norm.weight", l);
+        TINY_T(2, N_EMBD, N_EMBD, "blk.%d.attn_q.weight", l);
+        if (whole) { /* 8 heads, 4 KV heads: K and V are half as wide as Q */
+            TINY_T(2, N_EMBD, N_EMBD / 2, "blk.%d.attn_k.weight", l);
+            TINY_T(2, N_EMBD, N_EMBD / 2, "blk.%d.attn_v.weight", l);
+            TINY_T(2, N_EMBD, N_EMBD, "blk.%d.attn_output.weight", l);
+            TINY_T(1, N_EMBD, 1, "blk.%d.ffn_norm.weight", l);
+            TINY_T(2, N_EMBD, N_FF, "blk.%d.ffn_gate.weight", l);
+        }
+        TINY_T(2, N_EMBD, N_FF, "blk.%d.ffn_up.weight", l);
+        if (whole) TINY_T(2, N_FF, N_EMBD, "blk.%d.ffn_down.weight", l);
     }
-    snprintf(t[n].name, 64, "output.weight"); t[n].n_dims = 2; t[n].ne[0] = N_EMBD; t[n].ne[1] = N_VOCAB; n++;
+    if (whole) TINY_T(1, N_EMBD, 1, "output_norm.weight");
+    TINY_T(2, N_EMBD, N_VOCAB, "output.weight");
+#undef TINY_T
     int q8_index = -1;
     for (int i = 0; i < n; i++) {
         int q8 = q8_name != NULL && strcmp(t[i].name, q8_name) == 0;
@@ -184,7 +199,15 @@ static int tiny_gguf_write_q8(const char *path, const char *q8_name, long *q8_of
     return fclose(f);
 }
 
+static inline int tiny_gguf_write_q8(const char *path, const char *q8_name, long *q8_offset, size_t *q8_size) {
+    return tiny_gguf_write_model(path, 0, q8_name, q8_offset, q8_size);
+}
+static inline int tiny_gguf_write_whole_q8(const char *path, const char *q8_name, long *q8_offset, size_t *q8_size) {
+    return tiny_gguf_write_model(path, 1, q8_name, q8_offset, q8_size);
+}
+
 /* Writes a GGUF v3 file: llama metadata, a tiny SPM-style vocabulary, F32 weights. */
 static inline int tiny_gguf_write(const char *path) { return tiny_gguf_write_q8(path, NULL, NULL, NULL); }
+static inline int tiny_gguf_write_whole(const char *path) { return tiny_gguf_write_whole_q8(path, NULL, NULL, NULL); }
 
 #endif

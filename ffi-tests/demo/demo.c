@@ -51,39 +51,48 @@ static const char *device_name(int32_t device) {
 }
 
 /* One line for a group of tensors (a layer, the input or the output): where they are and what
- * types they have. */
+ * types they have (each type once, with its count). */
 static void print_group(const struct llama_model *model, const char *label, const char *prefix,
                         const char *const *names, int n) {
-    char types[160] = "";
+    int type_count[64] = { 0 };
     uint64_t bytes = 0;
+    int found = 0;
     struct llama_ext_tensor_info info = { 0 };
     for (int i = 0; i < n; i++) {
         char name[64];
         snprintf(name, sizeof name, "%s%s", prefix, names[i]);
         if (llama_ext_tensor_info(model, name, &info) != 0) continue;
         bytes += info.nbytes;
-        size_t len = strlen(types);
-        snprintf(types + len, sizeof types - len, "%s%s:%s", i ? " " : "", names[i], type_name(info.type));
+        found++;
+        if (info.type >= 0 && info.type < 64) type_count[info.type]++;
     }
-    printf("  %-7s %-6s %-7s %7llu B  %s\n", label, device_name(info.device), buffer_name(info.buffer),
-           (unsigned long long) bytes, types);
+    char types[160] = "";
+    for (int t = 0; t < 64; t++) {
+        if (!type_count[t]) continue;
+        size_t len = strlen(types);
+        snprintf(types + len, sizeof types - len, "%s%d x %s", len ? ", " : "", type_count[t], type_name(t));
+    }
+    printf("  %-7s %-6s %-7s %7llu B  %d tensors (%s)\n", label, device_name(info.device), buffer_name(info.buffer),
+           (unsigned long long) bytes, found, types);
 }
 
 static void print_layer(const struct llama_model *model, int layer) {
-    static const char *const blk[] = { "attn_norm.weight", "attn_q.weight", "ffn_up.weight" };
+    static const char *const blk[] = { "attn_norm.weight", "attn_q.weight", "attn_k.weight",
+                                       "attn_v.weight", "attn_output.weight", "ffn_norm.weight",
+                                       "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight" };
     char label[16], prefix[16];
     snprintf(label, sizeof label, "blk.%d", layer);
     snprintf(prefix, sizeof prefix, "blk.%d.", layer);
-    print_group(model, label, prefix, blk, 3);
+    print_group(model, label, prefix, blk, (int) (sizeof blk / sizeof blk[0]));
 }
 
-static const char *const in_names[] = { "token_embd.weight" }, *const out_names[] = { "output.weight" };
+static const char *const in_names[] = { "token_embd.weight" }, *const out_names[] = { "output_norm.weight", "output.weight" };
 
 static void print_placement(const struct llama_model *model) {
     printf("  %-7s %-6s %-7s %9s  %s\n", "layer", "device", "buffer", "bytes", "tensors (type)");
     print_group(model, "input", "", in_names, 1);
     for (int l = 0; l < N_LAYER; l++) print_layer(model, l);
-    print_group(model, "output", "", out_names, 1);
+    print_group(model, "output", "", out_names, 2);
 }
 
 static void print_devices(void) {
@@ -119,7 +128,7 @@ static int hotswap_demo(const char *path) {
     long q8_offset = 0;
     size_t q8_size = 0;
     snprintf(tmp, sizeof tmp, "%s.new", path);
-    if (tiny_gguf_write_q8(tmp, SWAPPED, &q8_offset, &q8_size) != 0 || rename(tmp, path) != 0) {
+    if (tiny_gguf_write_whole_q8(tmp, SWAPPED, &q8_offset, &q8_size) != 0 || rename(tmp, path) != 0) {
         fprintf(stderr, "cannot write the new version\n");
         return 1;
     }
@@ -144,7 +153,7 @@ static int hotswap_demo(const char *path) {
                type_name(e.new_type), e.device, e.reason[0] ? ": " : "", e.reason);
     }
     printf("  placement now (the f32 original stays allocated on its GPU for a return to it):\n");
-    print_group(model, "output", "", out_names, 1);
+    print_group(model, "output", "", out_names, 2);
     print_devices();
 
     /* The bytes the model holds now are the new file's bytes. */
@@ -317,9 +326,9 @@ int main(int argc, char **argv) {
     setenv("LLAMA_VIRTUAL_GPUS", "48MiB,16MiB", 1);
     setenv("LLAMA_HOTSWAP_ENABLED", "1", 1);
     const char *path = argc > 1 ? argv[1] : "demo-model.gguf";
-    if (tiny_gguf_write(path) != 0) { fprintf(stderr, "cannot write %s\n", path); return 1; }
+    if (tiny_gguf_write_whole(path) != 0) { fprintf(stderr, "cannot write %s\n", path); return 1; }
     printf("llama-hotswap demo (llama.cpp API %s)\n", llama_version());
-    printf("wrote %s (%d tensors, all f32)\n", path, TINY_GGUF_N_TENSORS);
+    printf("wrote %s (%d tensors, all f32)\n", path, TINY_GGUF_N_WHOLE);
 
     llama_backend_init();
     const enum llama_load_mode modes[] = { LLAMA_LOAD_MODE_MMAP, LLAMA_LOAD_MODE_NONE, LLAMA_LOAD_MODE_DIRECT_IO };

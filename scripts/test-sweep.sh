@@ -8,7 +8,7 @@
 #    equal the base round's exactly; the Q8_0 one is an ok row with a larger KLD.
 . "$(dirname "$0")/test-common.sh"
 log="$WORK/test-sweep.log"
-if ! cargo test --test sweep --bin llama-hotswap-perplexity >"$log" 2>&1; then
+if ! cargo test --release --test sweep --bin llama-hotswap-perplexity >"$log" 2>&1; then
     grep -nE 'panicked at|^failures:|FAILED|^error(\[|:)' "$log" | head -n 40 || true
     tail -n 60 "$log"
     fail "sweep tests (full output: $log)"

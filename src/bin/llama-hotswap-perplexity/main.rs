@@ -3,11 +3,13 @@
 //! and signal-file protocols, and an in-process quantization sweep (`sweep`).
 //!
 //! Modules: `args` (upstream's flags) · `eval` (the evaluation, shared with the sweep) ·
+//! `files` (bounded reads of the caller's files) ·
 //! `kld_file` (upstream's base-logits file) · `protocol` (ik's loop and signal modes) ·
 //! `sweep` (the sweep subcommand).
 
 mod args;
 mod eval;
+mod files;
 mod kld_file;
 mod protocol;
 mod sweep;
@@ -21,6 +23,7 @@ use llama::model::Model;
 use llama::tokenizer::Tokenizer;
 
 use eval::{EvalConfig, Evaluator};
+use files::read_bounded;
 use kld_file::KldBase;
 
 /// Loads a model (and its tokenizer) as `llama_model_load_from_file` does with default
@@ -52,28 +55,6 @@ pub fn reload_changed(model: &Model) -> bool {
             false
         }
     }
-}
-
-/// Texts larger than this are refused (wikitext-2's test set is 1.3 MB; this bounds what
-/// `-f /dev/zero` or an endless pipe can take).
-pub const MAX_TEXT_BYTES: u64 = 1 << 30;
-
-/// Reads a text file (or pipe) of at most [`MAX_TEXT_BYTES`].
-pub fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-    let file = std::fs::File::open(path)
-        .map_err(|_| format!("error: failed to open file '{}'", path.display()))?;
-    let mut text = Vec::new();
-    file.take(MAX_TEXT_BYTES + 1)
-        .read_to_end(&mut text)
-        .map_err(|e| format!("error: failed to read file '{}': {e}", path.display()))?;
-    if text.len() as u64 > MAX_TEXT_BYTES {
-        return Err(format!(
-            "error: '{}' holds more than {MAX_TEXT_BYTES} bytes: not a text to evaluate",
-            path.display()
-        ));
-    }
-    Ok(text)
 }
 
 /// Reads the text file as upstream's `-f` does (one trailing newline dropped).

@@ -388,7 +388,7 @@ fn base_logits(
                 path.display()
             )
         })?;
-        let text = crate::files::read_bounded(text_path).map_err(|e| format!("sweep: {e}"))?;
+        let text = crate::text_file::read_bounded(text_path).map_err(|e| format!("sweep: {e}"))?;
         let tokens = tokenize_text(model, &Tokenizer::new(&model.vocab), &text)
             .map_err(|e| format!("sweep: {e}"))?;
         let mut tmp = path.as_os_str().to_owned();

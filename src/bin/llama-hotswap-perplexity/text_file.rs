@@ -1,6 +1,7 @@
-//! Reading the files a caller names, bounded: a text or an output is refused past a size no
-//! real one reaches, so `-f /dev/zero` or an endless pipe cannot take the memory.
+//! The evaluation text (`-f`): read with a size bound, so `-f /dev/zero` or an endless pipe
+//! is refused instead of filling memory. A leaf module: `main` and `sweep` both read texts.
 
+use std::io::Read;
 use std::path::Path;
 
 /// Texts larger than this are refused (wikitext-2's test set is 1.3 MB; this bounds what
@@ -9,7 +10,6 @@ pub const MAX_TEXT_BYTES: u64 = 1 << 30;
 
 /// Reads a text file (or pipe) of at most [`MAX_TEXT_BYTES`].
 pub fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
-    use std::io::Read;
     let file = std::fs::File::open(path)
         .map_err(|_| format!("error: failed to open file '{}'", path.display()))?;
     let mut text = Vec::new();
@@ -21,6 +21,15 @@ pub fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
             "error: '{}' holds more than {MAX_TEXT_BYTES} bytes: not a text to evaluate",
             path.display()
         ));
+    }
+    Ok(text)
+}
+
+/// Reads the text file as upstream's `-f` does (one trailing newline dropped).
+pub fn read_text(path: &Path) -> Result<Vec<u8>, String> {
+    let mut text = read_bounded(path)?;
+    if text.last() == Some(&b'\n') {
+        text.pop();
     }
     Ok(text)
 }

@@ -34,15 +34,20 @@ use rows::{Format, Row, RowKey, Sink};
 use swap::{SwapInError, Swapper};
 
 const USAGE: &str = "\
-usage: llama-hotswap-perplexity sweep -m MODEL --candidates DIR [--candidates DIR ...]
+usage: llama-hotswap-perplexity sweep -m MODEL (--candidates DIR ... | --quantize TYPES)
                                       (--csv FILE | --jsonl FILE) [options]
 
-For each candidate tensor (every tensor of every *.gguf under the candidate directories):
-swap it into the loaded base model, evaluate PPL and KL-divergence against the base
-logits, swap the original back and check it is bit-identical, write one row.
+For each candidate tensor (every tensor of every *.gguf under the candidate directories,
+and every quantizable tensor of the base in each --quantize type): swap it into the loaded
+base model, evaluate PPL and KL-divergence against the base logits, swap the original back
+and check it is bit-identical, write one row.
 
   -m, --model FILE            base model: a GGUF, or the first shard of a split set
   --candidates DIR            candidate GGUF files (repeatable; a file is taken as is)
+  --quantize TYPES            in-memory candidates, no files: each tensor llama-quantize
+                              would quantize, converted from the loaded base to each type
+                              (comma-separated, e.g. q4_0,q4_K,q8_0) as llama-quantize
+                              --allow-requantize converts it (rows: file '(quantized in memory)')
   -f, --file FILE             text to evaluate (needed to compute the base logits)
   --kl-divergence-base FILE   base logits in upstream's format: read when the file exists,
                               else computed from the base model and written there
@@ -71,6 +76,7 @@ const BEFORE_ROUND_ENV: &str = "LLAMA_HOTSWAP_SWEEP_TEST_BEFORE_ROUND";
 struct SweepArgs {
     model: Option<PathBuf>,
     candidates: Vec<PathBuf>,
+    quantize: Vec<llama::gguf::GgmlType>,
     file: Option<PathBuf>,
     base: Option<PathBuf>,
     csv: Option<PathBuf>,
@@ -114,6 +120,16 @@ fn parse_args(argv: &[String]) -> Result<SweepArgs, String> {
             }
             "-m" | "--model" => a.model = Some(value()?.into()),
             "--candidates" => a.candidates.push(value()?.into()),
+            "--quantize" => {
+                for name in value()?.split(',').filter(|n| !n.trim().is_empty()) {
+                    let ty = llama::gguf::GgmlType::all()
+                        .find(|t| t.name().eq_ignore_ascii_case(name.trim()))
+                        .ok_or_else(|| format!("sweep: --quantize: unknown type '{name}'"))?;
+                    if !a.quantize.contains(&ty) {
+                        a.quantize.push(ty);
+                    }
+                }
+            }
             "-f" | "--file" => a.file = Some(value()?.into()),
             "--kl-divergence-base" => a.base = Some(value()?.into()),
             "--csv" => a.csv = Some(value()?.into()),
@@ -163,8 +179,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .model
         .clone()
         .ok_or(format!("sweep: -m MODEL is required\n\n{USAGE}"))?;
-    if a.candidates.is_empty() {
-        return Err(format!("sweep: --candidates DIR is required\n\n{USAGE}"));
+    if a.candidates.is_empty() && a.quantize.is_empty() {
+        return Err(format!(
+            "sweep: --candidates DIR or --quantize TYPES is required\n\n{USAGE}"
+        ));
     }
     let outputs: Vec<(PathBuf, Format)> = [(&a.csv, Format::Csv), (&a.jsonl, Format::JsonLines)]
         .into_iter()
@@ -283,6 +301,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     for (path, label) in &files {
         all.extend(candidates::from_file(&model, path, label, a.per_file));
     }
+    all.extend(candidates::in_memory(&model, &a.quantize));
     if let Some(re) = &a.include {
         all.retain(|c| c.tensors.is_empty() || c.tensors.iter().any(|t| re.is_match(&t.name)));
     }
@@ -292,8 +311,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .filter(|c| sink_done.iter().any(|d| !d.contains(&key(c))))
         .collect();
     eprintln!(
-        "sweep: {} candidate file(s), {} candidate(s): {} to run, {} already in {}",
+        "sweep: {} candidate file(s), {} in-memory type(s), {} candidate(s): {} to run, {} already in {}",
         files.len(),
+        a.quantize.len(),
         all.len(),
         todo.len(),
         all.len() - todo.len(),
@@ -504,7 +524,12 @@ fn round(
     if let Some(p) = &cand.problem {
         return fail(row, p.clone(), None);
     }
-    let bytes = match cand.read_bytes() {
+    let bytes = if cand.in_memory {
+        quantize_base(swapper.model(), cand)
+    } else {
+        cand.read_bytes()
+    };
+    let bytes = match bytes {
         Ok(b) => b,
         Err(e) => return fail(row, e, None),
     };
@@ -562,6 +587,30 @@ fn round(
     }
     row.seconds = t0.elapsed().as_secs_f64();
     (row, None)
+}
+
+/// An in-memory candidate's bytes: its tensor as the base holds it (every earlier round put
+/// it back), converted to the candidate's type as `llama-quantize` converts it.
+fn quantize_base(model: &Model, cand: &Candidate) -> Result<Vec<Vec<u8>>, String> {
+    cand.tensors
+        .iter()
+        .map(|ct| {
+            let t = model
+                .tensors
+                .get(&ct.name)
+                .ok_or_else(|| format!("no tensor '{}'", ct.name))?;
+            let (from, ne, nbytes) = {
+                let s = t.read();
+                (s.layout.ggml_type, s.layout.ne, s.layout.nbytes)
+            };
+            let mut bytes = vec![0u8; nbytes as usize];
+            t.read()
+                .read_into(&mut bytes)
+                .map_err(|e| format!("reading '{}': {e}", ct.name))?;
+            llama::quantize::quantize_tensor(from, &bytes, ne, ct.ggml_type, None, 0)
+                .map_err(|e| format!("quantizing '{}' to {}: {e}", ct.name, ct.ggml_type.name()))
+        })
+        .collect()
 }
 
 /// The first measurement of `row` that is NaN or infinite, named.

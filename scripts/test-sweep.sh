@@ -10,6 +10,11 @@
 #    gives the Q8_0 file's row exactly (bytes, PPL, KLD, top-1: the bytes equal upstream's
 #    llama-quantize output, checked in make test-quantize); Q4_K, which a 576-wide row
 #    cannot take, is a failed row saying so; a rerun skips both (resume).
+# 4. From sweep to model: on the single-file SmolLM2, an in-memory Q4_0 candidate and a budget
+#    just under the model's size: the pick (that tensor in Q4_0) written as a GGUF-Tool-Suite
+#    recipe, as a llama-quantize --tensor-type-file, and as a model (--write-model) that is
+#    byte-identical to upstream's llama-quantize run with that file; a --write-model path in
+#    a missing directory fails before anything runs.
 . "$(dirname "$0")/test-common.sh"
 log="$WORK/test-sweep.log"
 if ! cargo test --release --test sweep --bin llama-hotswap-perplexity >"$log" 2>&1; then
@@ -76,4 +81,23 @@ assert "0 to run, 2 already in" in rerun, rerun[-500:]
 print(f"in-memory Q8_0 candidate: PPL {m8['ppl']}, KLD {m8['kld']} = the Q8_0 file's row; "
       f"q4_K refused ({k['reason'][:60]}...); resumed run skips both")
 PY
+size=$("$VENV/bin/python" -c "import gguf,sys; print(sum(int(t.n_bytes) for t in gguf.GGUFReader(sys.argv[1]).tensors))" "$model")
+budget=$((size - 1000))
+rm -f "$out/mix.recipe" "$out/mix.types" "$out/mix.gguf"
+"$ROOT/target/release/llama-hotswap-perplexity" sweep -m "$model" -f "$out/text.txt" \
+    --kl-divergence-base "$out/single.base-logits" --quantize q4_0 --include '^blk\.3\.ffn_gate\.weight$' \
+    --csv "$out/mix.csv" -c 128 -b 128 --chunks 1 -t 2 --plain --budget "$budget" \
+    --recipe "$out/mix.recipe" --tensor-type-file "$out/mix.types" --write-model "$out/mix.gguf" \
+    >"$out/mix.log" 2>&1 || { tail -n 30 "$out/mix.log"; fail "sweep --write-model"; }
+grep -qx 'blk\\.3\\.ffn_gate\\.weight=q4_0' "$out/mix.recipe" || fail "recipe: no q4_0 line for blk.3.ffn_gate ($(grep ffn_gate "$out/mix.recipe" | head -3))"
+grep -qx 'blk\\.3\\.ffn_up\\.weight=q4_1' "$out/mix.recipe" || fail "recipe: blk.3.ffn_up is not kept in q4_1"
+LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --allow-requantize --pure --tensor-type-file "$out/mix.types" \
+    "$model" "$out/mix-upstream.gguf" Q8_0 >"$out/mix-upstream.log" 2>&1 || { tail -n 20 "$out/mix-upstream.log"; fail "upstream llama-quantize with our tensor-type file"; }
+cmp -s "$out/mix.gguf" "$out/mix-upstream.gguf" || fail "--write-model: our model differs from upstream's llama-quantize with the same --tensor-type-file"
+say "sweep to model: budget $budget bytes picks blk.3.ffn_gate in q4_0; recipe and tensor-type file written; --write-model byte-identical to upstream's llama-quantize ($(stat -c %s "$out/mix.gguf") bytes)"
+if "$ROOT/target/release/llama-hotswap-perplexity" sweep -m "$model" --quantize q4_0 --csv "$out/x.csv" --budget 1G \
+    --write-model "$out/no/such/dir/m.gguf" >"$out/nodir.log" 2>&1 || ! grep -q "directory does not exist" "$out/nodir.log"; then
+    fail "--write-model into a missing directory: $(tail -n 2 "$out/nodir.log")"
+fi
+rm -f "$out/mix.gguf" "$out/mix-upstream.gguf"
 say "sweep: ok"

@@ -65,6 +65,13 @@ and check it is bit-identical, write one row.
   --budget SIZE               at the end, pick a type per swept tensor keeping the whole
                               model under SIZE (bytes, or with K/M/G/T) with the least
                               summed KLD
+  --recipe FILE               with --budget: write the pick as a GGUF-Tool-Suite recipe
+                              (one `name=type` line per tensor)
+  --tensor-type-file FILE     with --budget: write it for llama-quantize --tensor-type-file
+  --write-model OUT           with --budget: quantize the base (one GGUF file) into the pick
+                              (llama_model_quantize; the same file as upstream's
+                              llama-quantize --allow-requantize --pure --tensor-type-file
+                              FILE BASE OUT Q8_0)
   --plain                     plain progress lines even on a terminal
 ";
 
@@ -90,6 +97,9 @@ struct SweepArgs {
     include: Option<regex::Regex>,
     retry_failed: bool,
     budget: Option<u64>,
+    recipe: Option<PathBuf>,
+    tensor_type_file: Option<PathBuf>,
+    write_model: Option<PathBuf>,
     plain: bool,
     help: bool,
 }
@@ -120,6 +130,9 @@ fn parse_args(argv: &[String]) -> Result<SweepArgs, String> {
             }
             "-m" | "--model" => a.model = Some(value()?.into()),
             "--candidates" => a.candidates.push(value()?.into()),
+            "--recipe" => a.recipe = Some(value()?.into()),
+            "--tensor-type-file" => a.tensor_type_file = Some(value()?.into()),
+            "--write-model" => a.write_model = Some(value()?.into()),
             "--quantize" => {
                 for name in value()?.split(',').filter(|n| !n.trim().is_empty()) {
                     let ty = llama::gguf::GgmlType::all()
@@ -183,6 +196,23 @@ pub fn run(args: &[String]) -> Result<(), String> {
         return Err(format!(
             "sweep: --candidates DIR or --quantize TYPES is required\n\n{USAGE}"
         ));
+    }
+    if a.budget.is_none()
+        && (a.recipe.is_some() || a.tensor_type_file.is_some() || a.write_model.is_some())
+    {
+        return Err(
+            "sweep: --recipe, --tensor-type-file and --write-model need --budget SIZE".into(),
+        );
+    }
+    if let Some(out) = &a.write_model {
+        // A missing directory fails now, not after days of sweeping.
+        let dir = out.parent().filter(|d| !d.as_os_str().is_empty());
+        if dir.is_some_and(|d| !d.is_dir()) {
+            return Err(format!(
+                "sweep: --write-model {}: the directory does not exist",
+                out.display()
+            ));
+        }
     }
     let outputs: Vec<(PathBuf, Format)> = [(&a.csv, Format::Csv), (&a.jsonl, Format::JsonLines)]
         .into_iter()
@@ -384,7 +414,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
         eprintln!("{line}");
     }
     if let Some(budget) = a.budget {
-        print_budget(&model, &rows, budget);
+        if let Some(pick) = print_budget(&model, &rows, budget) {
+            write_pick(&model, &model_path, &a, &pick)?;
+        } else if a.recipe.is_some() || a.tensor_type_file.is_some() || a.write_model.is_some() {
+            return Err("sweep: no pick within the budget: nothing written".into());
+        }
     }
     if let Some(reason) = fatal {
         return Err(format!("sweep: stopped: {reason}"));
@@ -629,7 +663,11 @@ fn non_finite(row: &Row) -> Option<String> {
     })
 }
 
-fn print_budget(model: &Model, rows: &[Row], budget: u64) {
+fn print_budget(
+    model: &Model,
+    rows: &[Row],
+    budget: u64,
+) -> Option<Vec<(String, summary::Choice)>> {
     let base = |name: &str| {
         // Every tensor is back on the base when this runs.
         model.tensors.get(name).map(|t| {
@@ -642,25 +680,115 @@ fn print_budget(model: &Model, rows: &[Row], budget: u64) {
     let fixed = model.size.saturating_sub(swept_base);
     let Some(for_swept) = budget.checked_sub(fixed) else {
         eprintln!("sweep: budget {budget} bytes: the tensors not swept alone take {fixed} bytes");
-        return;
+        return None;
     };
     match summary::assign(&choices, for_swept) {
-        None => eprintln!(
-            "sweep: budget {budget} bytes: not reachable with the swept types (the smallest \
-             choices exceed it)"
-        ),
+        None => {
+            eprintln!(
+                "sweep: budget {budget} bytes: not reachable with the swept types (the smallest \
+                 choices exceed it)"
+            );
+            None
+        }
         Some(pick) => {
             let bytes: u64 = fixed + pick.iter().map(|(_, c)| c.bytes).sum::<u64>();
             let kld: f64 = pick.iter().map(|(_, c)| c.kld).sum();
             eprintln!(
                 "sweep: budget {budget} bytes: model {bytes} bytes, estimated KLD {kld:.6} (sum over tensors)"
             );
-            for (name, c) in pick {
+            for (name, c) in &pick {
                 eprintln!(
                     "sweep:   {name} {} {} bytes KLD {:.6}",
                     c.ggml_type, c.bytes, c.kld
                 );
             }
+            Some(pick)
         }
     }
+}
+
+/// The type of every tensor of the base under the budget's pick: the picked type for the
+/// swept tensors, the base's own for the others (in the model's tensor order).
+fn picked_types(model: &Model, pick: &[(String, summary::Choice)]) -> Vec<(String, String)> {
+    (0..model.tensors.len())
+        .map(|i| {
+            let t = model.tensors.at(i);
+            let ty = pick
+                .iter()
+                .find(|(n, _)| *n == t.name)
+                .map(|(_, c)| c.ggml_type.clone())
+                .unwrap_or_else(|| t.read().layout.ggml_type.name().to_string());
+            (t.name.clone(), ty)
+        })
+        .collect()
+}
+
+/// Writes what `--recipe`, `--tensor-type-file` and `--write-model` ask for. Files are
+/// written under a temporary name and renamed, so a failure leaves none half-written.
+fn write_pick(
+    model: &Model,
+    model_path: &Path,
+    a: &SweepArgs,
+    pick: &[(String, summary::Choice)],
+) -> Result<(), String> {
+    let types = picked_types(model, pick);
+    let escape = |name: &str| regex::escape(name);
+    let write = |path: &Path, text: String| -> Result<(), String> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                format!("sweep: {}: {e}", path.display())
+            })?;
+        eprintln!("sweep: wrote {}", path.display());
+        Ok(())
+    };
+    if let Some(path) = &a.recipe {
+        // GGUF-Tool-Suite's recipe: `regex=type` per line, `#` comments
+        let mut text = format!(
+            "## Quant mix picked by llama-hotswap-perplexity sweep --budget {} from {}\n",
+            a.budget.unwrap_or(0),
+            model_path.display()
+        );
+        for (name, ty) in &types {
+            text.push_str(&format!("{}={ty}\n", escape(name)));
+        }
+        write(path, text)?;
+    }
+    if let Some(path) = &a.tensor_type_file {
+        // llama-quantize --tensor-type-file: whitespace-separated `regex=type`, each searched
+        // in the tensor names: anchored, so blk.1 never matches blk.10
+        let text: String = types
+            .iter()
+            .map(|(name, ty)| format!("^{}$={ty}\n", escape(name)))
+            .collect();
+        write(path, text)?;
+    }
+    if let Some(out) = &a.write_model {
+        let overrides = types
+            .iter()
+            .map(|(name, ty)| {
+                let t = llama::gguf::GgmlType::all()
+                    .find(|t| t.name() == ty)
+                    .ok_or_else(|| format!("sweep: --write-model: unknown type '{ty}'"))?;
+                Ok((format!("^{}$", escape(name)), t))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let params = llama::quantize::QuantizeParams {
+            // A quantized ftype, so that the per-tensor types apply (upstream applies
+            // --tensor-type only then); every quantizable tensor has its own line, so the
+            // ftype's default type is never used.
+            ftype: llama::quantize::policy::ftype::Q8_0,
+            allow_requantize: true,
+            pure: true,
+            tensor_types: overrides,
+            ..llama::quantize::QuantizeParams::upstream_default()
+        };
+        llama::quantize::quantize_model(model_path, out, &params)
+            .map_err(|e| format!("sweep: --write-model {}: {e}", out.display()))?;
+        eprintln!("sweep: wrote {}", out.display());
+    }
+    Ok(())
 }

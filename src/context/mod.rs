@@ -237,6 +237,31 @@ fn kv_rotation(hp: &ArchParams, type_k: KvType, type_v: KvType) -> (usize, usize
 /// Upstream's checks of the cache types against flash attention: a quantized V cache needs
 /// it (AUTO turns it on), and with flash attention a quantized type's block size must divide
 /// every layer's head size.
+/// Logs each tensor of the file that the architecture's graph never reads, once per model,
+/// in upstream's words (its loader says so for tensors it skips, e.g. NextN/MTP layers):
+/// GGUF-Tool-Suite's sweep reads these lines to leave such tensors out of its benchmarks.
+fn log_unused_tensors(model: &Model, graph: &Graph) {
+    if model.unused_tensors_logged.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let mut used = vec![false; model.tensors.len()];
+    for w in &graph.weights {
+        if let Some(u) = used.get_mut(w.tensor) {
+            *u = true;
+        }
+    }
+    for (i, used) in used.iter().enumerate() {
+        if !used {
+            let t = model.tensors.at(i);
+            let nbytes = t.read().layout.nbytes;
+            crate::log_warn!(
+                "model has unused tensor {} (size = {nbytes} bytes) -- ignoring",
+                t.name
+            );
+        }
+    }
+}
+
 fn check_kv_types(
     hp: &ArchParams,
     type_k: KvType,
@@ -459,9 +484,11 @@ impl Context {
             generation: 0,
             embd_input: false,
         };
-        arch::build(&model, &hp, rope, probe, n_ctx_seq, kv_rot).map_err(|e| {
-            ContextError::Unsupported(format!("model architecture '{}': {e}", model.arch))
-        })?;
+        let probe_graph =
+            arch::build(&model, &hp, rope, probe, n_ctx_seq, kv_rot).map_err(|e| {
+                ContextError::Unsupported(format!("model architecture '{}': {e}", model.arch))
+            })?;
+        log_unused_tensors(&model, &probe_graph);
         // Sizes are checked before anything is allocated, and the allocations are fallible:
         // a context too large for the host is a failure value with a log line (upstream:
         // "failed to allocate buffer for kv cache", llama_init_from_model returns NULL).

@@ -350,7 +350,7 @@ impl Context {
                     .map_err(|e| ContextError::Unsupported(e.to_string()))?;
             }
         }
-        let hp = ArchParams::load(&model).map_err(ContextError::Invalid)?;
+        let hp = arch::load_params(&model).map_err(ContextError::Invalid)?;
         let n_seq_max = p.n_seq_max.max(1);
         if n_seq_max as usize > crate::kv_cache::MAX_SEQ {
             return Err(ContextError::Invalid(format!(

@@ -1690,6 +1690,32 @@ TEST(tensor_set_and_reload_from_file) {
     llama_model_free(model);
 }
 
+/* A model loaded with no_alloc has no storage to swap into: every swap is refused, and the log
+ * says so in ik_llama.cpp's words (GGUF-Tool-Suite's sweep reads "cannot be hot-swapped" to
+ * reload the whole model for such a tensor instead). */
+TEST(no_storage_is_refused_in_iks_words) {
+    const char *path = path_in_dir("noalloc.gguf");
+    struct hs_model a;
+    model_init(&a, 210);
+    CHECK_INT(publish(path, &a), 0);
+    struct llama_model_params p = llama_model_default_params();
+    p.no_alloc = true;
+    p.n_gpu_layers = 0;
+    struct llama_model *model = llama_model_load_from_file(path, p);
+    if (!CHECK_NOT_NULL(model)) return;
+    uint8_t buf[N_EMBD * N_EMBD * 4];
+    struct hs_model c = a;
+    set_t(&c, Q, GGML_TYPE_Q8_0, 211);
+    gen(tensor_of(&c, Q), buf);
+    logcap_clear();
+    CHECK_INT(llama_ext_tensor_set(model, Q, GGML_TYPE_Q8_0, buf, (size_t)t_nbytes(tensor_of(&c, Q))), 0);
+    CHECK_INT(outcome_of(model, Q), LLAMA_EXT_RELOAD_REFUSED);
+    char want[128];
+    snprintf(want, sizeof want, "hotswap: tensor '%s' cannot be hot-swapped: ", Q);
+    CHECK(logcap_contains(want));
+    llama_model_free(model);
+}
+
 /* ---------------------------------------------------------------------------------------- */
 
 static void quiet_log(enum ggml_log_level level, const char *text, void *user_data) {
@@ -1722,6 +1748,7 @@ static const struct named_test g_tests[] = {
     T(concurrent_readers_never_see_torn_tensors),
     T(typed_report_agrees_with_json),
     T(tensor_set_and_reload_from_file),
+    T(no_storage_is_refused_in_iks_words),
     T(transient_failures),
     T(relative_path_survives_chdir),
 };

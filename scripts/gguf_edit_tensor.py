@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Copy a GGUF file with one tensor dropped or mis-shaped, for the engine's hostile checks.
+"""Copy a GGUF file with one tensor dropped, mis-shaped or copied, for the engine's hostile
+checks and the perplexity tool's unused-tensor lines.
 
-usage: gguf_edit_tensor.py IN OUT drop|shrink TENSOR
+usage: gguf_edit_tensor.py IN OUT drop|shrink|extra TENSOR [NEW_NAME]
   drop    the tensor is left out
   shrink  the tensor loses its last row (its second dimension, or its first when 1-D)
+  extra   a copy of the tensor is added under NEW_NAME (a tensor no graph reads)
 """
 import sys
 
@@ -32,18 +34,22 @@ def main() -> None:
             found = True
             if mode == "drop":
                 continue
+            if mode == "extra":
+                tensors.append((t.name, t, data))
+                tensors.append((sys.argv[5], t, data))
+                continue
             if mode != "shrink":
                 sys.exit(f"unknown mode {mode}")
             data = data[:-1] if data.ndim == 1 else data[..., :-1, :]
-        tensors.append((t, data))
+        tensors.append((t.name, t, data))
     if not found:
         sys.exit(f"no tensor {name} in {src}")
-    for t, data in tensors:
-        writer.add_tensor_info(t.name, data.shape, data.dtype, data.nbytes, t.tensor_type)
+    for name, t, data in tensors:
+        writer.add_tensor_info(name, data.shape, data.dtype, data.nbytes, t.tensor_type)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
-    for _, data in tensors:
+    for _, _, data in tensors:
         writer.write_tensor_data(data, tensor_endianess=reader.endianess)
     writer.close()
 

@@ -11,13 +11,28 @@ parts=("$@")
 [ "${#parts[@]}" -gt 0 ] || { echo "usage: $0 PART..." >&2; exit 2; }
 start=$SECONDS
 
+# CPU seconds (user + system) the finished children of this script have used so far: with
+# the wall time, the summary shows what a step costs on a quiet 2-core machine (about CPU/2
+# for a parallel build) even when this run shared its cores with other work.
+cpu_file="$(mktemp)"
+trap 'rm -f "$cpu_file"' EXIT
+cpu_now() {
+    times >"$cpu_file" # the builtin, in this shell: a $(...) subshell would report zeros
+    awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); sub("s", "", p[2]); n += p[1] * 60 + p[2] }; printf "%d", n }' "$cpu_file"
+}
+
 # Every setup step's time, for the summary at the end (what a fresh machine spends where).
 setup_times=()
-step_time() { setup_times+=("$(printf '  %-4s %-66s %5ds' "$1" "$2" "$3")"); }
+step_cpu0=0
+step_time() {
+    local cpu=$(($(cpu_now) - step_cpu0))
+    setup_times+=("$(printf '  %-4s %-66s %5ds wall %6ds CPU' "$1" "$2" "$3" "$cpu")")
+}
 
 # A required step: the tests cannot run without it.
 step() {
     local name=$1 t0=$SECONDS
+    step_cpu0=$(cpu_now)
     echo "--- setup: $name"
     shift
     if "$@"; then
@@ -34,6 +49,7 @@ step() {
 # reported and the parts that need it fail with their own message.
 prefetch() {
     local name=$1 t0=$SECONDS
+    step_cpu0=$(cpu_now)
     echo "--- setup: $name"
     shift
     if "$@" >/dev/null; then
@@ -71,6 +87,7 @@ prefetch "fixtures: test-llama-archs random-weight models" bash scripts/upstream
 
 echo "--- build: cargo build --release --lib"
 t0=$SECONDS
+step_cpu0=$(cpu_now)
 if cargo build --release --lib; then
     export LLAMA_HOTSWAP_BUILT=1
     step_time ok "cargo build --release --lib" $((SECONDS - t0))
@@ -87,20 +104,22 @@ skipped=0
 results=()
 for part in "${parts[@]}"; do
     t0=$SECONDS
+    c0=$(cpu_now)
     echo
     echo "=== test-$part"
     rc=0
     bash "scripts/test-$part.sh" || rc=$?
     dt=$((SECONDS - t0))
+    dc=$(($(cpu_now) - c0))
     case "$rc" in
-        0) passed=$((passed + 1)); results+=("$(printf '  %-6s %-18s %4ds' PASS "test-$part" "$dt")") ;;
-        77) skipped=$((skipped + 1)); results+=("$(printf '  %-6s %-18s %4ds' SKIP "test-$part" "$dt")") ;;
-        *) failed=$((failed + 1)); results+=("$(printf '  %-6s %-18s %4ds' FAIL "test-$part" "$dt")") ;;
+        0) passed=$((passed + 1)); results+=("$(printf '  %-6s %-18s %4ds wall %5ds CPU' PASS "test-$part" "$dt" "$dc")") ;;
+        77) skipped=$((skipped + 1)); results+=("$(printf '  %-6s %-18s %4ds wall %5ds CPU' SKIP "test-$part" "$dt" "$dc")") ;;
+        *) failed=$((failed + 1)); results+=("$(printf '  %-6s %-18s %4ds wall %5ds CPU' FAIL "test-$part" "$dt" "$dc")") ;;
     esac
 done
 
 echo
-echo "=== summary ($((SECONDS - start)) s: setup ${setup_total} s, parts $((SECONDS - start - setup_total)) s)"
+echo "=== summary ($((SECONDS - start)) s: setup ${setup_total} s, parts $((SECONDS - start - setup_total)) s; $(cpu_now) CPU-seconds)"
 print_setup_times
 echo "parts:"
 printf '%s\n' "${results[@]}"

@@ -17,6 +17,9 @@
 #    /dev/zero as text or base file, contexts and thread counts that cannot be allocated
 #    (issue 35): upstream's message or ours, exit status non-zero, never a panic or abort.
 #  * -c 100 with the default -b: the batch clamped as upstream does, PPL equal to upstream's.
+#  * ik_llama.cpp's flags in GGUF-Tool-Suite's template (-mla, -amb, --warmup-batch warned
+#    about; -ctk/-ctv, -fa, --no-mmap honoured): PPL equal to upstream's with the same cache
+#    types and flash attention setting; a tensor no graph reads logged in upstream's words.
 #  * ik's loop mode on the model split one tensor per shard (upstream's llama-gguf-split):
 #    a pre-reload script swaps a Q8_0 copy of one tensor in, then back, then nothing: three
 #    evaluations, `reloaded tensor '<name>'` twice, the swapped round equal to a fresh load of
@@ -65,7 +68,7 @@ stat() { # NAME LABEL: the first number after the line starting with LABEL
 within() { awk -v a="$1" -v b="$2" -v rel="$3" -v abs="${4:-0}" \
     'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; exit !(a != "" && b != "" && d <= rel * m + abs) }'; }
 
-# PERPLEXITY_ONLY="ppl kld hostile protocols" runs some sections (default: all)
+# PERPLEXITY_ONLY="ppl kld hostile ik protocols" runs some sections (default: all)
 want() { [ -z "${PERPLEXITY_ONLY:-}" ] || [[ " $PERPLEXITY_ONLY " == *" $1 "* ]]; }
 # --- PPL: Q4_1 at upstream's default context (4 chunks of 512, decoded as 4 sequences side by
 # side), and F16 at 128 (below, from the base-logits runs)
@@ -166,6 +169,48 @@ hostile threads "failed to create context" -m "$model" -f "$text" -c 128 -t 9999
 hostile not-base "does not look like a file containing log-probabilities" -m "$model" --kl-divergence-base "$text" --kl-divergence
 hostile truncated "truncated, or not a base-logits file" -m "$model" -c 128 --kl-divergence-base "$out/truncated.kld" --kl-divergence
 hostile no-base "you must provide a name of a file" -m "$model" --kl-divergence
+
+# --- the flags of ik_llama.cpp's llama-perplexity that GGUF-Tool-Suite's template passes
+# (issue 36): KV cache types and flash attention as upstream computes them (PPL equal to
+# upstream's with the same flags), ik's -mla/-amb/--warmup-batch accepted with a warning,
+# --no-mmap honoured (the weights in an owned buffer: upstream's "CPU model buffer" line)
+ik_row() { # NAME "UPSTREAM ARGS" "OUR EXTRA ARGS"
+    want ik || return 0
+    local name=$1 uargs=$2 oargs=$3
+    # shellcheck disable=SC2086
+    if run "ik-$name-up" up -m "$model" -f "$text" "${C[@]}" $uargs && run "ik-$name-ours" "$tool" -m "$model" -f "$text" "${C[@]}" $uargs $oargs; then
+        local u o; u=$(final_ppl "ik-$name-up"); o=$(final_ppl "ik-$name-ours")
+        if [ -n "$u" ] && within "$o" "$u" 0; then ok "flags $uargs $oargs: PPL ours $o, upstream $u"
+        else bad "flags $uargs $oargs: PPL ours $o, upstream $u"; fi
+    else bad "flags $uargs $oargs: a run failed (see $out/ik-$name-*.log)"; fi
+}
+ik_row template "-fa on -ctk f16 -b 512 -ub 512 --threads 2" "-mla 3 -amb 1024 -ngl 99 -ot exps=CPU --warmup-batch --no-mmap --main-gpu 0 --seed 1337"
+ik_row q8-cache "-ctk q8_0 -ctv q8_0" ""
+ik_row q4-v "-ctv q4_0" ""
+ik_row fa-off "-fa off" ""
+if want ik; then
+    if grep -q "CPU model buffer size" "$out/ik-template-ours.log" && ! grep -q "CPU_Mapped" "$out/ik-template-ours.log" \
+        && grep -q "warning: -mla is ignored" "$out/ik-template-ours.log"; then
+        ok "--no-mmap: an owned CPU buffer, no mapping; -mla warned about"
+    else bad "--no-mmap: $(grep -m2 "model buffer size\|warning" "$out/ik-template-ours.log" | tr '\n' ' ')"; fi
+fi
+hostile cache-type "Unsupported cache type: q3_K" -m "$model" -f "$text" -ctk q3_K
+hostile fa-value "unknown value for --flash-attn: 'maybe'" -m "$model" -f "$text" -fa maybe
+# a tensor the graph never reads (a NextN layer's, say): upstream's "model has unused tensor"
+# line, once, with its size (the sweep script reads it), and the PPL of the model without it
+if want ik; then
+    extra="$LLAMA_HOTSWAP_CACHE/models/perplexity-extra-tensor.gguf"
+    [ -s "$extra" ] || "$VENV/bin/python" scripts/gguf_edit_tensor.py "$model" "$extra.tmp" extra blk.0.ffn_down.weight blk.30.nextn.eh_proj.weight \
+        >"$out/extra.log" 2>&1 && mv "$extra.tmp" "$extra"
+    if run extra-ours "$tool" -m "$extra" -f "$text" "${C[@]}" && run extra-plain "$tool" -m "$model" -f "$text" "${C[@]}"; then
+        n=$(grep -c "model has unused tensor blk.30.nextn.eh_proj.weight (size = [0-9]* bytes) -- ignoring" "$out/extra-ours.log" || true)
+        others=$(grep -c "model has unused tensor" "$out/extra-plain.log" || true)
+        o=$(final_ppl extra-ours); p0=$(final_ppl extra-plain)
+        if [ "$n" = 1 ] && [ "$others" = 0 ] && within "$o" "$p0" 0; then
+            ok "unused tensor: logged once in upstream's words, none for the plain model, PPL $o = $p0"
+        else bad "unused tensor: logged $n times (plain model: $others), PPL $o vs $p0"; fi
+    else bad "unused tensor: a run failed (see $out/extra-*.log)"; fi
+fi
 
 # --- ik's loop mode on one-tensor shards
 split="$LLAMA_HOTSWAP_CACHE/models/perplexity-split"

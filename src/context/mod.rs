@@ -6,6 +6,7 @@ pub mod batch;
 #[cfg(feature = "fixtures")]
 pub mod harness;
 pub mod split;
+pub mod state;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -150,6 +151,9 @@ pub struct Engine {
     pub abort: Option<AbortFn>,
     /// Graph builds (for tests: reuse must not rebuild).
     pub n_graph_builds: u64,
+    /// Tensor data of sequence states saved with `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE`, per
+    /// sequence id (upstream keeps them in device buffers).
+    pub state_aside: std::collections::HashMap<i32, Vec<u8>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -233,6 +237,31 @@ fn kv_rotation(hp: &ArchParams, type_k: KvType, type_v: KvType) -> (usize, usize
 /// Upstream's checks of the cache types against flash attention: a quantized V cache needs
 /// it (AUTO turns it on), and with flash attention a quantized type's block size must divide
 /// every layer's head size.
+/// Logs each tensor of the file that the architecture's graph never reads, once per model,
+/// in upstream's words (its loader says so for tensors it skips, e.g. NextN/MTP layers):
+/// GGUF-Tool-Suite's sweep reads these lines to leave such tensors out of its benchmarks.
+fn log_unused_tensors(model: &Model, graph: &Graph) {
+    if model.unused_tensors_logged.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let mut used = vec![false; model.tensors.len()];
+    for w in &graph.weights {
+        if let Some(u) = used.get_mut(w.tensor) {
+            *u = true;
+        }
+    }
+    for (i, used) in used.iter().enumerate() {
+        if !used {
+            let t = model.tensors.at(i);
+            let nbytes = t.read().layout.nbytes;
+            crate::log_warn!(
+                "model has unused tensor {} (size = {nbytes} bytes) -- ignoring",
+                t.name
+            );
+        }
+    }
+}
+
 fn check_kv_types(
     hp: &ArchParams,
     type_k: KvType,
@@ -321,7 +350,7 @@ impl Context {
                     .map_err(|e| ContextError::Unsupported(e.to_string()))?;
             }
         }
-        let hp = ArchParams::load(&model).map_err(ContextError::Invalid)?;
+        let hp = arch::load_params(&model).map_err(ContextError::Invalid)?;
         let n_seq_max = p.n_seq_max.max(1);
         if n_seq_max as usize > crate::kv_cache::MAX_SEQ {
             return Err(ContextError::Invalid(format!(
@@ -455,9 +484,11 @@ impl Context {
             generation: 0,
             embd_input: false,
         };
-        arch::build(&model, &hp, rope, probe, n_ctx_seq, kv_rot).map_err(|e| {
-            ContextError::Unsupported(format!("model architecture '{}': {e}", model.arch))
-        })?;
+        let probe_graph =
+            arch::build(&model, &hp, rope, probe, n_ctx_seq, kv_rot).map_err(|e| {
+                ContextError::Unsupported(format!("model architecture '{}': {e}", model.arch))
+            })?;
+        log_unused_tensors(&model, &probe_graph);
         // Sizes are checked before anything is allocated, and the allocations are fallible:
         // a context too large for the host is a failure value with a log line (upstream:
         // "failed to allocate buffer for kv cache", llama_init_from_model returns NULL).
@@ -602,6 +633,7 @@ impl Context {
                 n_outputs: 0,
                 abort: None,
                 n_graph_builds: 0,
+                state_aside: std::collections::HashMap::new(),
             }),
             model,
             hp,

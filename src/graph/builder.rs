@@ -1,7 +1,6 @@
 //! Graph construction helpers shared by the architectures, after upstream's
 //! `llm_graph_context` (`build_norm`, `build_attn`, `build_ffn`, `build_moe_ffn`).
 
-pub use super::arch::Outputs;
 use super::params::{ArchParams, RopeConfig};
 use super::*;
 use crate::model::Model;
@@ -93,6 +92,13 @@ pub enum BuildError {
     },
     #[error("{0}")]
     Invalid(String),
+}
+
+/// The outputs of a graph: the logits `[n_vocab, n_outputs]` and the final normed hidden
+/// state `[n_embd, n_outputs]`.
+pub struct Outputs {
+    pub logits: NodeId,
+    pub embd: NodeId,
 }
 
 /// Builds the node list of one graph.

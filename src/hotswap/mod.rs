@@ -116,6 +116,10 @@ pub(super) struct Outcomes {
     /// A transient failure (read, allocation) happened: the file's new identity is not
     /// recorded, so the next call tries again.
     pub(super) retry: bool,
+    /// Tensors refused for what they are, not for what a file holds (no storage, a
+    /// vocab-only model): no later file can swap them, and the log says so in ik_llama.cpp's
+    /// words, which GGUF-Tool-Suite's sweep reads to reload the whole model instead.
+    pub(super) unswappable: Vec<usize>,
 }
 
 pub(super) fn hotswap_of(model: &Model) -> Result<&HotSwap, HotSwapError> {
@@ -133,6 +137,7 @@ pub(super) fn finish(model: &Model, hs: &HotSwap, out: Outcomes) -> Arc<Report> 
     if out.relocated {
         model.generation.fetch_add(1, Ordering::AcqRel);
     }
+    let out_unswappable = out.unswappable;
     let report = Arc::new(Report::new(
         model.generation.load(Ordering::Acquire),
         out.entries,
@@ -149,6 +154,18 @@ pub(super) fn finish(model: &Model, hs: &HotSwap, out: Outcomes) -> Arc<Report> 
             e.reason
         );
         match e.outcome {
+            Outcome::Refused
+                if out_unswappable
+                    .iter()
+                    .any(|&i| model.tensors.at(i).name == e.name) =>
+            {
+                crate::log_warn!("{line}");
+                crate::log_warn!(
+                    "hotswap: tensor '{}' cannot be hot-swapped: {}",
+                    e.name,
+                    e.reason
+                );
+            }
             Outcome::Refused | Outcome::Failed => crate::log_warn!("{line}"),
             Outcome::CpuFallback => crate::log_warn!("{line}"),
             _ => crate::log_info!("{line}"),
@@ -178,6 +195,18 @@ impl Outcomes {
             new_type: new_type.unwrap_or(old_type),
             device: device_label(model, &state),
         });
+    }
+
+    /// [`Outcomes::refuse`] for a tensor no file can ever swap (see `unswappable`).
+    pub(super) fn refuse_for_good(
+        &mut self,
+        model: &Model,
+        i: usize,
+        new_type: Option<GgmlType>,
+        reason: String,
+    ) {
+        self.unswappable.push(i);
+        self.refuse(model, i, new_type, reason);
     }
 
     pub(super) fn refuse(

@@ -371,7 +371,7 @@ pub(super) fn run_job(model: &Model, job: Job<'_>, out: &mut Outcomes) {
     let i = job.tensor;
     let tensor = model.tensors.at(i);
     let Some(devices) = model.devices.as_ref() else {
-        out.refuse(model, i, Some(job.new_type), "vocab-only model".into());
+        out.refuse_for_good(model, i, Some(job.new_type), "vocab-only model".into());
         return;
     };
     let (ne, unallocated) = {
@@ -382,7 +382,7 @@ pub(super) fn run_job(model: &Model, job: Job<'_>, out: &mut Outcomes) {
         )
     };
     if unallocated {
-        out.refuse(
+        out.refuse_for_good(
             model,
             i,
             Some(job.new_type),

@@ -376,6 +376,7 @@ pub fn load(source: ModelSource, mut options: LoadOptions<'_>) -> Result<Model, 
         generation: Default::default(),
         hotswap: None,
         use_extra_bufts: true,
+        unused_tensors_logged: Default::default(),
         meta,
     };
     if options.vocab_only {

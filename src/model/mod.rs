@@ -56,6 +56,8 @@ pub struct Model {
     /// Repacked layouts allowed (upstream's `use_extra_bufts`, default true): weights that
     /// upstream's CPU backend would put in its `CPU_REPACK` buffer get one.
     pub use_extra_bufts: bool,
+    /// Set when the first context logged the tensors no graph reads (once per model).
+    pub unused_tensors_logged: std::sync::atomic::AtomicBool,
 }
 
 /// How tensor data is brought into memory (`enum llama_load_mode`).

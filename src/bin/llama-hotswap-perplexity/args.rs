@@ -19,6 +19,14 @@ pub struct Args {
     /// `--kl-divergence-base` / `--save-all-logits`.
     pub logits_file: Option<PathBuf>,
     pub kl_divergence: bool,
+    /// `-ctk` / `-ctv`: KV cache types as ggml type ids (None: the library's default, F16).
+    pub cache_type_k: Option<u32>,
+    pub cache_type_v: Option<u32>,
+    /// `--no-mmap`: the weights are read into memory the model owns (upstream's
+    /// `use_mmap = false`), so a hot-swap never has a mapping to return to.
+    pub no_mmap: bool,
+    /// `-fa`: `llama_flash_attn_type` (-1 auto, 0 off, 1 on); auto is on for the CPU.
+    pub flash_attn: i32,
     pub help: bool,
 }
 
@@ -35,6 +43,10 @@ impl Default for Args {
             n_chunks: -1,
             logits_file: None,
             kl_divergence: false,
+            cache_type_k: None,
+            cache_type_v: None,
+            no_mmap: false,
+            flash_attn: -1,
             help: false,
         }
     }
@@ -54,16 +66,57 @@ const IGNORED_WITH_VALUE: &[&str] = &[
     "--main-gpu",
     "-ot",
     "--override-tensor",
-    "-fa",
-    "--flash-attn",
     "-s",
     "--seed",
     "--numa",
     "-dev",
     "--device",
+    // ik_llama.cpp's: MLA attention variant and attention batch cap (GPU-side memory knobs;
+    // the CPU engine's attention is upstream's)
+    "-mla",
+    "--mla-use",
+    "--mla-attn",
+    "-amb",
+    "--attn-max-batch",
 ];
-/// Flags without a value accepted and ignored.
-const IGNORED_SWITCHES: &[&str] = &["--mlock", "--no-mmap", "--no-warmup", "--fit"];
+/// Flags without a value accepted and ignored (ik_llama.cpp's `--warmup-batch` among them:
+/// this tool does no warm-up pass).
+const IGNORED_SWITCHES: &[&str] = &["--mlock", "--no-warmup", "--fit", "--warmup-batch", "-wb"];
+
+/// `-ctk` / `-ctv` values, as upstream's common/arg.cpp lists them (name, ggml type id).
+pub const KV_CACHE_TYPES: &[(&str, u32)] = &[
+    ("f32", 0),
+    ("f16", 1),
+    ("bf16", 30),
+    ("q8_0", 8),
+    ("q4_0", 2),
+    ("q4_1", 3),
+    ("iq4_nl", 20),
+    ("q5_0", 6),
+    ("q5_1", 7),
+];
+
+/// `-fa` values as upstream's common_arg_utils reads them (truthy, falsey, auto).
+fn parse_flash_attn(flag: &str, v: &str) -> Result<i32, String> {
+    match v {
+        "on" | "enabled" | "true" | "1" => Ok(1),
+        "off" | "disabled" | "false" | "0" => Ok(0),
+        "auto" | "-1" => Ok(-1),
+        _ => Err(format!(
+            "error while handling argument \"{flag}\": error: unknown value for --flash-attn: '{v}'\n\n\nto show complete usage, run with -h"
+        )),
+    }
+}
+
+fn parse_cache_type(flag: &str, v: &str) -> Result<u32, String> {
+    KV_CACHE_TYPES
+        .iter()
+        .find(|(name, _)| *name == v)
+        .map(|&(_, id)| id)
+        .ok_or_else(|| {
+            format!("error while handling argument \"{flag}\": Unsupported cache type: {v}\n\nto show complete usage, run with -h")
+        })
+}
 
 pub const USAGE: &str = "\
 usage: llama-hotswap-perplexity -m MODEL -f TEXT [options]
@@ -79,7 +132,15 @@ usage: llama-hotswap-perplexity -m MODEL -f TEXT [options]
        --chunks N                  max number of chunks to process (default: -1, all)
        --kl-divergence-base FNAME  save the logits to FNAME (with --kl-divergence: read them)
        --kl-divergence             compare with the logits in --kl-divergence-base
+  -ctk, --cache-type-k TYPE        KV cache type for K: f32, f16 (default), bf16, q8_0, q4_0,
+  -ctv, --cache-type-v TYPE        q4_1, iq4_nl, q5_0, q5_1 (the CPU engine decodes f32, f16,
+                                   bf16, q8_0, q4_0 and q4_1 caches; others fail at context creation)
+       --no-mmap                   read the weights into memory instead of mapping the file
+  -fa, --flash-attn on|off|auto    flash attention (default: auto, which is on for the CPU)
   -h,  --help                      this text
+  Accepted and ignored with a warning: device and placement flags (-ngl, -sm, -ts, -mg, -ot,
+  -dev, --mlock), --seed, --numa, --fit, --no-warmup, and ik_llama.cpp's -mla, -amb,
+  --warmup-batch.
 
 hot-swap (ik_llama.cpp's protocols, read from the environment):
   LLAMA_HOTSWAP_ENABLED=1          reload changed tensors before the first evaluation and
@@ -111,6 +172,19 @@ pub fn parse(argv: &[String]) -> Result<Args, String> {
         match arg.as_str() {
             "-h" | "--help" | "--usage" => a.help = true,
             "--kl-divergence" => a.kl_divergence = true,
+            "--no-mmap" => a.no_mmap = true,
+            "-fa" | "--flash-attn" => {
+                a.flash_attn = parse_flash_attn(&arg, value(i)?)?;
+                i += 1;
+            }
+            "-ctk" | "--cache-type-k" => {
+                a.cache_type_k = Some(parse_cache_type(&arg, value(i)?)?);
+                i += 1;
+            }
+            "-ctv" | "--cache-type-v" => {
+                a.cache_type_v = Some(parse_cache_type(&arg, value(i)?)?);
+                i += 1;
+            }
             s if IGNORED_SWITCHES.contains(&s) => {
                 eprintln!("warning: {s} is ignored by llama-hotswap-perplexity");
             }
@@ -194,5 +268,44 @@ mod tests {
         assert!(parse(&v("-c abc")).unwrap_err().contains("invalid integer"));
         assert!(parse(&v("-c 99999999999")).is_err());
         assert!(parse(&v("-ngl")).is_err());
+    }
+
+    /// The command line of GGUF-Tool-Suite's benchmark_each_tensor.sh template for
+    /// ik_llama.cpp's llama-perplexity parses: ik's flags accepted, -ctk taken, --no-mmap kept.
+    #[test]
+    fn ik_template_parses() {
+        let a = parse(&v(
+            "-m m.gguf -mla 3 -fa on -amb 1024 -ctk f16 -ngl 99 -ot exps=CPU -b 512 -ub 512 \
+             --warmup-batch --no-mmap --threads 36 --main-gpu 0 --seed 1337 -f t.txt -c 512 --chunks 250",
+        ))
+        .unwrap();
+        assert_eq!(a.cache_type_k, Some(1));
+        assert_eq!(a.cache_type_v, None);
+        assert!(a.no_mmap);
+        assert_eq!(
+            (a.n_batch, a.n_ubatch, a.n_threads, a.n_chunks),
+            (512, 512, Some(36), 250)
+        );
+        let b = parse(&v("-ctk q8_0 --cache-type-v q4_1")).unwrap();
+        assert_eq!((b.cache_type_k, b.cache_type_v), (Some(8), Some(3)));
+        assert!(!parse(&v("-m x")).unwrap().no_mmap);
+        assert_eq!(a.flash_attn, 1);
+        assert_eq!(parse(&v("-fa off")).unwrap().flash_attn, 0);
+        assert_eq!(parse(&v("--flash-attn auto")).unwrap().flash_attn, -1);
+        assert_eq!(parse(&v("-m x")).unwrap().flash_attn, -1);
+    }
+
+    #[test]
+    fn bad_cache_types_are_upstreams_errors() {
+        let e = parse(&v("-ctk q3_k")).unwrap_err();
+        assert!(
+            e.starts_with("error while handling argument \"-ctk\": Unsupported cache type: q3_k"),
+            "{e}"
+        );
+        assert!(parse(&v("-ctv")).unwrap_err().contains("expected value"));
+        assert!(parse(&v("-mla")).unwrap_err().contains("expected value"));
+        assert!(parse(&v("-fa maybe"))
+            .unwrap_err()
+            .contains("unknown value for --flash-attn: 'maybe'"));
     }
 }

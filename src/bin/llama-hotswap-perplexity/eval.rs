@@ -57,6 +57,11 @@ pub struct EvalConfig {
     pub n_threads_batch: usize,
     /// Upstream's console output (per-chunk estimates, final lines).
     pub print: bool,
+    /// KV cache types (`-ctk` / `-ctv`, ggml type ids); None: the library's default.
+    pub type_k: Option<u32>,
+    pub type_v: Option<u32>,
+    /// `llama_flash_attn_type` (`-fa`): -1 auto, 0 off, 1 on.
+    pub flash_attn_type: i32,
 }
 
 impl Default for EvalConfig {
@@ -71,6 +76,9 @@ impl Default for EvalConfig {
             n_threads: n,
             n_threads_batch: n,
             print: true,
+            type_k: None,
+            type_v: None,
+            flash_attn_type: -1,
         }
     }
 }
@@ -463,6 +471,12 @@ impl Evaluator {
             n_threads: cfg.n_threads.max(1) as i32,
             n_threads_batch: cfg.n_threads_batch.max(1) as i32,
             ..ContextParams::default()
+        };
+        let params = ContextParams {
+            type_k: cfg.type_k.unwrap_or(params.type_k),
+            type_v: cfg.type_v.unwrap_or(params.type_v),
+            flash_attn_type: cfg.flash_attn_type,
+            ..params
         };
         let ctx = Context::new(model, &params).map_err(|e| EvalError::Context(e.to_string()))?;
         let vocab = &ctx.model.vocab;

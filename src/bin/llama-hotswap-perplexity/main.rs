@@ -11,23 +11,31 @@ mod eval;
 mod kld_file;
 mod protocol;
 mod sweep;
+mod text_file;
 
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use llama::loader::{self, LoadOptions, ModelSource};
-use llama::model::Model;
+use llama::model::{LoadMode, Model};
 use llama::tokenizer::Tokenizer;
 
 use eval::{EvalConfig, Evaluator};
 use kld_file::KldBase;
+use text_file::read_text;
 
 /// Loads a model (and its tokenizer) as `llama_model_load_from_file` does with default
-/// parameters; hot-swap follows `LLAMA_HOTSWAP_ENABLED`.
-pub fn load_model(path: &Path) -> Result<(Arc<Model>, Tokenizer), String> {
+/// parameters (`no_mmap`: upstream's `use_mmap = false`, the weights read into memory the
+/// model owns); hot-swap follows `LLAMA_HOTSWAP_ENABLED`.
+pub fn load_model(path: &Path, no_mmap: bool) -> Result<(Arc<Model>, Tokenizer), String> {
     let options = LoadOptions {
         progress: Some(&mut |_| true),
+        load_mode: if no_mmap {
+            LoadMode::None
+        } else {
+            LoadMode::Auto
+        },
         ..LoadOptions::default()
     };
     let mut model = loader::load(ModelSource::Path(path.to_path_buf()), options)
@@ -52,37 +60,6 @@ pub fn reload_changed(model: &Model) -> bool {
             false
         }
     }
-}
-
-/// Texts larger than this are refused (wikitext-2's test set is 1.3 MB; this bounds what
-/// `-f /dev/zero` or an endless pipe can take).
-pub const MAX_TEXT_BYTES: u64 = 1 << 30;
-
-/// Reads a text file (or pipe) of at most [`MAX_TEXT_BYTES`].
-pub fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-    let file = std::fs::File::open(path)
-        .map_err(|_| format!("error: failed to open file '{}'", path.display()))?;
-    let mut text = Vec::new();
-    file.take(MAX_TEXT_BYTES + 1)
-        .read_to_end(&mut text)
-        .map_err(|e| format!("error: failed to read file '{}': {e}", path.display()))?;
-    if text.len() as u64 > MAX_TEXT_BYTES {
-        return Err(format!(
-            "error: '{}' holds more than {MAX_TEXT_BYTES} bytes: not a text to evaluate",
-            path.display()
-        ));
-    }
-    Ok(text)
-}
-
-/// Reads the text file as upstream's `-f` does (one trailing newline dropped).
-fn read_text(path: &Path) -> Result<Vec<u8>, String> {
-    let mut text = read_bounded(path)?;
-    if text.last() == Some(&b'\n') {
-        text.pop();
-    }
-    Ok(text)
 }
 
 fn threads(n: Option<i64>, default: usize) -> usize {
@@ -117,6 +94,9 @@ fn run_perplexity(argv: &[String]) -> Result<(), String> {
         n_threads,
         n_threads_batch: threads(a.n_threads_batch, n_threads),
         print: true,
+        type_k: a.cache_type_k,
+        type_v: a.cache_type_v,
+        flash_attn_type: a.flash_attn,
     };
     // Inputs are checked before the model loads: a bad file costs nothing.
     let mut base = None;
@@ -146,8 +126,8 @@ fn run_perplexity(argv: &[String]) -> Result<(), String> {
         };
         text = Some(read_text(f)?);
     }
-    let (model, tokenizer) =
-        load_model(&model_path).map_err(|e| format!("{e}\nmain: unable to load model"))?;
+    let (model, tokenizer) = load_model(&model_path, a.no_mmap)
+        .map_err(|e| format!("{e}\nmain: unable to load model"))?;
     let mut ev = Evaluator::new(Arc::clone(&model), cfg).map_err(|e| format!("main: {e}"))?;
     let tokens = match &text {
         Some(t) => {

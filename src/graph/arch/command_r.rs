@@ -6,7 +6,7 @@
 
 use super::super::builder::{BuildError, Builder, Ffn, Outputs};
 use super::super::{Operand, RopeMode};
-use super::{no_hparams, ArchDef, Keys, Memory, Rope};
+use super::def::{no_hparams, ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
     names: &["command-r"],

@@ -11,19 +11,25 @@
 //! log line naming the architecture and the missing piece.
 
 pub mod baichuan;
+pub mod cohere2;
 pub mod command_r;
+pub mod deci;
 pub mod deepseek2;
 pub mod def;
+pub mod exaone;
 pub mod exaone4;
 pub mod gemma;
 pub mod gemma2;
 pub mod gemma3;
+pub mod glm4;
 pub mod glm4moe;
 pub mod gpt_oss;
 pub mod granite;
 pub mod hunyuan_dense;
+pub mod internlm2;
 pub mod llama;
 pub mod maincoder;
+pub mod minicpm;
 pub mod mistral3;
 pub mod nanbeige;
 pub mod olmo2;
@@ -35,8 +41,11 @@ pub mod qwen2;
 pub mod qwen2vl;
 pub mod qwen3;
 pub mod qwen3moe;
+pub mod qwen3vl;
 pub mod seed_oss;
 pub mod smollm3;
+pub mod stablelm;
+pub mod xverse;
 
 pub use def::{check_mrope_text, mrope_text_is_neox, no_hparams, ArchDef, Keys, Memory, Rope};
 
@@ -74,6 +83,15 @@ pub static REGISTRY: &[&ArchDef] = &[
     &qwen2vl::DEF,
     &hunyuan_dense::DEF,
     &plamo::DEF,
+    &xverse::DEF,
+    &internlm2::DEF,
+    &exaone::DEF,
+    &qwen3vl::DEF,
+    &deci::DEF,
+    &glm4::DEF,
+    &cohere2::DEF,
+    &minicpm::DEF,
+    &stablelm::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

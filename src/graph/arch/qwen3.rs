@@ -15,6 +15,11 @@ pub static DEF: ArchDef = ArchDef {
 
 /// The graph of qwen3 and, with experts, of qwen3moe.
 pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
+    graph_ffn(b, Ffn::SWIGLU)
+}
+
+/// qwen3's graph with another dense FFN (qwen3vl passes no per-tensor scales).
+pub fn graph_ffn(b: &mut Builder, ffn: Ffn) -> Result<Outputs, BuildError> {
     let hp = b.hp;
     let n_embd = hp.n_embd as i64;
     let kq_scale = b.kq_scale();
@@ -39,7 +44,7 @@ pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let ffn_inp = b.add(cur, Operand::Node(res));
         let cur = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let cur = if hp.n_expert == 0 {
-            b.ffn_layer(il, cur, Ffn::SWIGLU)?
+            b.ffn_layer(il, cur, ffn)?
         } else {
             let moe = Moe {
                 scale_w: hp.expert_weights_scale,

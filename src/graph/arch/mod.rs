@@ -16,6 +16,9 @@ pub mod command_r;
 pub mod deci;
 pub mod deepseek2;
 pub mod def;
+pub mod dots1;
+pub mod ernie4_5;
+pub mod ernie4_5_moe;
 pub mod exaone;
 pub mod exaone4;
 pub mod gemma;
@@ -30,6 +33,7 @@ pub mod internlm2;
 pub mod llama;
 pub mod maincoder;
 pub mod minicpm;
+pub mod minimax_m2;
 pub mod mistral3;
 pub mod nanbeige;
 pub mod olmo2;
@@ -42,6 +46,7 @@ pub mod qwen2vl;
 pub mod qwen3;
 pub mod qwen3moe;
 pub mod qwen3vl;
+pub mod qwen3vlmoe;
 pub mod seed_oss;
 pub mod smollm3;
 pub mod stablelm;
@@ -92,6 +97,11 @@ pub static REGISTRY: &[&ArchDef] = &[
     &cohere2::DEF,
     &minicpm::DEF,
     &stablelm::DEF,
+    &qwen3vlmoe::DEF,
+    &dots1::DEF,
+    &minimax_m2::DEF,
+    &ernie4_5::DEF,
+    &ernie4_5_moe::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

@@ -51,19 +51,29 @@ mkdir -p "$full"
 for s in $shards; do ln -sf "$s" "$full/$(basename "$s")"; done
 now() { date +%s.%N; }
 : >"$work/full.tsv"
+: >"$work/inmem.tsv"
 for r in $(seq "$REPEAT"); do
     for t in "${tensors[@]}"; do
         "$ours" sweep -m "$first" --candidates "$data/cand" --include "^${t//./\\.}\$" \
             --csv "$work/rounds.csv" --retry-failed --kl-divergence-base "$base" -c "$CTX" -b "$CTX" \
             --chunks "$CHUNKS" -t "$THREADS" --plain >"$work/sweep-$t-$r.log" 2>&1 \
             || { tail -n 30 "$work/sweep-$t-$r.log"; exit 1; }
+        # the same tensor as an in-memory candidate (--quantize q8_0: converted from the base's
+        # Q4_1 in the round, no file), right after the file round
+        "$ours" sweep -m "$first" --quantize q8_0 --include "^${t//./\\.}\$" \
+            --csv "$work/inmem-$t-$r.csv" --kl-divergence-base "$base" -c "$CTX" -b "$CTX" \
+            --chunks "$CHUNKS" -t "$THREADS" --plain >"$work/inmem-$t-$r.log" 2>&1 \
+            || { tail -n 30 "$work/inmem-$t-$r.log"; exit 1; }
+        echo -e "$t\t$(tail -n1 "$work/rounds.csv" | awk -F, '{print $9}')\t$(tail -n1 "$work/inmem-$t-$r.csv" | awk -F, '{print $9}')" >>"$work/inmem.tsv"
         # the row was appended: the next repeat must run it again, so forget it
         cp "$work/rounds.csv" "$work/rounds-$t-$r.csv"
         head -n1 "$work/rounds.csv" >"$work/rounds.tmp" && mv "$work/rounds.tmp" "$work/rounds.csv"
         tail -n1 "$work/rounds-$t-$r.csv" >>"$work/all-rounds.csv"
         c=$(grep -m1 -F "$t," "$work/rounds-$t-$r.csv" | awk -F, '{print $14}')
         name=$(basename "$c")
-        ln -sf "$data/cand/$c" "$full/$name"
+        # the row names the file by its canonical path (older rows: relative to the directory)
+        case "$c" in /*) ;; *) c="$data/cand/$c" ;; esac
+        ln -sf "$c" "$full/$name"
         t0=$(now)
         "$ours" -m "$full/$(basename "$first")" --kl-divergence-base "$base" --kl-divergence \
             -c "$CTX" -b "$CTX" --chunks "$CHUNKS" -t "$THREADS" >"$work/ours-$t-$r.log" 2>&1
@@ -82,7 +92,7 @@ for r in $(seq "$REPEAT"); do
 done
 (head -n1 "$work/rounds.csv"; cat "$work/all-rounds.csv") >"$work/rounds.csv.all"
 
-python3 - "$work/rounds.csv.all" "$work/full.tsv" "$work" <<'PY'
+python3 - "$work/rounds.csv.all" "$work/full.tsv" "$work" "$work/inmem.tsv" <<'PY'
 import csv, glob, re, statistics as st, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["status"] == "ok"]
 if not rows:
@@ -104,5 +114,10 @@ if loads:
 print(f"bench-sweep: full-reload round: ours {ours:.3f} s, upstream llama-perplexity {up:.3f} s "
       f"(ours / upstream = {ours / up:.2f})")
 print(f"bench-sweep: full-reload round / in-process round: ours {ours / rnd:.2f}x, upstream {up / rnd:.2f}x")
+mem = [l.split("\t") for l in open(sys.argv[4]).read().splitlines()]
+if mem:
+    ratio = st.median(float(m[2]) / float(m[1]) for m in mem)
+    print(f"bench-sweep: in-memory Q8_0 round {st.median(float(m[2]) for m in mem):.3f} s vs the file "
+          f"round {st.median(float(m[1]) for m in mem):.3f} s: median of per-round ratios {ratio:.3f} (goal <= 1.2)")
 PY
 echo "(the newest run of this benchmark goes into docs/benchmarks.md with its date, commit and CPU; the run it replaces moves to docs/benchmarks/history.md)"

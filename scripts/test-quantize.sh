@@ -5,4 +5,4 @@
 . "$(dirname "$0")/test-common.sh"
 types="${QUANT_TYPES:-F16,BF16,Q8_0,Q4_0,Q5_1,Q4_K_M,Q6_K,IQ4_XS,TQ2_0,MXFP4_MOE}"
 [ "$types" = all ] && unset QUANT_TYPES || export QUANT_TYPES="$types"
-cargo test --release --test quantize_upstream -- --ignored --exact smollm2_every_type_is_byte_identical
+cargo test --release --test quantize_upstream -- --ignored --exact smollm2_every_type_is_byte_identical smollm2_tensor_quantizer_matches_upstream_files

@@ -6,6 +6,15 @@
 # 2. The real SmolLM2 (Q4_1 as shipped) in one-tensor shards, with an identical candidate
 #    and a Q8_0 one from upstream's requantized copy: the identical candidate's PPL and KLD
 #    equal the base round's exactly; the Q8_0 one is an ok row with a larger KLD.
+# 3. In-memory candidates (--quantize, issue 36): the same tensor converted to Q8_0 in memory
+#    gives the Q8_0 file's row exactly (bytes, PPL, KLD, top-1: the bytes equal upstream's
+#    llama-quantize output, checked in make test-quantize); Q4_K, which a 576-wide row
+#    cannot take, is a failed row saying so; a rerun skips both (resume).
+# 4. From sweep to model: on the single-file SmolLM2, an in-memory Q4_0 candidate and a budget
+#    just under the model's size: the pick (that tensor in Q4_0) written as a GGUF-Tool-Suite
+#    recipe, as a llama-quantize --tensor-type-file, and as a model (--write-model) that is
+#    byte-identical to upstream's llama-quantize run with that file; a --write-model path in
+#    a missing directory fails before anything runs.
 . "$(dirname "$0")/test-common.sh"
 log="$WORK/test-sweep.log"
 if ! cargo test --release --test sweep --bin llama-hotswap-perplexity >"$log" 2>&1; then
@@ -48,4 +57,47 @@ assert q8["type"] == "q8_0" and float(q8["kld"]) > float(kld), q8
 print(f"SmolLM2 shards: identical candidate PPL {same['ppl']} = base, KLD {same['kld']} = base; "
       f"Q8_0 candidate PPL {float(q8['ppl']):.4f}, KLD {float(q8['kld']):.6f}, top1 {float(q8['top1']):.2f}%")
 PY
+inmem() {
+    "$ROOT/target/release/llama-hotswap-perplexity" sweep -m "$first" --kl-divergence-base "$out/rows.csv.base-logits" \
+        --quantize q8_0,q4_K --include '^blk\.3\.ffn_gate\.weight$' --csv "$out/inmem.csv" -c 128 -b 128 --chunks 1 -t 2 --plain \
+        >"$out/inmem$1.log" 2>&1 || { tail -n 30 "$out/inmem$1.log"; fail "in-memory sweep on SmolLM2"; }
+}
+inmem ""
+inmem "-rerun"
+python3 - "$out/rows.csv" "$out/inmem.csv" "$out/inmem-rerun.log" <<'PY'
+import csv, sys
+files = {r["file"].split("/")[-2]: r for r in csv.DictReader(open(sys.argv[1]))}
+rows = list(csv.DictReader(open(sys.argv[2])))
+assert len(rows) == 2, rows
+mem = {r["type"]: r for r in rows}
+q8, k = files["q8_0"], mem["q4_K"]
+m8 = mem["q8_0"]
+assert m8["status"] == "ok" and m8["file"] == "(quantized in memory)", m8
+for col in ("tensor", "bytes", "ppl", "kld", "top1"):
+    assert m8[col] == q8[col], (col, m8[col], q8[col])
+assert k["status"] != "ok" and "cannot be stored as q4_K" in k["reason"], k
+rerun = open(sys.argv[3]).read()
+assert "0 to run, 2 already in" in rerun, rerun[-500:]
+print(f"in-memory Q8_0 candidate: PPL {m8['ppl']}, KLD {m8['kld']} = the Q8_0 file's row; "
+      f"q4_K refused ({k['reason'][:60]}...); resumed run skips both")
+PY
+size=$("$VENV/bin/python" -c "import gguf,sys; print(sum(int(t.n_bytes) for t in gguf.GGUFReader(sys.argv[1]).tensors))" "$model")
+budget=$((size - 1000))
+rm -f "$out/mix.recipe" "$out/mix.types" "$out/mix.gguf"
+"$ROOT/target/release/llama-hotswap-perplexity" sweep -m "$model" -f "$out/text.txt" \
+    --kl-divergence-base "$out/single.base-logits" --quantize q4_0 --include '^blk\.3\.ffn_gate\.weight$' \
+    --csv "$out/mix.csv" -c 128 -b 128 --chunks 1 -t 2 --plain --budget "$budget" \
+    --recipe "$out/mix.recipe" --tensor-type-file "$out/mix.types" --write-model "$out/mix.gguf" \
+    >"$out/mix.log" 2>&1 || { tail -n 30 "$out/mix.log"; fail "sweep --write-model"; }
+grep -qx 'blk\\.3\\.ffn_gate\\.weight=q4_0' "$out/mix.recipe" || fail "recipe: no q4_0 line for blk.3.ffn_gate ($(grep ffn_gate "$out/mix.recipe" | head -3))"
+grep -qx 'blk\\.3\\.ffn_up\\.weight=q4_1' "$out/mix.recipe" || fail "recipe: blk.3.ffn_up is not kept in q4_1"
+LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --allow-requantize --pure --tensor-type-file "$out/mix.types" \
+    "$model" "$out/mix-upstream.gguf" Q8_0 >"$out/mix-upstream.log" 2>&1 || { tail -n 20 "$out/mix-upstream.log"; fail "upstream llama-quantize with our tensor-type file"; }
+cmp -s "$out/mix.gguf" "$out/mix-upstream.gguf" || fail "--write-model: our model differs from upstream's llama-quantize with the same --tensor-type-file"
+say "sweep to model: budget $budget bytes picks blk.3.ffn_gate in q4_0; recipe and tensor-type file written; --write-model byte-identical to upstream's llama-quantize ($(stat -c %s "$out/mix.gguf") bytes)"
+if "$ROOT/target/release/llama-hotswap-perplexity" sweep -m "$model" --quantize q4_0 --csv "$out/x.csv" --budget 1G \
+    --write-model "$out/no/such/dir/m.gguf" >"$out/nodir.log" 2>&1 || ! grep -q "directory does not exist" "$out/nodir.log"; then
+    fail "--write-model into a missing directory: $(tail -n 2 "$out/nodir.log")"
+fi
+rm -f "$out/mix.gguf" "$out/mix-upstream.gguf"
 say "sweep: ok"

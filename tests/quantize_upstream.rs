@@ -302,3 +302,77 @@ fn architecture_fixtures_are_byte_identical() {
         failures.join("\n")
     );
 }
+
+/// Every tensor of `path`: name, type, shape and bytes.
+fn tensors_of(path: &Path) -> Vec<(String, GgmlType, [i64; 4], Vec<u8>)> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(path).unwrap();
+    let size = file.metadata().unwrap().len();
+    let header = llama::gguf::read_header_from(&file, size, 64 << 20).unwrap();
+    let gguf = header.gguf().unwrap();
+    gguf.tensors()
+        .iter()
+        .map(|t| {
+            let mut bytes = vec![0u8; t.nbytes as usize];
+            file.read_exact_at(&mut bytes, t.abs_offset(&gguf)).unwrap();
+            (t.name.to_string(), t.ggml_type, t.ne, bytes)
+        })
+        .collect()
+}
+
+/// `quantize_tensor` (the sweep's in-memory candidates) gives, tensor by tensor, the bytes
+/// upstream's `llama-quantize --pure` writes: from the F16 base, and requantizing the shipped
+/// Q4_1 (dequantized to f32 first, as upstream's `--allow-requantize`).
+#[test]
+#[ignore = "slow differential: make test-quantize runs it in release"]
+fn smollm2_tensor_quantizer_matches_upstream_files() {
+    let tools = tools();
+    let f16 = smol_f16(&tools);
+    let q41 = PathBuf::from(script("fetch-models.sh", &[]));
+    let dir = work_dir("tensor");
+    for (input, ty) in [(&f16, "Q4_0"), (&f16, "Q4_K_S"), (&q41, "Q8_0")] {
+        let theirs = dir.join(format!("up-{ty}.gguf"));
+        let (i, t) = (input.to_str().unwrap(), theirs.to_str().unwrap());
+        assert!(upstream(
+            &tools,
+            &["--pure", "--allow-requantize", i, t, ty, "2"]
+        ));
+        let base = tensors_of(input);
+        let out = tensors_of(&theirs);
+        let _ = std::fs::remove_file(&theirs);
+        let mut converted = 0;
+        assert_eq!(base.len(), out.len(), "{ty}: tensor counts differ");
+        for (name2, to, ne2, want) in &out {
+            let (name, from, ne, bytes) = base
+                .iter()
+                .find(|(n, ..)| n == name2)
+                .unwrap_or_else(|| panic!("{ty}: {name2} is not in the input"));
+            assert_eq!(ne, ne2, "{ty}: {name}: shapes differ");
+            let got = llama::quantize::quantize_tensor(*from, bytes, *ne, *to, None, 2)
+                .unwrap_or_else(|e| panic!("{ty}: {name} {} -> {}: {e}", from.name(), to.name()));
+            assert!(
+                &got == want,
+                "{ty}: {name} {} -> {}: bytes differ from upstream's",
+                from.name(),
+                to.name()
+            );
+            converted += usize::from(from != to);
+        }
+        assert!(
+            converted > 100,
+            "{ty}: only {converted} tensors changed type"
+        );
+    }
+    // What a row size forbids is an error, never a silent other type.
+    let (name, from, ne, bytes) = tensors_of(&f16)
+        .into_iter()
+        .find(|(_, _, ne, _)| ne[0] % 256 != 0)
+        .expect("a tensor whose rows are not a multiple of 256");
+    let e = llama::quantize::quantize_tensor(from, &bytes, ne, GgmlType::Q4_K, None, 2)
+        .expect_err("Q4_K needs rows of a multiple of 256");
+    assert!(
+        e.to_string().contains("cannot be stored as q4_K"),
+        "{name}: {e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -290,6 +290,89 @@ fn quantize_slab(
     })
 }
 
+/// Converts one tensor's bytes (`from`, shape `ne`) to `to` as [`quantize_model`] converts
+/// a tensor it writes in that type: a tensor already in `to` is copied as it is; otherwise
+/// its rows are dequantized to f32 and quantized row by row (each expert's rows with its
+/// slice of `imatrix`, `ne[0] * ne[2]` values), every row validated. The sweep's in-memory
+/// candidates and hot-swaps of trainer weights use it; the bytes equal the file's.
+pub fn quantize_tensor(
+    from: GgmlType,
+    bytes: &[u8],
+    ne: [i64; 4],
+    to: GgmlType,
+    imatrix: Option<&[f32]>,
+    nthread: i32,
+) -> Result<Vec<u8>, QuantizeError> {
+    let n_per_row = usize::try_from(ne[0])
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| invalid(format!("invalid shape {ne:?}")))?;
+    let nbytes_in = from
+        .nbytes(ne)
+        .ok_or_else(|| invalid(format!("shape {ne:?} cannot be {}", from.name())))?;
+    if nbytes_in != bytes.len() as u64 {
+        return Err(invalid(format!(
+            "{} bytes given, a {} tensor of shape {ne:?} has {nbytes_in}",
+            bytes.len(),
+            from.name()
+        )));
+    }
+    let nbytes_out = to.nbytes(ne).ok_or_else(|| {
+        invalid(format!(
+            "shape {ne:?} cannot be stored as {} (row length not a multiple of {})",
+            to.name(),
+            to.block_size()
+        ))
+    })?;
+    if from == to {
+        return Ok(bytes.to_vec());
+    }
+    let nrows = ne[1..].iter().try_fold(1usize, |acc, &d| {
+        usize::try_from(d).ok().and_then(|d| acc.checked_mul(d))
+    });
+    let nrows = nrows.ok_or_else(|| invalid(format!("invalid shape {ne:?}")))?;
+    let rows_per_expert = (ne[1].max(1)) as usize;
+    if let Some(m) = imatrix {
+        let n_expert = (ne[2].max(1)) as usize;
+        if m.len() != n_per_row * n_expert {
+            return Err(invalid(format!(
+                "the importance matrix has {} values, the tensor needs {} ({} per row x {n_expert} experts)",
+                m.len(),
+                n_per_row * n_expert,
+                n_per_row
+            )));
+        }
+    }
+    let row_in = bytes.len() / nrows.max(1);
+    let row_out = (nbytes_out as usize) / nrows.max(1);
+    let mut out = vec![0u8; nbytes_out as usize];
+    // a slab at a time bounds the f32 copy (a row of experts can be gigabytes as f32)
+    let rows_per_slab = ((64usize << 20) / (n_per_row * 4)).max(1);
+    let mut f32_rows = Vec::new();
+    let mut first = 0;
+    while first < nrows {
+        let n = rows_per_slab.min(nrows - first);
+        f32_rows.resize(n * n_per_row, 0.0);
+        for (r, x) in f32_rows.chunks_exact_mut(n_per_row).enumerate() {
+            let at = (first + r) * row_in;
+            to_f32(from, &bytes[at..at + row_in], x);
+        }
+        quantize_slab(
+            to,
+            &f32_rows,
+            &mut out[first * row_out..(first + n) * row_out],
+            n_per_row,
+            first,
+            rows_per_expert,
+            imatrix,
+            threads(nthread),
+        )
+        .map_err(invalid)?;
+        first += n;
+    }
+    Ok(out)
+}
+
 /// Quantizes the model at `input` into `output` (upstream's `llama_model_quantize_impl`).
 pub fn quantize_model(
     input: &Path,

@@ -34,15 +34,20 @@ use rows::{Format, Row, RowKey, Sink};
 use swap::{SwapInError, Swapper};
 
 const USAGE: &str = "\
-usage: llama-hotswap-perplexity sweep -m MODEL --candidates DIR [--candidates DIR ...]
+usage: llama-hotswap-perplexity sweep -m MODEL (--candidates DIR ... | --quantize TYPES)
                                       (--csv FILE | --jsonl FILE) [options]
 
-For each candidate tensor (every tensor of every *.gguf under the candidate directories):
-swap it into the loaded base model, evaluate PPL and KL-divergence against the base
-logits, swap the original back and check it is bit-identical, write one row.
+For each candidate tensor (every tensor of every *.gguf under the candidate directories,
+and every quantizable tensor of the base in each --quantize type): swap it into the loaded
+base model, evaluate PPL and KL-divergence against the base logits, swap the original back
+and check it is bit-identical, write one row.
 
   -m, --model FILE            base model: a GGUF, or the first shard of a split set
   --candidates DIR            candidate GGUF files (repeatable; a file is taken as is)
+  --quantize TYPES            in-memory candidates, no files: each tensor llama-quantize
+                              would quantize, converted from the loaded base to each type
+                              (comma-separated, e.g. q4_0,q4_K,q8_0) as llama-quantize
+                              --allow-requantize converts it (rows: file '(quantized in memory)')
   -f, --file FILE             text to evaluate (needed to compute the base logits)
   --kl-divergence-base FILE   base logits in upstream's format: read when the file exists,
                               else computed from the base model and written there
@@ -60,6 +65,13 @@ logits, swap the original back and check it is bit-identical, write one row.
   --budget SIZE               at the end, pick a type per swept tensor keeping the whole
                               model under SIZE (bytes, or with K/M/G/T) with the least
                               summed KLD
+  --recipe FILE               with --budget: write the pick as a GGUF-Tool-Suite recipe
+                              (one `name=type` line per tensor)
+  --tensor-type-file FILE     with --budget: write it for llama-quantize --tensor-type-file
+  --write-model OUT           with --budget: quantize the base (one GGUF file) into the pick
+                              (llama_model_quantize; the same file as upstream's
+                              llama-quantize --allow-requantize --pure --tensor-type-file
+                              FILE BASE OUT Q8_0)
   --plain                     plain progress lines even on a terminal
 ";
 
@@ -71,6 +83,7 @@ const BEFORE_ROUND_ENV: &str = "LLAMA_HOTSWAP_SWEEP_TEST_BEFORE_ROUND";
 struct SweepArgs {
     model: Option<PathBuf>,
     candidates: Vec<PathBuf>,
+    quantize: Vec<llama::gguf::GgmlType>,
     file: Option<PathBuf>,
     base: Option<PathBuf>,
     csv: Option<PathBuf>,
@@ -84,6 +97,9 @@ struct SweepArgs {
     include: Option<regex::Regex>,
     retry_failed: bool,
     budget: Option<u64>,
+    recipe: Option<PathBuf>,
+    tensor_type_file: Option<PathBuf>,
+    write_model: Option<PathBuf>,
     plain: bool,
     help: bool,
 }
@@ -114,6 +130,19 @@ fn parse_args(argv: &[String]) -> Result<SweepArgs, String> {
             }
             "-m" | "--model" => a.model = Some(value()?.into()),
             "--candidates" => a.candidates.push(value()?.into()),
+            "--recipe" => a.recipe = Some(value()?.into()),
+            "--tensor-type-file" => a.tensor_type_file = Some(value()?.into()),
+            "--write-model" => a.write_model = Some(value()?.into()),
+            "--quantize" => {
+                for name in value()?.split(',').filter(|n| !n.trim().is_empty()) {
+                    let ty = llama::gguf::GgmlType::all()
+                        .find(|t| t.name().eq_ignore_ascii_case(name.trim()))
+                        .ok_or_else(|| format!("sweep: --quantize: unknown type '{name}'"))?;
+                    if !a.quantize.contains(&ty) {
+                        a.quantize.push(ty);
+                    }
+                }
+            }
             "-f" | "--file" => a.file = Some(value()?.into()),
             "--kl-divergence-base" => a.base = Some(value()?.into()),
             "--csv" => a.csv = Some(value()?.into()),
@@ -163,8 +192,27 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .model
         .clone()
         .ok_or(format!("sweep: -m MODEL is required\n\n{USAGE}"))?;
-    if a.candidates.is_empty() {
-        return Err(format!("sweep: --candidates DIR is required\n\n{USAGE}"));
+    if a.candidates.is_empty() && a.quantize.is_empty() {
+        return Err(format!(
+            "sweep: --candidates DIR or --quantize TYPES is required\n\n{USAGE}"
+        ));
+    }
+    if a.budget.is_none()
+        && (a.recipe.is_some() || a.tensor_type_file.is_some() || a.write_model.is_some())
+    {
+        return Err(
+            "sweep: --recipe, --tensor-type-file and --write-model need --budget SIZE".into(),
+        );
+    }
+    if let Some(out) = &a.write_model {
+        // A missing directory fails now, not after days of sweeping.
+        let dir = out.parent().filter(|d| !d.as_os_str().is_empty());
+        if dir.is_some_and(|d| !d.is_dir()) {
+            return Err(format!(
+                "sweep: --write-model {}: the directory does not exist",
+                out.display()
+            ));
+        }
     }
     let outputs: Vec<(PathBuf, Format)> = [(&a.csv, Format::Csv), (&a.jsonl, Format::JsonLines)]
         .into_iter()
@@ -283,6 +331,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     for (path, label) in &files {
         all.extend(candidates::from_file(&model, path, label, a.per_file));
     }
+    all.extend(candidates::in_memory(&model, &a.quantize));
     if let Some(re) = &a.include {
         all.retain(|c| c.tensors.is_empty() || c.tensors.iter().any(|t| re.is_match(&t.name)));
     }
@@ -292,8 +341,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .filter(|c| sink_done.iter().any(|d| !d.contains(&key(c))))
         .collect();
     eprintln!(
-        "sweep: {} candidate file(s), {} candidate(s): {} to run, {} already in {}",
+        "sweep: {} candidate file(s), {} in-memory type(s), {} candidate(s): {} to run, {} already in {}",
         files.len(),
+        a.quantize.len(),
         all.len(),
         todo.len(),
         all.len() - todo.len(),
@@ -364,7 +414,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
         eprintln!("{line}");
     }
     if let Some(budget) = a.budget {
-        print_budget(&model, &rows, budget);
+        if let Some(pick) = print_budget(&model, &rows, budget) {
+            write_pick(&model, &model_path, &a, &pick)?;
+        } else if a.recipe.is_some() || a.tensor_type_file.is_some() || a.write_model.is_some() {
+            return Err("sweep: no pick within the budget: nothing written".into());
+        }
     }
     if let Some(reason) = fatal {
         return Err(format!("sweep: stopped: {reason}"));
@@ -504,7 +558,12 @@ fn round(
     if let Some(p) = &cand.problem {
         return fail(row, p.clone(), None);
     }
-    let bytes = match cand.read_bytes() {
+    let bytes = if cand.in_memory {
+        quantize_base(swapper.model(), cand)
+    } else {
+        cand.read_bytes()
+    };
+    let bytes = match bytes {
         Ok(b) => b,
         Err(e) => return fail(row, e, None),
     };
@@ -564,6 +623,30 @@ fn round(
     (row, None)
 }
 
+/// An in-memory candidate's bytes: its tensor as the base holds it (every earlier round put
+/// it back), converted to the candidate's type as `llama-quantize` converts it.
+fn quantize_base(model: &Model, cand: &Candidate) -> Result<Vec<Vec<u8>>, String> {
+    cand.tensors
+        .iter()
+        .map(|ct| {
+            let t = model
+                .tensors
+                .get(&ct.name)
+                .ok_or_else(|| format!("no tensor '{}'", ct.name))?;
+            let (from, ne, nbytes) = {
+                let s = t.read();
+                (s.layout.ggml_type, s.layout.ne, s.layout.nbytes)
+            };
+            let mut bytes = vec![0u8; nbytes as usize];
+            t.read()
+                .read_into(&mut bytes)
+                .map_err(|e| format!("reading '{}': {e}", ct.name))?;
+            llama::quantize::quantize_tensor(from, &bytes, ne, ct.ggml_type, None, 0)
+                .map_err(|e| format!("quantizing '{}' to {}: {e}", ct.name, ct.ggml_type.name()))
+        })
+        .collect()
+}
+
 /// The first measurement of `row` that is NaN or infinite, named.
 fn non_finite(row: &Row) -> Option<String> {
     [
@@ -580,7 +663,11 @@ fn non_finite(row: &Row) -> Option<String> {
     })
 }
 
-fn print_budget(model: &Model, rows: &[Row], budget: u64) {
+fn print_budget(
+    model: &Model,
+    rows: &[Row],
+    budget: u64,
+) -> Option<Vec<(String, summary::Choice)>> {
     let base = |name: &str| {
         // Every tensor is back on the base when this runs.
         model.tensors.get(name).map(|t| {
@@ -593,25 +680,115 @@ fn print_budget(model: &Model, rows: &[Row], budget: u64) {
     let fixed = model.size.saturating_sub(swept_base);
     let Some(for_swept) = budget.checked_sub(fixed) else {
         eprintln!("sweep: budget {budget} bytes: the tensors not swept alone take {fixed} bytes");
-        return;
+        return None;
     };
     match summary::assign(&choices, for_swept) {
-        None => eprintln!(
-            "sweep: budget {budget} bytes: not reachable with the swept types (the smallest \
-             choices exceed it)"
-        ),
+        None => {
+            eprintln!(
+                "sweep: budget {budget} bytes: not reachable with the swept types (the smallest \
+                 choices exceed it)"
+            );
+            None
+        }
         Some(pick) => {
             let bytes: u64 = fixed + pick.iter().map(|(_, c)| c.bytes).sum::<u64>();
             let kld: f64 = pick.iter().map(|(_, c)| c.kld).sum();
             eprintln!(
                 "sweep: budget {budget} bytes: model {bytes} bytes, estimated KLD {kld:.6} (sum over tensors)"
             );
-            for (name, c) in pick {
+            for (name, c) in &pick {
                 eprintln!(
                     "sweep:   {name} {} {} bytes KLD {:.6}",
                     c.ggml_type, c.bytes, c.kld
                 );
             }
+            Some(pick)
         }
     }
+}
+
+/// The type of every tensor of the base under the budget's pick: the picked type for the
+/// swept tensors, the base's own for the others (in the model's tensor order).
+fn picked_types(model: &Model, pick: &[(String, summary::Choice)]) -> Vec<(String, String)> {
+    (0..model.tensors.len())
+        .map(|i| {
+            let t = model.tensors.at(i);
+            let ty = pick
+                .iter()
+                .find(|(n, _)| *n == t.name)
+                .map(|(_, c)| c.ggml_type.clone())
+                .unwrap_or_else(|| t.read().layout.ggml_type.name().to_string());
+            (t.name.clone(), ty)
+        })
+        .collect()
+}
+
+/// Writes what `--recipe`, `--tensor-type-file` and `--write-model` ask for. Files are
+/// written under a temporary name and renamed, so a failure leaves none half-written.
+fn write_pick(
+    model: &Model,
+    model_path: &Path,
+    a: &SweepArgs,
+    pick: &[(String, summary::Choice)],
+) -> Result<(), String> {
+    let types = picked_types(model, pick);
+    let escape = |name: &str| regex::escape(name);
+    let write = |path: &Path, text: String| -> Result<(), String> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                format!("sweep: {}: {e}", path.display())
+            })?;
+        eprintln!("sweep: wrote {}", path.display());
+        Ok(())
+    };
+    if let Some(path) = &a.recipe {
+        // GGUF-Tool-Suite's recipe: `regex=type` per line, `#` comments
+        let mut text = format!(
+            "## Quant mix picked by llama-hotswap-perplexity sweep --budget {} from {}\n",
+            a.budget.unwrap_or(0),
+            model_path.display()
+        );
+        for (name, ty) in &types {
+            text.push_str(&format!("{}={ty}\n", escape(name)));
+        }
+        write(path, text)?;
+    }
+    if let Some(path) = &a.tensor_type_file {
+        // llama-quantize --tensor-type-file: whitespace-separated `regex=type`, each searched
+        // in the tensor names: anchored, so blk.1 never matches blk.10
+        let text: String = types
+            .iter()
+            .map(|(name, ty)| format!("^{}$={ty}\n", escape(name)))
+            .collect();
+        write(path, text)?;
+    }
+    if let Some(out) = &a.write_model {
+        let overrides = types
+            .iter()
+            .map(|(name, ty)| {
+                let t = llama::gguf::GgmlType::all()
+                    .find(|t| t.name() == ty)
+                    .ok_or_else(|| format!("sweep: --write-model: unknown type '{ty}'"))?;
+                Ok((format!("^{}$", escape(name)), t))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let params = llama::quantize::QuantizeParams {
+            // A quantized ftype, so that the per-tensor types apply (upstream applies
+            // --tensor-type only then); every quantizable tensor has its own line, so the
+            // ftype's default type is never used.
+            ftype: llama::quantize::policy::ftype::Q8_0,
+            allow_requantize: true,
+            pure: true,
+            tensor_types: overrides,
+            ..llama::quantize::QuantizeParams::upstream_default()
+        };
+        llama::quantize::quantize_model(model_path, out, &params)
+            .map_err(|e| format!("sweep: --write-model {}: {e}", out.display()))?;
+        eprintln!("sweep: wrote {}", out.display());
+    }
+    Ok(())
 }

@@ -37,6 +37,9 @@ pub struct Candidate {
     /// The file as it was when the tensor list was read (None: unknown, so a round reads the
     /// header again).
     pub identity: Option<FileIdentity>,
+    /// An in-memory candidate (`--quantize`): no file; the round quantizes the base tensor
+    /// to `tensors[0].ggml_type` (see [`in_memory`]).
+    pub in_memory: bool,
 }
 
 impl Candidate {
@@ -72,7 +75,7 @@ impl Candidate {
     /// Whether the file is no longer the one the tensor list was read from (replaced,
     /// rewritten, touched, removed), or that is unknown.
     pub fn changed(&self) -> bool {
-        self.identity.is_none() || identity_of(&self.path) != self.identity
+        !self.in_memory && (self.identity.is_none() || identity_of(&self.path) != self.identity)
     }
 
     /// The candidate as its file holds it now: the header read again, the candidate with the
@@ -89,6 +92,9 @@ impl Candidate {
     /// came from: a file found changed before or after the read is an error (the bytes
     /// would not be the ones the list describes).
     pub fn read_bytes(&self) -> Result<Vec<Vec<u8>>, String> {
+        if self.in_memory {
+            return Err("an in-memory candidate has no file to read".into());
+        }
         let changed = || {
             format!(
                 "{}: the file changed while the sweep used it (size, times or inode differ \
@@ -217,6 +223,7 @@ fn read_candidates(model: &Model, path: &Path, label: &str, per_file: bool) -> V
         problem: Some(reason),
         fallback_name: Some(String::new()),
         identity: None,
+        in_memory: false,
     };
     // Only regular files (through symlinks): a FIFO named *.gguf must not block the sweep.
     let file = match open_regular(path, 0) {
@@ -243,6 +250,7 @@ fn read_candidates(model: &Model, path: &Path, label: &str, per_file: bool) -> V
                         problem: Some(reason.clone()),
                         fallback_name: None,
                         identity: None,
+                        in_memory: false,
                     };
                     if per_file {
                         vec![one(tensors)]
@@ -279,6 +287,7 @@ fn read_candidates(model: &Model, path: &Path, label: &str, per_file: bool) -> V
                     problem: None,
                     fallback_name: None,
                     identity: None,
+                    in_memory: false,
                 });
             }
             let c = &mut out[0];
@@ -294,6 +303,7 @@ fn read_candidates(model: &Model, path: &Path, label: &str, per_file: bool) -> V
                 problem,
                 fallback_name: None,
                 identity: None,
+                in_memory: false,
             });
         }
     }
@@ -351,4 +361,57 @@ fn check(model: &Model, t: &CandidateTensor, ne: [i64; 4], file_size: u64) -> Op
         ));
     }
     None
+}
+
+/// The row's file column for in-memory candidates.
+pub const IN_MEMORY_LABEL: &str = "(quantized in memory)";
+
+/// In-memory candidates (`--quantize TYPES`): every tensor of the base that upstream's
+/// `llama-quantize` would quantize (its `tensor_allows_quantization`), once per type. A type
+/// the tensor's row length cannot take is a failed candidate (upstream would silently write
+/// another type; a row must measure the type it names).
+pub fn in_memory(model: &Model, types: &[GgmlType]) -> Vec<Candidate> {
+    use llama::quantize::policy::{allows_quantization, Choice};
+    let choice = Choice {
+        ftype: 0,
+        output_tensor_type: None,
+        token_embedding_type: None,
+        quantize_output_tensor: true,
+        only_copy: false,
+        pure: true,
+        overrides: &[],
+    };
+    let mut out = Vec::new();
+    for i in 0..model.tensors.len() {
+        let t = model.tensors.at(i);
+        let ne = t.read().layout.ne;
+        let n_dims = ne.iter().rposition(|&n| n > 1).map_or(1, |d| d + 1);
+        if !allows_quantization(&choice, &model.arch, &t.name, n_dims) {
+            continue;
+        }
+        for &ty in types {
+            let nbytes = ty.nbytes(ne);
+            out.push(Candidate {
+                label: IN_MEMORY_LABEL.to_string(),
+                path: PathBuf::new(),
+                tensors: vec![CandidateTensor {
+                    name: t.name.clone(),
+                    ggml_type: ty,
+                    offset: 0,
+                    nbytes: nbytes.unwrap_or(0),
+                }],
+                problem: nbytes.is_none().then(|| {
+                    format!(
+                        "shape {ne:?} cannot be stored as {} (row length not a multiple of {})",
+                        ty.name(),
+                        ty.block_size()
+                    )
+                }),
+                fallback_name: None,
+                identity: None,
+                in_memory: true,
+            });
+        }
+    }
+    out
 }

@@ -16,6 +16,9 @@ pub mod command_r;
 pub mod deci;
 pub mod deepseek2;
 pub mod def;
+pub mod dots1;
+pub mod ernie4_5;
+pub mod ernie4_5_moe;
 pub mod exaone;
 pub mod exaone4;
 pub mod gemma;
@@ -26,13 +29,17 @@ pub mod glm4moe;
 pub mod gpt_oss;
 pub mod granite;
 pub mod hunyuan_dense;
+pub mod hunyuan_moe;
 pub mod internlm2;
 pub mod llama;
 pub mod maincoder;
 pub mod minicpm;
+pub mod minimax_m2;
 pub mod mistral3;
+pub mod mistral4;
 pub mod nanbeige;
 pub mod olmo2;
+pub mod olmoe;
 pub mod orion;
 pub mod phi3;
 pub mod plamo;
@@ -42,6 +49,7 @@ pub mod qwen2vl;
 pub mod qwen3;
 pub mod qwen3moe;
 pub mod qwen3vl;
+pub mod qwen3vlmoe;
 pub mod seed_oss;
 pub mod smollm3;
 pub mod stablelm;
@@ -92,6 +100,14 @@ pub static REGISTRY: &[&ArchDef] = &[
     &cohere2::DEF,
     &minicpm::DEF,
     &stablelm::DEF,
+    &qwen3vlmoe::DEF,
+    &dots1::DEF,
+    &minimax_m2::DEF,
+    &ernie4_5::DEF,
+    &ernie4_5_moe::DEF,
+    &mistral4::DEF,
+    &olmoe::DEF,
+    &hunyuan_moe::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

@@ -15,11 +15,16 @@ pub static DEF: ArchDef = ArchDef {
 
 /// The graph of qwen3 and, with experts, of qwen3moe.
 pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
-    graph_ffn(b, Ffn::SWIGLU)
+    graph_with(b, true)
 }
 
-/// qwen3's graph with another dense FFN (qwen3vl passes no per-tensor scales).
-pub fn graph_ffn(b: &mut Builder, ffn: Ffn) -> Result<Outputs, BuildError> {
+/// qwen3's graph, with or without the FFN's and the experts' per-tensor scales (the
+/// vision-language variants qwen3vl and qwen3vlmoe pass none).
+pub fn graph_with(b: &mut Builder, scaled: bool) -> Result<Outputs, BuildError> {
+    let ffn = Ffn {
+        scaled,
+        ..Ffn::SWIGLU
+    };
     let hp = b.hp;
     let n_embd = hp.n_embd as i64;
     let kq_scale = b.kq_scale();
@@ -48,6 +53,7 @@ pub fn graph_ffn(b: &mut Builder, ffn: Ffn) -> Result<Outputs, BuildError> {
         } else {
             let moe = Moe {
                 scale_w: hp.expert_weights_scale,
+                exp_scales: scaled,
                 ..Moe::SOFTMAX
             };
             let n_ff = if hp.n_ff_exp > 0 {

@@ -3,7 +3,7 @@
 //! positions) as NEOX, which the engine runs. Deepstack inputs (`n_deepstack_layers` > 0:
 //! image features added to the first layers) are refused.
 
-use super::super::builder::{BuildError, Builder, Ffn, Outputs};
+use super::super::builder::{BuildError, Builder, Outputs};
 use super::super::params::ArchParams;
 use super::def::{check_mrope_text, ArchDef, Keys, Memory, Rope};
 
@@ -24,9 +24,5 @@ fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
 
 /// qwen3's graph; upstream's `build_ffn` gets no per-tensor scales.
 fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
-    let ffn = Ffn {
-        scaled: false,
-        ..Ffn::SWIGLU
-    };
-    super::qwen3::graph_ffn(b, ffn)
+    super::qwen3::graph_with(b, false)
 }

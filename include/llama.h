@@ -1925,96 +1925,96 @@ struct llama_sampler *llama_sampler_init_grammar_lazy_patterns(const struct llam
                                                                const llama_token *trigger_tokens,
                                                                size_t num_trigger_tokens);
 
-// Upstream: the size in bytes of the context's whole state, for saving.
-// Not supported by llama-hotswap yet: logs once and returns 0.
+// The size in bytes of the context's whole state (the architecture's name and the memory),
+// for saving: the exact size `llama_state_get_data` writes now. 0 with a log line for a
+// NULL context or a state llama-hotswap cannot save (see docs/dropin.md).
 size_t llama_state_get_size(struct llama_context *ctx);
 
-// Upstream: deprecated alias of `llama_state_get_size`.
-// Not supported by llama-hotswap yet: logs once and returns 0.
+// Deprecated alias of `llama_state_get_size`.
 size_t llama_get_state_size(struct llama_context *ctx);
 
-// Upstream: copies the context's state into `dst` (`size` bytes); returns the bytes copied.
-// Not supported by llama-hotswap yet: logs once and returns 0; `dst` is left untouched.
+// Copies the context's whole state into `dst` (`size` bytes); returns the bytes copied.
+// A state larger than `size` copies nothing and returns 0 with a log line.
 size_t llama_state_get_data(struct llama_context *ctx, uint8_t *dst, size_t size);
 
-// Upstream: deprecated form of `llama_state_get_data` without a size.
-// Not supported by llama-hotswap yet: logs once and returns 0; `dst` is left untouched.
+// Deprecated form of `llama_state_get_data` without a size: `dst` must hold
+// `llama_state_get_size` bytes.
 size_t llama_copy_state_data(struct llama_context *ctx, uint8_t *dst);
 
-// Upstream: restores the context's state from `src` (`size` bytes); returns the bytes read.
-// Not supported by llama-hotswap yet: logs once and returns 0; `src` is not read.
+// Restores the context's whole state from `src` (`size` bytes), a state from
+// `llama_state_get_data` of either library for the same model and context parameters;
+// returns the bytes read. 0 with a log line, the context unchanged, for a state that does
+// not fit (wrong architecture, stream count, layer count, cache types, too many cells,
+// truncated).
 size_t llama_state_set_data(struct llama_context *ctx, const uint8_t *src, size_t size);
 
-// Upstream: deprecated form of `llama_state_set_data` without a size.
-// Not supported by llama-hotswap yet: logs once and returns 0; `src` is not read.
+// Deprecated form of `llama_state_set_data` without a size (the state's own length
+// bounds the reads).
 size_t llama_set_state_data(struct llama_context *ctx, const uint8_t *src);
 
-// Upstream: restores the context's state from a session file, writing its prompt tokens to
-// `tokens_out` (up to `n_token_capacity`) and their count to `n_token_count_out`.
-// Not supported by llama-hotswap yet: logs once and returns false; nothing is read and
-// neither out-pointer is written.
+// Restores the context's whole state from a session file (`llama_state_save_file` of
+// either library) and writes its prompt tokens to `tokens_out` (room for
+// `n_token_capacity`) and their count to `n_token_count_out`. False with a log line, the
+// context and the out-pointers unchanged, for a missing file, a wrong magic or version,
+// more tokens than `n_token_capacity`, a state that does not fit, or data left over.
 bool llama_state_load_file(struct llama_context *ctx,
                            const char *path_session,
                            llama_token *tokens_out,
                            size_t n_token_capacity,
                            size_t *n_token_count_out);
 
-// Upstream: deprecated alias of `llama_state_load_file`.
-// Not supported by llama-hotswap yet: logs once and returns false; neither out-pointer is
-// written.
+// Deprecated alias of `llama_state_load_file`.
 bool llama_load_session_file(struct llama_context *ctx,
                              const char *path_session,
                              llama_token *tokens_out,
                              size_t n_token_capacity,
                              size_t *n_token_count_out);
 
-// Upstream: saves the context's state and the prompt `tokens` to a session file.
-// Not supported by llama-hotswap yet: logs once and returns false; no file is written.
+// Saves the context's whole state and the prompt `tokens` (`n_token_count`; NULL when 0)
+// to a session file, upstream's format. False with a log line when the file cannot be
+// written.
 bool llama_state_save_file(struct llama_context *ctx,
                            const char *path_session,
                            const llama_token *tokens,
                            size_t n_token_count);
 
-// Upstream: deprecated alias of `llama_state_save_file`.
-// Not supported by llama-hotswap yet: logs once and returns false; no file is written.
+// Deprecated alias of `llama_state_save_file`.
 bool llama_save_session_file(struct llama_context *ctx,
                              const char *path_session,
                              const llama_token *tokens,
                              size_t n_token_count);
 
-// Upstream: the exact size in bytes of the state of sequence `seq_id`.
-// Not supported by llama-hotswap yet: logs once and returns 0.
+// The exact size in bytes of the state of sequence `seq_id` (-1: every sequence).
 size_t llama_state_seq_get_size(struct llama_context *ctx, llama_seq_id seq_id);
 
-// Upstream: copies the state of sequence `seq_id` into `dst`; returns the bytes copied.
-// Not supported by llama-hotswap yet: logs once and returns 0; `dst` is left untouched.
+// Copies the state of sequence `seq_id` into `dst` (`size` bytes); returns the bytes
+// copied, 0 with a log line when it does not fit.
 size_t llama_state_seq_get_data(struct llama_context *ctx,
                                 uint8_t *dst,
                                 size_t size,
                                 llama_seq_id seq_id);
 
-// Upstream: restores a sequence state from `src` into `dest_seq_id`; returns the bytes
-// read, 0 on failure.
-// Not supported by llama-hotswap yet: logs once and returns 0 (upstream's failure value);
-// `src` is not read.
+// Restores a sequence state (`llama_state_seq_get_data` of either library) into
+// `dest_seq_id`: its cells replace the sequence's. Returns the bytes read; 0 with a log
+// line, the context unchanged, on failure (wrong magic, a state that does not fit, no room
+// for its cells).
 size_t llama_state_seq_set_data(struct llama_context *ctx,
                                 const uint8_t *src,
                                 size_t size,
                                 llama_seq_id dest_seq_id);
 
-// Upstream: saves the state of sequence `seq_id` and its `tokens` to a file; returns the
-// bytes written, 0 on failure.
-// Not supported by llama-hotswap yet: logs once and returns 0; no file is written.
+// Saves the state of sequence `seq_id` and its `tokens` to a file, upstream's format;
+// returns the bytes written, 0 with a log line on failure.
 size_t llama_state_seq_save_file(struct llama_context *ctx,
                                  const char *filepath,
                                  llama_seq_id seq_id,
                                  const llama_token *tokens,
                                  size_t n_token_count);
 
-// Upstream: restores a sequence state from a file into `dest_seq_id` (only counting its
-// tokens when `tokens_out` is NULL); returns the bytes read, 0 on failure.
-// Not supported by llama-hotswap yet: logs once and returns 0; nothing is read and neither
-// out-pointer is written.
+// Restores a sequence state file into `dest_seq_id` and writes its tokens to `tokens_out`
+// (room for `n_token_capacity`) and their count to `n_token_count_out`; with `tokens_out`
+// NULL only the count is reported and no state is loaded. Returns the bytes read from the
+// file; 0 with a log line, the context unchanged, on failure.
 size_t llama_state_seq_load_file(struct llama_context *ctx,
                                  const char *filepath,
                                  llama_seq_id dest_seq_id,
@@ -2022,22 +2022,24 @@ size_t llama_state_seq_load_file(struct llama_context *ctx,
                                  size_t n_token_capacity,
                                  size_t *n_token_count_out);
 
-// Upstream: `llama_state_seq_get_size` with `LLAMA_STATE_SEQ_FLAGS_*` flags.
-// Not supported by llama-hotswap yet: logs once and returns 0.
+// `llama_state_seq_get_size` with flags: `LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY` (only the
+// sliding-window part; the whole state for models without one, as upstream), and
+// `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE` (tensor data not counted: the context keeps it).
 size_t llama_state_seq_get_size_ext(struct llama_context *ctx,
                                     llama_seq_id seq_id,
                                     llama_state_seq_flags flags);
 
-// Upstream: `llama_state_seq_get_data` with `LLAMA_STATE_SEQ_FLAGS_*` flags.
-// Not supported by llama-hotswap yet: logs once and returns 0; `dst` is left untouched.
+// `llama_state_seq_get_data` with flags; with `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE` `dst`
+// gets the metadata only and the context keeps the tensor data for `seq_id` (replacing
+// what it kept for it before), as upstream keeps it in device buffers.
 size_t llama_state_seq_get_data_ext(struct llama_context *ctx,
                                     uint8_t *dst,
                                     size_t size,
                                     llama_seq_id seq_id,
                                     llama_state_seq_flags flags);
 
-// Upstream: `llama_state_seq_set_data` with `LLAMA_STATE_SEQ_FLAGS_*` flags; 0 on failure.
-// Not supported by llama-hotswap yet: logs once and returns 0; `src` is not read.
+// `llama_state_seq_set_data` with flags; with `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE` the tensor
+// data is the one the context kept when the state was saved with the flag.
 size_t llama_state_seq_set_data_ext(struct llama_context *ctx,
                                     const uint8_t *src,
                                     size_t size,

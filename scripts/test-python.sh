@@ -67,4 +67,15 @@ else
     printf '%s\n' "$out" | tail -n 20
     status=1
 fi
+# Llama.save_state / load_state (tests/python/test_state_llama_cpp.py): the same next
+# logits after a restore, equal state bytes and logits with upstream's library, and each
+# library loading the other's state.
+if out="$("$py" tests/python/test_state_llama_cpp.py "$model" "$RELEASE_DIR" "$UPSTREAM_BUILD/bin" \
+    "$WORK/python-state" 2>&1)"; then
+    say "ok   $out"
+else
+    say "FAIL Llama(SmolLM2).save_state / load_state, ours vs upstream:"
+    printf '%s\n' "$out" | tail -n 20
+    status=1
+fi
 exit "$status"

@@ -133,3 +133,103 @@ fn check_batch_on(data: &[u8], kv_unified: bool) {
         assert!(lo <= hi && (lo >= 0 || hi == -1));
     }
 }
+
+/// Fuzz harness for the state reader: `data` is a state (whole or of a sequence), or
+/// mutations of a valid one, offered to every restore path of a context that holds two
+/// decoded sequences. Byte 0 picks the context (bit 0: unified KV cache, bit 1: flash
+/// attention) and the input (bits 2..4: raw bytes; a whole / sequence state with bytes
+/// overwritten at positions the rest of the data gives; a truncated one). A restore must
+/// either fail leaving the state byte for byte as it was, or succeed into a memory whose
+/// state writes and reads back unchanged and that still decodes. Used by
+/// `fuzz/fuzz_targets/state_reader.rs` and replayed by `tests/state.rs`.
+pub fn check_state(data: &[u8]) {
+    use crate::kv_cache::state::{SliceSource, StateOut};
+    let mode = data.first().copied().unwrap_or(0);
+    let rest = data.get(1..).unwrap_or(&[]);
+    let p = ContextParams {
+        flash_attn_type: (mode >> 1 & 1) as i32,
+        n_seq_max: 2,
+        ..params(mode & 1 != 0)
+    };
+    let ctx = Context::new(Arc::clone(model()), &p).expect("context");
+    {
+        let mut e = ctx.engine();
+        e.raw.clear();
+        e.raw.tokens.extend([1, 5, 9, 2, 7, 3]);
+        e.raw.has_seq = true;
+        for s in [0, 0, 0, 1, 1, 0] {
+            e.raw.seq_n.push(1);
+            e.raw.seq_flat.push(s);
+        }
+    }
+    assert_eq!(ctx.decode(), 0);
+    let whole = |c: &Context| {
+        let mut v = Vec::new();
+        c.state_write(StateOut::Bytes(&mut v)).expect("a state");
+        v
+    };
+    let before = whole(&ctx);
+    let mut seq0 = Vec::new();
+    ctx.state_seq_write(Some(&mut seq0), 0, 0)
+        .expect("a sequence state");
+    let input: Vec<u8> = match (mode >> 2) % 4 {
+        0 => rest.to_vec(),
+        k => {
+            let mut v = if k == 2 { seq0.clone() } else { before.clone() };
+            if k == 3 {
+                let cut = rest
+                    .iter()
+                    .fold(0usize, |a, &b| a.wrapping_mul(31).wrapping_add(b as usize));
+                v.truncate(cut % (v.len() + 1));
+            } else {
+                for pair in rest.chunks(3) {
+                    if pair.len() == 3 && !v.is_empty() {
+                        let at = (usize::from(pair[0]) << 8 | usize::from(pair[1])) * 7 % v.len();
+                        v[at] = pair[2];
+                    }
+                }
+            }
+            v
+        }
+    };
+    for target in [None, Some(0), Some(1)] {
+        let mut src = SliceSource::new(&input);
+        let outcome = match target {
+            None => ctx.state_read(&mut src),
+            Some(s) => ctx.state_seq_read(&mut src, s, 0),
+        };
+        let now = whole(&ctx);
+        match outcome {
+            Err(_) => assert!(now == before, "a failed restore changed the state"),
+            Ok(_) => {
+                // what was installed writes and reads back to the same bytes
+                let mut src = SliceSource::new(&now);
+                ctx.state_read(&mut src).expect("our own state reads back");
+                assert_eq!(
+                    whole(&ctx),
+                    now,
+                    "a restored state does not read back unchanged"
+                );
+                let e = ctx.engine();
+                for s in 0..2 {
+                    let (lo, hi) = (e.kv.seq_pos_min(s), e.kv.seq_pos_max(s));
+                    assert!(lo <= hi && (lo >= 0 || hi == -1));
+                }
+                drop(e);
+                let mut e = ctx.engine();
+                e.raw.clear();
+                e.raw.tokens.push(4);
+                drop(e);
+                assert!(
+                    (0..=1).contains(&ctx.decode()),
+                    "decode after a restore failed"
+                );
+            }
+        }
+        // each target starts from the decoded prompt again
+        let mut src = SliceSource::new(&before);
+        ctx.state_read(&mut src)
+            .expect("the saved state reads back");
+        assert_eq!(whole(&ctx), before);
+    }
+}

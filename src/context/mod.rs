@@ -6,6 +6,7 @@ pub mod batch;
 #[cfg(feature = "fixtures")]
 pub mod harness;
 pub mod split;
+pub mod state;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -150,6 +151,9 @@ pub struct Engine {
     pub abort: Option<AbortFn>,
     /// Graph builds (for tests: reuse must not rebuild).
     pub n_graph_builds: u64,
+    /// Tensor data of sequence states saved with `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE`, per
+    /// sequence id (upstream keeps them in device buffers).
+    pub state_aside: std::collections::HashMap<i32, Vec<u8>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -346,7 +350,7 @@ impl Context {
                     .map_err(|e| ContextError::Unsupported(e.to_string()))?;
             }
         }
-        let hp = ArchParams::load(&model).map_err(ContextError::Invalid)?;
+        let hp = arch::load_params(&model).map_err(ContextError::Invalid)?;
         let n_seq_max = p.n_seq_max.max(1);
         if n_seq_max as usize > crate::kv_cache::MAX_SEQ {
             return Err(ContextError::Invalid(format!(
@@ -629,6 +633,7 @@ impl Context {
                 n_outputs: 0,
                 abort: None,
                 n_graph_builds: 0,
+                state_aside: std::collections::HashMap::new(),
             }),
             model,
             hp,

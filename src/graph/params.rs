@@ -110,6 +110,10 @@ pub struct Extras {
     /// Layers before the first mixture of experts (`leading_dense_block_count`).
     pub n_layer_dense_lead: usize,
     pub n_expert_shared: usize,
+    /// Shared experts' rows when given apart (`expert_shared_feed_forward_length`).
+    pub n_ff_shexp: usize,
+    /// Every how many layers a mixture of experts comes (`interleave_moe_layer_step`).
+    pub n_moe_layer_step: usize,
     pub gating: Gating,
     /// Expert groups and how many the router keeps (`expert_group_count`, `_used_count`).
     pub n_expert_groups: usize,
@@ -126,21 +130,9 @@ pub struct Extras {
 }
 
 impl ArchParams {
-    /// The common hyperparameters, then the architecture's own (its registry entry's
-    /// `hparams`; an unregistered architecture gets the common ones only).
-    pub fn load(model: &Model) -> Result<ArchParams, String> {
-        let mut hp = Self::load_common(model)?;
-        if let Some(def) = super::arch::lookup(&model.arch) {
-            let keys = super::arch::Keys {
-                model,
-                arch: &model.arch,
-            };
-            (def.hparams)(&keys, &mut hp).map_err(|e| format!("{}: {e}", model.arch))?;
-        }
-        Ok(hp)
-    }
-
-    fn load_common(model: &Model) -> Result<ArchParams, String> {
+    /// The hyperparameters every architecture reads (sizes, heads, norms' eps, rope base
+    /// and scaling, expert counts); `graph::arch::load_params` adds the architecture's own.
+    pub fn load_common(model: &Model) -> Result<ArchParams, String> {
         let m = &model.meta;
         let arch = model.arch.as_str();
         let key = |s: &str| format!("{arch}.{s}");

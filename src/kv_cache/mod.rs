@@ -12,6 +12,7 @@
 //! full-attention layer may still need them.
 
 pub mod cells;
+pub mod state;
 
 use half::f16;
 
@@ -157,6 +158,91 @@ impl KvBuffer {
         }
     }
 
+    /// Appends rows `from .. from + n` (rows of `width` values) in ggml's byte layout
+    /// (little-endian values, or the blocks as stored).
+    pub fn append_row_bytes(&self, from: usize, n: usize, width: usize, out: &mut Vec<u8>) {
+        match self {
+            KvBuffer::F32(v) => {
+                for x in &v[from * width..(from + n) * width] {
+                    out.extend_from_slice(&x.to_le_bytes());
+                }
+            }
+            KvBuffer::F16(v) => {
+                for x in &v[from * width..(from + n) * width] {
+                    out.extend_from_slice(&x.to_le_bytes());
+                }
+            }
+            KvBuffer::Packed {
+                row_bytes, data, ..
+            } => out.extend_from_slice(&data[from * row_bytes..(from + n) * row_bytes]),
+        }
+    }
+
+    /// Appends value `col` of rows `from .. from + n` (rows of `width` values): a column,
+    /// as upstream's transposed V cache holds it. A block type must hold one value per block.
+    pub fn append_col_bytes(
+        &self,
+        col: usize,
+        from: usize,
+        n: usize,
+        width: usize,
+        out: &mut Vec<u8>,
+    ) {
+        match self {
+            KvBuffer::F32(v) => {
+                for r in from..from + n {
+                    out.extend_from_slice(&v[r * width + col].to_le_bytes());
+                }
+            }
+            KvBuffer::F16(v) => {
+                for r in from..from + n {
+                    out.extend_from_slice(&v[r * width + col].to_le_bytes());
+                }
+            }
+            KvBuffer::Packed {
+                ty,
+                row_bytes,
+                data,
+            } => {
+                let el = ty.type_size() as usize;
+                debug_assert_eq!(ty.block_size(), 1);
+                for r in from..from + n {
+                    let at = r * row_bytes + col * el;
+                    out.extend_from_slice(&data[at..at + el]);
+                }
+            }
+        }
+    }
+
+    /// Overwrites row `row` (rows of `width` values) with `bytes`, one row in ggml's byte
+    /// layout ([`KvBuffer::append_row_bytes`]).
+    pub fn set_row_bytes(&mut self, row: usize, width: usize, bytes: &[u8]) {
+        match self {
+            KvBuffer::F32(v) => {
+                for (d, b) in v[row * width..(row + 1) * width]
+                    .iter_mut()
+                    .zip(bytes.chunks_exact(4))
+                {
+                    *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+            }
+            KvBuffer::F16(v) => {
+                for (d, b) in v[row * width..(row + 1) * width]
+                    .iter_mut()
+                    .zip(bytes.chunks_exact(2))
+                {
+                    *d = f16::from_le_bytes([b[0], b[1]]);
+                }
+            }
+            KvBuffer::Packed {
+                row_bytes, data, ..
+            } => {
+                let rb = *row_bytes;
+                data[row * rb..(row + 1) * rb].copy_from_slice(&bytes[..rb])
+            }
+        }
+    }
+
     pub fn clear(&mut self) {
         match self {
             KvBuffer::F32(v) => v.fill(0.0),
@@ -244,6 +330,32 @@ pub struct KvShape {
 }
 
 impl KvType {
+    /// ggml's type id (`enum ggml_type`).
+    pub fn ggml_id(self) -> i32 {
+        match self {
+            KvType::F32 => 0,
+            KvType::F16 => 1,
+            KvType::Packed(ty) => ty.id() as i32,
+        }
+    }
+
+    /// Bytes of one element (of one block for block types): `ggml_type_size`.
+    pub fn type_size(self) -> usize {
+        match self {
+            KvType::F32 => 4,
+            KvType::F16 => 2,
+            KvType::Packed(ty) => ty.type_size() as usize,
+        }
+    }
+
+    /// Values per block (1 for F32, F16, BF16).
+    pub fn block_size(self) -> usize {
+        match self {
+            KvType::F32 | KvType::F16 => 1,
+            KvType::Packed(ty) => ty.block_size() as usize,
+        }
+    }
+
     /// Bytes of one cached row of `width` values.
     pub fn row_bytes(self, width: usize) -> usize {
         match self {
@@ -286,6 +398,8 @@ pub struct KvCache {
     /// `seq_to_stream`, whose length bounds the ids its memory operations accept).
     seq_to_stream: Vec<usize>,
     size: u32,
+    /// Sequence ids below this are the context's (`n_seq_max`, at most [`MAX_SEQ`]).
+    n_seq_max: usize,
     pub layers: Vec<KvLayer>,
     pub type_k: KvType,
     pub type_v: KvType,
@@ -375,6 +489,7 @@ impl KvCache {
             streams,
             seq_to_stream,
             size: shape.size,
+            n_seq_max,
             layers,
             type_k: shape.type_k,
             type_v: shape.type_v,

@@ -6,7 +6,7 @@
 
 use super::super::builder::{BuildError, Builder, Ffn, Outputs};
 use super::super::{Operand, RopeMode};
-use super::{no_hparams, ArchDef, Keys, Memory, Rope};
+use super::def::{no_hparams, ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
     names: &["command-r"],
@@ -63,8 +63,9 @@ pub fn graph_with(b: &mut Builder, sliding: bool) -> Result<Outputs, BuildError>
             inp = b.get_rows_out(inp);
             x = b.get_rows_out(x);
         }
+        // upstream's cohere2 passes the FFN's per-tensor scales, command-r does not
         let ffn = Ffn {
-            scaled: false,
+            scaled: sliding,
             ..Ffn::SWIGLU
         };
         let cur = b.ffn_layer(il, x, ffn)?;

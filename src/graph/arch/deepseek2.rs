@@ -10,7 +10,7 @@
 use super::super::builder::{BuildError, Builder, Ffn, Gating, Moe, Outputs};
 use super::super::params::ArchParams;
 use super::super::{GluKind, Op, Operand, RopeMode};
-use super::{ArchDef, Keys, Memory, Rope};
+use super::def::{ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
     names: &["deepseek2"],

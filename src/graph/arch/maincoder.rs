@@ -1,9 +1,10 @@
 //! `maincoder` (upstream's src/models/maincoder.cpp): llama's structure with per-head RMS
 //! norms of Q and K applied after the (NORM) rotary embedding.
 
-use super::super::builder::{BuildError, Builder, Ffn, Outputs};
-use super::super::{Operand, RopeMode};
-use super::{no_hparams, ArchDef, Memory, Rope};
+use super::super::builder::{BuildError, Builder, Outputs};
+use super::super::RopeMode;
+use super::def::{no_hparams, ArchDef, Memory, Rope};
+use super::qwen2::{graph_with, Qwen2Layers};
 
 pub static DEF: ArchDef = ArchDef {
     names: &["maincoder"],
@@ -14,35 +15,11 @@ pub static DEF: ArchDef = ArchDef {
 };
 
 fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
-    let hp = b.hp;
-    let n_embd = hp.n_embd as i64;
-    let kq_scale = 1.0 / (hp.head_v as f32).sqrt();
-    let (tok_embd, mut inp) = b.inp_embd()?;
-    for il in 0..hp.n_layer {
-        let nq = (hp.head_k * hp.n_head[il]) as i64;
-        let attn_norm = b.lw(il, "attn_norm.weight", &[n_embd])?;
-        let wo = b.lw(il, "attn_output.weight", &[nq, n_embd])?;
-        let wo_b = b.lw_opt(il, "attn_output.bias", &[n_embd])?;
-        let ffn_norm = b.lw(il, "ffn_norm.weight", &[n_embd])?;
-
-        let cur = b.rms_norm(inp, Some(attn_norm), hp.eps_rms);
-        let (q, k, v) = b.qkv(il, cur)?;
-        let (q, k) = b.rope_qk(q, k, None, false);
-        let (q, k) = b.qk_norm(il, q, k)?;
-        let mut cur = b.attn(il, q, k, v, wo, wo_b, kq_scale);
-        let mut res = inp;
-        if il == hp.n_layer - 1 {
-            cur = b.get_rows_out(cur);
-            res = b.get_rows_out(res);
-        }
-        let ffn_inp = b.add(cur, Operand::Node(res));
-        let cur = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
-        let ffn = Ffn {
-            scaled: false,
-            ..Ffn::SWIGLU
-        };
-        let cur = b.ffn_layer(il, cur, ffn)?;
-        inp = b.add(cur, Operand::Node(ffn_inp));
-    }
-    b.rms_output(inp, tok_embd, false)
+    let layers = Qwen2Layers {
+        kq_scale: 1.0 / (b.hp.head_v as f32).sqrt(),
+        rope_freqs: None,
+        qk_norm_after_rope: true,
+        output_bias: false,
+    };
+    graph_with(b, layers)
 }

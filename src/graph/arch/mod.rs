@@ -11,18 +11,29 @@
 //! log line naming the architecture and the missing piece.
 
 pub mod baichuan;
+pub mod cohere2;
 pub mod command_r;
+pub mod deci;
 pub mod deepseek2;
+pub mod def;
+pub mod dots1;
+pub mod ernie4_5;
+pub mod ernie4_5_moe;
+pub mod exaone;
 pub mod exaone4;
 pub mod gemma;
 pub mod gemma2;
 pub mod gemma3;
+pub mod glm4;
 pub mod glm4moe;
 pub mod gpt_oss;
 pub mod granite;
 pub mod hunyuan_dense;
+pub mod internlm2;
 pub mod llama;
 pub mod maincoder;
+pub mod minicpm;
+pub mod minimax_m2;
 pub mod mistral3;
 pub mod nanbeige;
 pub mod olmo2;
@@ -34,110 +45,20 @@ pub mod qwen2;
 pub mod qwen2vl;
 pub mod qwen3;
 pub mod qwen3moe;
+pub mod qwen3vl;
+pub mod qwen3vlmoe;
 pub mod seed_oss;
 pub mod smollm3;
+pub mod stablelm;
+pub mod xverse;
 
-use super::builder::{BuildError, Builder};
+pub use def::{check_mrope_text, mrope_text_is_neox, no_hparams, ArchDef, Keys, Memory, Rope};
+
+use super::builder::BuildError;
+use super::builder::Builder;
 use super::params::{ArchParams, RopeConfig};
-use super::{Graph, GraphShape, NodeId, RopeMode};
-use crate::model::meta::MetaArray;
+use super::{Graph, GraphShape, RopeMode};
 use crate::model::Model;
-
-/// The rotary embedding an architecture applies (upstream's `llama_rope_type`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Rope {
-    /// No rotary embedding (`LLAMA_ROPE_TYPE_NONE`).
-    None,
-    /// ggml's rope modes: adjacent pairs (`NORM`) or halves (`NEOX`).
-    Mode(RopeMode),
-    /// Multi-section rotary embeddings (`MROPE` 8, interleaved `IMROPE` 40) of
-    /// vision-language models. On text, where the t/h/w positions are equal and the sections
-    /// never reach the 4th (always 0), they rotate exactly as `NEOX`; the graph runs that
-    /// text path (see [`mrope_text_is_neox`]).
-    Multi(i32),
-}
-
-impl Rope {
-    /// `enum llama_rope_type`'s value.
-    pub fn raw(self) -> i32 {
-        match self {
-            Rope::None => -1,
-            Rope::Mode(RopeMode::Norm) => 0,
-            Rope::Mode(RopeMode::Neox) => 2,
-            Rope::Mode(RopeMode::Mrope { .. }) => 8,
-            Rope::Multi(raw) => raw,
-        }
-    }
-}
-
-/// The memory a context keeps for an architecture (upstream's `create_memory`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Memory {
-    /// A KV cache of `head_k * n_head_kv` K values and `head_v * n_head_kv` V values per
-    /// token and layer (the hyperparameters say how many: MLA's compressed cache sets
-    /// `n_head_kv` to 1 and the head sizes to the latent's).
-    Kv,
-    /// A K-only cache of one compressed head per token and layer (MLA's latent plus its
-    /// rotary part, `head_k` values); attention reads V as the first `head_v` of them.
-    KvLatent,
-}
-
-/// The outputs of a graph: the logits `[n_vocab, n_outputs]` and the final normed hidden
-/// state `[n_embd, n_outputs]`.
-pub struct Outputs {
-    pub logits: NodeId,
-    pub embd: NodeId,
-}
-
-/// Everything the engine knows about one architecture.
-pub struct ArchDef {
-    /// `general.architecture` values this definition runs.
-    pub names: &'static [&'static str],
-    pub rope: Rope,
-    pub memory: Memory,
-    /// Reads the hyperparameters beyond the common ones into `hp` (upstream's
-    /// `load_arch_hparams`); the common ones (sizes, heads, norms' eps, rope base and
-    /// scaling, expert counts) are read for every architecture by [`ArchParams::load`].
-    pub hparams: fn(&Keys, &mut ArchParams) -> Result<(), String>,
-    /// Builds the graph of one micro-batch.
-    pub graph: fn(&mut Builder) -> Result<Outputs, BuildError>,
-}
-
-/// Whether M-RoPE of `raw` type (8: sections in order, 40: interleaved) with `sections`
-/// rotates text tokens as NEOX: every one of the `n_rot / 2` rotated pairs takes its angle
-/// from the t, h or w position (equal on text), never from the 4th, as ggml's
-/// `rope_multi` picks them.
-pub fn mrope_text_is_neox(raw: i32, sections: [i32; 4], n_rot: usize) -> bool {
-    let [t, h, w, e] = sections.map(|s| s.max(0) as usize);
-    let sect_dims = (t + h + w + e).max(1);
-    (0..n_rot / 2).all(|pair| {
-        let sector = pair % sect_dims;
-        if raw == 40 {
-            (sector % 3 == 0 && sector < 3 * t)
-                || (sector % 3 == 1 && sector < 3 * h)
-                || (sector % 3 == 2 && sector < 3 * w)
-        } else {
-            sector < t + h + w
-        }
-    })
-}
-
-/// The M-RoPE check of an architecture's `hparams`: the text path must be NEOX.
-pub fn check_mrope_text(k: &Keys, hp: &ArchParams, raw: i32) -> Result<(), String> {
-    let sections = k.model.hparams.rope_sections;
-    if mrope_text_is_neox(raw, sections, hp.n_rot) {
-        Ok(())
-    } else {
-        Err(format!(
-            "rope sections {sections:?} use the 4th position on text: not supported yet"
-        ))
-    }
-}
-
-/// No hyperparameters beyond the common ones.
-pub fn no_hparams(_: &Keys, _: &mut ArchParams) -> Result<(), String> {
-    Ok(())
-}
 
 /// The registered architectures, in the order the docs list them.
 pub static REGISTRY: &[&ArchDef] = &[
@@ -167,6 +88,20 @@ pub static REGISTRY: &[&ArchDef] = &[
     &qwen2vl::DEF,
     &hunyuan_dense::DEF,
     &plamo::DEF,
+    &xverse::DEF,
+    &internlm2::DEF,
+    &exaone::DEF,
+    &qwen3vl::DEF,
+    &deci::DEF,
+    &glm4::DEF,
+    &cohere2::DEF,
+    &minicpm::DEF,
+    &stablelm::DEF,
+    &qwen3vlmoe::DEF,
+    &dots1::DEF,
+    &minimax_m2::DEF,
+    &ernie4_5::DEF,
+    &ernie4_5_moe::DEF,
 ];
 
 /// The definition that runs `arch`, if any.
@@ -185,82 +120,6 @@ pub fn supported_names() -> Vec<&'static str> {
         .iter()
         .flat_map(|d| d.names.iter().copied())
         .collect()
-}
-
-/// The metadata of a model under its architecture's prefix (`<arch>.<key>`), for the
-/// [`ArchDef::hparams`] readers.
-pub struct Keys<'m> {
-    pub model: &'m Model,
-    pub arch: &'m str,
-}
-
-impl Keys<'_> {
-    pub fn key(&self, s: &str) -> String {
-        format!("{}.{s}", self.arch)
-    }
-
-    pub fn f32(&self, s: &str, default: f32) -> f32 {
-        self.model
-            .meta
-            .get_f64(&self.key(s))
-            .map_or(default, |v| v as f32)
-    }
-
-    pub fn u32(&self, s: &str, default: u32) -> u32 {
-        self.model.meta.get_u32(&self.key(s)).unwrap_or(default)
-    }
-
-    pub fn f32_opt(&self, s: &str) -> Option<f32> {
-        self.model.meta.get_f64(&self.key(s)).map(|v| v as f32)
-    }
-
-    /// A key upstream requires: its absence fails context creation naming it.
-    pub fn u32_required(&self, s: &str) -> Result<u32, String> {
-        let key = self.key(s);
-        self.model
-            .meta
-            .get_u32(&key)
-            .ok_or_else(|| format!("key not found in model: {key}"))
-    }
-
-    /// `rope.dimension_sections` when its first two are > 0 (upstream's `use_mrope`).
-    pub fn mrope_sections(&self) -> Option<[u32; 4]> {
-        let v = self
-            .model
-            .meta
-            .get_u32_or_array(&self.key("rope.dimension_sections"), 4)?;
-        let s = [v[0], v[1], v[2], v[3]];
-        (s[0] > 0 && s[1] > 0).then_some(s)
-    }
-
-    pub fn bool(&self, s: &str, default: bool) -> bool {
-        self.model.meta.get_bool(&self.key(s)).unwrap_or(default)
-    }
-
-    /// Which layers use the sliding window, as upstream's `load_swa_pattern`:
-    /// `attention.sliding_window_pattern` as an array gives each layer's flag (layers past
-    /// its end: full attention), as a number the period (every layer but each period-th);
-    /// absent, `default_period` (0: every layer).
-    pub fn swa_layers(&self, n_layer: usize, default_period: u32) -> Result<Vec<bool>, String> {
-        let key = self.key("attention.sliding_window_pattern");
-        let period = match self.model.meta.get_array(&key) {
-            Some(MetaArray::Bools(v)) => {
-                return Ok((0..n_layer)
-                    .map(|il| v.get(il).copied().unwrap_or(false))
-                    .collect())
-            }
-            Some(MetaArray::Ints(v)) => {
-                return Ok((0..n_layer)
-                    .map(|il| v.get(il).is_some_and(|&x| x != 0))
-                    .collect())
-            }
-            Some(_) => return Err(format!("{key} has an unexpected array type")),
-            None => self.model.meta.get_u32(&key).unwrap_or(default_period) as usize,
-        };
-        Ok((0..n_layer)
-            .map(|il| period == 0 || il % period < period - 1)
-            .collect())
-    }
 }
 
 /// The rotary mode of a model: its architecture's, or M-RoPE where the file gives rope
@@ -291,4 +150,18 @@ pub fn build(
     b.rope_mode = rope_mode(def, hp);
     let out = (def.graph)(&mut b)?;
     Ok(b.finish(shape, Some(out.logits), Some(out.embd)))
+}
+
+/// The common hyperparameters ([`ArchParams::load_common`]), then the architecture's own
+/// (its registry entry's `hparams`; an unregistered architecture gets the common ones only).
+pub fn load_params(model: &Model) -> Result<ArchParams, String> {
+    let mut hp = ArchParams::load_common(model)?;
+    if let Some(def) = lookup(&model.arch) {
+        let keys = Keys {
+            model,
+            arch: &model.arch,
+        };
+        (def.hparams)(&keys, &mut hp).map_err(|e| format!("{}: {e}", model.arch))?;
+    }
+    Ok(hp)
 }

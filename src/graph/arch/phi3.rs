@@ -6,7 +6,7 @@
 
 use super::super::builder::{BuildError, Builder, Outputs};
 use super::super::{GluKind, Op, Operand, RopeMode};
-use super::{no_hparams, ArchDef, Memory, Rope};
+use super::def::{no_hparams, ArchDef, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
     names: &["phi3"],

@@ -2,8 +2,8 @@
 //! embeddings, q/k/v biases, an FFN without biases or per-tensor scales, and `output.bias`.
 
 use super::super::builder::{BuildError, Builder, Ffn, Outputs};
-use super::super::{Operand, RopeMode};
-use super::{no_hparams, ArchDef, Memory, Rope};
+use super::super::{Operand, RopeMode, WeightId};
+use super::def::{no_hparams, ArchDef, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
     names: &["qwen2"],
@@ -14,14 +14,34 @@ pub static DEF: ArchDef = ArchDef {
 };
 
 fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
-    graph_with(b, true)
+    let kq_scale = b.kq_scale();
+    graph_with(
+        b,
+        Qwen2Layers {
+            kq_scale,
+            rope_freqs: None,
+            qk_norm_after_rope: false,
+            output_bias: true,
+        },
+    )
 }
 
-/// The graph of qwen2 and of qwen2vl's text path (which never adds `output.bias`).
-pub fn graph_with(b: &mut Builder, output_bias: bool) -> Result<Outputs, BuildError> {
+/// What the qwen2-style architectures change in qwen2's graph.
+pub struct Qwen2Layers {
+    pub kq_scale: f32,
+    /// llama-3 frequency factors of the rotary embedding (`rope_freqs.weight`).
+    pub rope_freqs: Option<WeightId>,
+    /// Per-head RMS norms of Q and K after the rotation (hunyuan-dense, maincoder).
+    pub qk_norm_after_rope: bool,
+    /// Add `output.bias` to the logits when the file has it.
+    pub output_bias: bool,
+}
+
+/// The graph of qwen2 and of the architectures built like it: qwen2vl's text path,
+/// hunyuan-dense, maincoder.
+pub fn graph_with(b: &mut Builder, l: Qwen2Layers) -> Result<Outputs, BuildError> {
     let hp = b.hp;
     let n_embd = hp.n_embd as i64;
-    let kq_scale = b.kq_scale();
     let (tok_embd, mut inp) = b.inp_embd()?;
     for il in 0..hp.n_layer {
         let nq = (hp.head_k * hp.n_head[il]) as i64;
@@ -32,8 +52,13 @@ pub fn graph_with(b: &mut Builder, output_bias: bool) -> Result<Outputs, BuildEr
 
         let cur = b.rms_norm(inp, Some(attn_norm), hp.eps_rms);
         let (q, k, v) = b.qkv(il, cur)?;
-        let (q, k) = b.rope_qk(q, k, None, false);
-        let mut cur = b.attn(il, q, k, v, wo, wo_b, kq_scale);
+        let (q, k) = b.rope_qk(q, k, l.rope_freqs, false);
+        let (q, k) = if l.qk_norm_after_rope {
+            b.qk_norm(il, q, k)?
+        } else {
+            (q, k)
+        };
+        let mut cur = b.attn(il, q, k, v, wo, wo_b, l.kq_scale);
         let mut res = inp;
         if il == hp.n_layer - 1 {
             cur = b.get_rows_out(cur);
@@ -48,5 +73,5 @@ pub fn graph_with(b: &mut Builder, output_bias: bool) -> Result<Outputs, BuildEr
         let cur = b.ffn_layer(il, cur, ffn)?;
         inp = b.add(cur, Operand::Node(ffn_inp));
     }
-    b.rms_output(inp, tok_embd, output_bias)
+    b.rms_output(inp, tok_embd, l.output_bias)
 }

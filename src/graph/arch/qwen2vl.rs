@@ -4,7 +4,8 @@
 
 use super::super::builder::{BuildError, Builder, Outputs};
 use super::super::params::ArchParams;
-use super::{check_mrope_text, ArchDef, Keys, Memory, Rope};
+use super::def::{check_mrope_text, ArchDef, Keys, Memory, Rope};
+use super::qwen2::{graph_with, Qwen2Layers};
 
 pub static DEF: ArchDef = ArchDef {
     names: &["qwen2vl"],
@@ -19,5 +20,12 @@ fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
 }
 
 fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
-    super::qwen2::graph_with(b, false)
+    let kq_scale = b.kq_scale();
+    let layers = Qwen2Layers {
+        kq_scale,
+        rope_freqs: None,
+        qk_norm_after_rope: false,
+        output_bias: false,
+    };
+    graph_with(b, layers)
 }

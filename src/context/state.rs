@@ -1,0 +1,395 @@
+//! A context's state, as upstream's `llama_context::state_*` writes and reads it: the whole
+//! state (the architecture's name, then the memory) and a sequence's state (a magic and the
+//! sequence id, then that sequence's memory), in buffers and in session files. The memory's
+//! byte layout is [`crate::kv_cache::state`]'s. Upstream's session format (version 10) holds
+//! no logits or embeddings: a restore leaves the last decode's outputs as they are.
+//!
+//! A restore is checked whole before anything changes; a state that fails leaves the
+//! context as it was (upstream has by then emptied the cache or the destination sequence,
+//! and applies a session file before noticing data left over at its end).
+//!
+//! Not supported yet (a failure with a log line): models with sliding-window layers
+//! (upstream writes two caches) and M-RoPE models (upstream's cells carry 2D positions).
+
+use std::io::Write;
+
+use super::{Context, Engine};
+use crate::kv_cache::state::{
+    KvRestore, SliceSource, StateError, StateLayers, StateOut, StateReader, StateSource,
+    StateWriter,
+};
+
+/// `LLAMA_SESSION_MAGIC` ('ggsn') and `LLAMA_SESSION_VERSION`.
+pub const SESSION_MAGIC: u32 = 0x6767_736e;
+pub const SESSION_VERSION: u32 = 10;
+/// `LLAMA_STATE_SEQ_MAGIC` ('ggsq') and `LLAMA_STATE_SEQ_VERSION`.
+pub const SEQ_MAGIC: u32 = 0x6767_7371;
+pub const SEQ_VERSION: u32 = 3;
+/// The magic that starts a sequence state in a buffer (upstream's `io_magic`).
+const IO_MAGIC: u32 = 0xaf14_3cd8;
+/// `LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY`: only the partial (sliding-window) part.
+pub const FLAG_PARTIAL_ONLY: u32 = 1;
+/// `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE`: tensor data stays with the context.
+pub const FLAG_ON_DEVICE: u32 = 2;
+
+fn fail<T>(msg: impl Into<String>) -> Result<T, StateError> {
+    Err(StateError(msg.into()))
+}
+
+impl Context {
+    /// The memory's sections (None: a context without memory, `vocab_only`).
+    fn state_sections(&self, e: &Engine) -> Result<Option<Vec<StateLayers>>, StateError> {
+        if self.vocab_only {
+            return Ok(None);
+        }
+        if e.exec.name() != "CPU" {
+            return fail(format!(
+                "state of a context computing on {} (its KV cache in device memory) is not supported by llama-hotswap yet",
+                e.exec.name()
+            ));
+        }
+        if self.hp.swa_layers.iter().any(|&swa| swa) {
+            return fail(format!(
+                "state of model architecture '{}' (sliding-window layers, upstream's two caches) is not supported by llama-hotswap yet",
+                self.model.arch
+            ));
+        }
+        if self.hp.ext.mrope_sections.is_some() {
+            return fail(format!(
+                "state of model architecture '{}' (M-RoPE cells) is not supported by llama-hotswap yet",
+                self.model.arch
+            ));
+        }
+        Ok(Some(vec![StateLayers {
+            layers: (0..e.kv.layers.len()).collect(),
+            n_swa: 0,
+            v_trans: !e.cparams.flash_attn,
+        }]))
+    }
+
+    /// Writes the whole state (`state_write_data`); returns the bytes written, or counted
+    /// with [`StateOut::Count`].
+    pub fn state_write(&self, out: StateOut) -> Result<usize, StateError> {
+        let e = self.engine();
+        let sections = self.state_sections(&e)?;
+        let mut w = StateWriter::new(out);
+        w.string(&self.model.arch)?;
+        for sect in sections.iter().flatten() {
+            e.kv.state_write(&mut w, None, sect)?;
+        }
+        Ok(w.n_bytes())
+    }
+
+    /// Reads a whole state (`state_read_data`) and installs it; returns the bytes read.
+    /// `check` runs after parsing, before anything changes, with the bytes read.
+    fn state_read_checked(
+        &self,
+        src: &mut dyn StateSource,
+        check: impl FnOnce(usize) -> Result<(), StateError>,
+    ) -> Result<usize, StateError> {
+        let mut e = self.engine();
+        let sections = self.state_sections(&e)?;
+        let mut r = StateReader::new(src, None);
+        let arch = r.string()?;
+        if arch != self.model.arch {
+            return fail(format!(
+                "wrong model arch: '{arch}' instead of '{}'",
+                self.model.arch
+            ));
+        }
+        let mut staged: Vec<(KvRestore, StateLayers)> = Vec::new();
+        for sect in sections.into_iter().flatten() {
+            staged.push((e.kv.state_parse(&mut r, None, &sect)?, sect));
+        }
+        let n = r.n_bytes();
+        check(n)?;
+        for (restore, sect) in staged {
+            e.kv.state_apply(restore, None, &sect)?;
+        }
+        Ok(n)
+    }
+
+    /// Reads a whole state and installs it; returns the bytes read.
+    pub fn state_read(&self, src: &mut dyn StateSource) -> Result<usize, StateError> {
+        self.state_read_checked(src, |_| Ok(()))
+    }
+
+    /// Writes the state of sequence `seq_id` (-1: every sequence) after upstream's magic and
+    /// the id (`state_seq_get_data`); `out` None only counts. With [`FLAG_ON_DEVICE`] the
+    /// tensor data is neither written nor counted: the context keeps it for `seq_id`,
+    /// replacing what it kept before.
+    pub fn state_seq_write(
+        &self,
+        out: Option<&mut dyn Write>,
+        seq_id: i32,
+        flags: u32,
+    ) -> Result<usize, StateError> {
+        let on_device = flags & FLAG_ON_DEVICE != 0;
+        let keep = on_device && out.is_some();
+        let mut aside = Vec::new();
+        let sink = match out {
+            None => StateOut::Count {
+                tensors: !on_device,
+            },
+            Some(out) if on_device => StateOut::Aside {
+                out,
+                tensors: &mut aside,
+            },
+            Some(out) => StateOut::Bytes(out),
+        };
+        let mut w = StateWriter::new(sink);
+        w.u32(IO_MAGIC)?;
+        w.i32(seq_id)?;
+        let mut e = self.engine();
+        self.seq_memory_write(&e, &mut w, seq_id, flags)?;
+        let n = w.n_bytes();
+        drop(w);
+        if keep {
+            e.state_aside.insert(seq_id, aside);
+        }
+        Ok(n)
+    }
+
+    /// The memory part of a sequence state (`state_seq_write_data`).
+    fn seq_memory_write(
+        &self,
+        e: &Engine,
+        w: &mut StateWriter,
+        seq_id: i32,
+        flags: u32,
+    ) -> Result<(), StateError> {
+        if !(-1..crate::kv_cache::MAX_SEQ as i32).contains(&seq_id) {
+            return fail(format!("seq_id {seq_id} is out of range"));
+        }
+        let seq = usize::try_from(seq_id).ok();
+        for sect in self.state_sections(e)?.iter().flatten() {
+            if flags & FLAG_PARTIAL_ONLY != 0 && sect.n_swa > 0 {
+                continue;
+            }
+            e.kv.state_write(w, seq, sect)?;
+        }
+        Ok(())
+    }
+
+    /// Reads a sequence state written by [`Context::state_seq_write`] into `dest_seq_id`
+    /// (-1: the whole memory); returns the bytes read.
+    pub fn state_seq_read(
+        &self,
+        src: &mut dyn StateSource,
+        dest_seq_id: i32,
+        flags: u32,
+    ) -> Result<usize, StateError> {
+        let e = self.engine();
+        let mut head = StateReader::new(src, None);
+        if head.u32()? != IO_MAGIC {
+            return fail("wrong sequence state magic");
+        }
+        let seq_read = head.i32()?;
+        let n_head = head.n_bytes();
+        let aside = if flags & FLAG_ON_DEVICE != 0 {
+            match e.state_aside.get(&seq_read) {
+                Some(a) => Some(a.clone()),
+                None => {
+                    return fail(format!(
+                        "no tensor data kept for sequence {seq_read} (LLAMA_STATE_SEQ_FLAGS_ON_DEVICE: save it with the flag first)"
+                    ))
+                }
+            }
+        } else {
+            None
+        };
+        drop(e);
+        let mut r = StateReader::new(src, aside.as_deref());
+        let n = self.seq_memory_read(&mut r, dest_seq_id, flags, |_| Ok(()))?;
+        Ok(n_head + n)
+    }
+
+    /// The memory part of a sequence restore (`state_seq_read_data`); returns the bytes read.
+    fn seq_memory_read(
+        &self,
+        r: &mut StateReader,
+        dest_seq_id: i32,
+        flags: u32,
+        check: impl FnOnce(usize) -> Result<(), StateError>,
+    ) -> Result<usize, StateError> {
+        let mut e = self.engine();
+        let seq = if dest_seq_id == -1 {
+            None
+        } else {
+            Some(e.kv.check_seq(dest_seq_id).map_err(|e| StateError(e.0))?)
+        };
+        let mut staged: Vec<(KvRestore, StateLayers)> = Vec::new();
+        for sect in self.state_sections(&e)?.into_iter().flatten() {
+            if flags & FLAG_PARTIAL_ONLY != 0 && sect.n_swa > 0 {
+                continue;
+            }
+            staged.push((e.kv.state_parse(r, seq, &sect)?, sect));
+        }
+        let n = r.n_bytes();
+        check(n)?;
+        if let Some(q) = seq {
+            if staged.iter().any(|(s, _)| !e.kv.state_fits(s, q)) {
+                return fail("failed to restore kv cache: not enough available cells");
+            }
+        }
+        for (restore, sect) in staged {
+            e.kv.state_apply(restore, seq, &sect)?;
+        }
+        Ok(n)
+    }
+
+    /// Saves a session file (`llama_state_save_file`): magic, version, the prompt tokens,
+    /// the whole state.
+    pub fn state_save_file(&self, path: &str, tokens: &[i32]) -> Result<(), StateError> {
+        let file = std::fs::File::create(path)
+            .map_err(|e| StateError(format!("failed to open {path}: {e}")))?;
+        let mut f = std::io::BufWriter::new(file);
+        let io = |e: std::io::Error| StateError(format!("cannot write {path}: {e}"));
+        let n = u32::try_from(tokens.len()).map_err(|_| StateError("too many tokens".into()))?;
+        for v in [SESSION_MAGIC, SESSION_VERSION, n] {
+            f.write_all(&v.to_le_bytes()).map_err(io)?;
+        }
+        for t in tokens {
+            f.write_all(&t.to_le_bytes()).map_err(io)?;
+        }
+        self.state_write(StateOut::Bytes(&mut f))?;
+        f.flush().map_err(io)?;
+        Ok(())
+    }
+
+    /// Loads a session file (`llama_state_load_file`): checks magic and version, returns the
+    /// prompt tokens (at most `capacity`) after installing the state, which must end the file.
+    pub fn state_load_file(&self, path: &str, capacity: usize) -> Result<Vec<i32>, StateError> {
+        let data =
+            std::fs::read(path).map_err(|e| StateError(format!("failed to open {path}: {e}")))?;
+        let mut src = SliceSource::new(&data);
+        let (tokens, at) = {
+            let mut r = StateReader::new(&mut src, None);
+            let (magic, version) = (r.u32()?, r.u32()?);
+            if magic != SESSION_MAGIC || version != SESSION_VERSION {
+                return fail(format!(
+                    "unknown (magic, version) for session file: {magic:08x}, {version:08x}"
+                ));
+            }
+            let n = r.u32()?;
+            if n as usize > capacity {
+                return fail(format!(
+                    "token count in session file exceeded capacity! {n} > {capacity}"
+                ));
+            }
+            let tokens = read_tokens(&mut r, n as usize)?;
+            (tokens, r.n_bytes())
+        };
+        let left = data.len() - at;
+        self.state_read_checked(&mut src, |n| {
+            if n != left {
+                return fail(format!(
+                    "did not read all of the session file data! size {left}, got {n}"
+                ));
+            }
+            Ok(())
+        })?;
+        Ok(tokens)
+    }
+
+    /// Saves a sequence state file (`llama_state_seq_save_file`): magic, version, the
+    /// tokens, the sequence's memory. Returns the file's size.
+    pub fn state_seq_save_file(
+        &self,
+        path: &str,
+        seq_id: i32,
+        tokens: &[i32],
+    ) -> Result<usize, StateError> {
+        let file = std::fs::File::create(path)
+            .map_err(|e| StateError(format!("failed to open {path}: {e}")))?;
+        let mut f = std::io::BufWriter::new(file);
+        let n = u32::try_from(tokens.len()).map_err(|_| StateError("too many tokens".into()))?;
+        let e = self.engine();
+        let mut w = StateWriter::new(StateOut::Bytes(&mut f));
+        for v in [SEQ_MAGIC, SEQ_VERSION, n] {
+            w.u32(v)?;
+        }
+        for &t in tokens {
+            w.i32(t)?;
+        }
+        self.seq_memory_write(&e, &mut w, seq_id, 0)?;
+        let total = w.n_bytes();
+        drop(w);
+        f.flush()
+            .map_err(|e| StateError(format!("cannot write {path}: {e}")))?;
+        Ok(total)
+    }
+
+    /// Loads a sequence state file into `dest_seq_id` (`llama_state_seq_load_file`).
+    /// `capacity` None only reads the token count (no state is loaded). Returns the tokens
+    /// and the bytes read from the file.
+    pub fn state_seq_load_file(
+        &self,
+        path: &str,
+        dest_seq_id: i32,
+        capacity: Option<usize>,
+    ) -> Result<SeqFile, StateError> {
+        let data =
+            std::fs::read(path).map_err(|e| StateError(format!("failed to open {path}: {e}")))?;
+        let mut src = SliceSource::new(&data);
+        let mut r = StateReader::new(&mut src, None);
+        let (magic, version) = (r.u32()?, r.u32()?);
+        if magic != SEQ_MAGIC || version != SEQ_VERSION {
+            return fail(format!(
+                "unknown (magic, version) for sequence state file: {magic:08x}, {version:08x}"
+            ));
+        }
+        let n = r.u32()? as usize;
+        let Some(capacity) = capacity else {
+            let max = (data.len() - r.n_bytes()) / 4;
+            if n > max {
+                return fail(format!(
+                    "token count in sequence state file exceeds the file size! {n} > {max}"
+                ));
+            }
+            return Ok(SeqFile {
+                tokens: Vec::new(),
+                n_tokens: n,
+                n_read: r.n_bytes(),
+            });
+        };
+        if n > capacity {
+            return fail(format!(
+                "token count in sequence state file exceeded capacity! {n} > {capacity}"
+            ));
+        }
+        let tokens = read_tokens(&mut r, n)?;
+        let n_head = r.n_bytes();
+        let n_state = self.seq_memory_read(&mut r, dest_seq_id, 0, |_| Ok(()))?;
+        let n_state = n_state - n_head;
+        if n_state == 0 {
+            return fail("failed to restore sequence state");
+        }
+        Ok(SeqFile {
+            tokens,
+            n_tokens: n,
+            n_read: n_head + n_state,
+        })
+    }
+}
+
+/// What [`Context::state_seq_load_file`] read.
+#[derive(Debug)]
+pub struct SeqFile {
+    /// The tokens (empty when only counted).
+    pub tokens: Vec<i32>,
+    pub n_tokens: usize,
+    /// Bytes read from the file (upstream's return value).
+    pub n_read: usize,
+}
+
+fn read_tokens(r: &mut StateReader, n: usize) -> Result<Vec<i32>, StateError> {
+    let bytes = r.read(
+        n.checked_mul(4)
+            .ok_or(StateError("too many tokens".into()))?,
+    )?;
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
+}

@@ -1,0 +1,606 @@
+//! Saving and restoring the cache in upstream's byte layout (`llama_kv_cache::state_write`
+//! and `state_read`), so that a state written by either library loads in the other:
+//!
+//! ```text
+//! u32 n_stream
+//! per stream: u32 cell_count, then (when > 0)
+//!   per cell:  i32 pos, u32 n_seq_id, i32 seq_id × n_seq_id
+//!   u32 v_trans, u32 n_layer
+//!   per layer: i32 k_type, u64 k_row_bytes, the cells' K rows
+//!   v_trans = 0, per layer: i32 v_type, u64 v_row_bytes, the cells' V rows
+//!   v_trans = 1, per layer: i32 v_type, u32 v_elem_bytes, u32 n_embd_v,
+//!                           per V column: that value of each cell
+//! ```
+//!
+//! Cells are written in index order (runs of consecutive cells). Upstream keeps V transposed
+//! when flash attention is off; ours keeps rows and writes (reads) the columns instead.
+//!
+//! A restore is parsed and checked whole before anything changes ([`KvCache::state_parse`]
+//! stages the cells and rows, [`KvCache::state_apply`] installs them): a state that fails
+//! leaves the cache as it was. Upstream has by then emptied the cache (a whole restore) or
+//! the destination sequence (a sequence restore); we keep it instead.
+
+use super::{KvCache, SeqSet};
+
+/// A state that cannot be written or read; the text says what and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StateError(pub String);
+
+fn fail<T>(msg: impl Into<String>) -> Result<T, StateError> {
+    Err(StateError(msg.into()))
+}
+
+/// Where a state's bytes go.
+pub enum StateOut<'a> {
+    /// Nowhere: only counted (`tensors`: whether tensor data counts, upstream's dummy writer).
+    Count { tensors: bool },
+    /// Everything in order.
+    Bytes(&'a mut dyn std::io::Write),
+    /// Metadata in order; tensor data kept aside (`LLAMA_STATE_SEQ_FLAGS_ON_DEVICE`: upstream
+    /// leaves it in device buffers and neither writes nor counts it).
+    Aside {
+        out: &'a mut dyn std::io::Write,
+        tensors: &'a mut Vec<u8>,
+    },
+}
+
+/// A state being written: the sink and the bytes written so far (upstream's `n_bytes`).
+pub struct StateWriter<'a> {
+    out: StateOut<'a>,
+    n: usize,
+    scratch: Vec<u8>,
+}
+
+impl<'a> StateWriter<'a> {
+    pub fn new(out: StateOut<'a>) -> StateWriter<'a> {
+        StateWriter {
+            out,
+            n: 0,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Bytes written (counted) so far.
+    pub fn n_bytes(&self) -> usize {
+        self.n
+    }
+
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), StateError> {
+        match &mut self.out {
+            StateOut::Count { .. } => {}
+            StateOut::Bytes(out) | StateOut::Aside { out, .. } => out
+                .write_all(bytes)
+                .map_err(|e| StateError(format!("cannot write the state: {e}")))?,
+        }
+        self.n += bytes.len();
+        Ok(())
+    }
+
+    pub fn u32(&mut self, v: u32) -> Result<(), StateError> {
+        self.write(&v.to_le_bytes())
+    }
+
+    pub fn i32(&mut self, v: i32) -> Result<(), StateError> {
+        self.write(&v.to_le_bytes())
+    }
+
+    pub fn u64(&mut self, v: u64) -> Result<(), StateError> {
+        self.write(&v.to_le_bytes())
+    }
+
+    /// A length-prefixed string (upstream's `write_string`).
+    pub fn string(&mut self, s: &str) -> Result<(), StateError> {
+        let n = u32::try_from(s.len()).map_err(|_| StateError("string too long".into()))?;
+        self.u32(n)?;
+        self.write(s.as_bytes())
+    }
+
+    /// `len` bytes of tensor data, made by `fill` only where they are stored.
+    fn tensor(&mut self, len: usize, fill: impl FnOnce(&mut Vec<u8>)) -> Result<(), StateError> {
+        match &mut self.out {
+            StateOut::Count { tensors } => {
+                if *tensors {
+                    self.n += len;
+                }
+                Ok(())
+            }
+            StateOut::Aside { tensors, .. } => {
+                fill(tensors);
+                Ok(())
+            }
+            StateOut::Bytes(_) => {
+                let mut buf = std::mem::take(&mut self.scratch);
+                buf.clear();
+                fill(&mut buf);
+                debug_assert_eq!(buf.len(), len);
+                let r = self.write(&buf);
+                self.scratch = buf;
+                r
+            }
+        }
+    }
+}
+
+/// Bytes a state is read from, in order.
+pub trait StateSource {
+    /// The next `n` bytes; None when fewer are left (nothing is consumed then).
+    fn take(&mut self, n: usize) -> Option<&[u8]>;
+}
+
+/// A state in a byte slice.
+pub struct SliceSource<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl<'a> SliceSource<'a> {
+    pub fn new(data: &'a [u8]) -> SliceSource<'a> {
+        SliceSource { data, at: 0 }
+    }
+
+    /// Bytes consumed so far.
+    pub fn position(&self) -> usize {
+        self.at
+    }
+}
+
+impl StateSource for SliceSource<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.data.len())?;
+        let s = &self.data[self.at..end];
+        self.at = end;
+        Some(s)
+    }
+}
+
+/// A state being read: its source, the tensor data kept aside where it was written so, and
+/// the bytes read so far (upstream's `n_bytes`, which does not count data kept aside).
+pub struct StateReader<'a> {
+    src: &'a mut dyn StateSource,
+    aside: Option<SliceSource<'a>>,
+    n: usize,
+}
+
+impl<'a> StateReader<'a> {
+    pub fn new(src: &'a mut dyn StateSource, aside: Option<&'a [u8]>) -> StateReader<'a> {
+        StateReader {
+            src,
+            aside: aside.map(SliceSource::new),
+            n: 0,
+        }
+    }
+
+    pub fn n_bytes(&self) -> usize {
+        self.n
+    }
+
+    pub fn read(&mut self, n: usize) -> Result<&[u8], StateError> {
+        match self.src.take(n) {
+            Some(b) => {
+                self.n += n;
+                Ok(b)
+            }
+            None => fail("unexpectedly reached end of buffer"),
+        }
+    }
+
+    pub fn u32(&mut self) -> Result<u32, StateError> {
+        let b = self.read(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    pub fn i32(&mut self) -> Result<i32, StateError> {
+        Ok(self.u32()? as i32)
+    }
+
+    pub fn u64(&mut self) -> Result<u64, StateError> {
+        let lo = u64::from(self.u32()?);
+        let hi = u64::from(self.u32()?);
+        Ok(lo | hi << 32)
+    }
+
+    /// A length-prefixed string (upstream's `read_string`).
+    pub fn string(&mut self) -> Result<String, StateError> {
+        let n = self.u32()? as usize;
+        Ok(String::from_utf8_lossy(self.read(n)?).into_owned())
+    }
+
+    fn tensor(&mut self, n: usize) -> Result<&[u8], StateError> {
+        if self.aside.is_none() {
+            return self.read(n);
+        }
+        match self.aside.as_mut().and_then(|a| a.take(n)) {
+            Some(b) => Ok(b),
+            None => fail("the tensor data kept aside for this sequence is shorter than the state"),
+        }
+    }
+}
+
+/// Which part of the cache a state section holds: upstream writes one section per cache
+/// (one for most models, the full-attention then the sliding-window layers for models with
+/// a sliding window).
+#[derive(Clone, Debug)]
+pub struct StateLayers {
+    /// The layers of the section, in order.
+    pub layers: Vec<usize>,
+    /// Sliding window of these layers (0: none): a sequence's state leaves out the cells
+    /// outside its window, as upstream's SWA cache.
+    pub n_swa: u32,
+    /// V kept transposed upstream (flash attention off).
+    pub v_trans: bool,
+}
+
+/// One stream's part of a parsed state: its cells and their K and V rows.
+#[derive(Debug)]
+struct StreamState {
+    /// Stream the cells go to.
+    strm: usize,
+    pos: Vec<i32>,
+    seqs: Vec<SeqSet>,
+    /// Per section layer: the cells' rows, row after row (V as rows, also when transposed).
+    k: Vec<Vec<u8>>,
+    v: Vec<Vec<u8>>,
+}
+
+/// A parsed and checked state of one section, ready for [`KvCache::state_apply`].
+#[derive(Debug)]
+pub struct KvRestore {
+    streams: Vec<StreamState>,
+}
+
+impl KvCache {
+    /// Writes the cells of `seq` (every cell when None) and their rows of the section's
+    /// layers, as upstream's `state_write`.
+    pub fn state_write(
+        &self,
+        w: &mut StateWriter,
+        seq: Option<usize>,
+        sect: &StateLayers,
+    ) -> Result<(), StateError> {
+        if sect.v_trans && self.type_v.block_size() != 1 {
+            return fail("a quantized V cache cannot be transposed (it needs flash attention)");
+        }
+        w.u32(self.streams.len() as u32)?;
+        let size = self.size as usize;
+        for (s, stream) in self.streams.iter().enumerate() {
+            let cells = &stream.cells;
+            let max = seq.map(|q| cells.seq_pos_max(q));
+            let keep = |i: u32| {
+                if cells.is_empty(i) {
+                    return false;
+                }
+                match seq {
+                    None => true,
+                    Some(q) => {
+                        cells.seq_has(i, q)
+                            && !(sect.n_swa > 0
+                                && max.unwrap_or(-1) - cells.pos(i) >= sect.n_swa as i32)
+                    }
+                }
+            };
+            let mut ranges: Vec<(usize, usize)> = Vec::new();
+            let mut begin = None;
+            for i in 0..self.size {
+                match (keep(i), begin) {
+                    (true, None) => begin = Some(i as usize),
+                    (false, Some(b)) => {
+                        ranges.push((b, i as usize));
+                        begin = None;
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(b) = begin {
+                ranges.push((b, size));
+            }
+            let count: usize = ranges.iter().map(|r| r.1 - r.0).sum();
+            w.u32(count as u32)?;
+            if count == 0 {
+                continue;
+            }
+            for &(a, b) in &ranges {
+                for i in a..b {
+                    let ids: Vec<usize> = (0..self.n_seq_max)
+                        .filter(|&cur| {
+                            (seq.is_none() || seq == Some(cur)) && cells.seq_has(i as u32, cur)
+                        })
+                        .collect();
+                    w.i32(cells.pos(i as u32))?;
+                    w.u32(ids.len() as u32)?;
+                    for id in ids {
+                        w.i32(id as i32)?;
+                    }
+                }
+            }
+            let base = s * size;
+            w.u32(sect.v_trans as u32)?;
+            w.u32(sect.layers.len() as u32)?;
+            for &il in &sect.layers {
+                let l = &self.layers[il];
+                let row = self.type_k.row_bytes(l.n_embd_k);
+                w.i32(self.type_k.ggml_id())?;
+                w.u64(row as u64)?;
+                for &(a, b) in &ranges {
+                    w.tensor((b - a) * row, |out| {
+                        l.k.append_row_bytes(base + a, b - a, l.n_embd_k, out)
+                    })?;
+                }
+            }
+            for &il in &sect.layers {
+                let l = &self.layers[il];
+                // compressed attention (MLA) keeps no V: upstream has no V tensor there
+                if l.n_embd_v == 0 {
+                    continue;
+                }
+                w.i32(self.type_v.ggml_id())?;
+                if !sect.v_trans {
+                    let row = self.type_v.row_bytes(l.n_embd_v);
+                    w.u64(row as u64)?;
+                    for &(a, b) in &ranges {
+                        w.tensor((b - a) * row, |out| {
+                            l.v.append_row_bytes(base + a, b - a, l.n_embd_v, out)
+                        })?;
+                    }
+                } else {
+                    let el = self.type_v.type_size();
+                    w.u32(el as u32)?;
+                    w.u32(l.n_embd_v as u32)?;
+                    for j in 0..l.n_embd_v {
+                        for &(a, b) in &ranges {
+                            w.tensor((b - a) * el, |out| {
+                                l.v.append_col_bytes(j, base + a, b - a, l.n_embd_v, out)
+                            })?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads one section written by [`KvCache::state_write`] (either library's) into a
+    /// staged restore, checking it against this cache: stream count, cell counts, sequence
+    /// ids, layer count, types, row sizes, V transposition. `seq`: the destination sequence
+    /// (None: the whole cache). Nothing changes here.
+    pub fn state_parse(
+        &self,
+        r: &mut StateReader,
+        seq: Option<usize>,
+        sect: &StateLayers,
+    ) -> Result<KvRestore, StateError> {
+        let n_stream = r.u32()?;
+        if n_stream as usize != self.streams.len() {
+            return fail(format!(
+                "n_stream mismatch ({n_stream} in the state, {} here)",
+                self.streams.len()
+            ));
+        }
+        let mut streams = Vec::new();
+        for s in 0..self.streams.len() {
+            let count = r.u32()? as usize;
+            if count == 0 {
+                continue;
+            }
+            let strm = match seq {
+                None => s,
+                Some(q) => self.seq_to_stream[q],
+            };
+            if seq.is_some() && !streams.is_empty() {
+                return fail("a sequence's state holds cells in more than one stream");
+            }
+            if count > self.size as usize {
+                return fail(format!(
+                    "not enough cells in kv cache ({count} in the state, {} here)",
+                    self.size
+                ));
+            }
+            let mut pos = Vec::with_capacity(count);
+            let mut seqs = Vec::with_capacity(count);
+            for _ in 0..count {
+                let p = r.i32()?;
+                let n_seq_id = r.u32()?;
+                if p < 0 {
+                    return fail(format!("invalid position {p} of a kv cell"));
+                }
+                let mut set = SeqSet::default();
+                match seq {
+                    Some(q) => {
+                        if n_seq_id != 1 {
+                            return fail("invalid seq_id-agnostic kv cell");
+                        }
+                        // the saved sequence id is read and replaced by the destination
+                        r.i32()?;
+                        set.set(q);
+                    }
+                    None => {
+                        for _ in 0..n_seq_id {
+                            let id = r.i32()?;
+                            if id < 0 || id as usize >= self.n_seq_max {
+                                return fail(format!(
+                                    "invalid seq_id, {id} is out of range [0, {})",
+                                    self.n_seq_max
+                                ));
+                            }
+                            if self.seq_to_stream[id as usize] != strm {
+                                return fail(format!(
+                                    "seq_id {id} is in stream {strm} of the state, but lives in stream {} here",
+                                    self.seq_to_stream[id as usize]
+                                ));
+                            }
+                            set.set(id as usize);
+                        }
+                    }
+                }
+                pos.push(p);
+                seqs.push(set);
+            }
+            let v_trans = r.u32()?;
+            let n_layer = r.u32()?;
+            if n_layer as usize != sect.layers.len() {
+                return fail(format!(
+                    "mismatched layer count ({n_layer} instead of {})",
+                    sect.layers.len()
+                ));
+            }
+            if (v_trans != 0) != sect.v_trans {
+                return fail("incompatible V transposition");
+            }
+            let mut k = Vec::with_capacity(sect.layers.len());
+            for &il in &sect.layers {
+                let l = &self.layers[il];
+                let ty = r.i32()?;
+                if ty != self.type_k.ggml_id() {
+                    return fail(format!(
+                        "mismatched key type ({} != {ty}, layer {il})",
+                        self.type_k.ggml_id()
+                    ));
+                }
+                let row = self.type_k.row_bytes(l.n_embd_k);
+                let row_ref = r.u64()?;
+                if row_ref != row as u64 {
+                    return fail(format!(
+                        "mismatched key row size ({row} != {row_ref}, layer {il})"
+                    ));
+                }
+                k.push(r.tensor(count * row)?.to_vec());
+            }
+            let mut v = Vec::with_capacity(sect.layers.len());
+            for &il in &sect.layers {
+                let l = &self.layers[il];
+                if l.n_embd_v == 0 {
+                    v.push(Vec::new());
+                    continue;
+                }
+                let ty = r.i32()?;
+                if ty != self.type_v.ggml_id() {
+                    return fail(format!(
+                        "mismatched value type ({} != {ty}, layer {il})",
+                        self.type_v.ggml_id()
+                    ));
+                }
+                if !sect.v_trans {
+                    let row = self.type_v.row_bytes(l.n_embd_v);
+                    let row_ref = r.u64()?;
+                    if row_ref != row as u64 {
+                        return fail(format!(
+                            "mismatched value row size ({row} != {row_ref}, layer {il})"
+                        ));
+                    }
+                    v.push(r.tensor(count * row)?.to_vec());
+                } else {
+                    let el = self.type_v.type_size();
+                    let el_ref = r.u32()?;
+                    if el_ref as usize != el {
+                        return fail(format!(
+                            "mismatched value element size ({el} != {el_ref}, layer {il})"
+                        ));
+                    }
+                    let n_embd_ref = r.u32()?;
+                    if n_embd_ref as usize != l.n_embd_v {
+                        return fail(format!(
+                            "mismatched GQA embedding size ({} != {n_embd_ref}, layer {il})",
+                            l.n_embd_v
+                        ));
+                    }
+                    // columns in, rows out
+                    let width = l.n_embd_v;
+                    let mut rows = vec![0u8; count * width * el];
+                    for j in 0..width {
+                        let col = r.tensor(count * el)?;
+                        for (i, x) in col.chunks_exact(el).enumerate() {
+                            let at = (i * width + j) * el;
+                            rows[at..at + el].copy_from_slice(x);
+                        }
+                    }
+                    v.push(rows);
+                }
+            }
+            streams.push(StreamState {
+                strm,
+                pos,
+                seqs,
+                k,
+                v,
+            });
+        }
+        Ok(KvRestore { streams })
+    }
+
+    /// Whether a restore of sequence `seq` finds its cells: the cells `seq` holds now are
+    /// freed first, as upstream's.
+    pub fn state_fits(&self, restore: &KvRestore, seq: usize) -> bool {
+        restore.streams.iter().all(|st| {
+            let cells = &self.streams[st.strm].cells;
+            let held = (0..self.size)
+                .filter(|&i| cells.seq_has(i, seq) && cells.seq_count(i) == 1)
+                .count() as u32;
+            self.size - cells.used() + held >= st.pos.len() as u32
+        })
+    }
+
+    /// Installs a restore parsed by [`KvCache::state_parse`]. A whole restore (`seq` None)
+    /// empties the cache (zeroing its rows) and puts the cells at the start of their
+    /// streams; a sequence restore removes `seq`'s cells and places the restored ones where
+    /// a decode of that many tokens would go. Fails, changing nothing, only where a sequence
+    /// finds no room (see [`KvCache::state_fits`]).
+    pub fn state_apply(
+        &mut self,
+        restore: KvRestore,
+        seq: Option<usize>,
+        sect: &StateLayers,
+    ) -> Result<(), StateError> {
+        if let Some(q) = seq {
+            if !self.state_fits(&restore, q) {
+                return fail(format!(
+                    "failed to find {} available cells in kv cache",
+                    restore.streams.iter().map(|s| s.pos.len()).sum::<usize>()
+                ));
+            }
+        } else {
+            self.clear(true);
+        }
+        let size = self.size as usize;
+        for st in restore.streams {
+            let rows: Vec<u32> = match seq {
+                None => {
+                    let cells = &mut self.streams[st.strm].cells;
+                    for (i, (&p, set)) in st.pos.iter().zip(&st.seqs).enumerate() {
+                        cells.pos_set(i as u32, p);
+                        for id in set.iter() {
+                            cells.seq_add(i as u32, id);
+                        }
+                    }
+                    self.streams[st.strm].head = 0;
+                    (0..st.pos.len() as u32)
+                        .map(|i| st.strm as u32 * self.size + i)
+                        .collect()
+                }
+                Some(q) => {
+                    self.seq_rm(Some(q), -1, -1);
+                    let mut rows = Vec::new();
+                    if !self.find_slot(&[(st.strm, st.pos.len() as u32)], &mut rows) {
+                        // state_fits counted the room: unreachable
+                        return fail("no room for the sequence after all");
+                    }
+                    self.apply(&rows, &st.pos, &st.seqs);
+                    rows
+                }
+            };
+            for (li, &il) in sect.layers.iter().enumerate() {
+                let l = &mut self.layers[il];
+                let rk = self.type_k.row_bytes(l.n_embd_k);
+                let rv = self.type_v.row_bytes(l.n_embd_v);
+                for (i, &row) in rows.iter().enumerate() {
+                    let row = row as usize;
+                    debug_assert!(row < size * self.streams.len());
+                    l.k.set_row_bytes(row, l.n_embd_k, &st.k[li][i * rk..(i + 1) * rk]);
+                    if l.n_embd_v > 0 {
+                        l.v.set_row_bytes(row, l.n_embd_v, &st.v[li][i * rv..(i + 1) * rv]);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -29,19 +29,39 @@ fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
 
 fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
     let hp = b.hp;
+    for il in 0..hp.n_layer {
+        b.lw(il, "exp_probs_b.bias", &[hp.n_expert as i64])?;
+    }
+    let moe = Moe {
+        gating: hp.ext.gating,
+        norm_w: true,
+        scale_w: hp.expert_weights_scale,
+        probs_bias: true,
+        exp_scales: false,
+        groups: (0, 0),
+        act: GluKind::Swiglu,
+        biases: false,
+    };
+    let nk = hp.n_embd_k_gqa(0) as i64;
+    graph_with(b, moe, nk)
+}
+
+/// The graph of minimax-m2 and of olmoe: whole-vector q/k RMS norms (K's weight of
+/// `k_norm_len` values), rotary embeddings, experts of `feed_forward_length` rows in every
+/// layer routed as `moe` says, a separate `output.weight`.
+pub fn graph_with(b: &mut Builder, moe: Moe, k_norm_len: i64) -> Result<Outputs, BuildError> {
+    let hp = b.hp;
     let n_embd = hp.n_embd as i64;
     let head = hp.head_k;
     let kq_scale = 1.0 / (head as f32).sqrt();
     let (_, mut inp) = b.inp_embd()?;
     for il in 0..hp.n_layer {
         let nq = (head * hp.n_head[il]) as i64;
-        let nk = hp.n_embd_k_gqa(il) as i64;
         let attn_norm = b.lw(il, "attn_norm.weight", &[n_embd])?;
         let wo = b.lw(il, "attn_output.weight", &[nq, n_embd])?;
         let q_norm = b.lw(il, "attn_q_norm.weight", &[nq])?;
-        let k_norm = b.lw(il, "attn_k_norm.weight", &[nk])?;
+        let k_norm = b.lw(il, "attn_k_norm.weight", &[k_norm_len])?;
         let ffn_norm = b.lw(il, "ffn_norm.weight", &[n_embd])?;
-        b.lw(il, "exp_probs_b.bias", &[hp.n_expert as i64])?;
 
         let cur = b.rms_norm(inp, Some(attn_norm), hp.eps_rms);
         let (q, k, v) = b.qkv(il, cur)?;
@@ -56,16 +76,6 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         }
         let ffn_inp = b.add(cur, Operand::Node(res));
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
-        let moe = Moe {
-            gating: hp.ext.gating,
-            norm_w: true,
-            scale_w: hp.expert_weights_scale,
-            probs_bias: true,
-            exp_scales: false,
-            groups: (0, 0),
-            act: GluKind::Swiglu,
-            biases: false,
-        };
         let cur = b.moe_layer(il, x, hp.n_ff[il], moe)?;
         inp = b.add(cur, Operand::Node(ffn_inp));
     }

@@ -29,14 +29,17 @@ pub mod glm4moe;
 pub mod gpt_oss;
 pub mod granite;
 pub mod hunyuan_dense;
+pub mod hunyuan_moe;
 pub mod internlm2;
 pub mod llama;
 pub mod maincoder;
 pub mod minicpm;
 pub mod minimax_m2;
 pub mod mistral3;
+pub mod mistral4;
 pub mod nanbeige;
 pub mod olmo2;
+pub mod olmoe;
 pub mod orion;
 pub mod phi3;
 pub mod plamo;
@@ -102,6 +105,9 @@ pub static REGISTRY: &[&ArchDef] = &[
     &minimax_m2::DEF,
     &ernie4_5::DEF,
     &ernie4_5_moe::DEF,
+    &mistral4::DEF,
+    &olmoe::DEF,
+    &hunyuan_moe::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

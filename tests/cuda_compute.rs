@@ -153,7 +153,12 @@ fn retyped(src: &Path, dst: &Path, ty: GgmlType) {
         }
         let mut values = vec![0.0f32; t.n_elements() as usize];
         llama::kernels::cpu::dequantize_row(t.ggml_type, data, &mut values);
-        out.add_tensor_f32(t.name, t.shape(), ty, &values).unwrap();
+        // llama-quantize's row quantizers (every type, not only the writer's F16/Q8_0/Q4_0)
+        let n_per_row = shape[0] as usize;
+        let rows = values.len() / n_per_row;
+        let mut bytes = vec![0u8; rows * llama::kernels::cpu::row_bytes(ty, n_per_row)];
+        llama::kernels::quant::quantize_rows(ty, &values, &mut bytes, n_per_row, None).unwrap();
+        out.add_tensor(t.name, &shape, ty, bytes).unwrap();
     }
     w = out;
     w.write_to(dst).unwrap();
@@ -557,5 +562,40 @@ fn trace_tiny_model() {
         let ctx = Context::new(load_on(&p, ngl, Vec::new(), false), &params(64, 64)).unwrap();
         let (code, _) = decode(&ctx, &prompt, 0, true);
         eprintln!("=== code {code}");
+    }
+}
+
+/// Runs without a GPU: the files the GPU check makes from upstream's fixtures (retyped to Q8_0
+/// and Q4_1) load and decode on the CPU engine with finite logits that differ from the F32
+/// file's, so a lent GPU's minutes are not spent on a broken preparation.
+#[test]
+fn retyped_fixtures_decode_on_the_cpu() {
+    let Some(fx) = fixtures_dir() else {
+        eprintln!("skipping: fixtures not found (scripts/upstream-arch-fixtures.sh)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["gemma3-dense", "qwen3moe-moe"] {
+        let src = fx.join(format!("{name}.gguf"));
+        let base = Context::new(load_on(&src, 0, Vec::new(), false), &params(64, 64)).unwrap();
+        let prompt: Vec<i32> = (1..9).map(|i| i * 13).collect();
+        let (code, want) = decode(&base, &prompt, 0, false);
+        assert_eq!(code, 0, "{name} F32");
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_1] {
+            let p = dir.path().join(format!("{name}-{ty}.gguf"));
+            retyped(&src, &p, ty);
+            let model = load_on(&p, 0, Vec::new(), false);
+            let n_ty = model
+                .tensors
+                .iter()
+                .filter(|t| t.read().layout.ggml_type == ty)
+                .count();
+            assert!(n_ty > 0, "{name}: no tensor retyped to {ty}");
+            let ctx = Context::new(model, &params(64, 64)).unwrap();
+            let (code, got) = decode(&ctx, &prompt, 0, false);
+            assert_eq!(code, 0, "{name} {ty}");
+            assert!(got.iter().all(|v| v.is_finite()), "{name} {ty}: logits");
+            assert!(got != want, "{name} {ty}: same logits as F32");
+        }
     }
 }

@@ -5,7 +5,7 @@
 use super::super::builder::{BuildError, Builder, Outputs};
 use super::super::params::ArchParams;
 use super::super::RopeMode;
-use super::{ArchDef, Keys, Memory, Rope};
+use super::def::{ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
     names: &["cohere2"],

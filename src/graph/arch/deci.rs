@@ -6,7 +6,7 @@
 use super::super::builder::{BuildError, Builder, Ffn, Outputs};
 use super::super::params::ArchParams;
 use super::super::RopeMode;
-use super::{ArchDef, Keys, Memory, Rope};
+use super::def::{ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
     names: &["deci"],

@@ -5,8 +5,8 @@
 
 use super::super::builder::{BuildError, Builder, Outputs};
 use super::super::RopeMode;
+use super::def::{no_hparams, ArchDef, Keys, Memory, Rope};
 use super::granite::{graph_with, Scales};
-use super::{no_hparams, ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
     names: &["minicpm"],

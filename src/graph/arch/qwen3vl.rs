@@ -5,7 +5,7 @@
 
 use super::super::builder::{BuildError, Builder, Outputs};
 use super::super::params::ArchParams;
-use super::{check_mrope_text, ArchDef, Keys, Memory, Rope};
+use super::def::{check_mrope_text, ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
     names: &["qwen3vl"],

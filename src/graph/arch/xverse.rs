@@ -3,7 +3,7 @@
 
 use super::super::builder::{BuildError, Builder, Ffn, Outputs};
 use super::super::RopeMode;
-use super::{no_hparams, ArchDef, Memory, Rope};
+use super::def::{no_hparams, ArchDef, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
     names: &["xverse"],

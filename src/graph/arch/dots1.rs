@@ -43,6 +43,12 @@ fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
 
 fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
     let hp = b.hp;
+    graph_with(b, hp.n_ff_exp * hp.ext.n_expert_shared)
+}
+
+/// The graph of dots1 and of bailingmoe2, whose shared experts have `n_ff_shexp` rows.
+pub fn graph_with(b: &mut Builder, n_ff_shexp: usize) -> Result<Outputs, BuildError> {
+    let hp = b.hp;
     let e = &hp.ext;
     let n_embd = hp.n_embd as i64;
     let head = hp.head_k;
@@ -85,8 +91,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
                 biases: false,
             };
             let routed = b.moe_layer(il, x, hp.n_ff_exp, moe)?;
-            let n_ff = hp.n_ff_exp * e.n_expert_shared;
-            let shared = b.ffn_named(il, x, "_shexp", n_ff, plain)?;
+            let shared = b.ffn_named(il, x, "_shexp", n_ff_shexp, plain)?;
             b.add(routed, Operand::Node(shared))
         };
         inp = b.add(cur, Operand::Node(ffn_inp));

@@ -11,6 +11,7 @@
 //! log line naming the architecture and the missing piece.
 
 pub mod baichuan;
+pub mod bailingmoe2;
 pub mod cohere2;
 pub mod command_r;
 pub mod deci;
@@ -108,6 +109,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &mistral4::DEF,
     &olmoe::DEF,
     &hunyuan_moe::DEF,
+    &bailingmoe2::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

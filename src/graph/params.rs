@@ -127,6 +127,23 @@ pub struct Extras {
     pub attn_temp_floor: f32,
     /// M-RoPE's sections, when the file has them (text positions: see `RopeMode::Mrope`).
     pub mrope_sections: Option<[u32; 4]>,
+    /// State-space sizes (`ssm.*`) of recurrent and hybrid architectures.
+    pub ssm: Ssm,
+    /// Per layer: whether it keeps a recurrent state instead of KV rows (upstream's
+    /// `is_recr`); empty: none does.
+    pub recurrent_layers: Vec<bool>,
+}
+
+/// The state-space hyperparameters (`<arch>.ssm.*`, upstream's `ssm_*`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ssm {
+    pub d_conv: usize,
+    pub d_inner: usize,
+    pub d_state: usize,
+    pub dt_rank: usize,
+    pub n_group: usize,
+    /// RMS norms of dt, B and C without weights (FalconMamba: `ssm.dt_b_c_rms`).
+    pub dt_b_c_rms: bool,
 }
 
 impl ArchParams {
@@ -251,6 +268,23 @@ impl ArchParams {
             n_cls_out: 1,
             ext: Extras::default(),
         }
+    }
+
+    /// Whether layer `il` keeps a recurrent state (upstream's `is_recr`).
+    pub fn is_recurrent(&self, il: usize) -> bool {
+        self.ext.recurrent_layers.get(il).copied().unwrap_or(false)
+    }
+
+    /// Values of one recurrent conv state row (upstream's `n_embd_r`): the last
+    /// `d_conv - 1` inputs of every conv channel.
+    pub fn n_embd_r(&self) -> usize {
+        let s = &self.ext.ssm;
+        s.d_conv.saturating_sub(1) * (s.d_inner + 2 * s.n_group * s.d_state)
+    }
+
+    /// Values of one recurrent SSM state row (upstream's `n_embd_s`).
+    pub fn n_embd_s(&self) -> usize {
+        self.ext.ssm.d_state * self.ext.ssm.d_inner
     }
 
     pub fn n_embd_k_gqa(&self, il: usize) -> usize {

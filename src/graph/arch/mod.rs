@@ -34,6 +34,8 @@ pub mod hunyuan_moe;
 pub mod internlm2;
 pub mod llama;
 pub mod maincoder;
+pub mod mamba;
+pub mod mamba2;
 pub mod minicpm;
 pub mod minimax_m2;
 pub mod mistral3;
@@ -110,6 +112,8 @@ pub static REGISTRY: &[&ArchDef] = &[
     &olmoe::DEF,
     &hunyuan_moe::DEF,
     &bailingmoe2::DEF,
+    &mamba::DEF,
+    &mamba2::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

@@ -1690,6 +1690,119 @@ TEST(tensor_set_and_reload_from_file) {
     llama_model_free(model);
 }
 
+/* llama_ext_tensors_push: full-precision weights quantized by the library and stored as one
+ * transaction. Q (f32 in the file) is pushed as Q8_0 and UP1 in its own type, together: one
+ * generation bump; the stored Q8_0 blocks decode to the pushed values within half a step;
+ * the same push again stores the same bytes. A set with one bad item changes nothing (-1),
+ * and on a model without storage every tensor is refused (0), nothing changed. */
+TEST(tensors_push_is_one_transaction) {
+    const char *path = path_in_dir("push.gguf");
+    struct hs_model a;
+    model_init(&a, 220);
+    CHECK_INT(publish(path, &a), 0);
+    struct llama_model *model = load(path);
+    if (!CHECK_NOT_NULL(model)) return;
+    static float q[N_EMBD * N_EMBD], up[N_EMBD * N_FF];
+    for (int i = 0; i < N_EMBD * N_EMBD; i++) q[i] = sinf(0.37f * (float)i) * 0.5f;
+    for (int i = 0; i < N_EMBD * N_FF; i++) up[i] = cosf(0.11f * (float)i) * 0.25f;
+    struct llama_ext_tensor_push items[2] = {
+        { Q, GGML_TYPE_F32, q, sizeof q, GGML_TYPE_Q8_0, NULL, 0 },
+        { UP1, GGML_TYPE_F32, up, sizeof up, -1, NULL, 0 },
+    };
+    uint64_t g0 = llama_ext_model_generation(model);
+    CHECK_INT(llama_ext_tensors_push(model, items, 2, 2), 2);
+    CHECK(llama_ext_model_generation(model) == g0 + 1);
+    struct llama_ext_tensor_info info;
+    CHECK_INT(llama_ext_tensor_info(model, Q, &info), 0);
+    CHECK_INT(info.type, GGML_TYPE_Q8_0);
+    static uint8_t q8[N_EMBD * N_EMBD / 32 * 34], again[sizeof q8];
+    CHECK(llama_ext_tensor_read(model, Q, q8, sizeof q8) == (int64_t)sizeof q8);
+    int close = 1;
+    for (int b = 0; b < N_EMBD * N_EMBD / 32; b++) {
+        uint16_t d16;
+        memcpy(&d16, q8 + b * 34, 2);
+        float d = f16_to_f32(d16);
+        for (int j = 0; j < 32; j++) {
+            float y = d * (float)(int8_t)q8[b * 34 + 2 + j];
+            /* half a step, plus the f16 rounding of the scale (127 steps of 2^-11) */
+            if (fabsf(y - q[b * 32 + j]) > 0.57f * d + 1e-6f) close = 0;
+        }
+    }
+    CHECK(close);
+    static float up_back[N_EMBD * N_FF];
+    CHECK(llama_ext_tensor_read(model, UP1, up_back, sizeof up_back) == (int64_t)sizeof up_back);
+    CHECK(memcmp(up_back, up, sizeof up) == 0); /* f32 stays f32: the values as pushed */
+    /* the same push again: the same bytes (Q8_0 is now the current type) */
+    items[0].dst_type = -1;
+    CHECK_INT(llama_ext_tensors_push(model, items, 2, 1), 2);
+    CHECK(llama_ext_tensor_read(model, Q, again, sizeof again) == (int64_t)sizeof again);
+    CHECK(memcmp(q8, again, sizeof q8) == 0);
+    /* one bad item: nothing changes */
+    uint64_t g1 = llama_ext_model_generation(model);
+    struct llama_ext_tensor_push bad[2] = {
+        { Q, GGML_TYPE_F32, up, sizeof q, GGML_TYPE_Q4_0, NULL, 0 },
+        { UP1, GGML_TYPE_F32, up, sizeof up - 4, -1, NULL, 0 },
+    };
+    CHECK_INT(llama_ext_tensors_push(model, bad, 2, 1), -1);
+    bad[1] = (struct llama_ext_tensor_push){ Q, GGML_TYPE_F32, q, sizeof q, -1, NULL, 0 };
+    CHECK_INT(llama_ext_tensors_push(model, bad, 2, 1), -1); /* Q named twice */
+    bad[1] = (struct llama_ext_tensor_push){ UP1, GGML_TYPE_Q8_0, up, sizeof up, -1, NULL, 0 };
+    CHECK_INT(llama_ext_tensors_push(model, bad, 2, 1), -1); /* src must be F32/F16/BF16 */
+    bad[1] = (struct llama_ext_tensor_push){ UP1, GGML_TYPE_F32, up, sizeof up, GGML_TYPE_Q4_K, NULL, 0 };
+    CHECK_INT(llama_ext_tensors_push(model, bad, 2, 1), -1); /* 64-wide rows cannot be Q4_K */
+    bad[1] = (struct llama_ext_tensor_push){ UP1, GGML_TYPE_F32, up, sizeof up, GGML_TYPE_IQ4_XS, NULL, 0 };
+    CHECK_INT(llama_ext_tensors_push(model, bad, 2, 1), -1);
+    CHECK(llama_ext_model_generation(model) == g1);
+    CHECK_INT(llama_ext_tensor_info(model, Q, &info), 0);
+    CHECK_INT(info.type, GGML_TYPE_Q8_0);
+    CHECK(llama_ext_tensor_read(model, Q, again, sizeof again) == (int64_t)sizeof again);
+    CHECK(memcmp(q8, again, sizeof q8) == 0);
+    CHECK(llama_ext_tensor_read(model, UP1, up_back, sizeof up_back) == (int64_t)sizeof up_back);
+    CHECK(memcmp(up_back, up, sizeof up) == 0);
+    CHECK_INT(llama_ext_tensors_push(NULL, items, 2, 1), -1);
+    CHECK_INT(llama_ext_tensors_push(model, NULL, 2, 1), -1);
+    llama_model_free(model);
+
+    /* refused half-way (check_tensors: UP1 holds a NaN, so its write is refused after Q's):
+     * Q is put back, the set returns 0, both are reported refused */
+    struct llama_model_params pc = llama_model_default_params();
+    pc.check_tensors = true;
+    pc.n_gpu_layers = 0;
+    model = llama_model_load_from_file(path, pc);
+    if (!CHECK_NOT_NULL(model)) return;
+    static uint8_t q_before[N_EMBD * N_EMBD * 4];
+    CHECK(llama_ext_tensor_read(model, Q, q_before, sizeof q_before) == (int64_t)sizeof q_before);
+    up[7] = NAN;
+    items[0].dst_type = GGML_TYPE_Q8_0;
+    CHECK_INT(llama_ext_tensors_push(model, items, 2, 1), 0);
+    up[7] = 0.0f;
+    CHECK_INT(outcome_of(model, Q), LLAMA_EXT_RELOAD_REFUSED);
+    CHECK_INT(outcome_of(model, UP1), LLAMA_EXT_RELOAD_REFUSED);
+    CHECK_INT(llama_ext_tensor_info(model, Q, &info), 0);
+    CHECK_INT(info.type, GGML_TYPE_F32);
+    static uint8_t q_after[sizeof q_before];
+    CHECK(llama_ext_tensor_read(model, Q, q_after, sizeof q_after) == (int64_t)sizeof q_after);
+    CHECK(memcmp(q_before, q_after, sizeof q_before) == 0);
+    char json[2048];
+    llama_ext_reload_report_json(model, json, sizeof json);
+    CHECK(strstr(json, "all or nothing") != NULL);
+    llama_model_free(model);
+
+    /* no storage (no_alloc): refused as a set, 0 */
+    struct llama_model_params p = llama_model_default_params();
+    p.no_alloc = true;
+    p.n_gpu_layers = 0;
+    model = llama_model_load_from_file(path, p);
+    if (!CHECK_NOT_NULL(model)) return;
+    items[0].dst_type = GGML_TYPE_Q8_0;
+    CHECK_INT(llama_ext_tensors_push(model, items, 2, 1), 0);
+    CHECK_INT(outcome_of(model, Q), LLAMA_EXT_RELOAD_REFUSED);
+    CHECK_INT(outcome_of(model, UP1), LLAMA_EXT_RELOAD_REFUSED);
+    CHECK_INT(llama_ext_tensor_info(model, Q, &info), 0);
+    CHECK_INT(info.type, GGML_TYPE_F32);
+    llama_model_free(model);
+}
+
 /* A model loaded with no_alloc has no storage to swap into: every swap is refused, and the log
  * says so in ik_llama.cpp's words (GGUF-Tool-Suite's sweep reads "cannot be hot-swapped" to
  * reload the whole model for such a tensor instead). */
@@ -1749,6 +1862,7 @@ static const struct named_test g_tests[] = {
     T(typed_report_agrees_with_json),
     T(tensor_set_and_reload_from_file),
     T(no_storage_is_refused_in_iks_words),
+    T(tensors_push_is_one_transaction),
     T(transient_failures),
     T(relative_path_survives_chdir),
 };

@@ -677,6 +677,26 @@ struct llama_ext_tensor_info {
   int32_t load_fallback;
 };
 
+// One tensor of `llama_ext_tensors_push`: full-precision weights (say, from a trainer) to be
+// quantized by the library and stored in the tensor.
+struct llama_ext_tensor_push {
+  // The tensor's name (as in the GGUF).
+  const char *name;
+  // `GGML_TYPE_F32`, `GGML_TYPE_F16` or `GGML_TYPE_BF16`: the type of `data`.
+  int32_t src_type;
+  // Every element of the tensor in `src_type`, in the tensor's (ggml) order.
+  const void *data;
+  // Bytes at `data`.
+  size_t size;
+  // The type to store (an `enum ggml_type` value); -1: the tensor's current type.
+  int32_t dst_type;
+  // NULL, or the importance matrix for the quantization: `ne[0] * ne[2]` values (one row
+  // of `ne[0]` per expert), as `llama-imatrix` writes them.
+  const float *imatrix;
+  // Values at `imatrix`.
+  size_t n_imatrix;
+};
+
 // ==== llama-hotswap extensions (not in upstream llama.h) ====
 //
 // One tensor of the last reload report. The strings belong to the model and stay valid
@@ -1354,6 +1374,21 @@ int32_t llama_ext_tensor_set(struct llama_model *model,
                              int32_t ggml_type,
                              const void *data,
                              size_t size);
+
+// Pushes `n` tensors of full-precision weights into the model as one transaction: each is
+// quantized to its `dst_type` (or its current type) exactly as `llama_model_quantize`
+// converts a tensor it writes in that type, then all are stored as a hot-swap stores them
+// (contexts see the new weights at their next decode). All or nothing: if any tensor is
+// refused or fails, the ones already stored are put back and the model is as before (see
+// the report). `n_threads` <= 0: all cores. Returns `n` when every tensor holds its new
+// weights, 0 when the set was refused or failed (nothing changed; one log line) or hot-swap
+// is disabled for the model, -1 for a NULL model or items, an unknown or repeated name, a
+// `src_type` other than F32/F16/BF16, a `size` or `n_imatrix` that does not match the
+// tensor, or a `dst_type` the tensor's row length cannot take (nothing changed).
+int32_t llama_ext_tensors_push(struct llama_model *model,
+                               const struct llama_ext_tensor_push *items,
+                               size_t n,
+                               int32_t n_threads);
 
 // Writes the last reload call's report as JSON into `buf`, `snprintf`-style; returns the full
 // length, or -1 for a NULL model. Format: `{"generation": N, "tensors": [{"name", "outcome",

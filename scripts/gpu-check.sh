@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The CUDA executor's checks on a lent GPU machine (no Rust toolchain, no network there): runs
 # test binaries built beforehand (scripts/gpu-pack.sh puts them, this script and the model in
-# one folder), prints the GPU, the NVRTC used, every check's PASS/FAIL line and the figures.
+# one folder, with upstream's gemma3/qwen3moe fixtures), prints the GPU, the NVRTC used, every
+# check's PASS/FAIL line and the figures.
 # Usage: bash <folder>/gpu-check.sh   (writes logs to $OUT when set, else /tmp/gpu-check)
+# With the device tool: scripts/gpu-pack.sh build/gpu locally, then run
+# `bash build/gpu/gpu-check.sh` carrying build/gpu.
 set -u
 dir="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-/tmp/gpu-check}"
@@ -13,6 +16,8 @@ nvrtc="$(find /usr/local /opt /usr/lib -name 'libnvrtc.so*' -not -name '*alt*' 2
 echo "NVRTC: $nvrtc"
 export LLAMA_HOTSWAP_NVRTC="$nvrtc" LLAMA_HOTSWAP_REQUIRE_NVRTC=1 LLAMA_HOTSWAP_NO_CUDA=
 export LLAMA_HOTSWAP_CACHE=/tmp/gpu-check-cache LLAMA_HOTSWAP_SMOLLM2="$dir/smollm2.gguf"
+export LLAMA_HOTSWAP_GPU_FIXTURES="$dir/fixtures"
+echo "SmolLM2 cut to $(cat "$dir/smollm2-layers" 2>/dev/null || echo "?") of 30 layers"
 chmod +x "$dir"/bin/* 2>/dev/null
 status=0
 run() { # name, args...
@@ -20,7 +25,7 @@ run() { # name, args...
     echo "--- $name"
     timeout "${STEP_TIMEOUT:-300}" "$dir/bin/$name" "$@" >"$out/$name.log" 2>&1
     local rc=$?
-    grep -E "^(PASS|FAIL|FIGURE|SmolLM2 file)|test result|skipping|panicked|NVRTC [0-9]" "$out/$name.log" | head -n 80
+    grep -E "^(PASS|FAIL|FIGURE|SmolLM2 file|fixtures not)|test result|skipping|panicked|NVRTC [0-9]" "$out/$name.log" | head -n 160
     [ $rc -eq 0 ] || { echo "$name: exit $rc"; tail -n 25 "$out/$name.log"; status=1; }
 }
 run cuda_kernels --test-threads=1

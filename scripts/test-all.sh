@@ -16,23 +16,26 @@ start=$SECONDS
 # for a parallel build) even when this run shared its cores with other work.
 cpu_file="$(mktemp)"
 trap 'rm -f "$cpu_file"' EXIT
+# Sets CPU_NOW. Called as a plain command, never inside $(...): `times` must run in this
+# shell, a subshell would report its own (zero) children.
 cpu_now() {
-    times >"$cpu_file" # the builtin, in this shell: a $(...) subshell would report zeros
-    awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); sub("s", "", p[2]); n += p[1] * 60 + p[2] }; printf "%d", n }' "$cpu_file"
+    times >"$cpu_file"
+    CPU_NOW=$(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); sub("s", "", p[2]); n += p[1] * 60 + p[2] }; printf "%d", n }' "$cpu_file")
 }
 
 # Every setup step's time, for the summary at the end (what a fresh machine spends where).
 setup_times=()
 step_cpu0=0
 step_time() {
-    local cpu=$(($(cpu_now) - step_cpu0))
+    cpu_now
+    local cpu=$((CPU_NOW - step_cpu0))
     setup_times+=("$(printf '  %-4s %-66s %5ds wall %6ds CPU' "$1" "$2" "$3" "$cpu")")
 }
 
 # A required step: the tests cannot run without it.
 step() {
     local name=$1 t0=$SECONDS
-    step_cpu0=$(cpu_now)
+    cpu_now; step_cpu0=$CPU_NOW
     echo "--- setup: $name"
     shift
     if "$@"; then
@@ -49,7 +52,7 @@ step() {
 # reported and the parts that need it fail with their own message.
 prefetch() {
     local name=$1 t0=$SECONDS
-    step_cpu0=$(cpu_now)
+    cpu_now; step_cpu0=$CPU_NOW
     echo "--- setup: $name"
     shift
     if "$@" >/dev/null; then
@@ -87,7 +90,7 @@ prefetch "fixtures: test-llama-archs random-weight models" bash scripts/upstream
 
 echo "--- build: cargo build --release --lib"
 t0=$SECONDS
-step_cpu0=$(cpu_now)
+cpu_now; step_cpu0=$CPU_NOW
 if cargo build --release --lib; then
     export LLAMA_HOTSWAP_BUILT=1
     step_time ok "cargo build --release --lib" $((SECONDS - t0))
@@ -104,13 +107,13 @@ skipped=0
 results=()
 for part in "${parts[@]}"; do
     t0=$SECONDS
-    c0=$(cpu_now)
+    cpu_now; c0=$CPU_NOW
     echo
     echo "=== test-$part"
     rc=0
     bash "scripts/test-$part.sh" || rc=$?
     dt=$((SECONDS - t0))
-    dc=$(($(cpu_now) - c0))
+    cpu_now; dc=$((CPU_NOW - c0))
     case "$rc" in
         0) passed=$((passed + 1)); results+=("$(printf '  %-6s %-18s %4ds wall %5ds CPU' PASS "test-$part" "$dt" "$dc")") ;;
         77) skipped=$((skipped + 1)); results+=("$(printf '  %-6s %-18s %4ds wall %5ds CPU' SKIP "test-$part" "$dt" "$dc")") ;;
@@ -119,7 +122,8 @@ for part in "${parts[@]}"; do
 done
 
 echo
-echo "=== summary ($((SECONDS - start)) s: setup ${setup_total} s, parts $((SECONDS - start - setup_total)) s; $(cpu_now) CPU-seconds)"
+cpu_now
+echo "=== summary ($((SECONDS - start)) s: setup ${setup_total} s, parts $((SECONDS - start - setup_total)) s; ${CPU_NOW} CPU-seconds)"
 print_setup_times
 echo "parts:"
 printf '%s\n' "${results[@]}"

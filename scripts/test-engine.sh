@@ -52,7 +52,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -212,29 +212,52 @@ fi
 # Per weight type, bit for bit: a small generated llama (scripts/gen_bench_model.py small:
 # n_embd 256, n_ff 768, 2 layers, SmolLM2's vocabulary; every row a multiple of 256, so
 # K-quants are real) requantized by upstream's llama-quantize --pure, 12 prompt rows and 16
-# greedy steps. F16, BF16, Q5_0, Q5_1 and Q4_K: every row (their mat-vec kernels follow
-# ggml's vec_dot, their batched ones tinyBLAS / the repacked q4_K_8x8). Q6_K, Q5_K, Q3_K,
-# Q2_K and IQ4_XS: every row with ubatches of 5 tokens, where upstream runs ggml's vec_dot
-# for all products (ours follow its AVX2 order); ubatches of 8 rows or more take upstream's
-# tiled K-quant matmul (ggml-cpu/tiled/, not followed yet), so with the default ubatch these
-# are held to the quantized tolerance only.
+# greedy steps, every row. F16, BF16, Q5_0, Q5_1: their mat-vec kernels follow ggml's
+# vec_dot, their batched ones tinyBLAS; Q4_K the repacked q4_K_8x8. Q6_K, Q5_K, Q3_K, Q2_K and
+# IQ4_XS: micro-batches of 8 rows or more take upstream's tiled K-quant matmul
+# (ggml-cpu/tiled/, whose float order ours follows), smaller ones and the greedy steps its
+# vec_dot (ubatch 5: every product). That the default rows do run upstream's tiled path is
+# checked too: upstream with it switched off (GGML_CPU_TILED_MM=0) must give other logits.
 small_f16="$models_dir/llama-256.F16.gguf"
 [ -s "$small_f16" ] || "${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python" scripts/gen_bench_model.py "$model" "$small_f16" small \
     >"$out/gen-llama-256.log" 2>&1 || true
+tiled_path_ran() { # NAME: upstream's rows of check NAME differ with its tiled matmul off
+    local name=$1 file=$2 toks="${3:-$prompt}"
+    LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" GGML_CPU_TILED_MM=0 "$out/probe_decode" "$file" "$out/$name.untiled.bin" 16 $toks \
+        >/dev/null 2>"$out/$name.untiled.err" || true
+    if COMPARE_EXACT_ROWS=1 "$out/compare_logits" "$out/$name.upstream.bin" "$out/$name.untiled.bin" 1 0 >/dev/null 2>&1; then
+        echo "FAIL $name: upstream gave the same first row without its tiled matmul: the row does not test it"
+        failed=$((failed + 1))
+    fi
+}
 for t in F16 BF16 Q5_0 Q5_1 Q4_K Q6_K Q5_K Q3_K Q2_K IQ4_XS; do
     f="$models_dir/llama-256.$t-pure.gguf"
     [ -s "$f" ] || LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --pure "$small_f16" "$f.tmp" "$t" \
         >"$out/quantize-llama-256-$t.log" 2>&1 && mv "$f.tmp" "$f" 2>/dev/null || true
     if [ ! -s "$f" ]; then echo "FAIL llama-256-$t: no $f (gen_bench_model.py small, llama-quantize)"; failed=$((failed + 1)); continue; fi
     kl=1e-2; case "$t" in F16 | BF16) kl=1e-3 ;; esac
+    COMPARE_EXACT_ROWS=28 check "llama-256-${t,,}-pure" "$f" "$kl"
     case "$t" in
-        F16 | BF16 | Q5_0 | Q5_1 | Q4_K) COMPARE_EXACT_ROWS=28 check "llama-256-${t,,}-pure" "$f" "$kl" ;;
-        *)
+        Q6_K | Q5_K | Q3_K | Q2_K | IQ4_XS)
             COMPARE_EXACT_ROWS=28 check "llama-256-${t,,}-pure-ubatch5" "$f" "$kl" PROBE_UBATCH=5
-            check "llama-256-${t,,}-pure" "$f" "$kl"
             ;;
     esac
+    [ "$t" = Q6_K ] && tiled_path_ran "llama-256-q6_k-pure" "$f"
 done
+# MUL_MAT_ID through the tiled path (per expert with 8 routed rows or more): the qwen3moe
+# fixture requantized --pure to Q6_K (gate/up experts; the 384-wide down experts fall back to
+# Q8_0), every row bit for bit at the default micro-batch and at 5 rows
+f="$derived/qwen3moe-moe.Q6_K-pure.gguf"
+[ -s "$f" ] || LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --pure "$fixtures/qwen3moe-moe.gguf" "$f.tmp" Q6_K \
+    >"$out/quantize-qwen3moe-Q6_K.log" 2>&1 && mv "$f.tmp" "$f" 2>/dev/null || true
+if [ -s "$f" ]; then
+    moe_toks="1 5 9 17 33 65 100 7 3 2"
+    CHECK_TOKENS="$moe_toks" COMPARE_EXACT_ROWS=26 check qwen3moe-q6_k-pure "$f" 1e-2
+    CHECK_TOKENS="$moe_toks" COMPARE_EXACT_ROWS=26 check qwen3moe-q6_k-pure-ubatch5 "$f" 1e-2 PROBE_UBATCH=5
+    tiled_path_ran qwen3moe-q6_k-pure "$f" "$moe_toks"
+else
+    echo "FAIL qwen3moe-q6_k-pure: llama-quantize did not produce $f"; failed=$((failed + 1))
+fi
 check_archs
 check_hostile
 # every weight type the engine computes with, on the llama fixture (256-wide rows) requantized

@@ -200,8 +200,8 @@ hostile fa-value "unknown value for --flash-attn: 'maybe'" -m "$model" -f "$text
 # line, once, with its size (the sweep script reads it), and the PPL of the model without it
 if want ik; then
     extra="$LLAMA_HOTSWAP_CACHE/models/perplexity-extra-tensor.gguf"
-    [ -s "$extra" ] || "$VENV/bin/python" scripts/gguf_edit_tensor.py "$model" "$extra.tmp" extra blk.0.ffn_down.weight blk.30.nextn.eh_proj.weight \
-        >"$out/extra.log" 2>&1 && mv "$extra.tmp" "$extra"
+    [ -s "$extra" ] || { "$VENV/bin/python" scripts/gguf_edit_tensor.py "$model" "$extra.tmp" extra blk.0.ffn_down.weight blk.30.nextn.eh_proj.weight \
+        >"$out/extra.log" 2>&1 && mv "$extra.tmp" "$extra"; }
     if run extra-ours "$tool" -m "$extra" -f "$text" "${C[@]}" && run extra-plain "$tool" -m "$model" -f "$text" "${C[@]}"; then
         n=$(grep -c "model has unused tensor blk.30.nextn.eh_proj.weight (size = [0-9]* bytes) -- ignoring" "$out/extra-ours.log" || true)
         others=$(grep -c "model has unused tensor" "$out/extra-plain.log" || true)

@@ -1,10 +1,13 @@
 //! The CUDA executor on a real GPU (skips, saying why, without one; scripts/gpu-check.sh runs
-//! it on a lent GPU machine): SmolLM2-135M (Q4_1 and the Q8_0 and F16 files made from it) and
-//! tiny llama / MoE fixtures, each on the GPU against the CPU engine: logits within KL 1e-3,
+//! it on a lent GPU machine): SmolLM2-135M (Q4_1 and the Q8_0 and F16 files made from it),
+//! upstream's gemma3 and qwen3moe fixtures (F32, Q8_0, Q4_1) and tiny llama / MoE models, each
+//! on the GPU against the CPU engine: logits within KL 1e-3,
 //! greedy text identical, run-to-run identical; hybrid placements (half the layers, experts on
 //! the CPU); hot-swap on the GPU bit-identical to a fresh load; tg / pp figures.
 //!
-//! `LLAMA_HOTSWAP_SMOLLM2`: the Q4_1 file (default: the test cache's copy).
+//! `LLAMA_HOTSWAP_SMOLLM2`: the Q4_1 file (default: the test cache's copy);
+//! `LLAMA_HOTSWAP_GPU_FIXTURES`: the folder with `gemma3-dense.gguf` and `qwen3moe-moe.gguf`
+//! (default: the test cache's test-llama-archs folder).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -130,7 +133,8 @@ fn greedy(ctx: &Context, prompt: &[i32], n: usize) -> (Vec<i32>, f64) {
     (out, t.elapsed().as_secs_f64() / (n - 1) as f64)
 }
 
-/// A copy of `src` with every quantized weight re-encoded as `ty` (F32 norms kept).
+/// A copy of `src` with every weight matrix re-encoded as `ty` (vectors such as norms, and
+/// rows whose length is not a multiple of 32, kept as they are).
 fn retyped(src: &Path, dst: &Path, ty: GgmlType) {
     let bytes = std::fs::read(src).unwrap();
     let gguf = Gguf::parse(&bytes).unwrap();
@@ -141,14 +145,20 @@ fn retyped(src: &Path, dst: &Path, ty: GgmlType) {
     }
     for t in gguf.tensors() {
         let data = gguf.tensor_data(t).unwrap();
-        if t.ggml_type == GgmlType::F32 || t.ggml_type == ty {
+        let shape = t.shape();
+        if t.ggml_type == ty || shape.len() < 2 || shape[0] % 32 != 0 {
             out.add_tensor(t.name, t.shape(), t.ggml_type, data.to_vec())
                 .unwrap();
             continue;
         }
         let mut values = vec![0.0f32; t.n_elements() as usize];
         llama::kernels::cpu::dequantize_row(t.ggml_type, data, &mut values);
-        out.add_tensor_f32(t.name, t.shape(), ty, &values).unwrap();
+        // llama-quantize's row quantizers (every type, not only the writer's F16/Q8_0/Q4_0)
+        let n_per_row = shape[0] as usize;
+        let rows = values.len() / n_per_row;
+        let mut bytes = vec![0u8; rows * llama::kernels::cpu::row_bytes(ty, n_per_row)];
+        llama::kernels::quant::quantize_rows(ty, &values, &mut bytes, n_per_row, None).unwrap();
+        out.add_tensor(t.name, &shape, ty, bytes).unwrap();
     }
     w = out;
     w.write_to(dst).unwrap();
@@ -197,6 +207,17 @@ impl Checks {
             self.0.push(what);
         }
     }
+}
+
+/// The folder of upstream's fixtures: `LLAMA_HOTSWAP_GPU_FIXTURES`, else the test cache's.
+fn fixtures_dir() -> Option<PathBuf> {
+    let p = std::env::var_os("LLAMA_HOTSWAP_GPU_FIXTURES")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let home = std::env::var_os("HOME")?;
+            Some(PathBuf::from(home).join(".cache/llama-hotswap/fixtures/llama-archs-s1"))
+        })?;
+    p.is_dir().then_some(p)
 }
 
 fn smollm2() -> Option<PathBuf> {
@@ -312,7 +333,13 @@ fn cuda_compute_matches_the_cpu_engine() {
     let mut c = Checks(Vec::new());
 
     // tiny fixtures: every weight type of the kernels, and a MoE (MUL_MAT_ID, top-k)
-    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0] {
+    for ty in [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+    ] {
         let p = dir.path().join(format!("tiny-{ty}.gguf"));
         tiny_llama(&TinyLlamaOpts::with_type(ty))
             .unwrap()
@@ -338,6 +365,43 @@ fn cuda_compute_matches_the_cpu_engine() {
         &[("experts on CPU", -1, vec![("exps".to_string(), cpu_index)])],
         8,
     );
+
+    // upstream's random-weight fixtures (test-llama-archs): gemma3 (sliding windows, GELU,
+    // q/k norms, post-norms) and qwen3moe (MUL_MAT_ID, top-k routing), F32 as written and
+    // retyped to Q8_0 and Q4_1; hybrids: half the layers, and qwen3moe's experts on the CPU
+    match fixtures_dir() {
+        Some(fx) => {
+            for (name, moe) in [("gemma3-dense", false), ("qwen3moe-moe", true)] {
+                let src = fx.join(format!("{name}.gguf"));
+                if !src.exists() {
+                    c.check(false, format!("fixture {} is missing", src.display()));
+                    continue;
+                }
+                let n_layer = load_on(&src, 0, Vec::new(), false).hparams.n_layer_all as i32;
+                for ty in [GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_1] {
+                    let p = if ty == GgmlType::F32 {
+                        src.clone()
+                    } else {
+                        let p = dir.path().join(format!("{name}-{ty}.gguf"));
+                        retyped(&src, &p, ty);
+                        p
+                    };
+                    let mut hybrids = vec![("half the layers on the GPU", n_layer / 2, Vec::new())];
+                    if moe {
+                        hybrids.push((
+                            "experts on the CPU (-ot exps=CPU)",
+                            -1,
+                            vec![("exps".to_string(), cpu_index)],
+                        ));
+                    }
+                    compare(&mut c, &format!("{name} {ty}"), &p, &hybrids, 16);
+                }
+            }
+        }
+        None => eprintln!(
+            "fixtures not found (LLAMA_HOTSWAP_GPU_FIXTURES, scripts/upstream-arch-fixtures.sh): gemma3/qwen3moe skipped"
+        ),
+    }
 
     let Some(q4_1) = smollm2() else {
         eprintln!("SmolLM2 not found (LLAMA_HOTSWAP_SMOLLM2): fixture checks only");
@@ -498,5 +562,40 @@ fn trace_tiny_model() {
         let ctx = Context::new(load_on(&p, ngl, Vec::new(), false), &params(64, 64)).unwrap();
         let (code, _) = decode(&ctx, &prompt, 0, true);
         eprintln!("=== code {code}");
+    }
+}
+
+/// Runs without a GPU: the files the GPU check makes from upstream's fixtures (retyped to Q8_0
+/// and Q4_1) load and decode on the CPU engine with finite logits that differ from the F32
+/// file's, so a lent GPU's minutes are not spent on a broken preparation.
+#[test]
+fn retyped_fixtures_decode_on_the_cpu() {
+    let Some(fx) = fixtures_dir() else {
+        eprintln!("skipping: fixtures not found (scripts/upstream-arch-fixtures.sh)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["gemma3-dense", "qwen3moe-moe"] {
+        let src = fx.join(format!("{name}.gguf"));
+        let base = Context::new(load_on(&src, 0, Vec::new(), false), &params(64, 64)).unwrap();
+        let prompt: Vec<i32> = (1..9).map(|i| i * 13).collect();
+        let (code, want) = decode(&base, &prompt, 0, false);
+        assert_eq!(code, 0, "{name} F32");
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_1] {
+            let p = dir.path().join(format!("{name}-{ty}.gguf"));
+            retyped(&src, &p, ty);
+            let model = load_on(&p, 0, Vec::new(), false);
+            let n_ty = model
+                .tensors
+                .iter()
+                .filter(|t| t.read().layout.ggml_type == ty)
+                .count();
+            assert!(n_ty > 0, "{name}: no tensor retyped to {ty}");
+            let ctx = Context::new(model, &params(64, 64)).unwrap();
+            let (code, got) = decode(&ctx, &prompt, 0, false);
+            assert_eq!(code, 0, "{name} {ty}");
+            assert!(got.iter().all(|v| v.is_finite()), "{name} {ty}: logits");
+            assert!(got != want, "{name} {ty}: same logits as F32");
+        }
     }
 }

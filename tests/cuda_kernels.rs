@@ -88,3 +88,156 @@ fn ptx_is_cached_per_source_version_and_architecture() {
         .ends_with("// cached"));
     std::env::remove_var("LLAMA_HOTSWAP_CACHE");
 }
+
+/// A host build of `quant.cuh` (the same text NVRTC compiles): reads `ty k m`, m rows of k f32
+/// activations and one weight row of type ty from stdin; writes the quantized activations, then
+/// the dot of the weight row with each quantized row (blocks summed in order) as f32.
+const HARNESS: &str = r#"
+#include "quant.cuh"
+#include <stdio.h>
+#include <stdlib.h>
+int main(void) {
+    int ty, k, m;
+    if (fread(&ty, 4, 1, stdin) != 1 || fread(&k, 4, 1, stdin) != 1 || fread(&m, 4, 1, stdin) != 1) return 2;
+    int nb = k / QK, qb = q8_block_bytes(ty), wb = ty == 2 ? 18 : ty == 3 ? 20 : 34;
+    float *x = (float *)malloc(sizeof(float) * k * m);
+    u8 *xq = (u8 *)malloc((size_t)qb * nb * m);
+    u8 *w = (u8 *)malloc((size_t)wb * nb);
+    if (fread(x, 4, (size_t)k * m, stdin) != (size_t)k * m || fread(w, 1, (size_t)wb * nb, stdin) != (size_t)wb * nb) return 3;
+    for (int i = 0; i < nb * m; i++) quantize_q8_block(x + i * QK, xq + i * qb, ty == 3);
+    fwrite(xq, 1, (size_t)qb * nb * m, stdout);
+    for (int r = 0; r < m; r++) {
+        float s = 0.0f;
+        for (int ib = 0; ib < nb; ib++) s += block_dot_q8(w, ty, ib, xq + (size_t)r * nb * qb);
+        fwrite(&s, 4, 1, stdout);
+    }
+    return 0;
+}
+"#;
+
+/// A small deterministic generator (xorshift64*), no dependency.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}
+
+/// Activations with the cases that decide rounding: random rows at several scales, an
+/// all-zero block, and a block whose multiplier is exactly 1 with values on .5 ties.
+fn activations(rng: &mut Rng, k: usize, m: usize) -> Vec<f32> {
+    let mut x: Vec<f32> = (0..k * m)
+        .map(|i| rng.unit() * [1.0f32, 0.01, 37.0, 1e-6][(i / k) % 4])
+        .collect();
+    x[..32].fill(0.0);
+    let ties: Vec<f32> = (0..32)
+        .map(|j| {
+            if j == 0 {
+                127.0
+            } else {
+                (j as f32 - 16.0) + 0.5
+            }
+        })
+        .collect();
+    x[32..64].copy_from_slice(&ties);
+    x
+}
+
+fn weight_row(rng: &mut Rng, ty: llama::gguf::GgmlType, k: usize) -> Vec<u8> {
+    use llama::gguf::GgmlType as T;
+    let (block, scales) = match ty {
+        T::Q4_0 => (18, 1),
+        T::Q4_1 => (20, 2),
+        _ => (34, 1),
+    };
+    let mut w: Vec<u8> = (0..block * k / 32).map(|_| rng.next() as u8).collect();
+    for b in w.chunks_exact_mut(block) {
+        for s in 0..scales {
+            let v = half::f16::from_f32(rng.unit() * 0.05);
+            b[2 * s..2 * s + 2].copy_from_slice(&v.to_bits().to_le_bytes());
+        }
+    }
+    w
+}
+
+#[test]
+fn host_build_of_the_gpu_quantizer_gives_the_cpu_engines_bytes() {
+    use llama::gguf::GgmlType as T;
+    use llama::kernels::cpu;
+    use std::io::Write;
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("quant.cuh"),
+        llama::kernels::cuda::QUANT_SOURCE,
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("harness.cpp"), HARNESS).unwrap();
+    let exe = dir.path().join("harness");
+    let built = match std::process::Command::new(&cxx)
+        .args(["-O2", "-ffp-contract=off", "-o"])
+        .arg(&exe)
+        .arg(dir.path().join("harness.cpp"))
+        .current_dir(dir.path())
+        .status()
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("skipping: no C++ compiler ({cxx}: {e})");
+            return;
+        }
+    };
+    assert!(built.success(), "{cxx} could not compile quant.cuh");
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let (k, m) = (256usize, 8usize);
+    for ty in [T::Q4_0, T::Q4_1, T::Q8_0] {
+        let x = activations(&mut rng, k, m);
+        let w = weight_row(&mut rng, ty, k);
+        let mut input = Vec::new();
+        for v in [ty.id() as i32, k as i32, m as i32] {
+            input.extend_from_slice(&v.to_le_bytes());
+        }
+        input.extend(x.iter().flat_map(|v| v.to_le_bytes()));
+        input.extend_from_slice(&w);
+        let mut child = std::process::Command::new(&exe)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(&input).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{ty}: harness failed");
+        let vt = cpu::vec_dot_type(ty);
+        let rb = cpu::row_bytes(vt, k);
+        assert_eq!(out.stdout.len(), m * rb + 4 * m, "{ty}: output size");
+        let dot = cpu::dot_fn(ty);
+        for r in 0..m {
+            let mut cpu_q = vec![0u8; rb];
+            cpu::quantize_row(vt, &x[r * k..(r + 1) * k], &mut cpu_q);
+            assert_eq!(
+                &out.stdout[r * rb..(r + 1) * rb],
+                &cpu_q[..],
+                "{ty}: row {r} quantized to other bytes than the CPU's {vt}"
+            );
+            let at = m * rb + 4 * r;
+            let gpu = f32::from_le_bytes(out.stdout[at..at + 4].try_into().unwrap());
+            let want = dot(k, &w, &cpu_q);
+            // float order across blocks may differ: bound by the blocks' magnitudes
+            let (wb, qb) = (w.len() / (k / 32), rb / (k / 32));
+            let mag: f32 = (0..k / 32)
+                .map(|b| dot(32, &w[b * wb..(b + 1) * wb], &cpu_q[b * qb..(b + 1) * qb]).abs())
+                .sum();
+            let tol = 1e-5 * mag + 1e-30;
+            assert!(
+                (gpu - want).abs() <= tol,
+                "{ty}: row {r}: block dot {gpu} vs the CPU's {want}"
+            );
+        }
+    }
+}

@@ -556,8 +556,10 @@ fn batched_product_equals_column_mat_vecs() {
         // the batched product's dot (`vec_dot`): a mat-vec's except for F16, BF16 and IQ4_NL,
         // whose mat-vecs follow ggml's single-row order as upstream's do
         assert_outputs_are_vec_dots(t, &w, n_rows, k, &x, m, &batched, "");
-        // and, where upstream has one order, each column's mat-vec (the single-row kernels)
-        if matches!(t, GgmlType::F16 | GgmlType::BF16 | GgmlType::IQ4_NL) {
+        // and, where upstream has one order, each column's mat-vec (the single-row kernels);
+        // K-quants with 8 rows or more follow upstream's tiled matmul instead
+        if matches!(t, GgmlType::F16 | GgmlType::BF16 | GgmlType::IQ4_NL) || cpu::takes_tiled(t, m)
+        {
             continue;
         }
         let mut col = vec![0f32; n_rows];
@@ -572,6 +574,78 @@ fn batched_product_equals_column_mat_vecs() {
                     "{t} mat-vec [{i},{j}]: {a} vs {c}"
                 );
             }
+        }
+    }
+}
+
+/// Upstream's tiled K-quant order (Q2_K..Q6_K, IQ4_XS): the AVX2 dot and every 1 × c tile
+/// equal the scalar reference (`dot_tiled.rs`) bit for bit, which stays within float
+/// rounding of the f64 dot; batched products of 8 rows or more use it (1 to 3 threads, odd
+/// shapes) and those of fewer rows do not.
+#[test]
+fn tiled_k_quant_order_matches_scalar_reference() {
+    let mut rng = Rng::new(53);
+    let mut scratch = Scratch::new();
+    for t in cpu::SUPPORTED {
+        let Some(scalar) = cpu::tiled_scalar_dot_fn(t) else {
+            assert!(!cpu::takes_tiled(t, 64), "{t}");
+            continue;
+        };
+        assert!(cpu::takes_tiled(t, cpu::TILED_MIN_ROWS) && !cpu::takes_tiled(t, 7));
+        let fast = cpu::tiled_dot_fn(t).unwrap();
+        for k in [256usize, 512, 2816] {
+            let w = random_weights(&mut rng, t, 4, k);
+            let w_row = cpu::row_bytes(t, k);
+            let x_row = cpu::row_bytes(GgmlType::Q8_K, k);
+            let mut xq = vec![0u8; 4 * x_row];
+            for c in 0..4 {
+                let x = random_activations(&mut rng, k);
+                cpu::quantize_row(GgmlType::Q8_K, &x, &mut xq[c * x_row..(c + 1) * x_row]);
+            }
+            for c in 0..4 {
+                let xc = &xq[c * x_row..(c + 1) * x_row];
+                for r in 0..4 {
+                    let wr = &w[r * w_row..(r + 1) * w_row];
+                    let (a, b) = (fast(k, wr, xc), scalar(k, wr, xc));
+                    assert_eq!(a.to_bits(), b.to_bits(), "{t} k={k}: {a} vs {b}");
+                    let scale = abs_dot(t, wr, xc, k);
+                    let plain = cpu::vec_dot_scalar(t, k, wr, xc);
+                    assert!(
+                        (a - plain).abs() <= 1e-4 * scale + 1e-6,
+                        "{t} k={k}: tiled {a} vec_dot {plain} (scale {scale})"
+                    );
+                }
+            }
+            for cols in 1..=cpu::TILE_COLS {
+                let Some(tile) = cpu::tiled_tile_shape(t, 1, cols) else {
+                    assert_ne!(cpu::simd_level(), "avx2", "{t}: no 1x{cols} tiled tile");
+                    continue;
+                };
+                let mut out = [[f32::NAN; cpu::TILE_RUN_ROWS]; cpu::TILE_COLS];
+                (tile.f)(k, 4, &w, w_row, &xq, x_row, &mut out);
+                for c in 0..cols {
+                    for r in 0..4 {
+                        let want = scalar(k, &w[r * w_row..(r + 1) * w_row], &xq[c * x_row..]);
+                        assert_eq!(
+                            out[c][r].to_bits(),
+                            want.to_bits(),
+                            "{t} 1x{cols} [{r},{c}]"
+                        );
+                    }
+                }
+            }
+        }
+        for (threads, n_rows, m) in [(1usize, 7usize, 8usize), (2, 19, 9), (3, 33, 21), (2, 5, 7)] {
+            let pool = ThreadPool::new(threads);
+            let k = 512;
+            let w = random_weights(&mut rng, t, n_rows, k);
+            let x: Vec<f32> = (0..m)
+                .flat_map(|_| random_activations(&mut rng, k))
+                .collect();
+            let mut out = vec![0f32; n_rows * m];
+            cpu::mul_mat(t, &w, n_rows, k, &x, m, &mut out, &pool, &mut scratch);
+            let what = format!("{n_rows}x{m} {threads} threads ");
+            assert_outputs_are_vec_dots(t, &w, n_rows, k, &x, m, &out, &what);
         }
     }
 }
@@ -595,7 +669,12 @@ fn assert_outputs_are_vec_dots(
         cpu::quantize_row(vt, &x[j * k..(j + 1) * k], &mut xq);
         for i in 0..n_rows {
             let a = out[j * n_rows + i];
-            let b = cpu::vec_dot(t, k, &w[i * w_row..], &xq);
+            let wr = &w[i * w_row..i * w_row + w_row];
+            let b = match cpu::tiled_dot_fn(t) {
+                // upstream's tiled K-quant order for 8 activation rows or more
+                Some(f) if cpu::takes_tiled(t, m) => f(k, wr, &xq),
+                _ => cpu::vec_dot(t, k, wr, &xq),
+            };
             assert_eq!(a.to_bits(), b.to_bits(), "{t} {what}[{i},{j}]: {a} vs {b}");
         }
     }

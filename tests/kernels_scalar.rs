@@ -24,8 +24,12 @@ fn scalar_path_matches_f64_reference() {
     let mut rng = Rng::new(77);
     let pool = ThreadPool::new(2);
     let mut scratch = Scratch::new();
-    for t in cpu::SUPPORTED {
-        let (n_rows, k, m) = (19usize, 512usize, 6usize);
+    // 6 activation rows: the vec_dot order; 9: upstream's tiled K-quant order
+    for (t, m) in cpu::SUPPORTED
+        .into_iter()
+        .flat_map(|t| [(t, 6usize), (t, 9)])
+    {
+        let (n_rows, k) = (19usize, 512usize);
         let w = random_weights(&mut rng, t, n_rows, k);
         let x: Vec<f32> = (0..m)
             .flat_map(|_| random_activations(&mut rng, k))

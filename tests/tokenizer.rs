@@ -414,9 +414,11 @@ fn thread_cpu_seconds() -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
-/// Tokenizing one repeated character stays linear: 2 MiB takes about twice as long as 1 MiB
-/// (ratio of thread CPU times asserted, no wall-clock threshold; n log n merging and caches
-/// put it a little above 2, quadratic work at 4), for BPE (llama3 splitter), SPM, WPM, UGM.
+/// Tokenizing one repeated character stays linear: 1 MiB takes about four times as long as
+/// 256 KiB (ratio of thread CPU times asserted, no wall-clock threshold; n log n merging and
+/// caches put it at 4-6, quadratic work at 16, so the bound of 10 leaves room for a
+/// shared machine: a 2x step with a bound of 3 failed at 3.13 under load), for BPE (llama3
+/// splitter), SPM, WPM, UGM.
 #[test]
 fn one_repeated_character_is_linear_time() {
     let Some(dir) = models_dir() else { return };
@@ -440,16 +442,16 @@ fn one_repeated_character_is_linear_time() {
             best
         };
         for &c in chars {
-            let t1 = time(1 << 20, c);
-            let t2 = time(2 << 20, c);
+            let t1 = time(256 << 10, c);
+            let t2 = time(1 << 20, c);
             let ratio = t2 / t1;
             eprintln!(
-                "{name} {:?}: 1 MiB {t1:.3}s, 2 MiB {t2:.3}s, ratio {ratio:.2}",
+                "{name} {:?}: 256 KiB {t1:.3}s, 1 MiB {t2:.3}s, ratio {ratio:.2}",
                 c as char
             );
             assert!(
-                ratio < 3.0,
-                "{name} {:?}: 2 MiB / 1 MiB time ratio {ratio:.2}",
+                ratio < 10.0,
+                "{name} {:?}: 1 MiB / 256 KiB time ratio {ratio:.2} (linear: about 4)",
                 c as char
             );
         }

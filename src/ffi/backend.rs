@@ -123,7 +123,7 @@ pub extern "C" fn llama_model_quantize_default_params() -> llama_model_quantize_
 /// Initializes the library. Nothing needs initializing; safe to call any number of times.
 #[no_mangle]
 pub extern "C" fn llama_backend_init() {
-    time_origin();
+    super::clock::time_origin();
 }
 
 /// Counterpart of `llama_backend_init`; nothing to release.
@@ -155,25 +155,12 @@ pub extern "C" fn llama_numa_init(numa: GgmlNumaStrategy) {
     })
 }
 
-fn time_origin() -> std::time::Instant {
-    static ORIGIN: OnceLock<std::time::Instant> = OnceLock::new();
-    *ORIGIN.get_or_init(std::time::Instant::now)
-}
-
 /// Microseconds on the monotonic clock, as upstream's (`ggml_time_us`: `CLOCK_MONOTONIC`,
 /// whose origin is unspecified; only differences are meaningful). The same clock as libggml's,
 /// so programs may subtract `llama_perf_context`'s `t_start_ms` from `ggml_time_ms()`.
 #[no_mangle]
 pub extern "C" fn llama_time_us() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the struct it is given; CLOCK_MONOTONIC always exists.
-    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
-        return i64::try_from(time_origin().elapsed().as_micros()).unwrap_or(i64::MAX);
-    }
-    ts.tv_sec * 1_000_000 + ts.tv_nsec / 1000
+    super::clock::monotonic_us()
 }
 
 /// The most devices a model can be split across (16, as upstream).

@@ -308,6 +308,144 @@ pub unsafe extern "C" fn llama_ext_tensor_set(
     })
 }
 
+/// One tensor of `llama_ext_tensors_push`: full-precision weights (say, from a trainer) to be
+/// quantized by the library and stored in the tensor.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct llama_ext_tensor_push {
+    /// The tensor's name (as in the GGUF).
+    pub name: *const c_char,
+    /// `GGML_TYPE_F32`, `GGML_TYPE_F16` or `GGML_TYPE_BF16`: the type of `data`.
+    pub src_type: i32,
+    /// Every element of the tensor in `src_type`, in the tensor's (ggml) order.
+    pub data: *const c_void,
+    /// Bytes at `data`.
+    pub size: usize,
+    /// The type to store (an `enum ggml_type` value); -1: the tensor's current type.
+    pub dst_type: i32,
+    /// NULL, or the importance matrix for the quantization: `ne[0] * ne[2]` values (one row
+    /// of `ne[0]` per expert), as `llama-imatrix` writes them.
+    pub imatrix: *const f32,
+    /// Values at `imatrix`.
+    pub n_imatrix: usize,
+}
+
+/// Pushes `n` tensors of full-precision weights into the model as one transaction: each is
+/// quantized to its `dst_type` (or its current type) exactly as `llama_model_quantize`
+/// converts a tensor it writes in that type, then all are stored as a hot-swap stores them
+/// (contexts see the new weights at their next decode). All or nothing: if any tensor is
+/// refused or fails, the ones already stored are put back and the model is as before (see
+/// the report). `n_threads` <= 0: all cores. Returns `n` when every tensor holds its new
+/// weights, 0 when the set was refused or failed (nothing changed; one log line) or hot-swap
+/// is disabled for the model, -1 for a NULL model or items, an unknown or repeated name, a
+/// `src_type` other than F32/F16/BF16, a `size` or `n_imatrix` that does not match the
+/// tensor, or a `dst_type` the tensor's row length cannot take (nothing changed).
+#[no_mangle]
+pub unsafe extern "C" fn llama_ext_tensors_push(
+    model: *mut llama_model,
+    items: *const llama_ext_tensor_push,
+    n: usize,
+    n_threads: i32,
+) -> i32 {
+    boundary!("llama_ext_tensors_push", -1, {
+        // SAFETY: NULL or a live model per the contract.
+        let handle = unsafe { handles::model(model) }?;
+        if items.is_null() && n > 0 {
+            return Err(FfiError::Null("items"));
+        }
+        let items: &[llama_ext_tensor_push] = if n == 0 {
+            &[]
+        } else {
+            // SAFETY: `items` points at `n` structs per the contract.
+            unsafe { std::slice::from_raw_parts(items, n) }
+        };
+        let model = &handle.inner;
+        let mut names = Vec::with_capacity(items.len());
+        let mut converted = Vec::with_capacity(items.len());
+        for it in items {
+            // SAFETY: a C string per the contract.
+            let name = unsafe { c_str(it.name, "name") }?.into_owned();
+            let src = crate::gguf::GgmlType::from_id(it.src_type)
+                .filter(|t| {
+                    matches!(
+                        *t,
+                        crate::gguf::GgmlType::F32
+                            | crate::gguf::GgmlType::F16
+                            | crate::gguf::GgmlType::BF16
+                    )
+                })
+                .ok_or_else(|| {
+                    FfiError::Invalid(format!(
+                        "'{name}': src_type {} is not F32, F16 or BF16",
+                        it.src_type
+                    ))
+                })?;
+            if it.data.is_null() {
+                return Err(FfiError::Null("data"));
+            }
+            // SAFETY: `data` is valid for `size` bytes per the contract.
+            let data = unsafe { std::slice::from_raw_parts(it.data.cast::<u8>(), it.size) };
+            let imatrix = if it.imatrix.is_null() {
+                None
+            } else {
+                // SAFETY: `imatrix` is valid for `n_imatrix` floats per the contract.
+                Some(unsafe { std::slice::from_raw_parts(it.imatrix, it.n_imatrix) })
+            };
+            let tensor = model
+                .tensors
+                .get(&name)
+                .ok_or_else(|| FfiError::Invalid(format!("no tensor named '{name}'")))?;
+            let (ne, current) = {
+                let s = tensor.read();
+                (s.layout.ne, s.layout.ggml_type)
+            };
+            let dst = if it.dst_type == -1 {
+                current
+            } else {
+                crate::gguf::GgmlType::from_id(it.dst_type).ok_or_else(|| {
+                    FfiError::Invalid(format!("'{name}': invalid dst_type {}", it.dst_type))
+                })?
+            };
+            let bytes = crate::quantize::quantize_tensor(src, data, ne, dst, imatrix, n_threads)
+                .map_err(|e| FfiError::Invalid(format!("'{name}': {e}")))?;
+            names.push(name);
+            converted.push((dst, bytes));
+        }
+        let set: Vec<(&str, crate::gguf::GgmlType, &[u8])> = names
+            .iter()
+            .zip(&converted)
+            .map(|(n, (t, b))| (n.as_str(), *t, b.as_slice()))
+            .collect();
+        match crate::hotswap::tensors_set(model, &set) {
+            Err(crate::hotswap::HotSwapError::Invalid(e)) => Err(FfiError::Invalid(e)),
+            Err(crate::hotswap::HotSwapError::Disabled) => {
+                crate::log_info!(
+                    "llama_ext_tensors_push: {}",
+                    crate::hotswap::HotSwapError::Disabled
+                );
+                Ok(0)
+            }
+            Err(e) => Err(FfiError::Core(e.to_string())),
+            Ok(report) => {
+                let refused = report.entries.iter().any(|e| {
+                    matches!(
+                        e.outcome,
+                        crate::hotswap::Outcome::Refused | crate::hotswap::Outcome::Failed
+                    )
+                });
+                if refused {
+                    crate::log_warn!(
+                        "llama_ext_tensors_push: the set of {n} tensors was not applied (see the reload report)"
+                    );
+                    Ok(0)
+                } else {
+                    Ok(i32::try_from(n).unwrap_or(i32::MAX))
+                }
+            }
+        }
+    })
+}
+
 /// Writes the last reload call's report as JSON into `buf`, `snprintf`-style; returns the full
 /// length, or -1 for a NULL model. Format: `{"generation": N, "tensors": [{"name", "outcome",
 /// "reason", "old_type", "new_type", "device"}]}`, outcome one of `reloaded_in_place`,

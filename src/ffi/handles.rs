@@ -150,7 +150,7 @@ pub struct llama_context {
     /// `llama_context_params.ctx_other`, as given (upstream's `llama_get_ctx_other`).
     pub(crate) ctx_other: *mut llama_context,
     /// Performance counters (`llama_perf_context`).
-    pub(crate) perf: std::sync::Mutex<super::perf::PerfCounters>,
+    pub(crate) perf: std::sync::Mutex<super::perf_counters::PerfCounters>,
 }
 
 impl Handle for llama_model {
@@ -199,7 +199,7 @@ impl llama_context {
         inner: crate::context::Context,
         ctx_other: *mut llama_context,
     ) -> *mut llama_context {
-        let perf = std::sync::Mutex::new(super::perf::PerfCounters::default());
+        let perf = std::sync::Mutex::new(super::perf_counters::PerfCounters::default());
         let ptr = Box::into_raw(Box::new(llama_context {
             model,
             inner,

@@ -383,6 +383,21 @@ impl<'m> Builder<'m> {
         y
     }
 
+    /// NORM (LayerNorm without bias) of each head (`head_dim` values) of a
+    /// [n_head*head_dim, T] node, times a weight of one value per head and position
+    /// (`[head_dim, n_head]`, broadcast over tokens): stablelm's per-head q/k norms.
+    pub fn head_layer_norm(&mut self, x: NodeId, head_dim: usize, w: WeightId, eps: f32) -> NodeId {
+        let (n0, n1) = (self.ne0(x), self.ne1(x));
+        let heads = n0 / head_dim;
+        // the reshape to [head_dim, heads*T] and back is free (the same values)
+        let y = self.push("norm", Op::Norm { src: x, eps }, head_dim, heads * n1);
+        // the weight covers a whole row of n_head*head_dim values: its chunks are tokens
+        let y = self.mul(y, Operand::Weight(w));
+        self.nodes[y].ne0 = n0;
+        self.nodes[y].ne1 = n1;
+        y
+    }
+
     pub fn rope(
         &mut self,
         x: NodeId,

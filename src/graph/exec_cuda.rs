@@ -111,6 +111,8 @@ pub struct CudaExecutor {
     tokens: Grow,
     out_rows: Grow,
     slots: Grow,
+    /// The quantized activations of a MUL_MAT on Q4_0/Q4_1/Q8_0 weights.
+    xq: Grow,
     kv: Vec<(KvRows, KvRows)>,
     masks: Vec<DevMask>,
     ropes: Vec<DevRope>,
@@ -141,6 +143,7 @@ impl CudaExecutor {
             tokens: Grow::default(),
             out_rows: Grow::default(),
             slots: Grow::default(),
+            xq: Grow::default(),
             kv: Vec::new(),
             masks: Vec::new(),
             ropes: Vec::new(),
@@ -645,7 +648,7 @@ impl CudaExecutor {
             }
             Op::MulMat { w, x } => {
                 let xn = &g.nodes[*x];
-                self.mul_mat(g, model, *w, a(*x), xn.ne0, dst, ne1, None)?;
+                self.mul_mat(g, model, *w, a(*x), (xn.ne0, xn.ne1), dst, ne1, None)?;
             }
             Op::MulMatId {
                 w,
@@ -671,7 +674,7 @@ impl CudaExecutor {
                     None => 0,
                 };
                 let id = (a(*ids), *n_used, xn.ne1 == t_count, scale_ptr);
-                self.mul_mat(g, model, *w, a(*x), xn.ne0, dst, ne1, Some(id))?;
+                self.mul_mat(g, model, *w, a(*x), (xn.ne0, xn.ne1), dst, ne1, Some(id))?;
             }
             Op::Rope {
                 src,
@@ -838,7 +841,10 @@ impl CudaExecutor {
     }
 
     /// MUL_MAT (ids None) or MUL_MAT_ID (ids: (ids node, n_used, x broadcast, scale or 0)):
-    /// f32 activations (k × m), one warp per weight row and 8 (token or slot) rows.
+    /// f32 activations `x` of `(k, m)` (m rows of k), one warp per weight row and 8 (token or
+    /// slot) rows. For Q4_0/Q8_0 (Q4_1) weights the activations are first quantized to Q8_0
+    /// (Q8_1), the same bytes as the CPU engine's vec_dot type, and dotted per block in
+    /// integers, so both executors see the same rounding.
     #[allow(clippy::too_many_arguments)]
     fn mul_mat(
         &mut self,
@@ -846,7 +852,7 @@ impl CudaExecutor {
         model: &Model,
         w: WeightId,
         x: u64,
-        k: usize,
+        (k, m): (usize, usize),
         dst: u64,
         n_pairs: usize,
         ids: Option<(u64, usize, bool, u64)>,
@@ -863,6 +869,23 @@ impl CudaExecutor {
         }
         let (idp, n_used, bcast, scale) = ids.unwrap_or((0, 1, false, 0));
         let expert_bytes = row_bytes * n_rows as u64;
+        let xq = match ty {
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
+                let q8_1 = ty == GgmlType::Q4_1;
+                let n_blocks = m * (k / 32);
+                let bytes = n_blocks * if q8_1 { 36 } else { 34 };
+                let device = Arc::clone(&self.device);
+                let xq = self.xq.ensure(&device, bytes)?;
+                self.launch(
+                    "k_quantize_q8",
+                    (n_blocks.div_ceil(128) as u32, 1, 1),
+                    (128, 1, 1),
+                    &[Ptr(x), Ptr(xq), Ptr(n_blocks as u64), I32(q8_1 as i32)],
+                )?;
+                xq
+            }
+            _ => 0,
+        };
         self.launch(
             "k_mul_mat",
             (n_rows.div_ceil(4) as u32, n_pairs.div_ceil(8) as u32, 1),
@@ -875,6 +898,7 @@ impl CudaExecutor {
                 I32(n_rows as i32),
                 I32(k as i32),
                 Ptr(x),
+                Ptr(xq),
                 Ptr(dst),
                 I32(n_pairs as i32),
                 Ptr(idp),

@@ -110,6 +110,10 @@ pub struct Extras {
     /// Layers before the first mixture of experts (`leading_dense_block_count`).
     pub n_layer_dense_lead: usize,
     pub n_expert_shared: usize,
+    /// Shared experts' rows when given apart (`expert_shared_feed_forward_length`).
+    pub n_ff_shexp: usize,
+    /// Every how many layers a mixture of experts comes (`interleave_moe_layer_step`).
+    pub n_moe_layer_step: usize,
     pub gating: Gating,
     /// Expert groups and how many the router keeps (`expert_group_count`, `_used_count`).
     pub n_expert_groups: usize,

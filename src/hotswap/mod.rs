@@ -94,7 +94,7 @@ use stage::{
     Staged,
 };
 
-pub use plan::{reload_from_file, tensor_set};
+pub use plan::{reload_from_file, tensor_set, tensors_set};
 pub use watch::reload_changed;
 
 /// Why a reload call as a whole did not run (per-tensor problems go into the report).

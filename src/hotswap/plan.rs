@@ -249,6 +249,137 @@ pub fn tensor_set(
     Ok(finish(model, hs, out))
 }
 
+/// Replaces several tensors from host memory as one transaction (`(name, type, bytes)` each,
+/// the shapes unchanged): everything is checked first (an unknown name, a tensor named
+/// twice, a size that does not fit the type and shape: an error, nothing changed); then all
+/// are written, and when any write is refused or fails, the ones already written are put
+/// back to the type and bytes they had, so the model is either wholly the new set or as it
+/// was. One report (each tensor of a set not applied is `refused`, saying why), one
+/// generation bump.
+pub fn tensors_set(
+    model: &Model,
+    items: &[(&str, GgmlType, &[u8])],
+) -> Result<Arc<Report>, HotSwapError> {
+    let hs = hotswap_of(model)?;
+    let watch = lock(&hs.watch);
+    let mut idx: Vec<usize> = Vec::with_capacity(items.len());
+    for &(name, ty, data) in items {
+        let i = model
+            .tensors
+            .index_of(name)
+            .ok_or_else(|| HotSwapError::Invalid(format!("no tensor named '{name}'")))?;
+        if idx.contains(&i) {
+            return Err(HotSwapError::Invalid(format!(
+                "'{name}' is named twice in one set"
+            )));
+        }
+        let ne = model.tensors.at(i).read().layout.ne;
+        match ty.nbytes(ne) {
+            Some(n) if n == data.len() as u64 => {}
+            Some(n) => {
+                return Err(HotSwapError::Invalid(format!(
+                    "'{name}': {} bytes given, a {} tensor of shape {ne:?} has {n}",
+                    data.len(),
+                    ty.name()
+                )))
+            }
+            None => {
+                return Err(HotSwapError::Invalid(format!(
+                    "'{name}': shape {ne:?} cannot be stored as {}",
+                    ty.name()
+                )))
+            }
+        }
+        idx.push(i);
+    }
+    // What each tensor holds now, to put back if the set cannot be applied whole (None
+    // without storage: such a tensor is refused, so nothing of it needs putting back).
+    let saved: Vec<Option<(GgmlType, Vec<u8>)>> = idx
+        .iter()
+        .map(|&i| {
+            let state = model.tensors.at(i).read();
+            let mut bytes = vec![0u8; state.layout.nbytes as usize];
+            state
+                .read_into(&mut bytes)
+                .ok()
+                .map(|()| (state.layout.ggml_type, bytes))
+        })
+        .collect();
+    let jobs = idx
+        .iter()
+        .zip(items)
+        .map(|(&i, &(_, new_type, data))| Job {
+            tensor: i,
+            new_type,
+            source: Bytes::Memory(data),
+        })
+        .collect();
+    let mut out = Outcomes::default();
+    run_jobs(model, jobs, &mut out);
+    let failed = |o: Outcome| matches!(o, Outcome::Refused | Outcome::Failed);
+    if let Some(first) = out.entries.iter().find(|e| failed(e.outcome)) {
+        let why = format!(
+            "'{}' was {}: {}",
+            first.name,
+            first.outcome.name(),
+            first.reason
+        );
+        let written: Vec<usize> = (0..idx.len())
+            .filter(|&k| {
+                let name = &model.tensors.at(idx[k]).name;
+                out.entries
+                    .iter()
+                    .any(|e| &e.name == name && !failed(e.outcome))
+            })
+            .collect();
+        let mut back = Outcomes::default();
+        let mut lost = Vec::new();
+        let back_jobs = written
+            .iter()
+            .filter_map(|&k| match &saved[k] {
+                Some((ty, bytes)) => Some(Job {
+                    tensor: idx[k],
+                    new_type: *ty,
+                    source: Bytes::Memory(bytes),
+                }),
+                None => {
+                    lost.push(idx[k]);
+                    None
+                }
+            })
+            .collect();
+        run_jobs(model, back_jobs, &mut back);
+        for e in &mut out.entries {
+            if !failed(e.outcome) {
+                e.outcome = Outcome::Refused;
+                e.reason = format!("not applied: the set is all or nothing, and {why}");
+            }
+        }
+        for e in back.entries.iter().filter(|e| failed(e.outcome)) {
+            if let Some(i) = model.tensors.index_of(&e.name) {
+                out.fail(
+                    model,
+                    i,
+                    None,
+                    format!("could not be put back after the set failed: {}", e.reason),
+                );
+            }
+        }
+        for i in lost {
+            out.fail(
+                model,
+                i,
+                None,
+                "could not be put back: its bytes were unreadable".into(),
+            );
+        }
+        out.relocated |= back.relocated;
+        out.retry |= back.retry;
+    }
+    drop(watch);
+    Ok(finish(model, hs, out))
+}
+
 /// Runs jobs, tensors returning to their original type first.
 pub(super) fn run_jobs(model: &Model, mut jobs: Vec<Job<'_>>, out: &mut Outcomes) {
     let returning = |job: &Job<'_>| {

@@ -502,13 +502,7 @@ mod tests {
             .collect();
         assert!(inputs.len() >= 5, "corpus looks incomplete");
         inputs.extend(seeds().into_iter().map(|(_, b)| b));
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::fuzz_rng::xorshift(0x9e37_79b9_7f4a_7c15u64);
         let n = inputs.len();
         for i in 0..4000 {
             let mut b = inputs[i % n].clone();

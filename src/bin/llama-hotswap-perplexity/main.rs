@@ -8,6 +8,8 @@
 
 mod args;
 mod eval;
+#[cfg(test)]
+mod fuzz_rng;
 mod kld_file;
 mod protocol;
 mod sweep;

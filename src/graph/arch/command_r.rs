@@ -63,8 +63,9 @@ pub fn graph_with(b: &mut Builder, sliding: bool) -> Result<Outputs, BuildError>
             inp = b.get_rows_out(inp);
             x = b.get_rows_out(x);
         }
+        // upstream's cohere2 passes the FFN's per-tensor scales, command-r does not
         let ffn = Ffn {
-            scaled: false,
+            scaled: sliding,
             ..Ffn::SWIGLU
         };
         let cur = b.ffn_layer(il, x, ffn)?;

@@ -20,7 +20,7 @@ pub static DEF: ArchDef = ArchDef {
     graph,
 };
 
-fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
+pub fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
     let n_vocab = hp.n_vocab;
     let n_layer = hp.n_layer;
     // the lite models (DeepSeek-V2-Lite, GigaChat3-10B, Kanana-2-30B) have no Q low rank
@@ -80,7 +80,7 @@ fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
     Ok(())
 }
 
-fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
+pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
     let hp = b.hp;
     let e = &hp.ext;
     let n_embd = hp.n_embd as i64;

@@ -101,8 +101,10 @@ pub fn graph_with(b: &mut Builder, s: &Scales) -> Result<Outputs, BuildError> {
             };
             b.ffn_layer(il, x, ffn)?
         } else {
+            // upstream's build_moe_ffn call passes no per-expert scales
             let moe = Moe {
                 scale_w: hp.expert_weights_scale,
+                exp_scales: false,
                 ..Moe::SOFTMAX
             };
             let moe_out = b.moe_layer(il, x, hp.n_ff[il], moe)?;

@@ -15,8 +15,19 @@ pub static DEF: ArchDef = ArchDef {
     graph,
 };
 
-/// The graph of llama and of mistral3 (which differs in its hyperparameters only).
+/// The graph of llama and of mistral3 (which differs in its hyperparameters only): its
+/// FFN adds the biases and multiplies by the per-tensor scales the file has.
 pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
+    let ffn = Ffn {
+        bias: true,
+        ..Ffn::SWIGLU
+    };
+    graph_ffn(b, ffn)
+}
+
+/// llama's graph with another dense FFN: the architectures upstream copied from llama
+/// differ mostly in which FFN biases and scales their `build_ffn` call passes.
+pub fn graph_ffn(b: &mut Builder, ffn: Ffn) -> Result<Outputs, BuildError> {
     let hp = b.hp;
     let n_embd = hp.n_embd as i64;
     let head = hp.head_k;
@@ -60,10 +71,6 @@ pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let ffn_inp = b.add(cur, Operand::Node(res));
         let cur = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let cur = if hp.n_expert == 0 {
-            let ffn = Ffn {
-                bias: true,
-                ..Ffn::SWIGLU
-            };
             b.ffn_layer(il, cur, ffn)?
         } else {
             let moe = Moe {

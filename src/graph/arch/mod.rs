@@ -11,22 +11,36 @@
 //! log line naming the architecture and the missing piece.
 
 pub mod baichuan;
+pub mod bailingmoe2;
+pub mod cohere2;
 pub mod command_r;
+pub mod deci;
 pub mod deepseek2;
 pub mod def;
+pub mod dots1;
+pub mod ernie4_5;
+pub mod ernie4_5_moe;
+pub mod exaone;
 pub mod exaone4;
 pub mod gemma;
 pub mod gemma2;
 pub mod gemma3;
+pub mod glm4;
 pub mod glm4moe;
 pub mod gpt_oss;
 pub mod granite;
 pub mod hunyuan_dense;
+pub mod hunyuan_moe;
+pub mod internlm2;
 pub mod llama;
 pub mod maincoder;
+pub mod minicpm;
+pub mod minimax_m2;
 pub mod mistral3;
+pub mod mistral4;
 pub mod nanbeige;
 pub mod olmo2;
+pub mod olmoe;
 pub mod orion;
 pub mod phi3;
 pub mod plamo;
@@ -35,8 +49,12 @@ pub mod qwen2;
 pub mod qwen2vl;
 pub mod qwen3;
 pub mod qwen3moe;
+pub mod qwen3vl;
+pub mod qwen3vlmoe;
 pub mod seed_oss;
 pub mod smollm3;
+pub mod stablelm;
+pub mod xverse;
 
 pub use def::{check_mrope_text, mrope_text_is_neox, no_hparams, ArchDef, Keys, Memory, Rope};
 
@@ -74,6 +92,24 @@ pub static REGISTRY: &[&ArchDef] = &[
     &qwen2vl::DEF,
     &hunyuan_dense::DEF,
     &plamo::DEF,
+    &xverse::DEF,
+    &internlm2::DEF,
+    &exaone::DEF,
+    &qwen3vl::DEF,
+    &deci::DEF,
+    &glm4::DEF,
+    &cohere2::DEF,
+    &minicpm::DEF,
+    &stablelm::DEF,
+    &qwen3vlmoe::DEF,
+    &dots1::DEF,
+    &minimax_m2::DEF,
+    &ernie4_5::DEF,
+    &ernie4_5_moe::DEF,
+    &mistral4::DEF,
+    &olmoe::DEF,
+    &hunyuan_moe::DEF,
+    &bailingmoe2::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

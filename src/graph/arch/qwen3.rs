@@ -15,6 +15,16 @@ pub static DEF: ArchDef = ArchDef {
 
 /// The graph of qwen3 and, with experts, of qwen3moe.
 pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
+    graph_with(b, true)
+}
+
+/// qwen3's graph, with or without the FFN's and the experts' per-tensor scales (the
+/// vision-language variants qwen3vl and qwen3vlmoe pass none).
+pub fn graph_with(b: &mut Builder, scaled: bool) -> Result<Outputs, BuildError> {
+    let ffn = Ffn {
+        scaled,
+        ..Ffn::SWIGLU
+    };
     let hp = b.hp;
     let n_embd = hp.n_embd as i64;
     let kq_scale = b.kq_scale();
@@ -39,10 +49,11 @@ pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let ffn_inp = b.add(cur, Operand::Node(res));
         let cur = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let cur = if hp.n_expert == 0 {
-            b.ffn_layer(il, cur, Ffn::SWIGLU)?
+            b.ffn_layer(il, cur, ffn)?
         } else {
             let moe = Moe {
                 scale_w: hp.expert_weights_scale,
+                exp_scales: scaled,
                 ..Moe::SOFTMAX
             };
             let n_ff = if hp.n_ff_exp > 0 {

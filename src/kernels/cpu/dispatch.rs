@@ -7,7 +7,7 @@ use super::type_traits::*;
 use super::vec::*;
 #[cfg(target_arch = "x86_64")]
 use super::x86;
-use super::{dequant, dot_scalar, quantize};
+use super::{dequant, dot_scalar, dot_tiled, quantize};
 use crate::gguf::GgmlType;
 
 /// ggml's `to_float` for `t`: decodes `dst.len()` values from the whole blocks at the start of
@@ -158,6 +158,45 @@ pub fn matvec_dot_fn(t: GgmlType) -> DotFn {
 fn f16_ggml_scalar(k: usize, w: &[u8], x: &[u8]) -> f32 {
     let at = |b: &[u8], i: usize| half::f16::from_le_bytes([b[2 * i], b[2 * i + 1]]).to_f32();
     dot_f16_ggml_by(k, |i| at(w, i), |i| at(x, i))
+}
+
+/// The scalar reference of upstream's tiled K-quant order (`dot_tiled.rs`) for `t`, one of
+/// the types it handles (Q2_K..Q6_K, IQ4_XS); `None` for another type.
+pub fn tiled_scalar_dot_fn(t: GgmlType) -> Option<DotFn> {
+    Some(match t {
+        GgmlType::Q2_K => dot_tiled::q2_k,
+        GgmlType::Q3_K => dot_tiled::q3_k,
+        GgmlType::Q4_K => dot_tiled::q4_k,
+        GgmlType::Q5_K => dot_tiled::q5_k,
+        GgmlType::Q6_K => dot_tiled::q6_k,
+        GgmlType::IQ4_XS => dot_tiled::iq4_xs,
+        _ => return None,
+    })
+}
+
+/// The dot product in the float order of upstream's tiled K-quant matmul, which computes
+/// products of these types with 8 activation rows or more ([`takes_tiled`]): the AVX2 one
+/// when the CPU has it, else the scalar reference; `None` for another type.
+///
+/// [`takes_tiled`]: super::takes_tiled
+pub fn tiled_dot_fn(t: GgmlType) -> Option<DotFn> {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(f) = x86::tiled_dot_fn(t) {
+        return Some(f);
+    }
+    tiled_scalar_dot_fn(t)
+}
+
+/// The tile of `rows` × `cols` outputs in [`tiled_dot_fn`]'s arithmetic (AVX2: 1 × up to 4),
+/// if one exists.
+pub fn tiled_tile_shape(t: GgmlType, rows: usize, cols: usize) -> Option<Tile> {
+    #[cfg(target_arch = "x86_64")]
+    return x86::tiled_tile_shape(t, rows, cols);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (t, rows, cols);
+        None
+    }
 }
 
 /// The main tile kernel for `t` on this machine, if one exists (AVX2: 4 weight rows × 3

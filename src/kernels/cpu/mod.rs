@@ -31,6 +31,7 @@ mod blocks;
 mod dequant;
 mod dispatch;
 mod dot_scalar;
+mod dot_tiled;
 pub mod mul_mat;
 pub mod ops;
 pub mod pool;
@@ -44,8 +45,10 @@ mod x86;
 
 pub use dispatch::{
     dequantize_row, dot_fn, matvec_dot_fn, quantize_row, quantize_row_scalar, scalar_dot_fn,
-    simd_level, store_row, tile_fn, tile_shape, vec_dot, vec_dot_matvec, vec_dot_scalar,
+    simd_level, store_row, tile_fn, tile_shape, tiled_dot_fn, tiled_scalar_dot_fn,
+    tiled_tile_shape, vec_dot, vec_dot_matvec, vec_dot_scalar,
 };
+pub use dot_tiled::{takes_tiled, TILED_MIN_ROWS};
 pub use mul_mat::{
     mul_mat, mul_mat_batched, mul_mat_prepared, mul_mat_rows, prepare_activations,
     set_weight_prefetch, Activations, BatchedLayout, Scratch,

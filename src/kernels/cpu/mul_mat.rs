@@ -349,8 +349,14 @@ fn run_mul_mat(
         "activations too short"
     );
     // upstream hands products with several activation rows to llamafile's sgemm and those
-    // with one to the type's vec_dot, whose order differs for F16, BF16 and IQ4_NL
-    let dot = if m == 1 { matvec_dot_fn(t) } else { dot_fn(t) };
+    // with one to the type's vec_dot, whose order differs for F16, BF16 and IQ4_NL; K-quant
+    // products with 8 rows or more per batch to its tiled matmul (`dot_tiled.rs`)
+    let tiled = super::dot_tiled::takes_tiled(t, m);
+    let dot = match tiled_dot_fn(t) {
+        Some(f) if tiled => f,
+        _ if m == 1 => matvec_dot_fn(t),
+        _ => dot_fn(t),
+    };
     // one activation column in all: the weights stream through once (see `prefetch_ahead`)
     let stream = n_batch * m == 1 && WEIGHT_PREFETCH.load(std::sync::atomic::Ordering::Relaxed);
     let broadcast = n_batch / n_w_batch;
@@ -362,7 +368,11 @@ fn run_mul_mat(
     let cols = n_batch * m;
     // tiles compute with dot_fn's arithmetic: not for one activation row per batch, where the
     // mat-vec order of `matvec_dot_fn` applies
-    let tile = tile_fn(t).filter(|_| cols >= 2 && m >= 2);
+    let tile = if tiled {
+        tiled_tile_shape(t, 1, TILE_COLS)
+    } else {
+        tile_fn(t).filter(|_| cols >= 2 && m >= 2)
+    };
     let (ra, ca) = tile.map_or((1, 1), |t| (t.rows, t.cols));
     // kernels[r][c]: the r x c tile for the edges (r <= ra, c <= ca); 1 x 1 is a plain dot
     let mut kernels: [[Option<TileFn>; 5]; 5] = [[None; 5]; 5];
@@ -370,7 +380,12 @@ fn run_mul_mat(
         for (r, row) in kernels.iter_mut().enumerate().take(ra + 1).skip(1) {
             for (c, k) in row.iter_mut().enumerate().take(ca + 1).skip(1) {
                 if (r, c) != (1, 1) {
-                    *k = tile_shape(t, r, c).map(|k| k.f);
+                    *k = if tiled {
+                        tiled_tile_shape(t, r, c)
+                    } else {
+                        tile_shape(t, r, c)
+                    }
+                    .map(|k| k.f);
                 }
             }
         }

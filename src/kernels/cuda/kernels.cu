@@ -1,32 +1,13 @@
 // The CUDA executor's kernels (src/graph/exec_cuda.rs), compiled at run time by NVRTC (no
-// headers: fixed-width types and half conversions are defined here). Activations are f32 rows;
+// headers: fixed-width types and half conversions are defined in quant.cuh). Activations are f32 rows;
 // weights keep their GGUF bytes (type ids are ggml's: 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0).
 // Reproducible: every reduction has one fixed order (no atomics), so a launch gives the same
-// bits on every run. Semantics follow the CPU executor (src/kernels/cpu), except that MUL_MAT
-// keeps the activations in f32 (the CPU quantizes them to the weight's dot type, as ggml does);
-// sums of squares and softmax sums in double.
+// bits on every run. Semantics follow the CPU executor (src/kernels/cpu): MUL_MAT with Q4_0,
+// Q4_1 and Q8_0 weights quantizes the activations to Q8_0/Q8_1 first (quant.cuh, the same bytes
+// as the CPU) and sums integer products per block; sums of squares and softmax sums in double.
+// quant.cuh (types, half conversions, the quantizer) comes before this file.
 
-typedef unsigned char u8;
-typedef signed char i8;
-typedef unsigned short u16;
-typedef unsigned int u32;
-
-#define QK 32
 #define NEG_INF __int_as_float(0xff800000)
-
-__device__ __forceinline__ float h2f(u16 h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-
-__device__ __forceinline__ u16 f2h(float f) {
-    u16 h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-}
-
-__device__ __forceinline__ u16 ld16(const u8 *p) { return (u16)p[0] | ((u16)p[1] << 8); }
 
 // Value i of a row of type ty.
 __device__ __forceinline__ float deq(const u8 *row, int ty, int i) {
@@ -161,8 +142,8 @@ extern "C" __global__ void k_glu(const float *gate, const float *up, float *dst,
 #define MM_ROWS 4
 #define MM_PAIRS 8
 
-// The dot product of weight block ib (type ty) with the f32 activations' block ib: the weight
-// block decoded as the CPU decodes it (d * q, d * q + m), products summed in f32 in order.
+// The dot product of weight block ib (F32 or F16) with the f32 activations' block ib, products
+// summed in f32 in order (quantized weights go through block_dot_q8).
 __device__ __forceinline__ float block_dot(const u8 *w, int ty, int ib, const float *xf) {
     float acc = 0.0f;
     const float *x = xf + ib * QK;
@@ -177,26 +158,6 @@ __device__ __forceinline__ float block_dot(const u8 *w, int ty, int ib, const fl
         for (int i = 0; i < QK; i++) acc += h2f(ld16(wb + 2 * i)) * x[i];
         return acc;
     }
-    case 2: {
-        const u8 *wb = w + ib * 18;
-        float d = h2f(ld16(wb));
-        for (int j = 0; j < 16; j++) acc += d * (float)((wb[2 + j] & 15) - 8) * x[j];
-        for (int j = 0; j < 16; j++) acc += d * (float)((wb[2 + j] >> 4) - 8) * x[j + 16];
-        return acc;
-    }
-    case 3: {
-        const u8 *wb = w + ib * 20;
-        float d = h2f(ld16(wb)), m = h2f(ld16(wb + 2));
-        for (int j = 0; j < 16; j++) acc += (d * (float)(wb[4 + j] & 15) + m) * x[j];
-        for (int j = 0; j < 16; j++) acc += (d * (float)(wb[4 + j] >> 4) + m) * x[j + 16];
-        return acc;
-    }
-    case 8: {
-        const u8 *wb = w + ib * 34;
-        float d = h2f(ld16(wb));
-        for (int j = 0; j < QK; j++) acc += d * (float)(i8)wb[2 + j] * x[j];
-        return acc;
-    }
     }
     return 0.0f;
 }
@@ -206,8 +167,10 @@ __device__ __forceinline__ float block_dot(const u8 *w, int ty, int ib, const fl
 // slots, else p; times scale[e] when scale is given; x: f32 rows of k. One warp per weight row
 // and up to MM_PAIRS pairs; lane l takes
 // blocks l, l + 32, ...; a fixed warp tree sums the lanes.
+// With xq given (Q4_0, Q4_1, Q8_0 weights), x is read as its quantized rows (k_quantize_q8) and
+// each block's dot is an integer sum (block_dot_q8), as the CPU engine computes it.
 extern "C" __global__ void k_mul_mat(const u8 *w, int ty, long long row_bytes, long long expert_bytes,
-                                     int n_rows, int k, const float *x,
+                                     int n_rows, int k, const float *x, const u8 *xq,
                                      float *dst, int n_pairs, const float *ids, int n_used,
                                      int x_broadcast, const float *scale) {
     int r = blockIdx.x * MM_ROWS + threadIdx.y;
@@ -227,9 +190,14 @@ extern "C" __global__ void k_mul_mat(const u8 *w, int ty, long long row_bytes, l
         long long xrow = ids && x_broadcast ? p / n_used : p;
         es[j] = e;
         const u8 *wr = w + (long long)e * expert_bytes + (long long)r * row_bytes;
-        const float *xr = x + xrow * k;
         float a = 0.0f;
-        for (int ib = lane; ib < nb; ib += 32) a += block_dot(wr, ty, ib, xr);
+        if (xq) {
+            const u8 *xqr = xq + xrow * (long long)(nb * q8_block_bytes(ty));
+            for (int ib = lane; ib < nb; ib += 32) a += block_dot_q8(wr, ty, ib, xqr);
+        } else {
+            const float *xr = x + xrow * k;
+            for (int ib = lane; ib < nb; ib += 32) a += block_dot(wr, ty, ib, xr);
+        }
         acc[j] = a;
     }
 #pragma unroll
@@ -241,6 +209,14 @@ extern "C" __global__ void k_mul_mat(const u8 *w, int ty, long long row_bytes, l
             dst[(long long)p * n_rows + r] = s;
         }
     }
+}
+
+// The activations of a quantized MUL_MAT: n_blocks blocks of 32 f32 values (rows of k, k a
+// multiple of 32, back to back) into Q8_0 (sum 0) or Q8_1 (sum 1) blocks; one thread a block.
+extern "C" __global__ void k_quantize_q8(const float *x, u8 *y, long long n_blocks, int sum) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_blocks) return;
+    quantize_q8_block(x + i * QK, y + i * (sum ? 36 : 34), sum);
 }
 
 // ROPE of each head of each token from a table of (cos, sin) pairs per token (n_rot values,

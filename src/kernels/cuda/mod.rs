@@ -7,11 +7,15 @@ use std::sync::Arc;
 
 use crate::device::cuda::{self, CudaDevice, CudaFunction, CudaModule};
 
-/// The kernels' CUDA C source.
-pub const SOURCE: &str = include_str!("kernels.cu");
+/// The kernels' CUDA C source: the activation quantizer and integer block dots (`quant.cuh`,
+/// also compiled on the host by tests/cuda_kernels.rs), then the kernels.
+pub const SOURCE: &str = concat!(include_str!("quant.cuh"), include_str!("kernels.cu"));
+
+/// The part of [`SOURCE`] that is plain C++ as well (the host test compiles it with `c++`).
+pub const QUANT_SOURCE: &str = include_str!("quant.cuh");
 
 /// Every kernel of [`SOURCE`].
-pub const KERNELS: [&str; 15] = [
+pub const KERNELS: [&str; 16] = [
     "k_get_rows",
     "k_copy_rows",
     "k_norm",
@@ -19,6 +23,7 @@ pub const KERNELS: [&str; 15] = [
     "k_unary",
     "k_glu",
     "k_mul_mat",
+    "k_quantize_q8",
     "k_rope",
     "k_set_rows",
     "k_flash_attn",

@@ -1,8 +1,8 @@
 //! IQ4_NL and IQ4_XS: `quantize_iq4_nl` / `quantize_iq4_xs` of `ggml-quants.c` (the non-linear
 //! 4-bit code book, 7 scale tries each side), with or without an importance matrix.
 
+use super::blocks::{IQ4_NL_BYTES, IQ4_XS_BYTES, QK, QK_K};
 use super::helpers::*;
-use super::{IQ4_NL_BYTES, IQ4_XS_BYTES, QK, QK_K};
 
 /// `kvalues_iq4nl`.
 pub const KVALUES_IQ4NL: [i8; 16] = [

@@ -2,8 +2,8 @@
 //! `quantize_row_*_impl` with one, as in `ggml-quants.c`. One call quantizes one row of whole
 //! 256-element super-blocks; `qw` holds the row's importance weights.
 
+use super::blocks::{Q2_K_BYTES, Q3_K_BYTES, Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES, QK_K};
 use super::helpers::*;
-use super::{Q2_K_BYTES, Q3_K_BYTES, Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES, QK_K};
 
 /// `get_scale_min_k4`.
 fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {

@@ -2,8 +2,8 @@
 //! Q2_0: `quantize_row_*_ref` and, with an importance matrix, upstream's `quantize_row_*_impl`.
 //! One call quantizes one row; `qw` is the row's importance weights (`n_per_row` values).
 
+use super::blocks::{Q4_0_BYTES, Q4_1_BYTES, Q5_0_BYTES, Q5_1_BYTES, Q8_0_BYTES, QK};
 use super::helpers::*;
-use super::{Q4_0_BYTES, Q4_1_BYTES, Q5_0_BYTES, Q5_1_BYTES, Q8_0_BYTES, QK};
 
 /// `sum(x²) / n` over the whole row: the sigma² the imatrix variants weight with.
 fn row_sigma2(x: &[f32]) -> f32 {

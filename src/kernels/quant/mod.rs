@@ -8,6 +8,7 @@
 //! (Q2_K..Q6_K), `iq4` (IQ4_NL/IQ4_XS), `ternary` (TQ1_0/TQ2_0); `helpers` holds the shared
 //! scale searches (`make_qx_quants`, `make_qkx2/3_quants`, `make_qp_quants`, ...).
 
+mod blocks;
 pub mod helpers;
 mod iq4;
 mod kquants;
@@ -16,23 +17,6 @@ mod ternary;
 
 use crate::gguf::quant::f32_to_bf16_bits;
 use crate::gguf::GgmlType;
-
-pub(crate) const QK: usize = 32;
-pub(crate) const QK_K: usize = 256;
-pub(crate) const Q4_0_BYTES: usize = 18;
-pub(crate) const Q4_1_BYTES: usize = 20;
-pub(crate) const Q5_0_BYTES: usize = 22;
-pub(crate) const Q5_1_BYTES: usize = 24;
-pub(crate) const Q8_0_BYTES: usize = 34;
-pub(crate) const Q2_K_BYTES: usize = 84;
-pub(crate) const Q3_K_BYTES: usize = 110;
-pub(crate) const Q4_K_BYTES: usize = 144;
-pub(crate) const Q5_K_BYTES: usize = 176;
-pub(crate) const Q6_K_BYTES: usize = 210;
-pub(crate) const IQ4_NL_BYTES: usize = 18;
-pub(crate) const IQ4_XS_BYTES: usize = 136;
-pub(crate) const TQ1_0_BYTES: usize = 54;
-pub(crate) const TQ2_0_BYTES: usize = 66;
 
 type RowFn = fn(&[f32], &mut [u8], Option<&[f32]>);
 
@@ -285,7 +269,7 @@ mod tests {
     #[test]
     fn validation_catches_non_finite_scales() {
         let x = vec![f32::INFINITY; 32];
-        let mut q = vec![0u8; Q8_0_BYTES];
+        let mut q = vec![0u8; super::blocks::Q8_0_BYTES];
         quantize_rows(GgmlType::Q8_0, &x, &mut q, 32, None).unwrap();
         assert!(!validate_row_data(GgmlType::Q8_0, &q));
     }

@@ -1,8 +1,8 @@
 //! The ternary formats of BitNet b1.58 / TriLMs: `quantize_row_tq1_0_ref` and
 //! `quantize_row_tq2_0_ref` (the imatrix is unused).
 
+use super::blocks::{QK_K, TQ1_0_BYTES, TQ2_0_BYTES};
 use super::helpers::*;
-use super::{QK_K, TQ1_0_BYTES, TQ2_0_BYTES};
 
 /// `lroundf(v) + 1`: -1, 0, 1 → 0, 1, 2.
 #[inline(always)]

@@ -844,13 +844,7 @@ mod tests {
             .collect();
         assert!(inputs.len() >= 6, "corpus looks incomplete");
         inputs.extend(rows_seeds().into_iter().map(|(_, b)| b));
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::fuzz_rng::xorshift(0x2545_f491_4f6c_dd1du64);
         let n = inputs.len();
         for i in 0..4000 {
             let mut b = inputs[i % n].clone();

@@ -49,7 +49,7 @@ pub(super) unsafe fn q2_k_avx2(nb: usize, w: *const u8, x: *const u8) -> f32 {
 /// The 16 Q3_K scales (minus 32) as i8 lanes, unpacked in registers (`q3_k_scales` goes
 /// through memory, and its four u32 stores read back as one vector stall store forwarding).
 #[inline(always)]
-unsafe fn q3_k_scales_simd(p: *const u8) -> __m128i {
+pub(super) unsafe fn q3_k_scales_simd(p: *const u8) -> __m128i {
     const KMASK1: u32 = 0x0303_0303;
     const KMASK2: u32 = 0x0f0f_0f0f;
     let p = p.cast::<u32>();
@@ -121,7 +121,7 @@ static BROADCAST_I16: [[u8; 32]; 8] = {
 /// 8 i16 lanes: the 12 packed bytes unpacked with ggml's `utmp` shuffles (one u32 pass instead
 /// of eight `get_scale_min_k4` calls).
 #[inline(always)]
-unsafe fn k4_scales(wb: *const u8) -> ([__m256i; 8], __m128i) {
+pub(super) unsafe fn k4_scales(wb: *const u8) -> ([__m256i; 8], __m128i) {
     const KMASK1: u32 = 0x3f3f_3f3f;
     const KMASK2: u32 = 0x0f0f_0f0f;
     const KMASK3: u32 = 0x0303_0303;
@@ -152,7 +152,7 @@ unsafe fn k4_scales(wb: *const u8) -> ([__m256i; 8], __m128i) {
 
 /// Σⱼ minⱼ · (bsum₂ⱼ + bsum₂ⱼ₊₁) of a Q8_K block as 4 i32 lanes (ggml's hadd + madd).
 #[inline(always)]
-unsafe fn k4_mins_dot(xb: *const u8, mins: __m128i) -> __m128i {
+pub(super) unsafe fn k4_mins_dot(xb: *const u8, mins: __m128i) -> __m128i {
     let bsums = load256(xb.add(4 + QK_K));
     let pairs = _mm_hadd_epi16(
         _mm256_castsi256_si128(bsums),

@@ -17,6 +17,7 @@
 mod float;
 mod iq;
 mod k_quants;
+mod k_tiled;
 mod quantize;
 mod quants;
 mod repack;
@@ -36,7 +37,7 @@ use vec::dot_f16_ggml_bytes;
 pub use quantize::{convert_f16, quantize_q8};
 pub use repack::repacked_kernels;
 pub use simd::{available, prefetch};
-pub use tiles::{tile_fn, tile_shape};
+pub use tiles::{tile_fn, tile_shape, tiled_tile_shape};
 pub use vec::{dot_f16_ggml, f16_scale_mad, gemm_acc, silu_row, soft_max};
 
 /// The AVX2 dot product for `t`, when this CPU has AVX2+FMA+F16C.
@@ -82,6 +83,42 @@ pub fn matvec_dot_fn(t: GgmlType) -> Option<DotFn> {
     }
 }
 
+/// The AVX2 dot for `t` in the float order of upstream's tiled K-quant matmul (see
+/// `dot_tiled.rs`), for the types it handles.
+pub fn tiled_dot_fn(t: GgmlType) -> Option<DotFn> {
+    if !available() {
+        return None;
+    }
+    Some(match t {
+        GgmlType::Q2_K => q2_k_tiled,
+        GgmlType::Q3_K => q3_k_tiled,
+        GgmlType::Q4_K => q4_k_tiled,
+        GgmlType::Q5_K => q5_k_tiled,
+        GgmlType::Q6_K => q6_k_tiled,
+        GgmlType::IQ4_XS => iq4_xs_tiled,
+        _ => return None,
+    })
+}
+
+/// One output of a `*_tiled_cols` kernel (one activation row).
+macro_rules! tiled_single {
+    ($name:ident, $cols:ident) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $name(nb: usize, w: *const u8, x: *const u8) -> f32 {
+            let mut out = [0f32; 1];
+            k_tiled::$cols::<1>(nb, w, x, 0, &mut out);
+            out[0]
+        }
+    };
+}
+
+tiled_single!(q2_k_tiled_avx2, q2_k_tiled_cols);
+tiled_single!(q3_k_tiled_avx2, q3_k_tiled_cols);
+tiled_single!(q4_k_tiled_avx2, q4_k_tiled_cols);
+tiled_single!(q5_k_tiled_avx2, q5_k_tiled_cols);
+tiled_single!(q6_k_tiled_avx2, q6_k_tiled_cols);
+tiled_single!(iq4_xs_tiled_avx2, iq4_xs_tiled_cols);
+
 /// Safe entry points: check that `w` and `x` hold the blocks the kernel reads, then call it.
 macro_rules! entry {
     ($name:ident, $kernel:ident, $elems_per_block:expr, $w_bytes:expr, $x_bytes:expr) => {
@@ -118,3 +155,15 @@ entry!(q4_k, q4_k_avx2, QK_K, Q4_K_BYTES, Q8_K_BYTES);
 entry!(q5_k, q5_k_avx2, QK_K, Q5_K_BYTES, Q8_K_BYTES);
 entry!(q6_k, q6_k_avx2, QK_K, Q6_K_BYTES, Q8_K_BYTES);
 entry!(iq4_xs, iq4_xs_avx2, QK_K, IQ4_XS_BYTES, Q8_K_BYTES);
+entry!(q2_k_tiled, q2_k_tiled_avx2, QK_K, Q2_K_BYTES, Q8_K_BYTES);
+entry!(q3_k_tiled, q3_k_tiled_avx2, QK_K, Q3_K_BYTES, Q8_K_BYTES);
+entry!(q4_k_tiled, q4_k_tiled_avx2, QK_K, Q4_K_BYTES, Q8_K_BYTES);
+entry!(q5_k_tiled, q5_k_tiled_avx2, QK_K, Q5_K_BYTES, Q8_K_BYTES);
+entry!(q6_k_tiled, q6_k_tiled_avx2, QK_K, Q6_K_BYTES, Q8_K_BYTES);
+entry!(
+    iq4_xs_tiled,
+    iq4_xs_tiled_avx2,
+    QK_K,
+    IQ4_XS_BYTES,
+    Q8_K_BYTES
+);

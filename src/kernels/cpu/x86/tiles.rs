@@ -7,6 +7,7 @@ use std::arch::x86_64::*;
 use super::float::{load_bf16, load_f16, load_f32, scalar_bf16, scalar_f16, scalar_f32};
 use super::iq::iq4_lookup;
 use super::k_quants::{q4_k_cols, q6_k_cols};
+use super::k_tiled::*;
 use super::simd::{available, bits_32, dot_i8_i8, dot_u8_i8, hsum_f32x8, load256, nibbles_32};
 use crate::gguf::GgmlType;
 use crate::kernels::cpu::blocks::*;
@@ -74,6 +75,36 @@ pub fn tile_shape(t: GgmlType, rows: usize, cols: usize) -> Option<Tile> {
         GgmlType::IQ4_NL => shapes!(iq4_nl_tile),
         GgmlType::Q4_K if rows == 1 => shapes!(q4_k_tile),
         GgmlType::Q6_K if rows == 1 => shapes!(q6_k_tile),
+        _ => return None,
+    };
+    Some(Tile { rows, cols, f })
+}
+
+/// The tile of 1 × `cols` outputs (`cols` in 1..=4) in the float order of upstream's tiled
+/// K-quant matmul (see `dot_tiled.rs`) for `t`, when this CPU has AVX2 and `t` is one of its
+/// types. One weight row at a time: its block is unpacked once for the `cols` activation rows.
+pub fn tiled_tile_shape(t: GgmlType, rows: usize, cols: usize) -> Option<Tile> {
+    if !available() || rows != 1 {
+        return None;
+    }
+    macro_rules! shapes {
+        ($entry:ident) => {
+            match cols {
+                1 => $entry::<1, 1> as TileFn,
+                2 => $entry::<1, 2>,
+                3 => $entry::<1, 3>,
+                4 => $entry::<1, 4>,
+                _ => return None,
+            }
+        };
+    }
+    let f = match t {
+        GgmlType::Q2_K => shapes!(q2_k_tiled_tile),
+        GgmlType::Q3_K => shapes!(q3_k_tiled_tile),
+        GgmlType::Q4_K => shapes!(q4_k_tiled_tile),
+        GgmlType::Q5_K => shapes!(q5_k_tiled_tile),
+        GgmlType::Q6_K => shapes!(q6_k_tiled_tile),
+        GgmlType::IQ4_XS => shapes!(iq4_xs_tiled_tile),
         _ => return None,
     };
     Some(Tile { rows, cols, f })
@@ -173,6 +204,77 @@ tile_entry!(q5_1_tile, q5_1_tile_avx2, QK, Q5_1_BYTES, Q8_1_BYTES);
 tile_entry!(iq4_nl_tile, iq4_nl_tile_avx2, QK, IQ4_NL_BYTES, Q8_0_BYTES);
 tile_entry!(q4_k_tile, q4_k_tile_avx2, QK_K, Q4_K_BYTES, Q8_K_BYTES);
 tile_entry!(q6_k_tile, q6_k_tile_avx2, QK_K, Q6_K_BYTES, Q8_K_BYTES);
+
+tile_entry!(
+    q2_k_tiled_tile,
+    q2_k_tiled_tile_avx2,
+    QK_K,
+    Q2_K_BYTES,
+    Q8_K_BYTES
+);
+tile_entry!(
+    q3_k_tiled_tile,
+    q3_k_tiled_tile_avx2,
+    QK_K,
+    Q3_K_BYTES,
+    Q8_K_BYTES
+);
+tile_entry!(
+    q4_k_tiled_tile,
+    q4_k_tiled_tile_avx2,
+    QK_K,
+    Q4_K_BYTES,
+    Q8_K_BYTES
+);
+tile_entry!(
+    q5_k_tiled_tile,
+    q5_k_tiled_tile_avx2,
+    QK_K,
+    Q5_K_BYTES,
+    Q8_K_BYTES
+);
+tile_entry!(
+    q6_k_tiled_tile,
+    q6_k_tiled_tile_avx2,
+    QK_K,
+    Q6_K_BYTES,
+    Q8_K_BYTES
+);
+tile_entry!(
+    iq4_xs_tiled_tile,
+    iq4_xs_tiled_tile_avx2,
+    QK_K,
+    IQ4_XS_BYTES,
+    Q8_K_BYTES
+);
+
+/// A 1 × `C` tile from a `*_tiled_cols` kernel.
+macro_rules! tiled_tile_kernel {
+    ($name:ident, $cols:ident) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $name<const R: usize, const C: usize>(
+            nb: usize,
+            w: *const u8,
+            _ws: usize,
+            x: *const u8,
+            xs: usize,
+            out: &mut TileDst<'_>,
+        ) {
+            let mut cols = [0f32; C];
+            $cols::<C>(nb, w, x, xs, &mut cols);
+            for (c, &v) in cols.iter().enumerate() {
+                out.set(0, c, v);
+            }
+        }
+    };
+}
+
+tiled_tile_kernel!(q2_k_tiled_tile_avx2, q2_k_tiled_cols);
+tiled_tile_kernel!(q3_k_tiled_tile_avx2, q3_k_tiled_cols);
+tiled_tile_kernel!(q4_k_tiled_tile_avx2, q4_k_tiled_cols);
+tiled_tile_kernel!(q5_k_tiled_tile_avx2, q5_k_tiled_cols);
+tiled_tile_kernel!(q6_k_tiled_tile_avx2, q6_k_tiled_cols);
+tiled_tile_kernel!(iq4_xs_tiled_tile_avx2, iq4_xs_tiled_cols);
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_k_tile_avx2<const R: usize, const C: usize>(

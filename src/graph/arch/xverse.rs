@@ -1,0 +1,23 @@
+//! `xverse` (upstream's src/models/xverse.cpp): llama's graph: RMS norms, NORM rotary embeddings, a
+//! SiLU-gated FFN, a separate `output.weight`.
+
+use super::super::builder::{BuildError, Builder, Ffn, Outputs};
+use super::super::RopeMode;
+use super::def::{no_hparams, ArchDef, Memory, Rope};
+
+pub static DEF: ArchDef = ArchDef {
+    names: &["xverse"],
+    rope: Rope::Mode(RopeMode::Norm),
+    memory: Memory::Kv,
+    hparams: no_hparams,
+    graph,
+};
+
+/// llama's graph; upstream's `build_ffn` gets no FFN biases nor per-tensor scales.
+fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
+    let ffn = Ffn {
+        scaled: false,
+        ..Ffn::SWIGLU
+    };
+    super::llama::graph_ffn(b, ffn)
+}

@@ -127,6 +127,15 @@ pub struct Extras {
     pub attn_temp_floor: f32,
     /// M-RoPE's sections, when the file has them (text positions: see `RopeMode::Mrope`).
     pub mrope_sections: Option<[u32; 4]>,
+    /// ALiBi's maximum bias (`attention.max_alibi_bias`, or fixed by the architecture:
+    /// upstream's `f_max_alibi_bias`); 0: no ALiBi.
+    pub max_alibi_bias: f32,
+    /// Q, K and V clamped to `[-clamp_kqv, clamp_kqv]` after their projections
+    /// (`attention.clamp_kqv`, upstream's `f_clamp_kqv`); 0: no clamp.
+    pub clamp_kqv: f32,
+    /// Attention and FFN read the same input and their outputs are summed with it
+    /// (`use_parallel_residual`, gptneox).
+    pub parallel_residual: bool,
     /// State-space sizes (`ssm.*`) of recurrent and hybrid architectures.
     pub ssm: Ssm,
     /// Per layer: whether it keeps a recurrent state instead of KV rows (upstream's
@@ -162,11 +171,12 @@ impl ArchParams {
         let n_head_kv: Vec<usize> = hp.n_head_kv.iter().map(|&v| v as usize).collect();
         let n_ff: Vec<usize> = hp.n_ff.iter().map(|&v| v as usize).collect();
         let h0 = n_head.first().copied().unwrap_or(0);
-        if h0 == 0 {
+        // recurrent models (Mamba) have no attention: their files give no head count
+        if h0 == 0 && !crate::model::arch::is_recurrent(arch) {
             return Err(format!("{arch}: attention.head_count is missing or 0"));
         }
-        let head_k = u("attention.key_length", (n_embd / h0) as u32) as usize;
-        let head_v = u("attention.value_length", (n_embd / h0) as u32) as usize;
+        let head_k = u("attention.key_length", (n_embd / h0.max(1)) as u32) as usize;
+        let head_v = u("attention.value_length", (n_embd / h0.max(1)) as u32) as usize;
         let n_rot = u("rope.dimension_count", head_k as u32) as usize;
         let scaling_name = m
             .get_str(&key("rope.scaling.type"))

@@ -511,7 +511,10 @@ impl EvalCallback {
                 // the other ops read activations first (MUL by a norm weight: src1)
                 let weight_first = matches!(
                     op,
-                    Op::MulMat { .. } | Op::MulMatHeads { .. } | Op::GetRowsTokens { .. }
+                    Op::MulMat { .. }
+                        | Op::MulMatHeads { .. }
+                        | Op::GetRowsTokens { .. }
+                        | Op::GetRowsPos { .. }
                 );
                 let weights = op.weights();
                 let mut slots = [s0, s1, s2].into_iter();

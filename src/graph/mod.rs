@@ -318,9 +318,10 @@ impl Op {
     pub fn ggml_op(&self) -> (&'static str, Option<&'static str>) {
         match self {
             Op::InputEmbd => ("NONE", None),
-            Op::GetRowsTokens { .. } | Op::GetRowsOut { .. } | Op::GetRowsIds { .. } => {
-                ("GET_ROWS", None)
-            }
+            Op::GetRowsTokens { .. }
+            | Op::GetRowsOut { .. }
+            | Op::GetRowsIds { .. }
+            | Op::GetRowsPos { .. } => ("GET_ROWS", None),
             Op::View { .. } | Op::ViewHeads { .. } => ("CONT", None),
             Op::RmsNorm { .. } => ("RMS_NORM", None),
             Op::Norm { .. } => ("NORM", None),
@@ -328,6 +329,10 @@ impl Op {
             Op::Add { .. } | Op::WeightedSum { .. } => ("ADD", None),
             Op::Scale { .. } => ("SCALE", None),
             Op::Tanh { .. } => ("UNARY", Some("TANH")),
+            Op::Gelu { .. } => ("UNARY", Some("GELU")),
+            Op::Relu { .. } => ("UNARY", Some("RELU")),
+            Op::Sqr { .. } => ("SQR", None),
+            Op::Clamp { .. } => ("CLAMP", None),
             Op::Silu { .. } => ("UNARY", Some("SILU")),
             Op::Sigmoid { .. } => ("UNARY", Some("SIGMOID")),
             Op::MulMat { .. } | Op::MulMatHeads { .. } | Op::Hadamard { .. } => ("MUL_MAT", None),
@@ -347,7 +352,7 @@ impl Op {
             Op::ConcatHeads { .. } => ("CONCAT", None),
             Op::SoftMax { .. } => ("SOFT_MAX", None),
             Op::TopK { .. } => ("TOP_K", None),
-            Op::DivSumRows { .. } => ("DIV", None),
+            Op::DivSumRows { .. } | Op::Div { .. } => ("DIV", None),
         }
     }
 }

@@ -33,9 +33,11 @@ pub mod gpt2;
 pub mod gpt_oss;
 pub mod gptneox;
 pub mod granite;
+pub mod granitehybrid;
 pub mod hunyuan_dense;
 pub mod hunyuan_moe;
 pub mod internlm2;
+pub mod jamba;
 pub mod llama;
 pub mod maincoder;
 pub mod mamba;
@@ -46,6 +48,7 @@ pub mod mistral3;
 pub mod mistral4;
 pub mod mpt;
 pub mod nanbeige;
+pub mod nemotron_h;
 pub mod olmo2;
 pub mod olmoe;
 pub mod orion;
@@ -126,6 +129,9 @@ pub static REGISTRY: &[&ArchDef] = &[
     &starcoder::DEF,
     &mamba::DEF,
     &mamba2::DEF,
+    &granitehybrid::DEF,
+    &jamba::DEF,
+    &nemotron_h::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

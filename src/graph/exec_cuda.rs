@@ -243,6 +243,8 @@ impl CudaExecutor {
         }
         let kernel = match &node.op {
             Op::Hadamard { .. } | Op::AttnTempScale { .. } | Op::InputEmbd => false,
+            // adapters' factors stay in host memory: their products run on the CPU
+            Op::MulMatAdapter { .. } | Op::GetRowsAdapter { .. } | Op::AddAdapter { .. } => false,
             Op::Sigmoid { .. }
             | Op::ViewHeads { .. }
             | Op::ConcatHeads { .. }
@@ -829,7 +831,12 @@ impl CudaExecutor {
                     I32(ne1 as i32),
                 ],
             )?,
-            Op::InputEmbd | Op::Hadamard { .. } | Op::AttnTempScale { .. } => {
+            Op::InputEmbd
+            | Op::Hadamard { .. }
+            | Op::AttnTempScale { .. }
+            | Op::MulMatAdapter { .. }
+            | Op::GetRowsAdapter { .. }
+            | Op::AddAdapter { .. } => {
                 return Err(ExecError::UnsupportedOp {
                     backend: self.label,
                     op: node.name.to_string(),

@@ -77,6 +77,13 @@ pub enum Op {
     Tanh { src: NodeId },
     /// MUL_MAT(w, x): `w` is [k, n] (n rows of k), `x` [k, m] → [n, m].
     MulMat { w: WeightId, x: NodeId },
+    /// MUL_MAT(t, x) by adapter tensor `t` ([`Graph::adapter_tensors`], `[k, n]`), `x`
+    /// `[k, m]` → `[n, m]`: the LoRA factors of `build_lora_mm`.
+    MulMatAdapter { t: usize, x: NodeId },
+    /// GET_ROWS(t, inp_tokens) of adapter tensor `t`: a token-embedding adapter's rows of A.
+    GetRowsAdapter { t: usize },
+    /// ADD of adapter vector `t` to every row of `a`: a control vector's layer direction.
+    AddAdapter { a: NodeId, t: usize },
     /// MUL_MAT_ID(w, x, ids): `w` is [k, n, n_expert]; `ids` [n_used, T] expert ids; `x` is
     /// [k, T] (broadcast to every slot) or [k, n_used*T] → [n, n_used*T]; each expert's
     /// rows times its per-expert scale when `scale` (`[n_expert]`) is given.
@@ -223,6 +230,9 @@ pub struct Graph {
     pub shape: GraphShape,
     pub nodes: Vec<Node>,
     pub weights: Vec<WeightRef>,
+    /// LoRA factors and control-vector directions the graph reads
+    /// ([`Op::MulMatAdapter`], [`Op::GetRowsAdapter`], [`Op::AddAdapter`]).
+    pub adapter_tensors: Vec<std::sync::Arc<crate::model::adapter::AdapterTensor>>,
     /// [n_vocab, n_outputs].
     pub logits: Option<NodeId>,
     /// [n_embd, n_outputs]: the final normed hidden state.
@@ -257,7 +267,9 @@ impl Op {
             Operand::Weight(_) => None,
         };
         match self {
-            Op::GetRowsTokens { .. } | Op::InputEmbd => vec![],
+            Op::GetRowsTokens { .. } | Op::InputEmbd | Op::GetRowsAdapter { .. } => vec![],
+            Op::MulMatAdapter { x, .. } => vec![*x],
+            Op::AddAdapter { a, .. } => vec![*a],
             Op::GetRowsOut { src }
             | Op::RmsNorm { src, .. }
             | Op::Norm { src, .. }

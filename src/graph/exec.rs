@@ -3,7 +3,7 @@
 //! tensor's read lock, with the type the tensor has now; row-split tensors are multiplied
 //! piece by piece. It is one [`Executor`] of [`super::backend`].
 
-pub use super::backend::{ExecError, Executor, Inputs};
+pub use super::backend::{ExecError, Executor, Inputs, NodeObserver};
 use super::kernel_api::{self, Scratch, ThreadPool};
 use super::*;
 use crate::kernels::cpu::ops;
@@ -147,6 +147,35 @@ pub(super) fn range(n: &Node) -> (usize, usize) {
     (n.offset, n.len())
 }
 
+/// The recurrent memory a state op of `node` runs on.
+fn recurrent_memory<'a>(
+    kv: &'a mut KvCache,
+    node: &Node,
+) -> Result<&'a mut crate::kv_cache::RsMemory, ExecError> {
+    kv.rs.as_mut().ok_or_else(|| ExecError::UnsupportedOp {
+        backend: "CPU",
+        op: node.name.to_string(),
+        why: "the context has no recurrent memory".into(),
+    })
+}
+
+/// The recurrent cell of each token's sequence (placed by the memory before the graph runs).
+fn token_cells(
+    rs: &crate::kv_cache::RsMemory,
+    inp: &Inputs,
+    node: &Node,
+) -> Result<Vec<usize>, ExecError> {
+    inp.seq
+        .iter()
+        .map(|&s| rs.cell_of(s))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| ExecError::UnsupportedOp {
+            backend: "CPU",
+            op: node.name.to_string(),
+            why: "a sequence of the micro-batch has no recurrent cell".into(),
+        })
+}
+
 /// A weight's bytes as the kernels see them.
 enum WeightBytes<'a> {
     /// In place, or un-repacked when only the repacked layout holds the bytes.
@@ -236,6 +265,38 @@ impl Executor for CpuExecutor {
         abort: &mut dyn FnMut() -> bool,
     ) -> Result<(), ExecError> {
         self.run(g, model, kv, inp, abort)
+    }
+
+    fn compute_observed(
+        &mut self,
+        g: &Graph,
+        model: &Model,
+        kv: &mut KvCache,
+        inp: &Inputs,
+        abort: &mut dyn FnMut() -> bool,
+        observer: &mut dyn NodeObserver,
+    ) -> Result<(), ExecError> {
+        self.begin_run(g);
+        for (i, node) in g.nodes.iter().enumerate() {
+            if i % 16 == 0 && abort() {
+                return Err(ExecError::Aborted);
+            }
+            let wanted = observer.wants(g, i, model);
+            self.node(g, node, model, kv, inp)?;
+            if wanted {
+                // a node's sources are live while it is (plan_arena keeps them to their
+                // last reader), so their ranges still hold their values here
+                let arena = &self.arena;
+                let values = |n: NodeId| {
+                    let (at, len) = range(&g.nodes[n]);
+                    &arena[at..at + len]
+                };
+                if !observer.observe(g, i, model, &values) {
+                    break;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn output(&mut self, g: &Graph, node: NodeId) -> Result<&[f32], ExecError> {
@@ -402,6 +463,41 @@ impl CpuExecutor {
                     }
                 }
             }
+            Op::GetRowsPos { table } => {
+                let w = &g.weights[table.0];
+                let st = model.tensors.at(w.tensor).read();
+                let ty = st.layout.ggml_type;
+                let row_bytes = ty.row_size(w.ne[0]).unwrap_or(0) as usize;
+                let n_rows = w.ne[1] as usize;
+                let WeightBytes::Whole(bytes) = weight_bytes(&st, &w.name)? else {
+                    return Err(ExecError::UnsupportedOp {
+                        backend: "CPU",
+                        op: "GET_ROWS (positions)".into(),
+                        why: format!("'{}' is split by rows over devices", w.name),
+                    });
+                };
+                let (dst, []) = carve(&mut self.arena, dst_r, []);
+                for (t, out) in dst.chunks_exact_mut(ne0).enumerate() {
+                    // upstream's GET_ROWS asserts the row exists; a position past the table
+                    // is refused here instead
+                    let row = usize::try_from(inp.pos[t]).ok().filter(|&r| r < n_rows);
+                    let Some(row) = row else {
+                        return Err(ExecError::UnsupportedOp {
+                            backend: "CPU",
+                            op: "GET_ROWS (positions)".into(),
+                            why: format!(
+                                "position {} is outside '{}' ({n_rows} rows)",
+                                inp.pos[t], w.name
+                            ),
+                        });
+                    };
+                    kernel_api::dequantize_row(
+                        ty,
+                        &bytes[row * row_bytes..(row + 1) * row_bytes],
+                        out,
+                    );
+                }
+            }
             Op::InputEmbd => {
                 let (dst, []) = carve(&mut self.arena, dst_r, []);
                 dst.copy_from_slice(&inp.embd[..dst.len()]);
@@ -433,9 +529,17 @@ impl CpuExecutor {
                     }
                 });
             }
-            Op::Mul { a, b } | Op::Add { a, b } => {
-                let is_mul = matches!(node.op, Op::Mul { .. });
-                let f = |x: f32, y: f32| if is_mul { x * y } else { x + y };
+            Op::Mul { a, b } | Op::Add { a, b } | Op::Div { a, b } => {
+                let kind = match node.op {
+                    Op::Mul { .. } => 0,
+                    Op::Add { .. } => 1,
+                    _ => 2,
+                };
+                let f = |x: f32, y: f32| match kind {
+                    0 => x * y,
+                    1 => x + y,
+                    _ => x / y,
+                };
                 match b {
                     Operand::Weight(w) => {
                         self.load_vec(model, &g.weights[w.0])?;
@@ -487,6 +591,33 @@ impl CpuExecutor {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
                 for (d, &v) in dst.iter_mut().zip(x) {
                     *d = v.tanh();
+                }
+            }
+            Op::Gelu { src } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, &v) in dst.iter_mut().zip(x) {
+                    *d = ops::gelu(v);
+                }
+            }
+            Op::Relu { src } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, &v) in dst.iter_mut().zip(x) {
+                    // ggml_vec_relu_f32: `(x > 0.f) ? x : 0.f`
+                    *d = if v > 0.0 { v } else { 0.0 };
+                }
+            }
+            Op::Sqr { src } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, &v) in dst.iter_mut().zip(x) {
+                    *d = v * v;
+                }
+            }
+            Op::Clamp { src, min, max } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, &v) in dst.iter_mut().zip(x) {
+                    // ggml_compute_forward_clamp_f32: MAX(MIN(x, max), min)
+                    let m = if v < *max { v } else { *max };
+                    *d = if m > *min { m } else { *min };
                 }
             }
             Op::Hadamard { src, n } => {
@@ -787,6 +918,7 @@ impl CpuExecutor {
                 n_swa,
                 v_in_k,
                 sinks,
+                max_bias,
                 ..
             } => {
                 let sinks = match sinks {
@@ -812,9 +944,78 @@ impl CpuExecutor {
                     *n_swa,
                     *v_in_k,
                     sinks.as_deref(),
+                    *max_bias,
                 );
                 if let Some(v) = sinks {
                     self.wvec = v;
+                }
+            }
+            Op::MulRep { a, b, rep } => {
+                self.load_vec(model, &g.weights[b.0])?;
+                let w = &self.wvec;
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*a])]);
+                for (d, x) in dst.chunks_exact_mut(ne0).zip(x.chunks_exact(ne0)) {
+                    for (i, (d, &v)) in d.iter_mut().zip(x).enumerate() {
+                        *d = v * w[(i / rep) % w.len()];
+                    }
+                }
+            }
+            Op::SsmConv {
+                x,
+                w,
+                layer,
+                d_conv,
+            } => {
+                self.load_vec(model, &g.weights[w.0])?;
+                let rs = recurrent_memory(kv, node)?;
+                let cells = token_cells(rs, inp, node)?;
+                let l = &mut rs.layers[*layer];
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*x])]);
+                for (t, (d, x)) in dst
+                    .chunks_exact_mut(ne0)
+                    .zip(x.chunks_exact(ne0))
+                    .enumerate()
+                {
+                    let (r, _) = l.rows_mut(cells[t]);
+                    ops::ssm_conv_step(r, x, &self.wvec, *d_conv, d);
+                }
+            }
+            Op::SsmScan {
+                x,
+                dt,
+                b,
+                c,
+                a,
+                layer,
+                shape,
+            } => {
+                self.load_vec(model, &g.weights[a.0])?;
+                let rs = recurrent_memory(kv, node)?;
+                let cells = token_cells(rs, inp, node)?;
+                let l = &mut rs.layers[*layer];
+                let (n_dt, n_bc) = (nodes[*dt].ne0, nodes[*b].ne0);
+                let (dst, [x, dt, b, c]) = carve(
+                    &mut self.arena,
+                    dst_r,
+                    [
+                        range(&nodes[*x]),
+                        range(&nodes[*dt]),
+                        range(&nodes[*b]),
+                        range(&nodes[*c]),
+                    ],
+                );
+                for (t, y) in dst.chunks_exact_mut(ne0).enumerate() {
+                    let (_, st) = l.rows_mut(cells[t]);
+                    ops::ssm_scan_step(
+                        *shape,
+                        st,
+                        &x[t * ne0..(t + 1) * ne0],
+                        &dt[t * n_dt..(t + 1) * n_dt],
+                        &self.wvec,
+                        &b[t * n_bc..(t + 1) * n_bc],
+                        &c[t * n_bc..(t + 1) * n_bc],
+                        y,
+                    );
                 }
             }
             Op::SoftMax { src } => {
@@ -1000,6 +1201,7 @@ impl CpuExecutor {
         n_swa: u32,
         v_in_k: bool,
         sinks: Option<&[f32]>,
+        max_bias: f32,
     ) {
         let l = &kv.layers[layer];
         let n_threads = self.pool.n_threads();
@@ -1016,6 +1218,7 @@ impl CpuExecutor {
             dv,
             scale,
             softcap,
+            max_bias,
             n_cells_max: kv.size(),
             flash_attn: inp.flash_attn,
         };
@@ -1033,6 +1236,20 @@ impl CpuExecutor {
                 for (j, o) in (first..).zip(out.iter_mut()) {
                     *o = ask(t, j);
                 }
+            }
+        };
+        // ALiBi: upstream's mask value of a cell, -|p0 - p1| (F16 for flash attention, whose
+        // mask is cast to F16; F32 without)
+        let fa = inp.flash_attn;
+        let alibi_row = |t: usize, first: u32, out: &mut [f32]| {
+            let p0 = inp.pos[t];
+            for (j, o) in (first..).zip(out.iter_mut()) {
+                let d = -((p0 - kv.row_pos(j)).abs() as f32);
+                *o = if fa {
+                    half::f16::from_f32(d).to_f32()
+                } else {
+                    d
+                };
             }
         };
         let attn = ops::Attn {
@@ -1053,6 +1270,7 @@ impl CpuExecutor {
                 cast_f16: inp.flash_attn,
             },
             sinks,
+            alibi: (max_bias > 0.0).then_some(&alibi_row),
         };
         ops::flash_attn(&attn, dst, &self.pool, &self.attn_scratch);
     }

@@ -232,12 +232,18 @@ impl CudaExecutor {
         }
         // ops of the newer architectures without a CUDA kernel yet (MLA's compressed cache,
         // attention sinks): refused on the GPU, the rest run on the CPU
-        if let Op::FlashAttnExt { v_in_k, sinks, .. } = &node.op {
-            if *v_in_k || sinks.is_some() {
+        if let Op::FlashAttnExt {
+            v_in_k,
+            sinks,
+            max_bias,
+            ..
+        } = &node.op
+        {
+            if *v_in_k || sinks.is_some() || *max_bias > 0.0 {
                 return Err(ExecError::UnsupportedOp {
                     backend: self.label,
                     op: node.name.to_string(),
-                    why: "attention over a compressed (MLA) cache or with sinks has no CUDA kernel yet".into(),
+                    why: "attention over a compressed (MLA) cache, with sinks or with ALiBi has no CUDA kernel yet".into(),
                 });
             }
         }
@@ -245,6 +251,13 @@ impl CudaExecutor {
             Op::Hadamard { .. } | Op::AttnTempScale { .. } | Op::InputEmbd => false,
             // adapters' factors stay in host memory: their products run on the CPU
             Op::MulMatAdapter { .. } | Op::GetRowsAdapter { .. } | Op::AddAdapter { .. } => false,
+            Op::MulRep { .. } | Op::SsmConv { .. } | Op::SsmScan { .. } => false,
+            Op::Gelu { .. }
+            | Op::Relu { .. }
+            | Op::Sqr { .. }
+            | Op::Clamp { .. }
+            | Op::Div { .. }
+            | Op::GetRowsPos { .. } => false,
             Op::Sigmoid { .. }
             | Op::ViewHeads { .. }
             | Op::ConcatHeads { .. }
@@ -511,7 +524,10 @@ impl CudaExecutor {
             | Op::ConcatHeads { .. }
             | Op::MulMatHeads { .. }
             | Op::GroupMask { .. }
-            | Op::AddId { .. } => {
+            | Op::AddId { .. }
+            | Op::MulRep { .. }
+            | Op::SsmConv { .. }
+            | Op::SsmScan { .. } => {
                 // `side` sends these to the CPU
                 return Err(ExecError::UnsupportedOp {
                     backend: self.label,
@@ -836,7 +852,13 @@ impl CudaExecutor {
             | Op::AttnTempScale { .. }
             | Op::MulMatAdapter { .. }
             | Op::GetRowsAdapter { .. }
-            | Op::AddAdapter { .. } => {
+            | Op::AddAdapter { .. }
+            | Op::Gelu { .. }
+            | Op::Relu { .. }
+            | Op::Sqr { .. }
+            | Op::Clamp { .. }
+            | Op::Div { .. }
+            | Op::GetRowsPos { .. } => {
                 return Err(ExecError::UnsupportedOp {
                     backend: self.label,
                     op: node.name.to_string(),

@@ -16,8 +16,9 @@ pub mod exec;
 pub mod exec_cuda;
 pub mod kernel_api;
 pub mod params;
+pub mod ssm;
 
-pub use crate::kernels::cpu::ops::{RopeMode, RopeParams};
+pub use crate::kernels::cpu::ops::{RopeMode, RopeParams, ScanShape};
 
 /// Index of a node in [`Graph::nodes`].
 pub type NodeId = usize;
@@ -71,10 +72,23 @@ pub enum Op {
     Mul { a: NodeId, b: Operand },
     /// ADD, `b` broadcast over rows.
     Add { a: NodeId, b: Operand },
+    /// DIV, `b` broadcast over rows (mpt's FFN activation scales).
+    Div { a: NodeId, b: Operand },
     /// SCALE.
     Scale { src: NodeId, s: f32 },
     /// UNARY(TANH).
     Tanh { src: NodeId },
+    /// UNARY(GELU): ggml's tanh approximation through its F16 table (`ggml_vec_gelu_f32`).
+    Gelu { src: NodeId },
+    /// UNARY(RELU).
+    Relu { src: NodeId },
+    /// SQR.
+    Sqr { src: NodeId },
+    /// CLAMP to `[min, max]`.
+    Clamp { src: NodeId, min: f32, max: f32 },
+    /// GET_ROWS(table, inp_pos): the rows of a learned position table at the micro-batch's
+    /// positions (gpt2's and starcoder's `position_embd`).
+    GetRowsPos { table: WeightId },
     /// MUL_MAT(w, x): `w` is [k, n] (n rows of k), `x` [k, m] → [n, m].
     MulMat { w: WeightId, x: NodeId },
     /// MUL_MAT(t, x) by adapter tensor `t` ([`Graph::adapter_tensors`], `[k, n]`), `x`
@@ -120,6 +134,9 @@ pub enum Op {
         v_in_k: bool,
         /// Per-head attention sinks (`[n_head]`, `ggml_flash_attn_ext_add_sinks`).
         sinks: Option<WeightId>,
+        /// ALiBi's maximum bias (`f_max_alibi_bias`, 0: none): each head adds its slope
+        /// times `-|pos(token) - pos(cell)|` to the scaled scores.
+        max_bias: f32,
     },
     /// ADD_ID: each slot's row plus the bias column of its expert (`b` is `[n, n_expert]`,
     /// `ids` `[n_used, T]`, `src` `[n, n_used*T]`): per-expert biases.
@@ -192,6 +209,33 @@ pub enum Op {
         weights: NodeId,
         n_used: usize,
     },
+    /// MUL by a weight of one value per `rep` consecutive values of a row (ggml's broadcast
+    /// of a `[1, n]` operand over `[rep, n]`: Mamba-2's per-head D).
+    MulRep { a: NodeId, b: WeightId, rep: usize },
+    /// SSM_CONV with its state: each token's row `x` (`[channels]`) is convolved with the
+    /// last `d_conv - 1` inputs of its sequence (the recurrent memory's conv row of `layer`,
+    /// upstream's CONCAT of the state and the inputs) by `w` (`[d_conv, channels]`), and
+    /// shifted into the state (upstream's copy of the last columns back to the cache).
+    SsmConv {
+        x: NodeId,
+        w: WeightId,
+        layer: usize,
+        d_conv: usize,
+    },
+    /// SSM_SCAN with its state: the selective scan of each token over its sequence's SSM
+    /// state (`[d_state, head_dim, n_head]`, the recurrent memory's row of `layer`, updated
+    /// in place as upstream's copy of the final states back to the cache); `x`
+    /// `[head_dim*n_head, T]`, `dt` `[n_head, T]`, `b`/`c` `[d_state*n_group, T]`, `a`
+    /// `[d_state, n_head]` (Mamba-1) or `[1, n_head]` (Mamba-2). Output: y, like `x`.
+    SsmScan {
+        x: NodeId,
+        dt: NodeId,
+        b: NodeId,
+        c: NodeId,
+        a: WeightId,
+        layer: usize,
+        shape: ScanShape,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -249,13 +293,16 @@ impl Op {
             Operand::Node(_) => None,
         };
         match self {
-            Op::GetRowsTokens { table } => vec![*table],
+            Op::GetRowsTokens { table } | Op::GetRowsPos { table } => vec![*table],
             Op::MulMat { w, .. } | Op::MulMatHeads { w, .. } => vec![*w],
             Op::AddId { b, .. } => vec![*b],
             Op::FlashAttnExt { sinks, .. } => sinks.iter().copied().collect(),
             Op::MulMatId { w, scale, .. } => [Some(*w), *scale].into_iter().flatten().collect(),
-            Op::Mul { b, .. } | Op::Add { b, .. } => w(b).into_iter().collect(),
+            Op::Mul { b, .. } | Op::Add { b, .. } | Op::Div { b, .. } => w(b).into_iter().collect(),
             Op::Rope { freq_factors, .. } => freq_factors.iter().copied().collect(),
+            Op::MulRep { b, .. } => vec![*b],
+            Op::SsmConv { w, .. } => vec![*w],
+            Op::SsmScan { a, .. } => vec![*a],
             _ => Vec::new(),
         }
     }
@@ -267,7 +314,10 @@ impl Op {
             Operand::Weight(_) => None,
         };
         match self {
-            Op::GetRowsTokens { .. } | Op::InputEmbd | Op::GetRowsAdapter { .. } => vec![],
+            Op::GetRowsTokens { .. }
+            | Op::GetRowsPos { .. }
+            | Op::InputEmbd
+            | Op::GetRowsAdapter { .. } => vec![],
             Op::MulMatAdapter { x, .. } => vec![*x],
             Op::AddAdapter { a, .. } => vec![*a],
             Op::GetRowsOut { src }
@@ -275,6 +325,10 @@ impl Op {
             | Op::Norm { src, .. }
             | Op::Scale { src, .. }
             | Op::Tanh { src }
+            | Op::Gelu { src }
+            | Op::Relu { src }
+            | Op::Sqr { src }
+            | Op::Clamp { src, .. }
             | Op::Rope { src, .. }
             | Op::SetRows { src, .. }
             | Op::Silu { src }
@@ -287,7 +341,10 @@ impl Op {
             | Op::TopK { src, .. }
             | Op::DivSumRows { src }
             | Op::View { src, .. } => vec![*src],
-            Op::Mul { a, b } | Op::Add { a, b } => {
+            Op::MulRep { a, .. } => vec![*a],
+            Op::SsmConv { x, .. } => vec![*x],
+            Op::SsmScan { x, dt, b, c, .. } => vec![*x, *dt, *b, *c],
+            Op::Mul { a, b } | Op::Add { a, b } | Op::Div { a, b } => {
                 [Some(*a), node(b)].into_iter().flatten().collect()
             }
             Op::MulMat { x, .. } | Op::MulMatHeads { x, .. } => vec![*x],
@@ -298,6 +355,57 @@ impl Op {
             Op::Glu { gate, up, .. } => vec![*gate, *up],
             Op::GetRowsIds { src, ids } => vec![*src, *ids],
             Op::WeightedSum { src, weights, .. } => vec![*src, *weights],
+        }
+    }
+}
+
+impl Op {
+    /// The ggml op of the tensor this node stands for (`GGML_OP_*` without the prefix; the
+    /// last op where one node fuses several, e.g. VIEW + CONT is CONT) and, for UNARY and GLU,
+    /// the sub-op (`GGML_UNARY_OP_*` / `GGML_GLU_OP_*` without the prefix): what a graph
+    /// callback (`cb_eval`) is told.
+    pub fn ggml_op(&self) -> (&'static str, Option<&'static str>) {
+        match self {
+            Op::InputEmbd => ("NONE", None),
+            Op::GetRowsTokens { .. }
+            | Op::GetRowsOut { .. }
+            | Op::GetRowsIds { .. }
+            | Op::GetRowsPos { .. } => ("GET_ROWS", None),
+            Op::View { .. } | Op::ViewHeads { .. } => ("CONT", None),
+            Op::RmsNorm { .. } => ("RMS_NORM", None),
+            Op::Norm { .. } => ("NORM", None),
+            Op::Mul { .. } | Op::AttnTempScale { .. } => ("MUL", None),
+            Op::Add { .. } | Op::WeightedSum { .. } => ("ADD", None),
+            Op::Scale { .. } => ("SCALE", None),
+            Op::Tanh { .. } => ("UNARY", Some("TANH")),
+            Op::Gelu { .. } => ("UNARY", Some("GELU")),
+            Op::Relu { .. } => ("UNARY", Some("RELU")),
+            Op::Sqr { .. } => ("SQR", None),
+            Op::Clamp { .. } => ("CLAMP", None),
+            Op::Silu { .. } => ("UNARY", Some("SILU")),
+            Op::Sigmoid { .. } => ("UNARY", Some("SIGMOID")),
+            Op::MulMat { .. } | Op::MulMatHeads { .. } | Op::Hadamard { .. } => ("MUL_MAT", None),
+            Op::MulMatId { .. } => ("MUL_MAT_ID", None),
+            // a LoRA factor's product, a token-embedding adapter's rows, a control vector
+            Op::MulMatAdapter { .. } => ("MUL_MAT", None),
+            Op::GetRowsAdapter { .. } => ("GET_ROWS", None),
+            Op::AddAdapter { .. } => ("ADD", None),
+            Op::Rope { .. } => ("ROPE", None),
+            Op::SetRows { .. } | Op::GroupMask { .. } => ("SET_ROWS", None),
+            Op::FlashAttnExt { .. } => ("FLASH_ATTN_EXT", None),
+            Op::AddId { .. } => ("ADD_ID", None),
+            Op::Glu { kind, .. } => (
+                "GLU",
+                Some(match kind {
+                    GluKind::Swiglu => "SWIGLU",
+                    GluKind::Geglu => "GEGLU",
+                    GluKind::SwigluOai => "SWIGLU_OAI",
+                }),
+            ),
+            Op::ConcatHeads { .. } => ("CONCAT", None),
+            Op::SoftMax { .. } => ("SOFT_MAX", None),
+            Op::TopK { .. } => ("TOP_K", None),
+            Op::DivSumRows { .. } | Op::Div { .. } => ("DIV", None),
         }
     }
 }

@@ -406,6 +406,9 @@ impl Op {
             Op::SoftMax { .. } => ("SOFT_MAX", None),
             Op::TopK { .. } => ("TOP_K", None),
             Op::DivSumRows { .. } | Op::Div { .. } => ("DIV", None),
+            Op::MulRep { .. } => ("MUL", None),
+            Op::SsmConv { .. } => ("SSM_CONV", None),
+            Op::SsmScan { .. } => ("SSM_SCAN", None),
         }
     }
 }

@@ -374,7 +374,9 @@ impl Op {
             Op::View { .. } | Op::ViewHeads { .. } => ("CONT", None),
             Op::RmsNorm { .. } => ("RMS_NORM", None),
             Op::Norm { .. } => ("NORM", None),
-            Op::Mul { .. } | Op::AttnTempScale { .. } => ("MUL", None),
+            Op::Mul { .. } | Op::AttnTempScale { .. } | Op::MulRep { .. } => ("MUL", None),
+            Op::SsmConv { .. } => ("SSM_CONV", None),
+            Op::SsmScan { .. } => ("SSM_SCAN", None),
             Op::Add { .. } | Op::WeightedSum { .. } => ("ADD", None),
             Op::Scale { .. } => ("SCALE", None),
             Op::Tanh { .. } => ("UNARY", Some("TANH")),
@@ -406,9 +408,6 @@ impl Op {
             Op::SoftMax { .. } => ("SOFT_MAX", None),
             Op::TopK { .. } => ("TOP_K", None),
             Op::DivSumRows { .. } | Op::Div { .. } => ("DIV", None),
-            Op::MulRep { .. } => ("MUL", None),
-            Op::SsmConv { .. } => ("SSM_CONV", None),
-            Op::SsmScan { .. } => ("SSM_SCAN", None),
         }
     }
 }

@@ -127,6 +127,15 @@ pub struct Extras {
     pub attn_temp_floor: f32,
     /// M-RoPE's sections, when the file has them (text positions: see `RopeMode::Mrope`).
     pub mrope_sections: Option<[u32; 4]>,
+    /// ALiBi's maximum bias (`attention.max_alibi_bias`, or fixed by the architecture:
+    /// upstream's `f_max_alibi_bias`); 0: no ALiBi.
+    pub max_alibi_bias: f32,
+    /// Q, K and V clamped to `[-clamp_kqv, clamp_kqv]` after their projections
+    /// (`attention.clamp_kqv`, upstream's `f_clamp_kqv`); 0: no clamp.
+    pub clamp_kqv: f32,
+    /// Attention and FFN read the same input and their outputs are summed with it
+    /// (`use_parallel_residual`, gptneox).
+    pub parallel_residual: bool,
 }
 
 impl ArchParams {

@@ -12,6 +12,7 @@
 
 pub mod baichuan;
 pub mod bailingmoe2;
+pub mod bloom;
 pub mod cohere2;
 pub mod command_r;
 pub mod deci;
@@ -22,12 +23,15 @@ pub mod ernie4_5;
 pub mod ernie4_5_moe;
 pub mod exaone;
 pub mod exaone4;
+pub mod falcon;
 pub mod gemma;
 pub mod gemma2;
 pub mod gemma3;
 pub mod glm4;
 pub mod glm4moe;
+pub mod gpt2;
 pub mod gpt_oss;
+pub mod gptneox;
 pub mod granite;
 pub mod hunyuan_dense;
 pub mod hunyuan_moe;
@@ -38,6 +42,7 @@ pub mod minicpm;
 pub mod minimax_m2;
 pub mod mistral3;
 pub mod mistral4;
+pub mod mpt;
 pub mod nanbeige;
 pub mod olmo2;
 pub mod olmoe;
@@ -54,6 +59,7 @@ pub mod qwen3vlmoe;
 pub mod seed_oss;
 pub mod smollm3;
 pub mod stablelm;
+pub mod starcoder;
 pub mod xverse;
 
 pub use def::{check_mrope_text, mrope_text_is_neox, no_hparams, ArchDef, Keys, Memory, Rope};
@@ -110,6 +116,12 @@ pub static REGISTRY: &[&ArchDef] = &[
     &olmoe::DEF,
     &hunyuan_moe::DEF,
     &bailingmoe2::DEF,
+    &gpt2::DEF,
+    &gptneox::DEF,
+    &falcon::DEF,
+    &bloom::DEF,
+    &mpt::DEF,
+    &starcoder::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

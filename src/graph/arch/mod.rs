@@ -38,6 +38,8 @@ pub mod hunyuan_moe;
 pub mod internlm2;
 pub mod llama;
 pub mod maincoder;
+pub mod mamba;
+pub mod mamba2;
 pub mod minicpm;
 pub mod minimax_m2;
 pub mod mistral3;
@@ -122,6 +124,8 @@ pub static REGISTRY: &[&ArchDef] = &[
     &bloom::DEF,
     &mpt::DEF,
     &starcoder::DEF,
+    &mamba::DEF,
+    &mamba2::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

@@ -254,6 +254,7 @@ impl CudaExecutor {
             | Op::Sqr { .. }
             | Op::Clamp { .. }
             | Op::Div { .. }
+            | Op::Repeat { .. }
             | Op::GetRowsPos { .. } => false,
             Op::Sigmoid { .. }
             | Op::ViewHeads { .. }
@@ -849,6 +850,7 @@ impl CudaExecutor {
             | Op::Sqr { .. }
             | Op::Clamp { .. }
             | Op::Div { .. }
+            | Op::Repeat { .. }
             | Op::GetRowsPos { .. } => {
                 return Err(ExecError::UnsupportedOp {
                     backend: self.label,

@@ -354,6 +354,7 @@ impl Op {
                 }),
             ),
             Op::ConcatHeads { .. } => ("CONCAT", None),
+            Op::Repeat { .. } => ("REPEAT", None),
             Op::SoftMax { .. } => ("SOFT_MAX", None),
             Op::TopK { .. } => ("TOP_K", None),
             Op::DivSumRows { .. } | Op::Div { .. } => ("DIV", None),

@@ -249,6 +249,7 @@ impl CudaExecutor {
         }
         let kernel = match &node.op {
             Op::Hadamard { .. } | Op::AttnTempScale { .. } | Op::InputEmbd => false,
+            Op::MulRep { .. } | Op::SsmConv { .. } | Op::SsmScan { .. } => false,
             Op::Gelu { .. }
             | Op::Relu { .. }
             | Op::Sqr { .. }
@@ -522,7 +523,10 @@ impl CudaExecutor {
             | Op::ConcatHeads { .. }
             | Op::MulMatHeads { .. }
             | Op::GroupMask { .. }
-            | Op::AddId { .. } => {
+            | Op::AddId { .. }
+            | Op::MulRep { .. }
+            | Op::SsmConv { .. }
+            | Op::SsmScan { .. } => {
                 // `side` sends these to the CPU
                 return Err(ExecError::UnsupportedOp {
                     backend: self.label,

@@ -46,6 +46,8 @@ pub mod jais;
 pub mod jais2;
 pub mod llama;
 pub mod maincoder;
+pub mod mamba;
+pub mod mamba2;
 pub mod minicpm;
 pub mod minicpm3;
 pub mod minimax_m2;
@@ -156,6 +158,8 @@ pub static REGISTRY: &[&ArchDef] = &[
     &minicpm3::DEF,
     &granite_swa::DEF,
     &plamo3::DEF,
+    &mamba::DEF,
+    &mamba2::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

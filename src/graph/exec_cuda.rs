@@ -257,6 +257,7 @@ impl CudaExecutor {
             | Op::Sqr { .. }
             | Op::Clamp { .. }
             | Op::Div { .. }
+            | Op::Repeat { .. }
             | Op::GetRowsPos { .. } => false,
             Op::Sigmoid { .. }
             | Op::ViewHeads { .. }
@@ -858,6 +859,7 @@ impl CudaExecutor {
             | Op::Sqr { .. }
             | Op::Clamp { .. }
             | Op::Div { .. }
+            | Op::Repeat { .. }
             | Op::GetRowsPos { .. } => {
                 return Err(ExecError::UnsupportedOp {
                     backend: self.label,

@@ -394,9 +394,6 @@ impl Op {
             Op::SoftMax { .. } => ("SOFT_MAX", None),
             Op::TopK { .. } => ("TOP_K", None),
             Op::DivSumRows { .. } | Op::Div { .. } => ("DIV", None),
-            Op::MulRep { .. } => ("MUL", None),
-            Op::SsmConv { .. } => ("SSM_CONV", None),
-            Op::SsmScan { .. } => ("SSM_SCAN", None),
         }
     }
 }

@@ -43,9 +43,10 @@ pub mod hunyuan_dense;
 pub mod hunyuan_moe;
 pub mod hunyuan_vl;
 pub mod internlm2;
-pub mod jais2;
 pub mod jais;
+pub mod jais2;
 pub mod jamba;
+pub mod lfm2;
 pub mod llama;
 pub mod maincoder;
 pub mod mamba;
@@ -166,6 +167,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &granitehybrid::DEF,
     &jamba::DEF,
     &nemotron_h::DEF,
+    &lfm2::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

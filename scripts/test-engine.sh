@@ -197,7 +197,9 @@ fi
 # the memory API (seq_rm of middle, cutting and out-of-range ranges, seq_cp, seq_add, seq_div,
 # seq_keep, clear, a position gap) answers as upstream's on the same calls: the text identical,
 # the rows within KL 1e-3.
-RECURRENT_ARCHS="mamba mamba2 granitehybrid jamba nemotron_h lfm2"
+# lfm2 is left out: upstream aborts in this probe (GGML_ASSERT(buffer) in ggml-backend.cpp, its
+# sliding-window hybrid memory)
+RECURRENT_ARCHS="mamba mamba2 granitehybrid jamba nemotron_h"
 check_recurrent() {
     local arch f name side lib stats
     for arch in $RECURRENT_ARCHS; do

@@ -249,12 +249,15 @@ impl CudaExecutor {
         }
         let kernel = match &node.op {
             Op::Hadamard { .. } | Op::AttnTempScale { .. } | Op::InputEmbd => false,
+            // adapters' factors stay in host memory: their products run on the CPU
+            Op::MulMatAdapter { .. } | Op::GetRowsAdapter { .. } | Op::AddAdapter { .. } => false,
             Op::MulRep { .. } | Op::SsmConv { .. } | Op::SsmScan { .. } => false,
             Op::Gelu { .. }
             | Op::Relu { .. }
             | Op::Sqr { .. }
             | Op::Clamp { .. }
             | Op::Div { .. }
+            | Op::Repeat { .. }
             | Op::GetRowsPos { .. } => false,
             Op::Sigmoid { .. }
             | Op::ViewHeads { .. }
@@ -848,11 +851,15 @@ impl CudaExecutor {
             Op::InputEmbd
             | Op::Hadamard { .. }
             | Op::AttnTempScale { .. }
+            | Op::MulMatAdapter { .. }
+            | Op::GetRowsAdapter { .. }
+            | Op::AddAdapter { .. }
             | Op::Gelu { .. }
             | Op::Relu { .. }
             | Op::Sqr { .. }
             | Op::Clamp { .. }
             | Op::Div { .. }
+            | Op::Repeat { .. }
             | Op::GetRowsPos { .. } => {
                 return Err(ExecError::UnsupportedOp {
                     backend: self.label,

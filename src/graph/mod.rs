@@ -67,7 +67,8 @@ pub enum Op {
     RmsNorm { src: NodeId, eps: f32 },
     /// NORM (layer norm without affine part).
     Norm { src: NodeId, eps: f32 },
-    /// MUL, `b` broadcast over rows.
+    /// MUL, `b` broadcast over rows (a node operand of one value per row, `[1, T]`,
+    /// broadcasts along the row instead).
     Mul { a: NodeId, b: Operand },
     /// ADD, `b` broadcast over rows.
     Add { a: NodeId, b: Operand },
@@ -139,7 +140,22 @@ pub enum Op {
         src: NodeId,
         floor_scale: f32,
         scale: f32,
+        /// Added to the position first (upstream's `f_attn_temp_offset`; llama4: 1).
+        offset: f32,
     },
+    /// DIV, elementwise (`b` of `a`'s shape).
+    Div { a: NodeId, b: NodeId },
+    /// REPEAT + MUL of `build_moe_ffn`'s weights-before-the-experts path (llama4): each
+    /// token's row `[n, T]` repeated into its `n_used` slots, each slot times its weight
+    /// (`weights` `[n_used, T]`) → `[n, n_used*T]`.
+    MulSlots {
+        src: NodeId,
+        weights: NodeId,
+        n_used: usize,
+    },
+    /// The VIEW + ADD chain that sums the experts' slots: `[n, n_used*T] → [n, T]`, slot 0
+    /// plus slot 1 plus ... in order.
+    SumSlots { src: NodeId, n_used: usize },
     /// UNARY(SILU).
     Silu { src: NodeId },
     /// UNARY(SIGMOID).
@@ -274,7 +290,10 @@ impl Op {
             | Op::SoftMax { src }
             | Op::TopK { src, .. }
             | Op::DivSumRows { src }
+            | Op::SumSlots { src, .. }
             | Op::View { src, .. } => vec![*src],
+            Op::Div { a, b } => vec![*a, *b],
+            Op::MulSlots { src, weights, .. } => vec![*src, *weights],
             Op::Mul { a, b } | Op::Add { a, b } => {
                 [Some(*a), node(b)].into_iter().flatten().collect()
             }

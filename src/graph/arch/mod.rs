@@ -15,6 +15,7 @@ pub mod bailingmoe2;
 pub mod cohere2;
 pub mod command_r;
 pub mod deci;
+pub mod deepseek;
 pub mod deepseek2;
 pub mod def;
 pub mod dots1;
@@ -33,6 +34,7 @@ pub mod hunyuan_dense;
 pub mod hunyuan_moe;
 pub mod internlm2;
 pub mod llama;
+pub mod llama4;
 pub mod maincoder;
 pub mod minicpm;
 pub mod minimax_m2;
@@ -46,6 +48,7 @@ pub mod phi3;
 pub mod plamo;
 pub mod qwen;
 pub mod qwen2;
+pub mod qwen2moe;
 pub mod qwen2vl;
 pub mod qwen3;
 pub mod qwen3moe;
@@ -110,6 +113,9 @@ pub static REGISTRY: &[&ArchDef] = &[
     &olmoe::DEF,
     &hunyuan_moe::DEF,
     &bailingmoe2::DEF,
+    &qwen2moe::DEF,
+    &deepseek::DEF,
+    &llama4::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

@@ -28,9 +28,11 @@
 
 #include "llama.h"
 
-static const llama_token PROMPT[] = {1, 504, 3458, 282, 4649, 314, 253, 1345, 28, 1410, 9081, 30, 216, 198};
-#define N_PROMPT ((int)(sizeof(PROMPT) / sizeof(PROMPT[0])))
-static const llama_token NEXT = 1345;
+static const llama_token PROMPT_IDS[] = {1, 504, 3458, 282, 4649, 314, 253, 1345, 28, 1410, 9081, 30, 216, 198};
+#define N_PROMPT ((int)(sizeof(PROMPT_IDS) / sizeof(PROMPT_IDS[0])))
+/* the ids modulo the model's vocabulary (small random-weight fixtures have small ones) */
+static llama_token PROMPT[N_PROMPT];
+static llama_token NEXT = 1345;
 
 static int n_errors;
 
@@ -258,6 +260,9 @@ int main(int argc, char **argv) {
     struct llama_model *m = llama_model_load_from_file(argv[2], mp);
     if (!m) { fprintf(stderr, "model failed\n"); return 1; }
     int fa = atoi(argv[3]);
+    int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(m));
+    for (int i = 0; i < N_PROMPT; i++) PROMPT[i] = PROMPT_IDS[i] % n_vocab;
+    NEXT %= n_vocab;
     char path[4096];
     if (strcmp(argv[1], "save") == 0) {
         struct llama_context *ctx = make_ctx(m, fa, 1);

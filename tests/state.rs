@@ -336,3 +336,34 @@ fn state_fuzz_harness_replay() {
         llama::context::harness::check_state(&data);
     }
 }
+
+/// Positions are the state's to choose (upstream checks none): a cell at the largest
+/// position restores, and the next decode (whose position would overflow) fails cleanly.
+#[test]
+fn extreme_positions_restore_and_decode_fails_cleanly() {
+    let d = dir("extreme");
+    let path = d.0.join("m.gguf");
+    tiny_llama(&TinyLlamaOpts::default())
+        .unwrap()
+        .write_to(&path)
+        .unwrap();
+    let m = load(&path);
+    let a = new_ctx(m, 1, false, false);
+    decode(a, &PROMPT, 0, 0);
+    let mut s = get_state(a);
+    let arch_len = u32::from_le_bytes(s[0..4].try_into().unwrap()) as usize;
+    let cells = 4 + arch_len + 8;
+    for (i, p) in [(0usize, 5i32), (6, i32::MAX)] {
+        s[cells + 12 * i..cells + 12 * i + 4].copy_from_slice(&p.to_le_bytes());
+    }
+    // SAFETY: live handles, valid buffers; the batch points at a live local.
+    unsafe {
+        assert_eq!(state::llama_state_set_data(a, s.as_ptr(), s.len()), s.len());
+        assert_eq!(positions(a, 0), (1, i32::MAX));
+        let mut t = [42i32];
+        let rc = batch::llama_decode(a, batch::llama_batch_get_one(t.as_mut_ptr(), 1));
+        assert_ne!(rc, 0, "a position past i32::MAX cannot decode");
+        context::llama_free(a);
+        model::llama_model_free(m);
+    }
+}

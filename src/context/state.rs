@@ -8,8 +8,11 @@
 //! context as it was (upstream has by then emptied the cache or the destination sequence,
 //! and applies a session file before noticing data left over at its end).
 //!
-//! Not supported yet (a failure with a log line): models with sliding-window layers
-//! (upstream writes two caches) and M-RoPE models (upstream's cells carry 2D positions).
+//! Models with sliding-window layers: upstream keeps two caches and writes both (the
+//! full-attention layers, then the sliding-window layers, whose sequence states hold only
+//! the cells inside the window); ours keeps one set of cells and writes the same sections.
+//! Not supported yet (a failure with a log line): M-RoPE models (upstream's cells carry 2D
+//! positions) and contexts computing on a GPU.
 
 use std::io::Write;
 
@@ -48,23 +51,35 @@ impl Context {
                 e.exec.name()
             ));
         }
-        if self.hp.swa_layers.iter().any(|&swa| swa) {
-            return fail(format!(
-                "state of model architecture '{}' (sliding-window layers, upstream's two caches) is not supported by llama-hotswap yet",
-                self.model.arch
-            ));
-        }
         if self.hp.ext.mrope_sections.is_some() {
             return fail(format!(
                 "state of model architecture '{}' (M-RoPE cells) is not supported by llama-hotswap yet",
                 self.model.arch
             ));
         }
-        Ok(Some(vec![StateLayers {
-            layers: (0..e.kv.layers.len()).collect(),
-            n_swa: 0,
-            v_trans: !e.cparams.flash_attn,
-        }]))
+        let v_trans = !e.cparams.flash_attn;
+        let all = 0..e.kv.layers.len();
+        if !self.hp.swa_layers.iter().any(|&swa| swa) {
+            return Ok(Some(vec![StateLayers {
+                layers: all.collect(),
+                n_swa: 0,
+                v_trans,
+            }]));
+        }
+        // upstream's two caches: the full-attention layers, then the sliding-window ones
+        let swa = |il: &usize| self.hp.swa_layers.get(*il).copied().unwrap_or(false);
+        Ok(Some(vec![
+            StateLayers {
+                layers: all.clone().filter(|il| !swa(il)).collect(),
+                n_swa: 0,
+                v_trans,
+            },
+            StateLayers {
+                layers: all.filter(swa).collect(),
+                n_swa: self.hp.n_swa,
+                v_trans,
+            },
+        ]))
     }
 
     /// Writes the whole state (`state_write_data`); returns the bytes written, or counted
@@ -103,9 +118,7 @@ impl Context {
         }
         let n = r.n_bytes();
         check(n)?;
-        for (restore, sect) in staged {
-            e.kv.state_apply(restore, None, &sect)?;
-        }
+        install(&mut e, staged, None)?;
         Ok(n)
     }
 
@@ -227,14 +240,7 @@ impl Context {
         }
         let n = r.n_bytes();
         check(n)?;
-        if let Some(q) = seq {
-            if staged.iter().any(|(s, _)| !e.kv.state_fits(s, q)) {
-                return fail("failed to restore kv cache: not enough available cells");
-            }
-        }
-        for (restore, sect) in staged {
-            e.kv.state_apply(restore, seq, &sect)?;
-        }
+        install(&mut e, staged, seq)?;
         Ok(n)
     }
 
@@ -371,6 +377,48 @@ impl Context {
             n_read: n_head + n_state,
         })
     }
+}
+
+/// Installs parsed sections: the first full-attention one places the cells (a whole
+/// restore empties the cache first); sliding-window sections write their layers' rows into
+/// the cells with their positions (ours are one set of cells for upstream's two caches).
+/// Everything is checked before the first change.
+fn install(
+    e: &mut Engine,
+    staged: Vec<(KvRestore, StateLayers)>,
+    seq: Option<usize>,
+) -> Result<(), StateError> {
+    let placing = staged.first().filter(|(_, s)| s.n_swa == 0).map(|(r, _)| r);
+    for (restore, sect) in &staged {
+        if sect.n_swa == 0 {
+            if let Some(q) = seq {
+                if !e.kv.state_fits(restore, q) {
+                    return fail("failed to restore kv cache: not enough available cells");
+                }
+            }
+        } else {
+            let ok = match placing {
+                Some(base) => restore.cells_within(base),
+                None => e.kv.state_match_rows(restore, seq).is_some(),
+            };
+            if !ok {
+                return fail(
+                    "the sliding-window cache of the state holds cells its full-attention cache (or, restoring only the partial state, the sequence) does not: llama-hotswap keeps one set of cells for both",
+                );
+            }
+        }
+    }
+    for (restore, sect) in staged {
+        if sect.n_swa == 0 {
+            e.kv.state_apply(restore, seq, &sect)?;
+        } else {
+            let rows =
+                e.kv.state_match_rows(&restore, seq)
+                    .ok_or_else(|| StateError("the sliding-window cells were not found".into()))?;
+            e.kv.state_apply_rows(&restore, &rows, &sect);
+        }
+    }
+    Ok(())
 }
 
 /// What [`Context::state_seq_load_file`] read.

@@ -249,7 +249,89 @@ pub struct KvRestore {
     streams: Vec<StreamState>,
 }
 
+impl KvRestore {
+    /// Whether every cell of `self` (a sliding-window section) is a cell of `base` (the
+    /// full-attention section of the same state): same stream, position and sequences, in
+    /// order. Upstream keeps two caches; ours keeps one set of cells for both, so a window
+    /// section must describe cells the other one has.
+    pub fn cells_within(&self, base: &KvRestore) -> bool {
+        self.streams.iter().all(|st| {
+            let Some(b) = base.streams.iter().find(|b| b.strm == st.strm) else {
+                return false;
+            };
+            let mut j = 0;
+            st.pos.iter().zip(&st.seqs).all(|(p, q)| {
+                while j < b.pos.len() && (b.pos[j] != *p || b.seqs[j] != *q) {
+                    j += 1;
+                }
+                j += 1;
+                j <= b.pos.len()
+            })
+        })
+    }
+}
+
 impl KvCache {
+    /// The rows of the cells a parsed section describes, matched in this cache's cells by
+    /// position (and sequences; for a sequence restore, cells holding `seq`), in index
+    /// order; None when one is missing. For a sliding-window section restored after its
+    /// full-attention section, or alone (`LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY`).
+    pub fn state_match_rows(
+        &self,
+        restore: &KvRestore,
+        seq: Option<usize>,
+    ) -> Option<Vec<Vec<u32>>> {
+        restore
+            .streams
+            .iter()
+            .map(|st| {
+                let cells = &self.streams[st.strm].cells;
+                let mut i = 0u32;
+                st.pos
+                    .iter()
+                    .zip(&st.seqs)
+                    .map(|(&p, q)| {
+                        while i < self.size {
+                            let hit = !cells.is_empty(i)
+                                && cells.pos(i) == p
+                                && match seq {
+                                    Some(s) => cells.seq_has(i, s),
+                                    None => cells.seqs(i) == q,
+                                };
+                            i += 1;
+                            if hit {
+                                return Some(st.strm as u32 * self.size + i - 1);
+                            }
+                        }
+                        None
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Writes the rows of a parsed section's layers into `rows` (from
+    /// [`KvCache::state_match_rows`]); the cells stay as they are.
+    pub fn state_apply_rows(&mut self, restore: &KvRestore, rows: &[Vec<u32>], sect: &StateLayers) {
+        for (st, rows) in restore.streams.iter().zip(rows) {
+            for (li, &il) in sect.layers.iter().enumerate() {
+                let l = &mut self.layers[il];
+                let rk = self.type_k.row_bytes(l.n_embd_k);
+                let rv = self.type_v.row_bytes(l.n_embd_v);
+                for (i, &row) in rows.iter().enumerate() {
+                    l.k.set_row_bytes(row as usize, l.n_embd_k, &st.k[li][i * rk..(i + 1) * rk]);
+                    if l.n_embd_v > 0 {
+                        l.v.set_row_bytes(
+                            row as usize,
+                            l.n_embd_v,
+                            &st.v[li][i * rv..(i + 1) * rv],
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// Writes the cells of `seq` (every cell when None) and their rows of the section's
     /// layers, as upstream's `state_write`.
     pub fn state_write(

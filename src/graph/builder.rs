@@ -295,7 +295,10 @@ impl<'m> Builder<'m> {
         let nv = hp.n_embd_v_gqa(il) as i64;
         if let Some(w) = self.lw_opt(il, "attn_qkv.weight", &[n_embd, nq + nk + nv])? {
             let bias = self.lw_opt(il, "attn_qkv.bias", &[nq + nk + nv])?;
-            let qkv = self.linear(w, bias, x);
+            let mut qkv = self.linear(w, bias, x);
+            if hp.ext.clamp_kqv > 0.0 {
+                qkv = self.clamp(qkv, -hp.ext.clamp_kqv, hp.ext.clamp_kqv);
+            }
             let q = self.view(qkv, 0, nq as usize);
             let k = self.view(qkv, nq as usize, nk as usize);
             let v = self.view(qkv, (nq + nk) as usize, nv as usize);
@@ -307,11 +310,17 @@ impl<'m> Builder<'m> {
         let bq = self.lw_opt(il, "attn_q.bias", &[nq])?;
         let bk = self.lw_opt(il, "attn_k.bias", &[nk])?;
         let bv = self.lw_opt(il, "attn_v.bias", &[nv])?;
-        Ok((
-            self.linear(wq, bq, x),
-            self.linear(wk, bk, x),
-            self.linear(wv, bv, x),
-        ))
+        let mut out = [(wq, bq), (wk, bk), (wv, bv)].map(|(w, b)| self.linear(w, b, x));
+        if hp.ext.clamp_kqv > 0.0 {
+            out = out.map(|t| self.clamp(t, -hp.ext.clamp_kqv, hp.ext.clamp_kqv));
+        }
+        Ok((out[0], out[1], out[2]))
+    }
+
+    /// CLAMP to `[min, max]`.
+    pub fn clamp(&mut self, src: NodeId, min: f32, max: f32) -> NodeId {
+        let (n0, n1) = (self.ne0(src), self.ne1(src));
+        self.push("clamp", Op::Clamp { src, min, max }, n0, n1)
     }
 
     pub fn add(&mut self, a: NodeId, b: Operand) -> NodeId {

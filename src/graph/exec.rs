@@ -828,6 +828,13 @@ impl CpuExecutor {
                     }
                 }
             }
+            Op::Clamp { src, min, max } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, &v) in dst.iter_mut().zip(x) {
+                    // ggml's order: MAX(MIN(x, max), min)
+                    *d = v.min(*max).max(*min);
+                }
+            }
             Op::Div { a, b } => {
                 let (dst, [x, y]) = carve(
                     &mut self.arena,

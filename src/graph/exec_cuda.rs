@@ -250,6 +250,7 @@ impl CudaExecutor {
             | Op::GroupMask { .. }
             | Op::AddId { .. }
             | Op::Div { .. }
+            | Op::Clamp { .. }
             | Op::MulSlots { .. }
             | Op::SumSlots { .. }
             | Op::Glu {
@@ -518,6 +519,7 @@ impl CudaExecutor {
             | Op::MulMatHeads { .. }
             | Op::GroupMask { .. }
             | Op::Div { .. }
+            | Op::Clamp { .. }
             | Op::MulSlots { .. }
             | Op::SumSlots { .. }
             | Op::AddId { .. } => {

@@ -145,6 +145,8 @@ pub enum Op {
     },
     /// DIV, elementwise (`b` of `a`'s shape).
     Div { a: NodeId, b: NodeId },
+    /// CLAMP: each value to `[min, max]`.
+    Clamp { src: NodeId, min: f32, max: f32 },
     /// REPEAT + MUL of `build_moe_ffn`'s weights-before-the-experts path (llama4): each
     /// token's row `[n, T]` repeated into its `n_used` slots, each slot times its weight
     /// (`weights` `[n_used, T]`) → `[n, n_used*T]`.
@@ -291,6 +293,7 @@ impl Op {
             | Op::TopK { src, .. }
             | Op::DivSumRows { src }
             | Op::SumSlots { src, .. }
+            | Op::Clamp { src, .. }
             | Op::View { src, .. } => vec![*src],
             Op::Div { a, b } => vec![*a, *b],
             Op::MulSlots { src, weights, .. } => vec![*src, *weights],

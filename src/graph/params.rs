@@ -125,6 +125,9 @@ pub struct Extras {
     pub yarn_mscale_from_log_mul: bool,
     /// The position divisor of the attention temperature tuning (`temperature_length`).
     pub attn_temp_floor: f32,
+    /// Q, K and V clamped to `[-clamp_kqv, clamp_kqv]` after their projections (dbrx's
+    /// `attention.clamp_kqv`; 0: not clamped).
+    pub clamp_kqv: f32,
     /// Chunked attention's chunk (llama4: 8192 positions; 0: none): a token sees only the
     /// keys of its own chunk on the layers `swa_layers` marks.
     pub n_chunk: u32,

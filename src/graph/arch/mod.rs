@@ -10,10 +10,13 @@
 //! registered, or whose file lacks a tensor its graph needs, fails context creation with one
 //! log line naming the architecture and the missing piece.
 
+pub mod arctic;
 pub mod baichuan;
+pub mod bailingmoe;
 pub mod bailingmoe2;
 pub mod cohere2;
 pub mod command_r;
+pub mod dbrx;
 pub mod deci;
 pub mod deepseek;
 pub mod deepseek2;
@@ -30,6 +33,8 @@ pub mod glm4;
 pub mod glm4moe;
 pub mod gpt_oss;
 pub mod granite;
+pub mod granitemoe;
+pub mod grok;
 pub mod hunyuan_dense;
 pub mod hunyuan_moe;
 pub mod internlm2;
@@ -45,6 +50,7 @@ pub mod olmo2;
 pub mod olmoe;
 pub mod orion;
 pub mod phi3;
+pub mod phimoe;
 pub mod plamo;
 pub mod qwen;
 pub mod qwen2;
@@ -116,6 +122,12 @@ pub static REGISTRY: &[&ArchDef] = &[
     &qwen2moe::DEF,
     &deepseek::DEF,
     &llama4::DEF,
+    &phimoe::DEF,
+    &granitemoe::DEF,
+    &dbrx::DEF,
+    &grok::DEF,
+    &arctic::DEF,
+    &bailingmoe::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

@@ -52,7 +52,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -102,6 +102,13 @@ check_archs() {
         done
         if [ "$found" = 0 ]; then echo "FAIL arch-$arch: test-llama-archs wrote no fixture"; failed=$((failed + 1)); fi
     done
+    # ALiBi on its other attention paths: without flash attention (SOFT_MAX_EXT with the
+    # slopes), and a 70-token micro-batch (the tiled flash attention)
+    if [[ " ${archs[*]} " == *" bloom "* ]]; then
+        CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" check alibi-bloom-nofa "$fixtures/bloom-dense.gguf" 1e-3 PROBE_FLASH_ATTN=0
+        CHECK_TOKENS="$(seq 1 70 | awk '{print ($1 * 37) % 127 + 1}' | tr '\n' ' ')" \
+            check alibi-bloom-tiled "$fixtures/bloom-dense.gguf" 1e-3
+    fi
 }
 # Hostile fixtures of the newer families: a copy without one tensor and a copy with another
 # one row short (scripts/gguf_edit_tensor.py): ours must refuse the context (or the load) with
@@ -112,6 +119,7 @@ HOSTILE_ROWS=(
     "gpt-oss gpt-oss-moe blk.1.attn_sinks.weight blk.1.ffn_up_exps.bias"
     "qwen2moe qwen2moe-moe blk.1.ffn_gate_inp_shexp.weight blk.1.ffn_up_shexp.weight"
     "llama4 llama4-moe blk.1.ffn_up_shexp.weight blk.3.ffn_gate_inp.weight"
+    "bloom bloom-dense blk.1.attn_norm.bias blk.1.ffn_up.weight"
 )
 check_hostile() {
     local row arch fixture dropped shrunk mode tensor f rc py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"

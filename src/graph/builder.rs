@@ -25,6 +25,27 @@ impl Ffn {
 
 pub use super::params::Gating;
 
+/// Whether a graph reads an optional tensor (biases): never, when the file has it, or
+/// always (its absence fails the build, as upstream's `create_tensor` without
+/// `TENSOR_NOT_REQUIRED`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    Never,
+    IfPresent,
+    Required,
+}
+
+/// The activation of a dense FFN without a gate (upstream's `build_ffn` with
+/// `LLM_FFN_SEQ` and no gate tensor).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Act {
+    Gelu,
+    Relu,
+    /// RELU then SQR (`LLM_FFN_RELU_SQR`).
+    ReluSqr,
+    Silu,
+}
+
 /// A mixture of experts' choices (upstream's `build_moe_ffn` arguments).
 #[derive(Clone, Copy, Debug)]
 pub struct Moe {
@@ -310,17 +331,115 @@ impl<'m> Builder<'m> {
         let bq = self.lw_opt(il, "attn_q.bias", &[nq])?;
         let bk = self.lw_opt(il, "attn_k.bias", &[nk])?;
         let bv = self.lw_opt(il, "attn_v.bias", &[nv])?;
-        let mut out = [(wq, bq), (wk, bk), (wv, bv)].map(|(w, b)| self.linear(w, b, x));
-        if hp.ext.clamp_kqv > 0.0 {
-            out = out.map(|t| self.clamp(t, -hp.ext.clamp_kqv, hp.ext.clamp_kqv));
-        }
-        Ok((out[0], out[1], out[2]))
+        let c = hp.ext.clamp_kqv;
+        let mut proj = |w, b| {
+            let y = self.linear(w, b, x);
+            if c > 0.0 {
+                self.clamp(y, -c, c)
+            } else {
+                y
+            }
+        };
+        Ok((proj(wq, bq), proj(wk, bk), proj(wv, bv)))
     }
 
     /// CLAMP to `[min, max]`.
     pub fn clamp(&mut self, src: NodeId, min: f32, max: f32) -> NodeId {
         let (n0, n1) = (self.ne0(src), self.ne1(src));
         self.push("clamp", Op::Clamp { src, min, max }, n0, n1)
+    }
+
+    /// The unary activation `act` (RELU_SQR: RELU then SQR).
+    pub fn act(&mut self, src: NodeId, act: Act) -> NodeId {
+        let (n0, n1) = (self.ne0(src), self.ne1(src));
+        match act {
+            Act::Gelu => self.push("gelu", Op::Gelu { src }, n0, n1),
+            Act::Relu => self.push("relu", Op::Relu { src }, n0, n1),
+            Act::Silu => self.push("silu", Op::Silu { src }, n0, n1),
+            Act::ReluSqr => {
+                let r = self.push("relu", Op::Relu { src }, n0, n1);
+                self.push("sqr", Op::Sqr { src: r }, n0, n1)
+            }
+        }
+    }
+
+    /// The input embeddings plus the learned positions' rows (`position_embd`, `[n_embd,
+    /// n_ctx_train]`): gpt2's and starcoder's `inpL + GET_ROWS(pos_embd, inp_pos)`.
+    pub fn add_pos_embd(&mut self, inp: NodeId, pos_embd: WeightId) -> NodeId {
+        let (n0, n1) = (self.ne0(inp), self.ne1(inp));
+        let pos = self.push("pos_embd", Op::GetRowsPos { table: pos_embd }, n0, n1);
+        self.add(inp, Operand::Node(pos))
+    }
+
+    /// `build_ffn` without a gate (`LLM_FFN_SEQ`): `down(act(up x + up_b)) + down_b`, the
+    /// per-tensor scales when `scaled`, the activation divided by `act_scales` when given
+    /// (mpt's AWQ `ffn.act.scales`), the biases as `bias` says.
+    pub fn ffn_seq(
+        &mut self,
+        il: usize,
+        x: NodeId,
+        act: Act,
+        bias: Need,
+        scaled: bool,
+    ) -> Result<NodeId, BuildError> {
+        let n_embd = self.hp.n_embd as i64;
+        let n_ff = self.hp.n_ff[il] as i64;
+        let up = self.lw(il, "ffn_up.weight", &[n_embd, n_ff])?;
+        let down = self.lw(il, "ffn_down.weight", &[n_ff, n_embd])?;
+        let up_b = self.lw_need(il, "ffn_up.bias", &[n_ff], bias)?;
+        let down_b = self.lw_need(il, "ffn_down.bias", &[n_embd], bias)?;
+        let act_scales = self.lw_opt(il, "ffn.act.scales", &[n_ff])?;
+        let h = self.ffn_proj(up, up_b, x, scaled);
+        let mut h = self.act(h, act);
+        if let Some(s) = act_scales {
+            let (n0, n1) = (self.ne0(h), self.ne1(h));
+            h = self.push(
+                "ffn_act",
+                Op::Div {
+                    a: h,
+                    b: Operand::Weight(s),
+                },
+                n0,
+                n1,
+            );
+        }
+        Ok(self.ffn_proj(down, down_b, h, scaled))
+    }
+
+    /// A per-layer tensor read as `need` says.
+    pub fn lw_need(
+        &mut self,
+        il: usize,
+        suffix: &str,
+        want: &[i64],
+        need: Need,
+    ) -> Result<Option<WeightId>, BuildError> {
+        match need {
+            Need::Never => Ok(None),
+            Need::IfPresent => self.lw_opt(il, suffix, want),
+            Need::Required => self.lw(il, suffix, want).map(Some),
+        }
+    }
+
+    /// The final LayerNorm (`output_norm` weight, its bias as `bias` says) and the output
+    /// projection (`output.weight` or the tied embeddings, with `output.scale` when present).
+    pub fn ln_output(
+        &mut self,
+        x: NodeId,
+        tok_embd: WeightId,
+        bias: Need,
+    ) -> Result<Outputs, BuildError> {
+        let n_embd = self.hp.n_embd as i64;
+        let norm = self.weight("output_norm.weight", &[n_embd])?;
+        let norm_b = match bias {
+            Need::Never => None,
+            Need::IfPresent => self.weight_opt("output_norm.bias", &[n_embd])?,
+            Need::Required => Some(self.weight("output_norm.bias", &[n_embd])?),
+        };
+        let output = self.output_weight(tok_embd)?;
+        let embd = self.layer_norm(x, Some(norm), norm_b, self.hp.eps_norm);
+        let logits = self.mul_mat(output, embd);
+        Ok(Outputs { logits, embd })
     }
 
     pub fn add(&mut self, a: NodeId, b: Operand) -> NodeId {
@@ -341,7 +460,15 @@ impl<'m> Builder<'m> {
     /// DIV, elementwise.
     pub fn div(&mut self, a: NodeId, b: NodeId) -> NodeId {
         let (n0, n1) = (self.ne0(a), self.ne1(a));
-        self.push("div", Op::Div { a, b }, n0, n1)
+        self.push(
+            "div",
+            Op::Div {
+                a,
+                b: Operand::Node(b),
+            },
+            n0,
+            n1,
+        )
     }
 
     pub fn silu(&mut self, src: NodeId) -> NodeId {
@@ -559,6 +686,7 @@ impl<'m> Builder<'m> {
                 n_swa,
                 v_in_k: false,
                 sinks,
+                max_bias: hp.ext.max_alibi_bias,
             },
             n_head * hp.head_v,
             t,
@@ -612,6 +740,7 @@ impl<'m> Builder<'m> {
                 n_swa: 0,
                 v_in_k: true,
                 sinks: None,
+                max_bias: 0.0,
             },
             n_head * hp.head_v,
             t,

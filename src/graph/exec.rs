@@ -358,6 +358,41 @@ impl CpuExecutor {
                     }
                 }
             }
+            Op::GetRowsPos { table } => {
+                let w = &g.weights[table.0];
+                let st = model.tensors.at(w.tensor).read();
+                let ty = st.layout.ggml_type;
+                let row_bytes = ty.row_size(w.ne[0]).unwrap_or(0) as usize;
+                let n_rows = w.ne[1] as usize;
+                let WeightBytes::Whole(bytes) = weight_bytes(&st, &w.name)? else {
+                    return Err(ExecError::UnsupportedOp {
+                        backend: "CPU",
+                        op: "GET_ROWS (positions)".into(),
+                        why: format!("'{}' is split by rows over devices", w.name),
+                    });
+                };
+                let (dst, []) = carve(&mut self.arena, dst_r, []);
+                for (t, out) in dst.chunks_exact_mut(ne0).enumerate() {
+                    // upstream's GET_ROWS asserts the row exists; a position past the table
+                    // is refused here instead
+                    let row = usize::try_from(inp.pos[t]).ok().filter(|&r| r < n_rows);
+                    let Some(row) = row else {
+                        return Err(ExecError::UnsupportedOp {
+                            backend: "CPU",
+                            op: "GET_ROWS (positions)".into(),
+                            why: format!(
+                                "position {} is outside '{}' ({n_rows} rows)",
+                                inp.pos[t], w.name
+                            ),
+                        });
+                    };
+                    kernel_api::dequantize_row(
+                        ty,
+                        &bytes[row * row_bytes..(row + 1) * row_bytes],
+                        out,
+                    );
+                }
+            }
             Op::InputEmbd => {
                 let (dst, []) = carve(&mut self.arena, dst_r, []);
                 dst.copy_from_slice(&inp.embd[..dst.len()]);
@@ -389,9 +424,17 @@ impl CpuExecutor {
                     }
                 });
             }
-            Op::Mul { a, b } | Op::Add { a, b } => {
-                let is_mul = matches!(node.op, Op::Mul { .. });
-                let f = |x: f32, y: f32| if is_mul { x * y } else { x + y };
+            Op::Mul { a, b } | Op::Add { a, b } | Op::Div { a, b } => {
+                let kind = match node.op {
+                    Op::Mul { .. } => 0,
+                    Op::Add { .. } => 1,
+                    _ => 2,
+                };
+                let f = |x: f32, y: f32| match kind {
+                    0 => x * y,
+                    1 => x + y,
+                    _ => x / y,
+                };
                 match b {
                     Operand::Weight(w) => {
                         self.load_vec(model, &g.weights[w.0])?;
@@ -454,6 +497,33 @@ impl CpuExecutor {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
                 for (d, &v) in dst.iter_mut().zip(x) {
                     *d = v.tanh();
+                }
+            }
+            Op::Gelu { src } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, &v) in dst.iter_mut().zip(x) {
+                    *d = ops::gelu(v);
+                }
+            }
+            Op::Relu { src } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, &v) in dst.iter_mut().zip(x) {
+                    // ggml_vec_relu_f32: `(x > 0.f) ? x : 0.f`
+                    *d = if v > 0.0 { v } else { 0.0 };
+                }
+            }
+            Op::Sqr { src } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, &v) in dst.iter_mut().zip(x) {
+                    *d = v * v;
+                }
+            }
+            Op::Clamp { src, min, max } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, &v) in dst.iter_mut().zip(x) {
+                    // ggml_compute_forward_clamp_f32: MAX(MIN(x, max), min)
+                    let m = if v < *max { v } else { *max };
+                    *d = if m > *min { m } else { *min };
                 }
             }
             Op::Hadamard { src, n } => {
@@ -756,6 +826,7 @@ impl CpuExecutor {
                 n_swa,
                 v_in_k,
                 sinks,
+                max_bias,
                 ..
             } => {
                 let sinks = match sinks {
@@ -781,6 +852,7 @@ impl CpuExecutor {
                     *n_swa,
                     *v_in_k,
                     sinks.as_deref(),
+                    *max_bias,
                 );
                 if let Some(v) = sinks {
                     self.wvec = v;
@@ -826,23 +898,6 @@ impl CpuExecutor {
                     for (d, &v) in d.iter_mut().zip(r) {
                         *d = v / sum;
                     }
-                }
-            }
-            Op::Clamp { src, min, max } => {
-                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
-                for (d, &v) in dst.iter_mut().zip(x) {
-                    // ggml's order: MAX(MIN(x, max), min)
-                    *d = v.min(*max).max(*min);
-                }
-            }
-            Op::Div { a, b } => {
-                let (dst, [x, y]) = carve(
-                    &mut self.arena,
-                    dst_r,
-                    [range(&nodes[*a]), range(&nodes[*b])],
-                );
-                for ((d, &x), &y) in dst.iter_mut().zip(x).zip(y) {
-                    *d = x / y;
                 }
             }
             Op::MulSlots {
@@ -1019,6 +1074,7 @@ impl CpuExecutor {
         n_swa: u32,
         v_in_k: bool,
         sinks: Option<&[f32]>,
+        max_bias: f32,
     ) {
         let l = &kv.layers[layer];
         let n_threads = self.pool.n_threads();
@@ -1035,6 +1091,7 @@ impl CpuExecutor {
             dv,
             scale,
             softcap,
+            max_bias,
             n_cells_max: kv.size(),
             flash_attn: inp.flash_attn,
         };
@@ -1052,6 +1109,20 @@ impl CpuExecutor {
                 for (j, o) in (first..).zip(out.iter_mut()) {
                     *o = ask(t, j);
                 }
+            }
+        };
+        // ALiBi: upstream's mask value of a cell, -|p0 - p1| (F16 for flash attention, whose
+        // mask is cast to F16; F32 without)
+        let fa = inp.flash_attn;
+        let alibi_row = |t: usize, first: u32, out: &mut [f32]| {
+            let p0 = inp.pos[t];
+            for (j, o) in (first..).zip(out.iter_mut()) {
+                let d = -((p0 - kv.row_pos(j)).abs() as f32);
+                *o = if fa {
+                    half::f16::from_f32(d).to_f32()
+                } else {
+                    d
+                };
             }
         };
         let attn = ops::Attn {
@@ -1072,6 +1143,7 @@ impl CpuExecutor {
                 cast_f16: inp.flash_attn,
             },
             sinks,
+            alibi: (max_bias > 0.0).then_some(&alibi_row),
         };
         ops::flash_attn(&attn, dst, &self.pool, &self.attn_scratch);
     }

@@ -232,25 +232,35 @@ impl CudaExecutor {
         }
         // ops of the newer architectures without a CUDA kernel yet (MLA's compressed cache,
         // attention sinks): refused on the GPU, the rest run on the CPU
-        if let Op::FlashAttnExt { v_in_k, sinks, .. } = &node.op {
-            if *v_in_k || sinks.is_some() {
+        if let Op::FlashAttnExt {
+            v_in_k,
+            sinks,
+            max_bias,
+            ..
+        } = &node.op
+        {
+            if *v_in_k || sinks.is_some() || *max_bias > 0.0 {
                 return Err(ExecError::UnsupportedOp {
                     backend: self.label,
                     op: node.name.to_string(),
-                    why: "attention over a compressed (MLA) cache or with sinks has no CUDA kernel yet".into(),
+                    why: "attention over a compressed (MLA) cache, with sinks or with ALiBi has no CUDA kernel yet".into(),
                 });
             }
         }
         let kernel = match &node.op {
             Op::Hadamard { .. } | Op::AttnTempScale { .. } | Op::InputEmbd => false,
+            Op::Gelu { .. }
+            | Op::Relu { .. }
+            | Op::Sqr { .. }
+            | Op::Clamp { .. }
+            | Op::Div { .. }
+            | Op::GetRowsPos { .. } => false,
             Op::Sigmoid { .. }
             | Op::ViewHeads { .. }
             | Op::ConcatHeads { .. }
             | Op::MulMatHeads { .. }
             | Op::GroupMask { .. }
             | Op::AddId { .. }
-            | Op::Div { .. }
-            | Op::Clamp { .. }
             | Op::MulSlots { .. }
             | Op::SumSlots { .. }
             | Op::Glu {
@@ -518,8 +528,6 @@ impl CudaExecutor {
             | Op::ConcatHeads { .. }
             | Op::MulMatHeads { .. }
             | Op::GroupMask { .. }
-            | Op::Div { .. }
-            | Op::Clamp { .. }
             | Op::MulSlots { .. }
             | Op::SumSlots { .. }
             | Op::AddId { .. } => {
@@ -842,7 +850,15 @@ impl CudaExecutor {
                     I32(ne1 as i32),
                 ],
             )?,
-            Op::InputEmbd | Op::Hadamard { .. } | Op::AttnTempScale { .. } => {
+            Op::InputEmbd
+            | Op::Hadamard { .. }
+            | Op::AttnTempScale { .. }
+            | Op::Gelu { .. }
+            | Op::Relu { .. }
+            | Op::Sqr { .. }
+            | Op::Clamp { .. }
+            | Op::Div { .. }
+            | Op::GetRowsPos { .. } => {
                 return Err(ExecError::UnsupportedOp {
                     backend: self.label,
                     op: node.name.to_string(),

@@ -72,10 +72,23 @@ pub enum Op {
     Mul { a: NodeId, b: Operand },
     /// ADD, `b` broadcast over rows.
     Add { a: NodeId, b: Operand },
+    /// DIV, `b` broadcast over rows (mpt's FFN activation scales).
+    Div { a: NodeId, b: Operand },
     /// SCALE.
     Scale { src: NodeId, s: f32 },
     /// UNARY(TANH).
     Tanh { src: NodeId },
+    /// UNARY(GELU): ggml's tanh approximation through its F16 table (`ggml_vec_gelu_f32`).
+    Gelu { src: NodeId },
+    /// UNARY(RELU).
+    Relu { src: NodeId },
+    /// SQR.
+    Sqr { src: NodeId },
+    /// CLAMP to `[min, max]`.
+    Clamp { src: NodeId, min: f32, max: f32 },
+    /// GET_ROWS(table, inp_pos): the rows of a learned position table at the micro-batch's
+    /// positions (gpt2's and starcoder's `position_embd`).
+    GetRowsPos { table: WeightId },
     /// MUL_MAT(w, x): `w` is [k, n] (n rows of k), `x` [k, m] → [n, m].
     MulMat { w: WeightId, x: NodeId },
     /// MUL_MAT_ID(w, x, ids): `w` is [k, n, n_expert]; `ids` [n_used, T] expert ids; `x` is
@@ -114,6 +127,9 @@ pub enum Op {
         v_in_k: bool,
         /// Per-head attention sinks (`[n_head]`, `ggml_flash_attn_ext_add_sinks`).
         sinks: Option<WeightId>,
+        /// ALiBi's maximum bias (`f_max_alibi_bias`, 0: none): each head adds its slope
+        /// times `-|pos(token) - pos(cell)|` to the scaled scores.
+        max_bias: f32,
     },
     /// ADD_ID: each slot's row plus the bias column of its expert (`b` is `[n, n_expert]`,
     /// `ids` `[n_used, T]`, `src` `[n, n_used*T]`): per-expert biases.
@@ -143,10 +159,6 @@ pub enum Op {
         /// Added to the position first (upstream's `f_attn_temp_offset`; llama4: 1).
         offset: f32,
     },
-    /// DIV, elementwise (`b` of `a`'s shape).
-    Div { a: NodeId, b: NodeId },
-    /// CLAMP: each value to `[min, max]`.
-    Clamp { src: NodeId, min: f32, max: f32 },
     /// REPEAT + MUL of `build_moe_ffn`'s weights-before-the-experts path (llama4): each
     /// token's row `[n, T]` repeated into its `n_used` slots, each slot times its weight
     /// (`weights` `[n_used, T]`) → `[n, n_used*T]`.
@@ -257,12 +269,12 @@ impl Op {
             Operand::Node(_) => None,
         };
         match self {
-            Op::GetRowsTokens { table } => vec![*table],
+            Op::GetRowsTokens { table } | Op::GetRowsPos { table } => vec![*table],
             Op::MulMat { w, .. } | Op::MulMatHeads { w, .. } => vec![*w],
             Op::AddId { b, .. } => vec![*b],
             Op::FlashAttnExt { sinks, .. } => sinks.iter().copied().collect(),
             Op::MulMatId { w, scale, .. } => [Some(*w), *scale].into_iter().flatten().collect(),
-            Op::Mul { b, .. } | Op::Add { b, .. } => w(b).into_iter().collect(),
+            Op::Mul { b, .. } | Op::Add { b, .. } | Op::Div { b, .. } => w(b).into_iter().collect(),
             Op::Rope { freq_factors, .. } => freq_factors.iter().copied().collect(),
             _ => Vec::new(),
         }
@@ -275,12 +287,16 @@ impl Op {
             Operand::Weight(_) => None,
         };
         match self {
-            Op::GetRowsTokens { .. } | Op::InputEmbd => vec![],
+            Op::GetRowsTokens { .. } | Op::GetRowsPos { .. } | Op::InputEmbd => vec![],
             Op::GetRowsOut { src }
             | Op::RmsNorm { src, .. }
             | Op::Norm { src, .. }
             | Op::Scale { src, .. }
             | Op::Tanh { src }
+            | Op::Gelu { src }
+            | Op::Relu { src }
+            | Op::Sqr { src }
+            | Op::Clamp { src, .. }
             | Op::Rope { src, .. }
             | Op::SetRows { src, .. }
             | Op::Silu { src }
@@ -293,11 +309,9 @@ impl Op {
             | Op::TopK { src, .. }
             | Op::DivSumRows { src }
             | Op::SumSlots { src, .. }
-            | Op::Clamp { src, .. }
             | Op::View { src, .. } => vec![*src],
-            Op::Div { a, b } => vec![*a, *b],
             Op::MulSlots { src, weights, .. } => vec![*src, *weights],
-            Op::Mul { a, b } | Op::Add { a, b } => {
+            Op::Mul { a, b } | Op::Add { a, b } | Op::Div { a, b } => {
                 [Some(*a), node(b)].into_iter().flatten().collect()
             }
             Op::MulMat { x, .. } | Op::MulMatHeads { x, .. } => vec![*x],

@@ -125,9 +125,6 @@ pub struct Extras {
     pub yarn_mscale_from_log_mul: bool,
     /// The position divisor of the attention temperature tuning (`temperature_length`).
     pub attn_temp_floor: f32,
-    /// Q, K and V clamped to `[-clamp_kqv, clamp_kqv]` after their projections (dbrx's
-    /// `attention.clamp_kqv`; 0: not clamped).
-    pub clamp_kqv: f32,
     /// Chunked attention's chunk (llama4: 8192 positions; 0: none): a token sees only the
     /// keys of its own chunk on the layers `swa_layers` marks.
     pub n_chunk: u32,
@@ -135,6 +132,15 @@ pub struct Extras {
     pub n_no_rope_layer_step: usize,
     /// M-RoPE's sections, when the file has them (text positions: see `RopeMode::Mrope`).
     pub mrope_sections: Option<[u32; 4]>,
+    /// ALiBi's maximum bias (`attention.max_alibi_bias`, or fixed by the architecture:
+    /// upstream's `f_max_alibi_bias`); 0: no ALiBi.
+    pub max_alibi_bias: f32,
+    /// Q, K and V clamped to `[-clamp_kqv, clamp_kqv]` after their projections
+    /// (`attention.clamp_kqv`, upstream's `f_clamp_kqv`); 0: no clamp.
+    pub clamp_kqv: f32,
+    /// Attention and FFN read the same input and their outputs are summed with it
+    /// (`use_parallel_residual`, gptneox).
+    pub parallel_residual: bool,
 }
 
 impl ArchParams {

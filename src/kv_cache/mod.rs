@@ -801,6 +801,14 @@ impl KvCache {
         base..base + self.streams[st].cells.used_max_p1()
     }
 
+    /// The position of the token in row `row` (-1: an empty cell or a row past the cache),
+    /// for ALiBi's distance bias (upstream's KQ mask value `-|p0 - p1|`).
+    #[inline]
+    pub fn row_pos(&self, row: u32) -> i32 {
+        let (st, j) = ((row / self.size) as usize, row % self.size);
+        self.streams.get(st).map_or(-1, |s| s.cells.pos(j))
+    }
+
     /// Whether row `row` is visible to a token of sequence `seq` at position `pos`: it is a
     /// cell of the sequence's stream that holds `seq`, is not in the future (causal), and is
     /// inside the sliding window when `n_swa > 0`.

@@ -14,6 +14,7 @@ pub mod arctic;
 pub mod baichuan;
 pub mod bailingmoe;
 pub mod bailingmoe2;
+pub mod bloom;
 pub mod cohere2;
 pub mod command_r;
 pub mod dbrx;
@@ -26,12 +27,15 @@ pub mod ernie4_5;
 pub mod ernie4_5_moe;
 pub mod exaone;
 pub mod exaone4;
+pub mod falcon;
 pub mod gemma;
 pub mod gemma2;
 pub mod gemma3;
 pub mod glm4;
 pub mod glm4moe;
+pub mod gpt2;
 pub mod gpt_oss;
+pub mod gptneox;
 pub mod granite;
 pub mod granitemoe;
 pub mod grok;
@@ -45,6 +49,7 @@ pub mod minicpm;
 pub mod minimax_m2;
 pub mod mistral3;
 pub mod mistral4;
+pub mod mpt;
 pub mod nanbeige;
 pub mod olmo2;
 pub mod olmoe;
@@ -63,6 +68,7 @@ pub mod qwen3vlmoe;
 pub mod seed_oss;
 pub mod smollm3;
 pub mod stablelm;
+pub mod starcoder;
 pub mod xverse;
 
 pub use def::{check_mrope_text, mrope_text_is_neox, no_hparams, ArchDef, Keys, Memory, Rope};
@@ -128,6 +134,12 @@ pub static REGISTRY: &[&ArchDef] = &[
     &grok::DEF,
     &arctic::DEF,
     &bailingmoe::DEF,
+    &gpt2::DEF,
+    &gptneox::DEF,
+    &falcon::DEF,
+    &bloom::DEF,
+    &mpt::DEF,
+    &starcoder::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

@@ -17,6 +17,8 @@ pub struct AttnScratch {
     pub(super) cells: Vec<u32>,
     /// Whether the task's token sees each cell of its run (`Attn::visible_row`).
     pub(super) seen: Vec<bool>,
+    /// ALiBi's mask values of the task's token over its run (`Attn::alibi`).
+    pub(super) dist: Vec<f32>,
     /// K and V rows of an F32 cache rounded to half precision (see [`KvRows::cast_f16`]).
     pub(super) k16: Vec<half::f16>,
     pub(super) v16: Vec<half::f16>,
@@ -54,6 +56,9 @@ impl AttnScratch {
         at_least(&mut self.s, group);
         at_least(&mut self.cells, shape.n_cells_max as usize);
         at_least(&mut self.seen, shape.n_cells_max as usize);
+        if shape.max_bias > 0.0 {
+            at_least(&mut self.dist, shape.n_cells_max as usize);
+        }
         at_least(&mut self.k16, shape.dk);
         at_least(&mut self.v16, shape.dv);
         self.tiled.reserve_for(shape);
@@ -80,6 +85,28 @@ pub struct Attn<'a> {
     /// Per head, a logit joined to the softmax without a value (`ggml_flash_attn_ext_add_sinks`:
     /// gpt-oss's attention sinks).
     pub sinks: Option<&'a [f32]>,
+    /// ALiBi (`shape.max_bias > 0`): upstream's KQ mask values of token `t` over a run of
+    /// cells from `first` (`-|pos(t) - pos(cell)|`, as the mask's type holds them), which each
+    /// head multiplies by its slope ([`alibi_slope`]) and adds to the scaled score.
+    pub alibi: Option<&'a (dyn Fn(usize, u32, &mut [f32]) + Sync)>,
+}
+
+/// ggml's ALiBi slope of head `h` of `n_head` for `max_bias` (1 when `max_bias` is 0, the
+/// mask then adding 0): `m0^(h+1)` for the first `2^floor(log2(n_head))` heads, then
+/// `m1^(2(h - n_head_log2) + 1)`, in f32 with libm's `powf` as ggml-cpu computes it.
+pub fn alibi_slope(max_bias: f32, n_head: usize, h: usize) -> f32 {
+    if max_bias <= 0.0 {
+        return 1.0;
+    }
+    let n_head_log2 = 1u32 << (n_head as f64).log2().floor() as u32;
+    let m0 = 2.0f32.powf(-max_bias / n_head_log2 as f32);
+    let m1 = 2.0f32.powf(-(max_bias / 2.0) / n_head_log2 as f32);
+    let h = h as u32;
+    if h < n_head_log2 {
+        m0.powf((h + 1) as f32)
+    } else {
+        m1.powf((2 * (h - n_head_log2) + 1) as f32)
+    }
 }
 
 /// Shapes and constants of one FLASH_ATTN_EXT.
@@ -91,6 +118,8 @@ pub struct AttnShape {
     pub dv: usize,
     pub scale: f32,
     pub softcap: f32,
+    /// ALiBi's maximum bias (`f_max_alibi_bias`; 0: none), see [`Attn::alibi`].
+    pub max_bias: f32,
     /// Cells in the cache: per-thread buffers are sized for all of them once, so that a
     /// growing context never reallocates them.
     pub n_cells_max: u32,
@@ -143,6 +172,8 @@ pub struct TiledScratch {
     pub(super) m: Vec<f32>,
     pub(super) s: Vec<f32>,
     pub(super) vis: Vec<bool>,
+    /// ALiBi's mask values of the tile (`Attn::alibi`), row `tq`, cell `tk`.
+    pub(super) dist: Vec<f32>,
     pub(super) row: Vec<f32>,
     pub(super) half: Vec<half::f16>,
 }
@@ -164,6 +195,9 @@ impl TiledScratch {
         at_least(&mut self.m, rows);
         at_least(&mut self.s, rows);
         at_least(&mut self.vis, TILE_Q * TILE_KV);
+        if shape.max_bias > 0.0 {
+            at_least(&mut self.dist, TILE_Q * TILE_KV);
+        }
         at_least(&mut self.row, dk.max(dv));
         at_least(&mut self.half, dk.max(dv));
     }
@@ -178,6 +212,8 @@ pub struct NoFaScratch {
     pub(super) acc: Vec<f32>,
     /// Whether the task's token sees each cell of its view (`Attn::visible_row`).
     pub(super) seen: Vec<bool>,
+    /// ALiBi's mask values of the task's token over its view (`Attn::alibi`).
+    pub(super) dist: Vec<f32>,
 }
 
 impl NoFaScratch {
@@ -191,5 +227,8 @@ impl NoFaScratch {
         at_least(&mut self.w, shape.n_cells_max as usize);
         at_least(&mut self.acc, shape.dv * 32);
         at_least(&mut self.seen, shape.n_cells_max as usize);
+        if shape.max_bias > 0.0 {
+            at_least(&mut self.dist, shape.n_cells_max as usize);
+        }
     }
 }

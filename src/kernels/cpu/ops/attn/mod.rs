@@ -7,7 +7,7 @@ mod common;
 mod nofa;
 mod tiled;
 
-pub use common::{Attn, AttnScratch, AttnShape, KvRows};
+pub use common::{alibi_slope, Attn, AttnScratch, AttnShape, KvRows};
 pub use nofa::upstream_n_kv;
 
 use crate::kernels::cpu::dispatch::{dot_f16_ggml, dot_fn, f16_scale_mad, quantize_row, vec_dot};
@@ -34,6 +34,7 @@ pub fn flash_attn(
         k,
         v,
         sinks,
+        alibi,
     } = *a;
     let AttnShape {
         n_head,
@@ -90,6 +91,7 @@ pub fn flash_attn(
             rows(t),
             false,
             visible_row,
+            alibi,
             k,
             v,
             sink,
@@ -132,6 +134,7 @@ fn flash_attn_split_kv(
         k,
         v,
         sinks,
+        alibi,
         ..
     } = *a;
     let AttnShape {
@@ -176,6 +179,7 @@ fn flash_attn_split_kv(
             base + c0..base + c1,
             true,
             visible_row,
+            alibi,
             k,
             v,
             sink,
@@ -236,6 +240,7 @@ fn attn_task(
     cells: std::ops::Range<u32>,
     partial: bool,
     visible_row: &(dyn Fn(usize, u32, &mut [bool]) + Sync),
+    alibi: Option<&(dyn Fn(usize, u32, &mut [f32]) + Sync)>,
     k: &dyn KvRows,
     v: &dyn KvRows,
     sinks: Option<&[f32]>,
@@ -250,6 +255,7 @@ fn attn_task(
         dv,
         scale,
         softcap,
+        max_bias,
         n_cells_max,
         ..
     } = shape;
@@ -305,6 +311,12 @@ fn attn_task(
     sc.seen.clear();
     sc.seen.resize((cells.end - cells.start) as usize, false);
     visible_row(t, cells.start, &mut sc.seen);
+    if let Some(f) = alibi {
+        sc.dist.clear();
+        sc.dist.resize((cells.end - cells.start) as usize, 0.0);
+        f(t, cells.start, &mut sc.dist);
+    }
+    let first = cells.start;
     sc.cells.extend(
         cells
             .zip(&sc.seen)
@@ -346,6 +358,11 @@ fn attn_task(
             if softcap != 0.0 {
                 // `scale` already holds upstream's `scale / softcap`
                 s = softcap * s.tanh();
+            }
+            if alibi.is_some() {
+                // the mask's value times the head's slope (`mv`), added after the scale
+                let slope = alibi_slope(max_bias, n_head, g * group + h);
+                s += slope * sc.dist[j - first as usize];
             }
             let m_old = sc.m[h];
             let (mut ms, mut vs) = (1.0f32, 1.0f32);
@@ -479,6 +496,7 @@ mod attn_scratch_tests {
             dv,
             scale: 0.125,
             softcap: 0.0,
+            max_bias: 0.0,
             n_cells_max: n_cells,
             flash_attn: true,
         };
@@ -512,6 +530,7 @@ mod attn_scratch_tests {
                     0..n_cells,
                     false,
                     &|_, _, out: &mut [bool]| out.fill(true),
+                    None,
                     &k,
                     &v,
                     None,

@@ -6,7 +6,7 @@
 //! softmax is `ggml_vec_soft_max_f32` over the whole row (see [`super::attn_tiled::soft_max`]),
 //! its sum inverted in f64. Emulated per (token, KV head) task with the same float order.
 
-use super::common::{Attn, AttnScratch, AttnShape, KvRows, NoFaScratch};
+use super::common::{alibi_slope, Attn, AttnScratch, AttnShape, KvRows, NoFaScratch};
 use crate::kernels::cpu::dispatch::soft_max;
 use crate::kernels::cpu::pool::{SharedOut, ThreadPool};
 use crate::kernels::cpu::vec::fmadd;
@@ -72,6 +72,7 @@ pub fn attn_no_fa(
         visible_row,
         k,
         v,
+        alibi,
         ..
     } = *a;
     let AttnShape {
@@ -96,6 +97,11 @@ pub fn attn_no_fa(
         sc.seen.clear();
         sc.seen.resize((cells.end - cells.start) as usize, false);
         visible_row(t, cells.start, &mut sc.seen);
+        sc.dist.clear();
+        if let Some(f) = alibi {
+            sc.dist.resize((cells.end - cells.start) as usize, 0.0);
+            f(t, cells.start, &mut sc.dist);
+        }
         for hl in 0..group {
             let head = g * group + hl;
             let qrow = &q[(t * n_head + head) * dk..(t * n_head + head + 1) * dk];
@@ -103,7 +109,8 @@ pub fn attn_no_fa(
             // from every other task's; `out` is borrowed mutably for the whole call, which
             // waits for all tasks.
             let o = unsafe { out_ptr.slice((t * n_head + head) * dv, dv) };
-            head_task(shape, qrow, g, cells.clone(), k, v, tiny, o, sc);
+            let slope = alibi.map(|_| alibi_slope(shape.max_bias, n_head, head));
+            head_task(shape, qrow, g, cells.clone(), slope, k, v, tiny, o, sc);
         }
     });
 }
@@ -114,6 +121,7 @@ fn head_task(
     qrow: &[f32],
     g: usize,
     cells: std::ops::Range<u32>,
+    slope: Option<f32>,
     k: &dyn KvRows,
     v: &dyn KvRows,
     tiny: bool,
@@ -184,8 +192,9 @@ fn head_task(
             // upstream's graph: scale by 1/softcap, tanh, scale by softcap, then the softmax's scale
             s = (s * (1.0 / softcap)).tanh() * softcap;
         }
-        // SOFT_MAX_EXT: scale, then the mask (0 for a visible cell)
-        sc.w[j] = s * scale + 0.0;
+        // SOFT_MAX_EXT: scale, then the mask times the head's slope (0 for a visible cell;
+        // ALiBi: -|distance|)
+        sc.w[j] = s * scale + slope.map_or(0.0, |m| m * sc.dist[j]);
     }
     let max =
         sc.w.iter()

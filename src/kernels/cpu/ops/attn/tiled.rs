@@ -7,7 +7,9 @@
 //! row's result depends only on the KV tiles (fixed at multiples of [`TILE_KV`] cells), not on
 //! which query rows share a tile, so the task split is free.
 
-use super::common::{Attn, AttnScratch, AttnShape, KvRows, TiledScratch, TILE_KV, TILE_Q};
+use super::common::{
+    alibi_slope, Attn, AttnScratch, AttnShape, KvRows, TiledScratch, TILE_KV, TILE_Q,
+};
 use crate::kernels::cpu::dispatch::{gemm_acc, soft_max};
 use crate::kernels::cpu::pool::{SharedOut, ThreadPool};
 
@@ -71,6 +73,7 @@ pub fn flash_attn_tiled(
         visible_row,
         k,
         v,
+        alibi,
         ..
     } = *a;
     let AttnShape {
@@ -106,6 +109,7 @@ pub fn flash_attn_tiled(
             g,
             lo..hi.max(lo),
             visible_row,
+            alibi,
             k,
             v,
             tiles,
@@ -141,6 +145,7 @@ fn tile_task(
     g: usize,
     cells: std::ops::Range<u32>,
     visible_row: &(dyn Fn(usize, u32, &mut [bool]) + Sync),
+    alibi: Option<&(dyn Fn(usize, u32, &mut [f32]) + Sync)>,
     k: &dyn KvRows,
     v: &dyn KvRows,
     sc: &mut TiledScratch,
@@ -152,6 +157,7 @@ fn tile_task(
         dv,
         scale,
         softcap,
+        max_bias,
         ..
     } = shape;
     let group = n_head / n_head_kv;
@@ -180,6 +186,9 @@ fn tile_task(
     sc.v.resize(TILE_KV * dv, 0.0);
     sc.kq.resize(rows * TILE_KV, 0.0);
     sc.vis.resize(nt * TILE_KV, false);
+    if alibi.is_some() {
+        sc.dist.resize(nt * TILE_KV, 0.0);
+    }
     sc.row.resize(dk.max(dv), 0.0);
     let (c0, n_kv) = (cells.start as usize, cells.end as usize);
     for ic in (c0..n_kv).step_by(TILE_KV) {
@@ -191,6 +200,11 @@ fn tile_task(
             visible_row(t0 + tq, ic as u32, inside);
             past.fill(false);
             any |= inside.contains(&true);
+        }
+        if let Some(f) = alibi {
+            for (tq, d) in sc.dist.chunks_exact_mut(TILE_KV).take(nt).enumerate() {
+                f(t0 + tq, ic as u32, &mut d[..kv_tile]);
+            }
         }
         if !any {
             continue;
@@ -213,6 +227,7 @@ fn tile_task(
         gemm_acc(&mut sc.kq, &sc.q, &sc.kt, rows, dk, TILE_KV);
         for r in 0..rows {
             let tq = r % nt;
+            let slope = alibi.map(|_| alibi_slope(max_bias, n_head, g * group + r / nt));
             let kq = &mut sc.kq[r * TILE_KV..(r + 1) * TILE_KV];
             let vis = &sc.vis[tq * TILE_KV..(tq + 1) * TILE_KV];
             let mut tile_max = f32::NEG_INFINITY;
@@ -225,8 +240,11 @@ fn tile_task(
                 // (0 or -inf) to every other score: a NaN score stays NaN even where masked
                 *x = if tk >= kv_tile {
                     f32::NEG_INFINITY
+                } else if !vis {
+                    s + f32::NEG_INFINITY
                 } else {
-                    s + if vis { 0.0 } else { f32::NEG_INFINITY }
+                    // the mask times the head's slope: 0, or ALiBi's -|distance| scaled
+                    s + slope.map_or(0.0, |m| m * sc.dist[tq * TILE_KV + tk])
                 };
                 // ggml_vec_max_f32's `MAX(max, x)` (`max > x ? max : x`): a NaN score
                 // becomes the running maximum, so a row of NaN is not taken as masked

@@ -14,12 +14,15 @@
 #    token >= 99% (each side reading the other's file);
 #  * llama-completion, greedy, non-interactive: the same text;
 #  * llama-tokenize: the same ids;
-#  * llama-bench and llama-batched-bench: run and print their tables.
+#  * llama-bench and llama-batched-bench: run and print their tables;
+#  * llama-imatrix (cb_eval): the imatrix file ours writes equals upstream's byte for byte on
+#    SmolLM2 Q4_1; on the qwen3moe fixture (MUL_MAT_ID) the same entries and counts, sums within
+#    1e-4 relative; llama-quantize --imatrix (Q4_K_M) with our imatrix on ours writes upstream's file.
 . "$(dirname "$0")/test-common.sh"
 need_upstream_source
 need_library
 model="$(bash scripts/fetch-models.sh)"
-tools="$(bash scripts/build-upstream-tools.sh llama-perplexity llama-completion llama-tokenize llama-bench llama-batched-bench)"
+tools="$(bash scripts/build-upstream-tools.sh llama-perplexity llama-completion llama-tokenize llama-bench llama-batched-bench llama-imatrix llama-quantize)"
 out="$WORK/programs"
 rm -rf "$out" && mkdir -p "$out/lib"
 # The drop-in layout: ours as libllama.so.0, upstream's other libraries beside it.
@@ -38,7 +41,7 @@ nm -D --defined-only "$tools/libllama.so" | awk '{print $3}' | sort -u >"$out/up
 nm -D --defined-only "$LIB" | awk '{print $3}' | sort -u >"$out/ours.syms"
 missing=""
 for f in libllama-common.so llama-perplexity llama-completion llama-tokenize llama-bench \
-    llama-batched-bench libllama-perplexity-impl.so libllama-completion-impl.so \
+    llama-batched-bench llama-imatrix llama-quantize libllama-perplexity-impl.so libllama-completion-impl.so \
     libllama-bench-impl.so libllama-batched-bench-impl.so; do
     [ -e "$tools/$f" ] || continue
     m="$(nm -D --undefined-only "$tools/$f" | awk '{print $2}' | sed 's/@.*//' | sort -u \
@@ -156,5 +159,57 @@ if ours "$tools/llama-batched-bench" -m "$model" -c 512 -b 128 -ub 128 -npp 32 -
     ok "llama-batched-bench prints its table:"; grep -E '^\|' "$out/batched-ours.out" | sed 's/^/     /'
 else
     bad "llama-batched-bench: $(tail -n 5 "$out/batched-ours.out" "$out/batched-ours.err")"
+fi
+# llama-imatrix collects its statistics through cb_eval (src/ffi/eval_callback.rs).
+im_args=(-f "$text" -c 128 --chunks 4 -t 2)
+if theirs "$tools/llama-imatrix" -m "$model" "${im_args[@]}" -o "$out/imatrix-upstream.gguf" >"$out/imatrix-upstream.log" 2>&1 \
+    && ours "$tools/llama-imatrix" -m "$model" "${im_args[@]}" -o "$out/imatrix-ours.gguf" >"$out/imatrix-ours.log" 2>&1; then
+    if cmp -s "$out/imatrix-upstream.gguf" "$out/imatrix-ours.gguf"; then
+        ok "llama-imatrix (cb_eval): the same imatrix file, byte for byte ($(wc -c <"$out/imatrix-ours.gguf") bytes)"
+    else
+        bad "llama-imatrix: the imatrix files differ"
+    fi
+    fx="$(bash scripts/upstream-arch-fixtures.sh)/qwen3moe-moe.gguf"
+    if theirs "$tools/llama-imatrix" -m "$fx" "${im_args[@]}" --chunks 2 -o "$out/imatrix-moe-upstream.gguf" >"$out/imatrix-moe-upstream.log" 2>&1 \
+        && ours "$tools/llama-imatrix" -m "$fx" "${im_args[@]}" --chunks 2 -o "$out/imatrix-moe-ours.gguf" >"$out/imatrix-moe-ours.log" 2>&1 \
+        && r="$("$VENV/bin/python" - "$out/imatrix-moe-upstream.gguf" "$out/imatrix-moe-ours.gguf" <<'PY'
+import sys
+import numpy as np
+import gguf
+a, b = ({t.name: np.array(t.data, dtype=np.float64) for t in gguf.GGUFReader(f).tensors} for f in sys.argv[1:3])
+if set(a) != set(b):
+    sys.exit(f"entries differ: {sorted(set(a) ^ set(b))[:4]}")
+worst = 0.0
+for name, x in a.items():
+    y = b[name]
+    if x.shape != y.shape or (name.endswith(".counts") and not np.array_equal(x, y)):
+        sys.exit(f"{name}: shape or counts differ")
+    if x.size:
+        worst = max(worst, float(np.max(np.abs(x - y) / np.maximum(np.abs(x), 1e-30))))
+if worst > 1e-4:
+    sys.exit(f"sums differ by {worst:.3g} relative")
+print(f"{len(a)} entries, counts equal, sums within {worst:.2g} relative")
+PY
+)"; then
+        ok "llama-imatrix on the qwen3moe fixture (MUL_MAT_ID): $r"
+    else
+        bad "llama-imatrix on the qwen3moe fixture: ${r:-a run failed (see $out/imatrix-moe-*.log)}"
+    fi
+    f16="$LLAMA_HOTSWAP_CACHE/models/engine/SmolLM2-135M-Instruct.F16.gguf"
+    mkdir -p "$(dirname "$f16")"
+    [ -s "$f16" ] || { theirs "$tools/llama-quantize" --allow-requantize "$model" "$f16.tmp" F16 >"$out/f16.log" 2>&1 \
+        && mv "$f16.tmp" "$f16"; }
+    # one imatrix path for both runs: llama-quantize records it in the model (quantize.imatrix.file)
+    if cp "$out/imatrix-upstream.gguf" "$out/imatrix.gguf" \
+        && theirs "$tools/llama-quantize" --imatrix "$out/imatrix.gguf" "$f16" "$out/q4km-upstream.gguf" Q4_K_M 2 >"$out/quantize-im-upstream.log" 2>&1 \
+        && cp "$out/imatrix-ours.gguf" "$out/imatrix.gguf" \
+        && ours "$tools/llama-quantize" --imatrix "$out/imatrix.gguf" "$f16" "$out/q4km-ours.gguf" Q4_K_M 2 >"$out/quantize-im-ours.log" 2>&1 \
+        && cmp -s "$out/q4km-upstream.gguf" "$out/q4km-ours.gguf"; then
+        ok "llama-quantize --imatrix Q4_K_M: our imatrix on ours gives upstream's file, byte for byte"
+    else
+        bad "llama-quantize --imatrix Q4_K_M: files differ or a run failed (see $out/quantize-im-*.log)"
+    fi
+else
+    bad "llama-imatrix failed: $(tail -n 3 "$out"/imatrix-*.log)"
 fi
 exit "$status"

@@ -124,6 +124,9 @@ struct UbatchData {
 /// The abort callback: polled between micro-batches and between graph nodes.
 pub type AbortFn = Box<dyn FnMut() -> bool + Send>;
 
+/// A graph observer (`llama_context_params.cb_eval`): shown the nodes as they are computed.
+pub type EvalObserver = Box<dyn crate::graph::backend::NodeObserver + Send>;
+
 /// Results and reusable state of decoding (behind the context's lock).
 pub struct Engine {
     pub cparams: CParams,
@@ -149,6 +152,8 @@ pub struct Engine {
     pub embd_seq: Vec<Option<Vec<f32>>>,
     pub n_outputs: usize,
     pub abort: Option<AbortFn>,
+    /// The graph observer (`cb_eval`), when the caller set one.
+    pub observer: Option<EvalObserver>,
     /// Graph builds (for tests: reuse must not rebuild).
     pub n_graph_builds: u64,
     /// Tensor data of sequence states saved with `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE`, per
@@ -632,6 +637,7 @@ impl Context {
                 embd_seq: Vec::new(),
                 n_outputs: 0,
                 abort: None,
+                observer: None,
                 n_graph_builds: 0,
                 state_aside: std::collections::HashMap::new(),
             }),
@@ -887,10 +893,16 @@ impl Context {
             .set_n_threads((threads.max(1) as usize).min(crate::kernels::cpu::MAX_THREADS));
         let abort = &mut e.abort;
         let mut poll = || abort.as_mut().is_some_and(|f| f());
-        if let Err(err) = e
-            .exec
-            .compute(graph, &self.model, &mut e.kv, &inputs, &mut poll)
-        {
+        let run = match e.observer.as_deref_mut() {
+            Some(obs) => {
+                e.exec
+                    .compute_observed(graph, &self.model, &mut e.kv, &inputs, &mut poll, obs)
+            }
+            None => e
+                .exec
+                .compute(graph, &self.model, &mut e.kv, &inputs, &mut poll),
+        };
+        if let Err(err) = run {
             let code = match err {
                 ExecError::Aborted => 2,
                 _ => -3,

@@ -101,6 +101,15 @@ unsafe fn init_context(
         // SAFETY: `ctx` was just created and is live.
         unsafe { set_abort(ctx, Some(cb), params.abort_callback_data) };
     }
+    if let Some(cb) = params.cb_eval {
+        // SAFETY: `ctx` was just created and is live.
+        if let Ok(c) = unsafe { handles::context(ctx) } {
+            c.inner.engine().observer = Some(Box::new(super::eval_callback::EvalCallback::new(
+                cb,
+                params.cb_eval_user_data,
+            )));
+        }
+    }
     Ok(ctx)
 }
 

@@ -140,6 +140,7 @@ pub mod batch;
 pub(crate) mod clock;
 pub mod context;
 pub mod device;
+mod eval_callback;
 pub mod ext;
 pub mod handles;
 pub mod memory;

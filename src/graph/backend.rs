@@ -92,4 +92,44 @@ pub trait Executor: Send + std::fmt::Debug {
     /// The values of node `node` (`ne0 × ne1` f32, row-major) computed by the last
     /// [`Executor::compute`] of `g`, in host memory.
     fn output(&mut self, g: &Graph, node: NodeId) -> Result<&[f32], ExecError>;
+
+    /// [`Executor::compute`] with an observer of the nodes (llama's `cb_eval`, ggml's
+    /// scheduler `callback_eval`): before a node is computed the observer is asked whether it
+    /// wants it; after a wanted node is computed it is shown the node's values and those of
+    /// its sources. An observer that answers `false` stops the graph there, as upstream's
+    /// scheduler stops the split (the rest is not computed; the run still succeeds). Backends
+    /// that cannot show intermediate values refuse.
+    fn compute_observed(
+        &mut self,
+        g: &Graph,
+        model: &Model,
+        kv: &mut KvCache,
+        inp: &Inputs,
+        abort: &mut dyn FnMut() -> bool,
+        observer: &mut dyn NodeObserver,
+    ) -> Result<(), ExecError> {
+        let _ = (g, model, kv, inp, abort, observer);
+        Err(ExecError::UnsupportedOp {
+            backend: self.name(),
+            op: "cb_eval".into(),
+            why: "this backend does not show intermediate node values".into(),
+        })
+    }
+}
+
+/// Watches a graph's nodes as they are computed (see [`Executor::compute_observed`]).
+pub trait NodeObserver {
+    /// Whether the observer wants node `node` of `g` (ggml's `ask == true` call), asked once
+    /// per node in execution order.
+    fn wants(&mut self, g: &Graph, node: NodeId, model: &Model) -> bool;
+
+    /// A wanted node has been computed: `values(n)` gives node `n`'s values (`ne0 × ne1`
+    /// f32) for `node` and its sources. Returns `false` to stop the graph.
+    fn observe<'v>(
+        &mut self,
+        g: &Graph,
+        node: NodeId,
+        model: &Model,
+        values: &dyn Fn(NodeId) -> &'v [f32],
+    ) -> bool;
 }

@@ -3,7 +3,7 @@
 //! tensor's read lock, with the type the tensor has now; row-split tensors are multiplied
 //! piece by piece. It is one [`Executor`] of [`super::backend`].
 
-pub use super::backend::{ExecError, Executor, Inputs};
+pub use super::backend::{ExecError, Executor, Inputs, NodeObserver};
 use super::kernel_api::{self, Scratch, ThreadPool};
 use super::*;
 use crate::kernels::cpu::ops;
@@ -236,6 +236,38 @@ impl Executor for CpuExecutor {
         abort: &mut dyn FnMut() -> bool,
     ) -> Result<(), ExecError> {
         self.run(g, model, kv, inp, abort)
+    }
+
+    fn compute_observed(
+        &mut self,
+        g: &Graph,
+        model: &Model,
+        kv: &mut KvCache,
+        inp: &Inputs,
+        abort: &mut dyn FnMut() -> bool,
+        observer: &mut dyn NodeObserver,
+    ) -> Result<(), ExecError> {
+        self.begin_run(g);
+        for (i, node) in g.nodes.iter().enumerate() {
+            if i % 16 == 0 && abort() {
+                return Err(ExecError::Aborted);
+            }
+            let wanted = observer.wants(g, i, model);
+            self.node(g, node, model, kv, inp)?;
+            if wanted {
+                // a node's sources are live while it is (plan_arena keeps them to their
+                // last reader), so their ranges still hold their values here
+                let arena = &self.arena;
+                let values = |n: NodeId| {
+                    let (at, len) = range(&g.nodes[n]);
+                    &arena[at..at + len]
+                };
+                if !observer.observe(g, i, model, &values) {
+                    break;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn output(&mut self, g: &Graph, node: NodeId) -> Result<&[f32], ExecError> {

@@ -326,6 +326,53 @@ impl Op {
     }
 }
 
+impl Op {
+    /// The ggml op of the tensor this node stands for (`GGML_OP_*` without the prefix; the
+    /// last op where one node fuses several, e.g. VIEW + CONT is CONT) and, for UNARY and GLU,
+    /// the sub-op (`GGML_UNARY_OP_*` / `GGML_GLU_OP_*` without the prefix): what a graph
+    /// callback (`cb_eval`) is told.
+    pub fn ggml_op(&self) -> (&'static str, Option<&'static str>) {
+        match self {
+            Op::InputEmbd => ("NONE", None),
+            Op::GetRowsTokens { .. }
+            | Op::GetRowsOut { .. }
+            | Op::GetRowsIds { .. }
+            | Op::GetRowsPos { .. } => ("GET_ROWS", None),
+            Op::View { .. } | Op::ViewHeads { .. } => ("CONT", None),
+            Op::RmsNorm { .. } => ("RMS_NORM", None),
+            Op::Norm { .. } => ("NORM", None),
+            Op::Mul { .. } | Op::AttnTempScale { .. } => ("MUL", None),
+            Op::Add { .. } | Op::WeightedSum { .. } => ("ADD", None),
+            Op::Scale { .. } => ("SCALE", None),
+            Op::Tanh { .. } => ("UNARY", Some("TANH")),
+            Op::Gelu { .. } => ("UNARY", Some("GELU")),
+            Op::Relu { .. } => ("UNARY", Some("RELU")),
+            Op::Sqr { .. } => ("SQR", None),
+            Op::Clamp { .. } => ("CLAMP", None),
+            Op::Silu { .. } => ("UNARY", Some("SILU")),
+            Op::Sigmoid { .. } => ("UNARY", Some("SIGMOID")),
+            Op::MulMat { .. } | Op::MulMatHeads { .. } | Op::Hadamard { .. } => ("MUL_MAT", None),
+            Op::MulMatId { .. } => ("MUL_MAT_ID", None),
+            Op::Rope { .. } => ("ROPE", None),
+            Op::SetRows { .. } | Op::GroupMask { .. } => ("SET_ROWS", None),
+            Op::FlashAttnExt { .. } => ("FLASH_ATTN_EXT", None),
+            Op::AddId { .. } => ("ADD_ID", None),
+            Op::Glu { kind, .. } => (
+                "GLU",
+                Some(match kind {
+                    GluKind::Swiglu => "SWIGLU",
+                    GluKind::Geglu => "GEGLU",
+                    GluKind::SwigluOai => "SWIGLU_OAI",
+                }),
+            ),
+            Op::ConcatHeads { .. } => ("CONCAT", None),
+            Op::SoftMax { .. } => ("SOFT_MAX", None),
+            Op::TopK { .. } => ("TOP_K", None),
+            Op::DivSumRows { .. } | Op::Div { .. } => ("DIV", None),
+        }
+    }
+}
+
 /// Plans the arena: each node gets a range that no live node overlaps (a node lives from
 /// its computation to its last reader; `keep` nodes live to the end). First fit over a
 /// free list, as ggml's graph allocator does in spirit.

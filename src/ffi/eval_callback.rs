@@ -1,0 +1,615 @@
+//! `llama_context_params.cb_eval`: the graph callback upstream's `llama-imatrix` and
+//! `llama-eval-callback` use. Upstream's scheduler asks the callback about every node
+//! (`ask == true`) and, for the nodes it wants, calls it again once the node is computed
+//! (`ask == false`), handing it a `struct ggml_tensor` whose `src[]` are the node's operands.
+//! Here each node of our graph is shown as such a tensor, laid out as in upstream's `ggml.h`:
+//! its ggml op, F32 values in host memory (`ne0 × ne1`; MUL_MAT_ID's as ggml's 3-D
+//! `[n, n_used, T]`), the activations it read as `src[1]` (and `src[0]` for ops of two
+//! activations), the weight it read as `src[0]` (its name, current type and shape; bytes in
+//! ggml's row layout, un-repacked), MUL_MAT_ID's expert ids as an I32 `src[2]`.
+//!
+//! The tensors' `buffer` is a host buffer laid out as libggml's (`ggml-backend-impl.h`), so
+//! `ggml_backend_buffer_is_host` answers true and `ggml_backend_tensor_get` copies the
+//! bytes, whether libggml's functions or a program's own code reads it. Writes through
+//! `ggml_backend_tensor_set` change an activation as upstream's would; a weight cannot be
+//! written this way (logged, ignored).
+
+use std::borrow::Cow;
+use std::ffi::c_void;
+
+use super::types::ggml_tensor;
+use crate::graph::backend::NodeObserver;
+use crate::graph::{Graph, NodeId, Op};
+use crate::model::Model;
+
+/// `GGML_MAX_DIMS`, `GGML_MAX_OP_PARAMS`, `GGML_MAX_SRC`, `GGML_MAX_NAME` of `ggml.h`.
+const MAX_DIMS: usize = 4;
+const MAX_OP_PARAMS: usize = 64;
+const MAX_SRC: usize = 10;
+const MAX_NAME: usize = 64;
+
+/// `GGML_TYPE_F32` and `GGML_TYPE_I32`.
+const TYPE_F32: i32 = 0;
+const TYPE_I32: i32 = 26;
+
+/// `enum ggml_op` at the pinned commit, in order (the index is the value).
+const GGML_OPS: &[&str] = &[
+    "NONE",
+    "DUP",
+    "ADD",
+    "ADD_ID",
+    "ADD1",
+    "ACC",
+    "SUB",
+    "MUL",
+    "DIV",
+    "SQR",
+    "SQRT",
+    "LOG",
+    "SIN",
+    "COS",
+    "SUM",
+    "SUM_ROWS",
+    "CUMSUM",
+    "MEAN",
+    "ARGMAX",
+    "COUNT_EQUAL",
+    "REPEAT",
+    "REPEAT_BACK",
+    "CONCAT",
+    "SILU_BACK",
+    "NORM",
+    "RMS_NORM",
+    "RMS_NORM_BACK",
+    "GROUP_NORM",
+    "L2_NORM",
+    "MUL_MAT",
+    "MUL_MAT_ID",
+    "OUT_PROD",
+    "SCALE",
+    "SET",
+    "CPY",
+    "CONT",
+    "RESHAPE",
+    "VIEW",
+    "PERMUTE",
+    "TRANSPOSE",
+    "GET_ROWS",
+    "GET_ROWS_BACK",
+    "SET_ROWS",
+    "DIAG",
+    "DIAG_MASK_INF",
+    "DIAG_MASK_ZERO",
+    "SOFT_MAX",
+    "SOFT_MAX_BACK",
+    "ROPE",
+    "ROPE_BACK",
+    "CLAMP",
+    "CONV_TRANSPOSE_1D",
+    "IM2COL",
+    "IM2COL_BACK",
+    "IM2COL_3D",
+    "COL2IM_1D",
+    "CONV_2D",
+    "CONV_3D",
+    "CONV_2D_DW",
+    "CONV_TRANSPOSE_2D",
+    "POOL_1D",
+    "POOL_2D",
+    "POOL_2D_BACK",
+    "UPSCALE",
+    "PAD",
+    "PAD_REFLECT_1D",
+    "ROLL",
+    "ARANGE",
+    "TIMESTEP_EMBEDDING",
+    "ARGSORT",
+    "TOP_K",
+    "LEAKY_RELU",
+    "TRI",
+    "FILL",
+    "FLASH_ATTN_EXT",
+    "FLASH_ATTN_BACK",
+    "SSM_CONV",
+    "SSM_SCAN",
+    "WIN_PART",
+    "WIN_UNPART",
+    "GET_REL_POS",
+    "ADD_REL_POS",
+    "RWKV_WKV6",
+    "GATED_LINEAR_ATTN",
+    "RWKV_WKV7",
+    "SOLVE_TRI",
+    "GATED_DELTA_NET",
+    "LIGHTNING_INDEXER",
+    "DSV4_HC_COMB",
+    "DSV4_HC_PRE",
+    "DSV4_HC_POST",
+    "UNARY",
+    "MAP_CUSTOM1",
+    "MAP_CUSTOM2",
+    "MAP_CUSTOM3",
+    "CUSTOM",
+    "CROSS_ENTROPY_LOSS",
+    "CROSS_ENTROPY_LOSS_BACK",
+    "OPT_STEP_ADAMW",
+    "OPT_STEP_SGD",
+    "GLU",
+];
+
+/// `enum ggml_unary_op`, in order.
+const GGML_UNARY_OPS: &[&str] = &[
+    "ABS",
+    "SGN",
+    "NEG",
+    "STEP",
+    "TANH",
+    "ELU",
+    "RELU",
+    "SIGMOID",
+    "GELU",
+    "GELU_QUICK",
+    "SILU",
+    "HARDSWISH",
+    "HARDSIGMOID",
+    "EXP",
+    "EXPM1",
+    "SOFTPLUS",
+    "GELU_ERF",
+    "XIELU",
+    "FLOOR",
+    "CEIL",
+    "ROUND",
+    "TRUNC",
+];
+
+/// `enum ggml_glu_op`, in order.
+const GGML_GLU_OPS: &[&str] = &[
+    "REGLU",
+    "GEGLU",
+    "SWIGLU",
+    "SWIGLU_OAI",
+    "GEGLU_ERF",
+    "GEGLU_QUICK",
+    "SWIGLU_CLAMP",
+];
+
+fn index_of(table: &[&str], name: &str) -> i32 {
+    table.iter().position(|n| *n == name).unwrap_or(0) as i32
+}
+
+/// `struct ggml_tensor` of `ggml.h`.
+#[repr(C)]
+struct TensorView {
+    r#type: i32,
+    buffer: *mut Buffer,
+    ne: [i64; MAX_DIMS],
+    nb: [usize; MAX_DIMS],
+    op: i32,
+    op_params: [i32; MAX_OP_PARAMS / 4],
+    flags: i32,
+    src: [*mut TensorView; MAX_SRC],
+    view_src: *mut TensorView,
+    view_offs: usize,
+    data: *mut c_void,
+    name: [u8; MAX_NAME],
+    extra: *mut c_void,
+    padding: [u8; 8],
+}
+
+impl TensorView {
+    fn empty() -> TensorView {
+        TensorView {
+            r#type: TYPE_F32,
+            buffer: std::ptr::null_mut(),
+            ne: [1; MAX_DIMS],
+            nb: [0; MAX_DIMS],
+            op: 0,
+            op_params: [0; MAX_OP_PARAMS / 4],
+            flags: 0,
+            src: [std::ptr::null_mut(); MAX_SRC],
+            view_src: std::ptr::null_mut(),
+            view_offs: 0,
+            data: std::ptr::null_mut(),
+            name: [0; MAX_NAME],
+            extra: std::ptr::null_mut(),
+            padding: [0; 8],
+        }
+    }
+
+    /// Shape, strides (contiguous rows of `row_bytes`), type, name and data.
+    fn set(&mut self, ty: i32, elem: usize, row_bytes: usize, ne: [i64; 4], name: &str) {
+        *self = TensorView::empty();
+        self.r#type = ty;
+        self.ne = ne;
+        self.nb = [
+            elem,
+            row_bytes,
+            row_bytes * ne[1] as usize,
+            row_bytes * (ne[1] * ne[2]) as usize,
+        ];
+        let n = name.len().min(MAX_NAME - 1);
+        self.name[..n].copy_from_slice(&name.as_bytes()[..n]);
+    }
+
+    fn f32(&mut self, ne: [i64; 4], name: &str, values: Option<&[f32]>, buffer: *mut Buffer) {
+        self.set(TYPE_F32, 4, 4 * ne[0] as usize, ne, name);
+        self.buffer = buffer;
+        if let Some(v) = values {
+            self.data = v.as_ptr() as *mut c_void;
+        }
+    }
+}
+
+/// `struct ggml_backend_buffer_type_i` + `struct ggml_backend_buffer_type`.
+#[repr(C)]
+struct BufferType {
+    get_name: unsafe extern "C" fn(*mut BufferType) -> *const u8,
+    alloc_buffer: *const c_void,
+    get_alignment: unsafe extern "C" fn(*mut BufferType) -> usize,
+    get_max_size: *const c_void,
+    get_alloc_size: *const c_void,
+    is_host: unsafe extern "C" fn(*mut BufferType) -> bool,
+    device: *mut c_void,
+    context: *mut c_void,
+}
+
+/// `struct ggml_backend_buffer_i` + `struct ggml_backend_buffer`.
+#[repr(C)]
+struct Buffer {
+    free_buffer: *const c_void,
+    get_base: unsafe extern "C" fn(*mut Buffer) -> *mut c_void,
+    init_tensor: *const c_void,
+    memset_tensor: unsafe extern "C" fn(*mut Buffer, *mut TensorView, u8, usize, usize),
+    set_tensor: unsafe extern "C" fn(*mut Buffer, *mut TensorView, *const c_void, usize, usize),
+    get_tensor: unsafe extern "C" fn(*mut Buffer, *const TensorView, *mut c_void, usize, usize),
+    set_tensor_2d: *const c_void,
+    get_tensor_2d: *const c_void,
+    cpy_tensor: *const c_void,
+    clear: unsafe extern "C" fn(*mut Buffer, u8),
+    reset: *const c_void,
+    buft: *mut BufferType,
+    /// Non-NULL for the weights' buffer (read-only).
+    context: *mut c_void,
+    size: usize,
+    usage: i32,
+}
+
+unsafe extern "C" fn buft_name(_: *mut BufferType) -> *const u8 {
+    c"CPU".as_ptr().cast()
+}
+unsafe extern "C" fn buft_alignment(_: *mut BufferType) -> usize {
+    32
+}
+unsafe extern "C" fn buft_is_host(_: *mut BufferType) -> bool {
+    true
+}
+unsafe extern "C" fn buffer_base(_: *mut Buffer) -> *mut c_void {
+    std::ptr::null_mut()
+}
+unsafe extern "C" fn buffer_clear(_: *mut Buffer, _: u8) {}
+
+/// Whether `t` may be written: an activation of the node being shown.
+///
+/// # Safety
+/// `buf` is one of the two buffers below.
+unsafe fn writable(buf: *mut Buffer) -> bool {
+    // SAFETY: `buf` points to a live buffer per the contract.
+    let weights = !unsafe { (*buf).context }.is_null();
+    if weights {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            crate::log_warn!(
+                "cb_eval: a callback wrote to a weight; ignored (weights are read-only here)"
+            )
+        });
+    }
+    !weights
+}
+
+unsafe extern "C" fn buffer_memset(
+    buf: *mut Buffer,
+    t: *mut TensorView,
+    value: u8,
+    offset: usize,
+    size: usize,
+) {
+    // SAFETY: libggml (or the caller) checked `offset + size <= ggml_nbytes(t)`; `t` is one
+    // of our views, whose data spans its bytes.
+    unsafe {
+        if writable(buf) {
+            std::ptr::write_bytes((*t).data.cast::<u8>().add(offset), value, size);
+        }
+    }
+}
+
+unsafe extern "C" fn buffer_set(
+    buf: *mut Buffer,
+    t: *mut TensorView,
+    data: *const c_void,
+    offset: usize,
+    size: usize,
+) {
+    // SAFETY: as in `buffer_memset`; `data` holds `size` bytes per ggml's contract.
+    unsafe {
+        if writable(buf) {
+            std::ptr::copy_nonoverlapping(
+                data.cast::<u8>(),
+                (*t).data.cast::<u8>().add(offset),
+                size,
+            );
+        }
+    }
+}
+
+unsafe extern "C" fn buffer_get(
+    _: *mut Buffer,
+    t: *const TensorView,
+    data: *mut c_void,
+    offset: usize,
+    size: usize,
+) {
+    // SAFETY: as in `buffer_set`, reading.
+    unsafe {
+        std::ptr::copy_nonoverlapping((*t).data.cast::<u8>().add(offset), data.cast::<u8>(), size)
+    };
+}
+
+/// The two host buffers of one context's callback (activations, weights) and their type.
+struct Buffers {
+    /// Kept alive for the buffers, which point to it.
+    _buft: Box<BufferType>,
+    activations: Box<Buffer>,
+    weights: Box<Buffer>,
+}
+
+impl Buffers {
+    fn new() -> Buffers {
+        let mut buft = Box::new(BufferType {
+            get_name: buft_name,
+            alloc_buffer: std::ptr::null(),
+            get_alignment: buft_alignment,
+            get_max_size: std::ptr::null(),
+            get_alloc_size: std::ptr::null(),
+            is_host: buft_is_host,
+            device: std::ptr::null_mut(),
+            context: std::ptr::null_mut(),
+        });
+        let buft_ptr: *mut BufferType = &mut *buft;
+        let buffer = |read_only: bool| {
+            Box::new(Buffer {
+                free_buffer: std::ptr::null(),
+                get_base: buffer_base,
+                init_tensor: std::ptr::null(),
+                memset_tensor: buffer_memset,
+                set_tensor: buffer_set,
+                get_tensor: buffer_get,
+                set_tensor_2d: std::ptr::null(),
+                get_tensor_2d: std::ptr::null(),
+                cpy_tensor: std::ptr::null(),
+                clear: buffer_clear,
+                reset: std::ptr::null(),
+                buft: buft_ptr,
+                context: if read_only {
+                    buft_ptr.cast()
+                } else {
+                    std::ptr::null_mut()
+                },
+                size: usize::MAX,
+                // GGML_BACKEND_BUFFER_USAGE_WEIGHTS = 1, _COMPUTE = 2
+                usage: if read_only { 1 } else { 2 },
+            })
+        };
+        Buffers {
+            activations: buffer(false),
+            weights: buffer(true),
+            _buft: buft,
+        }
+    }
+}
+
+/// The caller's `cb_eval` and its data, shown our graph's nodes (see the module doc).
+pub(super) struct EvalCallback {
+    f: unsafe extern "C" fn(*mut ggml_tensor, bool, *mut c_void) -> bool,
+    data: *mut c_void,
+    buffers: Buffers,
+    /// The node, then up to three sources; `src[]` point into this array.
+    views: Box<[TensorView; 4]>,
+    /// MUL_MAT_ID's expert ids as I32.
+    ids: Vec<i32>,
+}
+
+// SAFETY: upstream calls `cb_eval` with its data from the thread that decodes; the caller's
+// contract is the same with us. The buffers and views are only touched under the context's
+// engine lock, by that thread.
+unsafe impl Send for EvalCallback {}
+
+impl EvalCallback {
+    pub(super) fn new(
+        f: unsafe extern "C" fn(*mut ggml_tensor, bool, *mut c_void) -> bool,
+        data: *mut c_void,
+    ) -> EvalCallback {
+        EvalCallback {
+            f,
+            data,
+            buffers: Buffers::new(),
+            views: Box::new([
+                TensorView::empty(),
+                TensorView::empty(),
+                TensorView::empty(),
+                TensorView::empty(),
+            ]),
+            ids: Vec::new(),
+        }
+    }
+
+    /// Fills the views of node `id` (data pointers only when `values` is given; the weight's
+    /// bytes in `weight`) and calls the callback.
+    fn show<'v>(
+        &mut self,
+        g: &Graph,
+        id: NodeId,
+        model: &Model,
+        values: Option<&dyn Fn(NodeId) -> &'v [f32]>,
+        ask: bool,
+    ) -> bool {
+        let node = &g.nodes[id];
+        let acts: *mut Buffer = &mut *self.buffers.activations;
+        let wbuf: *mut Buffer = &mut *self.buffers.weights;
+        let (op_name, sub) = node.op.ggml_op();
+        let [t, s0, s1, s2] = &mut *self.views;
+        let (ne0, ne1) = (node.ne0 as i64, node.ne1 as i64);
+        let v = |n: NodeId| values.map(|f| f(n));
+        let mut n_src = 0usize;
+        // the weight's bytes live as long as its read guard, held over the call
+        let mut guard = None;
+        let mut weight_src = |w: crate::graph::WeightId, view: &mut TensorView| {
+            let wr = &g.weights[w.0];
+            let st = model.tensors.at(wr.tensor).read();
+            let ty = st.layout.ggml_type;
+            let row = ty.row_size(wr.ne[0]).unwrap_or(0) as usize;
+            view.set(
+                ty.id() as i32,
+                ty.type_size() as usize,
+                row,
+                wr.ne,
+                &wr.name,
+            );
+            view.buffer = wbuf;
+            guard = Some(st);
+        };
+        match &node.op {
+            Op::MulMatId {
+                w, x, ids, n_used, ..
+            } => {
+                let t_count = g.nodes[*ids].ne1 as i64;
+                let n_used = *n_used as i64;
+                t.f32([ne0, n_used, t_count, 1], node.name, v(id), acts);
+                weight_src(*w, s0);
+                let xn = &g.nodes[*x];
+                let slots = if xn.ne1 as i64 == t_count { 1 } else { n_used };
+                s1.f32([xn.ne0 as i64, slots, t_count, 1], xn.name, v(*x), acts);
+                let idn = &g.nodes[*ids];
+                s2.set(
+                    TYPE_I32,
+                    4,
+                    4 * n_used as usize,
+                    [n_used, t_count, 1, 1],
+                    idn.name,
+                );
+                s2.buffer = acts;
+                if let Some(vals) = v(*ids) {
+                    self.ids.clear();
+                    self.ids.extend(vals.iter().map(|&e| e as i32));
+                    s2.data = self.ids.as_mut_ptr().cast();
+                }
+                n_src = 3;
+            }
+            op => {
+                t.f32([ne0, ne1, 1, 1], node.name, v(id), acts);
+                // ggml's operand order: MUL_MAT and GET_ROWS read their weight as src0;
+                // the other ops read activations first (MUL by a norm weight: src1)
+                let weight_first = matches!(
+                    op,
+                    Op::MulMat { .. }
+                        | Op::MulMatHeads { .. }
+                        | Op::GetRowsTokens { .. }
+                        | Op::GetRowsPos { .. }
+                );
+                let weights = op.weights();
+                let mut slots = [s0, s1, s2].into_iter();
+                if weight_first {
+                    if let (Some(&w), Some(view)) = (weights.first(), slots.next()) {
+                        weight_src(w, view);
+                        n_src += 1;
+                    }
+                }
+                for s in op.sources() {
+                    let Some(view) = slots.next() else { break };
+                    let n = &g.nodes[s];
+                    view.f32([n.ne0 as i64, n.ne1 as i64, 1, 1], n.name, v(s), acts);
+                    n_src += 1;
+                }
+                if !weight_first {
+                    if let (Some(&w), Some(view)) = (weights.first(), slots.next()) {
+                        weight_src(w, view);
+                        n_src += 1;
+                    }
+                }
+            }
+        }
+        // the weight's bytes in ggml's layout (un-repacked), only when values are shown
+        let plain: Option<Cow<'_, [u8]>> = match (&guard, values) {
+            (Some(st), Some(_)) => st.plain_bytes(),
+            _ => None,
+        };
+        let [t, s0, s1, s2] = &mut *self.views;
+        t.op = index_of(GGML_OPS, op_name);
+        match (op_name, sub) {
+            ("UNARY", Some(u)) => t.op_params[0] = index_of(GGML_UNARY_OPS, u),
+            ("GLU", Some(u)) => t.op_params[0] = index_of(GGML_GLU_OPS, u),
+            _ => {}
+        }
+        for view in [&mut *s0, &mut *s1, &mut *s2] {
+            if view.buffer == wbuf {
+                view.data = plain
+                    .as_ref()
+                    .map_or(std::ptr::null_mut(), |b| b.as_ptr() as *mut c_void);
+            }
+        }
+        let srcs: [*mut TensorView; 3] = [s0, s1, s2];
+        t.src[..n_src].copy_from_slice(&srcs[..n_src]);
+        let tp: *mut TensorView = t;
+        // SAFETY: `tp` and its sources are laid out as `struct ggml_tensor`; the data they
+        // point to (arena values, expert ids, weight bytes under `guard`) outlives the call.
+        unsafe { (self.f)(tp.cast::<ggml_tensor>(), ask, self.data) }
+    }
+}
+
+impl NodeObserver for EvalCallback {
+    fn wants(&mut self, g: &Graph, node: NodeId, model: &Model) -> bool {
+        self.show(g, node, model, None, true)
+    }
+
+    fn observe<'v>(
+        &mut self,
+        g: &Graph,
+        node: NodeId,
+        model: &Model,
+        values: &dyn Fn(NodeId) -> &'v [f32],
+    ) -> bool {
+        self.show(g, node, model, Some(values), false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `sizeof(struct ggml_tensor)` and the offsets a callback reads, as in upstream's
+    /// `ggml.h` on 64-bit Linux (GGML_TENSOR_SIZE = 336).
+    #[test]
+    fn tensor_view_is_laid_out_as_ggml_tensor() {
+        assert_eq!(std::mem::size_of::<TensorView>(), 336);
+        assert_eq!(std::mem::offset_of!(TensorView, buffer), 8);
+        assert_eq!(std::mem::offset_of!(TensorView, ne), 16);
+        assert_eq!(std::mem::offset_of!(TensorView, nb), 48);
+        assert_eq!(std::mem::offset_of!(TensorView, op), 80);
+        assert_eq!(std::mem::offset_of!(TensorView, src), 152);
+        assert_eq!(std::mem::offset_of!(TensorView, data), 248);
+        assert_eq!(std::mem::offset_of!(TensorView, name), 256);
+        assert_eq!(std::mem::size_of::<Buffer>(), 11 * 8 + 8 + 8 + 8 + 8);
+        assert_eq!(std::mem::offset_of!(Buffer, buft), 88);
+    }
+
+    #[test]
+    fn op_tables_match_ggml_h_values() {
+        assert_eq!(index_of(GGML_OPS, "MUL_MAT"), 29);
+        assert_eq!(index_of(GGML_OPS, "MUL_MAT_ID"), 30);
+        assert_eq!(index_of(GGML_OPS, "FLASH_ATTN_EXT"), 74);
+        assert_eq!(index_of(GGML_OPS, "UNARY"), 91);
+        assert_eq!(index_of(GGML_OPS, "GLU"), 100);
+        assert_eq!(index_of(GGML_UNARY_OPS, "SILU"), 10);
+        assert_eq!(index_of(GGML_GLU_OPS, "SWIGLU"), 2);
+    }
+}

@@ -22,7 +22,7 @@ tools="$(bash scripts/build-upstream-tools.sh llama-quantize)"
 out="${ENGINE_OUT:-target/ffi-tests/engine}"
 rm -rf "$out" && mkdir -p "$out"
 inc=(-I"$UPSTREAM_LLAMA/include" -I"$UPSTREAM_LLAMA/ggml/include")
-for p in probe_decode tokenize probe_embd probe_streams; do
+for p in probe_decode tokenize probe_embd probe_streams probe_recurrent; do
     cc -std=c11 -O1 "${inc[@]}" "ffi-tests/engine/$p.c" -L"$UPSTREAM_BUILD/bin" -lllama -lm -o "$out/$p"
 done
 cc -std=c11 -O2 ffi-tests/engine/compare_logits.c -lm -o "$out/compare_logits"
@@ -52,7 +52,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -143,10 +143,45 @@ check_hostile() {
         done
     done
 }
+# Recurrent memory (ffi-tests/engine/probe_recurrent.c) on the fixtures of recurrent and hybrid
+# architectures: two sequences in one interleaved batch give the logits each gives alone, and
+# the memory API (seq_rm of middle, cutting and out-of-range ranges, seq_cp, seq_add, seq_div,
+# seq_keep, clear, a position gap) answers as upstream's on the same calls: the text identical,
+# the rows within KL 1e-3.
+RECURRENT_ARCHS="mamba mamba2"
+check_recurrent() {
+    local arch f name side lib stats
+    for arch in $RECURRENT_ARCHS; do
+        [[ " ${archs[*]} " == *" $arch "* ]] || continue
+        for f in "$fixtures/$arch-dense.gguf" "$fixtures/$arch-moe.gguf"; do
+            [ -e "$f" ] || continue
+            name="recurrent-$(basename "$f" .gguf)"
+            for side in upstream ours; do
+                lib="$UPSTREAM_BUILD/bin"; [ "$side" = ours ] && lib="$ours"
+                if ! LD_LIBRARY_PATH="$lib" "$out/probe_recurrent" "$f" "$out/$name.$side.bin" 1 5 9 17 33 65 100 7 \
+                    >"$out/$name.$side.txt" 2>"$out/$name.$side.err"; then
+                    echo "FAIL $name: the $side run failed"; tail -3 "$out/$name.$side.err"; failed=$((failed + 1)); continue 2
+                fi
+            done
+            if ! diff "$out/$name.upstream.txt" "$out/$name.ours.txt" >"$out/$name.diff"; then
+                echo "FAIL $name: memory calls answer differently: $(head -4 "$out/$name.diff" | tr '\n' ' ')"; failed=$((failed + 1)); continue
+            fi
+            if grep -qE 'equals alone: .*0|continues as its source: 0' "$out/$name.ours.txt"; then
+                echo "FAIL $name: $(grep -E 'equals|continues' "$out/$name.ours.txt" | tr '\n' ' ')"; failed=$((failed + 1)); continue
+            fi
+            if ! stats="$("$out/compare_logits" "$out/$name.upstream.bin" "$out/$name.ours.bin" 1e-3 0.99 0)"; then
+                echo "FAIL $name: $stats"; failed=$((failed + 1)); continue
+            fi
+            echo "ok   $name: memory calls as upstream's, two sequences in one batch as alone; $stats"
+            passed=$((passed + 1))
+        done
+    done
+}
 # ENGINE_ARCHS set: the architectures' rows only (a quick loop while adding one)
 if [ -n "${ENGINE_ARCHS:-}" ]; then
     check_archs
     check_hostile
+    check_recurrent
     echo "engine (ENGINE_ARCHS=$ENGINE_ARCHS only): $passed passed, $failed failed"
     [ "$failed" -eq 0 ]
     exit
@@ -270,6 +305,7 @@ else
 fi
 check_archs
 check_hostile
+check_recurrent
 # every weight type the engine computes with, on the llama fixture (256-wide rows) requantized
 # by upstream's llama-quantize (its logits are flat, so top-1 is checked on every position)
 for t in BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K IQ4_NL IQ4_XS; do

@@ -137,6 +137,8 @@ pub struct Engine {
     pub raw: RawBatch,
     batch: Batch,
     slots: Vec<u32>,
+    /// The micro-batch's sequences as the recurrent memory places them.
+    rs_groups: Vec<crate::kv_cache::RsGroup>,
     out_ids: Vec<usize>,
     split: split::Split,
     /// The current micro-batch's tokens, gathered from the batch (reused buffers).
@@ -438,11 +440,13 @@ impl Context {
             )));
         }
         check_kv_types(&hp, type_k, type_v, p.flash_attn_type)?;
+        let recurrent = matches!(memory, arch::Memory::Recurrent | arch::Memory::Hybrid);
         let shape = KvShape {
             // upstream's kv_size: each stream holds n_ctx_seq cells (n_ctx when unified)
             size: n_ctx_seq,
             n_seq_max: n_seq_max as usize,
-            unified: p.kv_unified,
+            // a recurrent model has no KV cache upstream: ours keeps an unused one-stream shell
+            unified: p.kv_unified || memory == arch::Memory::Recurrent,
             type_k,
             type_v,
             layers: (0..hp.n_layer)
@@ -450,9 +454,21 @@ impl Context {
                     arch::Memory::Kv => (hp.n_embd_k_gqa(il), hp.n_embd_v_gqa(il)),
                     // V is read from the K rows
                     arch::Memory::KvLatent => (hp.n_embd_k_gqa(il), 0),
+                    arch::Memory::Recurrent => (0, 0),
+                    arch::Memory::Hybrid if hp.is_recurrent(il) => (0, 0),
+                    arch::Memory::Hybrid => (hp.n_embd_k_gqa(il), hp.n_embd_v_gqa(il)),
                 })
                 .collect(),
         };
+        // upstream's recurrent memory: max(1, n_seq_max) cells, F32 conv and SSM rows on the
+        // recurrent layers
+        let rs_widths: Vec<(usize, usize)> = (0..hp.n_layer)
+            .map(|il| match memory {
+                arch::Memory::Recurrent => (hp.n_embd_r(), hp.n_embd_s()),
+                arch::Memory::Hybrid if hp.is_recurrent(il) => (hp.n_embd_r(), hp.n_embd_s()),
+                _ => (0, 0),
+            })
+            .collect();
         let cparams = CParams {
             n_ctx,
             n_ctx_seq,
@@ -497,7 +513,14 @@ impl Context {
         // Sizes are checked before anything is allocated, and the allocations are fallible:
         // a context too large for the host is a failure value with a log line (upstream:
         // "failed to allocate buffer for kv cache", llama_init_from_model returns NULL).
-        let memory = shape.memory_bytes();
+        let mem_kind = memory;
+        let memory = shape.memory_bytes().and_then(|b| {
+            if recurrent {
+                b.checked_add(crate::kv_cache::RsMemory::bytes(n_seq_max, &rs_widths)?)
+            } else {
+                Some(b)
+            }
+        });
         let host = crate::device::host_memory();
         let kv_fail = |why: String| {
             let msg = format!("failed to allocate buffer for kv cache: {why}");
@@ -530,7 +553,15 @@ impl Context {
                 ..shape
             })
         } else {
-            KvCache::try_new(&shape).map_err(|e| kv_fail(e.to_string()))?
+            let mut kv = KvCache::try_new(&shape).map_err(|e| kv_fail(e.to_string()))?;
+            if recurrent {
+                kv.rs = Some(
+                    crate::kv_cache::RsMemory::new(n_seq_max, n_seq_max, &rs_widths)
+                        .map_err(|e| kv_fail(e.to_string()))?,
+                );
+                kv.attn = mem_kind == arch::Memory::Hybrid;
+            }
+            kv
         };
         let mut ctx = Self::assemble(model, hp, cparams, kv, executor, false);
         ctx.kv_rot = kv_rot;
@@ -628,6 +659,7 @@ impl Context {
                 raw: RawBatch::default(),
                 batch: Batch::default(),
                 slots: Vec::new(),
+                rs_groups: Vec::new(),
                 out_ids: Vec::new(),
                 split: split::Split::default(),
                 ub: UbatchData::default(),
@@ -765,7 +797,7 @@ impl Context {
             let st = e.kv.stream_of(s).expect("validated sequence id");
             per_stream[st] += 1;
         }
-        if (0..e.kv.n_stream()).any(|st| per_stream[st] > e.kv.n_free(st)) {
+        if e.kv.attn && (0..e.kv.n_stream()).any(|st| per_stream[st] > e.kv.n_free(st)) {
             crate::log_warn!("decode: failed to find a memory slot for batch of size {n_tokens}");
             return 1;
         }
@@ -833,11 +865,42 @@ impl Context {
                     .expect("validated sequence id");
             ub.groups.push((st, per_group as u32));
         }
-        if !e.kv.find_slot(&ub.groups, &mut e.slots) {
-            crate::log_warn!("decode: failed to find a memory slot for batch of size {n}");
-            return 1;
+        if e.kv.attn {
+            if !e.kv.find_slot(&ub.groups, &mut e.slots) {
+                crate::log_warn!("decode: failed to find a memory slot for batch of size {n}");
+                return 1;
+            }
+            e.kv.apply(&e.slots, &ub.pos, &ub.seqs);
+        } else {
+            e.slots.clear();
         }
-        e.kv.apply(&e.slots, &ub.pos, &ub.seqs);
+        if let Some(rs) = e.kv.rs.as_mut() {
+            // one group per first sequence, in the order of their first tokens, with the
+            // position of its last token (upstream's find_slot over an equal split)
+            let groups = &mut e.rs_groups;
+            groups.clear();
+            for t in 0..n {
+                let (s0, p) = (ub.seq0[t], ub.pos[t]);
+                match groups.iter_mut().find(|g| g.seq0 == s0) {
+                    Some(g) => {
+                        g.last_pos = p;
+                        g.n_tokens += 1;
+                    }
+                    None => groups.push(crate::kv_cache::RsGroup {
+                        seqs: ub.seqs[t],
+                        seq0: s0,
+                        last_pos: p,
+                        n_tokens: 1,
+                    }),
+                }
+            }
+            if !rs.find_slot(groups) {
+                crate::log_warn!(
+                    "decode: failed to find a recurrent memory slot for batch of size {n}"
+                );
+                return 1;
+            }
+        }
         e.out_ids.clear();
         for (t, &i) in idx.iter().enumerate() {
             if b.output[i] {

@@ -51,6 +51,12 @@ impl Context {
                 e.exec.name()
             ));
         }
+        if e.kv.rs.is_some() {
+            return fail(format!(
+                "state of model architecture '{}' (recurrent states) is not supported by llama-hotswap yet",
+                self.model.arch
+            ));
+        }
         if self.hp.ext.mrope_sections.is_some() {
             return fail(format!(
                 "state of model architecture '{}' (M-RoPE cells) is not supported by llama-hotswap yet",

@@ -471,11 +471,6 @@ impl<'m> Builder<'m> {
         )
     }
 
-    pub fn silu(&mut self, src: NodeId) -> NodeId {
-        let (n0, n1) = (self.ne0(src), self.ne1(src));
-        self.push("silu", Op::Silu { src }, n0, n1)
-    }
-
     pub fn sigmoid(&mut self, src: NodeId) -> NodeId {
         let (n0, n1) = (self.ne0(src), self.ne1(src));
         self.push("sigmoid", Op::Sigmoid { src }, n0, n1)

@@ -147,6 +147,35 @@ pub(super) fn range(n: &Node) -> (usize, usize) {
     (n.offset, n.len())
 }
 
+/// The recurrent memory a state op of `node` runs on.
+fn recurrent_memory<'a>(
+    kv: &'a mut KvCache,
+    node: &Node,
+) -> Result<&'a mut crate::kv_cache::RsMemory, ExecError> {
+    kv.rs.as_mut().ok_or_else(|| ExecError::UnsupportedOp {
+        backend: "CPU",
+        op: node.name.to_string(),
+        why: "the context has no recurrent memory".into(),
+    })
+}
+
+/// The recurrent cell of each token's sequence (placed by the memory before the graph runs).
+fn token_cells(
+    rs: &crate::kv_cache::RsMemory,
+    inp: &Inputs,
+    node: &Node,
+) -> Result<Vec<usize>, ExecError> {
+    inp.seq
+        .iter()
+        .map(|&s| rs.cell_of(s))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| ExecError::UnsupportedOp {
+            backend: "CPU",
+            op: node.name.to_string(),
+            why: "a sequence of the micro-batch has no recurrent cell".into(),
+        })
+}
+
 /// A weight's bytes as the kernels see them.
 enum WeightBytes<'a> {
     /// In place, or un-repacked when only the repacked layout holds the bytes.
@@ -888,6 +917,74 @@ impl CpuExecutor {
                 );
                 if let Some(v) = sinks {
                     self.wvec = v;
+                }
+            }
+            Op::MulRep { a, b, rep } => {
+                self.load_vec(model, &g.weights[b.0])?;
+                let w = &self.wvec;
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*a])]);
+                for (d, x) in dst.chunks_exact_mut(ne0).zip(x.chunks_exact(ne0)) {
+                    for (i, (d, &v)) in d.iter_mut().zip(x).enumerate() {
+                        *d = v * w[(i / rep) % w.len()];
+                    }
+                }
+            }
+            Op::SsmConv {
+                x,
+                w,
+                layer,
+                d_conv,
+            } => {
+                self.load_vec(model, &g.weights[w.0])?;
+                let rs = recurrent_memory(kv, node)?;
+                let cells = token_cells(rs, inp, node)?;
+                let l = &mut rs.layers[*layer];
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*x])]);
+                for (t, (d, x)) in dst
+                    .chunks_exact_mut(ne0)
+                    .zip(x.chunks_exact(ne0))
+                    .enumerate()
+                {
+                    let (r, _) = l.rows_mut(cells[t]);
+                    ops::ssm_conv_step(r, x, &self.wvec, *d_conv, d);
+                }
+            }
+            Op::SsmScan {
+                x,
+                dt,
+                b,
+                c,
+                a,
+                layer,
+                shape,
+            } => {
+                self.load_vec(model, &g.weights[a.0])?;
+                let rs = recurrent_memory(kv, node)?;
+                let cells = token_cells(rs, inp, node)?;
+                let l = &mut rs.layers[*layer];
+                let (n_dt, n_bc) = (nodes[*dt].ne0, nodes[*b].ne0);
+                let (dst, [x, dt, b, c]) = carve(
+                    &mut self.arena,
+                    dst_r,
+                    [
+                        range(&nodes[*x]),
+                        range(&nodes[*dt]),
+                        range(&nodes[*b]),
+                        range(&nodes[*c]),
+                    ],
+                );
+                for (t, y) in dst.chunks_exact_mut(ne0).enumerate() {
+                    let (_, st) = l.rows_mut(cells[t]);
+                    ops::ssm_scan_step(
+                        *shape,
+                        st,
+                        &x[t * ne0..(t + 1) * ne0],
+                        &dt[t * n_dt..(t + 1) * n_dt],
+                        &self.wvec,
+                        &b[t * n_bc..(t + 1) * n_bc],
+                        &c[t * n_bc..(t + 1) * n_bc],
+                        y,
+                    );
                 }
             }
             Op::SoftMax { src } => {

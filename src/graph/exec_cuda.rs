@@ -249,6 +249,7 @@ impl CudaExecutor {
         }
         let kernel = match &node.op {
             Op::Hadamard { .. } | Op::AttnTempScale { .. } | Op::InputEmbd => false,
+            Op::MulRep { .. } | Op::SsmConv { .. } | Op::SsmScan { .. } => false,
             Op::Gelu { .. }
             | Op::Relu { .. }
             | Op::Sqr { .. }
@@ -530,7 +531,10 @@ impl CudaExecutor {
             | Op::GroupMask { .. }
             | Op::MulSlots { .. }
             | Op::SumSlots { .. }
-            | Op::AddId { .. } => {
+            | Op::AddId { .. }
+            | Op::MulRep { .. }
+            | Op::SsmConv { .. }
+            | Op::SsmScan { .. } => {
                 // `side` sends these to the CPU
                 return Err(ExecError::UnsupportedOp {
                     backend: self.label,

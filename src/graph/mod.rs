@@ -16,8 +16,9 @@ pub mod exec;
 pub mod exec_cuda;
 pub mod kernel_api;
 pub mod params;
+pub mod ssm;
 
-pub use crate::kernels::cpu::ops::{RopeMode, RopeParams};
+pub use crate::kernels::cpu::ops::{RopeMode, RopeParams, ScanShape};
 
 /// Index of a node in [`Graph::nodes`].
 pub type NodeId = usize;
@@ -215,6 +216,33 @@ pub enum Op {
         weights: NodeId,
         n_used: usize,
     },
+    /// MUL by a weight of one value per `rep` consecutive values of a row (ggml's broadcast
+    /// of a `[1, n]` operand over `[rep, n]`: Mamba-2's per-head D).
+    MulRep { a: NodeId, b: WeightId, rep: usize },
+    /// SSM_CONV with its state: each token's row `x` (`[channels]`) is convolved with the
+    /// last `d_conv - 1` inputs of its sequence (the recurrent memory's conv row of `layer`,
+    /// upstream's CONCAT of the state and the inputs) by `w` (`[d_conv, channels]`), and
+    /// shifted into the state (upstream's copy of the last columns back to the cache).
+    SsmConv {
+        x: NodeId,
+        w: WeightId,
+        layer: usize,
+        d_conv: usize,
+    },
+    /// SSM_SCAN with its state: the selective scan of each token over its sequence's SSM
+    /// state (`[d_state, head_dim, n_head]`, the recurrent memory's row of `layer`, updated
+    /// in place as upstream's copy of the final states back to the cache); `x`
+    /// `[head_dim*n_head, T]`, `dt` `[n_head, T]`, `b`/`c` `[d_state*n_group, T]`, `a`
+    /// `[d_state, n_head]` (Mamba-1) or `[1, n_head]` (Mamba-2). Output: y, like `x`.
+    SsmScan {
+        x: NodeId,
+        dt: NodeId,
+        b: NodeId,
+        c: NodeId,
+        a: WeightId,
+        layer: usize,
+        shape: ScanShape,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -276,6 +304,9 @@ impl Op {
             Op::MulMatId { w, scale, .. } => [Some(*w), *scale].into_iter().flatten().collect(),
             Op::Mul { b, .. } | Op::Add { b, .. } | Op::Div { b, .. } => w(b).into_iter().collect(),
             Op::Rope { freq_factors, .. } => freq_factors.iter().copied().collect(),
+            Op::MulRep { b, .. } => vec![*b],
+            Op::SsmConv { w, .. } => vec![*w],
+            Op::SsmScan { a, .. } => vec![*a],
             _ => Vec::new(),
         }
     }
@@ -311,6 +342,9 @@ impl Op {
             | Op::SumSlots { src, .. }
             | Op::View { src, .. } => vec![*src],
             Op::MulSlots { src, weights, .. } => vec![*src, *weights],
+            Op::MulRep { a, .. } => vec![*a],
+            Op::SsmConv { x, .. } => vec![*x],
+            Op::SsmScan { x, dt, b, c, .. } => vec![*x, *dt, *b, *c],
             Op::Mul { a, b } | Op::Add { a, b } | Op::Div { a, b } => {
                 [Some(*a), node(b)].into_iter().flatten().collect()
             }
@@ -369,6 +403,9 @@ impl Op {
             Op::SoftMax { .. } => ("SOFT_MAX", None),
             Op::TopK { .. } => ("TOP_K", None),
             Op::DivSumRows { .. } | Op::Div { .. } => ("DIV", None),
+            Op::MulRep { .. } => ("MUL", None),
+            Op::SsmConv { .. } => ("SSM_CONV", None),
+            Op::SsmScan { .. } => ("SSM_SCAN", None),
         }
     }
 }

@@ -141,6 +141,23 @@ pub struct Extras {
     /// Attention and FFN read the same input and their outputs are summed with it
     /// (`use_parallel_residual`, gptneox).
     pub parallel_residual: bool,
+    /// State-space sizes (`ssm.*`) of recurrent and hybrid architectures.
+    pub ssm: Ssm,
+    /// Per layer: whether it keeps a recurrent state instead of KV rows (upstream's
+    /// `is_recr`); empty: none does.
+    pub recurrent_layers: Vec<bool>,
+}
+
+/// The state-space hyperparameters (`<arch>.ssm.*`, upstream's `ssm_*`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ssm {
+    pub d_conv: usize,
+    pub d_inner: usize,
+    pub d_state: usize,
+    pub dt_rank: usize,
+    pub n_group: usize,
+    /// RMS norms of dt, B and C without weights (FalconMamba: `ssm.dt_b_c_rms`).
+    pub dt_b_c_rms: bool,
 }
 
 impl ArchParams {
@@ -159,11 +176,12 @@ impl ArchParams {
         let n_head_kv: Vec<usize> = hp.n_head_kv.iter().map(|&v| v as usize).collect();
         let n_ff: Vec<usize> = hp.n_ff.iter().map(|&v| v as usize).collect();
         let h0 = n_head.first().copied().unwrap_or(0);
-        if h0 == 0 {
+        // recurrent models (Mamba) have no attention: their files give no head count
+        if h0 == 0 && !crate::model::arch::is_recurrent(arch) {
             return Err(format!("{arch}: attention.head_count is missing or 0"));
         }
-        let head_k = u("attention.key_length", (n_embd / h0) as u32) as usize;
-        let head_v = u("attention.value_length", (n_embd / h0) as u32) as usize;
+        let head_k = u("attention.key_length", (n_embd / h0.max(1)) as u32) as usize;
+        let head_v = u("attention.value_length", (n_embd / h0.max(1)) as u32) as usize;
         let n_rot = u("rope.dimension_count", head_k as u32) as usize;
         let scaling_name = m
             .get_str(&key("rope.scaling.type"))
@@ -265,6 +283,23 @@ impl ArchParams {
             n_cls_out: 1,
             ext: Extras::default(),
         }
+    }
+
+    /// Whether layer `il` keeps a recurrent state (upstream's `is_recr`).
+    pub fn is_recurrent(&self, il: usize) -> bool {
+        self.ext.recurrent_layers.get(il).copied().unwrap_or(false)
+    }
+
+    /// Values of one recurrent conv state row (upstream's `n_embd_r`): the last
+    /// `d_conv - 1` inputs of every conv channel.
+    pub fn n_embd_r(&self) -> usize {
+        let s = &self.ext.ssm;
+        s.d_conv.saturating_sub(1) * (s.d_inner + 2 * s.n_group * s.d_state)
+    }
+
+    /// Values of one recurrent SSM state row (upstream's `n_embd_s`).
+    pub fn n_embd_s(&self) -> usize {
+        self.ext.ssm.d_state * self.ext.ssm.d_inner
     }
 
     pub fn n_embd_k_gqa(&self, il: usize) -> usize {

@@ -12,6 +12,7 @@
 //! full-attention layer may still need them.
 
 pub mod cells;
+pub mod recurrent;
 pub mod state;
 
 use half::f16;
@@ -19,6 +20,7 @@ use half::f16;
 use crate::gguf::GgmlType;
 
 pub use cells::{KvCells, SeqSet, MAX_SEQ};
+pub use recurrent::{RsGroup, RsMemory};
 
 /// Element type of the cached keys or values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -405,6 +407,12 @@ pub struct KvCache {
     pub type_v: KvType,
     /// Whether positions may be shifted (`seq_add`/`seq_div`; false for M-RoPE archs).
     pub can_shift: bool,
+    /// The recurrent states of a recurrent or hybrid model (upstream's
+    /// `llama_memory_recurrent`, beside the KV cells in a `llama_memory_hybrid`).
+    pub rs: Option<RsMemory>,
+    /// Whether the KV cells take part (false for a recurrent model: upstream has no KV
+    /// cache there, the memory API answers from the recurrent states alone).
+    pub attn: bool,
 }
 
 impl KvShape {
@@ -494,6 +502,8 @@ impl KvCache {
             type_k: shape.type_k,
             type_v: shape.type_v,
             can_shift: true,
+            rs: None,
+            attn: true,
         })
     }
 
@@ -559,7 +569,7 @@ impl KvCache {
     }
 
     /// `llama_memory_clear`: empties every cell; `data` also zeroes the buffers.
-    pub fn clear(&mut self, data: bool) {
+    fn kv_clear(&mut self, data: bool) {
         for s in &mut self.streams {
             s.cells.reset();
             s.head = 0;
@@ -572,13 +582,97 @@ impl KvCache {
         }
     }
 
+    /// `llama_memory_clear`: empties every cell (KV and recurrent); `data` also zeroes the
+    /// buffers.
+    pub fn clear(&mut self, data: bool) {
+        self.kv_clear(data);
+        if let Some(rs) = &mut self.rs {
+            rs.clear(data);
+        }
+    }
+
+    /// `llama_memory_seq_rm`: removes `seq` (every sequence when None) from positions
+    /// [p0, p1). A KV cache always succeeds; recurrent states are tried first and may refuse
+    /// (false, nothing changed: upstream's hybrid memory does the same).
+    pub fn seq_rm(&mut self, seq: Option<usize>, p0: i32, p1: i32) -> bool {
+        if let Some(rs) = &mut self.rs {
+            if !rs.seq_rm(seq.map_or(-1, |s| s as i32), p0, p1) {
+                return false;
+            }
+            if !self.attn {
+                return true;
+            }
+        }
+        self.kv_seq_rm(seq, p0, p1)
+    }
+
+    /// `llama_memory_seq_cp` (see `kv_seq_cp`; recurrent states are shared whole).
+    pub fn seq_cp(&mut self, src: usize, dst: usize, p0: i32, p1: i32) -> Result<(), KvError> {
+        if self.attn {
+            self.kv_seq_cp(src, dst, p0, p1)?;
+        }
+        if let Some(rs) = &mut self.rs {
+            rs.seq_cp(src as i32, dst as i32, p0, p1);
+        }
+        Ok(())
+    }
+
+    /// `llama_memory_seq_keep`.
+    pub fn seq_keep(&mut self, seq: usize) {
+        if self.attn {
+            self.kv_seq_keep(seq);
+        }
+        if let Some(rs) = &mut self.rs {
+            rs.seq_keep(seq as i32);
+        }
+    }
+
+    /// `llama_memory_seq_add` (a recurrent state only moves its recorded position).
+    pub fn seq_add(&mut self, seq: usize, p0: i32, p1: i32, delta: i32) {
+        if self.attn {
+            self.kv_seq_add(seq, p0, p1, delta);
+        }
+        if let Some(rs) = &mut self.rs {
+            rs.seq_add(seq as i32, p0, p1, delta);
+        }
+    }
+
+    /// `llama_memory_seq_div`.
+    pub fn seq_div(&mut self, seq: usize, p0: i32, p1: i32, d: i32) {
+        if self.attn {
+            self.kv_seq_div(seq, p0, p1, d);
+        }
+        if let Some(rs) = &mut self.rs {
+            rs.seq_div(seq as i32, p0, p1, d);
+        }
+    }
+
+    /// `llama_memory_seq_pos_min`: with both memories, the larger of their minimums (as
+    /// upstream's hybrid memory).
+    pub fn seq_pos_min(&self, seq: usize) -> i32 {
+        match (&self.rs, self.attn) {
+            (None, _) => self.kv_seq_pos_min(seq),
+            (Some(rs), false) => rs.seq_pos_min(seq as i32),
+            (Some(rs), true) => self.kv_seq_pos_min(seq).max(rs.seq_pos_min(seq as i32)),
+        }
+    }
+
+    /// `llama_memory_seq_pos_max`: with both memories, the smaller of their maximums.
+    pub fn seq_pos_max(&self, seq: usize) -> i32 {
+        match (&self.rs, self.attn) {
+            (None, _) => self.kv_seq_pos_max(seq),
+            (Some(rs), false) => rs.seq_pos_max(seq as i32),
+            (Some(rs), true) => self.kv_seq_pos_max(seq).min(rs.seq_pos_max(seq as i32)),
+        }
+    }
+
     fn range(p0: i32, p1: i32) -> (i32, i32) {
         (p0.max(0), if p1 < 0 { i32::MAX } else { p1 })
     }
 
     /// `llama_memory_seq_rm`: removes `seq` (any sequence, in every stream, when None) from
     /// the cells with positions in [p0, p1). Always succeeds for a KV cache.
-    pub fn seq_rm(&mut self, seq: Option<usize>, p0: i32, p1: i32) -> bool {
+    fn kv_seq_rm(&mut self, seq: Option<usize>, p0: i32, p1: i32) -> bool {
         let (p0, p1) = Self::range(p0, p1);
         let size = self.size;
         let targets = match seq {
@@ -621,7 +715,7 @@ impl KvCache {
     /// defers the copy to the next decode, before any K-shift; nothing writes the rows in
     /// between, so copying now gives the same result). Only whole sequences copy across
     /// streams: a bounded range is refused (upstream aborts).
-    pub fn seq_cp(&mut self, src: usize, dst: usize, p0: i32, p1: i32) -> Result<(), KvError> {
+    fn kv_seq_cp(&mut self, src: usize, dst: usize, p0: i32, p1: i32) -> Result<(), KvError> {
         let (s0, s1) = (self.seq_to_stream[src], self.seq_to_stream[dst]);
         if s0 == s1 {
             if src == dst {
@@ -673,7 +767,7 @@ impl KvCache {
 
     /// `llama_memory_seq_keep`: removes every sequence but `seq` from the stream of `seq`
     /// (other streams keep their sequences, as upstream's).
-    pub fn seq_keep(&mut self, seq: usize) {
+    fn kv_seq_keep(&mut self, seq: usize) {
         let size = self.size;
         let stream = &mut self.streams[self.seq_to_stream[seq]];
         let mut new_head = size;
@@ -689,7 +783,7 @@ impl KvCache {
 
     /// `llama_memory_seq_add`: adds `delta` to the positions of `seq` in [p0, p1); cells whose
     /// position becomes negative are freed. The keys are re-rotated before the next decode.
-    pub fn seq_add(&mut self, seq: usize, p0: i32, p1: i32, delta: i32) {
+    fn kv_seq_add(&mut self, seq: usize, p0: i32, p1: i32, delta: i32) {
         if delta == 0 {
             return;
         }
@@ -713,7 +807,7 @@ impl KvCache {
     }
 
     /// `llama_memory_seq_div`: integer-divides the positions of `seq` in [p0, p1) by `d`.
-    pub fn seq_div(&mut self, seq: usize, p0: i32, p1: i32, d: i32) {
+    fn kv_seq_div(&mut self, seq: usize, p0: i32, p1: i32, d: i32) {
         if d == 1 {
             return;
         }
@@ -729,11 +823,11 @@ impl KvCache {
         }
     }
 
-    pub fn seq_pos_min(&self, seq: usize) -> i32 {
+    fn kv_seq_pos_min(&self, seq: usize) -> i32 {
         self.seq_cells(seq).seq_pos_min(seq)
     }
 
-    pub fn seq_pos_max(&self, seq: usize) -> i32 {
+    fn kv_seq_pos_max(&self, seq: usize) -> i32 {
         self.seq_cells(seq).seq_pos_max(seq)
     }
 

@@ -4,7 +4,7 @@
 //! in `mod.rs` can list them all without a loop.
 
 use super::super::builder::{BuildError, Builder, Outputs};
-use super::super::params::ArchParams;
+use super::super::params::{ArchParams, Ssm};
 use super::super::RopeMode;
 use crate::model::meta::MetaArray;
 use crate::model::Model;
@@ -46,6 +46,12 @@ pub enum Memory {
     /// A K-only cache of one compressed head per token and layer (MLA's latent plus its
     /// rotary part, `head_k` values); attention reads V as the first `head_v` of them.
     KvLatent,
+    /// Recurrent states only (upstream's `llama_memory_recurrent`): per sequence and layer
+    /// a conv row of `n_embd_r` and an SSM row of `n_embd_s` values.
+    Recurrent,
+    /// A KV cache for the attention layers and recurrent states for the layers
+    /// `ArchParams::is_recurrent` names (upstream's `llama_memory_hybrid`).
+    Hybrid,
 }
 
 /// Everything the engine knows about one architecture.
@@ -142,6 +148,20 @@ impl Keys<'_> {
             .get_u32_or_array(&self.key("rope.dimension_sections"), 4)?;
         let s = [v[0], v[1], v[2], v[3]];
         (s[0] > 0 && s[1] > 0).then_some(s)
+    }
+
+    /// The state-space hyperparameters upstream's Mamba loaders read (`ssm.conv_kernel`,
+    /// `ssm.inner_size`, `ssm.state_size`, `ssm.time_step_rank` required; `ssm.group_count`,
+    /// `ssm.dt_b_c_rms` optional).
+    pub fn ssm(&self) -> Result<Ssm, String> {
+        Ok(Ssm {
+            d_conv: self.u32_required("ssm.conv_kernel")? as usize,
+            d_inner: self.u32_required("ssm.inner_size")? as usize,
+            d_state: self.u32_required("ssm.state_size")? as usize,
+            dt_rank: self.u32_required("ssm.time_step_rank")? as usize,
+            n_group: self.u32("ssm.group_count", 0) as usize,
+            dt_b_c_rms: self.bool("ssm.dt_b_c_rms", false),
+        })
     }
 
     pub fn bool(&self, s: &str, default: bool) -> bool {

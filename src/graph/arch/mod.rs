@@ -45,6 +45,8 @@ pub mod internlm2;
 pub mod llama;
 pub mod llama4;
 pub mod maincoder;
+pub mod mamba;
+pub mod mamba2;
 pub mod minicpm;
 pub mod minimax_m2;
 pub mod mistral3;
@@ -140,6 +142,8 @@ pub static REGISTRY: &[&ArchDef] = &[
     &bloom::DEF,
     &mpt::DEF,
     &starcoder::DEF,
+    &mamba::DEF,
+    &mamba2::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

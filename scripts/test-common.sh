@@ -11,6 +11,11 @@ cd "$ROOT"
 # (test-cuda-mock.sh) turns it back on for the mock driver and, where one exists, a real GPU.
 export LLAMA_HOTSWAP_NO_CUDA="${LLAMA_HOTSWAP_NO_CUDA-1}"
 
+# The parts compare our library with upstream's portable build bit for bit where it is today:
+# they run our exact kernel mode unless the caller chose (scripts/test-engine.sh compares the
+# fast mode, our default, with it).
+export LLAMA_HOTSWAP_EXACT="${LLAMA_HOTSWAP_EXACT-1}"
+
 RELEASE_DIR="$ROOT/target/release"
 LIB="$RELEASE_DIR/libllama.so"
 # Scratch space for generated sources and binaries (ignored by git, removed by cargo clean).

@@ -15,6 +15,10 @@
 #    recipe, as a llama-quantize --tensor-type-file, and as a model (--write-model) that is
 #    byte-identical to upstream's llama-quantize run with that file; a --write-model path in
 #    a missing directory fails before anything runs.
+# 5. With an imatrix (--imatrix, written by upstream's llama-imatrix): the in-memory IQ4_NL
+#    candidate gives exactly the row of the candidate file that upstream's llama-quantize
+#    --imatrix writes, and differs from the candidate made without the imatrix; a truncated
+#    imatrix and one made for another model fail before anything runs, naming the problem.
 . "$(dirname "$0")/test-common.sh"
 log="$WORK/test-sweep.log"
 if ! cargo test --release --test sweep --bin llama-hotswap-perplexity >"$log" 2>&1; then
@@ -25,7 +29,7 @@ fi
 grep -E '^test result:' "$log"
 
 model="$(bash scripts/fetch-models.sh)"
-tools="$(bash scripts/build-upstream-tools.sh llama-quantize)"
+tools="$(bash scripts/build-upstream-tools.sh llama-quantize llama-imatrix)"
 cargo build --release --quiet --bin llama-hotswap-perplexity --example sweep_fixtures
 fixtures="$ROOT/target/release/examples/sweep_fixtures"
 q8="$LLAMA_HOTSWAP_CACHE/models/engine/SmolLM2-135M-Instruct.Q8_0.gguf"
@@ -100,4 +104,53 @@ if "$ROOT/target/release/llama-hotswap-perplexity" sweep -m "$model" --quantize 
     fail "--write-model into a missing directory: $(tail -n 2 "$out/nodir.log")"
 fi
 rm -f "$out/mix.gguf" "$out/mix-upstream.gguf"
+
+# 5. imatrix
+LD_LIBRARY_PATH="$tools" "$tools/llama-imatrix" -m "$model" -f "$out/text.txt" -c 128 --chunks 2 -t 2 \
+    -o "$out/im.gguf" >"$out/imatrix.log" 2>&1 || { tail -n 20 "$out/imatrix.log"; fail "upstream llama-imatrix"; }
+LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --allow-requantize --pure --imatrix "$out/im.gguf" \
+    "$model" "$out/iq4nl-im.gguf" IQ4_NL 2 >"$out/iq4nl-im.log" 2>&1 || { tail -n 20 "$out/iq4nl-im.log"; fail "upstream llama-quantize --imatrix"; }
+"$fixtures" candidates "$data/shards/smol" "$out/iq4nl-im.gguf" "$out/cand-im/iq4_nl" blk.3.ffn_gate.weight >/dev/null
+rm -f "$out/iq4nl-im.gguf"
+imsweep() { # OUT.csv LOG ARGS...
+    local csv=$1 log=$2; shift 2
+    "$ROOT/target/release/llama-hotswap-perplexity" sweep -m "$first" --kl-divergence-base "$out/rows.csv.base-logits" \
+        --include '^blk\.3\.ffn_gate\.weight$' --csv "$csv" -c 128 -b 128 --chunks 1 -t 2 --plain "$@" >"$log" 2>&1
+}
+imsweep "$out/im-file.csv" "$out/im-file.log" --candidates "$out/cand-im" || { tail -n 20 "$out/im-file.log"; fail "sweep over the imatrix candidate file"; }
+imsweep "$out/im-mem.csv" "$out/im-mem.log" --quantize iq4_nl --imatrix "$out/im.gguf" || { tail -n 20 "$out/im-mem.log"; fail "in-memory sweep with --imatrix"; }
+imsweep "$out/noim-mem.csv" "$out/noim-mem.log" --quantize iq4_nl || { tail -n 20 "$out/noim-mem.log"; fail "in-memory sweep without imatrix"; }
+python3 - "$out/im-file.csv" "$out/im-mem.csv" "$out/noim-mem.csv" <<'PY'
+import csv, sys
+f, m, n = (list(csv.DictReader(open(p)))[0] for p in sys.argv[1:4])
+assert f["status"] == m["status"] == n["status"] == "ok", (f, m, n)
+for col in ("tensor", "type", "bytes", "ppl", "kld", "top1"):
+    assert f[col] == m[col], (col, f[col], m[col])
+assert n["kld"] != m["kld"], ("the imatrix changed nothing", n["kld"])
+print(f"in-memory IQ4_NL with --imatrix: KLD {m['kld']} = the file row of upstream's llama-quantize --imatrix; without: KLD {n['kld']}")
+PY
+head -c 1000 "$out/im.gguf" >"$out/im-cut.gguf"
+if imsweep "$out/x.csv" "$out/im-cut.log" --quantize iq4_nl --imatrix "$out/im-cut.gguf" \
+    || ! grep -q -- "--imatrix .*im-cut.gguf: not a valid GGUF imatrix" "$out/im-cut.log"; then
+    fail "a truncated imatrix: $(tail -n 2 "$out/im-cut.log")"
+fi
+"$VENV/bin/python" - "$out/im.gguf" "$out/im-other.gguf" <<'PY'
+import sys
+import numpy as np
+import gguf
+r = gguf.GGUFReader(sys.argv[1])
+w = gguf.GGUFWriter(sys.argv[2], arch="imatrix")
+w.add_array("imatrix.datasets", ["other"]); w.add_uint32("imatrix.chunk_count", 1); w.add_uint32("imatrix.chunk_size", 128)
+for t in r.tensors:
+    d = np.array(t.data, dtype=np.float32)
+    if t.name == "blk.3.ffn_gate.weight.in_sum2":
+        d = np.concatenate([d, d], axis=-1)  # rows twice as long: another model's
+    w.add_tensor(t.name, d)
+w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+PY
+if imsweep "$out/x.csv" "$out/im-other.log" --quantize iq4_nl --imatrix "$out/im-other.gguf" \
+    || ! grep -q "imatrix entry 'blk.3.ffn_gate.weight'.*another model" "$out/im-other.log"; then
+    fail "an imatrix of another model: $(tail -n 2 "$out/im-other.log")"
+fi
+say "imatrix: a truncated file and another model's refused before any round"
 say "sweep: ok"

@@ -120,10 +120,13 @@ pub extern "C" fn llama_model_quantize_default_params() -> llama_model_quantize_
     }
 }
 
-/// Initializes the library. Nothing needs initializing; safe to call any number of times.
+/// Initializes the library: reads the CPU kernel mode (`LLAMA_HOTSWAP_EXACT=1`: upstream's
+/// portable build bit for bit; otherwise the fastest kernels for this CPU) and logs it with
+/// the ISA level, once. Safe to call any number of times.
 #[no_mangle]
 pub extern "C" fn llama_backend_init() {
     super::clock::time_origin();
+    let _ = crate::kernels::cpu::kernel_mode();
 }
 
 /// Counterpart of `llama_backend_init`; nothing to release.
@@ -208,14 +211,17 @@ pub extern "C" fn llama_supports_rpc() -> bool {
 }
 
 /// A description of the library's features, in upstream's `"<REG> : <name> = <value> | "`
-/// form. The string is static and owned by the library.
+/// form: the version, the CPU kernels' ISA level and mode (`KERNELS = fast`, or `exact` with
+/// `LLAMA_HOTSWAP_EXACT=1`) and the CPU's x86 features. The string is static and owned by the
+/// library.
 #[no_mangle]
 pub extern "C" fn llama_print_system_info() -> *const c_char {
     static INFO: OnceLock<CString> = OnceLock::new();
     INFO.get_or_init(|| {
         let text = format!(
-            "CPU : LLAMA_HOTSWAP = {} | HOTSWAP = 1 | ",
-            env!("CARGO_PKG_VERSION")
+            "CPU : LLAMA_HOTSWAP = {} | HOTSWAP = 1 | {}",
+            env!("CARGO_PKG_VERSION"),
+            crate::kernels::cpu::mode::system_info()
         );
         CString::new(text).unwrap_or_default()
     })

@@ -573,6 +573,15 @@ impl CpuExecutor {
                     *d = if v > 0.0 { v } else { 0.0 };
                 }
             }
+            Op::Repeat { src, n } => {
+                let len = nodes[*src].ne0;
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, r) in dst.chunks_exact_mut(len * n).zip(x.chunks_exact(len)) {
+                    for c in d.chunks_exact_mut(len) {
+                        c.copy_from_slice(r);
+                    }
+                }
+            }
             Op::Sqr { src } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
                 for (d, &v) in dst.iter_mut().zip(x) {

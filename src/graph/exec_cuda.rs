@@ -255,6 +255,7 @@ impl CudaExecutor {
             | Op::Sqr { .. }
             | Op::Clamp { .. }
             | Op::Div { .. }
+            | Op::Repeat { .. }
             | Op::GetRowsPos { .. } => false,
             Op::Sigmoid { .. }
             | Op::ViewHeads { .. }
@@ -862,6 +863,7 @@ impl CudaExecutor {
             | Op::Sqr { .. }
             | Op::Clamp { .. }
             | Op::Div { .. }
+            | Op::Repeat { .. }
             | Op::GetRowsPos { .. } => {
                 return Err(ExecError::UnsupportedOp {
                     backend: self.label,

@@ -87,6 +87,9 @@ pub enum Op {
     Sqr { src: NodeId },
     /// CLAMP to `[min, max]`.
     Clamp { src: NodeId, min: f32, max: f32 },
+    /// REPEAT of each row `n` times (`[len, T] → [len*n, T]`; ggml_repeat_4d of one head over
+    /// `n` heads: minicpm3's shared rotary K part).
+    Repeat { src: NodeId, n: usize },
     /// GET_ROWS(table, inp_pos): the rows of a learned position table at the micro-batch's
     /// positions (gpt2's and starcoder's `position_embd`).
     GetRowsPos { table: WeightId },
@@ -328,6 +331,7 @@ impl Op {
             | Op::Relu { src }
             | Op::Sqr { src }
             | Op::Clamp { src, .. }
+            | Op::Repeat { src, .. }
             | Op::Rope { src, .. }
             | Op::SetRows { src, .. }
             | Op::Silu { src }
@@ -400,12 +404,10 @@ impl Op {
                 }),
             ),
             Op::ConcatHeads { .. } => ("CONCAT", None),
+            Op::Repeat { .. } => ("REPEAT", None),
             Op::SoftMax { .. } => ("SOFT_MAX", None),
             Op::TopK { .. } => ("TOP_K", None),
             Op::DivSumRows { .. } | Op::Div { .. } => ("DIV", None),
-            Op::MulRep { .. } => ("MUL", None),
-            Op::SsmConv { .. } => ("SSM_CONV", None),
-            Op::SsmScan { .. } => ("SSM_SCAN", None),
         }
     }
 }

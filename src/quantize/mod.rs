@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod imatrix;
 pub mod policy;
 
 use std::collections::{BTreeMap, HashMap};

@@ -24,6 +24,7 @@ use std::time::Instant;
 
 use llama::loader::{load, LoadOptions, ModelSource};
 use llama::model::{LoadMode, Model};
+use llama::quantize::imatrix::Imatrix;
 use llama::tokenizer::Tokenizer;
 
 use crate::eval::{tokenize_text, EvalConfig, Evaluator, Summary};
@@ -48,6 +49,9 @@ and check it is bit-identical, write one row.
                               would quantize, converted from the loaded base to each type
                               (comma-separated, e.g. q4_0,q4_K,q8_0) as llama-quantize
                               --allow-requantize converts it (rows: file '(quantized in memory)')
+  --imatrix FILE              importance matrix (llama-imatrix's GGUF or legacy file) for the
+                              in-memory candidates and --write-model, used as llama-quantize
+                              --imatrix uses it
   -f, --file FILE             text to evaluate (needed to compute the base logits)
   --kl-divergence-base FILE   base logits in upstream's format: read when the file exists,
                               else computed from the base model and written there
@@ -100,6 +104,7 @@ struct SweepArgs {
     recipe: Option<PathBuf>,
     tensor_type_file: Option<PathBuf>,
     write_model: Option<PathBuf>,
+    imatrix: Option<PathBuf>,
     plain: bool,
     help: bool,
 }
@@ -133,6 +138,7 @@ fn parse_args(argv: &[String]) -> Result<SweepArgs, String> {
             "--recipe" => a.recipe = Some(value()?.into()),
             "--tensor-type-file" => a.tensor_type_file = Some(value()?.into()),
             "--write-model" => a.write_model = Some(value()?.into()),
+            "--imatrix" => a.imatrix = Some(value()?.into()),
             "--quantize" => {
                 for name in value()?.split(',').filter(|n| !n.trim().is_empty()) {
                     let ty = llama::gguf::GgmlType::all()
@@ -228,6 +234,19 @@ pub fn run(args: &[String]) -> Result<(), String> {
         p.push(".base-logits");
         PathBuf::from(p)
     });
+
+    // The imatrix next: a bad file fails before minutes of loading.
+    if a.imatrix.is_some() && a.quantize.is_empty() && a.write_model.is_none() {
+        return Err(
+            "sweep: --imatrix is used by --quantize and --write-model; neither is given".into(),
+        );
+    }
+    let imatrix = match &a.imatrix {
+        Some(p) => {
+            Some(Imatrix::read(p).map_err(|e| format!("sweep: --imatrix {}: {e}", p.display()))?)
+        }
+        None => None,
+    };
 
     // The outputs first: a bad output file fails before minutes of loading.
     // A candidate is done when every output has its row; a new row goes to the outputs
@@ -335,6 +354,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if let Some(re) = &a.include {
         all.retain(|c| c.tensors.is_empty() || c.tensors.iter().any(|t| re.is_match(&t.name)));
     }
+    if let Some(m) = &imatrix {
+        // an imatrix made for another model fails now, not in every round
+        for c in all.iter().filter(|c| c.in_memory) {
+            for t in &c.tensors {
+                imatrix_for(&model, m, &t.name).map_err(|e| format!("sweep: --imatrix: {e}"))?;
+            }
+        }
+    }
     let key = |c: &Candidate| (c.label.clone(), c.tensor_label(), c.type_label());
     let todo: Vec<&Candidate> = all
         .iter()
@@ -374,6 +401,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             &mut base,
             n_chunks,
             n_ctx,
+            imatrix.as_ref(),
         );
         for (sink, done) in sinks.iter_mut().zip(&sink_done) {
             if !done.contains(&row.key()) {
@@ -415,7 +443,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
     if let Some(budget) = a.budget {
         if let Some(pick) = print_budget(&model, &rows, budget) {
-            write_pick(&model, &model_path, &a, &pick)?;
+            write_pick(&model, &model_path, &a, &pick, imatrix.as_ref())?;
         } else if a.recipe.is_some() || a.tensor_type_file.is_some() || a.write_model.is_some() {
             return Err("sweep: no pick within the budget: nothing written".into());
         }
@@ -506,6 +534,7 @@ fn round(
     base: &mut KldBase,
     chunks: usize,
     n_ctx: usize,
+    imatrix: Option<&Imatrix>,
 ) -> (Row, Option<String>) {
     let t0 = Instant::now();
     // The file may have been replaced since its header was read (a sweep runs for days):
@@ -559,7 +588,7 @@ fn round(
         return fail(row, p.clone(), None);
     }
     let bytes = if cand.in_memory {
-        quantize_base(swapper.model(), cand)
+        quantize_base(swapper.model(), cand, imatrix)
     } else {
         cand.read_bytes()
     };
@@ -625,7 +654,11 @@ fn round(
 
 /// An in-memory candidate's bytes: its tensor as the base holds it (every earlier round put
 /// it back), converted to the candidate's type as `llama-quantize` converts it.
-fn quantize_base(model: &Model, cand: &Candidate) -> Result<Vec<Vec<u8>>, String> {
+fn quantize_base(
+    model: &Model,
+    cand: &Candidate,
+    imatrix: Option<&Imatrix>,
+) -> Result<Vec<Vec<u8>>, String> {
     cand.tensors
         .iter()
         .map(|ct| {
@@ -641,10 +674,30 @@ fn quantize_base(model: &Model, cand: &Candidate) -> Result<Vec<Vec<u8>>, String
             t.read()
                 .read_into(&mut bytes)
                 .map_err(|e| format!("reading '{}': {e}", ct.name))?;
-            llama::quantize::quantize_tensor(from, &bytes, ne, ct.ggml_type, None, 0)
+            let weights = match imatrix {
+                Some(m) => imatrix_for(model, m, &ct.name)?,
+                None => None,
+            };
+            llama::quantize::quantize_tensor(from, &bytes, ne, ct.ggml_type, weights, 0)
                 .map_err(|e| format!("quantizing '{}' to {}: {e}", ct.name, ct.ggml_type.name()))
         })
         .collect()
+}
+
+/// The imatrix values of tensor `name` as `llama_model_quantize` takes them: none when the
+/// file has no entry; an entry of the wrong size is an error, except for the token
+/// embeddings, which upstream then quantizes without one.
+fn imatrix_for<'m>(model: &Model, m: &'m Imatrix, name: &str) -> Result<Option<&'m [f32]>, String> {
+    let ne = model
+        .tensors
+        .get(name)
+        .map(|t| t.read().layout.ne)
+        .ok_or_else(|| format!("no tensor '{name}'"))?;
+    match m.for_tensor(name, ne) {
+        Ok(v) => Ok(v),
+        Err(_) if name == "token_embd.weight" || name == "per_layer_token_embd.weight" => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// The first measurement of `row` that is NaN or infinite, named.
@@ -730,6 +783,7 @@ fn write_pick(
     model_path: &Path,
     a: &SweepArgs,
     pick: &[(String, summary::Choice)],
+    imatrix: Option<&Imatrix>,
 ) -> Result<(), String> {
     let types = picked_types(model, pick);
     let escape = |name: &str| regex::escape(name);
@@ -784,6 +838,7 @@ fn write_pick(
             allow_requantize: true,
             pure: true,
             tensor_types: overrides,
+            imatrix: imatrix.map(|m| m.entries.clone().into_iter().collect()),
             ..llama::quantize::QuantizeParams::upstream_default()
         };
         llama::quantize::quantize_model(model_path, out, &params)

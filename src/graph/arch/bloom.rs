@@ -26,7 +26,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         pos_embd: None,
         tok_norm: true,
         bias_required: true,
-        qk_norm: false,
+        ..Classic::GPT2
     };
     graph_with(b, c)
 }

@@ -150,6 +150,27 @@ impl Keys<'_> {
         (s[0] > 0 && s[1] > 0).then_some(s)
     }
 
+    /// An integer array key's values (None: absent or not an integer array).
+    pub fn ints(&self, s: &str) -> Option<Vec<i128>> {
+        match self.model.meta.get_array(&self.key(s))? {
+            MetaArray::Ints(v) => Some(v.clone()),
+            _ => None,
+        }
+    }
+
+    /// Per-layer flags from an array key (integers: `!= 0`; layers past its end:
+    /// `default`), or `default` for every layer when the key is absent or not an array.
+    pub fn layer_flags(&self, s: &str, n_layer: usize, default: bool) -> Vec<bool> {
+        let key = self.key(s);
+        (0..n_layer)
+            .map(|il| match self.model.meta.get_array(&key) {
+                Some(MetaArray::Ints(v)) => v.get(il).map_or(default, |&x| x != 0),
+                Some(MetaArray::Bools(v)) => v.get(il).copied().unwrap_or(default),
+                _ => default,
+            })
+            .collect()
+    }
+
     /// The state-space hyperparameters upstream's Mamba loaders read (`ssm.conv_kernel`,
     /// `ssm.inner_size`, `ssm.state_size`, `ssm.time_step_rank` required; `ssm.group_count`,
     /// `ssm.dt_b_c_rms` optional).

@@ -27,28 +27,40 @@ pub struct Classic {
     pub bias_required: bool,
     /// LayerNorms of the whole Q and K rows when the file has `attn_q_norm` (mpt).
     pub qk_norm: bool,
+    /// The QKV projection must be the fused `attn_qkv` with its bias (else fused or
+    /// separate, biases when present: upstream's `create_tensor_qkv`).
+    pub fused_qkv: bool,
+    /// Rotary embeddings of Q and K (the architecture's mode; starcoder2, codeshell).
+    pub rope: bool,
+    /// The gate-less FFN's activation (GELU; jais2: squared ReLU).
+    pub act: Act,
+}
+
+impl Classic {
+    /// gpt2's choices.
+    pub const GPT2: Classic = Classic {
+        pos_embd: Some(true),
+        tok_norm: false,
+        bias_required: true,
+        qk_norm: false,
+        fused_qkv: true,
+        rope: false,
+        act: Act::Gelu,
+    };
 }
 
 fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
-    graph_with(
-        b,
-        Classic {
-            pos_embd: Some(true),
-            tok_norm: false,
-            bias_required: true,
-            qk_norm: false,
-        },
-    )
+    graph_with(b, Classic::GPT2)
 }
 
 /// The classic pre-LayerNorm graph with the choices of `c`.
 pub fn graph_with(b: &mut Builder, c: Classic) -> Result<Outputs, BuildError> {
     let hp = b.hp;
     let n_embd = hp.n_embd as i64;
-    if hp.head_k != hp.head_v {
+    if hp.head_k != hp.head_v || (c.rope && hp.n_rot != hp.head_k) {
         return Err(BuildError::Invalid(format!(
-            "head sizes {}/{} must agree",
-            hp.head_k, hp.head_v
+            "n_rot {} and head sizes {}/{} must agree",
+            hp.n_rot, hp.head_k, hp.head_v
         )));
     }
     let kq_scale = 1.0 / (hp.head_v as f32).sqrt();
@@ -79,7 +91,7 @@ pub fn graph_with(b: &mut Builder, c: Classic) -> Result<Outputs, BuildError> {
         let wo_b = bias(b, il, "attn_output.bias", n_embd)?;
         let ffn_norm = b.lw(il, "ffn_norm.weight", &[n_embd])?;
         let ffn_norm_b = bias(b, il, "ffn_norm.bias", n_embd)?;
-        if req {
+        if c.fused_qkv {
             let n_qkv = n_embd + 2 * hp.n_embd_k_gqa(il) as i64;
             b.lw(il, "attn_qkv.weight", &[n_embd, n_qkv])?;
             b.lw(il, "attn_qkv.bias", &[n_qkv])?;
@@ -96,6 +108,9 @@ pub fn graph_with(b: &mut Builder, c: Classic) -> Result<Outputs, BuildError> {
                 k = b.layer_norm(k, Some(kn), kn_b, hp.eps_norm);
             }
         }
+        if c.rope {
+            (q, k) = b.rope_qk(q, k, None, false);
+        }
         let mut cur = b.attn(il, q, k, v, wo, wo_b, kq_scale);
         if il == hp.n_layer - 1 {
             cur = b.get_rows_out(cur);
@@ -104,7 +119,7 @@ pub fn graph_with(b: &mut Builder, c: Classic) -> Result<Outputs, BuildError> {
         let ffn_inp = b.add(cur, Operand::Node(inp));
         let cur = b.layer_norm(ffn_inp, Some(ffn_norm), ffn_norm_b, hp.eps_norm);
         // upstream passes no FFN scales to build_ffn here
-        let cur = b.ffn_seq(il, cur, Act::Gelu, need, false)?;
+        let cur = b.ffn_seq(il, cur, c.act, need, false)?;
         inp = b.add(cur, Operand::Node(ffn_inp));
     }
     b.ln_output(inp, tok_embd, need)

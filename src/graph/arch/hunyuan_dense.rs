@@ -17,7 +17,7 @@ pub static DEF: ArchDef = ArchDef {
     graph,
 };
 
-fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
+pub fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
     let alpha = k.f32("rope.scaling.alpha", 0.0);
     if alpha > 0.0 {
         let dim = hp.head_k as f32;
@@ -26,7 +26,7 @@ fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
     Ok(())
 }
 
-fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
+pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
     let hp = b.hp;
     let layers = Qwen2Layers {
         kq_scale: 1.0 / (hp.head_v as f32).sqrt(),

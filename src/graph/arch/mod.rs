@@ -10,11 +10,15 @@
 //! registered, or whose file lacks a tensor its graph needs, fails context creation with one
 //! log line naming the architecture and the missing piece.
 
+pub mod arcee;
 pub mod arctic;
 pub mod baichuan;
 pub mod bailingmoe;
 pub mod bailingmoe2;
 pub mod bloom;
+pub mod chatglm;
+pub mod codeshell;
+pub mod cogvlm;
 pub mod cohere2;
 pub mod command_r;
 pub mod dbrx;
@@ -37,28 +41,39 @@ pub mod gpt2;
 pub mod gpt_oss;
 pub mod gptneox;
 pub mod granite;
+pub mod granite_swa;
 pub mod granitemoe;
 pub mod grok;
 pub mod hunyuan_dense;
 pub mod hunyuan_moe;
+pub mod hunyuan_vl;
 pub mod internlm2;
+pub mod jais;
+pub mod jais2;
 pub mod llama;
 pub mod llama4;
 pub mod maincoder;
 pub mod mamba;
 pub mod mamba2;
 pub mod minicpm;
+pub mod minicpm3;
 pub mod minimax_m2;
 pub mod mistral3;
 pub mod mistral4;
 pub mod mpt;
 pub mod nanbeige;
+pub mod nemotron;
+pub mod olmo;
 pub mod olmo2;
 pub mod olmoe;
+pub mod openelm;
 pub mod orion;
+pub mod pangu_embedded;
+pub mod phi2;
 pub mod phi3;
 pub mod phimoe;
 pub mod plamo;
+pub mod plamo3;
 pub mod qwen;
 pub mod qwen2;
 pub mod qwen2moe;
@@ -67,10 +82,12 @@ pub mod qwen3;
 pub mod qwen3moe;
 pub mod qwen3vl;
 pub mod qwen3vlmoe;
+pub mod refact;
 pub mod seed_oss;
 pub mod smollm3;
 pub mod stablelm;
 pub mod starcoder;
+pub mod starcoder2;
 pub mod xverse;
 
 pub use def::{check_mrope_text, mrope_text_is_neox, no_hparams, ArchDef, Keys, Memory, Rope};
@@ -142,6 +159,23 @@ pub static REGISTRY: &[&ArchDef] = &[
     &bloom::DEF,
     &mpt::DEF,
     &starcoder::DEF,
+    &starcoder2::DEF,
+    &codeshell::DEF,
+    &phi2::DEF,
+    &refact::DEF,
+    &olmo::DEF,
+    &arcee::DEF,
+    &jais::DEF,
+    &jais2::DEF,
+    &nemotron::DEF,
+    &openelm::DEF,
+    &chatglm::DEF,
+    &pangu_embedded::DEF,
+    &hunyuan_vl::DEF,
+    &cogvlm::DEF,
+    &minicpm3::DEF,
+    &granite_swa::DEF,
+    &plamo3::DEF,
     &mamba::DEF,
     &mamba2::DEF,
 ];

@@ -28,6 +28,8 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         tok_norm: false,
         bias_required: false,
         qk_norm: true,
+        fused_qkv: false,
+        ..Classic::GPT2
     };
     graph_with(b, c)
 }

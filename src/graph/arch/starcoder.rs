@@ -21,7 +21,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         pos_embd: Some(true),
         tok_norm: false,
         bias_required: true,
-        qk_norm: false,
+        ..Classic::GPT2
     };
     graph_with(b, c)
 }

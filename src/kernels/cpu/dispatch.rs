@@ -3,6 +3,7 @@
 //! them. `LLAMA_HOTSWAP_KERNELS=scalar` forces the scalar path. A new ISA adds its folder
 //! and one branch per function here.
 
+use super::r8_layout::{pack_q4_0x8, r8_scalar, R8Fn};
 use super::type_traits::*;
 use super::vec::*;
 #[cfg(target_arch = "x86_64")]
@@ -225,13 +226,9 @@ pub fn tile_shape(t: GgmlType, rows: usize, cols: usize) -> Option<Tile> {
     }
 }
 
-/// Which SIMD level [`dot_fn`] uses: "avx2" or "scalar".
+/// Which SIMD level [`dot_fn`] uses: "avx2" or "scalar" (the mode's ISA level).
 pub fn simd_level() -> &'static str {
-    #[cfg(target_arch = "x86_64")]
-    if x86::available() {
-        return "avx2";
-    }
-    "scalar"
+    super::mode::isa_level()
 }
 
 fn check_dot_args(t: GgmlType, k: usize, w: &[u8], x: &[u8]) {
@@ -311,4 +308,24 @@ pub fn soft_max(x: &mut [f32], max: f32) -> f64 {
         return s;
     }
     soft_max_scalar(x, max)
+}
+
+/// The fast mode's r8 kernel (`r8_layout.rs`): AVX2 when the CPU has it, else the scalar
+/// reference (the same bits either way).
+pub fn r8_kernel() -> R8Fn {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(f) = x86::r8_kernel() {
+        return f;
+    }
+    r8_scalar
+}
+
+/// The packing of a repacked `q4_0x8` group into r8 blocks: AVX2 when the CPU has it, else
+/// the scalar one (the same bytes either way).
+pub fn r8_pack_q4_0x8_fn() -> fn(&[u8], usize, &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(f) = x86::r8_pack_q4_0x8() {
+        return f;
+    }
+    pack_q4_0x8
 }

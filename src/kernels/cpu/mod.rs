@@ -18,6 +18,8 @@
 //! AVX2+FMA+F16C (detected once at run time) [`dot_fn`] hands out the SIMD version, and
 //! [`tile_fn`] a kernel for several activation rows at once (batched products).
 //! `LLAMA_HOTSWAP_KERNELS=scalar` forces the scalar path (as on a CPU without AVX2).
+//! [`mode`]: the fast mode (default) or the exact one (`LLAMA_HOTSWAP_EXACT=1`, upstream's
+//! portable build bit for bit), read once.
 
 //!
 //! Layout (ggml-cpu's): shared pieces that import nothing back ([`type_traits`] per-type
@@ -32,10 +34,13 @@ mod dequant;
 mod dispatch;
 mod dot_scalar;
 mod dot_tiled;
+pub mod fast_gemm;
+pub mod mode;
 pub mod mul_mat;
 pub mod ops;
 pub mod pool;
 mod quantize;
+mod r8_layout;
 pub mod repack;
 mod repack_layout;
 pub mod type_traits;
@@ -49,6 +54,7 @@ pub use dispatch::{
     tiled_tile_shape, vec_dot, vec_dot_matvec, vec_dot_scalar,
 };
 pub use dot_tiled::{takes_tiled, TILED_MIN_ROWS};
+pub use mode::{kernel_mode, KernelMode};
 pub use mul_mat::{
     mul_mat, mul_mat_batched, mul_mat_prepared, mul_mat_rows, prepare_activations,
     set_weight_prefetch, Activations, BatchedLayout, Scratch,

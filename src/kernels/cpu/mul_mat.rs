@@ -48,6 +48,14 @@ impl Activations<'_> {
     pub fn m(&self) -> usize {
         self.m
     }
+    /// All rows' bytes, `row_bytes_len()` apart.
+    pub(super) fn bytes_all(&self) -> &[u8] {
+        self.bytes
+    }
+    /// Bytes of one converted row.
+    pub(super) fn row_bytes_len(&self) -> usize {
+        self.row_bytes
+    }
     #[inline(always)]
     pub(super) fn row(&self, j: usize) -> &[u8] {
         &self.bytes[j * self.row_bytes..(j + 1) * self.row_bytes]
@@ -205,6 +213,27 @@ pub fn mul_mat_prepared(
         "activations prepared for another type"
     );
     let w_row = row_bytes(t, act.k);
+    if super::fast_gemm::takes(t, n_rows, act.m) {
+        // the fast mode's batched kernels (prompt processing), not upstream's order
+        let w = super::fast_gemm::FastWeight::Plain {
+            t,
+            bytes: w,
+            row_stride: w_row,
+        };
+        super::fast_gemm::mul_mat_fast(
+            w,
+            n_rows,
+            act.k,
+            act.bytes,
+            act.row_bytes,
+            act.m,
+            dst,
+            dst_stride,
+            dst_row_offset,
+            pool,
+        );
+        return;
+    }
     let layout = BatchedLayout {
         n_rows,
         k: act.k,

@@ -221,6 +221,23 @@ pub fn mul_mat_repacked(
     pool: &ThreadPool,
     scratch: &mut Scratch,
 ) {
+    if w.kind == RepackKind::Q4_0x8 && crate::kernels::cpu::fast_gemm::takes(w.ty, w.n_rows, m) {
+        // the fast mode's batched kernels (prompt processing), not upstream's order
+        let act = prepare_activations(w.ty, x, w.k, m, pool, scratch);
+        crate::kernels::cpu::fast_gemm::mul_mat_fast(
+            crate::kernels::cpu::fast_gemm::FastWeight::Q4_0x8(&w.bytes),
+            w.n_rows,
+            w.k,
+            act.bytes_all(),
+            act.row_bytes_len(),
+            m,
+            dst,
+            dst_stride,
+            dst_row_offset,
+            pool,
+        );
+        return;
+    }
     mul_mat_repacked_using(
         kernels(w.kind),
         w,

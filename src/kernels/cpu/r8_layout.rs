@@ -1,0 +1,184 @@
+//! The layout of the fast mode's batched kernels ("r8"): 8 weight rows interleaved per block
+//! so that one 256-bit register holds 8 bytes of each of 4 rows, and one pass over a block
+//! yields the exact integer dot products of all 8 rows with an activation block, the 8 rows
+//! in the 8 lanes of one vector (the float work is then one conversion and one FMA per 8
+//! outputs and block, not per output). The technique of ik_llama.cpp's `_r8` kernels; the
+//! layout is ours.
+//!
+//! One r8 block (`R8_BLOCK_BYTES`): the 8 rows' scales as f32 in lane order ([`LANE_ROWS`]),
+//! then 4 pieces (elements `8p .. 8p + 8`), each 64 bytes: 8 bytes of every row in row order.
+//! Values are the weights' integers as i8 ([`R8Values::Signed8`], from Q8_0) or nibbles 0..15
+//! ([`R8Values::Nibble4`], from Q4_0: the weight is the nibble − 8, whose offset the kernels
+//! take off with the activation block's sum). Groups are made per product in a task's own
+//! buffer (the weights keep their ggml or repacked layout: nothing to re-derive on a swap).
+//!
+//! Leaf of the kernels: imports only the block formats. Also holds the scalar references of
+//! the packing and of the kernel, which the SIMD ones equal bit for bit.
+
+use crate::kernels::cpu::blocks::*;
+
+/// Rows per group.
+pub const R8_ROWS: usize = 8;
+
+/// Bytes of one r8 block: 8 f32 scales, then 4 pieces × 8 rows × 8 bytes.
+pub const R8_BLOCK_BYTES: usize = 32 + 4 * 64;
+
+/// Most activation columns one kernel call computes.
+pub const R8_MAX_COLS: usize = 4;
+
+/// The row each lane of the kernels' accumulator holds: the lanes come out of `hadd` over
+/// the rows 0–3 and 4–7 (two lanes of partial sums per row) in this order.
+pub const LANE_ROWS: [usize; 8] = [0, 1, 4, 5, 2, 3, 6, 7];
+
+/// How an r8 block's quant bytes read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum R8Values {
+    /// i8 weights (Q8_0).
+    Signed8,
+    /// Nibbles 0..15 of weights nibble − 8 (Q4_0).
+    Nibble4,
+}
+
+/// The outputs of one kernel call: `out[c][r]` for column `c`, row `r` of the group.
+pub type R8Out = [[f32; R8_ROWS]; R8_MAX_COLS];
+
+/// An r8 kernel: `cols` (1..=[`R8_MAX_COLS`]) activation columns (Q8_0 rows of `nb` blocks,
+/// `x_stride` bytes apart, starting at `x`) times one group of `nb` r8 blocks `w`, with the
+/// columns' block scales `dx[c * meta_stride + b]` and (for `Nibble4`) 8 × their block sums
+/// `sx[..]`: `out[c][r] = Σ_b fma-chain (isum · (d_w · d_x))`.
+pub type R8Fn = fn(
+    values: R8Values,
+    nb: usize,
+    w: &[u8],
+    x: &[u8],
+    x_stride: usize,
+    cols: usize,
+    dx: &[f32],
+    sx: &[i32],
+    meta_stride: usize,
+    out: &mut R8Out,
+);
+
+/// Offset in an r8 block of row `r`'s 8 quant bytes of piece `p`.
+#[inline(always)]
+pub fn quants_at(p: usize, r: usize) -> usize {
+    32 + 64 * p + 8 * r
+}
+
+/// Writes the scales of one r8 block from the 8 rows' f32 scales.
+#[inline(always)]
+fn put_scales(blk: &mut [u8], d: [f32; R8_ROWS]) {
+    for (lane, &r) in LANE_ROWS.iter().enumerate() {
+        blk[4 * lane..4 * lane + 4].copy_from_slice(&d[r].to_le_bytes());
+    }
+}
+
+/// Packs 8 Q8_0 rows (`nb` blocks each) into `nb` r8 blocks of [`R8Values::Signed8`].
+pub fn pack_q8_0(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
+    for b in 0..nb {
+        let blk = &mut out[b * R8_BLOCK_BYTES..(b + 1) * R8_BLOCK_BYTES];
+        let src = rows.map(|r| &r[b * Q8_0_BYTES..(b + 1) * Q8_0_BYTES]);
+        put_scales(blk, src.map(|s| f16_at(s, 0)));
+        for (r, s) in src.iter().enumerate() {
+            for p in 0..4 {
+                let at = quants_at(p, r);
+                blk[at..at + 8].copy_from_slice(&s[2 + 8 * p..2 + 8 * p + 8]);
+            }
+        }
+    }
+}
+
+/// Packs 8 Q4_0 rows (`nb` blocks each) into `nb` r8 blocks of [`R8Values::Nibble4`].
+pub fn pack_q4_0(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
+    for b in 0..nb {
+        let blk = &mut out[b * R8_BLOCK_BYTES..(b + 1) * R8_BLOCK_BYTES];
+        let src = rows.map(|r| &r[b * Q4_0_BYTES..(b + 1) * Q4_0_BYTES]);
+        put_scales(blk, src.map(|s| f16_at(s, 0)));
+        for (r, s) in src.iter().enumerate() {
+            for e in 0..QK {
+                let q = if e < 16 {
+                    s[2 + e] & 15
+                } else {
+                    s[2 + e - 16] >> 4
+                };
+                blk[quants_at(e / 8, r) + e % 8] = q;
+            }
+        }
+    }
+}
+
+/// Packs one group of a repacked `q4_0x8` weight (`nb` blocks of 144 bytes: 8 f16 scales,
+/// then the rows' quant bytes 0..8, then 8..16, 8 bytes a row) into `nb` r8 blocks of
+/// [`R8Values::Nibble4`].
+pub fn pack_q4_0x8(group: &[u8], nb: usize, out: &mut [u8]) {
+    const GB: usize = R8_ROWS * Q4_0_BYTES;
+    for b in 0..nb {
+        let src = &group[b * GB..(b + 1) * GB];
+        let blk = &mut out[b * R8_BLOCK_BYTES..(b + 1) * R8_BLOCK_BYTES];
+        put_scales(blk, std::array::from_fn(|r| f16_at(src, 2 * r)));
+        for r in 0..R8_ROWS {
+            for e in 0..QK {
+                let j = e % 16; // the quant byte holding element e
+                let byte = src[2 * R8_ROWS + 8 * ((j / 8) * R8_ROWS + r) + j % 8];
+                let q = if e < 16 { byte & 15 } else { byte >> 4 };
+                blk[quants_at(e / 8, r) + e % 8] = q;
+            }
+        }
+    }
+}
+
+/// The scale (f32) of each Q8_0 block of the activation row `x` and 8 × its quants' sum.
+pub fn activation_meta(x: &[u8], nb: usize, dx: &mut [f32], sx: &mut [i32]) {
+    for b in 0..nb {
+        let blk = &x[b * Q8_0_BYTES..(b + 1) * Q8_0_BYTES];
+        dx[b] = f16_at(blk, 0);
+        sx[b] = 8 * blk[2..].iter().map(|&q| i32::from(q as i8)).sum::<i32>();
+    }
+}
+
+/// The scalar reference of [`R8Fn`]: per output one f32 accumulator over the blocks in order,
+/// `acc = fma(isum as f32, d_w · d_x, acc)` with `isum` the exact integer dot product (minus
+/// `8 Σ x` for nibbles); the SIMD kernels compute the same operations, hence the same bits.
+#[allow(clippy::too_many_arguments)]
+pub fn r8_scalar(
+    values: R8Values,
+    nb: usize,
+    w: &[u8],
+    x: &[u8],
+    x_stride: usize,
+    cols: usize,
+    dx: &[f32],
+    sx: &[i32],
+    meta_stride: usize,
+    out: &mut R8Out,
+) {
+    assert!((1..=R8_MAX_COLS).contains(&cols), "{cols} columns");
+    for c in 0..cols {
+        let xr = &x[c * x_stride..c * x_stride + nb * Q8_0_BYTES];
+        let mut acc = [0f32; R8_ROWS];
+        for b in 0..nb {
+            let blk = &w[b * R8_BLOCK_BYTES..(b + 1) * R8_BLOCK_BYTES];
+            let xb = &xr[b * Q8_0_BYTES + 2..(b + 1) * Q8_0_BYTES];
+            let d = dx[c * meta_stride + b];
+            for (lane, &r) in LANE_ROWS.iter().enumerate() {
+                let mut isum = 0i32;
+                for e in 0..QK {
+                    let q = blk[quants_at(e / 8, r) + e % 8];
+                    let q = match values {
+                        R8Values::Signed8 => i32::from(q as i8),
+                        R8Values::Nibble4 => i32::from(q),
+                    };
+                    isum += q * i32::from(xb[e] as i8);
+                }
+                if values == R8Values::Nibble4 {
+                    isum -= sx[c * meta_stride + b];
+                }
+                let dw = f32_at(blk, 4 * lane);
+                acc[lane] = (isum as f32).mul_add(dw * d, acc[lane]);
+            }
+        }
+        for (lane, &r) in LANE_ROWS.iter().enumerate() {
+            out[c][r] = acc[lane];
+        }
+    }
+}

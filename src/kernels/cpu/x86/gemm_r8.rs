@@ -1,0 +1,265 @@
+//! AVX2 kernels of the fast mode's batched products over r8 groups (see `cpu/r8_layout.rs`):
+//! per block and activation column, 8 `maddubs` over the 8 rows × 32 elements (nibbles
+//! straight against the i8 activations, summed in i16; i8 weights with the sign trick, summed
+//! in i32), one `hadd` puts the 8 rows' exact integer sums in the 8 lanes, then one
+//! conversion, one multiply (`d_w · d_x`) and one FMA for all 8 outputs. Results equal
+//! `r8_layout::r8_scalar` bit for bit.
+
+use std::arch::x86_64::*;
+
+use super::simd::{available, load128, load256};
+use crate::kernels::cpu::blocks::{Q4_0_BYTES, Q8_0_BYTES};
+use crate::kernels::cpu::r8_layout::*;
+
+/// The AVX2 r8 kernel, when this CPU has AVX2, FMA and F16C.
+pub fn r8_kernel() -> Option<R8Fn> {
+    available().then_some(r8_avx2 as R8Fn)
+}
+
+/// The AVX2 packing of a `q4_0x8` group into r8 blocks, when this CPU has AVX2.
+pub fn r8_pack_q4_0x8() -> Option<fn(&[u8], usize, &mut [u8])> {
+    available().then_some(pack_q4_0x8_avx2 as fn(&[u8], usize, &mut [u8]))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn r8_avx2(
+    values: R8Values,
+    nb: usize,
+    w: &[u8],
+    x: &[u8],
+    x_stride: usize,
+    cols: usize,
+    dx: &[f32],
+    sx: &[i32],
+    meta_stride: usize,
+    out: &mut R8Out,
+) {
+    assert!((1..=R8_MAX_COLS).contains(&cols), "{cols} columns");
+    if nb == 0 {
+        *out = [[0.0; R8_ROWS]; R8_MAX_COLS];
+        return;
+    }
+    let last = cols - 1;
+    assert!(
+        w.len() >= nb * R8_BLOCK_BYTES
+            && x.len() >= last * x_stride + nb * Q8_0_BYTES
+            && dx.len() >= last * meta_stride + nb
+            && (values == R8Values::Signed8 || sx.len() >= last * meta_stride + nb),
+        "r8 kernel of {nb} blocks × {cols} columns: {} / {} / {} / {}",
+        w.len(),
+        x.len(),
+        dx.len(),
+        sx.len()
+    );
+    let (w, x, dx, sx) = (w.as_ptr(), x.as_ptr(), dx.as_ptr(), sx.as_ptr());
+    let nib = values == R8Values::Nibble4;
+    // SAFETY: this function is handed out by `r8_kernel` only when `available()` saw AVX2, FMA
+    // and F16C; the kernels read `nb` r8 blocks of `w`, `nb` Q8_0 blocks of each of the
+    // `cols` activation rows `x_stride` bytes apart and `nb` entries of `dx` (and `sx` for
+    // nibbles) per column `meta_stride` apart, all present as asserted above; unaligned
+    // loads throughout; they write only `out`.
+    unsafe {
+        match (nib, cols) {
+            (true, 1) => r8_cols::<1, true>(nb, w, x, x_stride, dx, sx, meta_stride, out),
+            (true, 2) => r8_cols::<2, true>(nb, w, x, x_stride, dx, sx, meta_stride, out),
+            (true, 3) => r8_cols::<3, true>(nb, w, x, x_stride, dx, sx, meta_stride, out),
+            (true, _) => r8_cols::<4, true>(nb, w, x, x_stride, dx, sx, meta_stride, out),
+            (false, 1) => r8_cols::<1, false>(nb, w, x, x_stride, dx, sx, meta_stride, out),
+            (false, 2) => r8_cols::<2, false>(nb, w, x, x_stride, dx, sx, meta_stride, out),
+            (false, 3) => r8_cols::<3, false>(nb, w, x, x_stride, dx, sx, meta_stride, out),
+            (false, _) => r8_cols::<4, false>(nb, w, x, x_stride, dx, sx, meta_stride, out),
+        }
+    }
+}
+
+/// `C` columns × one r8 group (see [`r8_avx2`] for what the pointers must cover).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn r8_cols<const C: usize, const NIB: bool>(
+    nb: usize,
+    w: *const u8,
+    x: *const u8,
+    xs: usize,
+    dx: *const f32,
+    sx: *const i32,
+    ms: usize,
+    out: &mut R8Out,
+) {
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); C];
+    for b in 0..nb {
+        let blk = w.add(b * R8_BLOCK_BYTES);
+        let xb = x.add(b * Q8_0_BYTES + 2);
+        let mut sa = [_mm256_setzero_si256(); C];
+        let mut sb = [_mm256_setzero_si256(); C];
+        for p in 0..4 {
+            // rows 0-3 and 4-7, 8 bytes each, against the column's 8 activations of piece p
+            let wa = load256(blk.add(32 + 64 * p));
+            let wb = load256(blk.add(64 + 64 * p));
+            if NIB {
+                // nibbles (0..15) × i8: each i16 at most 2 · 15 · 127, four pieces 15240
+                for c in 0..C {
+                    let xv =
+                        _mm256_set1_epi64x(xb.add(c * xs + 8 * p).cast::<i64>().read_unaligned());
+                    sa[c] = _mm256_add_epi16(sa[c], _mm256_maddubs_epi16(wa, xv));
+                    sb[c] = _mm256_add_epi16(sb[c], _mm256_maddubs_epi16(wb, xv));
+                }
+            } else {
+                // i8 × i8 by the sign trick: |w| × (x with w's sign), pairs into i32
+                let aa = _mm256_sign_epi8(wa, wa);
+                let ab = _mm256_sign_epi8(wb, wb);
+                for c in 0..C {
+                    let xv =
+                        _mm256_set1_epi64x(xb.add(c * xs + 8 * p).cast::<i64>().read_unaligned());
+                    let pa = _mm256_maddubs_epi16(aa, _mm256_sign_epi8(xv, wa));
+                    let pb = _mm256_maddubs_epi16(ab, _mm256_sign_epi8(xv, wb));
+                    sa[c] = _mm256_add_epi32(sa[c], _mm256_madd_epi16(pa, ones));
+                    sb[c] = _mm256_add_epi32(sb[c], _mm256_madd_epi16(pb, ones));
+                }
+            }
+        }
+        let dw = _mm256_loadu_ps(blk.cast::<f32>());
+        for c in 0..C {
+            let (ia, ib) = if NIB {
+                (
+                    _mm256_madd_epi16(sa[c], ones),
+                    _mm256_madd_epi16(sb[c], ones),
+                )
+            } else {
+                (sa[c], sb[c])
+            };
+            // two lanes per row -> one: rows in `LANE_ROWS` order
+            let mut i = _mm256_hadd_epi32(ia, ib);
+            if NIB {
+                i = _mm256_sub_epi32(i, _mm256_set1_epi32(*sx.add(c * ms + b)));
+            }
+            let d = _mm256_mul_ps(dw, _mm256_set1_ps(*dx.add(c * ms + b)));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), d, acc[c]);
+        }
+    }
+    // LANE_ROWS is its own inverse: this permutation puts row r in lane r
+    let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    for (c, a) in acc.iter().enumerate() {
+        _mm256_storeu_ps(out[c].as_mut_ptr(), _mm256_permutevar8x32_ps(*a, order));
+    }
+}
+
+fn pack_q4_0x8_avx2(group: &[u8], nb: usize, out: &mut [u8]) {
+    const GB: usize = R8_ROWS * Q4_0_BYTES;
+    assert!(
+        group.len() >= nb * GB && out.len() >= nb * R8_BLOCK_BYTES,
+        "q4_0x8 group of {nb} blocks: {} / {} bytes",
+        group.len(),
+        out.len()
+    );
+    // SAFETY: handed out by `r8_pack_q4_0x8` only when `available()` saw AVX2, FMA and F16C;
+    // reads `nb` 144-byte blocks of `group` and writes `nb` r8 blocks of `out`, present as
+    // asserted above; unaligned loads and stores.
+    unsafe { pack_q4_0x8_kernel(group.as_ptr(), nb, out.as_mut_ptr()) }
+}
+
+/// The SIMD form of `r8_layout::pack_q4_0x8`: the scales converted and put in lane order, each
+/// 32 bytes of quants (4 rows × 8 bytes) split into low nibbles (piece `h`) and high nibbles
+/// (piece `2 + h`).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn pack_q4_0x8_kernel(src: *const u8, nb: usize, dst: *mut u8) {
+    const GB: usize = R8_ROWS * Q4_0_BYTES;
+    let m4 = _mm256_set1_epi8(0x0F);
+    let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    for b in 0..nb {
+        let s = src.add(b * GB);
+        let d = dst.add(b * R8_BLOCK_BYTES);
+        let scales = _mm256_cvtph_ps(load128(s));
+        _mm256_storeu_ps(d.cast::<f32>(), _mm256_permutevar8x32_ps(scales, order));
+        for h in 0..2 {
+            for half in 0..2 {
+                let q = load256(s.add(16 + 64 * h + 32 * half));
+                let lo = _mm256_and_si256(q, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                _mm256_storeu_si256(d.add(32 + 64 * h + 32 * half).cast(), lo);
+                _mm256_storeu_si256(d.add(32 + 64 * (2 + h) + 32 * half).cast(), hi);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+        let mut s = seed;
+        move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        }
+    }
+
+    /// Random blocks with sane f16 scales (exponent in range) and any quants.
+    fn blocks(next: &mut impl FnMut() -> u64, n: usize, size: usize) -> Vec<u8> {
+        let mut v: Vec<u8> = (0..n * size).map(|_| next() as u8).collect();
+        for b in 0..n {
+            let d = half::f16::from_f32(((next() % 1000) as f32 + 1.0) * 1e-4);
+            v[b * size..b * size + 2].copy_from_slice(&d.to_le_bytes());
+        }
+        v
+    }
+
+    #[test]
+    fn avx2_kernels_equal_the_scalar_reference_bit_for_bit() {
+        let (Some(kernel), Some(pack)) = (r8_kernel(), r8_pack_q4_0x8()) else {
+            return;
+        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
+        for nb in [1usize, 3, 18] {
+            // activations: 4 columns of Q8_0 (quants in -127..=127, as the quantizer makes)
+            let mut x = blocks(&mut next, 4 * nb, Q8_0_BYTES);
+            for (i, q) in x.iter_mut().enumerate() {
+                if i % Q8_0_BYTES >= 2 && *q == 0x80 {
+                    *q = 0x81;
+                }
+            }
+            let xs = nb * Q8_0_BYTES;
+            let (mut dx, mut sx) = (vec![0f32; 4 * nb], vec![0i32; 4 * nb]);
+            for c in 0..4 {
+                activation_meta(&x[c * xs..], nb, &mut dx[c * nb..], &mut sx[c * nb..]);
+            }
+            // Q8_0 weights (any i8, -128 included) and a q4_0x8 group
+            let q8 = blocks(&mut next, 8 * nb, Q8_0_BYTES);
+            let rows8: [&[u8]; 8] = std::array::from_fn(|r| &q8[r * xs..(r + 1) * xs]);
+            let mut w8 = vec![0u8; nb * R8_BLOCK_BYTES];
+            pack_q8_0(rows8, nb, &mut w8);
+            let g4 = blocks(&mut next, 8 * nb, Q4_0_BYTES);
+            let mut w4 = vec![0u8; nb * R8_BLOCK_BYTES];
+            let mut w4_scalar = vec![0u8; nb * R8_BLOCK_BYTES];
+            // a q4_0x8 block keeps 8 scales first: make them sane too
+            let mut g4 = g4;
+            for b in 0..nb {
+                for r in 0..8 {
+                    let d = half::f16::from_f32(((next() % 1000) as f32 + 1.0) * 1e-4);
+                    g4[b * 144 + 2 * r..b * 144 + 2 * r + 2].copy_from_slice(&d.to_le_bytes());
+                }
+            }
+            pack(&g4, nb, &mut w4);
+            pack_q4_0x8(&g4, nb, &mut w4_scalar);
+            assert!(w4 == w4_scalar, "q4_0x8 packing, {nb} blocks");
+            for (values, w) in [(R8Values::Signed8, &w8), (R8Values::Nibble4, &w4)] {
+                for cols in 1..=4 {
+                    let mut a = [[0f32; 8]; 4];
+                    let mut b = [[1f32; 8]; 4];
+                    kernel(values, nb, w, &x, xs, cols, &dx, &sx, nb, &mut a);
+                    r8_scalar(values, nb, w, &x, xs, cols, &dx, &sx, nb, &mut b);
+                    for c in 0..cols {
+                        assert_eq!(
+                            a[c].map(f32::to_bits),
+                            b[c].map(f32::to_bits),
+                            "{values:?} nb {nb} cols {cols} col {c}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

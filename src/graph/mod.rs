@@ -379,7 +379,11 @@ impl Op {
             Op::View { .. } | Op::ViewHeads { .. } => ("CONT", None),
             Op::RmsNorm { .. } => ("RMS_NORM", None),
             Op::Norm { .. } => ("NORM", None),
-            Op::Mul { .. } | Op::AttnTempScale { .. } | Op::MulSlots { .. } => ("MUL", None),
+            Op::Mul { .. } | Op::AttnTempScale { .. } | Op::MulSlots { .. } | Op::MulRep { .. } => {
+                ("MUL", None)
+            }
+            Op::SsmConv { .. } => ("SSM_CONV", None),
+            Op::SsmScan { .. } => ("SSM_SCAN", None),
             Op::Add { .. } | Op::WeightedSum { .. } | Op::SumSlots { .. } => ("ADD", None),
             Op::Scale { .. } => ("SCALE", None),
             Op::Tanh { .. } => ("UNARY", Some("TANH")),

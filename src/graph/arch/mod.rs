@@ -11,7 +11,9 @@
 //! log line naming the architecture and the missing piece.
 
 pub mod arcee;
+pub mod arctic;
 pub mod baichuan;
+pub mod bailingmoe;
 pub mod bailingmoe2;
 pub mod bloom;
 pub mod chatglm;
@@ -19,7 +21,9 @@ pub mod codeshell;
 pub mod cogvlm;
 pub mod cohere2;
 pub mod command_r;
+pub mod dbrx;
 pub mod deci;
+pub mod deepseek;
 pub mod deepseek2;
 pub mod def;
 pub mod dots1;
@@ -39,6 +43,8 @@ pub mod gptneox;
 pub mod granite;
 pub mod granite_swa;
 pub mod granitehybrid;
+pub mod granitemoe;
+pub mod grok;
 pub mod hunyuan_dense;
 pub mod hunyuan_moe;
 pub mod hunyuan_vl;
@@ -48,6 +54,7 @@ pub mod jais2;
 pub mod jamba;
 pub mod lfm2;
 pub mod llama;
+pub mod llama4;
 pub mod maincoder;
 pub mod mamba;
 pub mod mamba2;
@@ -68,10 +75,12 @@ pub mod orion;
 pub mod pangu_embedded;
 pub mod phi2;
 pub mod phi3;
+pub mod phimoe;
 pub mod plamo;
 pub mod plamo3;
 pub mod qwen;
 pub mod qwen2;
+pub mod qwen2moe;
 pub mod qwen2vl;
 pub mod qwen3;
 pub mod qwen3moe;
@@ -139,6 +148,15 @@ pub static REGISTRY: &[&ArchDef] = &[
     &olmoe::DEF,
     &hunyuan_moe::DEF,
     &bailingmoe2::DEF,
+    &qwen2moe::DEF,
+    &deepseek::DEF,
+    &llama4::DEF,
+    &phimoe::DEF,
+    &granitemoe::DEF,
+    &dbrx::DEF,
+    &grok::DEF,
+    &arctic::DEF,
+    &bailingmoe::DEF,
     &gpt2::DEF,
     &gptneox::DEF,
     &falcon::DEF,

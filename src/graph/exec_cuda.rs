@@ -256,6 +256,7 @@ impl CudaExecutor {
             | Op::Clamp { .. }
             | Op::Div { .. }
             | Op::Repeat { .. }
+            | Op::RepeatEach { .. }
             | Op::GetRowsPos { .. } => false,
             Op::Sigmoid { .. }
             | Op::ViewHeads { .. }
@@ -855,6 +856,7 @@ impl CudaExecutor {
             | Op::Clamp { .. }
             | Op::Div { .. }
             | Op::Repeat { .. }
+            | Op::RepeatEach { .. }
             | Op::GetRowsPos { .. } => {
                 return Err(ExecError::UnsupportedOp {
                     backend: self.label,

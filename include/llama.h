@@ -380,7 +380,9 @@ struct ggml_threadpool;
 
 struct gguf_context;
 
-// Opaque LoRA adapter. llama-hotswap does not load adapters yet.
+// A LoRA adapter (`struct llama_adapter_lora`), owned by its model: freed by
+// `llama_adapter_lora_free` or with the model. Contexts that compute with it hold their own
+// reference to its tensors, so freeing it never pulls them from under a decode.
 struct llama_adapter_lora;
 
 // Opaque extended batch. Not supported by llama-hotswap yet.
@@ -822,70 +824,78 @@ struct llama_chat_message {
 extern "C" {
 #endif // __cplusplus
 
-// Upstream: loads a LoRA adapter from a GGUF file; it lives until `llama_adapter_lora_free`
-// or until its model is freed.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// Loads a LoRA adapter from a GGUF file (`general.type = adapter`, `adapter.type = lora`,
+// the model's architecture, `<tensor>.lora_a` / `.lora_b` pairs shaped for the model's
+// tensors). It lives until `llama_adapter_lora_free` or until its model is freed. NULL,
+// with a log line saying why, for a missing, truncated or malformed file, an adapter of
+// another architecture or model, or tensors of a type the engine does not compute with.
+// Adapters of expert (3-D) tensors are refused: not supported by llama-hotswap yet.
 struct llama_adapter_lora *llama_adapter_lora_init(struct llama_model *model,
                                                    const char *path_lora);
 
-// Upstream: loads a LoRA adapter from an open file, reading from its current position.
-// Not supported by llama-hotswap yet: logs once and returns NULL. The file is not read and
-// stays owned (and open) by the caller.
+// Loads a LoRA adapter from an open `FILE *`, the GGUF starting at its current position
+// and running to the end of the file (upstream reads the tensor data at offsets from the
+// start of the file, so only a position of 0 gives the same answer there). The file is read
+// through a duplicate descriptor: its position is not moved, and it stays the caller's to
+// close. NULL on failure, as `llama_adapter_lora_init`.
 struct llama_adapter_lora *llama_adapter_lora_init_from_file_ptr(struct llama_model *model,
                                                                  FILE *file);
 
-// Upstream: writes the adapter's metadata value for `key` into `buf` like snprintf and
-// returns its length, or -1 (with `buf` cleared) on failure.
-// Not supported by llama-hotswap yet: logs once and returns -1. `buf` is left untouched.
+// Writes the adapter's metadata value for `key` into `buf` like snprintf and returns its
+// length, or -1 (with `buf` cleared) when the adapter has no such scalar key. Array values
+// are not listed, as upstream.
 int32_t llama_adapter_meta_val_str(const struct llama_adapter_lora *adapter,
                                    const char *key,
                                    char *buf,
                                    size_t buf_size);
 
-// Upstream: the number of metadata key/value pairs of the adapter.
-// Not supported by llama-hotswap yet: logs once and returns -1.
+// The number of scalar metadata key/value pairs of the adapter (-1 for a NULL or dead
+// handle, where upstream would crash).
 int32_t llama_adapter_meta_count(const struct llama_adapter_lora *adapter);
 
-// Upstream: writes the adapter's metadata key number `i` into `buf` like snprintf and
-// returns its length, or -1 (with `buf` cleared) on failure.
-// Not supported by llama-hotswap yet: logs once and returns -1. `buf` is left untouched.
+// Writes the adapter's metadata key number `i` into `buf` like snprintf and returns its
+// length, or -1 (with `buf` cleared) when `i` is out of range.
 int32_t llama_adapter_meta_key_by_index(const struct llama_adapter_lora *adapter,
                                         int32_t i,
                                         char *buf,
                                         size_t buf_size);
 
-// Upstream: writes the adapter's metadata value number `i` into `buf` like snprintf and
-// returns its length, or -1 (with `buf` cleared) on failure.
-// Not supported by llama-hotswap yet: logs once and returns -1. `buf` is left untouched.
+// Writes the adapter's metadata value number `i` into `buf` like snprintf and returns its
+// length, or -1 (with `buf` cleared) when `i` is out of range.
 int32_t llama_adapter_meta_val_str_by_index(const struct llama_adapter_lora *adapter,
                                             int32_t i,
                                             char *buf,
                                             size_t buf_size);
 
-// Upstream: frees a LoRA adapter before its model is freed.
-// Not supported by llama-hotswap yet: logs once and returns. No adapter can exist (loading
-// returns NULL); the pointer is never dereferenced.
+// Frees a LoRA adapter before its model is freed (adapters not freed are freed with their
+// model). NULL is a no-op; a pointer that is not a live adapter is refused with a log line.
+// Contexts that compute with the adapter keep doing so until their adapters are set again
+// (upstream leaves them a dangling pointer).
 void llama_adapter_lora_free(struct llama_adapter_lora *adapter);
 
-// Upstream: the number of invocation tokens of an aLoRA adapter (0 for a plain LoRA).
-// Not supported by llama-hotswap yet: logs once and returns 0.
+// The number of invocation tokens of an aLoRA adapter (`adapter.alora.invocation_tokens`;
+// 0 for a plain LoRA or a NULL adapter).
 uint64_t llama_adapter_get_alora_n_invocation_tokens(const struct llama_adapter_lora *adapter);
 
-// Upstream: the invocation tokens of an aLoRA adapter, owned by the adapter.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// The invocation tokens of an aLoRA adapter, owned by the adapter (valid until it is
+// freed). NULL for a NULL or dead handle (upstream asserts) and for an adapter without
+// invocation tokens (upstream's empty vector's data).
 const llama_token *llama_adapter_get_alora_invocation_tokens(const struct llama_adapter_lora *adapter);
 
-// Upstream: sets the LoRA adapters applied by the context, each with its scale; returns 0.
-// Not supported by llama-hotswap yet: logs once and returns -1; the context's adapters are
-// unchanged and neither array is read.
+// Sets the LoRA adapters the context computes with, each with its scale (adapters with a
+// scale of 0 are left out; no adapters clears them). Nothing changes when they are the ones
+// already set. Returns 0; -1 with a log line for a NULL or dead context, a NULL array with
+// `n_adapters > 0` (upstream asserts), or an adapter that is not live or belongs to another
+// model (nothing is changed then).
 int32_t llama_set_adapters_lora(struct llama_context *ctx,
                                 struct llama_adapter_lora **adapters,
                                 size_t n_adapters,
                                 float *scales);
 
-// Upstream: applies a control vector (`n_embd` floats per layer, from layer 1) to layers
-// `il_start..=il_end`, or clears it when `data` is NULL; returns 0, or -1 on failure.
-// Not supported by llama-hotswap yet: logs once and returns -1; `data` is not read.
+// Applies a control vector: `data` holds `n_embd` floats per layer starting from layer 1
+// (`len` floats in all; layers past its end keep their previous direction), added to the
+// output of layers `il_start..=il_end`. NULL `data` turns it off (the directions are kept).
+// Returns 0, or -1 with a log line when `n_embd` is not the model's.
 int32_t llama_set_adapter_cvec(struct llama_context *ctx,
                                const float *data,
                                size_t len,

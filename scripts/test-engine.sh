@@ -26,7 +26,7 @@ tools="$(bash scripts/build-upstream-tools.sh llama-quantize)"
 out="${ENGINE_OUT:-target/ffi-tests/engine}"
 rm -rf "$out" && mkdir -p "$out"
 inc=(-I"$UPSTREAM_LLAMA/include" -I"$UPSTREAM_LLAMA/ggml/include")
-for p in probe_decode tokenize probe_embd probe_streams probe_recurrent; do
+for p in probe_decode tokenize probe_embd probe_streams probe_recurrent probe_lora; do
     cc -std=c11 -O1 "${inc[@]}" "ffi-tests/engine/$p.c" -L"$UPSTREAM_BUILD/bin" -lllama -lm -o "$out/$p"
 done
 cc -std=c11 -O2 ffi-tests/engine/compare_logits.c -lm -o "$out/compare_logits"
@@ -599,6 +599,73 @@ if LLAMA_HOTSWAP_BUILT=1 BENCH_WORK="$out/bench-decode" BENCH_OUT="$out/bench-de
     echo "ok   bench-decode smoke"; passed=$((passed + 1))
 else
     echo "FAIL bench-decode smoke:"; tail -5 "$out/bench-decode-smoke.log"; failed=$((failed + 1))
+fi
+# LoRA adapters and control vectors (scripts/make_lora.py writes random rank-8 adapters with
+# gguf-py, cached): with the same adapter and scale, or the same control vector, upstream's
+# library and ours give the same logits (KL <= 1e-3, greedy equal); on SmolLM2 F16 (attention
+# F16 and FFN F32 factors, every layer) and on the llama fixture (untied: the token table's
+# and the output's pairs too). Ours with scale 0, or with the adapter or the vector set for
+# one decode and then cleared, gives the plain model's logits bit for bit; the adapter and
+# the vector move them (KL > 1e-3). probe_lora loads broken adapters (wrong shapes,
+# architecture, types, pairs, a truncated file, ...): NULL on both libraries, with an error
+# line, the host running on; a good one's metadata and aLoRA tokens are the same on both.
+lora_dir="$derived/lora"
+mkdir -p "$lora_dir"
+f16="$models_dir/SmolLM2-135M-Instruct.F16.gguf"
+lora_modes="good bad-shape bad-arch not-adapter not-lora unpaired not-transposed not-in-model bad-suffix"
+for mode in $lora_modes; do
+    f="$lora_dir/smollm2-$mode.gguf"
+    [ -s "$f" ] || "$py" scripts/make_lora.py "$f16" "$f.tmp" "$mode" >/dev/null 2>&1 && mv "$f.tmp" "$f" 2>/dev/null || true
+done
+fx_lora="$lora_dir/llama-dense-good.gguf"
+[ -s "$fx_lora" ] || "$py" scripts/make_lora.py "$fixtures/llama-dense.gguf" "$fx_lora.tmp" >/dev/null 2>&1 \
+    && mv "$fx_lora.tmp" "$fx_lora" 2>/dev/null || true
+good="$lora_dir/smollm2-good.gguf"
+if [ -s "$good" ] && [ -s "$fx_lora" ]; then
+    CHECK_STEPS=8 check lora-smollm2-f16 "$f16" 1e-3 PROBE_LORA="$good"
+    CHECK_STEPS=8 check lora-smollm2-f16-scale-0.5 "$f16" 1e-3 PROBE_LORA="$good" PROBE_LORA_SCALE=0.5
+    CHECK_STEPS=8 check cvec-smollm2-f16 "$f16" 1e-3 PROBE_CVEC=5:20:0.3
+    CHECK_STEPS=8 check lora-cvec-smollm2-f16 "$f16" 1e-3 PROBE_LORA="$good" PROBE_CVEC=1:29:0.02
+    CHECK_STEPS=8 check plain-smollm2-f16 "$f16" 1e-3
+    # (the fixture's vocabulary has 128 tokens: the prompt of the arch-* rows)
+    CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" CHECK_STEPS=8 check lora-llama-fixture "$fixtures/llama-dense.gguf" 1e-3 \
+        PROBE_LORA="$fx_lora" PROBE_LORA_SCALE=2
+    CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" CHECK_STEPS=8 check plain-llama-fixture "$fixtures/llama-dense.gguf" 1e-3
+    for v in "lora-scale-0:PROBE_LORA=$good PROBE_LORA_SCALE=0" "lora-cleared:PROBE_LORA=$good PROBE_LORA_CLEAR=1" \
+        "cvec-cleared:PROBE_CVEC=5:20:0.3 PROBE_CVEC_CLEAR=1"; do
+        name="${v%%:*}"
+        if env ${v#*:} LD_LIBRARY_PATH="$ours" "$out/probe_decode" "$f16" "$out/$name.bin" 8 $prompt >/dev/null 2>"$out/$name.err" \
+            && cmp -s "$out/$name.bin" "$out/plain-smollm2-f16.ours.bin"; then
+            echo "ok   $name: the plain model's logits, bit for bit"; passed=$((passed + 1))
+        else
+            echo "FAIL $name: not the plain model's logits"; tail -3 "$out/$name.err"; failed=$((failed + 1))
+        fi
+    done
+    for moved in lora-smollm2-f16 cvec-smollm2-f16 lora-llama-fixture; do
+        plain=plain-smollm2-f16; [ "$moved" = lora-llama-fixture ] && plain=plain-llama-fixture
+        st="$("$out/compare_logits" "$out/$plain.ours.bin" "$out/$moved.ours.bin" 1e-3 0 0)" && st="KL <= 1e-3: $st"
+        if [[ "$st" == rows* ]]; then
+            echo "ok   $moved moves the logits ($st)"; passed=$((passed + 1))
+        else
+            echo "FAIL $moved: the logits hardly moved ($st)"; failed=$((failed + 1))
+        fi
+    done
+    head -c 4000000 "$good" >"$out/truncated.gguf"
+    echo nonsense >"$out/garbage.gguf"
+    files=()
+    for mode in $lora_modes; do files+=("$lora_dir/smollm2-$mode.gguf"); done
+    files+=("$out/truncated.gguf" "$out/garbage.gguf" "$out/missing.gguf" "$fx_lora")
+    LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/probe_lora" "$f16" "${files[@]}" >"$out/lora-load.upstream.txt" 2>&1 || true
+    LD_LIBRARY_PATH="$ours" "$out/probe_lora" "$f16" "${files[@]}" >"$out/lora-load.ours.txt" 2>&1 || true
+    if grep -q "^NULL FILE" "$out/lora-load.ours.txt" && ! grep -q "error lines NO" "$out/lora-load.ours.txt" \
+        && [ "$(grep -c ': NULL (error lines yes)' "$out/lora-load.ours.txt")" = 12 ] \
+        && diff -u "$out/lora-load.upstream.txt" "$out/lora-load.ours.txt" >"$out/lora-load.diff"; then
+        echo "ok   LoRA loading: 12 broken adapters NULL with an error line, metadata as upstream's"; passed=$((passed + 1))
+    else
+        echo "FAIL LoRA loading:"; head -20 "$out/lora-load.diff"; tail -3 "$out/lora-load.ours.txt"; failed=$((failed + 1))
+    fi
+else
+    echo "FAIL LoRA adapters: could not write them (gguf-py in the venv?)"; failed=$((failed + 1))
 fi
 echo "engine: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -13,7 +13,13 @@
  *        1's rows), PROBE_MEMOPS=1 (after the prompt: seq_rm of
  *        the last 3 positions and their decode again, seq_cp to sequence 1 and a token there,
  *        seq_rm of positions 2..3 with seq_add shifting the rest back, and a token; 5 more
- *        rows before the greedy steps)]
+ *        rows before the greedy steps),
+ *        PROBE_LORA=FILE (a LoRA adapter, llama_adapter_lora_init + llama_set_adapters_lora)
+ *        with PROBE_LORA_SCALE (default 1), PROBE_LORA_CLEAR=1 (set it, decode the prompt,
+ *        then clear the adapters and the memory before the run proper),
+ *        PROBE_CVEC=IL_START:IL_END:AMPLITUDE (a control vector of pseudo-random directions
+ *        for layers 1..n_layer-1, llama_set_adapter_cvec), PROBE_CVEC_CLEAR=1 (set it, decode
+ *        the prompt, then turn it off and clear the memory)]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +90,43 @@ int main(int argc, char **argv) {
     if ((env = getenv("PROBE_SWA_FULL"))) cp.swa_full = atoi(env) != 0;
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "context failed\n"); return 1; }
+
+    if ((env = getenv("PROBE_LORA"))) {
+        struct llama_adapter_lora *lora = llama_adapter_lora_init(model, env);
+        if (!lora) { fprintf(stderr, "adapter failed\n"); return 1; }
+        float scale = (env = getenv("PROBE_LORA_SCALE")) ? (float) atof(env) : 1.0f;
+        if (llama_set_adapters_lora(ctx, &lora, 1, &scale) != 0) { fprintf(stderr, "set adapters failed\n"); return 1; }
+    }
+    if ((env = getenv("PROBE_CVEC"))) {
+        int il_start = 0, il_end = 0;
+        float amp = 0;
+        if (sscanf(env, "%d:%d:%f", &il_start, &il_end, &amp) != 3) { fprintf(stderr, "bad PROBE_CVEC\n"); return 2; }
+        int n_embd = llama_model_n_embd(model), n_layer = llama_model_n_layer(model);
+        size_t len = (size_t) n_embd * (n_layer - 1);
+        float *dirs = malloc(sizeof(float) * len);
+        unsigned x = 12345;
+        for (size_t i = 0; i < len; i++) {
+            x = x * 1103515245u + 12345u;
+            dirs[i] = amp * ((float) ((x >> 8) & 0xffff) / 32768.0f - 1.0f);
+        }
+        if (llama_set_adapter_cvec(ctx, dirs, len, n_embd, il_start, il_end) != 0) { fprintf(stderr, "cvec failed\n"); return 1; }
+        free(dirs);
+    }
+    int clear_lora = (env = getenv("PROBE_LORA_CLEAR")) && atoi(env);
+    int clear_cvec = (env = getenv("PROBE_CVEC_CLEAR")) && atoi(env);
+    if (clear_lora || clear_cvec) {
+        /* a graph with the adapters first, then without them */
+        struct llama_batch w = llama_batch_init(n_prompt, 0, 1);
+        for (int i = 0; i < n_prompt; i++) {
+            w.token[i] = prompt[i]; w.pos[i] = i; w.n_seq_id[i] = 1; w.seq_id[i][0] = 0; w.logits[i] = 1;
+        }
+        w.n_tokens = n_prompt;
+        if (llama_decode(ctx, w) != 0) { fprintf(stderr, "adapter warm-up decode failed\n"); return 1; }
+        llama_batch_free(w);
+        if (clear_lora) llama_set_adapters_lora(ctx, NULL, 0, NULL);
+        if (clear_cvec && llama_set_adapter_cvec(ctx, NULL, 0, 0, 0, 0) != 0) { fprintf(stderr, "cvec clear failed\n"); return 1; }
+        llama_memory_clear(llama_get_memory(ctx), true);
+    }
 
     int memops = (env = getenv("PROBE_MEMOPS")) && atoi(env);
     if (memops) seq2 = 0;

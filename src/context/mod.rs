@@ -13,9 +13,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::graph::backend::{ExecError, Executor, Inputs};
 use crate::graph::exec::CpuExecutor;
-use crate::graph::params::{ArchParams, RopeConfig, RopeOverrides};
+use crate::graph::params::{Adapters, ArchParams, RopeConfig, RopeOverrides};
 use crate::graph::{arch, Graph, GraphShape};
 use crate::kv_cache::{KvCache, KvShape, KvType, SeqSet};
+use crate::model::adapter::{ControlVector, LoraAdapter};
 use crate::model::Model;
 use batch::{Batch, RawBatch};
 
@@ -161,6 +162,9 @@ pub struct Engine {
     /// Tensor data of sequence states saved with `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE`, per
     /// sequence id (upstream keeps them in device buffers).
     pub state_aside: std::collections::HashMap<i32, Vec<u8>>,
+    /// LoRA adapters and control vector the graphs compute with (set through
+    /// [`Context::set_loras`] and [`Context::set_cvec`], which drop the cached graph).
+    adapters: Adapters,
 }
 
 impl std::fmt::Debug for Engine {
@@ -505,10 +509,18 @@ impl Context {
             generation: 0,
             embd_input: false,
         };
-        let probe_graph =
-            arch::build(&model, &hp, rope, probe, n_ctx_seq, kv_rot).map_err(|e| {
-                ContextError::Unsupported(format!("model architecture '{}': {e}", model.arch))
-            })?;
+        let probe_graph = arch::build(
+            &model,
+            &hp,
+            rope,
+            probe,
+            n_ctx_seq,
+            kv_rot,
+            &Adapters::default(),
+        )
+        .map_err(|e| {
+            ContextError::Unsupported(format!("model architecture '{}': {e}", model.arch))
+        })?;
         log_unused_tensors(&model, &probe_graph);
         // Sizes are checked before anything is allocated, and the allocations are fallible:
         // a context too large for the host is a failure value with a log line (upstream:
@@ -672,6 +684,7 @@ impl Context {
                 observer: None,
                 n_graph_builds: 0,
                 state_aside: std::collections::HashMap::new(),
+                adapters: Adapters::default(),
             }),
             model,
             hp,
@@ -710,6 +723,58 @@ impl Context {
 
     pub fn n_vocab(&self) -> usize {
         self.hp.n_vocab
+    }
+
+    /// Upstream's `set_adapters_lora`: the adapters with a non-zero scale, in the order
+    /// given; nothing changes (and the graph is kept) when they are the ones already set.
+    pub fn set_loras(&self, loras: &[(Arc<LoraAdapter>, f32)]) {
+        let want: Vec<(Arc<LoraAdapter>, f32)> =
+            loras.iter().filter(|(_, s)| *s != 0.0).cloned().collect();
+        let mut e = self.engine();
+        let same = want.len() == e.adapters.loras.len()
+            && want.iter().all(|(a, s)| {
+                e.adapters
+                    .loras
+                    .iter()
+                    .any(|(b, t)| Arc::ptr_eq(a, b) && s == t)
+            });
+        if !same {
+            e.adapters.loras = want;
+            e.graph = None;
+        }
+    }
+
+    /// Upstream's `set_adapter_cvec`: with `data`, the directions of layers 1.. (`n_embd`
+    /// values each, layers past the end of `data` keep their previous direction) for layers
+    /// `il_start ..= il_end`; without, no layer gets one (the directions are kept). Fails
+    /// (false, with a log line) when `n_embd` is not the model's.
+    pub fn set_cvec(&self, data: Option<&[f32]>, n_embd: i32, il_start: i32, il_end: i32) -> bool {
+        let mut e = self.engine();
+        e.graph = None;
+        let Some(data) = data else {
+            if let Some(c) = e.adapters.cvec.take() {
+                e.adapters.cvec = Some(Arc::new(ControlVector {
+                    layer_start: -1,
+                    layer_end: -1,
+                    layers: c.layers.clone(),
+                }));
+            }
+            return true;
+        };
+        if usize::try_from(n_embd).ok() != Some(self.hp.n_embd) {
+            crate::log_error!("llama_adapter_cvec::apply: control vector n_embd does not match model ({n_embd}, model {})", self.hp.n_embd);
+            return false;
+        }
+        let cvec = ControlVector::new(
+            e.adapters.cvec.as_deref(),
+            data,
+            self.hp.n_embd,
+            self.hp.n_layer,
+            il_start,
+            il_end,
+        );
+        e.adapters.cvec = Some(Arc::new(cvec));
+        true
     }
 
     /// `llama_decode` on the batch in `engine.raw`: 0 success, 1 no KV slot, 2 aborted, -1
@@ -922,6 +987,7 @@ impl Context {
                 shape,
                 e.cparams.n_ctx_seq,
                 self.kv_rot,
+                &e.adapters,
             ) {
                 Ok(g) => {
                     e.graph = Some(g);

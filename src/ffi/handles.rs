@@ -23,6 +23,7 @@ pub(crate) enum Kind {
     Model,
     Vocab,
     Context,
+    Adapter,
 }
 
 /// A type handed to C as an opaque handle.
@@ -134,6 +135,8 @@ pub struct llama_model {
     /// `model->t_start_us` and `t_load_us`, the start of a context's performance counters.
     pub(crate) t_start_us: i64,
     pub(crate) t_load_us: i64,
+    /// The model's live LoRA adapter handles (addresses): freed with the model, as upstream.
+    pub(crate) loras: std::sync::Mutex<Vec<usize>>,
 }
 
 /// A model's vocabulary (`struct llama_vocab`), owned by its model.
@@ -163,6 +166,70 @@ impl Handle for llama_vocab {
     const WHAT: &'static str = "vocab";
 }
 
+/// A LoRA adapter (`struct llama_adapter_lora`), owned by its model: freed by
+/// `llama_adapter_lora_free` or with the model. Contexts that compute with it hold their own
+/// reference to its tensors, so freeing it never pulls them from under a decode.
+pub struct llama_adapter_lora {
+    pub(crate) model: *const llama_model,
+    pub(crate) inner: std::sync::Arc<crate::model::adapter::LoraAdapter>,
+}
+
+impl Handle for llama_adapter_lora {
+    const KIND: Kind = Kind::Adapter;
+    const WHAT: &'static str = "adapter";
+}
+
+impl llama_adapter_lora {
+    /// Boxes and registers an adapter of live model `model`, recording it on the model.
+    pub(crate) fn new_boxed(
+        model: &llama_model,
+        inner: crate::model::adapter::LoraAdapter,
+    ) -> *mut llama_adapter_lora {
+        let ptr = Box::into_raw(Box::new(llama_adapter_lora {
+            model,
+            inner: std::sync::Arc::new(inner),
+        }));
+        register(ptr.cast_const());
+        model
+            .loras
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(ptr as usize);
+        ptr
+    }
+}
+
+/// Borrows an adapter handle after checking it is live.
+///
+/// # Safety
+/// As [`check`].
+pub(crate) unsafe fn adapter<'a>(
+    ptr: *const llama_adapter_lora,
+) -> Result<&'a llama_adapter_lora, FfiError> {
+    // SAFETY: the caller's contract is `check`'s.
+    unsafe { check(ptr) }
+}
+
+/// Frees an adapter handle (and forgets it on its model). NULL is a no-op.
+///
+/// # Safety
+/// As [`check`]; the pointer must not be used afterwards.
+pub(crate) unsafe fn free_adapter(ptr: *mut llama_adapter_lora) -> Result<(), FfiError> {
+    // SAFETY: the caller's contract; a live adapter's model is live (freeing a model frees
+    // its adapters first).
+    unsafe {
+        free(ptr, |a| {
+            if is_live(a.model) {
+                (*a.model)
+                    .loras
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .retain(|&p| p != ptr as usize);
+            }
+        })
+    }
+}
+
 impl Handle for llama_context {
     const KIND: Kind = Kind::Context;
     const WHAT: &'static str = "ctx";
@@ -184,6 +251,7 @@ impl llama_model {
             inner,
             t_start_us,
             t_load_us,
+            loras: std::sync::Mutex::new(Vec::new()),
         }));
         // SAFETY: just created by `Box::into_raw`: valid and not shared yet.
         let vocab: *const llama_vocab = unsafe { &*(*ptr).vocab };
@@ -247,6 +315,14 @@ pub(crate) unsafe fn free_model(ptr: *mut llama_model) -> Result<(), FfiError> {
     unsafe {
         free(ptr, |m| {
             unregister(&*m.vocab as *const llama_vocab);
+            let loras = std::mem::take(&mut *m.loras.lock().unwrap_or_else(|e| e.into_inner()));
+            for a in loras {
+                let a = a as *mut llama_adapter_lora;
+                if unregister(a.cast_const()) {
+                    // SAFETY: it was live, so it came from `Box::into_raw` and is freed once.
+                    drop(Box::from_raw(a));
+                }
+            }
         })
     }
 }

@@ -236,10 +236,6 @@ pub struct llama_memory_i {
 }
 pub type llama_memory_t = *mut llama_memory_i;
 
-/// Opaque LoRA adapter. llama-hotswap does not load adapters yet.
-pub struct llama_adapter_lora {
-    _opaque: [u8; 0],
-}
 /// Opaque extended batch. Not supported by llama-hotswap yet.
 pub struct llama_batch_ext {
     _opaque: [u8; 0],

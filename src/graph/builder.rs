@@ -1,8 +1,11 @@
 //! Graph construction helpers shared by the architectures, after upstream's
 //! `llm_graph_context` (`build_norm`, `build_attn`, `build_ffn`, `build_moe_ffn`).
 
-use super::params::{ArchParams, RopeConfig};
+use std::sync::Arc;
+
+use super::params::{Adapters, ArchParams, RopeConfig};
 use super::*;
+use crate::model::adapter::AdapterTensor;
 use crate::model::Model;
 
 /// A dense FFN's choices (upstream's `build_ffn` arguments).
@@ -140,7 +143,19 @@ pub struct Builder<'m> {
     pub rope_mode: RopeMode,
     pub nodes: Vec<Node>,
     pub weights: Vec<WeightRef>,
+    /// The context's LoRA adapters and control vector.
+    pub adapters: &'m Adapters,
+    /// Adapter tensors the graph reads ([`Graph::adapter_tensors`]).
+    pub adapter_tensors: Vec<Arc<AdapterTensor>>,
+    /// An adapter that did not fit the graph (the build fails with it).
+    pub adapter_error: Option<BuildError>,
 }
+
+/// No adapters (a graph built outside a context).
+static NO_ADAPTERS: Adapters = Adapters {
+    loras: Vec::new(),
+    cvec: None,
+};
 
 impl<'m> Builder<'m> {
     pub fn new(
@@ -162,7 +177,69 @@ impl<'m> Builder<'m> {
             rope_mode: RopeMode::Norm,
             nodes: Vec::new(),
             weights: Vec::new(),
+            adapters: &NO_ADAPTERS,
+            adapter_tensors: Vec::new(),
+            adapter_error: None,
         }
+    }
+
+    /// Index of adapter tensor `t` in the graph's list (added once).
+    fn adapter_tensor(&mut self, t: &Arc<AdapterTensor>) -> usize {
+        if let Some(i) = self.adapter_tensors.iter().position(|x| Arc::ptr_eq(x, t)) {
+            return i;
+        }
+        self.adapter_tensors.push(Arc::clone(t));
+        self.adapter_tensors.len() - 1
+    }
+
+    /// MUL_MAT by an adapter tensor (`t` is [k, n], `x` [k, m] → [n, m]).
+    fn mul_mat_adapter(&mut self, t: &Arc<AdapterTensor>, x: NodeId) -> NodeId {
+        let n = t.ne[1] as usize;
+        let m = self.ne1(x);
+        let t = self.adapter_tensor(t);
+        self.push("mul_mat", Op::MulMatAdapter { t, x }, n, m)
+    }
+
+    /// Adds each LoRA adapter's `scale · B (A x)` for weight `w` to `y` (upstream's loop in
+    /// `build_lora_mm`).
+    /// A pair that cannot multiply `x` is left out and recorded in `adapter_error`, which
+    /// fails the build.
+    fn add_lora(&mut self, w: WeightId, x: NodeId, mut y: NodeId) -> NodeId {
+        let adapters = self.adapters;
+        if adapters.loras.is_empty() {
+            return y;
+        }
+        let name = self.weights[w.0].name.clone();
+        for (lora, adapter_scale) in &adapters.loras {
+            let Some(lw) = lora.weights.get(&name) else {
+                continue;
+            };
+            if lw.a.ne[0] as usize != self.ne0(x) {
+                // the tied output of a token-embedding adapter (upstream asserts here)
+                self.adapter_error.get_or_insert(BuildError::Invalid(format!(
+                    "the LoRA factors of '{name}' cannot multiply this input (a token-embedding adapter on a tied output)"
+                )));
+                continue;
+            }
+            let scale = lw.scale(lora.alpha, *adapter_scale);
+            let ax = self.mul_mat_adapter(&lw.a, x);
+            let bax = self.mul_mat_adapter(&lw.b, ax);
+            let d = self.scale(bax, scale);
+            y = self.add(y, Operand::Node(d));
+        }
+        y
+    }
+
+    /// The layer output with the control vector's direction for layer `il` added, when the
+    /// context has one for it (upstream's `build_cvec`).
+    pub fn cvec(&mut self, x: NodeId, il: usize) -> NodeId {
+        let Some(t) = self.adapters.cvec.as_ref().and_then(|c| c.tensor_for(il)) else {
+            return x;
+        };
+        let t = Arc::clone(t);
+        let t = self.adapter_tensor(&t);
+        let (n0, n1) = (self.ne0(x), self.ne1(x));
+        self.push("add", Op::AddAdapter { a: x, t }, n0, n1)
     }
 
     /// A weight by name, checked against the expected shape (trailing 1s may be omitted).
@@ -241,7 +318,22 @@ impl<'m> Builder<'m> {
         if self.embd_input {
             return self.push("inp_embd", Op::InputEmbd, n, self.n_tokens);
         }
-        self.push("inp_embd", Op::GetRowsTokens { table }, n, self.n_tokens)
+        let mut cur = self.push("inp_embd", Op::GetRowsTokens { table }, n, self.n_tokens);
+        let adapters = self.adapters;
+        let name = self.weights[table.0].name.clone();
+        for (lora, adapter_scale) in &adapters.loras {
+            let Some(lw) = lora.weights.get(&name) else {
+                continue;
+            };
+            let scale = lw.scale(lora.alpha, *adapter_scale);
+            let rank = lw.a.ne[0] as usize;
+            let a = self.adapter_tensor(&lw.a);
+            let rows = self.push("get_rows", Op::GetRowsAdapter { t: a }, rank, self.n_tokens);
+            let d = self.mul_mat_adapter(&lw.b, rows);
+            let d = self.scale(d, scale);
+            cur = self.add(cur, Operand::Node(d));
+        }
+        cur
     }
 
     pub fn get_rows_out(&mut self, src: NodeId) -> NodeId {
@@ -257,10 +349,11 @@ impl<'m> Builder<'m> {
     /// the model has one, as upstream's `build_lora_mm`.
     pub fn mul_mat(&mut self, w: WeightId, x: NodeId) -> NodeId {
         let y = self.mul_mat_raw(w, x);
-        match self.scale_of(w, 1) {
+        let y = match self.scale_of(w, 1) {
             Some(s) => self.mul(y, Operand::Weight(s)),
             None => y,
-        }
+        };
+        self.add_lora(w, x, y)
     }
 
     /// MUL_MAT alone.
@@ -273,6 +366,7 @@ impl<'m> Builder<'m> {
     /// per-tensor scale when `scaled` (the reverse order of `build_lora_mm`).
     fn ffn_proj(&mut self, w: WeightId, b: Option<WeightId>, x: NodeId, scaled: bool) -> NodeId {
         let mut y = self.mul_mat_raw(w, x);
+        y = self.add_lora(w, x, y);
         if let Some(b) = b {
             y = self.add(y, Operand::Weight(b));
         }
@@ -1088,6 +1182,7 @@ impl<'m> Builder<'m> {
             shape,
             nodes: self.nodes,
             weights: self.weights,
+            adapter_tensors: self.adapter_tensors,
             logits,
             embd,
             arena_len,

@@ -419,6 +419,50 @@ impl CpuExecutor {
                     }
                 }
             }
+            Op::MulMatAdapter { t, x } => {
+                let at = &g.adapter_tensors[*t];
+                let (k, n) = (at.ne[0] as usize, at.ne[1] as usize);
+                let m = nodes[*x].ne1;
+                let (dst, [xs]) = carve(&mut self.arena, dst_r, [range(&nodes[*x])]);
+                kernel_api::mul_mat(
+                    at.ggml_type,
+                    &at.bytes,
+                    n,
+                    k,
+                    xs,
+                    m,
+                    dst,
+                    n,
+                    0,
+                    &self.pool,
+                    &mut self.mat,
+                );
+            }
+            Op::GetRowsAdapter { t } => {
+                let at = &g.adapter_tensors[*t];
+                let row_bytes = at.ggml_type.row_size(at.ne[0]).unwrap_or(0) as usize;
+                let (dst, []) = carve(&mut self.arena, dst_r, []);
+                for (i, &id) in inp.tokens.iter().enumerate() {
+                    let row = id as usize;
+                    kernel_api::dequantize_row(
+                        at.ggml_type,
+                        &at.bytes[row * row_bytes..(row + 1) * row_bytes],
+                        &mut dst[i * ne0..(i + 1) * ne0],
+                    );
+                }
+            }
+            Op::AddAdapter { a, t } => {
+                let at = &g.adapter_tensors[*t];
+                self.wvec.resize(ne0, 0.0);
+                kernel_api::dequantize_row(at.ggml_type, &at.bytes, &mut self.wvec);
+                let w = &self.wvec[..];
+                let (dst, [s]) = carve(&mut self.arena, dst_r, [range(&nodes[*a])]);
+                for (d, x) in dst.chunks_exact_mut(ne0).zip(s.chunks_exact(ne0)) {
+                    for ((d, &x), &y) in d.iter_mut().zip(x).zip(w) {
+                        *d = x + y;
+                    }
+                }
+            }
             Op::GetRowsPos { table } => {
                 let w = &g.weights[table.0];
                 let st = model.tensors.at(w.tensor).read();

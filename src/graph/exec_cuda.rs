@@ -249,6 +249,8 @@ impl CudaExecutor {
         }
         let kernel = match &node.op {
             Op::Hadamard { .. } | Op::AttnTempScale { .. } | Op::InputEmbd => false,
+            // adapters' factors stay in host memory: their products run on the CPU
+            Op::MulMatAdapter { .. } | Op::GetRowsAdapter { .. } | Op::AddAdapter { .. } => false,
             Op::MulRep { .. } | Op::SsmConv { .. } | Op::SsmScan { .. } => false,
             Op::Gelu { .. }
             | Op::Relu { .. }
@@ -850,6 +852,9 @@ impl CudaExecutor {
             Op::InputEmbd
             | Op::Hadamard { .. }
             | Op::AttnTempScale { .. }
+            | Op::MulMatAdapter { .. }
+            | Op::GetRowsAdapter { .. }
+            | Op::AddAdapter { .. }
             | Op::Gelu { .. }
             | Op::Relu { .. }
             | Op::Sqr { .. }

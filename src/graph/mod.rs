@@ -97,6 +97,13 @@ pub enum Op {
     GetRowsPos { table: WeightId },
     /// MUL_MAT(w, x): `w` is [k, n] (n rows of k), `x` [k, m] → [n, m].
     MulMat { w: WeightId, x: NodeId },
+    /// MUL_MAT(t, x) by adapter tensor `t` ([`Graph::adapter_tensors`], `[k, n]`), `x`
+    /// `[k, m]` → `[n, m]`: the LoRA factors of `build_lora_mm`.
+    MulMatAdapter { t: usize, x: NodeId },
+    /// GET_ROWS(t, inp_tokens) of adapter tensor `t`: a token-embedding adapter's rows of A.
+    GetRowsAdapter { t: usize },
+    /// ADD of adapter vector `t` to every row of `a`: a control vector's layer direction.
+    AddAdapter { a: NodeId, t: usize },
     /// MUL_MAT_ID(w, x, ids): `w` is [k, n, n_expert]; `ids` [n_used, T] expert ids; `x` is
     /// [k, T] (broadcast to every slot) or [k, n_used*T] → [n, n_used*T]; each expert's
     /// rows times its per-expert scale when `scale` (`[n_expert]`) is given.
@@ -273,6 +280,9 @@ pub struct Graph {
     pub shape: GraphShape,
     pub nodes: Vec<Node>,
     pub weights: Vec<WeightRef>,
+    /// LoRA factors and control-vector directions the graph reads
+    /// ([`Op::MulMatAdapter`], [`Op::GetRowsAdapter`], [`Op::AddAdapter`]).
+    pub adapter_tensors: Vec<std::sync::Arc<crate::model::adapter::AdapterTensor>>,
     /// [n_vocab, n_outputs].
     pub logits: Option<NodeId>,
     /// [n_embd, n_outputs]: the final normed hidden state.
@@ -310,7 +320,12 @@ impl Op {
             Operand::Weight(_) => None,
         };
         match self {
-            Op::GetRowsTokens { .. } | Op::GetRowsPos { .. } | Op::InputEmbd => vec![],
+            Op::GetRowsTokens { .. }
+            | Op::GetRowsPos { .. }
+            | Op::InputEmbd
+            | Op::GetRowsAdapter { .. } => vec![],
+            Op::MulMatAdapter { x, .. } => vec![*x],
+            Op::AddAdapter { a, .. } => vec![*a],
             Op::GetRowsOut { src }
             | Op::RmsNorm { src, .. }
             | Op::Norm { src, .. }
@@ -381,6 +396,10 @@ impl Op {
             Op::Sigmoid { .. } => ("UNARY", Some("SIGMOID")),
             Op::MulMat { .. } | Op::MulMatHeads { .. } | Op::Hadamard { .. } => ("MUL_MAT", None),
             Op::MulMatId { .. } => ("MUL_MAT_ID", None),
+            // a LoRA factor's product, a token-embedding adapter's rows, a control vector
+            Op::MulMatAdapter { .. } => ("MUL_MAT", None),
+            Op::GetRowsAdapter { .. } => ("GET_ROWS", None),
+            Op::AddAdapter { .. } => ("ADD", None),
             Op::Rope { .. } => ("ROPE", None),
             Op::SetRows { .. } | Op::GroupMask { .. } => ("SET_ROWS", None),
             Op::FlashAttnExt { .. } => ("FLASH_ATTN_EXT", None),

@@ -2,7 +2,18 @@
 //! `llama_model::load_hparams` and the per-arch `load_arch_hparams` do, and combined with
 //! the context's overrides (rope, yarn) as upstream's `llama_context` constructor does.
 
+use std::sync::Arc;
+
+use crate::model::adapter::{ControlVector, LoraAdapter};
 use crate::model::Model;
+
+/// The adapters a context computes with: LoRA adapters with their scales (non-zero, in the
+/// order set) and the control vector.
+#[derive(Clone, Debug, Default)]
+pub struct Adapters {
+    pub loras: Vec<(Arc<LoraAdapter>, f32)>,
+    pub cvec: Option<Arc<ControlVector>>,
+}
 
 /// `enum llama_rope_scaling_type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! The loaded model: metadata, hyperparameters, vocabulary and tensors.
 #![forbid(unsafe_code)]
 
+pub mod adapter;
 pub mod arch;
 pub mod derived;
 pub mod ftype;

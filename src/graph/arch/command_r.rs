@@ -71,6 +71,7 @@ pub fn graph_with(b: &mut Builder, sliding: bool) -> Result<Outputs, BuildError>
         let cur = b.ffn_layer(il, x, ffn)?;
         let cur = b.add(cur, Operand::Node(inp));
         inp = b.add(cur, Operand::Node(attn_out));
+        inp = b.cvec(inp, il);
     }
     let norm = b.weight("output_norm.weight", &[n_embd])?;
     let embd = b.layer_norm(inp, Some(norm), None, hp.eps_norm);

@@ -95,6 +95,7 @@ pub fn graph_with(b: &mut Builder, n_ff_shexp: usize) -> Result<Outputs, BuildEr
             b.add(routed, Operand::Node(shared))
         };
         inp = b.add(cur, Operand::Node(ffn_inp));
+        inp = b.cvec(inp, il);
     }
     let n_vocab = hp.n_vocab as i64;
     let output = b.weight("output.weight", &[n_embd, n_vocab])?;

@@ -76,6 +76,7 @@ pub fn graph_with(b: &mut Builder, moe: bool) -> Result<Outputs, BuildError> {
             b.ffn_layer(il, x, plain)?
         };
         inp = b.add(cur, Operand::Node(ffn_inp));
+        inp = b.cvec(inp, il);
     }
     b.rms_output(inp, tok_embd, false)
 }

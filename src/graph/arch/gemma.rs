@@ -44,6 +44,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         };
         let cur = b.ffn_layer(il, cur, ffn)?;
         inp = b.add(cur, Operand::Node(sa_out));
+        inp = b.cvec(inp, il);
     }
     let norm = b.weight("output_norm.weight", &[n_embd])?;
     let embd = b.rms_norm(inp, Some(norm), hp.eps_rms);

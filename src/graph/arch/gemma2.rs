@@ -65,6 +65,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let cur = b.ffn_layer(il, cur, ffn)?;
         let cur = b.rms_norm(cur, Some(post_ffw), hp.eps_rms);
         inp = b.add(cur, Operand::Node(sa_out));
+        inp = b.cvec(inp, il);
     }
     let norm = b.weight("output_norm.weight", &[n_embd])?;
     let embd = b.rms_norm(inp, Some(norm), hp.eps_rms);

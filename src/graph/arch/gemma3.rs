@@ -84,6 +84,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let cur = b.ffn(cur, up, None, gate, None, down, None, GluKind::Geglu, false);
         let cur = b.rms_norm(cur, Some(post_ffw), hp.eps_rms);
         inp = b.add(cur, Operand::Node(sa_out));
+        inp = b.cvec(inp, il);
     }
     let embd = b.rms_norm(inp, Some(output_norm), hp.eps_rms);
     let mut logits = b.mul_mat(output, embd);

@@ -101,6 +101,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             }
         };
         inp = b.add(cur, Operand::Node(ffn_inp));
+        inp = b.cvec(inp, il);
     }
     b.rms_output(inp, tok_embd, false)
 }

@@ -68,6 +68,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let routed = b.moe_layer(il, x, hp.n_ff_exp, moe)?;
         let cur = b.add(routed, Operand::Node(shared));
         inp = b.add(cur, Operand::Node(ffn_inp));
+        inp = b.cvec(inp, il);
     }
     b.rms_output(inp, tok_embd, false)
 }

@@ -80,6 +80,7 @@ pub fn graph_ffn(b: &mut Builder, ffn: Ffn) -> Result<Outputs, BuildError> {
             b.moe_layer(il, cur, hp.n_ff[il], moe)?
         };
         inp = b.add(cur, Operand::Node(ffn_inp));
+        inp = b.cvec(inp, il);
     }
     b.rms_output(inp, tok_embd, false)
 }

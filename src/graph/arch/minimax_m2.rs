@@ -78,6 +78,7 @@ pub fn graph_with(b: &mut Builder, moe: Moe, k_norm_len: i64) -> Result<Outputs,
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let cur = b.moe_layer(il, x, hp.n_ff[il], moe)?;
         inp = b.add(cur, Operand::Node(ffn_inp));
+        inp = b.cvec(inp, il);
     }
     let n_vocab = hp.n_vocab as i64;
     let output = b.weight("output.weight", &[n_embd, n_vocab])?;

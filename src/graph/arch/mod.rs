@@ -88,7 +88,7 @@ pub use def::{check_mrope_text, mrope_text_is_neox, no_hparams, ArchDef, Keys, M
 
 use super::builder::BuildError;
 use super::builder::Builder;
-use super::params::{ArchParams, RopeConfig};
+use super::params::{Adapters, ArchParams, RopeConfig};
 use super::{Graph, GraphShape, RopeMode};
 use crate::model::Model;
 
@@ -205,6 +205,7 @@ pub fn build(
     shape: GraphShape,
     n_ctx_seq: u32,
     kv_rot: (usize, usize),
+    adapters: &Adapters,
 ) -> Result<Graph, BuildError> {
     let def = lookup(&model.arch).ok_or_else(|| BuildError::UnsupportedArch(model.arch.clone()))?;
     let mut b = Builder::new(model, hp, rope, shape.n_tokens, shape.n_outputs);
@@ -212,7 +213,11 @@ pub fn build(
     b.kv_rot = kv_rot;
     b.n_ctx_seq = n_ctx_seq;
     b.rope_mode = rope_mode(def, hp);
+    b.adapters = adapters;
     let out = (def.graph)(&mut b)?;
+    if let Some(err) = b.adapter_error.take() {
+        return Err(err);
+    }
     Ok(b.finish(shape, Some(out.logits), Some(out.embd)))
 }
 

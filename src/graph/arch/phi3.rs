@@ -86,6 +86,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         );
         let ffn_out = b.mul_mat_raw(down, h);
         inp = b.add(residual, Operand::Node(ffn_out));
+        inp = b.cvec(inp, il);
     }
     let mut embd = b.rms_norm(inp, Some(output_norm), hp.eps_rms);
     if let Some(bias) = output_norm_b {

@@ -46,6 +46,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let cur = b.ffn_layer(il, x, ffn)?;
         let cur = b.add(cur, Operand::Node(sa_out));
         inp = b.add(cur, Operand::Node(inp));
+        inp = b.cvec(inp, il);
     }
     let norm = b.weight("output_norm.weight", &[n_embd])?;
     let output = b.weight("output.weight", &[n_embd, hp.n_vocab as i64])?;

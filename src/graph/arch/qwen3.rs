@@ -64,6 +64,7 @@ pub fn graph_with(b: &mut Builder, scaled: bool) -> Result<Outputs, BuildError> 
             b.moe_layer(il, cur, n_ff, moe)?
         };
         inp = b.add(cur, Operand::Node(ffn_inp));
+        inp = b.cvec(inp, il);
     }
     b.rms_output(inp, tok_embd, false)
 }

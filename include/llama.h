@@ -921,7 +921,9 @@ struct llama_sampler_chain_params llama_sampler_chain_default_params(void);
 // Quantization itself is `llama_model_quantize` (src/ffi/quantize.rs).
 struct llama_model_quantize_params llama_model_quantize_default_params(void);
 
-// Initializes the library. Nothing needs initializing; safe to call any number of times.
+// Initializes the library: reads the CPU kernel mode (`LLAMA_HOTSWAP_EXACT=1`: upstream's
+// portable build bit for bit; otherwise the fastest kernels for this CPU) and logs it with
+// the ISA level, once. Safe to call any number of times.
 void llama_backend_init(void);
 
 // Counterpart of `llama_backend_init`; nothing to release.
@@ -958,7 +960,9 @@ bool llama_supports_gpu_offload(void);
 bool llama_supports_rpc(void);
 
 // A description of the library's features, in upstream's `"<REG> : <name> = <value> | "`
-// form. The string is static and owned by the library.
+// form: the version, the CPU kernels' ISA level and mode (`KERNELS = fast`, or `exact` with
+// `LLAMA_HOTSWAP_EXACT=1`) and the CPU's x86 features. The string is static and owned by the
+// library.
 const char *llama_print_system_info(void);
 
 // Sets the log callback for everything the library logs; NULL restores the default
@@ -2056,17 +2060,20 @@ size_t llama_state_seq_set_data_ext(struct llama_context *ctx,
                                     llama_seq_id dest_seq_id,
                                     llama_state_seq_flags flags);
 
-// Upstream: makes the context compute with the given ggml threadpools (`threadpool` for
-// single-token generation, `threadpool_batch` for batches) instead of its own.
-// Not supported by llama-hotswap yet: logs once and returns. Nothing is attached; the
-// threadpools stay owned by the caller and are never dereferenced.
+// Makes the context compute with at most the thread count of the given ggml threadpools
+// (`threadpool` for single-token decodes, `threadpool_batch` for batches, `threadpool` when
+// it is NULL), as upstream's CPU backend runs a graph on at most the pool's threads.
+// llama-hotswap runs the work on its own workers, that many; the pools stay the caller's and are only asked their count (libggml-cpu's
+// `ggml_threadpool_get_n_threads`). Where that getter is missing (libggml-cpu of upstream's
+// pinned commit declares it but does not export it) the count cannot be read: one log line,
+// and the context computes with its own thread counts (the same as the pool's when the
+// program made the pool with its `n_threads`, as common and llama-bench do).
 void llama_attach_threadpool(struct llama_context *ctx,
                              ggml_threadpool_t threadpool,
                              ggml_threadpool_t threadpool_batch);
 
-// Upstream: detaches the threadpools set with `llama_attach_threadpool`, so the context
-// goes back to its own.
-// Not supported by llama-hotswap yet: logs once and returns.
+// Detaches the threadpools set with `llama_attach_threadpool`: the context computes with
+// its own thread counts (`n_threads`, `n_threads_batch`) again.
 void llama_detach_threadpool(struct llama_context *ctx);
 
 // Tokenizes `text_len` bytes of `text` into `tokens` (at most `n_tokens_max`), adding

@@ -12,7 +12,8 @@
 #  * llama-perplexity: final PPL within 0.1% of upstream's (4 chunks of 128); KLD mode with a
 #    base-logits file written by upstream and one written by ours: mean KLD < 1e-3, same top
 #    token >= 99% (each side reading the other's file);
-#  * llama-completion, greedy, non-interactive: the same text;
+#  * llama-completion, greedy, non-interactive: the same text; common's threadpools accepted
+#    (with a log line: their thread count cannot be read);
 #  * llama-tokenize: the same ids;
 #  * llama-bench and llama-batched-bench: run and print their tables;
 #  * llama-imatrix (cb_eval): the imatrix file ours writes equals upstream's byte for byte on
@@ -121,6 +122,17 @@ if run2 completion "$tools/llama-completion" -m "$model" -p "The capital of Fran
         ok "llama-completion greedy: the same text ($(wc -c <"$out/completion-ours.out") bytes: $(head -c 60 "$out/completion-ours.out" | tr '\n' ' ')...)"
     else
         bad "llama-completion greedy: texts differ"; diff "$out/completion-upstream.out" "$out/completion-ours.out" | head
+    fi
+fi
+
+# llama_attach_threadpool: common's threadpools (libggml-cpu's, -t 2) are accepted; upstream's
+# libggml-cpu exports no thread-count getter, so ours says it computes with the context's counts.
+if [ -s "$out/completion-ours.err" ]; then
+    if grep -q "llama_attach_threadpool: accepted, but the pool's thread count cannot be read" "$out/completion-ours.err" \
+        && ! grep -q "llama_attach_threadpool: not supported" "$out/completion-ours.err"; then
+        ok "llama_attach_threadpool: common's threadpools accepted (the context's thread counts; one log line)"
+    else
+        bad "llama_attach_threadpool: no 'accepted' line in $out/completion-ours.err"
     fi
 fi
 

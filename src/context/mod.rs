@@ -122,6 +122,17 @@ struct UbatchData {
     per_stream: Vec<u32>,
 }
 
+/// Upstream's CPU backend with a threadpool attached: the context's count, at most the
+/// pool's (`ggml_graph_compute` warns and caps), and the pool's when the count is not positive
+/// (`ggml_graph_plan`).
+fn pool_capped(n_threads: i32, pool: Option<i32>) -> i32 {
+    match pool {
+        Some(p) if n_threads <= 0 => p,
+        Some(p) => n_threads.min(p),
+        None => n_threads,
+    }
+}
+
 /// The abort callback: polled between micro-batches and between graph nodes.
 pub type AbortFn = Box<dyn FnMut() -> bool + Send>;
 
@@ -165,6 +176,9 @@ pub struct Engine {
     /// LoRA adapters and control vector the graphs compute with (set through
     /// [`Context::set_loras`] and [`Context::set_cvec`], which drop the cached graph).
     adapters: Adapters,
+    /// Thread counts of the attached ggml threadpools (single token, batch), which cap
+    /// `n_threads` / `n_threads_batch` as in upstream's CPU backend.
+    pool_threads: (Option<i32>, Option<i32>),
 }
 
 impl std::fmt::Debug for Engine {
@@ -685,6 +699,7 @@ impl Context {
                 n_graph_builds: 0,
                 state_aside: std::collections::HashMap::new(),
                 adapters: Adapters::default(),
+                pool_threads: (None, None),
             }),
             model,
             hp,
@@ -723,6 +738,11 @@ impl Context {
 
     pub fn n_vocab(&self) -> usize {
         self.hp.n_vocab
+    }
+
+    /// The thread counts of attached threadpools (None: the context's own count).
+    pub fn set_pool_threads(&self, single: Option<i32>, batch: Option<i32>) {
+        self.engine().pool_threads = (single, batch);
     }
 
     /// Upstream's `set_adapters_lora`: the adapters with a non-zero scale, in the order
@@ -1013,9 +1033,9 @@ impl Context {
             flash_attn: e.cparams.flash_attn,
         };
         let threads = if n == 1 {
-            e.cparams.n_threads
+            pool_capped(e.cparams.n_threads, e.pool_threads.0)
         } else {
-            e.cparams.n_threads_batch
+            pool_capped(e.cparams.n_threads_batch, e.pool_threads.1)
         };
         // llama_set_n_threads takes any count: at most MAX_THREADS run
         e.exec

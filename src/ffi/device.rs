@@ -220,6 +220,7 @@ macro_rules! ggml_fns {
 }
 
 ggml_fns! {
+    ggml_threadpool_get_n_threads: unsafe extern "C" fn(ggml_threadpool_t) -> std::ffi::c_int;
     ggml_backend_dev_count: unsafe extern "C" fn() -> usize;
     ggml_backend_dev_get: unsafe extern "C" fn(usize) -> ggml_backend_dev_t;
     ggml_backend_dev_by_name: unsafe extern "C" fn(*const c_char) -> ggml_backend_dev_t;
@@ -240,6 +241,17 @@ ggml_fns! {
 
 /// Whether upstream's libggml is loaded in this process (then the program's device handles
 /// are libggml's).
+/// The thread count of a ggml threadpool (libggml-cpu's `ggml_threadpool_get_n_threads`),
+/// when libggml-cpu is loaded in the process; None otherwise.
+///
+/// # Safety
+/// `pool` must be a live threadpool made by that libggml-cpu (`ggml_threadpool_new`).
+pub(crate) unsafe fn threadpool_n_threads(pool: ggml_threadpool_t) -> Option<i32> {
+    let f = libggml::ggml_threadpool_get_n_threads()?;
+    // SAFETY: libggml-cpu's own function on a pool it made, per the caller's contract.
+    Some(unsafe { f(pool) })
+}
+
 pub(crate) fn libggml_loaded() -> bool {
     libggml::ggml_backend_dev_get().is_some() && libggml::ggml_backend_dev_count().is_some()
 }

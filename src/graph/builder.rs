@@ -551,6 +551,25 @@ impl<'m> Builder<'m> {
         self.push("scale", Op::Scale { src, s }, n0, n1)
     }
 
+    /// DIV, elementwise.
+    pub fn div(&mut self, a: NodeId, b: NodeId) -> NodeId {
+        let (n0, n1) = (self.ne0(a), self.ne1(a));
+        self.push(
+            "div",
+            Op::Div {
+                a,
+                b: Operand::Node(b),
+            },
+            n0,
+            n1,
+        )
+    }
+
+    pub fn sigmoid(&mut self, src: NodeId) -> NodeId {
+        let (n0, n1) = (self.ne0(src), self.ne1(src));
+        self.push("sigmoid", Op::Sigmoid { src }, n0, n1)
+    }
+
     pub fn tanh(&mut self, src: NodeId) -> NodeId {
         let (n0, n1) = (self.ne0(src), self.ne1(src));
         self.push("tanh", Op::Tanh { src }, n0, n1)
@@ -603,6 +622,21 @@ impl<'m> Builder<'m> {
         self.nodes[y].ne0 = n0;
         self.nodes[y].ne1 = n1;
         y
+    }
+
+    /// RMS_NORM of each head (`head_dim` values) of a [n_head*head_dim, T] node, no weight
+    /// (llama4's Q/K norms).
+    pub fn head_rms_norm_plain(&mut self, x: NodeId, head_dim: usize, eps: f32) -> NodeId {
+        let (n0, n1) = (self.ne0(x), self.ne1(x));
+        let y = self.push(
+            "rms_norm",
+            Op::RmsNorm { src: x, eps },
+            head_dim,
+            (n0 / head_dim) * n1,
+        );
+        // the RESHAPE back to [n_head*head_dim, T] (a copy: nodes carry their own shape;
+        // times 1 leaves every value as it is)
+        self.push("reshape", Op::Scale { src: y, s: 1.0 }, n0, n1)
     }
 
     /// NORM (LayerNorm without bias) of each head (`head_dim` values) of a
@@ -893,6 +927,20 @@ impl<'m> Builder<'m> {
     /// `build_moe_ffn`: route (gating, selection bias, expert groups, top-k), weigh
     /// (normalise, scale), run the selected experts (GLU), sum.
     pub fn moe_ffn(&mut self, x: NodeId, w: MoeWeights, n_used: usize, m: Moe) -> NodeId {
+        self.moe_ffn_with(x, w, n_used, m, false)
+    }
+
+    /// [`Builder::moe_ffn`], or with `weight_before` upstream's llama4 path: experts chosen
+    /// by the router's logits, the input weighted per slot before the experts, and their
+    /// outputs summed unweighted.
+    pub fn moe_ffn_with(
+        &mut self,
+        x: NodeId,
+        w: MoeWeights,
+        n_used: usize,
+        m: Moe,
+        weight_before: bool,
+    ) -> NodeId {
         let t = self.ne1(x);
         let mut logits = self.mul_mat(w.gate_inp, x);
         if let Some(b) = w.gate_inp_b {
@@ -909,6 +957,10 @@ impl<'m> Builder<'m> {
             Some(bias) => self.add(probs, Operand::Weight(bias)),
             None => probs,
         };
+        if weight_before {
+            // llama4 selects by the logits (sigmoid comes after the top-k)
+            selection = logits;
+        }
         let (n_groups, n_group_used) = m.groups;
         if n_groups > 1 {
             let op = Op::GroupMask {
@@ -939,6 +991,16 @@ impl<'m> Builder<'m> {
         }
         let n_embd = self.weights[w.down.0].ne[1] as usize;
         let n_ff = self.weights[w.down.0].ne[0] as usize;
+        let x = if weight_before {
+            let op = Op::MulSlots {
+                src: x,
+                weights: wts,
+                n_used,
+            };
+            self.push("moe_weighted", op, n_embd, n_used * t)
+        } else {
+            x
+        };
         let n_exp = self.weights[w.down.0].ne[2];
         let scale = |b: &mut Self, e: Option<WeightId>| match (e, m.exp_scales) {
             (Some(e), true) => b.scale_of(e, n_exp),
@@ -991,6 +1053,13 @@ impl<'m> Builder<'m> {
         let mut experts = mm_id(self, "moe_down", w.down, par, down_s);
         if let Some((_, _, db)) = w.exp_b {
             experts = self.add_id(experts, db, ids);
+        }
+        if weight_before {
+            let op = Op::SumSlots {
+                src: experts,
+                n_used,
+            };
+            return self.push("moe_out", op, n_embd, t);
         }
         self.push(
             "moe_out",
@@ -1106,6 +1175,18 @@ impl<'m> Builder<'m> {
         n_ff: usize,
         m: Moe,
     ) -> Result<NodeId, BuildError> {
+        self.moe_layer_with(il, x, n_ff, m, false)
+    }
+
+    /// [`Builder::moe_layer`] with [`Builder::moe_ffn_with`]'s `weight_before` (llama4).
+    pub fn moe_layer_with(
+        &mut self,
+        il: usize,
+        x: NodeId,
+        n_ff: usize,
+        m: Moe,
+        weight_before: bool,
+    ) -> Result<NodeId, BuildError> {
         let n_embd = self.hp.n_embd as i64;
         let (n_ff, n_exp) = (n_ff as i64, self.hp.n_expert as i64);
         let gate_inp = self.lw(il, "ffn_gate_inp.weight", &[n_embd, n_exp])?;
@@ -1145,7 +1226,7 @@ impl<'m> Builder<'m> {
             gate_up,
             down,
         };
-        Ok(self.moe_ffn(x, w, self.hp.n_expert_used, m))
+        Ok(self.moe_ffn_with(x, w, self.hp.n_expert_used, m, weight_before))
     }
 
     /// The final norm (`output_norm`, RMS) and the output projection (`output.weight` or

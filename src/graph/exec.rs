@@ -562,6 +562,17 @@ impl CpuExecutor {
                             [range(&nodes[*a]), range(&nodes[*bn])],
                         );
                         let same = o.len() == s.len();
+                        if bl == 1 && ne0 > 1 {
+                            // one value per row ([1, T]): broadcast along the row
+                            for ((d, x), &y) in
+                                dst.chunks_exact_mut(ne0).zip(s.chunks_exact(ne0)).zip(o)
+                            {
+                                for (d, &x) in d.iter_mut().zip(x) {
+                                    *d = f(x, y);
+                                }
+                            }
+                            return Ok(());
+                        }
                         kernel_api::for_row_runs(&self.pool, dst, bl, &|first, dst, _| {
                             let at = first * bl;
                             if same {
@@ -644,6 +655,7 @@ impl CpuExecutor {
                 src,
                 floor_scale,
                 scale,
+                offset,
             } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
                 for (t, (d, x)) in dst
@@ -653,7 +665,8 @@ impl CpuExecutor {
                 {
                     // computed in double then rounded, as upstream's set_input
                     let pos = inp.pos[t] as f32;
-                    let f = ((((pos / floor_scale).floor()) as f64 + 1.0).ln() * *scale as f64
+                    let f = (((((pos + offset) / floor_scale).floor()) as f64 + 1.0).ln()
+                        * *scale as f64
                         + 1.0) as f32;
                     for (d, &v) in d.iter_mut().zip(x) {
                         *d = v * f;
@@ -1072,6 +1085,39 @@ impl CpuExecutor {
                     let sum: f32 = r.iter().sum::<f32>().max(6.103515625e-5);
                     for (d, &v) in d.iter_mut().zip(r) {
                         *d = v / sum;
+                    }
+                }
+            }
+            Op::MulSlots {
+                src,
+                weights,
+                n_used,
+            } => {
+                let n = nodes[*src].ne0;
+                let (dst, [x, w]) = carve(
+                    &mut self.arena,
+                    dst_r,
+                    [range(&nodes[*src]), range(&nodes[*weights])],
+                );
+                for (slot, d) in dst.chunks_exact_mut(n).enumerate() {
+                    let (t, wi) = (slot / n_used, w[slot]);
+                    for (d, &v) in d.iter_mut().zip(&x[t * n..(t + 1) * n]) {
+                        *d = v * wi;
+                    }
+                }
+            }
+            Op::SumSlots { src, n_used } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (t, d) in dst.chunks_exact_mut(ne0).enumerate() {
+                    for i in 0..*n_used {
+                        let row = &x[(t * n_used + i) * ne0..(t * n_used + i + 1) * ne0];
+                        if i == 0 {
+                            d.copy_from_slice(row);
+                        } else {
+                            for (d, &v) in d.iter_mut().zip(row) {
+                                *d += v;
+                            }
+                        }
                     }
                 }
             }

@@ -266,11 +266,18 @@ impl CudaExecutor {
             | Op::MulMatHeads { .. }
             | Op::GroupMask { .. }
             | Op::AddId { .. }
+            | Op::MulSlots { .. }
+            | Op::SumSlots { .. }
             | Op::Glu {
                 kind: GluKind::SwigluOai,
                 ..
             } => false,
             Op::TopK { src, .. } => g.nodes[*src].ne0 <= 1024,
+            // one value per row broadcast along the row: no CUDA kernel yet
+            Op::Mul {
+                a,
+                b: Operand::Node(bn),
+            } => !(g.nodes[*bn].ne0 == 1 && g.nodes[*a].ne0 > 1),
             Op::MulMat { x, .. } | Op::MulMatId { x, .. } => g.nodes[*x].ne0 % 32 == 0,
             _ => true,
         };
@@ -526,6 +533,8 @@ impl CudaExecutor {
             | Op::ConcatHeads { .. }
             | Op::MulMatHeads { .. }
             | Op::GroupMask { .. }
+            | Op::MulSlots { .. }
+            | Op::SumSlots { .. }
             | Op::AddId { .. }
             | Op::MulRep { .. }
             | Op::SsmConv { .. }

@@ -68,7 +68,8 @@ pub enum Op {
     RmsNorm { src: NodeId, eps: f32 },
     /// NORM (layer norm without affine part).
     Norm { src: NodeId, eps: f32 },
-    /// MUL, `b` broadcast over rows.
+    /// MUL, `b` broadcast over rows (a node operand of one value per row, `[1, T]`,
+    /// broadcasts along the row instead).
     Mul { a: NodeId, b: Operand },
     /// ADD, `b` broadcast over rows.
     Add { a: NodeId, b: Operand },
@@ -169,7 +170,20 @@ pub enum Op {
         src: NodeId,
         floor_scale: f32,
         scale: f32,
+        /// Added to the position first (upstream's `f_attn_temp_offset`; llama4: 1).
+        offset: f32,
     },
+    /// REPEAT + MUL of `build_moe_ffn`'s weights-before-the-experts path (llama4): each
+    /// token's row `[n, T]` repeated into its `n_used` slots, each slot times its weight
+    /// (`weights` `[n_used, T]`) → `[n, n_used*T]`.
+    MulSlots {
+        src: NodeId,
+        weights: NodeId,
+        n_used: usize,
+    },
+    /// The VIEW + ADD chain that sums the experts' slots: `[n, n_used*T] → [n, T]`, slot 0
+    /// plus slot 1 plus ... in order.
+    SumSlots { src: NodeId, n_used: usize },
     /// UNARY(SILU).
     Silu { src: NodeId },
     /// UNARY(SIGMOID).
@@ -348,7 +362,9 @@ impl Op {
             | Op::SoftMax { src }
             | Op::TopK { src, .. }
             | Op::DivSumRows { src }
+            | Op::SumSlots { src, .. }
             | Op::View { src, .. } => vec![*src],
+            Op::MulSlots { src, weights, .. } => vec![*src, *weights],
             Op::MulRep { a, .. } => vec![*a],
             Op::SsmConv { x, .. } => vec![*x],
             Op::SsmScan { x, dt, b, c, .. } => vec![*x, *dt, *b, *c],
@@ -382,10 +398,12 @@ impl Op {
             Op::View { .. } | Op::ViewHeads { .. } => ("CONT", None),
             Op::RmsNorm { .. } => ("RMS_NORM", None),
             Op::Norm { .. } => ("NORM", None),
-            Op::Mul { .. } | Op::AttnTempScale { .. } | Op::MulRep { .. } => ("MUL", None),
+            Op::Mul { .. } | Op::AttnTempScale { .. } | Op::MulSlots { .. } | Op::MulRep { .. } => {
+                ("MUL", None)
+            }
             Op::SsmConv { .. } => ("SSM_CONV", None),
             Op::SsmScan { .. } => ("SSM_SCAN", None),
-            Op::Add { .. } | Op::WeightedSum { .. } => ("ADD", None),
+            Op::Add { .. } | Op::WeightedSum { .. } | Op::SumSlots { .. } => ("ADD", None),
             Op::Scale { .. } => ("SCALE", None),
             Op::Tanh { .. } => ("UNARY", Some("TANH")),
             Op::Gelu { .. } => ("UNARY", Some("GELU")),

@@ -136,6 +136,11 @@ pub struct Extras {
     pub yarn_mscale_from_log_mul: bool,
     /// The position divisor of the attention temperature tuning (`temperature_length`).
     pub attn_temp_floor: f32,
+    /// Chunked attention's chunk (llama4: 8192 positions; 0: none): a token sees only the
+    /// keys of its own chunk on the layers `swa_layers` marks.
+    pub n_chunk: u32,
+    /// Every how many layers one goes without RoPE (llama4's `n_no_rope_layer_step`).
+    pub n_no_rope_layer_step: usize,
     /// M-RoPE's sections, when the file has them (text positions: see `RopeMode::Mrope`).
     pub mrope_sections: Option<[u32; 4]>,
     /// ALiBi's maximum bias (`attention.max_alibi_bias`, or fixed by the architecture:

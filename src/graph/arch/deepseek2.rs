@@ -140,6 +140,7 @@ pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             let op = Op::AttnTempScale {
                 src: q,
                 floor_scale: e.attn_temp_floor,
+                offset: 0.0,
                 scale: hp.attn_temp_scale,
             };
             q = b.push("attn_temp", op, n0, n1);

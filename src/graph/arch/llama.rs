@@ -56,6 +56,7 @@ pub fn graph_ffn(b: &mut Builder, ffn: Ffn) -> Result<Outputs, BuildError> {
             let op = Op::AttnTempScale {
                 src: q,
                 floor_scale: hp.n_ctx_orig_yarn as f32,
+                offset: 0.0,
                 scale: hp.attn_temp_scale,
             };
             b.push("attn_temp", op, n0, n1)

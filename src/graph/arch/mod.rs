@@ -11,7 +11,9 @@
 //! log line naming the architecture and the missing piece.
 
 pub mod arcee;
+pub mod arctic;
 pub mod baichuan;
+pub mod bailingmoe;
 pub mod bailingmoe2;
 pub mod bloom;
 pub mod chatglm;
@@ -19,7 +21,9 @@ pub mod codeshell;
 pub mod cogvlm;
 pub mod cohere2;
 pub mod command_r;
+pub mod dbrx;
 pub mod deci;
+pub mod deepseek;
 pub mod deepseek2;
 pub mod def;
 pub mod dots1;
@@ -38,13 +42,19 @@ pub mod gpt_oss;
 pub mod gptneox;
 pub mod granite;
 pub mod granite_swa;
+pub mod granitehybrid;
+pub mod granitemoe;
+pub mod grok;
 pub mod hunyuan_dense;
 pub mod hunyuan_moe;
 pub mod hunyuan_vl;
 pub mod internlm2;
 pub mod jais;
 pub mod jais2;
+pub mod jamba;
+pub mod lfm2;
 pub mod llama;
+pub mod llama4;
 pub mod maincoder;
 pub mod mamba;
 pub mod mamba2;
@@ -57,6 +67,7 @@ pub mod mistral4;
 pub mod mpt;
 pub mod nanbeige;
 pub mod nemotron;
+pub mod nemotron_h;
 pub mod olmo;
 pub mod olmo2;
 pub mod olmoe;
@@ -65,10 +76,12 @@ pub mod orion;
 pub mod pangu_embedded;
 pub mod phi2;
 pub mod phi3;
+pub mod phimoe;
 pub mod plamo;
 pub mod plamo3;
 pub mod qwen;
 pub mod qwen2;
+pub mod qwen2moe;
 pub mod qwen2vl;
 pub mod qwen3;
 pub mod qwen3moe;
@@ -138,6 +151,15 @@ pub static REGISTRY: &[&ArchDef] = &[
     &olmoe::DEF,
     &hunyuan_moe::DEF,
     &bailingmoe2::DEF,
+    &qwen2moe::DEF,
+    &deepseek::DEF,
+    &llama4::DEF,
+    &phimoe::DEF,
+    &granitemoe::DEF,
+    &dbrx::DEF,
+    &grok::DEF,
+    &arctic::DEF,
+    &bailingmoe::DEF,
     &gpt2::DEF,
     &gptneox::DEF,
     &falcon::DEF,
@@ -163,6 +185,10 @@ pub static REGISTRY: &[&ArchDef] = &[
     &plamo3::DEF,
     &mamba::DEF,
     &mamba2::DEF,
+    &granitehybrid::DEF,
+    &jamba::DEF,
+    &nemotron_h::DEF,
+    &lfm2::DEF,
     &mellum::DEF,
     &talkie::DEF,
     &spark2_5::DEF,

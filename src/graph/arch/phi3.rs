@@ -4,7 +4,7 @@
 //! FFN (`ffn_up` holds both halves), optional output bias. Upstream disables phi3's sliding
 //! window, and so do we.
 
-use super::super::builder::{BuildError, Builder, Outputs};
+use super::super::builder::{BuildError, Builder, Moe, Outputs};
 use super::super::{GluKind, Op, Operand, RopeMode};
 use super::def::{no_hparams, ArchDef, Memory, Rope};
 
@@ -16,7 +16,8 @@ pub static DEF: ArchDef = ArchDef {
     graph,
 };
 
-fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
+/// The graph of phi3 and of phimoe (whose layers carry experts: `ffn_gate_inp`).
+pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
     let n_ctx_seq = b.n_ctx_seq;
     let hp = b.hp;
     let n_embd = hp.n_embd as i64;
@@ -47,8 +48,6 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let ffn_norm = b.lw(il, "ffn_norm.weight", &[n_embd])?;
         let ffn_norm_b = b.lw_opt(il, "ffn_norm.bias", &[n_embd])?;
         let n_ff = hp.n_ff[il] as i64;
-        let up = b.lw(il, "ffn_up.weight", &[n_embd, 2 * n_ff])?;
-        let down = b.lw(il, "ffn_down.weight", &[n_ff, n_embd])?;
 
         let mut residual = inp;
         let mut cur = b.rms_norm(inp, Some(attn_norm), hp.eps_rms);
@@ -70,6 +69,23 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         if let Some(bias) = ffn_norm_b {
             x = b.add(x, Operand::Weight(bias));
         }
+        if b.model
+            .tensors
+            .index_of(&format!("blk.{il}.ffn_gate_inp.weight"))
+            .is_some()
+        {
+            // phimoe: softmax-routed experts with normalised weights, no scales
+            let moe = Moe {
+                scale_w: hp.expert_weights_scale,
+                exp_scales: false,
+                ..Moe::SOFTMAX
+            };
+            let ffn_out = b.moe_layer(il, x, n_ff as usize, moe)?;
+            inp = b.add(residual, Operand::Node(ffn_out));
+            continue;
+        }
+        let up = b.lw(il, "ffn_up.weight", &[n_embd, 2 * n_ff])?;
+        let down = b.lw(il, "ffn_down.weight", &[n_ff, n_embd])?;
         let gu = b.mul_mat_raw(up, x);
         let gate = b.view(gu, 0, n_ff as usize);
         let upv = b.view(gu, n_ff as usize, n_ff as usize);

@@ -7,7 +7,7 @@
 //! summation order (KL ≤ 1e-4 on the real models, `scripts/test-engine.sh`).
 
 use super::blocks::{Q4_0_BYTES, Q8_0_BYTES, QK};
-use super::dispatch::{r8_kernel, r8_pack_q4_0x8_fn};
+use super::dispatch::{r8_kernel, r8_pack_q4_0x8_fn, r8_pack_q8_0_fn};
 use super::pool::{SharedOut, ThreadPool};
 use super::r8_layout::*;
 use crate::gguf::GgmlType;
@@ -121,6 +121,7 @@ pub fn mul_mat_fast(
     }
     let kernel = r8_kernel();
     let pack4x8 = r8_pack_q4_0x8_fn();
+    let pack8 = r8_pack_q8_0_fn();
     let groups = n_rows / R8_ROWS;
     let nchunk = groups.min(pool.n_threads() * 4).max(1);
     let per = groups.div_ceil(nchunk);
@@ -141,7 +142,7 @@ pub fn mul_mat_fast(
                         &bytes[at..]
                     });
                     if t == GgmlType::Q8_0 {
-                        pack_q8_0(rows, nb, &mut packed);
+                        pack8(rows, nb, &mut packed);
                     } else {
                         pack_q4_0(rows, nb, &mut packed);
                     }

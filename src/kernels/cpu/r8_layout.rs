@@ -132,7 +132,11 @@ pub fn activation_meta(x: &[u8], nb: usize, dx: &mut [f32], sx: &mut [i32]) {
     for b in 0..nb {
         let blk = &x[b * Q8_0_BYTES..(b + 1) * Q8_0_BYTES];
         dx[b] = f16_at(blk, 0);
-        sx[b] = 8 * blk[2..].iter().map(|&q| i32::from(q as i8)).sum::<i32>();
+        let mut sum = 0i32;
+        for &q in &blk[2..] {
+            sum += i32::from(q as i8);
+        }
+        sx[b] = 8 * sum;
     }
 }
 

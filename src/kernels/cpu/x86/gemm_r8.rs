@@ -16,6 +16,57 @@ pub fn r8_kernel() -> Option<R8Fn> {
     available().then_some(r8_avx2 as R8Fn)
 }
 
+/// The AVX2 packing of 8 Q8_0 rows into r8 blocks, when this CPU has AVX2.
+pub fn r8_pack_q8_0() -> Option<fn([&[u8]; R8_ROWS], usize, &mut [u8])> {
+    available().then_some(pack_q8_0_avx2 as fn([&[u8]; R8_ROWS], usize, &mut [u8]))
+}
+
+fn pack_q8_0_avx2(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
+    assert!(
+        rows.iter().all(|r| r.len() >= nb * Q8_0_BYTES) && out.len() >= nb * R8_BLOCK_BYTES,
+        "Q8_0 rows of {nb} blocks"
+    );
+    // SAFETY: handed out by `r8_pack_q8_0` only when `available()` saw AVX2, FMA and F16C;
+    // reads `nb` Q8_0 blocks of each row and writes `nb` r8 blocks of `out`, present as
+    // asserted above; unaligned loads and stores.
+    unsafe { pack_q8_0_kernel(rows.map(<[u8]>::as_ptr), nb, out.as_mut_ptr()) }
+}
+
+/// The SIMD form of `r8_layout::pack_q8_0`: per block, the 8 scales gathered, converted and
+/// put in lane order, and each 4 rows' 32 quant bytes transposed as a 4 × 4 matrix of 8-byte
+/// pieces (piece `p` of rows 0-3, then of rows 4-7).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn pack_q8_0_kernel(rows: [*const u8; R8_ROWS], nb: usize, dst: *mut u8) {
+    let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    for b in 0..nb {
+        let at = b * Q8_0_BYTES;
+        let d = dst.add(b * R8_BLOCK_BYTES);
+        let mut bits = [0u16; R8_ROWS];
+        for (r, p) in rows.iter().enumerate() {
+            bits[r] = p.add(at).cast::<u16>().read_unaligned();
+        }
+        let scales = _mm256_cvtph_ps(_mm_loadu_si128(bits.as_ptr().cast()));
+        _mm256_storeu_ps(d.cast::<f32>(), _mm256_permutevar8x32_ps(scales, order));
+        for half in 0..2 {
+            let q: [__m256i; 4] = std::array::from_fn(|i| load256(rows[4 * half + i].add(at + 2)));
+            // 64-bit lanes: t0 = r0p0 r1p0 r0p2 r1p2, t1 = r0p1 r1p1 r0p3 r1p3, ...
+            let t0 = _mm256_unpacklo_epi64(q[0], q[1]);
+            let t1 = _mm256_unpackhi_epi64(q[0], q[1]);
+            let t2 = _mm256_unpacklo_epi64(q[2], q[3]);
+            let t3 = _mm256_unpackhi_epi64(q[2], q[3]);
+            let pieces = [
+                _mm256_permute2x128_si256::<0x20>(t0, t2),
+                _mm256_permute2x128_si256::<0x20>(t1, t3),
+                _mm256_permute2x128_si256::<0x31>(t0, t2),
+                _mm256_permute2x128_si256::<0x31>(t1, t3),
+            ];
+            for (p, v) in pieces.iter().enumerate() {
+                _mm256_storeu_si256(d.add(32 + 64 * p + 32 * half).cast(), *v);
+            }
+        }
+    }
+}
+
 /// The AVX2 packing of a `q4_0x8` group into r8 blocks, when this CPU has AVX2.
 pub fn r8_pack_q4_0x8() -> Option<fn(&[u8], usize, &mut [u8])> {
     available().then_some(pack_q4_0x8_avx2 as fn(&[u8], usize, &mut [u8]))
@@ -231,6 +282,9 @@ mod tests {
             let rows8: [&[u8]; 8] = std::array::from_fn(|r| &q8[r * xs..(r + 1) * xs]);
             let mut w8 = vec![0u8; nb * R8_BLOCK_BYTES];
             pack_q8_0(rows8, nb, &mut w8);
+            let mut w8_simd = vec![0u8; nb * R8_BLOCK_BYTES];
+            r8_pack_q8_0().unwrap()(rows8, nb, &mut w8_simd);
+            assert!(w8 == w8_simd, "Q8_0 packing, {nb} blocks");
             let g4 = blocks(&mut next, 8 * nb, Q4_0_BYTES);
             let mut w4 = vec![0u8; nb * R8_BLOCK_BYTES];
             let mut w4_scalar = vec![0u8; nb * R8_BLOCK_BYTES];

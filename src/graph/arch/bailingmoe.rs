@@ -1,0 +1,77 @@
+//! `bailingmoe` (upstream's src/models/bailingmoe.cpp; Ling-lite/plus): llama's attention
+//! (NORM rotary embeddings, heads of `rope.dimension_count`), softmax-routed experts in every
+//! layer (weights normalised when `expert_weights_norm`, scaled by `expert_weights_scale`)
+//! plus `expert_shared_count` shared experts.
+
+use super::super::builder::{BuildError, Builder, Ffn, Moe, Outputs};
+use super::super::params::ArchParams;
+use super::super::{Operand, RopeMode};
+use super::def::{ArchDef, Keys, Memory, Rope};
+
+pub static DEF: ArchDef = ArchDef {
+    names: &["bailingmoe"],
+    rope: Rope::Mode(RopeMode::Norm),
+    memory: Memory::Kv,
+    hparams,
+    graph,
+};
+
+fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
+    hp.n_ff_exp = k.u32_required("expert_feed_forward_length")? as usize;
+    hp.ext.n_expert_shared = k.u32_required("expert_shared_count")? as usize;
+    hp.expert_weights_scale = k.f32("expert_weights_scale", 0.0);
+    hp.expert_weights_norm = k.bool("expert_weights_norm", false);
+    if hp.n_expert == 0 || hp.n_expert_used == 0 {
+        return Err("expert_count and expert_used_count must be > 0".into());
+    }
+    Ok(())
+}
+
+fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
+    let hp = b.hp;
+    let n_embd = hp.n_embd as i64;
+    let head = hp.head_k;
+    if hp.head_v != head || hp.n_rot != head {
+        return Err(BuildError::Invalid(format!(
+            "n_rot {} and head sizes {}/{} must agree",
+            hp.n_rot, hp.head_k, hp.head_v
+        )));
+    }
+    let kq_scale = 1.0 / (hp.n_rot as f32).sqrt();
+    let plain = Ffn {
+        scaled: false,
+        ..Ffn::SWIGLU
+    };
+    let moe = Moe {
+        norm_w: hp.expert_weights_norm,
+        scale_w: hp.expert_weights_scale,
+        exp_scales: false,
+        ..Moe::SOFTMAX
+    };
+    let (tok_embd, mut inp) = b.inp_embd()?;
+    for il in 0..hp.n_layer {
+        let nq = (head * hp.n_head[il]) as i64;
+        let attn_norm = b.lw(il, "attn_norm.weight", &[n_embd])?;
+        let wo = b.lw(il, "attn_output.weight", &[nq, n_embd])?;
+        let wo_b = b.lw_opt(il, "attn_output.bias", &[n_embd])?;
+        let ffn_norm = b.lw(il, "ffn_norm.weight", &[n_embd])?;
+
+        let cur = b.rms_norm(inp, Some(attn_norm), hp.eps_rms);
+        let (q, k, v) = b.qkv(il, cur)?;
+        let (q, k) = b.rope_qk(q, k, None, false);
+        let mut cur = b.attn(il, q, k, v, wo, wo_b, kq_scale);
+        let mut res = inp;
+        if il == hp.n_layer - 1 {
+            cur = b.get_rows_out(cur);
+            res = b.get_rows_out(res);
+        }
+        let ffn_inp = b.add(cur, Operand::Node(res));
+        let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
+        let moe_out = b.moe_layer(il, x, hp.n_ff_exp, moe)?;
+        let n_ff = hp.n_ff_exp * hp.ext.n_expert_shared;
+        let shexp = b.ffn_named(il, x, "_shexp", n_ff, plain)?;
+        let cur = b.add(moe_out, Operand::Node(shexp));
+        inp = b.add(cur, Operand::Node(ffn_inp));
+    }
+    b.rms_output(inp, tok_embd, false)
+}

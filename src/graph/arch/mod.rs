@@ -58,6 +58,7 @@ pub mod llama4;
 pub mod maincoder;
 pub mod mamba;
 pub mod mamba2;
+pub mod mellum;
 pub mod minicpm;
 pub mod minicpm3;
 pub mod minimax_m2;
@@ -89,9 +90,11 @@ pub mod qwen3vlmoe;
 pub mod refact;
 pub mod seed_oss;
 pub mod smollm3;
+pub mod spark2_5;
 pub mod stablelm;
 pub mod starcoder;
 pub mod starcoder2;
+pub mod talkie;
 pub mod xverse;
 
 pub use def::{check_mrope_text, mrope_text_is_neox, no_hparams, ArchDef, Keys, Memory, Rope};
@@ -186,6 +189,9 @@ pub static REGISTRY: &[&ArchDef] = &[
     &jamba::DEF,
     &nemotron_h::DEF,
     &lfm2::DEF,
+    &mellum::DEF,
+    &talkie::DEF,
+    &spark2_5::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

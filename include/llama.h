@@ -1462,6 +1462,19 @@ int32_t llama_ext_memory_breakdown(const struct llama_context *ctx,
                                    struct llama_ext_memory_breakdown_entry *out,
                                    size_t capacity);
 
+// Adds the devices of an upstream `rpc-server` (ggml-rpc protocol 7.0) at `endpoint`
+// (`"host:port"`) to this library's device registry, as upstream's `--rpc host:port` does
+// through `ggml_backend_rpc_add_server`. The server is contacted now: its version is
+// checked and its devices are counted. They appear as `RPC0`, `RPC1`, … (description: the
+// endpoint; memory: as the server reports it) before the CPU, and placement puts layers on
+// them like on GPUs (the default device list starts with them, as upstream's). Call it
+// before the first device query or model load (the registry is created once), or list the
+// servers in `LLAMA_RPC_SERVERS=host:port,…` instead. Returns the number of devices the
+// server offers, or -1 with a log line naming the server and the reason (NULL endpoint,
+// unreachable, wrong protocol version, invalid reply, registry already created).
+// rpc-server trusts its clients: never expose it on an untrusted network (see docs/rpc.md).
+int32_t llama_ext_rpc_add_server(const char *endpoint);
+
 // Empties the memory; `data` also zeroes the cached keys and values. NULL is a no-op.
 void llama_memory_clear(llama_memory_t mem, bool data);
 

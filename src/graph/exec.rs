@@ -223,6 +223,14 @@ pub fn check_weight(st: &TensorState, name: &str) -> Result<(), ExecError> {
             }
         }
         _ if st.host_bytes().is_some() || st.plain_released => Ok(()),
+        TensorData::Device(a) if a.rpc_buffer().is_some() => Err(ExecError::UnsupportedOp {
+            backend: "CPU",
+            op: format!("the layers with '{name}'"),
+            why: format!(
+                "it lives on rpc-server {}; computing a graph on an rpc-server is not implemented yet (docs/rpc.md): load and hot-swap work, decode does not",
+                a.rpc_buffer().map_or("?", |b| b.server().endpoint())
+            ),
+        }),
         _ => Err(ExecError::NotOnHost(name.to_string())),
     }
 }

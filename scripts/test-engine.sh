@@ -74,7 +74,7 @@ check() { # NAME MODEL MAX_KL [MARGIN=0.25 for quantized, 0 otherwise] [env...]
     [ "$max_kl" = 1e-3 ] && margin=0
     case "${1:-}" in [0-9]*) margin=$1; shift ;; esac
     local toks="${CHECK_TOKENS:-$prompt}"
-    case "$name" in arch-* | types-*) toks="1 5 9 17 33 65 100 7 3 2" ;; esac
+    case "$name" in arch-* | types-* | cvec-arch-*) toks="1 5 9 17 33 65 100 7 3 2" ;; esac
     local steps=${CHECK_STEPS:-16}
     if ! env "$@" LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/probe_decode" "$file" "$out/$name.upstream.bin" "$steps" $toks \
         >"$out/$name.upstream.txt" 2>"$out/$name.upstream.err"; then
@@ -95,6 +95,27 @@ check() { # NAME MODEL MAX_KL [MARGIN=0.25 for quantized, 0 otherwise] [env...]
     echo "ok   $name: $stats; greedy $(cat "$out/$name.ours.txt")"
     passed=$((passed + 1))
 }
+# Control vectors (llama_set_adapter_cvec: a pseudo-random direction of amplitude 0.5 added
+# to the output of every layer from 1 on, where upstream's graph calls build_cvec) on the
+# fixtures of these families (ENGINE_CVEC=all: on every architecture's): upstream's library
+# and ours give the same logits as in the arch-* rows, and the vector moves ours (not every
+# row bit-identical to the row without it), so a graph that skips it fails. MoE, LayerNorm,
+# parallel-residual, recurrent and hybrid graphs.
+CVEC_ARCHS="qwen2moe deepseek llama4 dbrx phimoe gpt2 gptneox falcon phi2 hunyuan-dense mamba jamba nemotron_h"
+check_cvec() { # FIXTURE FILE (after its arch-FIXTURE row)
+    local fx=$1 file=$2 st
+    check "cvec-arch-$fx" "$file" 1e-3 PROBE_CVEC=1:64:0.5
+    [ -s "$out/arch-$fx.ours.bin" ] && [ -s "$out/cvec-arch-$fx.ours.bin" ] || return 0
+    st="$("$out/compare_logits" "$out/arch-$fx.ours.bin" "$out/cvec-arch-$fx.ours.bin" 1 0 0 2>&1)" || true
+    local rows same
+    rows="$(sed -n 's/^rows \([0-9]*\) .*/\1/p' <<<"$st")"
+    same="$(sed -n 's/.*bit-identical rows \([0-9]*\) .*/\1/p' <<<"$st")"
+    if [ -n "$rows" ] && [ -n "$same" ] && [ "$same" -lt "$rows" ]; then
+        echo "ok   cvec-arch-$fx moves the logits ($st)"; passed=$((passed + 1))
+    else
+        echo "FAIL cvec-arch-$fx: the control vector left the logits as they were ($st)"; failed=$((failed + 1))
+    fi
+}
 check_archs() {
     local arch f found
     for arch in "${archs[@]}"; do
@@ -103,6 +124,7 @@ check_archs() {
             [ -e "$f" ] || continue
             found=1
             check "arch-$(basename "$f" .gguf)" "$f" 1e-3
+            if [ "${ENGINE_CVEC:-}" = all ] || [[ " $CVEC_ARCHS " == *" $arch "* ]]; then check_cvec "$(basename "$f" .gguf)" "$f"; fi
         done
         if [ "$found" = 0 ]; then echo "FAIL arch-$arch: test-llama-archs wrote no fixture"; failed=$((failed + 1)); fi
     done

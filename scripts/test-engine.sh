@@ -56,7 +56,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 deepseek32 glm-dsa"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -128,6 +128,29 @@ check_archs() {
         done
         if [ "$found" = 0 ]; then echo "FAIL arch-$arch: test-llama-archs wrote no fixture"; failed=$((failed + 1)); fi
     done
+    # DeepSeek's sparse attention with a selection that matters: copies of the fixtures whose
+    # indexer keeps 4 cells (attention.indexer.top_k = 4, gguf-py's gguf_set_metadata.py), so
+    # every token past the 4th attends to the 4 its lightning indexer picked; the prompt and
+    # 16 steps, a 40-token prompt in one batch, and without flash attention
+    local a t py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python" setmeta
+    for a in deepseek32 glm-dsa; do
+        [[ " ${archs[*]} " == *" $a "* ]] || continue
+        t="$derived/$a-moe.topk4.gguf"
+        if [ ! -s "$t" ]; then
+            setmeta="$("$py" -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')/scripts/gguf_set_metadata.py"
+            cp "$fixtures/$a-moe.gguf" "$t.tmp" \
+                && "$py" "$setmeta" "$t.tmp" "$a.attention.indexer.top_k" 4 --force >/dev/null 2>&1 \
+                && mv "$t.tmp" "$t"
+        fi
+        if [ ! -s "$t" ]; then echo "FAIL dsa-$a-topk4: could not write $t"; failed=$((failed + 1)); continue; fi
+        CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" check "dsa-$a-moe-topk4" "$t" 1e-3
+        # (the selection must matter: 4 cells give other logits than all of them)
+        if "$out/compare_logits" "$out/arch-$a-moe.ours.bin" "$out/dsa-$a-moe-topk4.ours.bin" 1e-5 0 0 >/dev/null 2>&1; then
+            echo "FAIL dsa-$a-moe-topk4: the same logits as with every cell selected"; failed=$((failed + 1))
+        fi
+        CHECK_TOKENS="$(seq 1 40 | awk '{print ($1 * 37) % 127 + 1}' | tr '\n' ' ')" check "dsa-$a-moe-topk4-batch40" "$t" 1e-3
+        CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" check "dsa-$a-moe-topk4-nofa" "$t" 1e-3 PROBE_FLASH_ATTN=0
+    done
     # ALiBi on its other attention paths: without flash attention (SOFT_MAX_EXT with the
     # slopes), and a 70-token micro-batch (the tiled flash attention)
     if [[ " ${archs[*]} " == *" bloom "* ]]; then
@@ -146,6 +169,8 @@ HOSTILE_ROWS=(
     "qwen2moe qwen2moe-moe blk.1.ffn_gate_inp_shexp.weight blk.1.ffn_up_shexp.weight"
     "llama4 llama4-moe blk.1.ffn_up_shexp.weight blk.3.ffn_gate_inp.weight"
     "bloom bloom-dense blk.1.attn_norm.bias blk.1.ffn_up.weight"
+    "deepseek32 deepseek32-moe blk.1.indexer.proj.weight blk.1.indexer.attn_k.weight"
+    "glm-dsa glm-dsa-moe blk.1.indexer.proj.weight blk.0.indexer.attn_q_b.weight"
 )
 check_hostile() {
     local row arch fixture dropped shrunk mode tensor f rc py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"

@@ -37,6 +37,7 @@ mod dot_tiled;
 pub mod fast_gemm;
 pub mod mode;
 pub mod mul_mat;
+pub mod mul_mat_id;
 pub mod ops;
 pub mod pool;
 mod quantize;

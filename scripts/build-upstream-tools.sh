@@ -21,13 +21,18 @@ if [ "${#missing[@]}" -gt 0 ]; then
     # One builder at a time: parallel test parts may ask for tools together.
     exec 9>"$LLAMA_HOTSWAP_CACHE/.upstream-tools.lock"
     flock 9
-    if [ ! -f "$tools_build/build.ninja" ]; then
-        "$VENV/bin/cmake" -S "$UPSTREAM_LLAMA" -B "$tools_build" -G Ninja \
-            -DCMAKE_MAKE_PROGRAM="$VENV/bin/ninja" \
-            -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=OFF \
-            -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
-            -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_COMMON=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-            -DLLAMA_LLGUIDANCE=OFF -DGGML_OPENMP=OFF >/dev/null
+    # The configuration is stamped: a tree configured with other options (an older cache) is
+    # reconfigured in place, which rebuilds only what the new options touch.
+    options=(-DCMAKE_MAKE_PROGRAM="$VENV/bin/ninja"
+        -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=OFF
+        -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON
+        -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF
+        -DGGML_RPC=ON -DLLAMA_BUILD_COMMON=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
+        -DLLAMA_LLGUIDANCE=OFF -DGGML_OPENMP=OFF)
+    stamp="$tools_build/.llama-hotswap-options"
+    if [ ! -f "$tools_build/build.ninja" ] || [ "$(cat "$stamp" 2>/dev/null)" != "${options[*]}" ]; then
+        "$VENV/bin/cmake" -S "$UPSTREAM_LLAMA" -B "$tools_build" -G Ninja "${options[@]}" >/dev/null
+        printf '%s' "${options[*]}" >"$stamp"
     fi
     "$VENV/bin/cmake" --build "$tools_build" --target "${missing[@]}" -j"$(nproc)" >/dev/null
 fi

@@ -56,7 +56,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -124,6 +124,8 @@ HOSTILE_ROWS=(
     "qwen2moe qwen2moe-moe blk.1.ffn_gate_inp_shexp.weight blk.1.ffn_up_shexp.weight"
     "llama4 llama4-moe blk.1.ffn_up_shexp.weight blk.3.ffn_gate_inp.weight"
     "bloom bloom-dense blk.1.attn_norm.bias blk.1.ffn_up.weight"
+    "falcon-h1 falcon-h1-dense blk.1.ssm_dt.bias blk.1.ssm_in.weight"
+    "lfm2moe lfm2moe-moe blk.1.exp_probs_b.bias blk.1.shortconv.conv.weight"
 )
 check_hostile() {
     local row arch fixture dropped shrunk mode tensor f rc py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"
@@ -218,7 +220,7 @@ fi
 # the rows within KL 1e-3.
 # lfm2 is left out: upstream aborts in this probe (GGML_ASSERT(buffer) in ggml-backend.cpp, its
 # sliding-window hybrid memory)
-RECURRENT_ARCHS="mamba mamba2 granitehybrid jamba nemotron_h"
+RECURRENT_ARCHS="mamba mamba2 granitehybrid jamba nemotron_h nemotron_h_moe falcon-h1 lfm2moe"
 check_recurrent() {
     local arch f name side lib stats
     for arch in $RECURRENT_ARCHS; do

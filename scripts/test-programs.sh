@@ -21,6 +21,7 @@
 #    1e-4 relative; llama-quantize --imatrix (Q4_K_M) with our imatrix on ours writes upstream's file.
 . "$(dirname "$0")/test-common.sh"
 need_upstream_source
+need_venv
 need_library
 model="$(bash scripts/fetch-models.sh)"
 tools="$(bash scripts/build-upstream-tools.sh llama-perplexity llama-completion llama-tokenize llama-bench llama-batched-bench llama-imatrix llama-quantize)"
@@ -71,6 +72,31 @@ if "$CXX" -std=c++17 -O1 "${UPSTREAM_INCLUDES[@]}" -I "$UPSTREAM_LLAMA/src" ffi-
     fi
 else
     bad "building ffi-tests/dropin/coexist.cpp:"; tail -20 "$out/coexist-build.log"
+fi
+
+# LLAMA_HOTSWAP_AUTO in a program that never calls the hot-swap API (ffi-tests/dropin/auto_swap.c):
+# the model's file is replaced between two decodes; after the interval the next decode gives a
+# fresh model's logits on the new file, before it (and without the variable) the old ones.
+newweights="$out/new-weights.gguf"
+"$VENV/bin/python" scripts/gguf_perturb.py "$model" "$newweights" >/dev/null
+if "$CC" -O1 "${UPSTREAM_INCLUDES[@]}" ffi-tests/dropin/auto_swap.c -o "$out/auto_swap" -L "$out/lib" \
+    -l:libllama.so.0 >"$out/auto_swap-build.log" 2>&1; then
+    for mode in auto off; do
+        cp "$model" "$out/auto-model.gguf" && cp "$newweights" "$out/auto-new.gguf"
+        if [ $mode = auto ]; then
+            LLAMA_HOTSWAP_ENABLED=1 LLAMA_HOTSWAP_AUTO=3000 ours "$out/auto_swap" "$out/auto-model.gguf" "$out/auto-new.gguf" 3000 1 \
+                >"$out/auto_swap-$mode.log" 2>&1 && grep -q "LLAMA_HOTSWAP_AUTO: 60 tensor(s) reloaded" "$out/auto_swap-$mode.log"
+        else
+            LLAMA_HOTSWAP_ENABLED=1 ours "$out/auto_swap" "$out/auto-model.gguf" "$out/auto-new.gguf" 0 0 >"$out/auto_swap-$mode.log" 2>&1
+        fi && r=0 || r=1
+        if [ $r = 0 ]; then
+            ok "LLAMA_HOTSWAP_AUTO ($mode): $(grep -c '^ok' "$out/auto_swap-$mode.log") checks ($(grep -E '^(ok|skip)' "$out/auto_swap-$mode.log" | tail -n 1 | cut -c6-))"
+        else
+            bad "LLAMA_HOTSWAP_AUTO ($mode):"; grep -E '^(FAIL|skip)|LLAMA_HOTSWAP_AUTO' "$out/auto_swap-$mode.log" | tail -n 10
+        fi
+    done
+else
+    bad "building ffi-tests/dropin/auto_swap.c:"; tail -20 "$out/auto_swap-build.log"
 fi
 
 # A text of 4 chunks of 128 tokens (upstream's own README, from the cache: never committed).

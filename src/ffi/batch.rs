@@ -196,6 +196,8 @@ pub unsafe extern "C" fn llama_decode(ctx: *mut llama_context, batch: llama_batc
 /// Decodes the batch already in the context's intake buffers and adds a successful decode of
 /// `n_tokens` to the context's performance counters (`llama_perf_context`).
 fn timed_decode(handle: &super::handles::llama_context, n_tokens: i32) -> i32 {
+    // LLAMA_HOTSWAP_AUTO: changed files are applied before this decode (a no-op otherwise).
+    let _ = crate::hotswap::auto_reload(&handle.inner.model);
     let t0 = super::backend::llama_time_us();
     let builds = handle.inner.engine().n_graph_builds;
     let ret = handle.inner.decode();

@@ -724,6 +724,21 @@ impl<'m> Builder<'m> {
         scale: f32,
         sinks: Option<WeightId>,
     ) -> NodeId {
+        let kqv = self.attn_kqv(il, q, k, v, scale, sinks);
+        self.linear(wo, wo_b, kqv)
+    }
+
+    /// `build_attn` without the output projection (upstream's `wo` = nullptr): the heads'
+    /// attention results `[n_head * head_v, T]`.
+    pub fn attn_kqv(
+        &mut self,
+        il: usize,
+        q: NodeId,
+        k: NodeId,
+        v: NodeId,
+        scale: f32,
+        sinks: Option<WeightId>,
+    ) -> NodeId {
         let hp = self.hp;
         let n_head = hp.n_head[il];
         let n_head_kv = hp.n_head_kv[il];
@@ -780,12 +795,11 @@ impl<'m> Builder<'m> {
             n_head * hp.head_v,
             t,
         );
-        let kqv = if rot_v > 0 {
+        if rot_v > 0 {
             self.hadamard(kqv, rot_v)
         } else {
             kqv
-        };
-        self.linear(wo, wo_b, kqv)
+        }
     }
 
     /// `build_attn` over a compressed (latent) cache, as upstream's MLA: K (one head of the

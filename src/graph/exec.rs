@@ -626,6 +626,12 @@ impl CpuExecutor {
                     }
                 }
             }
+            Op::RepeatEach { src, n } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, &v) in dst.chunks_exact_mut(*n).zip(x) {
+                    d.fill(v);
+                }
+            }
             Op::Sqr { src } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
                 for (d, &v) in dst.iter_mut().zip(x) {

@@ -258,6 +258,7 @@ impl CudaExecutor {
             | Op::Clamp { .. }
             | Op::Div { .. }
             | Op::Repeat { .. }
+            | Op::RepeatEach { .. }
             | Op::GetRowsPos { .. } => false,
             Op::Sigmoid { .. }
             | Op::ViewHeads { .. }
@@ -869,6 +870,7 @@ impl CudaExecutor {
             | Op::Clamp { .. }
             | Op::Div { .. }
             | Op::Repeat { .. }
+            | Op::RepeatEach { .. }
             | Op::GetRowsPos { .. } => {
                 return Err(ExecError::UnsupportedOp {
                     backend: self.label,

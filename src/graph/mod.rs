@@ -90,6 +90,9 @@ pub enum Op {
     /// REPEAT of each row `n` times (`[len, T] → [len*n, T]`; ggml_repeat_4d of one head over
     /// `n` heads: minicpm3's shared rotary K part).
     Repeat { src: NodeId, n: usize },
+    /// REPEAT of a `[1, m, T]` tensor to `[n, m, T]`: each value repeated `n` times
+    /// (`[m, T] → [m*n, T]`; spark2_5's per-head attention gate broadcast over the head).
+    RepeatEach { src: NodeId, n: usize },
     /// GET_ROWS(table, inp_pos): the rows of a learned position table at the micro-batch's
     /// positions (gpt2's and starcoder's `position_embd`).
     GetRowsPos { table: WeightId },
@@ -347,6 +350,7 @@ impl Op {
             | Op::Sqr { src }
             | Op::Clamp { src, .. }
             | Op::Repeat { src, .. }
+            | Op::RepeatEach { src, .. }
             | Op::Rope { src, .. }
             | Op::SetRows { src, .. }
             | Op::Silu { src }
@@ -427,7 +431,7 @@ impl Op {
                 }),
             ),
             Op::ConcatHeads { .. } => ("CONCAT", None),
-            Op::Repeat { .. } => ("REPEAT", None),
+            Op::Repeat { .. } | Op::RepeatEach { .. } => ("REPEAT", None),
             Op::SoftMax { .. } => ("SOFT_MAX", None),
             Op::TopK { .. } => ("TOP_K", None),
             Op::DivSumRows { .. } | Op::Div { .. } => ("DIV", None),

@@ -95,7 +95,7 @@ use stage::{
 };
 
 pub use plan::{reload_from_file, tensor_set, tensors_set};
-pub use watch::reload_changed;
+pub use watch::{auto_reload, reload_changed};
 
 /// Why a reload call as a whole did not run (per-tensor problems go into the report).
 #[derive(Debug, Error)]

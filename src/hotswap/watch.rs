@@ -35,6 +35,34 @@ pub fn reload_changed(model: &Model) -> Result<Arc<Report>, HotSwapError> {
     Ok(finish(model, hs, out))
 }
 
+/// `LLAMA_HOTSWAP_AUTO`: called before every decode of a context on `model`. When automatic
+/// reloads are on and the interval has passed, looks at the watched files (one `stat` each)
+/// and, when one changed, reloads as [`reload_changed`] does (transactional per tensor, the
+/// report logged and kept as the last report). Returns the report of a reload that ran; None
+/// when nothing was due or nothing changed (the last report is then left as it was).
+pub fn auto_reload(model: &Model) -> Option<Arc<Report>> {
+    let hs = model.hotswap.as_ref()?;
+    if !hs.auto.as_ref()?.due() {
+        return None;
+    }
+    let changed = lock(&hs.watch).iter().any(|w| {
+        w.path
+            .as_deref()
+            .is_some_and(|p| std::fs::metadata(p).ok().map(|m| FileIdentity::of(&m)) != w.identity)
+    });
+    if !changed {
+        return None;
+    }
+    let report = reload_changed(model).ok()?;
+    crate::log_info!(
+        "hot-swap: {}: {} tensor(s) reloaded, {} entries in the report, before this decode",
+        crate::model::swap::AUTO_ENV,
+        report.reloaded(),
+        report.entries.len()
+    );
+    Some(report)
+}
+
 /// Handles one changed shard: parse its header once, reload its tensors from it. Returns the
 /// identity to record as seen, or None when a transient failure (open, read, allocation)
 /// means the next call must look at this version again.

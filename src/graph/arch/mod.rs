@@ -32,6 +32,7 @@ pub mod ernie4_5_moe;
 pub mod exaone;
 pub mod exaone4;
 pub mod falcon;
+pub mod falcon_h1;
 pub mod gemma;
 pub mod gemma2;
 pub mod gemma3;
@@ -58,6 +59,7 @@ pub mod llama4;
 pub mod maincoder;
 pub mod mamba;
 pub mod mamba2;
+pub mod mellum;
 pub mod minicpm;
 pub mod minicpm3;
 pub mod minimax_m2;
@@ -89,9 +91,11 @@ pub mod qwen3vlmoe;
 pub mod refact;
 pub mod seed_oss;
 pub mod smollm3;
+pub mod spark2_5;
 pub mod stablelm;
 pub mod starcoder;
 pub mod starcoder2;
+pub mod talkie;
 pub mod xverse;
 
 pub use def::{check_mrope_text, mrope_text_is_neox, no_hparams, ArchDef, Keys, Memory, Rope};
@@ -186,6 +190,10 @@ pub static REGISTRY: &[&ArchDef] = &[
     &jamba::DEF,
     &nemotron_h::DEF,
     &lfm2::DEF,
+    &mellum::DEF,
+    &talkie::DEF,
+    &spark2_5::DEF,
+    &falcon_h1::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

@@ -8,6 +8,7 @@ pub mod report;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use crate::storage::{BufferPool, FileIdentity};
 
@@ -16,6 +17,54 @@ use report::Report;
 
 /// The environment variable read at model load.
 pub const ENV: &str = "LLAMA_HOTSWAP_ENABLED";
+
+/// The environment variable (read at model load, with hot-swap enabled) that makes the library
+/// look for changed files by itself at `llama_decode` boundaries, at most every that many
+/// milliseconds.
+pub const AUTO_ENV: &str = "LLAMA_HOTSWAP_AUTO";
+
+/// The interval `LLAMA_HOTSWAP_AUTO` asks for: None when unset, empty, or not a whole number of
+/// milliseconds (logged); `0` means before every decode.
+pub fn auto_interval_by_env() -> Option<Duration> {
+    let v = std::env::var_os(AUTO_ENV)?;
+    let v = v.to_string_lossy();
+    parse_auto_interval(&v).or_else(|| {
+        if !v.trim().is_empty() {
+            crate::log_warn!(
+                "hot-swap: {AUTO_ENV}='{v}' is not a number of milliseconds: automatic reloads off"
+            );
+        }
+        None
+    })
+}
+
+/// See [`auto_interval_by_env`].
+pub fn parse_auto_interval(value: &str) -> Option<Duration> {
+    value.trim().parse::<u64>().ok().map(Duration::from_millis)
+}
+
+/// Automatic reloads (`LLAMA_HOTSWAP_AUTO`): the interval and when the last look was.
+#[derive(Debug)]
+pub struct AutoReload {
+    pub every: Duration,
+    pub last: Mutex<Option<Instant>>,
+}
+
+impl AutoReload {
+    /// True (and the clock restarted) when the interval has passed since the last look;
+    /// false while another thread is looking (that look covers this decode too).
+    pub fn due(&self) -> bool {
+        let Ok(mut last) = self.last.try_lock() else {
+            return false;
+        };
+        let now = Instant::now();
+        if last.is_some_and(|t| now.duration_since(t) < self.every) {
+            return false;
+        }
+        *last = Some(now);
+        true
+    }
+}
 
 /// Whether `LLAMA_HOTSWAP_ENABLED` turns hot-swap on: set to anything but empty, `0`,
 /// `false` or `off` (case-insensitive, surrounding whitespace ignored).
@@ -58,6 +107,8 @@ pub struct HotSwap {
     /// The model was loaded with `check_tensors`: swapped-in bytes are validated the same way
     /// before they are committed.
     pub check_tensors: bool,
+    /// `LLAMA_HOTSWAP_AUTO` at load: look for changed files before decodes.
+    pub auto: Option<AutoReload>,
 }
 
 /// The page stage of in-place reloads (`hotswap::direct`) and what decides when one is made.
@@ -110,6 +161,17 @@ impl HotSwap {
             model.files.len(),
             model.tensors.len()
         );
+        let auto = auto_interval_by_env().map(|every| {
+            crate::log_info!(
+                "hot-swap: {AUTO_ENV}: changed files are reloaded before a decode, looked for at \
+                 most every {} ms",
+                every.as_millis()
+            );
+            AutoReload {
+                every,
+                last: Mutex::new(Some(Instant::now())),
+            }
+        });
         HotSwap {
             watch: Mutex::new(files),
             report: Mutex::new(Arc::new(Report::default())),
@@ -117,6 +179,7 @@ impl HotSwap {
             page_stage: Mutex::new(PageStageSlot::default()),
             buffers: Mutex::new(BufferPool::new(largest)),
             check_tensors,
+            auto,
         }
     }
 

@@ -356,6 +356,13 @@ impl<'m> Builder<'m> {
         self.add_lora(w, x, y)
     }
 
+    /// MUL_MAT and the LoRA products, without the per-tensor scale (upstream's
+    /// `build_lora_mm(w, cur)` where the architecture passes no `w_s`).
+    pub fn mul_mat_lora(&mut self, w: WeightId, x: NodeId) -> NodeId {
+        let y = self.mul_mat_raw(w, x);
+        self.add_lora(w, x, y)
+    }
+
     /// MUL_MAT alone.
     pub fn mul_mat_raw(&mut self, w: WeightId, x: NodeId) -> NodeId {
         let (n, m) = (self.wrows(w), self.ne1(x));

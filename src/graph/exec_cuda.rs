@@ -252,6 +252,7 @@ impl CudaExecutor {
             // adapters' factors stay in host memory: their products run on the CPU
             Op::MulMatAdapter { .. } | Op::GetRowsAdapter { .. } | Op::AddAdapter { .. } => false,
             Op::MulRep { .. } | Op::SsmConv { .. } | Op::SsmScan { .. } => false,
+            Op::Softplus { .. } | Op::RepeatHeads { .. } | Op::GatedDeltaNet { .. } => false,
             Op::Gelu { .. }
             | Op::Relu { .. }
             | Op::Sqr { .. }
@@ -538,7 +539,10 @@ impl CudaExecutor {
             | Op::AddId { .. }
             | Op::MulRep { .. }
             | Op::SsmConv { .. }
-            | Op::SsmScan { .. } => {
+            | Op::SsmScan { .. }
+            | Op::Softplus { .. }
+            | Op::RepeatHeads { .. }
+            | Op::GatedDeltaNet { .. } => {
                 // `side` sends these to the CPU
                 return Err(ExecError::UnsupportedOp {
                     backend: self.label,

@@ -85,7 +85,9 @@ pub mod qwen2;
 pub mod qwen2moe;
 pub mod qwen2vl;
 pub mod qwen3;
+pub mod qwen35;
 pub mod qwen3moe;
+pub mod qwen3next;
 pub mod qwen3vl;
 pub mod qwen3vlmoe;
 pub mod refact;
@@ -194,6 +196,8 @@ pub static REGISTRY: &[&ArchDef] = &[
     &talkie::DEF,
     &spark2_5::DEF,
     &falcon_h1::DEF,
+    &qwen35::DEF,
+    &qwen3next::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

@@ -35,6 +35,7 @@ mod dispatch;
 mod dot_scalar;
 mod dot_tiled;
 pub mod fast_gemm;
+pub mod iq_grids;
 pub mod mode;
 pub mod mul_mat;
 pub mod ops;

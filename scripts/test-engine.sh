@@ -191,6 +191,23 @@ run_fast_rows() {
         if [ -s "$f" ]; then check_fast "fast-smollm2-${t,,}" "$f" "$kl"; fi
     done
     check_fast fast-smollm2-q8_0-1thread "$models_dir/SmolLM2-135M-Instruct.Q8_0.gguf" 1e-2 PROBE_THREADS=1
+    # MUL_MAT_ID: a qwen3moe-shaped model of 16 experts, 4 used (scripts/gen_bench_model.py
+    # moe-small, requantized by upstream): ~17 of the 68 prompt rows per expert take the r8
+    # kernels, the decode steps the one-job mat-vec path; exact mode against upstream too
+    for t in Q8_0 Q4_0; do
+        f="$(moe_small "$t")" || { echo "FAIL moe-small-$t: no model (gen_bench_model.py moe-small, llama-quantize)"; failed=$((failed + 1)); continue; }
+        CHECK_TOKENS="$long_prompt" check "moe-qwen3moe-small-${t,,}" "$f" 1e-2
+        check_fast "fast-qwen3moe-small-${t,,}" "$f" 1e-4
+    done
+}
+# moe_small TYPE: the small generated qwen3moe model requantized to TYPE (cached)
+moe_small() {
+    local f16="$models_dir/qwen3moe-256-small.F16.gguf" f="$models_dir/qwen3moe-256-small.$1.gguf"
+    [ -s "$f16" ] || "${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python" scripts/gen_bench_model.py "$model" "$f16" moe-small \
+        >"$out/gen-qwen3moe-small.log" 2>&1 || return 1
+    [ -s "$f" ] || { LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" "$f16" "$f.tmp" "$1" \
+        >"$out/quantize-qwen3moe-small-$1.log" 2>&1 && mv "$f.tmp" "$f"; } || return 1
+    echo "$f"
 }
 # ENGINE_FAST_ONLY=1: the fast-mode rows only
 if [ -n "${ENGINE_FAST_ONLY:-}" ]; then

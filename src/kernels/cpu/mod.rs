@@ -38,6 +38,7 @@ pub mod fast_gemm;
 pub mod iq_grids;
 pub mod mode;
 pub mod mul_mat;
+pub mod mul_mat_id;
 pub mod ops;
 pub mod pool;
 mod quantize;

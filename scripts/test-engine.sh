@@ -265,11 +265,42 @@ check_recurrent() {
         done
     done
 }
+# Hot-swap on recurrent and hybrid models (ffi-tests/engine/probe_swap.c, our library only):
+# a state-space / delta-net tensor replaced on disk and reloaded gives, after clearing the
+# memory, a fresh load's logits bit for bit; put back, the first logits bit for bit.
+# Rows: ARCH FIXTURE TENSOR (scaled by 1.5 in the new file).
+SWAP_ROWS=(
+    "mamba2 mamba2-dense blk.1.ssm_conv1d.weight"
+    "qwen35 qwen35-dense blk.0.ssm_a"
+    "falcon-h1 falcon-h1-dense blk.0.ssm_in.weight"
+)
+check_swap() {
+    local row arch fixture tensor f work py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"
+    cc -std=c11 -O1 -Iinclude ffi-tests/engine/probe_swap.c -L"$ours" -lllama -o "$out/probe_swap"
+    for row in "${SWAP_ROWS[@]}"; do
+        read -r arch fixture tensor <<<"$row"
+        [[ " ${archs[*]} " == *" $arch "* ]] || continue
+        f="$derived/$fixture.scaled-$tensor.gguf"
+        [ -s "$f" ] || "$py" scripts/gguf_scale_tensor.py "$fixtures/$fixture.gguf" "$f" "$tensor" 1.5 \
+            >"$out/swap-$fixture.gen.log" 2>&1 || true
+        if [ ! -s "$f" ]; then echo "FAIL swap-$fixture: could not write $f"; failed=$((failed + 1)); continue; fi
+        work="$out/swap-$fixture.d"; rm -rf "$work"; mkdir -p "$work"
+        if LD_LIBRARY_PATH="$ours" "$out/probe_swap" "$fixtures/$fixture.gguf" "$f" "$work" 1 5 9 17 33 65 100 7 \
+            >"$out/swap-$fixture.txt" 2>"$out/swap-$fixture.err"; then
+            echo "ok   swap-$fixture: $tensor swapped: $(tr '\n' ' ' <"$out/swap-$fixture.txt")"
+            passed=$((passed + 1))
+        else
+            echo "FAIL swap-$fixture: $(cat "$out/swap-$fixture.txt" "$out/swap-$fixture.err" | tail -3 | tr '\n' ' ')"
+            failed=$((failed + 1))
+        fi
+    done
+}
 # ENGINE_ARCHS set: the architectures' rows only (a quick loop while adding one)
 if [ -n "${ENGINE_ARCHS:-}" ]; then
     check_archs
     check_hostile
     check_recurrent
+    check_swap
     echo "engine (ENGINE_ARCHS=$ENGINE_ARCHS only): $passed passed, $failed failed"
     [ "$failed" -eq 0 ]
     exit
@@ -395,6 +426,7 @@ fi
 check_archs
 check_hostile
 check_recurrent
+check_swap
 # every weight type the engine computes with, on the llama fixture (256-wide rows) requantized
 # by upstream's llama-quantize (its logits are flat, so top-1 is checked on every position)
 for t in BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K IQ4_NL IQ4_XS; do

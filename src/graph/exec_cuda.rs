@@ -247,6 +247,13 @@ impl CudaExecutor {
                 });
             }
         }
+        if let Op::LightningIndexer { .. } = &node.op {
+            return Err(ExecError::UnsupportedOp {
+                backend: self.label,
+                op: node.name.to_string(),
+                why: "the sparse attention's lightning indexer has no CUDA kernel yet".into(),
+            });
+        }
         let kernel = match &node.op {
             Op::Hadamard { .. } | Op::AttnTempScale { .. } | Op::InputEmbd => false,
             // adapters' factors stay in host memory: their products run on the CPU
@@ -540,6 +547,7 @@ impl CudaExecutor {
             | Op::MulRep { .. }
             | Op::SsmConv { .. }
             | Op::SsmScan { .. }
+            | Op::LightningIndexer { .. }
             | Op::Softplus { .. }
             | Op::RepeatHeads { .. }
             | Op::GatedDeltaNet { .. } => {

@@ -9,7 +9,7 @@ RELEASE_DIR := target/release
 LIB := $(RELEASE_DIR)/libllama.so
 # The llama.cpp version whose API this library mirrors (llama_version() reports the same).
 LLAMA_PC_VERSION := 0.5.0-dev
-TEST_PARTS := rust cuda-mock header abi symbols c asan valgrind python differential tokenizer chat sampling grammar engine status perplexity sweep programs quantize
+TEST_PARTS := rust cuda-mock header abi symbols c asan valgrind python differential tokenizer chat sampling grammar engine status perplexity sweep programs quantize rpc
 
 .PHONY: all build header tools install demo test setup $(addprefix test-,$(TEST_PARTS))
 all: build
@@ -111,3 +111,9 @@ fuzz-smoke:
 .PHONY: bench-sweep
 bench-sweep:
 	bash scripts/bench-sweep.sh
+
+# A whole model's full-precision weights pushed into a loaded model (llama_ext_tensors_push)
+# vs llama_model_quantize of the same weights into a file; goal push <= 1.2x.
+.PHONY: bench-push
+bench-push:
+	bash scripts/bench-push.sh

@@ -56,7 +56,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -124,6 +124,8 @@ HOSTILE_ROWS=(
     "qwen2moe qwen2moe-moe blk.1.ffn_gate_inp_shexp.weight blk.1.ffn_up_shexp.weight"
     "llama4 llama4-moe blk.1.ffn_up_shexp.weight blk.3.ffn_gate_inp.weight"
     "bloom bloom-dense blk.1.attn_norm.bias blk.1.ffn_up.weight"
+    "falcon-h1 falcon-h1-dense blk.1.ssm_dt.bias blk.1.ssm_in.weight"
+    "lfm2moe lfm2moe-moe blk.1.exp_probs_b.bias blk.1.shortconv.conv.weight"
 )
 check_hostile() {
     local row arch fixture dropped shrunk mode tensor f rc py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"
@@ -187,6 +189,23 @@ run_fast_rows() {
         if [ -s "$f" ]; then check_fast "fast-smollm2-${t,,}" "$f" "$kl"; fi
     done
     check_fast fast-smollm2-q8_0-1thread "$models_dir/SmolLM2-135M-Instruct.Q8_0.gguf" 1e-2 PROBE_THREADS=1
+    # MUL_MAT_ID: a qwen3moe-shaped model of 16 experts, 4 used (scripts/gen_bench_model.py
+    # moe-small, requantized by upstream): ~17 of the 68 prompt rows per expert take the r8
+    # kernels, the decode steps the one-job mat-vec path; exact mode against upstream too
+    for t in Q8_0 Q4_0; do
+        f="$(moe_small "$t")" || { echo "FAIL moe-small-$t: no model (gen_bench_model.py moe-small, llama-quantize)"; failed=$((failed + 1)); continue; }
+        CHECK_TOKENS="$long_prompt" check "moe-qwen3moe-small-${t,,}" "$f" 1e-2
+        check_fast "fast-qwen3moe-small-${t,,}" "$f" 1e-4
+    done
+}
+# moe_small TYPE: the small generated qwen3moe model requantized to TYPE (cached)
+moe_small() {
+    local f16="$models_dir/qwen3moe-256-small.F16.gguf" f="$models_dir/qwen3moe-256-small.$1.gguf"
+    [ -s "$f16" ] || "${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python" scripts/gen_bench_model.py "$model" "$f16" moe-small \
+        >"$out/gen-qwen3moe-small.log" 2>&1 || return 1
+    [ -s "$f" ] || { LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" "$f16" "$f.tmp" "$1" \
+        >"$out/quantize-qwen3moe-small-$1.log" 2>&1 && mv "$f.tmp" "$f"; } || return 1
+    echo "$f"
 }
 # ENGINE_FAST_ONLY=1: the fast-mode rows only
 if [ -n "${ENGINE_FAST_ONLY:-}" ]; then
@@ -201,7 +220,7 @@ fi
 # the rows within KL 1e-3.
 # lfm2 is left out: upstream aborts in this probe (GGML_ASSERT(buffer) in ggml-backend.cpp, its
 # sliding-window hybrid memory)
-RECURRENT_ARCHS="mamba mamba2 granitehybrid jamba nemotron_h"
+RECURRENT_ARCHS="mamba mamba2 granitehybrid jamba nemotron_h nemotron_h_moe falcon-h1 lfm2moe"
 check_recurrent() {
     local arch f name side lib stats
     for arch in $RECURRENT_ARCHS; do

@@ -473,7 +473,7 @@ impl Context {
                     // V is read from the K rows
                     arch::Memory::KvLatent => (hp.n_embd_k_gqa(il), 0),
                     arch::Memory::Recurrent => (0, 0),
-                    arch::Memory::Hybrid if hp.is_recurrent(il) => (0, 0),
+                    arch::Memory::Hybrid if !hp.has_kv(il) => (0, 0),
                     arch::Memory::Hybrid => (hp.n_embd_k_gqa(il), hp.n_embd_v_gqa(il)),
                 })
                 .collect(),

@@ -1199,6 +1199,30 @@ impl CpuExecutor {
                 }
             }
         }
+        if kernel_api::mul_mat_id_takes(ty, n, k, &self.expert_rows) {
+            // all experts in one parallel job, each activation row converted once
+            let experts = kernel_api::Experts {
+                t: ty,
+                bytes,
+                n_rows: n,
+                k,
+                expert_bytes,
+            };
+            let scales = scaled.then_some(&self.wvec[..]);
+            let (dst, [xs]) = carve(&mut self.arena, range(node), [range(xn)]);
+            kernel_api::mul_mat_id(
+                &experts,
+                xs,
+                &self.expert_rows,
+                scales,
+                dst,
+                &self.pool,
+                &mut self.mat,
+            );
+            drop(st);
+            self.gather = gather;
+            return Ok(());
+        }
         for e in 0..n_exp {
             let rows = std::mem::take(&mut self.expert_rows[e]);
             if rows.is_empty() {

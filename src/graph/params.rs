@@ -157,6 +157,9 @@ pub struct Extras {
     /// Per layer: whether it keeps a recurrent state instead of KV rows (upstream's
     /// `is_recr`); empty: none does.
     pub recurrent_layers: Vec<bool>,
+    /// The recurrent layers keep KV rows too (falcon-h1: attention and a Mamba-2 mixer in
+    /// every layer; upstream's hybrid memory with both layer filters true).
+    pub recurrent_with_attn: bool,
 }
 
 /// The state-space hyperparameters (`<arch>.ssm.*`, upstream's `ssm_*`).
@@ -299,6 +302,11 @@ impl ArchParams {
     /// Whether layer `il` keeps a recurrent state (upstream's `is_recr`).
     pub fn is_recurrent(&self, il: usize) -> bool {
         self.ext.recurrent_layers.get(il).copied().unwrap_or(false)
+    }
+
+    /// Whether layer `il` of a hybrid model keeps KV rows (upstream's `filter_attn`).
+    pub fn has_kv(&self, il: usize) -> bool {
+        !self.is_recurrent(il) || self.ext.recurrent_with_attn
     }
 
     /// Values of one recurrent conv state row (upstream's `n_embd_r`): the last

@@ -5,9 +5,8 @@
 //!
 //! Differences from upstream, on purpose: every failure is an error (upstream aborts on some),
 //! and no partial output is left behind (the file is written under a temporary name and
-//! renamed when complete). Not supported yet: split input models, and the grid IQ types
-//! (IQ1_S/IQ1_M/IQ2_*/IQ3_*) and NVFP4 as targets; those are refused before anything is
-//! written.
+//! renamed when complete). Not supported yet: split input models, and NVFP4 as a target;
+//! those are refused before anything is written.
 
 #![forbid(unsafe_code)]
 

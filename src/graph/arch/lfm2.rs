@@ -4,15 +4,17 @@
 //! per-head Q/K RMS norms and NEOX rotary embeddings (over a sliding window when
 //! `attention.sliding_window` > 0), each followed by a SiLU-gated FFN; the final norm is
 //! `token_embd_norm`. Memory: KV rows for the attention layers, the convolution's last inputs
-//! for the others.
+//! for the others. `lfm2moe` (upstream's src/models/lfm2moe.cpp, lfm2's graph): after
+//! `leading_dense_block_count` dense layers, mixtures of experts routed by
+//! `expert_gating_func` with the `exp_probs_b` selection bias and normalised weights.
 
-use super::super::builder::{BuildError, Builder, Ffn, Outputs};
+use super::super::builder::{BuildError, Builder, Ffn, Gating, Moe, Outputs};
 use super::super::params::{ArchParams, Ssm};
 use super::super::{Operand, RopeMode};
 use super::def::{ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
-    names: &["lfm2"],
+    names: &["lfm2", "lfm2moe"],
     rope: Rope::Mode(RopeMode::Neox),
     memory: Memory::Hybrid,
     hparams,
@@ -36,6 +38,26 @@ fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
     hp.swa_layers = (0..hp.n_layer)
         .map(|il| hp.n_swa > 0 && !hp.ext.recurrent_layers[il])
         .collect();
+    if k.arch == "lfm2moe" {
+        hp.ext.n_layer_dense_lead = k.u32("leading_dense_block_count", 0) as usize;
+        hp.n_ff_exp = k.u32_required("expert_feed_forward_length")? as usize;
+        hp.expert_weights_scale = k.f32("expert_weights_scale", 0.0);
+        hp.ext.gating = match k.u32_required("expert_gating_func")? {
+            1 => Gating::Softmax,
+            2 => Gating::Sigmoid,
+            3 => Gating::SoftmaxWeight,
+            g => return Err(format!("expert_gating_func {g} is not supported")),
+        };
+        if hp.n_expert == 0 || hp.n_expert_used == 0 {
+            return Err("expert_count and expert_used_count must be > 0".into());
+        }
+        // upstream's lfm2moe reads no sliding window
+        hp.n_swa = 0;
+        hp.swa_layers = vec![false; hp.n_layer];
+    } else {
+        // only lfm2moe has expert layers
+        hp.ext.n_layer_dense_lead = hp.n_layer;
+    }
     if !hp.causal {
         return Err("a non-causal short convolution is not supported by llama-hotswap yet".into());
     }
@@ -82,11 +104,23 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         }
         let ffn_inp = b.add(res, Operand::Node(cur));
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
-        let ffn = Ffn {
-            scaled: false,
-            ..Ffn::SWIGLU
+        let out = if il >= hp.ext.n_layer_dense_lead {
+            let moe = Moe {
+                gating: hp.ext.gating,
+                scale_w: hp.expert_weights_scale,
+                probs_bias: true,
+                exp_scales: false,
+                ..Moe::SOFTMAX
+            };
+            b.lw(il, "exp_probs_b.bias", &[hp.n_expert as i64])?;
+            b.moe_layer(il, x, hp.n_ff_exp, moe)?
+        } else {
+            let ffn = Ffn {
+                scaled: false,
+                ..Ffn::SWIGLU
+            };
+            b.ffn_layer(il, x, ffn)?
         };
-        let out = b.ffn_layer(il, x, ffn)?;
         inp = b.add(ffn_inp, Operand::Node(out));
     }
     let norm = b.weight("token_embd_norm.weight", &[n_embd])?;

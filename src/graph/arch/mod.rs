@@ -32,6 +32,7 @@ pub mod ernie4_5_moe;
 pub mod exaone;
 pub mod exaone4;
 pub mod falcon;
+pub mod falcon_h1;
 pub mod gemma;
 pub mod gemma2;
 pub mod gemma3;
@@ -192,6 +193,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &mellum::DEF,
     &talkie::DEF,
     &spark2_5::DEF,
+    &falcon_h1::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

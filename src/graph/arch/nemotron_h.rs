@@ -1,8 +1,9 @@
 //! `nemotron_h` (upstream's src/models/nemotron-h.cpp): RMS-normed blocks of one kind each,
 //! with a residual: a Mamba-2 mixer (KV head count and FFN size 0), attention without rotary
 //! embeddings (FFN size 0), or a squared-ReLU FFN without gate. Memory: KV rows for the
-//! attention blocks, recurrent states for the Mamba-2 ones. The mixture-of-experts blocks
-//! (`nemotron_h_moe`) are not run yet: a file with them is refused naming the router.
+//! attention blocks, recurrent states for the Mamba-2 ones. `nemotron_h_moe` runs this graph
+//! too (upstream's class reuses nemotron_h's); its mixture-of-experts blocks are not run
+//! yet: a file with them is refused naming the router.
 
 use super::super::builder::{Act, BuildError, Builder, Need, Outputs};
 use super::super::params::ArchParams;
@@ -10,7 +11,7 @@ use super::super::Operand;
 use super::def::{ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
-    names: &["nemotron_h"],
+    names: &["nemotron_h", "nemotron_h_moe"],
     rope: Rope::None,
     memory: Memory::Hybrid,
     hparams,

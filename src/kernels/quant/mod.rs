@@ -5,11 +5,17 @@
 //! These are ggml-base's portable reference quantizers, not per-ISA kernels: upstream runs
 //! the same scalar code on every machine so quantized files do not depend on the host. One
 //! file per type family: `legacy` (32-element blocks, MXFP4, Q1_0/Q2_0), `kquants`
-//! (Q2_K..Q6_K), `iq4` (IQ4_NL/IQ4_XS), `ternary` (TQ1_0/TQ2_0); `helpers` holds the shared
-//! scale searches (`make_qx_quants`, `make_qkx2/3_quants`, `make_qp_quants`, ...).
+//! (Q2_K..Q6_K), `iq4` (IQ4_NL/IQ4_XS), `iq2` (IQ2_XXS/XS/S), `iq3` (IQ3_XXS/S), `iq1`
+//! (IQ1_S/M), `ternary` (TQ1_0/TQ2_0); `helpers` holds the shared scale searches
+//! (`make_qx_quants`, `make_qkx2/3_quants`, `make_qp_quants`, ...), `grids` the grid IQ
+//! types' search tables (built once, on first use).
 
 mod blocks;
+mod grids;
 pub mod helpers;
+mod iq1;
+mod iq2;
+mod iq3;
 mod iq4;
 mod kquants;
 mod legacy;
@@ -58,6 +64,13 @@ fn row_fn(ty: GgmlType) -> Option<RowFn> {
         GgmlType::Q4_K => kquants::q4_k,
         GgmlType::Q5_K => kquants::q5_k,
         GgmlType::Q6_K => kquants::q6_k,
+        GgmlType::IQ2_XXS => iq2::iq2_xxs,
+        GgmlType::IQ2_XS => iq2::iq2_xs,
+        GgmlType::IQ2_S => iq2::iq2_s,
+        GgmlType::IQ3_XXS => iq3::iq3_xxs,
+        GgmlType::IQ3_S => iq3::iq3_s,
+        GgmlType::IQ1_S => iq1::iq1_s,
+        GgmlType::IQ1_M => iq1::iq1_m,
         GgmlType::IQ4_NL => iq4::iq4_nl,
         GgmlType::IQ4_XS => iq4::iq4_xs,
         GgmlType::TQ1_0 => ternary::tq1_0,
@@ -154,6 +167,12 @@ fn f16_scale_offsets(ty: GgmlType) -> &'static [usize] {
             &[0]
         }
         GgmlType::Q1_0 | GgmlType::Q2_0 => &[0],
+        GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S
+        | GgmlType::IQ1_S => &[0],
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q2_K => &[80, 82],
         GgmlType::Q3_K => &[108],
@@ -179,6 +198,15 @@ pub fn validate_row_data(ty: GgmlType, data: &[u8]) -> bool {
             .chunks_exact(2)
             .all(|b| u16::from_le_bytes([b[0], b[1]]) & 0x7fff < 0x7f80),
         GgmlType::MXFP4 => data.chunks_exact(legacy::MXFP4_BYTES).all(|b| b[0] != 0xff),
+        // IQ1_M keeps its f16 scale in the top nibbles of its four u16 sub-scale words.
+        GgmlType::IQ1_M => data.chunks_exact(iq1::IQ1_M_BYTES).all(|b| {
+            let sc = |i: usize| u16::from_le_bytes([b[48 + 2 * i], b[49 + 2 * i]]);
+            let h = (sc(0) >> 12)
+                | ((sc(1) >> 8) & 0x00f0)
+                | ((sc(2) >> 4) & 0x0f00)
+                | (sc(3) & 0xf000);
+            !f16_bad(h)
+        }),
         _ => {
             let size = ty.type_size() as usize;
             let offsets = f16_scale_offsets(ty);

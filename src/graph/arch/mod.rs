@@ -25,6 +25,7 @@ pub mod dbrx;
 pub mod deci;
 pub mod deepseek;
 pub mod deepseek2;
+pub mod deepseek32;
 pub mod def;
 pub mod dots1;
 pub mod ernie4_5;
@@ -38,6 +39,7 @@ pub mod gemma2;
 pub mod gemma3;
 pub mod glm4;
 pub mod glm4moe;
+pub mod glm_dsa;
 pub mod gpt2;
 pub mod gpt_oss;
 pub mod gptneox;
@@ -194,6 +196,8 @@ pub static REGISTRY: &[&ArchDef] = &[
     &talkie::DEF,
     &spark2_5::DEF,
     &falcon_h1::DEF,
+    &deepseek32::DEF,
+    &glm_dsa::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

@@ -32,6 +32,7 @@ pub mod ernie4_5;
 pub mod ernie4_5_moe;
 pub mod exaone;
 pub mod exaone4;
+pub mod exaone_moe;
 pub mod falcon;
 pub mod falcon_h1;
 pub mod gemma;
@@ -200,6 +201,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &falcon_h1::DEF,
     &deepseek32::DEF,
     &glm_dsa::DEF,
+    &exaone_moe::DEF,
     &qwen35::DEF,
     &qwen3next::DEF,
 ];

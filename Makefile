@@ -9,7 +9,7 @@ RELEASE_DIR := target/release
 LIB := $(RELEASE_DIR)/libllama.so
 # The llama.cpp version whose API this library mirrors (llama_version() reports the same).
 LLAMA_PC_VERSION := 0.5.0-dev
-TEST_PARTS := rust cuda-mock header abi symbols c asan valgrind python differential tokenizer chat sampling grammar engine status perplexity sweep programs quantize
+TEST_PARTS := rust cuda-mock header abi symbols c asan valgrind python differential tokenizer chat sampling grammar engine status perplexity sweep programs quantize rpc
 
 .PHONY: all build header tools install demo test setup $(addprefix test-,$(TEST_PARTS))
 all: build

@@ -40,6 +40,7 @@
 pub mod capacity;
 pub mod cuda;
 mod host;
+pub mod rpc;
 
 /// Physical memory of this host in bytes (`MemTotal`), 0 when unknown: what no single
 /// allocation can exceed (upstream's `posix_memalign` of a larger buffer fails).

@@ -1,0 +1,312 @@
+//! The ggml-rpc client against upstream's real `rpc-server` (built from the pinned sources:
+//! `scripts/test-rpc.sh` sets LLAMA_HOTSWAP_RPC_SERVER to it). Each test starts its own
+//! server on a free 127.0.0.1 port with the CPU backend and kills it when done. Without the
+//! variable the tests say so and pass (`cargo test` on a machine without the upstream build);
+//! `make test-rpc` always sets it.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use llama::device::rpc::wire::{self, RpcTensor};
+use llama::device::rpc::{Connection, RpcErrorKind, RpcServer, Timeouts};
+
+/// A running `rpc-server`, killed on drop.
+struct Server {
+    child: Child,
+    endpoint: String,
+    _cache: Option<tempfile::TempDir>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn server_binary() -> Option<PathBuf> {
+    let Some(path) = std::env::var_os("LLAMA_HOTSWAP_RPC_SERVER") else {
+        eprintln!("LLAMA_HOTSWAP_RPC_SERVER is not set: upstream's rpc-server tests not run (make test-rpc runs them)");
+        return None;
+    };
+    let path = PathBuf::from(path);
+    assert!(
+        path.is_file(),
+        "LLAMA_HOTSWAP_RPC_SERVER={} does not exist",
+        path.display()
+    );
+    Some(path)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn timeouts() -> Timeouts {
+    Timeouts {
+        connect: Duration::from_secs(5),
+        io: Duration::from_secs(30),
+    }
+}
+
+/// Starts a server (with the hash cache in a temporary directory when `cache`), waits until
+/// it accepts connections.
+fn start(cache: bool) -> Option<Server> {
+    let bin = server_binary()?;
+    let port = free_port();
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "--device",
+        "CPU",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        &port.to_string(),
+        "-t",
+        "1",
+    ]);
+    let dir = cache.then(|| tempfile::tempdir().unwrap());
+    if let Some(d) = &dir {
+        cmd.arg("-c").env("LLAMA_CACHE", d.path());
+    }
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Server {
+        child,
+        endpoint: format!("127.0.0.1:{port}"),
+        _cache: dir,
+    };
+    let t0 = Instant::now();
+    // A probe connection would take the server's single client slot until it closes; a bare
+    // TCP connect that closes at once is enough (the server sees no HELLO and moves on).
+    while std::net::TcpStream::connect(&server.endpoint).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "rpc-server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(server)
+}
+
+#[test]
+fn hello_devices_and_memory() {
+    let Some(s) = start(false) else { return };
+    let mut c = Connection::connect(&s.endpoint, timeouts()).unwrap();
+    assert_eq!(c.version(), (7, 0, 0));
+    assert_eq!(c.device_count().unwrap(), 1);
+    let (free, total) = c.memory(0).unwrap();
+    assert!(total > 0 && free <= total, "{free} {total}");
+    assert!(c.alignment(0).unwrap() >= 16);
+    assert!(c.max_size(0).unwrap() >= 1 << 30);
+    // A device the server does not have: it closes the connection; we say so.
+    let e = c.memory(5).unwrap_err();
+    assert!(
+        matches!(
+            e.kind,
+            RpcErrorKind::Closed {
+                cmd: "GET_DEVICE_MEMORY"
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains(&s.endpoint));
+}
+
+#[test]
+fn buffers_write_read_clear_copy() {
+    let Some(s) = start(false) else { return };
+    let server = RpcServer::connect(&s.endpoint, timeouts()).unwrap();
+    assert_eq!(server.devices().len(), 1);
+    let a = server.alloc(0, 1 << 20).unwrap();
+    let b = server.alloc(0, 4096).unwrap();
+    assert_ne!(a.id(), b.id());
+    let pattern: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 3) as u8).collect();
+    assert_eq!(a.write(1000, &pattern).unwrap(), 0);
+    let mut back = vec![0u8; 3000];
+    a.read(1000, &mut back).unwrap();
+    assert_eq!(back, pattern);
+    // Copy on the server, then clear the source: the copy keeps the bytes.
+    assert!(b.copy_from(&a, 1000, 10, 3000).unwrap());
+    a.clear(7).unwrap();
+    let mut all = vec![0u8; 1 << 20];
+    a.read(0, &mut all).unwrap();
+    assert!(all.iter().all(|&x| x == 7));
+    let mut copied = vec![0u8; 3000];
+    b.read(10, &mut copied).unwrap();
+    assert_eq!(copied, pattern);
+    // Out of range: refused here, nothing sent, the connection stays usable.
+    let e = b.write(4000, &[0u8; 100]).unwrap_err();
+    assert!(matches!(e.kind, RpcErrorKind::Refused(_)), "{e}");
+    b.read(10, &mut copied).unwrap();
+    assert_eq!(copied, pattern);
+    drop(a);
+    // Buffers freed on the server: the connection still works.
+    assert_eq!(server.lock().device_count().unwrap(), 1);
+}
+
+#[test]
+fn set_by_hash_skips_bytes_the_server_has_cached() {
+    let Some(s) = start(true) else { return };
+    let server = RpcServer::connect(&s.endpoint, timeouts()).unwrap();
+    let n = wire::HASH_THRESHOLD + 4096;
+    let data: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+    let a = server.alloc(0, n as u64).unwrap();
+    assert_eq!(a.write(0, &data).unwrap(), 0, "first write sends the bytes");
+    let b = server.alloc(0, n as u64).unwrap();
+    assert_eq!(
+        b.write(0, &data).unwrap(),
+        n as u64,
+        "second write comes from the cache"
+    );
+    let mut back = vec![0u8; n];
+    b.read(0, &mut back).unwrap();
+    assert_eq!(back, data);
+}
+
+#[test]
+fn out_of_memory_is_an_error_and_the_server_survives() {
+    let Some(s) = start(false) else { return };
+    let server = RpcServer::connect(&s.endpoint, timeouts()).unwrap();
+    let e = server.alloc(0, 1 << 52).unwrap_err();
+    assert!(
+        matches!(e.kind, RpcErrorKind::OutOfMemory { requested, .. } if requested == 1 << 52),
+        "{e}"
+    );
+    assert!(e.to_string().contains(&s.endpoint), "{e}");
+    server.alloc(0, 4096).unwrap();
+}
+
+/// `out = w·x + bias` (MUL_MAT then ADD) computed by the server from a serialized graph.
+#[test]
+fn graph_compute_mul_mat_add() {
+    let Some(s) = start(false) else { return };
+    let server = RpcServer::connect(&s.endpoint, timeouts()).unwrap();
+    let buf = server.alloc(0, 4096).unwrap();
+    let (k, m) = (8u32, 3u32);
+    let w: Vec<f32> = (0..k * m).map(|i| (i as f32) * 0.25 - 2.0).collect();
+    let x: Vec<f32> = (0..k).map(|i| 1.0 + i as f32 * 0.5).collect();
+    let bias: Vec<f32> = vec![0.5, -1.0, 2.0];
+    let f32s = |v: &[f32]| v.iter().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>();
+    let base = buf.base();
+    let tensor = |id: u64, off: u64, ne0: u32, ne1: u32| RpcTensor {
+        id,
+        ty: wire::GGML_TYPE_F32,
+        buffer: buf.id(),
+        ne: [ne0, ne1, 1, 1],
+        nb: [4, 4 * ne0, 4 * ne0 * ne1, 4 * ne0 * ne1],
+        data: base + off,
+        ..RpcTensor::default()
+    };
+    buf.write(0, &f32s(&w)).unwrap();
+    buf.write(512, &f32s(&x)).unwrap();
+    buf.write(1024, &f32s(&bias)).unwrap();
+    let tw = tensor(1, 0, k, m).with_name("w");
+    let tx = tensor(2, 512, k, 1).with_name("x");
+    let tb = tensor(3, 1024, m, 1).with_name("bias");
+    let mut mm = tensor(4, 1536, m, 1).with_name("wx");
+    mm.op = 29; // GGML_OP_MUL_MAT
+    mm.src[0] = 1;
+    mm.src[1] = 2;
+    mm.flags = wire::FLAG_COMPUTE;
+    mm.use_count = 1;
+    let mut add = tensor(5, 2048, m, 1).with_name("out");
+    add.op = 2; // GGML_OP_ADD
+    add.src[0] = 4;
+    add.src[1] = 3;
+    add.flags = wire::FLAG_COMPUTE | wire::FLAG_OUTPUT;
+    server
+        .lock()
+        .graph_compute(0, &[4, 5], &[tw, tx, tb, mm, add])
+        .unwrap();
+    let mut out = vec![0u8; 12];
+    buf.read(2048, &mut out).unwrap();
+    let got: Vec<f32> = out
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    for r in 0..m as usize {
+        let want: f32 = (0..k as usize)
+            .map(|c| w[r * k as usize + c] * x[c])
+            .sum::<f32>()
+            + bias[r];
+        assert!(
+            (got[r] - want).abs() <= 1e-4 * want.abs().max(1.0),
+            "row {r}: {} vs {want}",
+            got[r]
+        );
+    }
+    // GRAPH_RECOMPUTE runs it again on new inputs.
+    buf.write(512, &f32s(&vec![0.0; k as usize])).unwrap();
+    server.lock().graph_recompute(0).unwrap();
+    buf.read(2048, &mut out).unwrap();
+    let got: Vec<f32> = out
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(got, bias);
+}
+
+#[test]
+fn a_server_killed_mid_use_gives_an_error_not_a_hang() {
+    let Some(mut s) = start(false) else { return };
+    let server = RpcServer::connect(&s.endpoint, timeouts()).unwrap();
+    let buf = server.alloc(0, 1 << 20).unwrap();
+    buf.write(0, &[1u8; 1024]).unwrap();
+    s.child.kill().unwrap();
+    s.child.wait().unwrap();
+    let t0 = Instant::now();
+    let mut out = vec![0u8; 1024];
+    let e = buf.read(0, &mut out).unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    assert!(
+        matches!(
+            e.kind,
+            RpcErrorKind::Closed { .. } | RpcErrorKind::Io { .. }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains(&s.endpoint));
+    // Every later call fails at once; dropping the buffer (FREE_BUFFER) does not panic.
+    assert!(matches!(
+        server.memory(0).unwrap_err().kind,
+        RpcErrorKind::Broken(_)
+    ));
+    drop(buf);
+    let _ = Arc::strong_count(&server);
+}
+
+#[test]
+fn a_rejected_command_without_reply_surfaces_at_the_next_round_trip() {
+    let Some(s) = start(false) else { return };
+    let mut c = Connection::connect(&s.endpoint, timeouts()).unwrap();
+    // A write to a buffer id the server never gave out: it closes the connection.
+    c.set_tensor(
+        &RpcTensor::bytes(0xdead_beef, 0x1000, 4),
+        0,
+        &[1, 2, 3, 4],
+        false,
+    )
+    .unwrap();
+    let e = c.sync().unwrap_err();
+    assert!(
+        matches!(
+            e.kind,
+            RpcErrorKind::Closed { .. } | RpcErrorKind::Io { .. }
+        ),
+        "{e}"
+    );
+    // The server itself lives on and takes the next client.
+    let mut c2 = Connection::connect(&s.endpoint, timeouts()).unwrap();
+    assert_eq!(c2.device_count().unwrap(), 1);
+}

@@ -111,3 +111,9 @@ fuzz-smoke:
 .PHONY: bench-sweep
 bench-sweep:
 	bash scripts/bench-sweep.sh
+
+# A whole model's full-precision weights pushed into a loaded model (llama_ext_tensors_push)
+# vs llama_model_quantize of the same weights into a file; goal push <= 1.2x.
+.PHONY: bench-push
+bench-push:
+	bash scripts/bench-push.sh

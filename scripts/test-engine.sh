@@ -56,7 +56,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -74,7 +74,7 @@ check() { # NAME MODEL MAX_KL [MARGIN=0.25 for quantized, 0 otherwise] [env...]
     [ "$max_kl" = 1e-3 ] && margin=0
     case "${1:-}" in [0-9]*) margin=$1; shift ;; esac
     local toks="${CHECK_TOKENS:-$prompt}"
-    case "$name" in arch-* | types-*) toks="1 5 9 17 33 65 100 7 3 2" ;; esac
+    case "$name" in arch-* | types-* | cvec-arch-*) toks="1 5 9 17 33 65 100 7 3 2" ;; esac
     local steps=${CHECK_STEPS:-16}
     if ! env "$@" LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/probe_decode" "$file" "$out/$name.upstream.bin" "$steps" $toks \
         >"$out/$name.upstream.txt" 2>"$out/$name.upstream.err"; then
@@ -95,6 +95,27 @@ check() { # NAME MODEL MAX_KL [MARGIN=0.25 for quantized, 0 otherwise] [env...]
     echo "ok   $name: $stats; greedy $(cat "$out/$name.ours.txt")"
     passed=$((passed + 1))
 }
+# Control vectors (llama_set_adapter_cvec: a pseudo-random direction of amplitude 0.5 added
+# to the output of every layer from 1 on, where upstream's graph calls build_cvec) on the
+# fixtures of these families (ENGINE_CVEC=all: on every architecture's): upstream's library
+# and ours give the same logits as in the arch-* rows, and the vector moves ours (not every
+# row bit-identical to the row without it), so a graph that skips it fails. MoE, LayerNorm,
+# parallel-residual, recurrent and hybrid graphs.
+CVEC_ARCHS="qwen2moe deepseek llama4 dbrx phimoe gpt2 gptneox falcon phi2 hunyuan-dense mamba jamba nemotron_h"
+check_cvec() { # FIXTURE FILE (after its arch-FIXTURE row)
+    local fx=$1 file=$2 st
+    check "cvec-arch-$fx" "$file" 1e-3 PROBE_CVEC=1:64:0.5
+    [ -s "$out/arch-$fx.ours.bin" ] && [ -s "$out/cvec-arch-$fx.ours.bin" ] || return 0
+    st="$("$out/compare_logits" "$out/arch-$fx.ours.bin" "$out/cvec-arch-$fx.ours.bin" 1 0 0 2>&1)" || true
+    local rows same
+    rows="$(sed -n 's/^rows \([0-9]*\) .*/\1/p' <<<"$st")"
+    same="$(sed -n 's/.*bit-identical rows \([0-9]*\) .*/\1/p' <<<"$st")"
+    if [ -n "$rows" ] && [ -n "$same" ] && [ "$same" -lt "$rows" ]; then
+        echo "ok   cvec-arch-$fx moves the logits ($st)"; passed=$((passed + 1))
+    else
+        echo "FAIL cvec-arch-$fx: the control vector left the logits as they were ($st)"; failed=$((failed + 1))
+    fi
+}
 check_archs() {
     local arch f found
     for arch in "${archs[@]}"; do
@@ -103,8 +124,32 @@ check_archs() {
             [ -e "$f" ] || continue
             found=1
             check "arch-$(basename "$f" .gguf)" "$f" 1e-3
+            if [ "${ENGINE_CVEC:-}" = all ] || [[ " $CVEC_ARCHS " == *" $arch "* ]]; then check_cvec "$(basename "$f" .gguf)" "$f"; fi
         done
         if [ "$found" = 0 ]; then echo "FAIL arch-$arch: test-llama-archs wrote no fixture"; failed=$((failed + 1)); fi
+    done
+    # DeepSeek's sparse attention with a selection that matters: copies of the fixtures whose
+    # indexer keeps 4 cells (attention.indexer.top_k = 4, gguf-py's gguf_set_metadata.py), so
+    # every token past the 4th attends to the 4 its lightning indexer picked; the prompt and
+    # 16 steps, a 40-token prompt in one batch, and without flash attention
+    local a t py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python" setmeta
+    for a in deepseek32 glm-dsa; do
+        [[ " ${archs[*]} " == *" $a "* ]] || continue
+        t="$derived/$a-moe.topk4.gguf"
+        if [ ! -s "$t" ]; then
+            setmeta="$("$py" -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')/scripts/gguf_set_metadata.py"
+            cp "$fixtures/$a-moe.gguf" "$t.tmp" \
+                && "$py" "$setmeta" "$t.tmp" "$a.attention.indexer.top_k" 4 --force >/dev/null 2>&1 \
+                && mv "$t.tmp" "$t"
+        fi
+        if [ ! -s "$t" ]; then echo "FAIL dsa-$a-topk4: could not write $t"; failed=$((failed + 1)); continue; fi
+        CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" check "dsa-$a-moe-topk4" "$t" 1e-3
+        # (the selection must matter: 4 cells give other logits than all of them)
+        if "$out/compare_logits" "$out/arch-$a-moe.ours.bin" "$out/dsa-$a-moe-topk4.ours.bin" 1e-5 0 0 >/dev/null 2>&1; then
+            echo "FAIL dsa-$a-moe-topk4: the same logits as with every cell selected"; failed=$((failed + 1))
+        fi
+        CHECK_TOKENS="$(seq 1 40 | awk '{print ($1 * 37) % 127 + 1}' | tr '\n' ' ')" check "dsa-$a-moe-topk4-batch40" "$t" 1e-3
+        CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" check "dsa-$a-moe-topk4-nofa" "$t" 1e-3 PROBE_FLASH_ATTN=0
     done
     # ALiBi on its other attention paths: without flash attention (SOFT_MAX_EXT with the
     # slopes), and a 70-token micro-batch (the tiled flash attention)
@@ -126,6 +171,8 @@ HOSTILE_ROWS=(
     "bloom bloom-dense blk.1.attn_norm.bias blk.1.ffn_up.weight"
     "falcon-h1 falcon-h1-dense blk.1.ssm_dt.bias blk.1.ssm_in.weight"
     "lfm2moe lfm2moe-moe blk.1.exp_probs_b.bias blk.1.shortconv.conv.weight"
+    "deepseek32 deepseek32-moe blk.1.indexer.proj.weight blk.1.indexer.attn_k.weight"
+    "glm-dsa glm-dsa-moe blk.1.indexer.proj.weight blk.0.indexer.attn_q_b.weight"
 )
 check_hostile() {
     local row arch fixture dropped shrunk mode tensor f rc py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"
@@ -189,6 +236,23 @@ run_fast_rows() {
         if [ -s "$f" ]; then check_fast "fast-smollm2-${t,,}" "$f" "$kl"; fi
     done
     check_fast fast-smollm2-q8_0-1thread "$models_dir/SmolLM2-135M-Instruct.Q8_0.gguf" 1e-2 PROBE_THREADS=1
+    # MUL_MAT_ID: a qwen3moe-shaped model of 16 experts, 4 used (scripts/gen_bench_model.py
+    # moe-small, requantized by upstream): ~17 of the 68 prompt rows per expert take the r8
+    # kernels, the decode steps the one-job mat-vec path; exact mode against upstream too
+    for t in Q8_0 Q4_0; do
+        f="$(moe_small "$t")" || { echo "FAIL moe-small-$t: no model (gen_bench_model.py moe-small, llama-quantize)"; failed=$((failed + 1)); continue; }
+        CHECK_TOKENS="$long_prompt" check "moe-qwen3moe-small-${t,,}" "$f" 1e-2
+        check_fast "fast-qwen3moe-small-${t,,}" "$f" 1e-4
+    done
+}
+# moe_small TYPE: the small generated qwen3moe model requantized to TYPE (cached)
+moe_small() {
+    local f16="$models_dir/qwen3moe-256-small.F16.gguf" f="$models_dir/qwen3moe-256-small.$1.gguf"
+    [ -s "$f16" ] || "${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python" scripts/gen_bench_model.py "$model" "$f16" moe-small \
+        >"$out/gen-qwen3moe-small.log" 2>&1 || return 1
+    [ -s "$f" ] || { LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" "$f16" "$f.tmp" "$1" \
+        >"$out/quantize-qwen3moe-small-$1.log" 2>&1 && mv "$f.tmp" "$f"; } || return 1
+    echo "$f"
 }
 # ENGINE_FAST_ONLY=1: the fast-mode rows only
 if [ -n "${ENGINE_FAST_ONLY:-}" ]; then

@@ -19,6 +19,12 @@
 #    candidate gives exactly the row of the candidate file that upstream's llama-quantize
 #    --imatrix writes, and differs from the candidate made without the imatrix; a truncated
 #    imatrix and one made for another model fail before anything runs, naming the problem.
+# 6. From a higher-precision source (--from, issue 36): on the Q8_0 base, in-memory Q4_0
+#    candidates quantized from the F16 model give exactly the row of the candidate file
+#    upstream's llama-quantize writes from that F16 file (and not the row of the Q4_0 made
+#    from the base); --write-model quantizes the F16 file into the pick, byte-identical to
+#    upstream's llama-quantize on it; a source lacking the tensor gives a failed row naming
+#    it, a truncated or missing source fails before anything runs.
 . "$(dirname "$0")/test-common.sh"
 log="$WORK/test-sweep.log"
 if ! cargo test --release --test sweep --bin llama-hotswap-perplexity >"$log" 2>&1; then
@@ -153,4 +159,63 @@ if imsweep "$out/x.csv" "$out/im-other.log" --quantize iq4_nl --imatrix "$out/im
     fail "an imatrix of another model: $(tail -n 2 "$out/im-other.log")"
 fi
 say "imatrix: a truncated file and another model's refused before any round"
+
+# 6. --from: quantize the candidates from a higher-precision copy of the base
+f16="$LLAMA_HOTSWAP_CACHE/models/engine/SmolLM2-135M-Instruct.F16.gguf"
+[ -s "$f16" ] || { LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --allow-requantize "$model" "$f16.tmp" F16 \
+    >/dev/null 2>&1 && mv "$f16.tmp" "$f16"; } || fail "llama-quantize F16"
+LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --allow-requantize --pure "$f16" "$out/f16-q4_0.gguf" Q4_0 2 \
+    >"$out/f16-q4_0.log" 2>&1 || { tail -n 20 "$out/f16-q4_0.log"; fail "upstream llama-quantize F16 -> Q4_0"; }
+"$fixtures" candidates "$data/shards/smol" "$out/f16-q4_0.gguf" "$out/cand-f16/q4_0" blk.3.ffn_gate.weight >/dev/null
+rm -f "$out/f16-q4_0.gguf"
+fromsweep() { # OUT.csv LOG ARGS...
+    local csv=$1 log=$2; shift 2
+    "$ROOT/target/release/llama-hotswap-perplexity" sweep -m "$q8" -f "$out/text.txt" --kl-divergence-base "$out/q8.base-logits" \
+        --include '^blk\.3\.ffn_gate\.weight$' --csv "$csv" -c 128 -b 128 --chunks 1 -t 2 --plain "$@" >"$log" 2>&1
+}
+fromsweep "$out/from-file.csv" "$out/from-file.log" --candidates "$out/cand-f16" || { tail -n 20 "$out/from-file.log"; fail "sweep over the F16-made candidate file"; }
+size8=$("$VENV/bin/python" -c "import gguf,sys; print(sum(int(t.n_bytes) for t in gguf.GGUFReader(sys.argv[1]).tensors))" "$q8")
+rm -f "$out/from.gguf" "$out/from.types"
+fromsweep "$out/from-mem.csv" "$out/from-mem.log" --quantize q4_0 --from "$f16" --budget $((size8 - 1000)) \
+    --tensor-type-file "$out/from.types" --write-model "$out/from.gguf" || { tail -n 20 "$out/from-mem.log"; fail "in-memory sweep --from"; }
+fromsweep "$out/base-mem.csv" "$out/base-mem.log" --quantize q4_0 || { tail -n 20 "$out/base-mem.log"; fail "in-memory sweep from the base"; }
+python3 - "$out/from-file.csv" "$out/from-mem.csv" "$out/base-mem.csv" <<'PY'
+import csv, sys
+f, m, b = (list(csv.DictReader(open(p)))[0] for p in sys.argv[1:4])
+assert f["status"] == m["status"] == b["status"] == "ok", (f, m, b)
+assert m["file"].startswith("(quantized in memory from ") and m["file"].endswith("F16.gguf)"), m["file"]
+for col in ("tensor", "type", "bytes", "ppl", "kld", "top1"):
+    assert f[col] == m[col], (col, f[col], m[col])
+assert b["kld"] != m["kld"], ("--from changed nothing", b["kld"])
+print(f"--from F16: in-memory Q4_0 KLD {m['kld']} = the row of upstream's Q4_0 file made from F16; from the Q8_0 base: KLD {b['kld']}")
+PY
+grep -qxF '^blk\.3\.ffn_gate\.weight$=q4_0' "$out/from.types" || fail "--from --budget: no q4_0 pick for blk.3.ffn_gate ($(head -3 "$out/from.types"))"
+LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --allow-requantize --pure --tensor-type-file "$out/from.types" \
+    "$f16" "$out/from-upstream.gguf" Q8_0 >"$out/from-upstream.log" 2>&1 || { tail -n 20 "$out/from-upstream.log"; fail "upstream llama-quantize of the F16 model with our tensor-type file"; }
+cmp -s "$out/from.gguf" "$out/from-upstream.gguf" || fail "--from --write-model: our model differs from upstream's llama-quantize of the F16 file"
+say "--from: --write-model quantizes the F16 source into the pick, byte-identical to upstream's llama-quantize ($(stat -c %s "$out/from.gguf") bytes)"
+rm -f "$out/from.gguf" "$out/from-upstream.gguf"
+# hostile sources: a model with blk.3.ffn_gate in another shape and without blk.3.ffn_up
+"$VENV/bin/python" - "$out/from-other.gguf" <<'PY'
+import sys
+import numpy as np
+import gguf
+w = gguf.GGUFWriter(sys.argv[1], arch="llama")
+w.add_tensor("blk.3.ffn_gate.weight", np.zeros((64, 576), dtype=np.float32))
+w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+PY
+fromsweep "$out/from-x.csv" "$out/from-other.log" --quantize q4_0 --from "$out/from-other.gguf" --include '^blk\.3\.ffn_(gate|up)\.weight$' \
+    || { tail -n 5 "$out/from-other.log"; fail "--from a model lacking the tensor: the sweep stopped"; }
+grep -q "the --from model has no tensor 'blk.3.ffn_up.weight'" "$out/from-x.csv" || fail "--from lacking the tensor: no failed row naming it ($(tail -n 2 "$out/from-x.csv"))"
+grep -q "'blk.3.ffn_gate.weight': shape \[576, 64, 1, 1\] in the --from model" "$out/from-x.csv" || fail "--from with another shape: no failed row saying so ($(tail -n 2 "$out/from-x.csv"))"
+head -c 4000 "$f16" >"$out/f16-cut.gguf"
+if fromsweep "$out/x.csv" "$out/from-cut.log" --quantize q4_0 --from "$out/f16-cut.gguf" \
+    || ! grep -q -- "--from .*f16-cut.gguf: not a valid GGUF" "$out/from-cut.log"; then
+    fail "a truncated --from: $(tail -n 2 "$out/from-cut.log")"
+fi
+if fromsweep "$out/x.csv" "$out/from-none.log" --quantize q4_0 --from "$out/no-such.gguf" \
+    || ! grep -q -- "--from .*no-such.gguf: cannot open" "$out/from-none.log"; then
+    fail "a missing --from: $(tail -n 2 "$out/from-none.log")"
+fi
+say "--from: a source lacking the tensor or holding another shape gives a failed row saying so; a truncated and a missing source fail before any round"
 say "sweep: ok"

@@ -476,6 +476,12 @@ impl Context {
                     arch::Memory::Hybrid if !hp.has_kv(il) => (0, 0),
                     arch::Memory::Hybrid => (hp.n_embd_k_gqa(il), hp.n_embd_v_gqa(il)),
                 })
+                // the sparse attention's indexer keys: layers n_layer.. of the same cells
+                // (upstream's second cache of llama_kv_cache_dsa, filled in step with the first)
+                .chain((0..hp.n_layer).filter_map(|_| {
+                    let ix = &hp.ext.indexer;
+                    (ix.head > 0).then_some((ix.head, 0))
+                }))
                 .collect(),
         };
         // upstream's recurrent memory: max(1, n_seq_max) cells, F32 conv and SSM rows on the
@@ -1308,6 +1314,31 @@ impl Context {
                 if self.kv_rot.0 > 0 {
                     ops::hadamard_rows(&mut row, self.kv_rot.0);
                 }
+                layer.k.set_row(j, &row);
+            }
+        }
+        // the indexer's keys (layers n_layer..): upstream's second cache has NEOX rotation
+        // over the first n_rot values, applied to the cached (Hadamard-rotated, F16) rows
+        // as they are
+        for il in hp.n_layer..e.kv.layers.len() {
+            let r = e.cparams.rope;
+            let params = ops::RopeParams {
+                n_rot: hp.n_rot,
+                mode: crate::graph::RopeMode::Neox,
+                n_ctx_orig: r.n_ctx_orig,
+                freq_base: r.freq_base,
+                freq_scale: r.freq_scale,
+                ext_factor: r.ext_factor,
+                attn_factor: 1.0,
+                beta_fast: r.beta_fast,
+                beta_slow: r.beta_slow,
+            };
+            let layer = &mut e.kv.layers[il];
+            row.resize(layer.n_embd_k, 0.0);
+            for &(j, shift) in &shifted {
+                ops::rope_cache(&params, shift as f32, freq_factors.as_deref(), &mut cache);
+                layer.k.get_row(j, &mut row);
+                ops::rope_apply(&params, &cache, row.len(), &mut row);
                 layer.k.set_row(j, &row);
             }
         }

@@ -26,6 +26,12 @@ pub struct CpuExecutor {
     expert_rows: Vec<Vec<(usize, usize)>>,
     attn_scratch: Vec<std::sync::Mutex<ops::AttnScratch>>,
     topk: Vec<usize>,
+    /// The lightning indexer's scores, selection and key row; sparse attention's selected
+    /// cells per token.
+    ix_scores: Vec<f32>,
+    topk_i32: Vec<i32>,
+    ix_krow: Vec<f32>,
+    sel_rows: Vec<Vec<u32>>,
     gather: Vec<u8>,
     /// Attention masks of the current run, one per sliding window (see [`AttnMask`]).
     attn_masks: Vec<AttnMask>,
@@ -318,6 +324,10 @@ impl CpuExecutor {
             expert_rows: Vec::new(),
             attn_scratch: Vec::new(),
             topk: Vec::new(),
+            ix_scores: Vec::new(),
+            topk_i32: Vec::new(),
+            ix_krow: Vec::new(),
+            sel_rows: Vec::new(),
             gather: Vec::new(),
             attn_masks: Vec::new(),
         }
@@ -646,10 +656,14 @@ impl CpuExecutor {
                     *d = if m > *min { m } else { *min };
                 }
             }
-            Op::Hadamard { src, n } => {
+            Op::Hadamard { src, n, dense } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
-                dst.copy_from_slice(x);
-                ops::hadamard_rows(dst, *n);
+                if *dense {
+                    ops::hadamard_rows_dense(x, dst, *n);
+                } else {
+                    dst.copy_from_slice(x);
+                    ops::hadamard_rows(dst, *n);
+                }
             }
             Op::AttnTempScale {
                 src,
@@ -947,8 +961,20 @@ impl CpuExecutor {
                 v_in_k,
                 sinks,
                 max_bias,
+                sel,
                 ..
             } => {
+                // sparse attention: the cells each token's indexer selected, sorted
+                if let Some(sn) = sel {
+                    let sn = &nodes[*sn];
+                    let vals = &self.arena[sn.offset..sn.offset + sn.len()];
+                    self.sel_rows.resize_with(sn.ne1, Vec::new);
+                    for (set, row) in self.sel_rows.iter_mut().zip(vals.chunks_exact(sn.ne0)) {
+                        set.clear();
+                        set.extend(row.iter().filter(|&&r| r >= 0.0).map(|&r| r as u32));
+                        set.sort_unstable();
+                    }
+                }
                 let sinks = match sinks {
                     Some(w) => {
                         self.load_vec(model, &g.weights[w.0])?;
@@ -973,6 +999,7 @@ impl CpuExecutor {
                     *v_in_k,
                     sinks.as_deref(),
                     *max_bias,
+                    sel.is_some(),
                 );
                 if let Some(v) = sinks {
                     self.wvec = v;
@@ -1051,6 +1078,50 @@ impl CpuExecutor {
                 dst.copy_from_slice(x);
                 for row in dst.chunks_exact_mut(ne0) {
                     ops::soft_max_row(row, 1.0);
+                }
+            }
+            Op::LightningIndexer {
+                q,
+                w,
+                layer,
+                head,
+                k,
+                ..
+            } => {
+                let (qn, wn) = (&nodes[*q], &nodes[*w]);
+                let n_head = wn.ne0;
+                let (dst, [qs, ws]) = carve(&mut self.arena, dst_r, [range(qn), range(wn)]);
+                let l = &kv.layers[*layer];
+                let keys = KvLayerRows {
+                    buf: &l.k,
+                    width: l.n_embd_k,
+                    cast_f16: false,
+                };
+                dst.fill(-1.0);
+                let (scores, idx, krow) =
+                    (&mut self.ix_scores, &mut self.topk_i32, &mut self.ix_krow);
+                for t in 0..ne1 {
+                    // upstream's view of the stream: its used cells padded (get_n_kv)
+                    let rows = kv.rows_of(inp.seq[t]);
+                    let n_kv = ops::upstream_n_kv(rows.end - rows.start, kv.size());
+                    let view = rows.start..rows.start + n_kv;
+                    let visible = |j: u32| {
+                        j < rows.end && kv.visible(j, inp.seq[t], inp.pos[t], inp.causal, 0)
+                    };
+                    ops::indexer_scores(
+                        &qs[t * qn.ne0..(t + 1) * qn.ne0],
+                        &ws[t * n_head..(t + 1) * n_head],
+                        *head,
+                        &keys,
+                        view.clone(),
+                        &visible,
+                        krow,
+                        scores,
+                    );
+                    ops::top_k_set(scores, (*k).min(n_kv as usize), idx);
+                    for (d, &i) in dst[t * k..(t + 1) * k].iter_mut().zip(idx.iter()) {
+                        *d = (view.start + i as u32) as f32;
+                    }
                 }
             }
             Op::TopK { src, k } => {
@@ -1199,6 +1270,30 @@ impl CpuExecutor {
                 }
             }
         }
+        if kernel_api::mul_mat_id_takes(ty, n, k, &self.expert_rows) {
+            // all experts in one parallel job, each activation row converted once
+            let experts = kernel_api::Experts {
+                t: ty,
+                bytes,
+                n_rows: n,
+                k,
+                expert_bytes,
+            };
+            let scales = scaled.then_some(&self.wvec[..]);
+            let (dst, [xs]) = carve(&mut self.arena, range(node), [range(xn)]);
+            kernel_api::mul_mat_id(
+                &experts,
+                xs,
+                &self.expert_rows,
+                scales,
+                dst,
+                &self.pool,
+                &mut self.mat,
+            );
+            drop(st);
+            self.gather = gather;
+            return Ok(());
+        }
         for e in 0..n_exp {
             let rows = std::mem::take(&mut self.expert_rows[e]);
             if rows.is_empty() {
@@ -1263,6 +1358,7 @@ impl CpuExecutor {
         v_in_k: bool,
         sinks: Option<&[f32]>,
         max_bias: f32,
+        sparse: bool,
     ) {
         let l = &kv.layers[layer];
         let n_threads = self.pool.n_threads();
@@ -1288,8 +1384,14 @@ impl CpuExecutor {
         let (dst, [qs]) = carve(&mut self.arena, range(node), [range(qn)]);
         // each token attends to the used rows of its sequence's stream
         let rows = |t: usize| kv.rows_of(inp.seq[t]);
-        let ask = |t: usize, j: u32| kv.visible(j, inp.seq[t], inp.pos[t], inp.causal, n_swa);
-        let mask = (n_tokens >= MASK_MIN_TOKENS)
+        // sparse attention: only the cells in the token's selection (`sel_rows`, sorted)
+        let sel_rows = &self.sel_rows;
+        let ask = |t: usize, j: u32| {
+            kv.visible(j, inp.seq[t], inp.pos[t], inp.causal, n_swa)
+                && (!sparse || sel_rows[t].binary_search(&j).is_ok())
+        };
+        // (the masks kept for a run are the dense ones)
+        let mask = (n_tokens >= MASK_MIN_TOKENS && !sparse)
             .then(|| AttnMask::of_run(&mut self.attn_masks, n_swa, n_tokens, &rows, &ask));
         let visible_row = |t: usize, first: u32, out: &mut [bool]| match mask {
             Some(m) => m.fill_row(t, first, out),

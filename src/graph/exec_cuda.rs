@@ -247,6 +247,13 @@ impl CudaExecutor {
                 });
             }
         }
+        if let Op::LightningIndexer { .. } = &node.op {
+            return Err(ExecError::UnsupportedOp {
+                backend: self.label,
+                op: node.name.to_string(),
+                why: "the sparse attention's lightning indexer has no CUDA kernel yet".into(),
+            });
+        }
         let kernel = match &node.op {
             Op::Hadamard { .. } | Op::AttnTempScale { .. } | Op::InputEmbd => false,
             // adapters' factors stay in host memory: their products run on the CPU
@@ -538,7 +545,8 @@ impl CudaExecutor {
             | Op::AddId { .. }
             | Op::MulRep { .. }
             | Op::SsmConv { .. }
-            | Op::SsmScan { .. } => {
+            | Op::SsmScan { .. }
+            | Op::LightningIndexer { .. } => {
                 // `side` sends these to the CPU
                 return Err(ExecError::UnsupportedOp {
                     backend: self.label,

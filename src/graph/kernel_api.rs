@@ -51,3 +51,31 @@ pub fn mul_mat_repacked(
 ) {
     cpu::repack::mul_mat_repacked(w, x, m, dst, w.n_rows, 0, pool, scratch)
 }
+
+pub use cpu::mul_mat_id::Experts;
+
+/// Whether [`mul_mat_id`] takes this MUL_MAT_ID (`routes[e]`: the (activation row, output
+/// row) pairs routed to expert `e`); otherwise the engine multiplies expert by expert.
+pub fn mul_mat_id_takes(
+    ty: GgmlType,
+    n_rows: usize,
+    k: usize,
+    routes: &[Vec<(usize, usize)>],
+) -> bool {
+    cpu::mul_mat_id::takes(ty, n_rows, k, routes)
+}
+
+/// ggml's MUL_MAT_ID over all routed experts in one parallel job (see
+/// `kernels::cpu::mul_mat_id`): `dst[dst_row * n_rows + i] = s_e · (expert e row i · x row
+/// x_row)` for every `(x_row, dst_row)` in `routes[e]`.
+pub fn mul_mat_id(
+    w: &Experts<'_>,
+    x: &[f32],
+    routes: &[Vec<(usize, usize)>],
+    scales: Option<&[f32]>,
+    dst: &mut [f32],
+    pool: &ThreadPool,
+    scratch: &mut Scratch,
+) {
+    cpu::mul_mat_id::mul_mat_id(w, x, routes, scales, dst, pool, scratch)
+}

@@ -144,6 +144,23 @@ pub enum Op {
         /// ALiBi's maximum bias (`f_max_alibi_bias`, 0: none): each head adds its slope
         /// times `-|pos(token) - pos(cell)|` to the scaled scores.
         max_bias: f32,
+        /// Sparse attention: each token reads only the cells this node selected for it
+        /// ([`Op::LightningIndexer`]; upstream's KQ mask with every other cell at -inf).
+        sel: Option<NodeId>,
+    },
+    /// DeepSeek's lightning indexer (LIGHTNING_INDEXER, then TOP_K): per token the score of
+    /// every cell of its stream's view (upstream's `n_kv`) over the indexer keys cached in
+    /// `layer` (`Σ_h relu(q_h · k) · w_h`, `-inf` where the token does not see the cell), and
+    /// the `min(k, n_kv)` best cells as libstdc++'s `partial_sort` picks them: `[k, T]` cache
+    /// rows (as f32; -1 past the selection). `q` is `[head*n_head, T]`, `w` `[n_head, T]`
+    /// (pre-scaled); `dep` is the SET_ROWS of the micro-batch's keys.
+    LightningIndexer {
+        q: NodeId,
+        w: NodeId,
+        dep: NodeId,
+        layer: usize,
+        head: usize,
+        k: usize,
     },
     /// ADD_ID: each slot's row plus the bias column of its expert (`b` is `[n, n_expert]`,
     /// `ids` `[n_used, T]`, `src` `[n, n_used*T]`): per-expert biases.
@@ -162,8 +179,10 @@ pub enum Op {
     /// `llama_mul_mat_hadamard`) of every `n` consecutive values, computed as the CPU
     /// backend's fast transform does (`ggml_compute_forward_fwht`): scale by 1/sqrt(n), then
     /// the butterflies. Applied to Q, K, V and the attention output when the KV cache is
-    /// quantized.
-    Hadamard { src: NodeId, n: usize },
+    /// quantized. `dense`: a plain MUL_MAT by the matrix instead (tinyBLAS's float order;
+    /// DeepSeek-V3.2's lightning indexer, whose graph multiplies without the hint that turns
+    /// the product into the transform).
+    Hadamard { src: NodeId, n: usize, dense: bool },
     /// MUL by upstream's `inp_attn_scale` input: each token's row times
     /// `ln(floor(pos / floor_scale) + 1) * scale + 1` (attention temperature tuning).
     AttnTempScale {
@@ -375,7 +394,11 @@ impl Op {
             Op::ConcatHeads { a, b, .. } => vec![*a, *b],
             Op::AddId { src, ids, .. } => vec![*src, *ids],
             Op::MulMatId { x, ids, .. } => vec![*x, *ids],
-            Op::FlashAttnExt { q, deps, .. } => vec![*q, deps[0], deps[1]],
+            Op::FlashAttnExt { q, deps, sel, .. } => [Some(*q), Some(deps[0]), Some(deps[1]), *sel]
+                .into_iter()
+                .flatten()
+                .collect(),
+            Op::LightningIndexer { q, w, dep, .. } => vec![*q, *w, *dep],
             Op::Glu { gate, up, .. } => vec![*gate, *up],
             Op::GetRowsIds { src, ids } => vec![*src, *ids],
             Op::WeightedSum { src, weights, .. } => vec![*src, *weights],
@@ -433,7 +456,7 @@ impl Op {
             Op::ConcatHeads { .. } => ("CONCAT", None),
             Op::Repeat { .. } | Op::RepeatEach { .. } => ("REPEAT", None),
             Op::SoftMax { .. } => ("SOFT_MAX", None),
-            Op::TopK { .. } => ("TOP_K", None),
+            Op::TopK { .. } | Op::LightningIndexer { .. } => ("TOP_K", None),
             Op::DivSumRows { .. } | Op::Div { .. } => ("DIV", None),
         }
     }

@@ -14,6 +14,7 @@
 mod candidates;
 mod progress;
 mod rows;
+mod source;
 mod summary;
 mod swap;
 
@@ -32,6 +33,7 @@ use crate::kld_file::KldBase;
 use candidates::Candidate;
 use progress::Progress;
 use rows::{Format, Row, RowKey, Sink};
+use source::Source;
 use swap::{SwapInError, Swapper};
 
 const USAGE: &str = "\
@@ -52,6 +54,11 @@ and check it is bit-identical, write one row.
   --imatrix FILE              importance matrix (llama-imatrix's GGUF or legacy file) for the
                               in-memory candidates and --write-model, used as llama-quantize
                               --imatrix uses it
+  --from FILE                 quantize the in-memory candidates (and --write-model) from
+                              this model instead of the loaded base: a higher-precision
+                              copy of it, e.g. the BF16 GGUF it was made from (one file or
+                              the first shard of a split set), read tensor by tensor
+                              (rows: file '(quantized in memory from FILE)')
   -f, --file FILE             text to evaluate (needed to compute the base logits)
   --kl-divergence-base FILE   base logits in upstream's format: read when the file exists,
                               else computed from the base model and written there
@@ -105,6 +112,7 @@ struct SweepArgs {
     tensor_type_file: Option<PathBuf>,
     write_model: Option<PathBuf>,
     imatrix: Option<PathBuf>,
+    from: Option<PathBuf>,
     plain: bool,
     help: bool,
 }
@@ -139,6 +147,7 @@ fn parse_args(argv: &[String]) -> Result<SweepArgs, String> {
             "--tensor-type-file" => a.tensor_type_file = Some(value()?.into()),
             "--write-model" => a.write_model = Some(value()?.into()),
             "--imatrix" => a.imatrix = Some(value()?.into()),
+            "--from" => a.from = Some(value()?.into()),
             "--quantize" => {
                 for name in value()?.split(',').filter(|n| !n.trim().is_empty()) {
                     let ty = llama::gguf::GgmlType::all()
@@ -239,6 +248,22 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if a.imatrix.is_some() && a.quantize.is_empty() && a.write_model.is_none() {
         return Err(
             "sweep: --imatrix is used by --quantize and --write-model; neither is given".into(),
+        );
+    }
+    if a.from.is_some() && a.quantize.is_empty() && a.write_model.is_none() {
+        return Err(
+            "sweep: --from is used by --quantize and --write-model; neither is given".into(),
+        );
+    }
+    let source = match &a.from {
+        Some(p) => Some(Source::open(p).map_err(|e| format!("sweep: {e}"))?),
+        None => None,
+    };
+    if source.as_ref().is_some_and(Source::is_split) && a.write_model.is_some() {
+        return Err(
+            "sweep: --write-model from a split --from model is not supported by \
+                    llama-hotswap yet (llama_model_quantize takes one file)"
+                .into(),
         );
     }
     let imatrix = match &a.imatrix {
@@ -350,7 +375,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     for (path, label) in &files {
         all.extend(candidates::from_file(&model, path, label, a.per_file));
     }
-    all.extend(candidates::in_memory(&model, &a.quantize));
+    all.extend(candidates::in_memory(&model, &a.quantize, source.as_ref()));
     if let Some(re) = &a.include {
         all.retain(|c| c.tensors.is_empty() || c.tensors.iter().any(|t| re.is_match(&t.name)));
     }
@@ -401,7 +426,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
             &mut base,
             n_chunks,
             n_ctx,
-            imatrix.as_ref(),
+            InMemory {
+                imatrix: imatrix.as_ref(),
+                source: source.as_ref(),
+            },
         );
         for (sink, done) in sinks.iter_mut().zip(&sink_done) {
             if !done.contains(&row.key()) {
@@ -443,7 +471,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
     if let Some(budget) = a.budget {
         if let Some(pick) = print_budget(&model, &rows, budget) {
-            write_pick(&model, &model_path, &a, &pick, imatrix.as_ref())?;
+            let input = a.from.as_ref().unwrap_or(&model_path);
+            write_pick(&model, input, &a, &pick, imatrix.as_ref())?;
         } else if a.recipe.is_some() || a.tensor_type_file.is_some() || a.write_model.is_some() {
             return Err("sweep: no pick within the budget: nothing written".into());
         }
@@ -534,7 +563,7 @@ fn round(
     base: &mut KldBase,
     chunks: usize,
     n_ctx: usize,
-    imatrix: Option<&Imatrix>,
+    in_memory: InMemory<'_>,
 ) -> (Row, Option<String>) {
     let t0 = Instant::now();
     // The file may have been replaced since its header was read (a sweep runs for days):
@@ -588,7 +617,7 @@ fn round(
         return fail(row, p.clone(), None);
     }
     let bytes = if cand.in_memory {
-        quantize_base(swapper.model(), cand, imatrix)
+        quantize_candidate(swapper.model(), cand, in_memory)
     } else {
         cand.read_bytes()
     };
@@ -652,12 +681,21 @@ fn round(
     (row, None)
 }
 
-/// An in-memory candidate's bytes: its tensor as the base holds it (every earlier round put
-/// it back), converted to the candidate's type as `llama-quantize` converts it.
-fn quantize_base(
+/// What in-memory candidates are made with.
+#[derive(Clone, Copy)]
+struct InMemory<'a> {
+    imatrix: Option<&'a Imatrix>,
+    /// `--from`: quantize from this model's tensor instead of the base's.
+    source: Option<&'a Source>,
+}
+
+/// An in-memory candidate's bytes: its tensor as `--from` holds it, else as the base holds
+/// it (every earlier round put it back), converted to the candidate's type as
+/// `llama-quantize` converts it.
+fn quantize_candidate(
     model: &Model,
     cand: &Candidate,
-    imatrix: Option<&Imatrix>,
+    InMemory { imatrix, source }: InMemory<'_>,
 ) -> Result<Vec<Vec<u8>>, String> {
     cand.tensors
         .iter()
@@ -670,10 +708,16 @@ fn quantize_base(
                 let s = t.read();
                 (s.layout.ggml_type, s.layout.ne, s.layout.nbytes)
             };
-            let mut bytes = vec![0u8; nbytes as usize];
-            t.read()
-                .read_into(&mut bytes)
-                .map_err(|e| format!("reading '{}': {e}", ct.name))?;
+            let (from, bytes) = match source {
+                Some(s) => s.read(&ct.name)?,
+                None => {
+                    let mut bytes = vec![0u8; nbytes as usize];
+                    t.read()
+                        .read_into(&mut bytes)
+                        .map_err(|e| format!("reading '{}': {e}", ct.name))?;
+                    (from, bytes)
+                }
+            };
             let weights = match imatrix {
                 Some(m) => imatrix_for(model, m, &ct.name)?,
                 None => None,
@@ -780,7 +824,7 @@ fn picked_types(model: &Model, pick: &[(String, summary::Choice)]) -> Vec<(Strin
 /// written under a temporary name and renamed, so a failure leaves none half-written.
 fn write_pick(
     model: &Model,
-    model_path: &Path,
+    input: &Path,
     a: &SweepArgs,
     pick: &[(String, summary::Choice)],
     imatrix: Option<&Imatrix>,
@@ -804,7 +848,7 @@ fn write_pick(
         let mut text = format!(
             "## Quant mix picked by llama-hotswap-perplexity sweep --budget {} from {}\n",
             a.budget.unwrap_or(0),
-            model_path.display()
+            input.display()
         );
         for (name, ty) in &types {
             text.push_str(&format!("{}={ty}\n", escape(name)));
@@ -841,7 +885,7 @@ fn write_pick(
             imatrix: imatrix.map(|m| m.entries.clone().into_iter().collect()),
             ..llama::quantize::QuantizeParams::upstream_default()
         };
-        llama::quantize::quantize_model(model_path, out, &params)
+        llama::quantize::quantize_model(input, out, &params)
             .map_err(|e| format!("sweep: --write-model {}: {e}", out.display()))?;
         eprintln!("sweep: wrote {}", out.display());
     }

@@ -3,7 +3,7 @@
 //! them. `LLAMA_HOTSWAP_KERNELS=scalar` forces the scalar path. A new ISA adds its folder
 //! and one branch per function here.
 
-use super::r8_layout::{pack_q4_0x8, pack_q8_0, r8_scalar, R8Fn, R8_ROWS};
+use super::r8_layout::{pack_q4_0, pack_q4_0x8, pack_q8_0, r8_scalar, R8Fn, R8_ROWS};
 use super::type_traits::*;
 use super::vec::*;
 #[cfg(target_arch = "x86_64")]
@@ -352,4 +352,14 @@ pub fn r8_pack_q8_0_fn() -> fn([&[u8]; R8_ROWS], usize, &mut [u8]) {
         return f;
     }
     pack_q8_0
+}
+
+/// The packing of 8 plain Q4_0 rows into r8 blocks: AVX2 when the CPU has it, else the scalar
+/// one (the same bytes either way).
+pub fn r8_pack_q4_0_fn() -> fn([&[u8]; R8_ROWS], usize, &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(f) = x86::r8_pack_q4_0() {
+        return f;
+    }
+    pack_q4_0
 }

@@ -7,7 +7,7 @@
 //! summation order (KL ≤ 1e-4 on the real models, `scripts/test-engine.sh`).
 
 use super::blocks::{Q4_0_BYTES, Q8_0_BYTES, QK};
-use super::dispatch::{r8_kernel, r8_pack_q4_0x8_fn, r8_pack_q8_0_fn};
+use super::dispatch::{r8_kernel, r8_pack_q4_0_fn, r8_pack_q4_0x8_fn, r8_pack_q8_0_fn};
 use super::pool::{SharedOut, ThreadPool};
 use super::r8_layout::*;
 use crate::gguf::GgmlType;
@@ -90,12 +90,7 @@ pub fn mul_mat_fast(
                 "{t} weight: {} bytes for {n_rows} rows of {k}",
                 bytes.len()
             );
-            let values = if t == GgmlType::Q8_0 {
-                R8Values::Signed8
-            } else {
-                R8Values::Nibble4
-            };
-            (values, 0)
+            (values_of(t), 0)
         }
         FastWeight::Q4_0x8(bytes) => {
             let g = nb * R8_ROWS * Q4_0_BYTES;
@@ -121,7 +116,6 @@ pub fn mul_mat_fast(
     }
     let kernel = r8_kernel();
     let pack4x8 = r8_pack_q4_0x8_fn();
-    let pack8 = r8_pack_q8_0_fn();
     let groups = n_rows / R8_ROWS;
     let nchunk = groups.min(pool.n_threads() * 4).max(1);
     let per = groups.div_ceil(nchunk);
@@ -129,58 +123,114 @@ pub fn mul_mat_fast(
     let out = SharedOut::new(dst);
     let run = |task: usize, _thread: usize| {
         let mut packed = vec![0u8; nb * R8_BLOCK_BYTES];
-        let mut vals: R8Out = [[0f32; R8_ROWS]; R8_MAX_COLS];
         for g in task * per..((task + 1) * per).min(groups) {
             match w {
                 FastWeight::Plain {
                     t,
                     bytes,
                     row_stride,
-                } => {
-                    let rows: [&[u8]; R8_ROWS] = std::array::from_fn(|r| {
-                        let at = (g * R8_ROWS + r) * row_stride;
-                        &bytes[at..]
-                    });
-                    if t == GgmlType::Q8_0 {
-                        pack8(rows, nb, &mut packed);
-                    } else {
-                        pack_q4_0(rows, nb, &mut packed);
-                    }
-                }
+                } => pack_group(t, bytes, row_stride, g, nb, &mut packed),
                 FastWeight::Q4_0x8(bytes) => {
                     let src = &bytes[g * group_src_bytes..(g + 1) * group_src_bytes];
                     pack4x8(src, nb, &mut packed);
                 }
             }
-            let mut col = 0;
-            while col < m {
-                let cols = R8_MAX_COLS.min(m - col);
-                let meta = col * nb;
-                kernel(
-                    values,
-                    nb,
-                    &packed,
-                    &x[col * x_row_bytes..],
-                    x_row_bytes,
-                    cols,
-                    &dx[meta..],
-                    &sx[meta..],
-                    nb,
-                    &mut vals,
-                );
-                for (c, v) in vals.iter().enumerate().take(cols) {
-                    let at = (col + c) * dst_stride + dst_offset + g * R8_ROWS;
-                    // SAFETY: group g belongs to this task alone (groups are split among the
-                    // tasks, each task covers every column), so these 8 outputs of column
-                    // col + c are written once, by this task; in bounds as asserted above;
-                    // `dst` stays mutably borrowed until parallel_for returns.
-                    unsafe { out.slice(at, R8_ROWS) }.copy_from_slice(v);
-                }
-                col += cols;
-            }
+            let cols = GroupColumns {
+                kernel,
+                values,
+                nb,
+                x,
+                x_row_bytes,
+                dx: &dx,
+                sx: &sx,
+            };
+            cols.run(&packed, 0..m, |c, v| {
+                let at = c * dst_stride + dst_offset + g * R8_ROWS;
+                // SAFETY: group g belongs to this task alone (groups are split among the
+                // tasks, each task covers every column), so these 8 outputs of column c are
+                // written once, by this task; in bounds as asserted above; `dst` stays
+                // mutably borrowed until parallel_for returns.
+                unsafe { out.slice(at, R8_ROWS) }.copy_from_slice(v);
+            });
         }
     };
     pool.parallel_for(nchunk, &run);
+}
+
+/// The r8 values of a plain `t` weight (Q8_0 or Q4_0).
+pub(super) fn values_of(t: GgmlType) -> R8Values {
+    match t {
+        GgmlType::Q8_0 => R8Values::Signed8,
+        GgmlType::Q4_0 => R8Values::Nibble4,
+        _ => panic!("no fast product for {t}"),
+    }
+}
+
+/// Packs rows `8g .. 8g + 8` of a plain Q8_0 or Q4_0 weight (`row_stride` bytes apart in
+/// `bytes`, `nb` blocks each) into `packed` (`nb` r8 blocks).
+pub(super) fn pack_group(
+    t: GgmlType,
+    bytes: &[u8],
+    row_stride: usize,
+    g: usize,
+    nb: usize,
+    packed: &mut [u8],
+) {
+    let rows: [&[u8]; R8_ROWS] = std::array::from_fn(|r| {
+        let at = (g * R8_ROWS + r) * row_stride;
+        &bytes[at..]
+    });
+    if t == GgmlType::Q8_0 {
+        r8_pack_q8_0_fn()(rows, nb, packed);
+    } else {
+        r8_pack_q4_0_fn()(rows, nb, packed);
+    }
+}
+
+/// Activation columns for one packed group: Q8_0 rows `x_row_bytes` apart with their
+/// [`activation_meta`] (`nb` entries a column in `dx`, `sx`).
+pub(super) struct GroupColumns<'a> {
+    pub kernel: R8Fn,
+    pub values: R8Values,
+    pub nb: usize,
+    pub x: &'a [u8],
+    pub x_row_bytes: usize,
+    pub dx: &'a [f32],
+    pub sx: &'a [i32],
+}
+
+impl GroupColumns<'_> {
+    /// The 8 outputs of the packed group for each column in `cols`, handed to `put(column,
+    /// outputs)` in row order, [`R8_MAX_COLS`] columns per kernel call.
+    pub fn run(
+        &self,
+        packed: &[u8],
+        cols: std::ops::Range<usize>,
+        mut put: impl FnMut(usize, &[f32; R8_ROWS]),
+    ) {
+        let mut vals: R8Out = [[0f32; R8_ROWS]; R8_MAX_COLS];
+        let mut col = cols.start;
+        while col < cols.end {
+            let n = R8_MAX_COLS.min(cols.end - col);
+            let meta = col * self.nb;
+            (self.kernel)(
+                self.values,
+                self.nb,
+                packed,
+                &self.x[col * self.x_row_bytes..],
+                self.x_row_bytes,
+                n,
+                &self.dx[meta..],
+                &self.sx[meta..],
+                self.nb,
+                &mut vals,
+            );
+            for (c, v) in vals.iter().enumerate().take(n) {
+                put(col + c, v);
+            }
+            col += n;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@ mod grid_iq;
 pub mod iq_grids;
 pub mod mode;
 pub mod mul_mat;
+pub mod mul_mat_id;
 pub mod ops;
 pub mod pool;
 mod quantize;

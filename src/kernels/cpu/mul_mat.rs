@@ -13,6 +13,10 @@ pub struct Scratch {
     pub(super) activations: Vec<u8>,
     /// Per-block activation scales and sums for the repacked kernels.
     pub(super) repack_meta: Vec<u32>,
+    /// MUL_MAT_ID: the fast experts' activation rows gathered, their block scales and sums.
+    pub(super) id_gather: Vec<u8>,
+    pub(super) id_dx: Vec<f32>,
+    pub(super) id_sx: Vec<i32>,
 }
 
 impl Scratch {
@@ -22,7 +26,10 @@ impl Scratch {
 
     /// Bytes currently reserved (for tests of "no growth once warm").
     pub fn capacity(&self) -> usize {
-        self.activations.capacity() + 4 * self.repack_meta.capacity()
+        self.activations.capacity()
+            + 4 * self.repack_meta.capacity()
+            + self.id_gather.capacity()
+            + 4 * (self.id_dx.capacity() + self.id_sx.capacity())
     }
 }
 
@@ -564,7 +571,7 @@ pub fn set_weight_prefetch(on: bool) {
 /// (`row` bytes, rows `stride` apart) into the cache: the product streams its weights once,
 /// so the next ones can be on their way while this one is multiplied. Nothing past `w`.
 #[inline(always)]
-fn prefetch_ahead(w: &[u8], at: usize, row: usize, stride: usize) {
+pub(super) fn prefetch_ahead(w: &[u8], at: usize, row: usize, stride: usize) {
     let ahead = at + PREFETCH_AHEAD.max(stride);
     if let Some(bytes) = w.get(ahead..ahead + row) {
         #[cfg(target_arch = "x86_64")]

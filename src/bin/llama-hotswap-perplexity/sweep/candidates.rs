@@ -11,6 +11,8 @@ use llama::gguf::{read_header_from, GgmlType};
 use llama::model::Model;
 use llama::storage::file::{open_regular, FileIdentity};
 
+use super::source::Source;
+
 /// Headers larger than this are refused (a candidate file holds a few tensors).
 const MAX_HEADER_BYTES: u64 = 64 << 20;
 
@@ -370,7 +372,7 @@ pub const IN_MEMORY_LABEL: &str = "(quantized in memory)";
 /// `llama-quantize` would quantize (its `tensor_allows_quantization`), once per type. A type
 /// the tensor's row length cannot take is a failed candidate (upstream would silently write
 /// another type; a row must measure the type it names).
-pub fn in_memory(model: &Model, types: &[GgmlType]) -> Vec<Candidate> {
+pub fn in_memory(model: &Model, types: &[GgmlType], source: Option<&Source>) -> Vec<Candidate> {
     use llama::quantize::policy::{allows_quantization, Choice};
     let choice = Choice {
         ftype: 0,
@@ -392,7 +394,9 @@ pub fn in_memory(model: &Model, types: &[GgmlType]) -> Vec<Candidate> {
         for &ty in types {
             let nbytes = ty.nbytes(ne);
             out.push(Candidate {
-                label: IN_MEMORY_LABEL.to_string(),
+                label: source
+                    .map_or(IN_MEMORY_LABEL, |s| s.label.as_str())
+                    .to_string(),
                 path: PathBuf::new(),
                 tensors: vec![CandidateTensor {
                     name: t.name.clone(),
@@ -400,12 +404,14 @@ pub fn in_memory(model: &Model, types: &[GgmlType]) -> Vec<Candidate> {
                     offset: 0,
                     nbytes: nbytes.unwrap_or(0),
                 }],
-                problem: nbytes.is_none().then(|| {
-                    format!(
-                        "shape {ne:?} cannot be stored as {} (row length not a multiple of {})",
-                        ty.name(),
-                        ty.block_size()
-                    )
+                problem: source.and_then(|s| s.problem(&t.name, ne)).or_else(|| {
+                    nbytes.is_none().then(|| {
+                        format!(
+                            "shape {ne:?} cannot be stored as {} (row length not a multiple of {})",
+                            ty.name(),
+                            ty.block_size()
+                        )
+                    })
                 }),
                 fallback_name: None,
                 identity: None,

@@ -67,6 +67,51 @@ unsafe fn pack_q8_0_kernel(rows: [*const u8; R8_ROWS], nb: usize, dst: *mut u8) 
     }
 }
 
+/// The AVX2 packing of 8 plain Q4_0 rows into r8 blocks, when this CPU has AVX2.
+pub fn r8_pack_q4_0() -> Option<fn([&[u8]; R8_ROWS], usize, &mut [u8])> {
+    available().then_some(pack_q4_0_avx2 as fn([&[u8]; R8_ROWS], usize, &mut [u8]))
+}
+
+fn pack_q4_0_avx2(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
+    assert!(
+        rows.iter().all(|r| r.len() >= nb * Q4_0_BYTES) && out.len() >= nb * R8_BLOCK_BYTES,
+        "Q4_0 rows of {nb} blocks"
+    );
+    // SAFETY: handed out by `r8_pack_q4_0` only when `available()` saw AVX2, FMA and F16C;
+    // reads `nb` Q4_0 blocks of each row and writes `nb` r8 blocks of `out`, present as
+    // asserted above; unaligned loads and stores.
+    unsafe { pack_q4_0_kernel(rows.map(<[u8]>::as_ptr), nb, out.as_mut_ptr()) }
+}
+
+/// The SIMD form of `r8_layout::pack_q4_0`: per block, the 8 scales gathered, converted and
+/// put in lane order; each row's 16 quant bytes split into low nibbles (elements 0-15: pieces
+/// 0 and 1) and high nibbles (16-31: pieces 2 and 3), 8 bytes a piece.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn pack_q4_0_kernel(rows: [*const u8; R8_ROWS], nb: usize, dst: *mut u8) {
+    let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    let m4 = _mm_set1_epi8(0x0F);
+    for b in 0..nb {
+        let at = b * Q4_0_BYTES;
+        let d = dst.add(b * R8_BLOCK_BYTES);
+        let mut bits = [0u16; R8_ROWS];
+        for (r, p) in rows.iter().enumerate() {
+            bits[r] = p.add(at).cast::<u16>().read_unaligned();
+        }
+        let scales = _mm256_cvtph_ps(_mm_loadu_si128(bits.as_ptr().cast()));
+        _mm256_storeu_ps(d.cast::<f32>(), _mm256_permutevar8x32_ps(scales, order));
+        for (r, p) in rows.iter().enumerate() {
+            let q = _mm_loadu_si128(p.add(at + 2).cast());
+            let lo = _mm_and_si128(q, m4);
+            let hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
+            let at_piece = |piece: usize| d.add(quants_at(piece, r));
+            _mm_storel_epi64(at_piece(0).cast(), lo);
+            _mm_storel_epi64(at_piece(1).cast(), _mm_unpackhi_epi64(lo, lo));
+            _mm_storel_epi64(at_piece(2).cast(), hi);
+            _mm_storel_epi64(at_piece(3).cast(), _mm_unpackhi_epi64(hi, hi));
+        }
+    }
+}
+
 /// The AVX2 packing of a `q4_0x8` group into r8 blocks, when this CPU has AVX2.
 pub fn r8_pack_q4_0x8() -> Option<fn(&[u8], usize, &mut [u8])> {
     available().then_some(pack_q4_0x8_avx2 as fn(&[u8], usize, &mut [u8]))
@@ -285,6 +330,16 @@ mod tests {
             let mut w8_simd = vec![0u8; nb * R8_BLOCK_BYTES];
             r8_pack_q8_0().unwrap()(rows8, nb, &mut w8_simd);
             assert!(w8 == w8_simd, "Q8_0 packing, {nb} blocks");
+            let q4 = blocks(&mut next, 8 * nb, Q4_0_BYTES);
+            let rows4: [&[u8]; 8] =
+                std::array::from_fn(|r| &q4[r * nb * Q4_0_BYTES..(r + 1) * nb * Q4_0_BYTES]);
+            let (mut p4, mut p4_simd) = (
+                vec![0u8; nb * R8_BLOCK_BYTES],
+                vec![1u8; nb * R8_BLOCK_BYTES],
+            );
+            pack_q4_0(rows4, nb, &mut p4);
+            r8_pack_q4_0().unwrap()(rows4, nb, &mut p4_simd);
+            assert!(p4 == p4_simd, "Q4_0 packing, {nb} blocks");
             let g4 = blocks(&mut next, 8 * nb, Q4_0_BYTES);
             let mut w4 = vec![0u8; nb * R8_BLOCK_BYTES];
             let mut w4_scalar = vec![0u8; nb * R8_BLOCK_BYTES];

@@ -1220,40 +1220,35 @@ float *llama_get_embeddings_ith(struct llama_context *ctx, int32_t i);
 // sequence was not in the last batch, as upstream.
 float *llama_get_embeddings_seq(struct llama_context *ctx, llama_seq_id seq_id);
 
-// Upstream: the token sampled on the backend for output `i`; LLAMA_TOKEN_NULL if none.
-// Not supported by llama-hotswap yet: logs once and returns LLAMA_TOKEN_NULL (-1).
+// The token sampled on the backend for output `i`: LLAMA_TOKEN_NULL (-1), as upstream for a
+// context without backend samplers — llama-hotswap runs no sampler in the decode
+// (`llama_set_sampler` says so), so every context is one.
 llama_token llama_get_sampled_token_ith(struct llama_context *ctx, int32_t i);
 
-// Upstream: the probabilities computed by backend sampling for output `i`; NULL if none.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// The probabilities computed by backend sampling for output `i`: NULL (no backend sampler;
+// see `llama_get_sampled_token_ith`).
 float *llama_get_sampled_probs_ith(struct llama_context *ctx, int32_t i);
 
-// Upstream: the number of entries `llama_get_sampled_probs_ith` returns for output `i`.
-// Not supported by llama-hotswap yet: logs once and returns 0.
+// The number of entries of `llama_get_sampled_probs_ith` for output `i`: 0 (no backend
+// sampler).
 uint32_t llama_get_sampled_probs_count_ith(struct llama_context *ctx, int32_t i);
 
-// Upstream: the logits kept by backend sampling for output `i`; NULL if none.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// The logits kept by backend sampling for output `i`: NULL (no backend sampler; the full
+// logits are `llama_get_logits_ith`'s).
 float *llama_get_sampled_logits_ith(struct llama_context *ctx, int32_t i);
 
-// Upstream: the number of entries `llama_get_sampled_logits_ith` returns for output `i`.
-// Not supported by llama-hotswap yet: logs once and returns 0.
+// The number of logits of output `i` a sampler starts from: the vocabulary size, as upstream
+// answers without backend sampling (llama-server's `get_token_probabilities` reads this many
+// of `llama_get_logits_ith`, with `llama_get_sampled_candidates_ith`'s ids).
 uint32_t llama_get_sampled_logits_count_ith(struct llama_context *ctx, int32_t i);
 
-// Upstream: the candidate token ids matching the sampled probabilities/logits of output
-// `i`; NULL if none.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// The candidate token ids of output `i`: without backend sampling (always here) upstream's
+// full-vocabulary list 0..n_vocab, owned by the context.
 llama_token *llama_get_sampled_candidates_ith(struct llama_context *ctx, int32_t i);
 
-// Upstream: the number of entries `llama_get_sampled_candidates_ith` returns for output `i`.
-// Not supported by llama-hotswap yet: logs once and returns 0.
+// The number of backend-sampled candidates of output `i`: 0 (no backend sampler), as
+// upstream.
 uint32_t llama_get_sampled_candidates_count_ith(struct llama_context *ctx, int32_t i);
-
-// Upstream (experimental): attaches a sampler to sequence `seq_id` for backend sampling;
-// returns whether it succeeded.
-// Not supported by llama-hotswap yet: logs once and returns false. The sampler stays owned
-// by the caller.
-bool llama_set_sampler(struct llama_context *ctx, llama_seq_id seq_id, struct llama_sampler *smpl);
 
 // Number of devices: the virtual GPUs plus the CPU (always at least 1). With upstream's
 // libggml in the process: libggml's answer, as for every `ggml_*` function of this library
@@ -1691,8 +1686,13 @@ struct llama_model *llama_model_init_from_user(struct gguf_context *metadata,
                                                void *set_tensor_data_ud,
                                                struct llama_model_params params);
 
-// Upstream: writes the model (metadata and tensors) to a GGUF file at `path_model`.
-// Not supported by llama-hotswap yet: logs once and returns without writing anything.
+// Writes the model as it is now (hot-swapped tensors included) to one GGUF file at
+// `path_model`: every tensor with its current type, shape and bytes, and the key/value
+// metadata of the model's first file (`split.*` dropped), so the file loads into the same
+// model in either library. Upstream regenerates the metadata from its hyperparameters
+// instead (see docs/dropin.md). Written to a temporary file beside `path_model` and renamed
+// into place; on failure (NULL arguments, a `no_alloc` model, an unwritable path) nothing is
+// left there and a log line says why (upstream aborts).
 void llama_model_save_to_file(const struct llama_model *model, const char *path_model);
 
 // The `llama_opt_param_filter` that marks every tensor trainable: always returns true, as
@@ -1918,6 +1918,12 @@ uint32_t llama_sampler_get_seed(const struct llama_sampler *smpl);
 llama_token llama_sampler_sample(struct llama_sampler *smpl,
                                  struct llama_context *ctx,
                                  int32_t idx);
+
+// Backend sampling: llama-hotswap runs no sampler inside the decode, so it answers as upstream
+// does for a sampler that cannot be offloaded: NULL (nothing to clear) returns true; a sampler
+// returns false with upstream's warning ("cannot be offloaded to the backend") and stays the
+// caller's, to run on the CPU (`llama_sampler_sample`, common's fallback: the same tokens).
+bool llama_set_sampler(struct llama_context *ctx, llama_seq_id seq_id, struct llama_sampler *smpl);
 
 // Constrains sampling to a GBNF grammar (see upstream's grammars/README.md): tokens the
 // grammar does not allow next get logit -inf. An empty or NULL `grammar_str` gives a sampler

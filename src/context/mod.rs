@@ -205,6 +205,9 @@ pub struct Context {
     pub dry_run: bool,
     /// Bytes of the KV cache at its full size (also for a dry run, which allocates none).
     pub kv_bytes: u64,
+    /// The model rotates by multi-section positions (M-RoPE: upstream's
+    /// `n_pos_per_embd() > 1`), so a batch's positions may jump forward.
+    pub multi_pos: bool,
     engine: Mutex<Engine>,
     graph_generation: AtomicU64,
 }
@@ -682,6 +685,9 @@ impl Context {
         vocab_only: bool,
     ) -> Context {
         let generation = model.generation.load(Ordering::Acquire);
+        let rope = crate::model::arch::rope_type(&model.arch, model.hparams.rope_sections);
+        let multi_pos =
+            rope == crate::model::arch::ROPE_MROPE || rope == crate::model::arch::ROPE_IMROPE;
         Context {
             engine: Mutex::new(Engine {
                 cparams,
@@ -713,6 +719,7 @@ impl Context {
             kv_rot: (0, 0),
             dry_run: false,
             kv_bytes: 0,
+            multi_pos,
             graph_generation: AtomicU64::new(generation),
         }
     }
@@ -832,6 +839,7 @@ impl Context {
             e.cparams.n_seq_max,
             e.cparams.embeddings,
             &e.kv,
+            self.multi_pos,
             &mut e.batch,
         ) {
             crate::log_error!("{err}");

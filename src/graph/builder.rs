@@ -356,6 +356,13 @@ impl<'m> Builder<'m> {
         self.add_lora(w, x, y)
     }
 
+    /// MUL_MAT and the LoRA products, without the per-tensor scale (upstream's
+    /// `build_lora_mm(w, cur)` where the architecture passes no `w_s`).
+    pub fn mul_mat_lora(&mut self, w: WeightId, x: NodeId) -> NodeId {
+        let y = self.mul_mat_raw(w, x);
+        self.add_lora(w, x, y)
+    }
+
     /// MUL_MAT alone.
     pub fn mul_mat_raw(&mut self, w: WeightId, x: NodeId) -> NodeId {
         let (n, m) = (self.wrows(w), self.ne1(x));
@@ -1293,6 +1300,23 @@ impl<'m> Builder<'m> {
             down,
         };
         Ok(self.moe_ffn_with(x, w, self.hp.n_expert_used, m, weight_before))
+    }
+
+    /// The FFN of a mixture-of-experts layer with shared experts, as most MoE graphs build
+    /// it: the routed experts ([`Builder::moe_layer`], `n_ff` rows each) plus the shared
+    /// experts' dense FFN (`ffn_*_shexp`, `n_ff_shexp` rows, built as `shared`), summed.
+    pub fn moe_shared_layer(
+        &mut self,
+        il: usize,
+        x: NodeId,
+        n_ff: usize,
+        m: Moe,
+        n_ff_shexp: usize,
+        shared: Ffn,
+    ) -> Result<NodeId, BuildError> {
+        let moe_out = self.moe_layer(il, x, n_ff, m)?;
+        let sh = self.ffn_named(il, x, "_shexp", n_ff_shexp, shared)?;
+        Ok(self.add(moe_out, Operand::Node(sh)))
     }
 
     /// The final norm (`output_norm`, RMS) and the output projection (`output.weight` or

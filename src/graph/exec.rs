@@ -1081,6 +1081,68 @@ impl CpuExecutor {
                     );
                 }
             }
+            Op::Softplus { src } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, &v) in dst.iter_mut().zip(x) {
+                    *d = ops::softplus(v);
+                }
+            }
+            Op::RepeatHeads { src, head_dim, n } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, head) in dst
+                    .chunks_exact_mut(*head_dim * *n)
+                    .zip(x.chunks_exact(*head_dim))
+                {
+                    for copy in d.chunks_exact_mut(*head_dim) {
+                        copy.copy_from_slice(head);
+                    }
+                }
+            }
+            Op::GatedDeltaNet {
+                q,
+                k,
+                v,
+                g,
+                beta,
+                layer,
+                shape,
+            } => {
+                let rs = recurrent_memory(kv, node)?;
+                let cells = token_cells(rs, inp, node)?;
+                let l = &mut rs.layers[*layer];
+                let (n, hv, hk) = (shape.s_v, shape.h_v, shape.h_k);
+                let ng = if shape.kda { n } else { 1 };
+                let mut delta = vec![0f32; n];
+                let (dst, [q, k, v, g, beta]) = carve(
+                    &mut self.arena,
+                    dst_r,
+                    [
+                        range(&nodes[*q]),
+                        range(&nodes[*k]),
+                        range(&nodes[*v]),
+                        range(&nodes[*g]),
+                        range(&nodes[*beta]),
+                    ],
+                );
+                for (t, out) in dst.chunks_exact_mut(ne0).enumerate() {
+                    let (_, st) = l.rows_mut(cells[t]);
+                    for h in 0..hv {
+                        let hq = (t * hk + h % hk) * n;
+                        let hvo = (t * hv + h) * n;
+                        let go = (t * hv + h) * ng;
+                        ops::gated_delta_net_step(
+                            &mut st[h * n * n..(h + 1) * n * n],
+                            &q[hq..hq + n],
+                            &k[hq..hq + n],
+                            &v[hvo..hvo + n],
+                            &g[go..go + ng],
+                            beta[t * hv + h],
+                            &mut delta,
+                            &mut out[h * n..(h + 1) * n],
+                        );
+                    }
+                }
+            }
             Op::SoftMax { src } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
                 dst.copy_from_slice(x);

@@ -259,6 +259,7 @@ impl CudaExecutor {
             // adapters' factors stay in host memory: their products run on the CPU
             Op::MulMatAdapter { .. } | Op::GetRowsAdapter { .. } | Op::AddAdapter { .. } => false,
             Op::MulRep { .. } | Op::SsmConv { .. } | Op::SsmScan { .. } => false,
+            Op::Softplus { .. } | Op::RepeatHeads { .. } | Op::GatedDeltaNet { .. } => false,
             Op::Gelu { .. }
             | Op::Relu { .. }
             | Op::Sqr { .. }
@@ -546,7 +547,10 @@ impl CudaExecutor {
             | Op::MulRep { .. }
             | Op::SsmConv { .. }
             | Op::SsmScan { .. }
-            | Op::LightningIndexer { .. } => {
+            | Op::LightningIndexer { .. }
+            | Op::Softplus { .. }
+            | Op::RepeatHeads { .. }
+            | Op::GatedDeltaNet { .. } => {
                 // `side` sends these to the CPU
                 return Err(ExecError::UnsupportedOp {
                     backend: self.label,

@@ -12,13 +12,14 @@
 pub mod arch;
 pub mod backend;
 pub mod builder;
+pub mod delta_net;
 pub mod exec;
 pub mod exec_cuda;
 pub mod kernel_api;
 pub mod params;
 pub mod ssm;
 
-pub use crate::kernels::cpu::ops::{RopeMode, RopeParams, ScanShape};
+pub use crate::kernels::cpu::ops::{GdnShape, RopeMode, RopeParams, ScanShape};
 
 /// Index of a node in [`Graph::nodes`].
 pub type NodeId = usize;
@@ -275,6 +276,32 @@ pub enum Op {
         layer: usize,
         shape: ScanShape,
     },
+    /// UNARY(SOFTPLUS): `x > 20 ? x : log(1 + exp(x))`.
+    Softplus { src: NodeId },
+    /// REPEAT of each head `n` times in place (`[head_dim, n_head, T]` →
+    /// `[head_dim, n, n_head, T]` as ggml_repeat_4d of the reshaped heads: qwen3next's
+    /// repeat-interleave of Q and K heads over the V heads).
+    RepeatHeads {
+        src: NodeId,
+        head_dim: usize,
+        n: usize,
+    },
+    /// GATED_DELTA_NET with its state (`ggml_gated_delta_net`, K = 1): per V head, the
+    /// state `[S_v, S_v]` (the recurrent memory's SSM row of `layer`, updated in place as
+    /// upstream's copy of the op's final state back to the cache) decays by `exp(g)` (one
+    /// value per head, or per row for KDA), takes the delta rule's update from `k`, `v` and
+    /// `beta`, and is read by `q`; the output is scaled by `1/sqrt(S_v)`. `q`, `k`
+    /// `[S_v*h_k, T]` (V head h reads Q/K head `h % h_k`, ggml's broadcast), `v`
+    /// `[S_v*h_v, T]`, `g` `[h_v, T]` or `[S_v*h_v, T]`, `beta` `[h_v, T]`. Output like `v`.
+    GatedDeltaNet {
+        q: NodeId,
+        k: NodeId,
+        v: NodeId,
+        g: NodeId,
+        beta: NodeId,
+        layer: usize,
+        shape: GdnShape,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -382,7 +409,12 @@ impl Op {
             | Op::TopK { src, .. }
             | Op::DivSumRows { src }
             | Op::SumSlots { src, .. }
-            | Op::View { src, .. } => vec![*src],
+            | Op::View { src, .. }
+            | Op::Softplus { src }
+            | Op::RepeatHeads { src, .. } => vec![*src],
+            Op::GatedDeltaNet {
+                q, k, v, g, beta, ..
+            } => vec![*q, *k, *v, *g, *beta],
             Op::MulSlots { src, weights, .. } => vec![*src, *weights],
             Op::MulRep { a, .. } => vec![*a],
             Op::SsmConv { x, .. } => vec![*x],
@@ -426,6 +458,9 @@ impl Op {
             }
             Op::SsmConv { .. } => ("SSM_CONV", None),
             Op::SsmScan { .. } => ("SSM_SCAN", None),
+            Op::Softplus { .. } => ("UNARY", Some("SOFTPLUS")),
+            Op::RepeatHeads { .. } => ("REPEAT", None),
+            Op::GatedDeltaNet { .. } => ("GATED_DELTA_NET", None),
             Op::Add { .. } | Op::WeightedSum { .. } | Op::SumSlots { .. } => ("ADD", None),
             Op::Scale { .. } => ("SCALE", None),
             Op::Tanh { .. } => ("UNARY", Some("TANH")),

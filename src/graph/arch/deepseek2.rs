@@ -200,9 +200,7 @@ pub fn graph_with(b: &mut Builder, dsa: Option<Dsa>) -> Result<Outputs, BuildErr
                 biases: false,
             };
             let n_ff = hp.n_ff_exp;
-            let moe_out = b.moe_layer(il, x, n_ff, moe)?;
-            let shared = b.ffn_named(il, x, "_shexp", n_ff * e.n_expert_shared, plain)?;
-            b.add(moe_out, Operand::Node(shared))
+            b.moe_shared_layer(il, x, n_ff, moe, n_ff * e.n_expert_shared, plain)?
         };
         inp = b.add(cur, Operand::Node(ffn_inp));
         inp = b.cvec(inp, il);

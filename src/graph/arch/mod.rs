@@ -32,6 +32,7 @@ pub mod ernie4_5;
 pub mod ernie4_5_moe;
 pub mod exaone;
 pub mod exaone4;
+pub mod exaone_moe;
 pub mod falcon;
 pub mod falcon_h1;
 pub mod gemma;
@@ -87,7 +88,9 @@ pub mod qwen2;
 pub mod qwen2moe;
 pub mod qwen2vl;
 pub mod qwen3;
+pub mod qwen35;
 pub mod qwen3moe;
+pub mod qwen3next;
 pub mod qwen3vl;
 pub mod qwen3vlmoe;
 pub mod refact;
@@ -198,6 +201,9 @@ pub static REGISTRY: &[&ArchDef] = &[
     &falcon_h1::DEF,
     &deepseek32::DEF,
     &glm_dsa::DEF,
+    &exaone_moe::DEF,
+    &qwen35::DEF,
+    &qwen3next::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

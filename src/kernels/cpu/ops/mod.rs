@@ -22,7 +22,7 @@ pub use hadamard::{hadamard_rows, hadamard_rows_dense};
 pub use norm::{norm_row, rms_norm_row};
 pub use rope::{rope_apply, rope_cache, yarn_corr_dims, RopeMode, RopeParams};
 pub use softmax::soft_max_row;
-pub use ssm::{softplus, ssm_conv_step, ssm_scan_step, ScanShape};
+pub use ssm::{gated_delta_net_step, softplus, ssm_conv_step, ssm_scan_step, GdnShape, ScanShape};
 pub use unary::silu_rows;
 
 #[cfg(test)]

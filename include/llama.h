@@ -1520,7 +1520,8 @@ llama_pos llama_memory_seq_pos_min(llama_memory_t mem, llama_seq_id seq_id);
 llama_pos llama_memory_seq_pos_max(llama_memory_t mem, llama_seq_id seq_id);
 
 // Whether positions can be shifted (`llama_memory_seq_add`/`seq_div`): true for a KV cache
-// of a supported architecture; false for NULL.
+// of a supported architecture, false for NULL and, as upstream's, for the KV cache of a
+// model with multi-section rotary positions (M-RoPE).
 bool llama_memory_can_shift(llama_memory_t mem);
 
 // Loads a model from a GGUF file; if the file is the first shard of a

@@ -953,10 +953,15 @@ bool llama_supports_mmap(void);
 // True: mapped and owned model memory can be locked (failure to lock is a warning).
 bool llama_supports_mlock(void);
 
-// True when a GPU device (CUDA or virtual) is present.
+// True, as upstream built with its RPC backend answers: weights can be offloaded to
+// devices on upstream's `rpc-server` (`LLAMA_RPC_SERVERS`), besides GPU devices (CUDA or
+// virtual). Upstream's rule is "a GPU device is present, or RPC is supported", and this
+// library always has its RPC client.
 bool llama_supports_gpu_offload(void);
 
-// False: llama-hotswap has no RPC backend.
+// True: devices on upstream's `rpc-server` (ggml-rpc protocol 7.0) can be registered with
+// `LLAMA_RPC_SERVERS` or `llama_ext_rpc_add_server` (see docs/rpc.md; decoding with layers
+// on them is not implemented yet).
 bool llama_supports_rpc(void);
 
 // A description of the library's features, in upstream's `"<REG> : <name> = <value> | "`

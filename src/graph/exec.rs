@@ -846,6 +846,17 @@ impl CpuExecutor {
                                 *d = ops::gelu(x) * y;
                             }
                         }
+                        GluKind::Reglu => {
+                            for ((d, &x), &y) in dst.iter_mut().zip(gt).zip(u) {
+                                *d = if x > 0.0 { x * y } else { 0.0 };
+                            }
+                        }
+                        &GluKind::SwigluClamp(limit) => {
+                            for ((d, &g), &u) in dst.iter_mut().zip(gt).zip(u) {
+                                let x = g.min(limit);
+                                *d = x / (1.0 + (-x).exp()) * u.clamp(-limit, limit);
+                            }
+                        }
                     }
                 });
             }

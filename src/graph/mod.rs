@@ -44,12 +44,16 @@ pub enum Operand {
 }
 
 /// Gated linear unit kinds (`GGML_GLU_OP_*`), applied as `act(gate) * up`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum GluKind {
     Swiglu,
     Geglu,
     /// `ggml_swiglu_oai` (gpt-oss): `min(g, 7) * sigmoid(1.702 * min(g, 7)) * (clamp(u, -7, 7) + 1)`.
     SwigluOai,
+    /// `ggml_reglu`: `g > 0 ? g * u : 0`.
+    Reglu,
+    /// `ggml_swiglu_clamp(limit)`: `silu(min(g, limit)) * clamp(u, -limit, limit)`.
+    SwigluClamp(f32),
 }
 
 /// Graph operations, named after ggml's.
@@ -486,6 +490,8 @@ impl Op {
                     GluKind::Swiglu => "SWIGLU",
                     GluKind::Geglu => "GEGLU",
                     GluKind::SwigluOai => "SWIGLU_OAI",
+                    GluKind::Reglu => "REGLU",
+                    GluKind::SwigluClamp(_) => "SWIGLU_CLAMP",
                 }),
             ),
             Op::ConcatHeads { .. } => ("CONCAT", None),

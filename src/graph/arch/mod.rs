@@ -10,6 +10,7 @@
 //! registered, or whose file lacks a tensor its graph needs, fails context creation with one
 //! log line naming the architecture and the missing piece.
 
+pub mod afmoe;
 pub mod arcee;
 pub mod arctic;
 pub mod baichuan;
@@ -20,6 +21,7 @@ pub mod chatglm;
 pub mod codeshell;
 pub mod cogvlm;
 pub mod cohere2;
+pub mod cohere2moe;
 pub mod command_r;
 pub mod dbrx;
 pub mod deci;
@@ -95,6 +97,7 @@ pub mod qwen3vl;
 pub mod qwen3vlmoe;
 pub mod refact;
 pub mod seed_oss;
+pub mod smallthinker;
 pub mod smollm3;
 pub mod spark2_5;
 pub mod stablelm;
@@ -204,6 +207,9 @@ pub static REGISTRY: &[&ArchDef] = &[
     &exaone_moe::DEF,
     &qwen35::DEF,
     &qwen3next::DEF,
+    &afmoe::DEF,
+    &cohere2moe::DEF,
+    &smallthinker::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

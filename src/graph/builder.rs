@@ -369,6 +369,17 @@ impl<'m> Builder<'m> {
         self.add_lora(w, x, y)
     }
 
+    /// `build_lora_mm(w, x, w_s)` with the scale the caller names (hrm_text's layers share
+    /// weights but each reads the scale of its own slot).
+    pub fn mul_mat_scaled(&mut self, w: WeightId, x: NodeId, s: Option<WeightId>) -> NodeId {
+        let y = self.mul_mat_raw(w, x);
+        let y = match s {
+            Some(s) => self.mul(y, Operand::Weight(s)),
+            None => y,
+        };
+        self.add_lora(w, x, y)
+    }
+
     /// MUL_MAT and the LoRA products, without the per-tensor scale (upstream's
     /// `build_lora_mm(w, cur)` where the architecture passes no `w_s`).
     pub fn mul_mat_lora(&mut self, w: WeightId, x: NodeId) -> NodeId {

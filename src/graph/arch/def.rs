@@ -185,6 +185,23 @@ impl Keys<'_> {
         })
     }
 
+    /// A required per-layer float (upstream's `get_key_or_arr`): one number for every layer,
+    /// or an array of exactly `n` (every layer including MTP ones).
+    pub fn f32_per_layer(&self, s: &str, n: usize) -> Result<Vec<f32>, String> {
+        let key = self.key(s);
+        match self.model.meta.get_array(&key) {
+            Some(MetaArray::Floats(v)) if v.len() == n => Ok(v.iter().map(|&x| x as f32).collect()),
+            Some(a) => Err(format!(
+                "key {key} has wrong array length or type; expected {n} floats, got {}",
+                a.len()
+            )),
+            None => self
+                .f32_opt(s)
+                .map(|x| vec![x; n])
+                .ok_or_else(|| format!("key not found in model: {key}")),
+        }
+    }
+
     pub fn bool(&self, s: &str, default: bool) -> bool {
         self.model.meta.get_bool(&self.key(s)).unwrap_or(default)
     }

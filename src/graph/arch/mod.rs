@@ -51,26 +51,33 @@ pub mod granite_swa;
 pub mod granitehybrid;
 pub mod granitemoe;
 pub mod grok;
+pub mod grovemoe;
+pub mod hrm_text;
 pub mod hunyuan_dense;
 pub mod hunyuan_moe;
 pub mod hunyuan_vl;
+pub mod hy_v3;
 pub mod internlm2;
 pub mod jais;
 pub mod jais2;
 pub mod jamba;
+pub mod laguna;
 pub mod lfm2;
 pub mod llama;
 pub mod llama4;
 pub mod maincoder;
 pub mod mamba;
 pub mod mamba2;
+pub mod maple;
 pub mod mellum;
+pub mod mimo2;
 pub mod minicpm;
 pub mod minicpm3;
 pub mod minimax_m2;
 pub mod mistral3;
 pub mod mistral4;
 pub mod mpt;
+pub mod muse_glimmer;
 pub mod nanbeige;
 pub mod nemotron;
 pub mod nemotron_h;
@@ -79,6 +86,7 @@ pub mod olmo2;
 pub mod olmoe;
 pub mod openelm;
 pub mod orion;
+pub mod paddleocr;
 pub mod pangu_embedded;
 pub mod phi2;
 pub mod phi3;
@@ -210,6 +218,14 @@ pub static REGISTRY: &[&ArchDef] = &[
     &afmoe::DEF,
     &cohere2moe::DEF,
     &smallthinker::DEF,
+    &grovemoe::DEF,
+    &hy_v3::DEF,
+    &laguna::DEF,
+    &mimo2::DEF,
+    &maple::DEF,
+    &muse_glimmer::DEF,
+    &paddleocr::DEF,
+    &hrm_text::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

@@ -11,6 +11,7 @@
 
 pub mod arch;
 pub mod backend;
+pub mod blocks;
 pub mod builder;
 pub mod delta_net;
 pub mod exec;

@@ -277,7 +277,12 @@ impl CudaExecutor {
             | Op::MulSlots { .. }
             | Op::SumSlots { .. }
             | Op::Glu {
-                kind: GluKind::SwigluOai | GluKind::Reglu | GluKind::SwigluClamp(_),
+                kind:
+                    GluKind::SwigluOai
+                    | GluKind::SwigluLimit(_)
+                    | GluKind::Situ(..)
+                    | GluKind::Reglu
+                    | GluKind::SwigluClamp(_),
                 ..
             } => false,
             Op::TopK { src, .. } => g.nodes[*src].ne0 <= 1024,
@@ -672,7 +677,11 @@ impl CudaExecutor {
                 let k = match kind {
                     GluKind::Swiglu => 0,
                     GluKind::Geglu => 1,
-                    GluKind::SwigluOai | GluKind::Reglu | GluKind::SwigluClamp(_) => {
+                    GluKind::SwigluOai
+                    | GluKind::SwigluLimit(_)
+                    | GluKind::Situ(..)
+                    | GluKind::Reglu
+                    | GluKind::SwigluClamp(_) => {
                         return Err(ExecError::UnsupportedOp {
                             backend: self.label,
                             op: format!("GLU ({kind:?})"),

@@ -16,6 +16,7 @@ pub mod arctic;
 pub mod baichuan;
 pub mod bailingmoe;
 pub mod bailingmoe2;
+pub mod bailingmoe3;
 pub mod bloom;
 pub mod chatglm;
 pub mod codeshell;
@@ -215,6 +216,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &exaone_moe::DEF,
     &qwen35::DEF,
     &qwen3next::DEF,
+    &bailingmoe3::DEF,
     &afmoe::DEF,
     &cohere2moe::DEF,
     &smallthinker::DEF,

@@ -52,6 +52,11 @@ pub enum Memory {
     /// A KV cache for the attention layers and recurrent states for the layers
     /// `ArchParams::is_recurrent` names (upstream's `llama_memory_hybrid`).
     Hybrid,
+    /// No memory (upstream's `create_memory` returns nullptr: the diffusion models). Every
+    /// decode runs as upstream's `encode`: one micro-batch, every token an output,
+    /// non-causal attention over the batch's own tokens of the same sequence; nothing is
+    /// kept between calls and `llama_get_memory` gives NULL.
+    None,
 }
 
 /// Everything the engine knows about one architecture.

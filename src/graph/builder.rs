@@ -814,6 +814,7 @@ impl<'m> Builder<'m> {
     /// latent and the rotary part) stored, V read as the latent part of the cached K rows,
     /// FLASH_ATTN_EXT, each head's result decompressed by `wv_b` (`[latent, head_v,
     /// n_head]`), the output projection.
+    #[allow(clippy::too_many_arguments)]
     pub fn attn_latent(
         &mut self,
         il: usize,
@@ -821,6 +822,21 @@ impl<'m> Builder<'m> {
         k: NodeId,
         wv_b: WeightId,
         wo: WeightId,
+        scale: f32,
+        sel: Option<NodeId>,
+    ) -> NodeId {
+        let kqv = self.attn_latent_heads(il, q, k, wv_b, scale, sel);
+        self.linear(wo, None, kqv)
+    }
+
+    /// [`Builder::attn_latent`] without the output projection (`build_attn` with `wo`
+    /// NULL: the graphs that gate the heads first).
+    pub fn attn_latent_heads(
+        &mut self,
+        il: usize,
+        q: NodeId,
+        k: NodeId,
+        wv_b: WeightId,
         scale: f32,
         sel: Option<NodeId>,
     ) -> NodeId {
@@ -858,8 +874,7 @@ impl<'m> Builder<'m> {
             n_head * hp.head_v,
             t,
         );
-        let kqv = self.mul_mat_heads(wv_b, kqv, n_head);
-        self.linear(wo, None, kqv)
+        self.mul_mat_heads(wv_b, kqv, n_head)
     }
 
     /// DeepSeek's lightning indexer of layer `il`: stores the micro-batch's indexer keys `k`

@@ -277,7 +277,7 @@ impl CudaExecutor {
             | Op::MulSlots { .. }
             | Op::SumSlots { .. }
             | Op::Glu {
-                kind: GluKind::SwigluOai,
+                kind: GluKind::SwigluOai | GluKind::SwigluLimit(_) | GluKind::Situ(..),
                 ..
             } => false,
             Op::TopK { src, .. } => g.nodes[*src].ne0 <= 1024,
@@ -672,10 +672,10 @@ impl CudaExecutor {
                 let k = match kind {
                     GluKind::Swiglu => 0,
                     GluKind::Geglu => 1,
-                    GluKind::SwigluOai => {
+                    GluKind::SwigluOai | GluKind::SwigluLimit(_) | GluKind::Situ(..) => {
                         return Err(ExecError::UnsupportedOp {
                             backend: self.label,
-                            op: "GLU (swiglu_oai)".into(),
+                            op: format!("GLU ({kind:?})"),
                             why: "no CUDA kernel yet".into(),
                         })
                     }

@@ -11,10 +11,12 @@
 
 pub mod arch;
 pub mod backend;
+pub mod blocks;
 pub mod builder;
 pub mod delta_net;
 pub mod exec;
 pub mod exec_cuda;
+pub mod kda;
 pub mod kernel_api;
 pub mod params;
 pub mod ssm;
@@ -44,12 +46,20 @@ pub enum Operand {
 }
 
 /// Gated linear unit kinds (`GGML_GLU_OP_*`), applied as `act(gate) * up`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum GluKind {
     Swiglu,
     Geglu,
     /// `ggml_swiglu_oai` (gpt-oss): `min(g, 7) * sigmoid(1.702 * min(g, 7)) * (clamp(u, -7, 7) + 1)`.
     SwigluOai,
+    /// SwiGLU with a limit, as upstream's `build_ffn`/`build_moe_ffn` split it where
+    /// `swiglu_clamp_(sh)exp` is set: `min(silu(g), l) * clamp(u, -l, l)` (SILU, two CLAMPs
+    /// and MUL, one value at a time).
+    SwigluLimit(f32),
+    /// Kimi's SiTU (`LLM_FFN_SITU`): `beta*tanh(g/beta) * sigmoid(g)` times
+    /// `lb*tanh(u/lb)` (`u` itself when `lb <= 0`), fields `(beta, lb)`; ggml's SCALE, TANH,
+    /// SIGMOID and MUL one value at a time.
+    Situ(f32, f32),
 }
 
 /// Graph operations, named after ggml's.
@@ -261,6 +271,10 @@ pub enum Op {
         w: WeightId,
         layer: usize,
         d_conv: usize,
+        /// The first channel of the conv row this convolution owns (0 but for Kimi's
+        /// delta attention, whose Q, K and V convolutions share one row, upstream's views
+        /// of `conv_states_all` at `qkv * conv_state_size`).
+        channel0: usize,
     },
     /// SSM_SCAN with its state: the selective scan of each token over its sequence's SSM
     /// state (`[d_state, head_dim, n_head]`, the recurrent memory's row of `layer`, updated
@@ -486,6 +500,8 @@ impl Op {
                     GluKind::Swiglu => "SWIGLU",
                     GluKind::Geglu => "GEGLU",
                     GluKind::SwigluOai => "SWIGLU_OAI",
+                    GluKind::SwigluLimit(_) => "SWIGLU_LIMIT",
+                    GluKind::Situ(..) => "SITU",
                 }),
             ),
             Op::ConcatHeads { .. } => ("CONCAT", None),

@@ -15,6 +15,7 @@ pub mod arctic;
 pub mod baichuan;
 pub mod bailingmoe;
 pub mod bailingmoe2;
+pub mod bailingmoe3;
 pub mod bloom;
 pub mod chatglm;
 pub mod codeshell;
@@ -208,6 +209,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &exaone_moe::DEF,
     &qwen35::DEF,
     &qwen3next::DEF,
+    &bailingmoe3::DEF,
     &dream::DEF,
     &llada::DEF,
     &llada_moe::DEF,

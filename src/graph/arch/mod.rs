@@ -57,6 +57,7 @@ pub mod internlm2;
 pub mod jais;
 pub mod jais2;
 pub mod jamba;
+pub mod kimi_k3;
 pub mod lfm2;
 pub mod llama;
 pub mod llama4;
@@ -206,6 +207,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &qwen35::DEF,
     &qwen3next::DEF,
     &bailingmoe3::DEF,
+    &kimi_k3::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

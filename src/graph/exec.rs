@@ -1239,6 +1239,34 @@ impl CpuExecutor {
                     }
                 }
             }
+            Op::SumRows { src } => {
+                let n = nodes[*src].ne0;
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, r) in dst.iter_mut().zip(x.chunks_exact(n)) {
+                    *d = r.iter().map(|&v| v as f64).sum::<f64>() as f32;
+                }
+            }
+            Op::HcPre { x, w, n } => {
+                let hc = nodes[*w].ne0;
+                let (dst, [x, w]) = carve(
+                    &mut self.arena,
+                    dst_r,
+                    [range(&nodes[*x]), range(&nodes[*w])],
+                );
+                for ((d, x), w) in dst
+                    .chunks_exact_mut(*n)
+                    .zip(x.chunks_exact(*n * hc))
+                    .zip(w.chunks_exact(hc))
+                {
+                    for (i, d) in d.iter_mut().enumerate() {
+                        let mut sum = 0.0f32;
+                        for (h, &wv) in w.iter().enumerate() {
+                            sum = x[h * *n + i].mul_add(wv, sum);
+                        }
+                        *d = sum;
+                    }
+                }
+            }
             Op::DivSumRows { src } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
                 for (d, r) in dst.chunks_exact_mut(ne0).zip(x.chunks_exact(ne0)) {

@@ -260,6 +260,7 @@ impl CudaExecutor {
             Op::MulMatAdapter { .. } | Op::GetRowsAdapter { .. } | Op::AddAdapter { .. } => false,
             Op::MulRep { .. } | Op::SsmConv { .. } | Op::SsmScan { .. } => false,
             Op::Softplus { .. } | Op::RepeatHeads { .. } | Op::GatedDeltaNet { .. } => false,
+            Op::SumRows { .. } | Op::HcPre { .. } => false,
             Op::Gelu { .. }
             | Op::Relu { .. }
             | Op::Sqr { .. }
@@ -549,6 +550,8 @@ impl CudaExecutor {
             | Op::SsmScan { .. }
             | Op::LightningIndexer { .. }
             | Op::Softplus { .. }
+            | Op::SumRows { .. }
+            | Op::HcPre { .. }
             | Op::RepeatHeads { .. }
             | Op::GatedDeltaNet { .. } => {
                 // `side` sends these to the CPU

@@ -292,6 +292,13 @@ pub enum Op {
     },
     /// UNARY(SOFTPLUS): `x > 20 ? x : log(1 + exp(x))`.
     Softplus { src: NodeId },
+    /// SUM_ROWS: each row's sum (accumulated in f64, as ggml's `ggml_vec_sum_f32`).
+    SumRows { src: NodeId },
+    /// DSV4_HC_PRE (`ggml_dsv4_hc_pre`, ungated): `x` holds per token `hc` streams of `n`
+    /// values side by side (`[n, hc, T]`), `w` `[hc, T]` their weights; the output `[n, T]`
+    /// is each value's weighted sum over the streams, in stream order (ggml-cpu's loop,
+    /// multiply-adds contracted to FMA).
+    HcPre { x: NodeId, w: NodeId, n: usize },
     /// REPEAT of each head `n` times in place (`[head_dim, n_head, T]` →
     /// `[head_dim, n, n_head, T]` as ggml_repeat_4d of the reshaped heads: qwen3next's
     /// repeat-interleave of Q and K heads over the V heads).
@@ -425,7 +432,9 @@ impl Op {
             | Op::SumSlots { src, .. }
             | Op::View { src, .. }
             | Op::Softplus { src }
+            | Op::SumRows { src }
             | Op::RepeatHeads { src, .. } => vec![*src],
+            Op::HcPre { x, w, .. } => vec![*x, *w],
             Op::GatedDeltaNet {
                 q, k, v, g, beta, ..
             } => vec![*q, *k, *v, *g, *beta],
@@ -509,6 +518,8 @@ impl Op {
             Op::SoftMax { .. } => ("SOFT_MAX", None),
             Op::TopK { .. } | Op::LightningIndexer { .. } => ("TOP_K", None),
             Op::DivSumRows { .. } | Op::Div { .. } => ("DIV", None),
+            Op::SumRows { .. } => ("SUM_ROWS", None),
+            Op::HcPre { .. } => ("DSV4_HC_PRE", None),
         }
     }
 }

@@ -58,6 +58,7 @@ pub mod internlm2;
 pub mod jais;
 pub mod jais2;
 pub mod jamba;
+pub mod kimi_k3;
 pub mod lfm2;
 pub mod llada;
 pub mod llada_moe;
@@ -210,6 +211,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &qwen35::DEF,
     &qwen3next::DEF,
     &bailingmoe3::DEF,
+    &kimi_k3::DEF,
     &dream::DEF,
     &llada::DEF,
     &llada_moe::DEF,

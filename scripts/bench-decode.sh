@@ -2,19 +2,25 @@
 # make bench-decode: prompt processing (one batch of BENCH_PP=128 tokens) and token generation
 # (BENCH_TG=64 single-token steps), tokens/s, ours vs upstream's library in the same run, a
 # fresh process per measurement (ffi-tests/bench_decode.c, built against upstream's header),
-# interleaved upstream/ours (alternating which goes first), median of BENCH_REPS=5 (ratios:
-# the median of the per-round ratios), at BENCH_THREADS="1 2" threads; peak RSS
+# interleaved upstream / ours in fast mode (the default) / ours in exact mode
+# (LLAMA_HOTSWAP_EXACT=1, upstream's portable build bit for bit), the order rotating each round,
+# median of BENCH_REPS=5 (ratios: the median of the per-round ratios), at BENCH_THREADS="1 2"
+# threads; peak RSS
 # of each process; for tg the bandwidth the weights were read at (model bytes × tok/s) next to
 # the machine's read bandwidth measured by the probe at the same thread count.
 # Models (BENCH_MODELS, a subset of these names; default all):
 #   smollm2-q4_1 smollm2-q4_0 smollm2-q8_0 smollm2-f16: SmolLM2-135M as shipped (Q4_1) and
 #       requantized by upstream's llama-quantize (cached, as scripts/test-engine.sh makes them);
+#   smollm2-q4_k_m smollm2-q6_k: the same, requantized to the K-quants (not in the default list);
 #   1b-q4_0 1b-q8_0 1b-q4_k_m 1b-f16: a generated 1.07 B-parameter llama with random weights
-#       (scripts/gen_bench_model.py, F16, written once into the cache) and its requantizations.
+#       (scripts/gen_bench_model.py, F16, written once into the cache) and its requantizations;
+#   moe-q8_0 moe-q4_0 moe-q4_k_m: a generated qwen3moe-shaped model, 64 experts, 8 used
+#       (gen_bench_model.py moe: ~0.6 GB F16) requantized (not in the default list).
 # BENCH_REPS_1B, BENCH_PP_1B, BENCH_TG_1B override repetitions and token counts for the 1B rows
 # (default: the same as the others; on a loaded 2-core machine one 1B run takes minutes).
 # BENCH_CLOCK=cpu times pp and tg by the process's CPU time instead of the wall clock (meaningful
 # at 1 thread on a shared machine: it leaves out the time other processes held the core).
+# BENCH_OURS: a directory holding a copy of our libllama.so to time instead of the build's.
 # BENCH_NO_MMAP=1 loads with load_mode NONE (owned memory) in both libraries.
 # Writes the Markdown table to BENCH_OUT (default target/bench/bench-decode.md) and prints it.
 # --smoke: one repetition, 8+8 tokens, 1 thread, SmolLM2 Q4_1 only, and fails unless both
@@ -39,10 +45,10 @@ table=${BENCH_OUT:-$out/bench-decode.md}
 
 bash scripts/build-upstream.sh >/dev/null
 [ -n "${LLAMA_HOTSWAP_BUILT:-}" ] || cargo build --release --lib --quiet
-ln -sf libllama.so target/release/libllama.so.0
+ln -sf libllama.so "${BENCH_OURS:-target/release}/libllama.so.0"
 cc -std=c11 -O2 -I"$UPSTREAM_LLAMA/include" -I"$UPSTREAM_LLAMA/ggml/include" ffi-tests/bench_decode.c \
     -L"$UPSTREAM_BUILD/bin" -lllama -lpthread -o "$out/bench_decode"
-ours="$PWD/target/release"
+ours="${BENCH_OURS:-$PWD/target/release}"
 upstream="$UPSTREAM_BUILD/bin"
 
 smollm2="$(bash scripts/fetch-models.sh)"
@@ -64,6 +70,14 @@ model_path() { # NAME -> path (making it when missing)
             local f="$LLAMA_HOTSWAP_CACHE/models/engine/SmolLM2-135M-Instruct.$t.gguf"
             mkdir -p "$(dirname "$f")"
             requantize "$smollm2" "$f" "$t" && echo "$f" ;;
+        moe-*)
+            local dir="$LLAMA_HOTSWAP_CACHE/models/bench" f16
+            f16="$dir/qwen3moe-1024.F16.gguf"
+            mkdir -p "$dir"
+            [ -s "$f16" ] || bash scripts/setup-venv.sh >/dev/null
+            [ -s "$f16" ] || "$VENV/bin/python" scripts/gen_bench_model.py "$smollm2" "$f16" moe >&2
+            t=${name#moe-}; t=${t^^}
+            requantize "$f16" "$dir/qwen3moe-1024.$t.gguf" "$t" && echo "$dir/qwen3moe-1024.$t.gguf" ;;
         1b-*)
             local dir="$LLAMA_HOTSWAP_CACHE/models/bench" f16
             f16="$dir/llama-1B.F16.gguf"
@@ -86,10 +100,10 @@ done
 {
     cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
     echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $cpu, $(nproc) cores, read bandwidth $(for t in $THREADS; do printf '%s GB/s wall-clock, %s GB/s on CPU (%s thread%s); ' "${bw[$t]}" "${bw_cpu[$t]}" "$t" "$([ "$t" = 1 ] || echo s)"; done)"
-    echo "pp = one batch of $PP tokens, tg = $TG single-token steps; tok/s, median of $REPS (1B rows: pp $PP_1B, tg $TG_1B, median of $REPS_1B); ratio = median over the rounds of ours / upstream within a round (each round runs both, first one then the other, alternating; higher is better, lower for RSS); tg GB/s = model bytes × tg tok/s, machine = the wall-clock read bandwidth"
+    echo "pp = one batch of $PP tokens, tg = $TG single-token steps; tok/s$([ "${BENCH_CLOCK:-}" = cpu ] && echo " by process CPU time"), median of $REPS (1B rows: pp $PP_1B, tg $TG_1B, median of $REPS_1B); ours = fast mode (the default), exact = LLAMA_HOTSWAP_EXACT=1; ratio = median over the rounds of ours / upstream within a round (each round runs all three, the order rotating; higher is better, lower for RSS); tg GB/s = model bytes × tg tok/s, machine = the wall-clock read bandwidth; load average at the start $(cut -d' ' -f1-3 /proc/loadavg)"
     echo
-    echo "| model | type | threads | pp upstream | pp ours | pp ratio | tg upstream | tg ours | tg ratio | RSS upstream MiB | RSS ours MiB | RSS ratio | tg GB/s upstream / ours / machine |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| model | type | threads | pp upstream | pp exact | pp ours | pp ratio | pp exact ratio | tg upstream | tg exact | tg ours | tg ratio | tg exact ratio | RSS upstream MiB | RSS ours MiB | RSS ratio | tg GB/s upstream / ours / machine |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } | tee "$table"
 failed=0
 for name in $MODELS; do
@@ -97,32 +111,35 @@ for name in $MODELS; do
     reps=$REPS pp=$PP tg=$TG
     case "$name" in 1b-*) reps=$REPS_1B pp=$PP_1B tg=$TG_1B ;; esac
     for t in $THREADS; do
-        : >"$out/up.txt"; : >"$out/us.txt"
+        : >"$out/up.txt"; : >"$out/us.txt"; : >"$out/ex.txt"
         for r in $(seq "$reps"); do
-            # alternate who goes first, so an order effect (caches, clock) favours neither
-            order="up us"; [ $((r % 2)) = 0 ] && order="us up"
+            # rotate who goes first, so an order effect (caches, clock) favours none
+            case $((r % 3)) in 1) order="up us ex" ;; 2) order="us ex up" ;; *) order="ex up us" ;; esac
             for who in $order; do
-                lib=$upstream; [ "$who" = us ] && lib=$ours
-                LD_LIBRARY_PATH="$lib" "$out/bench_decode" "$file" "$t" "$pp" "$tg" >>"$out/$who.txt" \
+                lib=$upstream; [ "$who" = up ] || lib=$ours
+                exact=0; [ "$who" = ex ] && exact=1
+                LLAMA_HOTSWAP_EXACT=$exact LD_LIBRARY_PATH="$lib" "$out/bench_decode" "$file" "$t" "$pp" "$tg" >>"$out/$who.txt" \
                     2>"$out/$who.err" || { echo "($who failed on $name: $(tail -1 "$out/$who.err"))" >&2; failed=1; }
             done
         done
         col() { cut -d' ' -f"$2" "$out/$1.txt" | median; }
         # ratio of a column within each round (line r of both files), median over the rounds:
         # pairing cancels the machine's drift between rounds, which medians taken apart do not
-        ratio() { paste -d' ' "$out/us.txt" "$out/up.txt" | awk -v c="$1" 'NF == 8 && $(c + 4) > 0 { print $c / $(c + 4) }' | median; }
+        ratio() { paste -d' ' "$out/${2:-us}.txt" "$out/up.txt" | awk -v c="$1" 'NF == 8 && $(c + 4) > 0 { print $c / $(c + 4) }' | median; }
         awk -v m="${name%%-*}" -v ty="${name#*-}" -v t="$t" \
-            -v upp="$(col up 1)" -v opp="$(col us 1)" -v utg="$(col up 2)" -v otg="$(col us 2)" \
+            -v upp="$(col up 1)" -v opp="$(col us 1)" -v epp="$(col ex 1)" \
+            -v utg="$(col up 2)" -v otg="$(col us 2)" -v etg="$(col ex 2)" \
             -v ubytes="$(col up 3)" -v obytes="$(col us 3)" -v urss="$(col up 4)" -v orss="$(col us 4)" \
             -v rpp="$(ratio 1)" -v rtg="$(ratio 2)" -v rrss="$(ratio 4)" \
+            -v epp_r="$(ratio 1 ex)" -v etg_r="$(ratio 2 ex)" \
             -v bw="${bw[$t]}" 'BEGIN {
-                m = (m == "1b") ? "llama-1B (random)" : "SmolLM2-135M"
-                printf "| %s | %s | %s | %.1f | %.1f | %.2f× | %.1f | %.1f | %.2f× | %.0f | %.0f | %.2f× | %.1f / %.1f / %s |\n",
-                    m, toupper(ty), t, upp, opp, rpp, utg, otg, rtg, urss / 1024, orss / 1024,
-                    rrss, ubytes * utg / 1e9, obytes * otg / 1e9, bw
+                m = (m == "1b") ? "llama-1B (random)" : (m == "moe") ? "qwen3moe 64×8 (random)" : "SmolLM2-135M"
+                printf "| %s | %s | %s | %.1f | %.1f | %.1f | %.2f× | %.2f× | %.1f | %.1f | %.1f | %.2f× | %.2f× | %.0f | %.0f | %.2f× | %.1f / %.1f / %s |\n",
+                    m, toupper(ty), t, upp, epp, opp, rpp, epp_r, utg, etg, otg, rtg, etg_r,
+                    urss / 1024, orss / 1024, rrss, ubytes * utg / 1e9, obytes * otg / 1e9, bw
             }' | tee -a "$table"
         if [ "$smoke" = 1 ]; then
-            for who in up us; do
+            for who in up us ex; do
                 awk '{ exit !(NF == 4 && $1 > 0 && $2 > 0 && $3 > 0 && $4 > 0) }' "$out/$who.txt" \
                     || { echo "bench-decode smoke: $who gave no figures: $(cat "$out/$who.txt" "$out/$who.err")" >&2; failed=1; }
             done

@@ -7,7 +7,9 @@
 //! summation order (KL ≤ 1e-4 on the real models, `scripts/test-engine.sh`).
 
 use super::blocks::{Q4_0_BYTES, Q8_0_BYTES, QK};
-use super::dispatch::{r8_kernel, r8_pack_q4_0_fn, r8_pack_q4_0x8_fn, r8_pack_q8_0_fn};
+use super::dispatch::{
+    r8_iq4_nl_values_fn, r8_kernel, r8_pack_q4_0_fn, r8_pack_q4_0x8_fn, r8_pack_q8_0_fn,
+};
 use super::pool::{SharedOut, ThreadPool};
 use super::r8_layout::*;
 use crate::gguf::GgmlType;
@@ -27,13 +29,15 @@ pub enum FastWeight<'a> {
     },
     /// The bytes of a repacked `q4_0x8` weight (groups of 8 rows).
     Q4_0x8(&'a [u8]),
+    /// The bytes of a repacked `iq4_nl_8x8` weight (`q4_0x8`'s layout, code-book nibbles).
+    Iq4NlX8(&'a [u8]),
 }
 
 /// Whether the fast mode takes a product of a `t` weight of `n_rows` rows with `m` activation
 /// columns: Q8_0 and Q4_0 with a multiple of 8 rows and at least [`FAST_MIN_COLS`] columns,
 /// when the mode is fast.
 pub fn takes(t: GgmlType, n_rows: usize, m: usize) -> bool {
-    matches!(t, GgmlType::Q8_0 | GgmlType::Q4_0)
+    matches!(t, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL)
         && n_rows % R8_ROWS == 0
         && n_rows > 0
         && m >= FAST_MIN_COLS
@@ -82,7 +86,7 @@ pub fn mul_mat_fast(
         } => {
             let block = match t {
                 GgmlType::Q8_0 => Q8_0_BYTES,
-                GgmlType::Q4_0 => Q4_0_BYTES,
+                GgmlType::Q4_0 | GgmlType::IQ4_NL => Q4_0_BYTES,
                 _ => panic!("no fast product for {t}"),
             };
             assert!(
@@ -92,14 +96,18 @@ pub fn mul_mat_fast(
             );
             (values_of(t), 0)
         }
-        FastWeight::Q4_0x8(bytes) => {
+        FastWeight::Q4_0x8(bytes) | FastWeight::Iq4NlX8(bytes) => {
             let g = nb * R8_ROWS * Q4_0_BYTES;
             assert!(
                 bytes.len() >= n_rows / R8_ROWS * g,
                 "q4_0x8 weight: {} bytes",
                 bytes.len()
             );
-            (R8Values::Nibble4, g)
+            let values = match w {
+                FastWeight::Q4_0x8(_) => R8Values::Nibble4,
+                _ => R8Values::Signed8,
+            };
+            (values, g)
         }
     };
     // per column and block: the scale, and 8 × the quants' sum (the nibbles' offset)
@@ -130,9 +138,12 @@ pub fn mul_mat_fast(
                     bytes,
                     row_stride,
                 } => pack_group(t, bytes, row_stride, g, nb, &mut packed),
-                FastWeight::Q4_0x8(bytes) => {
+                FastWeight::Q4_0x8(bytes) | FastWeight::Iq4NlX8(bytes) => {
                     let src = &bytes[g * group_src_bytes..(g + 1) * group_src_bytes];
                     pack4x8(src, nb, &mut packed);
+                    if let FastWeight::Iq4NlX8(_) = w {
+                        r8_iq4_nl_values_fn()(nb, &mut packed);
+                    }
                 }
             }
             let cols = GroupColumns {
@@ -160,13 +171,13 @@ pub fn mul_mat_fast(
 /// The r8 values of a plain `t` weight (Q8_0 or Q4_0).
 pub(super) fn values_of(t: GgmlType) -> R8Values {
     match t {
-        GgmlType::Q8_0 => R8Values::Signed8,
+        GgmlType::Q8_0 | GgmlType::IQ4_NL => R8Values::Signed8,
         GgmlType::Q4_0 => R8Values::Nibble4,
         _ => panic!("no fast product for {t}"),
     }
 }
 
-/// Packs rows `8g .. 8g + 8` of a plain Q8_0 or Q4_0 weight (`row_stride` bytes apart in
+/// Packs rows `8g .. 8g + 8` of a plain Q8_0, Q4_0 or IQ4_NL weight (`row_stride` bytes apart in
 /// `bytes`, `nb` blocks each) into `packed` (`nb` r8 blocks).
 pub(super) fn pack_group(
     t: GgmlType,
@@ -180,10 +191,13 @@ pub(super) fn pack_group(
         let at = (g * R8_ROWS + r) * row_stride;
         &bytes[at..]
     });
-    if t == GgmlType::Q8_0 {
-        r8_pack_q8_0_fn()(rows, nb, packed);
-    } else {
-        r8_pack_q4_0_fn()(rows, nb, packed);
+    match t {
+        GgmlType::Q8_0 => r8_pack_q8_0_fn()(rows, nb, packed),
+        GgmlType::IQ4_NL => {
+            r8_pack_q4_0_fn()(rows, nb, packed);
+            r8_iq4_nl_values_fn()(nb, packed);
+        }
+        _ => r8_pack_q4_0_fn()(rows, nb, packed),
     }
 }
 
@@ -268,7 +282,8 @@ mod tests {
                 &mut xq[j * xq_row..],
             );
         }
-        for t in [GgmlType::Q8_0, GgmlType::Q4_0] {
+        // IQ4_NL rows: Q4_0's bytes read through the code book (any nibbles are valid)
+        for t in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::IQ4_NL] {
             let wr = row_bytes(t, k);
             let mut wq = vec![0u8; n_rows * wr];
             for i in 0..n_rows {
@@ -292,15 +307,19 @@ mod tests {
                 bytes: &wq,
                 row_stride: wr,
             }];
-            if t == GgmlType::Q4_0 {
-                repacked = crate::kernels::cpu::repack_layout::repack(
-                    crate::kernels::cpu::repack_layout::RepackKind::Q4_0x8,
-                    t,
-                    &wq,
-                    n_rows,
-                    k,
-                );
-                weights.push(FastWeight::Q4_0x8(repacked.bytes()));
+            if t != GgmlType::Q8_0 {
+                use crate::kernels::cpu::repack_layout::RepackKind;
+                let kind = if t == GgmlType::Q4_0 {
+                    RepackKind::Q4_0x8
+                } else {
+                    RepackKind::Iq4NlX8
+                };
+                repacked = crate::kernels::cpu::repack_layout::repack(kind, t, &wq, n_rows, k);
+                weights.push(if t == GgmlType::Q4_0 {
+                    FastWeight::Q4_0x8(repacked.bytes())
+                } else {
+                    FastWeight::Iq4NlX8(repacked.bytes())
+                });
             }
             for (wi, w) in weights.into_iter().enumerate() {
                 for threads in [1, 3] {

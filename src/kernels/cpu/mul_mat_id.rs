@@ -38,7 +38,7 @@ pub struct Experts<'a> {
 
 /// Whether an r8 product takes a `t` weight of `n_rows` rows of `k` (fast mode only).
 fn r8_shape(t: GgmlType, n_rows: usize, k: usize) -> bool {
-    matches!(t, GgmlType::Q8_0 | GgmlType::Q4_0)
+    matches!(t, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL)
         && n_rows % R8_ROWS == 0
         && n_rows > 0
         && k % QK == 0
@@ -268,7 +268,7 @@ mod tests {
         // (block bytes, offsets of its f16 scales)
         let (block, scales): (usize, &[usize]) = match t {
             GgmlType::Q8_0 => (34, &[0]),
-            GgmlType::Q4_0 => (18, &[0]),
+            GgmlType::Q4_0 | GgmlType::IQ4_NL => (18, &[0]),
             GgmlType::Q4_K => (144, &[0, 2]),
             GgmlType::F16 => (2, &[0]),
             _ => unreachable!("{t}"),
@@ -298,6 +298,7 @@ mod tests {
         for t in [
             GgmlType::Q8_0,
             GgmlType::Q4_0,
+            GgmlType::IQ4_NL,
             GgmlType::Q4_K,
             GgmlType::F16,
         ] {

@@ -127,6 +127,17 @@ pub fn pack_q4_0x8(group: &[u8], nb: usize, out: &mut [u8]) {
     }
 }
 
+/// Maps every quant byte (a nibble 0..15) of `nb` r8 blocks through IQ4_NL's code book,
+/// turning [`R8Values::Nibble4`] blocks packed from IQ4_NL bytes (the same layout as Q4_0's)
+/// into [`R8Values::Signed8`] ones of the weights' integers.
+pub fn iq4_nl_values(nb: usize, out: &mut [u8]) {
+    for blk in out[..nb * R8_BLOCK_BYTES].chunks_exact_mut(R8_BLOCK_BYTES) {
+        for q in &mut blk[32..] {
+            *q = KVALUES_IQ4NL[usize::from(*q & 15)] as u8;
+        }
+    }
+}
+
 /// The scale (f32) of each Q8_0 block of the activation row `x` and 8 × its quants' sum.
 pub fn activation_meta(x: &[u8], nb: usize, dx: &mut [f32], sx: &mut [i32]) {
     for b in 0..nb {

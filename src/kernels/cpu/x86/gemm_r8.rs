@@ -8,7 +8,7 @@
 use std::arch::x86_64::*;
 
 use super::simd::{available, load128, load256};
-use crate::kernels::cpu::blocks::{Q4_0_BYTES, Q8_0_BYTES};
+use crate::kernels::cpu::blocks::{KVALUES_IQ4NL, Q4_0_BYTES, Q8_0_BYTES};
 use crate::kernels::cpu::r8_layout::*;
 
 /// The AVX2 r8 kernel, when this CPU has AVX2, FMA and F16C.
@@ -63,6 +63,32 @@ unsafe fn pack_q8_0_kernel(rows: [*const u8; R8_ROWS], nb: usize, dst: *mut u8) 
             for (p, v) in pieces.iter().enumerate() {
                 _mm256_storeu_si256(d.add(32 + 64 * p + 32 * half).cast(), *v);
             }
+        }
+    }
+}
+
+/// The AVX2 form of `r8_layout::iq4_nl_values`, when this CPU has AVX2.
+pub fn r8_iq4_nl_values() -> Option<fn(usize, &mut [u8])> {
+    available().then_some(iq4_nl_values_avx2 as fn(usize, &mut [u8]))
+}
+
+fn iq4_nl_values_avx2(nb: usize, out: &mut [u8]) {
+    assert!(out.len() >= nb * R8_BLOCK_BYTES, "{nb} r8 blocks");
+    // SAFETY: handed out by `r8_iq4_nl_values` only when `available()` saw AVX2; rewrites the
+    // 256 quant bytes after the 32 scale bytes of each of `nb` r8 blocks, present as asserted;
+    // unaligned loads and stores.
+    unsafe { iq4_nl_values_kernel(nb, out.as_mut_ptr()) }
+}
+
+/// One `pshufb` per 32 quant bytes: the nibbles index the 16-entry code book.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4_nl_values_kernel(nb: usize, dst: *mut u8) {
+    let book = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()));
+    for b in 0..nb {
+        let d = dst.add(b * R8_BLOCK_BYTES + 32);
+        for i in 0..8 {
+            let q = _mm256_loadu_si256(d.add(32 * i).cast());
+            _mm256_storeu_si256(d.add(32 * i).cast(), _mm256_shuffle_epi8(book, q));
         }
     }
 }
@@ -340,6 +366,9 @@ mod tests {
             pack_q4_0(rows4, nb, &mut p4);
             r8_pack_q4_0().unwrap()(rows4, nb, &mut p4_simd);
             assert!(p4 == p4_simd, "Q4_0 packing, {nb} blocks");
+            iq4_nl_values(nb, &mut p4);
+            r8_iq4_nl_values().unwrap()(nb, &mut p4_simd);
+            assert!(p4 == p4_simd, "IQ4_NL code book, {nb} blocks");
             let g4 = blocks(&mut next, 8 * nb, Q4_0_BYTES);
             let mut w4 = vec![0u8; nb * R8_BLOCK_BYTES];
             let mut w4_scalar = vec![0u8; nb * R8_BLOCK_BYTES];

@@ -953,10 +953,15 @@ bool llama_supports_mmap(void);
 // True: mapped and owned model memory can be locked (failure to lock is a warning).
 bool llama_supports_mlock(void);
 
-// True when a GPU device (CUDA or virtual) is present.
+// True, as upstream built with its RPC backend answers: weights can be offloaded to
+// devices on upstream's `rpc-server` (`LLAMA_RPC_SERVERS`), besides GPU devices (CUDA or
+// virtual). Upstream's rule is "a GPU device is present, or RPC is supported", and this
+// library always has its RPC client.
 bool llama_supports_gpu_offload(void);
 
-// False: llama-hotswap has no RPC backend.
+// True: devices on upstream's `rpc-server` (ggml-rpc protocol 7.0) can be registered with
+// `LLAMA_RPC_SERVERS` or `llama_ext_rpc_add_server` (see docs/rpc.md; decoding with layers
+// on them is not implemented yet).
 bool llama_supports_rpc(void);
 
 // A description of the library's features, in upstream's `"<REG> : <name> = <value> | "`
@@ -1220,40 +1225,35 @@ float *llama_get_embeddings_ith(struct llama_context *ctx, int32_t i);
 // sequence was not in the last batch, as upstream.
 float *llama_get_embeddings_seq(struct llama_context *ctx, llama_seq_id seq_id);
 
-// Upstream: the token sampled on the backend for output `i`; LLAMA_TOKEN_NULL if none.
-// Not supported by llama-hotswap yet: logs once and returns LLAMA_TOKEN_NULL (-1).
+// The token sampled on the backend for output `i`: LLAMA_TOKEN_NULL (-1), as upstream for a
+// context without backend samplers — llama-hotswap runs no sampler in the decode
+// (`llama_set_sampler` says so), so every context is one.
 llama_token llama_get_sampled_token_ith(struct llama_context *ctx, int32_t i);
 
-// Upstream: the probabilities computed by backend sampling for output `i`; NULL if none.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// The probabilities computed by backend sampling for output `i`: NULL (no backend sampler;
+// see `llama_get_sampled_token_ith`).
 float *llama_get_sampled_probs_ith(struct llama_context *ctx, int32_t i);
 
-// Upstream: the number of entries `llama_get_sampled_probs_ith` returns for output `i`.
-// Not supported by llama-hotswap yet: logs once and returns 0.
+// The number of entries of `llama_get_sampled_probs_ith` for output `i`: 0 (no backend
+// sampler).
 uint32_t llama_get_sampled_probs_count_ith(struct llama_context *ctx, int32_t i);
 
-// Upstream: the logits kept by backend sampling for output `i`; NULL if none.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// The logits kept by backend sampling for output `i`: NULL (no backend sampler; the full
+// logits are `llama_get_logits_ith`'s).
 float *llama_get_sampled_logits_ith(struct llama_context *ctx, int32_t i);
 
-// Upstream: the number of entries `llama_get_sampled_logits_ith` returns for output `i`.
-// Not supported by llama-hotswap yet: logs once and returns 0.
+// The number of logits of output `i` a sampler starts from: the vocabulary size, as upstream
+// answers without backend sampling (llama-server's `get_token_probabilities` reads this many
+// of `llama_get_logits_ith`, with `llama_get_sampled_candidates_ith`'s ids).
 uint32_t llama_get_sampled_logits_count_ith(struct llama_context *ctx, int32_t i);
 
-// Upstream: the candidate token ids matching the sampled probabilities/logits of output
-// `i`; NULL if none.
-// Not supported by llama-hotswap yet: logs once and returns NULL.
+// The candidate token ids of output `i`: without backend sampling (always here) upstream's
+// full-vocabulary list 0..n_vocab, owned by the context.
 llama_token *llama_get_sampled_candidates_ith(struct llama_context *ctx, int32_t i);
 
-// Upstream: the number of entries `llama_get_sampled_candidates_ith` returns for output `i`.
-// Not supported by llama-hotswap yet: logs once and returns 0.
+// The number of backend-sampled candidates of output `i`: 0 (no backend sampler), as
+// upstream.
 uint32_t llama_get_sampled_candidates_count_ith(struct llama_context *ctx, int32_t i);
-
-// Upstream (experimental): attaches a sampler to sequence `seq_id` for backend sampling;
-// returns whether it succeeded.
-// Not supported by llama-hotswap yet: logs once and returns false. The sampler stays owned
-// by the caller.
-bool llama_set_sampler(struct llama_context *ctx, llama_seq_id seq_id, struct llama_sampler *smpl);
 
 // Number of devices: the virtual GPUs plus the CPU (always at least 1). With upstream's
 // libggml in the process: libggml's answer, as for every `ggml_*` function of this library
@@ -1462,6 +1462,19 @@ int32_t llama_ext_memory_breakdown(const struct llama_context *ctx,
                                    struct llama_ext_memory_breakdown_entry *out,
                                    size_t capacity);
 
+// Adds the devices of an upstream `rpc-server` (ggml-rpc protocol 7.0) at `endpoint`
+// (`"host:port"`) to this library's device registry, as upstream's `--rpc host:port` does
+// through `ggml_backend_rpc_add_server`. The server is contacted now: its version is
+// checked and its devices are counted. They appear as `RPC0`, `RPC1`, … (description: the
+// endpoint; memory: as the server reports it) before the CPU, and placement puts layers on
+// them like on GPUs (the default device list starts with them, as upstream's). Call it
+// before the first device query or model load (the registry is created once), or list the
+// servers in `LLAMA_RPC_SERVERS=host:port,…` instead. Returns the number of devices the
+// server offers, or -1 with a log line naming the server and the reason (NULL endpoint,
+// unreachable, wrong protocol version, invalid reply, registry already created).
+// rpc-server trusts its clients: never expose it on an untrusted network (see docs/rpc.md).
+int32_t llama_ext_rpc_add_server(const char *endpoint);
+
 // Empties the memory; `data` also zeroes the cached keys and values. NULL is a no-op.
 void llama_memory_clear(llama_memory_t mem, bool data);
 
@@ -1512,7 +1525,8 @@ llama_pos llama_memory_seq_pos_min(llama_memory_t mem, llama_seq_id seq_id);
 llama_pos llama_memory_seq_pos_max(llama_memory_t mem, llama_seq_id seq_id);
 
 // Whether positions can be shifted (`llama_memory_seq_add`/`seq_div`): true for a KV cache
-// of a supported architecture; false for NULL.
+// of a supported architecture, false for NULL and, as upstream's, for the KV cache of a
+// model with multi-section rotary positions (M-RoPE).
 bool llama_memory_can_shift(llama_memory_t mem);
 
 // Loads a model from a GGUF file; if the file is the first shard of a
@@ -1678,8 +1692,13 @@ struct llama_model *llama_model_init_from_user(struct gguf_context *metadata,
                                                void *set_tensor_data_ud,
                                                struct llama_model_params params);
 
-// Upstream: writes the model (metadata and tensors) to a GGUF file at `path_model`.
-// Not supported by llama-hotswap yet: logs once and returns without writing anything.
+// Writes the model as it is now (hot-swapped tensors included) to one GGUF file at
+// `path_model`: every tensor with its current type, shape and bytes, and the key/value
+// metadata of the model's first file (`split.*` dropped), so the file loads into the same
+// model in either library. Upstream regenerates the metadata from its hyperparameters
+// instead (see docs/dropin.md). Written to a temporary file beside `path_model` and renamed
+// into place; on failure (NULL arguments, a `no_alloc` model, an unwritable path) nothing is
+// left there and a log line says why (upstream aborts).
 void llama_model_save_to_file(const struct llama_model *model, const char *path_model);
 
 // The `llama_opt_param_filter` that marks every tensor trainable: always returns true, as
@@ -1905,6 +1924,12 @@ uint32_t llama_sampler_get_seed(const struct llama_sampler *smpl);
 llama_token llama_sampler_sample(struct llama_sampler *smpl,
                                  struct llama_context *ctx,
                                  int32_t idx);
+
+// Backend sampling: llama-hotswap runs no sampler inside the decode, so it answers as upstream
+// does for a sampler that cannot be offloaded: NULL (nothing to clear) returns true; a sampler
+// returns false with upstream's warning ("cannot be offloaded to the backend") and stays the
+// caller's, to run on the CPU (`llama_sampler_sample`, common's fallback: the same tokens).
+bool llama_set_sampler(struct llama_context *ctx, llama_seq_id seq_id, struct llama_sampler *smpl);
 
 // Constrains sampling to a GBNF grammar (see upstream's grammars/README.md): tokens the
 // grammar does not allow next get logit -inf. An empty or NULL `grammar_str` gives a sampler

@@ -56,7 +56,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -74,7 +74,7 @@ check() { # NAME MODEL MAX_KL [MARGIN=0.25 for quantized, 0 otherwise] [env...]
     [ "$max_kl" = 1e-3 ] && margin=0
     case "${1:-}" in [0-9]*) margin=$1; shift ;; esac
     local toks="${CHECK_TOKENS:-$prompt}"
-    case "$name" in arch-* | types-*) toks="1 5 9 17 33 65 100 7 3 2" ;; esac
+    case "$name" in arch-* | types-* | cvec-arch-*) toks="1 5 9 17 33 65 100 7 3 2" ;; esac
     local steps=${CHECK_STEPS:-16}
     if ! env "$@" LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/probe_decode" "$file" "$out/$name.upstream.bin" "$steps" $toks \
         >"$out/$name.upstream.txt" 2>"$out/$name.upstream.err"; then
@@ -95,6 +95,27 @@ check() { # NAME MODEL MAX_KL [MARGIN=0.25 for quantized, 0 otherwise] [env...]
     echo "ok   $name: $stats; greedy $(cat "$out/$name.ours.txt")"
     passed=$((passed + 1))
 }
+# Control vectors (llama_set_adapter_cvec: a pseudo-random direction of amplitude 0.5 added
+# to the output of every layer from 1 on, where upstream's graph calls build_cvec) on the
+# fixtures of these families (ENGINE_CVEC=all: on every architecture's): upstream's library
+# and ours give the same logits as in the arch-* rows, and the vector moves ours (not every
+# row bit-identical to the row without it), so a graph that skips it fails. MoE, LayerNorm,
+# parallel-residual, recurrent and hybrid graphs.
+CVEC_ARCHS="qwen2moe deepseek llama4 dbrx phimoe gpt2 gptneox falcon phi2 hunyuan-dense mamba jamba nemotron_h"
+check_cvec() { # FIXTURE FILE (after its arch-FIXTURE row)
+    local fx=$1 file=$2 st
+    check "cvec-arch-$fx" "$file" 1e-3 PROBE_CVEC=1:64:0.5
+    [ -s "$out/arch-$fx.ours.bin" ] && [ -s "$out/cvec-arch-$fx.ours.bin" ] || return 0
+    st="$("$out/compare_logits" "$out/arch-$fx.ours.bin" "$out/cvec-arch-$fx.ours.bin" 1 0 0 2>&1)" || true
+    local rows same
+    rows="$(sed -n 's/^rows \([0-9]*\) .*/\1/p' <<<"$st")"
+    same="$(sed -n 's/.*bit-identical rows \([0-9]*\) .*/\1/p' <<<"$st")"
+    if [ -n "$rows" ] && [ -n "$same" ] && [ "$same" -lt "$rows" ]; then
+        echo "ok   cvec-arch-$fx moves the logits ($st)"; passed=$((passed + 1))
+    else
+        echo "FAIL cvec-arch-$fx: the control vector left the logits as they were ($st)"; failed=$((failed + 1))
+    fi
+}
 check_archs() {
     local arch f found
     for arch in "${archs[@]}"; do
@@ -103,8 +124,32 @@ check_archs() {
             [ -e "$f" ] || continue
             found=1
             check "arch-$(basename "$f" .gguf)" "$f" 1e-3
+            if [ "${ENGINE_CVEC:-}" = all ] || [[ " $CVEC_ARCHS " == *" $arch "* ]]; then check_cvec "$(basename "$f" .gguf)" "$f"; fi
         done
         if [ "$found" = 0 ]; then echo "FAIL arch-$arch: test-llama-archs wrote no fixture"; failed=$((failed + 1)); fi
+    done
+    # DeepSeek's sparse attention with a selection that matters: copies of the fixtures whose
+    # indexer keeps 4 cells (attention.indexer.top_k = 4, gguf-py's gguf_set_metadata.py), so
+    # every token past the 4th attends to the 4 its lightning indexer picked; the prompt and
+    # 16 steps, a 40-token prompt in one batch, and without flash attention
+    local a t py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python" setmeta
+    for a in deepseek32 glm-dsa; do
+        [[ " ${archs[*]} " == *" $a "* ]] || continue
+        t="$derived/$a-moe.topk4.gguf"
+        if [ ! -s "$t" ]; then
+            setmeta="$("$py" -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')/scripts/gguf_set_metadata.py"
+            cp "$fixtures/$a-moe.gguf" "$t.tmp" \
+                && "$py" "$setmeta" "$t.tmp" "$a.attention.indexer.top_k" 4 --force >/dev/null 2>&1 \
+                && mv "$t.tmp" "$t"
+        fi
+        if [ ! -s "$t" ]; then echo "FAIL dsa-$a-topk4: could not write $t"; failed=$((failed + 1)); continue; fi
+        CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" check "dsa-$a-moe-topk4" "$t" 1e-3
+        # (the selection must matter: 4 cells give other logits than all of them)
+        if "$out/compare_logits" "$out/arch-$a-moe.ours.bin" "$out/dsa-$a-moe-topk4.ours.bin" 1e-5 0 0 >/dev/null 2>&1; then
+            echo "FAIL dsa-$a-moe-topk4: the same logits as with every cell selected"; failed=$((failed + 1))
+        fi
+        CHECK_TOKENS="$(seq 1 40 | awk '{print ($1 * 37) % 127 + 1}' | tr '\n' ' ')" check "dsa-$a-moe-topk4-batch40" "$t" 1e-3
+        CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" check "dsa-$a-moe-topk4-nofa" "$t" 1e-3 PROBE_FLASH_ATTN=0
     done
     # ALiBi on its other attention paths: without flash attention (SOFT_MAX_EXT with the
     # slopes), and a 70-token micro-batch (the tiled flash attention)
@@ -126,6 +171,10 @@ HOSTILE_ROWS=(
     "bloom bloom-dense blk.1.attn_norm.bias blk.1.ffn_up.weight"
     "falcon-h1 falcon-h1-dense blk.1.ssm_dt.bias blk.1.ssm_in.weight"
     "lfm2moe lfm2moe-moe blk.1.exp_probs_b.bias blk.1.shortconv.conv.weight"
+    "deepseek32 deepseek32-moe blk.1.indexer.proj.weight blk.1.indexer.attn_k.weight"
+    "glm-dsa glm-dsa-moe blk.1.indexer.proj.weight blk.0.indexer.attn_q_b.weight"
+    "qwen35 qwen35-dense blk.0.ssm_a blk.0.ssm_conv1d.weight"
+    "qwen3next qwen3next-moe blk.0.ssm_ba.weight blk.1.ffn_gate_inp_shexp.weight"
 )
 check_hostile() {
     local row arch fixture dropped shrunk mode tensor f rc py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"
@@ -220,7 +269,7 @@ fi
 # the rows within KL 1e-3.
 # lfm2 is left out: upstream aborts in this probe (GGML_ASSERT(buffer) in ggml-backend.cpp, its
 # sliding-window hybrid memory)
-RECURRENT_ARCHS="mamba mamba2 granitehybrid jamba nemotron_h nemotron_h_moe falcon-h1 lfm2moe"
+RECURRENT_ARCHS="mamba mamba2 granitehybrid jamba nemotron_h nemotron_h_moe falcon-h1 lfm2moe qwen35 qwen35moe qwen3next"
 check_recurrent() {
     local arch f name side lib stats
     for arch in $RECURRENT_ARCHS; do
@@ -228,9 +277,13 @@ check_recurrent() {
         for f in "$fixtures/$arch-dense.gguf" "$fixtures/$arch-moe.gguf"; do
             [ -e "$f" ] || continue
             name="recurrent-$(basename "$f" .gguf)"
+            # multi-section rotary models: upstream's KV cache aborts in seq_add/seq_div
+            # (n_pos_per_embd 4); ours refuses them with a log line, the memory unchanged
+            local noshift=""
+            case "$arch" in qwen35 | qwen35moe) noshift=1 ;; esac
             for side in upstream ours; do
                 lib="$UPSTREAM_BUILD/bin"; [ "$side" = ours ] && lib="$ours"
-                if ! LD_LIBRARY_PATH="$lib" "$out/probe_recurrent" "$f" "$out/$name.$side.bin" 1 5 9 17 33 65 100 7 \
+                if ! PROBE_NO_SHIFT=$noshift LD_LIBRARY_PATH="$lib" "$out/probe_recurrent" "$f" "$out/$name.$side.bin" 1 5 9 17 33 65 100 7 \
                     >"$out/$name.$side.txt" 2>"$out/$name.$side.err"; then
                     echo "FAIL $name: the $side run failed"; tail -3 "$out/$name.$side.err"; failed=$((failed + 1)); continue 2
                 fi
@@ -244,9 +297,49 @@ check_recurrent() {
             if ! stats="$("$out/compare_logits" "$out/$name.upstream.bin" "$out/$name.ours.bin" 1e-3 0.99 0)"; then
                 echo "FAIL $name: $stats"; failed=$((failed + 1)); continue
             fi
+            if [ -n "$noshift" ]; then
+                PROBE_VERBOSE=1 LD_LIBRARY_PATH="$ours" "$out/probe_recurrent" "$f" /dev/null 1 5 9 17 33 65 100 7 \
+                    >"$out/$name.shift.txt" 2>"$out/$name.shift.err" || true
+                if ! grep -q "seq_add is not supported" "$out/$name.shift.err" \
+                    || [ -z "$(sed -n 's/^pos add-1-3://p' "$out/$name.shift.txt")" ] \
+                    || [ "$(sed -n 's/^pos after-gap://p' "$out/$name.shift.txt")" != "$(sed -n 's/^pos add-1-3://p' "$out/$name.shift.txt")" ]; then
+                    echo "FAIL $name: seq_add on the multi-section rotary cache was not refused with the memory unchanged"
+                    failed=$((failed + 1)); continue
+                fi
+            fi
             echo "ok   $name: memory calls as upstream's, two sequences in one batch as alone; $stats"
             passed=$((passed + 1))
         done
+    done
+}
+# Hot-swap on recurrent and hybrid models (ffi-tests/engine/probe_swap.c, our library only):
+# a state-space / delta-net tensor replaced on disk and reloaded gives, after clearing the
+# memory, a fresh load's logits bit for bit; put back, the first logits bit for bit.
+# Rows: ARCH FIXTURE TENSOR (scaled by 1.5 in the new file).
+SWAP_ROWS=(
+    "mamba2 mamba2-dense blk.1.ssm_conv1d.weight"
+    "qwen35 qwen35-dense blk.0.ssm_a"
+    "falcon-h1 falcon-h1-dense blk.0.ssm_in.weight"
+)
+check_swap() {
+    local row arch fixture tensor f work py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"
+    cc -std=c11 -O1 -Iinclude ffi-tests/engine/probe_swap.c -L"$ours" -lllama -o "$out/probe_swap"
+    for row in "${SWAP_ROWS[@]}"; do
+        read -r arch fixture tensor <<<"$row"
+        [[ " ${archs[*]} " == *" $arch "* ]] || continue
+        f="$derived/$fixture.scaled-$tensor.gguf"
+        [ -s "$f" ] || "$py" scripts/gguf_scale_tensor.py "$fixtures/$fixture.gguf" "$f" "$tensor" 1.5 \
+            >"$out/swap-$fixture.gen.log" 2>&1 || true
+        if [ ! -s "$f" ]; then echo "FAIL swap-$fixture: could not write $f"; failed=$((failed + 1)); continue; fi
+        work="$out/swap-$fixture.d"; rm -rf "$work"; mkdir -p "$work"
+        if LD_LIBRARY_PATH="$ours" "$out/probe_swap" "$fixtures/$fixture.gguf" "$f" "$work" 1 5 9 17 33 65 100 7 \
+            >"$out/swap-$fixture.txt" 2>"$out/swap-$fixture.err"; then
+            echo "ok   swap-$fixture: $tensor swapped: $(tr '\n' ' ' <"$out/swap-$fixture.txt")"
+            passed=$((passed + 1))
+        else
+            echo "FAIL swap-$fixture: $(cat "$out/swap-$fixture.txt" "$out/swap-$fixture.err" | tail -3 | tr '\n' ' ')"
+            failed=$((failed + 1))
+        fi
     done
 }
 # ENGINE_ARCHS set: the architectures' rows only (a quick loop while adding one)
@@ -254,6 +347,7 @@ if [ -n "${ENGINE_ARCHS:-}" ]; then
     check_archs
     check_hostile
     check_recurrent
+    check_swap
     echo "engine (ENGINE_ARCHS=$ENGINE_ARCHS only): $passed passed, $failed failed"
     [ "$failed" -eq 0 ]
     exit
@@ -379,6 +473,7 @@ fi
 check_archs
 check_hostile
 check_recurrent
+check_swap
 # every weight type the engine computes with, on the llama fixture (256-wide rows) requantized
 # by upstream's llama-quantize (its logits are flat, so top-1 is checked on every position)
 for t in BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K IQ4_NL IQ4_XS; do

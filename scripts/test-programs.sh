@@ -18,13 +18,19 @@
 #  * llama-bench and llama-batched-bench: run and print their tables;
 #  * llama-imatrix (cb_eval): the imatrix file ours writes equals upstream's byte for byte on
 #    SmolLM2 Q4_1; on the qwen3moe fixture (MUL_MAT_ID) the same entries and counts, sums within
-#    1e-4 relative; llama-quantize --imatrix (Q4_K_M) with our imatrix on ours writes upstream's file.
+#    1e-4 relative; llama-quantize --imatrix (Q4_K_M) with our imatrix on ours writes upstream's file;
+#  * LLAMA_HOTSWAP_AUTO (ffi-tests/dropin/auto_swap.c): a program that never calls the hot-swap API
+#    sees a fresh model's logits after its file is replaced, and not before the interval;
+#  * backend sampling (ffi-tests/dropin/backend_sampling.c) and llama_model_save_to_file
+#    (ffi-tests/dropin/save_model.c) against upstream's library;
+#  * llama-server (scripts/server_check.py: endpoints, slots, -np 4, bad requests, automatic
+#    hot-swap while serving) and llama-cli -st: the same answers as on upstream's library.
 . "$(dirname "$0")/test-common.sh"
 need_upstream_source
 need_venv
 need_library
 model="$(bash scripts/fetch-models.sh)"
-tools="$(bash scripts/build-upstream-tools.sh llama-perplexity llama-completion llama-tokenize llama-bench llama-batched-bench llama-imatrix llama-quantize)"
+tools="$(bash scripts/build-upstream-tools.sh llama-perplexity llama-completion llama-tokenize llama-bench llama-batched-bench llama-imatrix llama-quantize llama-server llama-cli)"
 out="$WORK/programs"
 rm -rf "$out" && mkdir -p "$out/lib"
 # The drop-in layout: ours as libllama.so.0, upstream's other libraries beside it.
@@ -43,8 +49,9 @@ nm -D --defined-only "$tools/libllama.so" | awk '{print $3}' | sort -u >"$out/up
 nm -D --defined-only "$LIB" | awk '{print $3}' | sort -u >"$out/ours.syms"
 missing=""
 for f in libllama-common.so llama-perplexity llama-completion llama-tokenize llama-bench \
-    llama-batched-bench llama-imatrix llama-quantize libllama-perplexity-impl.so libllama-completion-impl.so \
-    libllama-bench-impl.so libllama-batched-bench-impl.so; do
+    llama-batched-bench llama-imatrix llama-quantize llama-server llama-cli libllama-perplexity-impl.so \
+    libllama-completion-impl.so libllama-bench-impl.so libllama-batched-bench-impl.so \
+    libllama-server-impl.so libllama-cli-impl.so; do
     [ -e "$tools/$f" ] || continue
     m="$(nm -D --undefined-only "$tools/$f" | awk '{print $2}' | sed 's/@.*//' | sort -u \
         | comm -12 - "$out/upstream.syms" | comm -23 - "$out/ours.syms")"
@@ -97,6 +104,79 @@ if "$CC" -O1 "${UPSTREAM_INCLUDES[@]}" ffi-tests/dropin/auto_swap.c -o "$out/aut
     done
 else
     bad "building ffi-tests/dropin/auto_swap.c:"; tail -20 "$out/auto_swap-build.log"
+fi
+
+# Backend sampling (ffi-tests/dropin/backend_sampling.c): without a backend sampler both
+# libraries answer alike; with a greedy chain upstream samples in its graph and ours leaves the
+# chain on the CPU (llama_set_sampler false): the program's tokens are the same.
+if "$CC" -O1 "${UPSTREAM_INCLUDES[@]}" ffi-tests/dropin/backend_sampling.c -o "$out/backend_sampling" -L "$out/lib" \
+    -l:libllama.so.0 >"$out/backend_sampling-build.log" 2>&1 \
+    && theirs "$out/backend_sampling" "$model" >"$out/backend_sampling-upstream.out" 2>/dev/null \
+    && ours "$out/backend_sampling" "$model" >"$out/backend_sampling-ours.out" 2>"$out/backend_sampling-ours.err"; then
+    if diff <(sed 's/offloaded/(set)/; s/stays on the CPU/(set)/' "$out/backend_sampling-upstream.out") \
+            <(sed 's/offloaded/(set)/; s/stays on the CPU/(set)/' "$out/backend_sampling-ours.out") >/dev/null \
+        && grep -q "offloaded" "$out/backend_sampling-upstream.out" && grep -q "stays on the CPU" "$out/backend_sampling-ours.out" \
+        && grep -q "cannot be offloaded to the backend" "$out/backend_sampling-ours.err"; then
+        ok "backend sampling: getters answer as upstream's without a backend sampler ($(sed -n 's/^no sampler: //p' "$out/backend_sampling-ours.out")); a greedy chain: upstream offloads, ours stays on the CPU, the same 8 tokens"
+    else
+        bad "backend sampling:"; diff "$out/backend_sampling-upstream.out" "$out/backend_sampling-ours.out" | head || true
+        tail -n 3 "$out/backend_sampling-ours.err"
+    fi
+else
+    bad "backend sampling probe failed (see $out/backend_sampling-*)"
+fi
+
+# llama_model_save_to_file (ffi-tests/dropin/save_model.c): the same tensors (names, types,
+# shapes, bytes) as upstream's writer; both files give the original's logits on upstream's
+# library, bit for bit.
+if "$CC" -O1 "${UPSTREAM_INCLUDES[@]}" ffi-tests/dropin/save_model.c -o "$out/save_model" -L "$out/lib" \
+    -l:libllama.so.0 >"$out/save_model-build.log" 2>&1 \
+    && theirs "$out/save_model" save "$model" "$out/saved-upstream.gguf" 2>"$out/save-upstream.err" \
+    && ours "$out/save_model" save "$model" "$out/saved-ours.gguf" 2>"$out/save-ours.err" \
+    && r="$("$VENV/bin/python" - "$out/saved-upstream.gguf" "$out/saved-ours.gguf" <<'PY'
+import sys
+import gguf
+a, b = (gguf.GGUFReader(f) for f in sys.argv[1:3])
+ta = {t.name: (int(t.tensor_type), [int(x) for x in t.shape], bytes(t.data.tobytes())) for t in a.tensors}
+tb = {t.name: (int(t.tensor_type), [int(x) for x in t.shape], bytes(t.data.tobytes())) for t in b.tensors}
+if set(ta) != set(tb):
+    sys.exit(f"tensor names differ: {sorted(set(ta) ^ set(tb))[:5]}")
+diff = [n for n in ta if ta[n] != tb[n]]
+if diff:
+    sys.exit(f"tensors differ: {diff[:5]}")
+print(f"{len(ta)} tensors equal; metadata: upstream {len(a.fields)} fields, ours {len(b.fields)}")
+PY
+)"; then
+    theirs "$out/save_model" logits "$model" >"$out/logits-original.out" 2>/dev/null
+    theirs "$out/save_model" logits "$out/saved-upstream.gguf" >"$out/logits-saved-upstream.out" 2>/dev/null
+    theirs "$out/save_model" logits "$out/saved-ours.gguf" >"$out/logits-saved-ours.out" 2>/dev/null
+    if [ -s "$out/logits-original.out" ] && cmp -s "$out/logits-original.out" "$out/logits-saved-upstream.out" \
+        && cmp -s "$out/logits-original.out" "$out/logits-saved-ours.out"; then
+        ok "llama_model_save_to_file: $r; upstream's library gives the original's logits on both files"
+    else
+        bad "llama_model_save_to_file: logits differ on the saved files (see $out/logits-*.out)"
+    fi
+else
+    bad "llama_model_save_to_file: ${r:-a run failed (see $out/save-*.err)}"
+fi
+
+# llama-server (scripts/server_check.py) and llama-cli, single turn.
+if python3 scripts/server_check.py "$tools/llama-server" "$out/lib" "$tools" "$model" "$newweights" "$out" \
+    >"$out/server.log" 2>&1; then
+    ok "llama-server on ours against upstream's:"; sed 's/^/     /' "$out/server.log"
+else
+    bad "llama-server:"; sed 's/^/     /' "$out/server.log" | tail -n 40
+fi
+cli_args=(-m "$model" -p "The capital of France is" -st -n 32 --temp 0 -t 2 -c 256 --seed 1)
+if theirs "$tools/llama-cli" "${cli_args[@]}" -o "$out/cli-upstream.txt" </dev/null >"$out/cli-upstream.out" 2>&1 \
+    && ours "$tools/llama-cli" "${cli_args[@]}" -o "$out/cli-ours.txt" </dev/null >"$out/cli-ours.out" 2>&1; then
+    if [ -s "$out/cli-ours.txt" ] && cmp -s "$out/cli-upstream.txt" "$out/cli-ours.txt"; then
+        ok "llama-cli -st (single turn, --output-file): the same conversation ($(tr '\n' ' ' <"$out/cli-ours.txt" | head -c 70)...)"
+    else
+        bad "llama-cli: outputs differ"; diff "$out/cli-upstream.txt" "$out/cli-ours.txt" | head || true
+    fi
+else
+    bad "llama-cli failed: $(tail -n 5 "$out"/cli-*.out)"
 fi
 
 # A text of 4 chunks of 128 tokens (upstream's own README, from the cache: never committed).

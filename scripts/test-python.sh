@@ -78,4 +78,17 @@ else
     printf '%s\n' "$out" | tail -n 20
     status=1
 fi
+# Llama(lora_path=...) (tests/python/test_lora_llama_cpp.py): a random rank-8 adapter
+# (scripts/make_lora.py) at scales 1 and 0.5 moves the logits as upstream's library does.
+adapter="$WORK/python-lora/smollm2-lora.gguf"
+mkdir -p "$WORK/python-lora"
+[ -s "$adapter" ] || "$py" scripts/make_lora.py "$model" "$adapter" >/dev/null
+if out="$("$py" tests/python/test_lora_llama_cpp.py "$model" "$adapter" "$RELEASE_DIR" "$UPSTREAM_BUILD/bin" \
+    "$WORK/python-lora" 2>&1)"; then
+    say "ok   $out"
+else
+    say "FAIL Llama(SmolLM2, lora_path=...), ours vs upstream:"
+    printf '%s\n' "$out" | tail -n 20
+    status=1
+fi
 exit "$status"

@@ -40,7 +40,7 @@ fn context_stubs_return_failure_values() {
             LLAMA_TOKEN_NULL
         );
         assert_eq!(context::llama_get_sampled_probs_count_ith(null_mut(), 0), 0);
-        assert!(!context::llama_set_sampler(null_mut(), 0, null_mut()));
+        assert!(!sampling::llama_set_sampler(null_mut(), 0, null_mut()));
         threadpool::llama_attach_threadpool(null_mut(), null_mut(), null_mut());
         threadpool::llama_detach_threadpool(null_mut());
     }

@@ -181,10 +181,14 @@ int main(int argc, char **argv) {
     int w2[1] = { 1 };
     decode("gap", 1, t2, p2, s2, w2, NULL);
     positions("after-gap");
-    llama_memory_seq_add(mem, 1, 0, -1, 3);
-    positions("add-1-3");
-    llama_memory_seq_div(mem, 1, 0, -1, 2);
-    positions("div-1-2");
+    /* PROBE_NO_SHIFT: a multi-section rotary model, whose KV cache upstream aborts on in
+     * seq_add/seq_div */
+    if (!getenv("PROBE_NO_SHIFT")) {
+        llama_memory_seq_add(mem, 1, 0, -1, 3);
+        positions("add-1-3");
+        llama_memory_seq_div(mem, 1, 0, -1, 2);
+        positions("div-1-2");
+    }
     llama_memory_seq_keep(mem, 2);
     positions("keep-2");
     rm(2, 0, -1);

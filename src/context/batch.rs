@@ -74,12 +74,16 @@ fn err<T>(s: String) -> Result<T, BatchError> {
 
 /// Checks `raw` against the vocabulary size, `n_seq_max` and the memory, fills in automatic
 /// positions and default sequence/outputs, and writes the result into `out`.
+/// `multi_pos`: the model rotates by multi-section positions (M-RoPE, upstream's
+/// `n_pos_per_embd() > 1`): a sequence's positions may jump forward.
+#[allow(clippy::too_many_arguments)]
 pub fn validate(
     raw: &RawBatch,
     n_vocab: i32,
     n_seq_max: u32,
     output_all: bool,
     mem: &KvCache,
+    multi_pos: bool,
     out: &mut Batch,
 ) -> Result<(), BatchError> {
     let n = raw.tokens.len();
@@ -157,7 +161,14 @@ pub fn validate(
     }
     out.n_outputs = out.output.iter().filter(|&&o| o).count();
     let mut scratch = std::mem::take(&mut out.check);
-    let result = check_positions(out, n_seq_max, mem, &mut scratch);
+    let result = check_positions(
+        out,
+        n_seq_max,
+        mem,
+        multi_pos && !raw.has_embd,
+        multi_pos,
+        &mut scratch,
+    );
     out.check = scratch;
     result
 }
@@ -169,6 +180,8 @@ fn check_positions(
     b: &Batch,
     n_seq_max: u32,
     mem: &KvCache,
+    multi_pos_tokens: bool,
+    multi_pos: bool,
     sc: &mut CheckScratch,
 ) -> Result<(), BatchError> {
     let n_seq = n_seq_max as usize;
@@ -200,6 +213,25 @@ fn check_positions(
             continue;
         }
         let p0 = mem.seq_pos_max(s);
+        if multi_pos {
+            // M-RoPE: positions may jump forward (embeddings may also overlap the last)
+            let behind = if multi_pos_tokens {
+                p0 >= min[s]
+            } else {
+                p0 > min[s]
+            };
+            if p0 >= 0 && behind {
+                return err(format!(
+                    "init: the tokens of sequence {s} in the input batch have inconsistent sequence positions:\n \
+                     - the last position stored in the memory module of the context (i.e. the KV cache) for sequence {s} is X = {p0}\n \
+                     - the tokens for sequence {s} in the input batch have a starting position of Y = {}\n \
+                     for M-RoPE, it is required that the position satisfies: X {} Y",
+                    min[s],
+                    if multi_pos_tokens { "<" } else { "<=" }
+                ));
+            }
+            continue;
+        }
         if p0 >= 0 && min[s] != p0 + 1 {
             return err(format!(
                 "init: the tokens of sequence {s} in the input batch have inconsistent sequence positions:\n \

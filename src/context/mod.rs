@@ -205,6 +205,9 @@ pub struct Context {
     pub dry_run: bool,
     /// Bytes of the KV cache at its full size (also for a dry run, which allocates none).
     pub kv_bytes: u64,
+    /// The model rotates by multi-section positions (M-RoPE: upstream's
+    /// `n_pos_per_embd() > 1`), so a batch's positions may jump forward.
+    pub multi_pos: bool,
     engine: Mutex<Engine>,
     graph_generation: AtomicU64,
 }
@@ -476,6 +479,12 @@ impl Context {
                     arch::Memory::Hybrid if !hp.has_kv(il) => (0, 0),
                     arch::Memory::Hybrid => (hp.n_embd_k_gqa(il), hp.n_embd_v_gqa(il)),
                 })
+                // the sparse attention's indexer keys: layers n_layer.. of the same cells
+                // (upstream's second cache of llama_kv_cache_dsa, filled in step with the first)
+                .chain((0..hp.n_layer).filter_map(|_| {
+                    let ix = &hp.ext.indexer;
+                    (ix.head > 0).then_some((ix.head, 0))
+                }))
                 .collect(),
         };
         // upstream's recurrent memory: max(1, n_seq_max) cells, F32 conv and SSM rows on the
@@ -676,6 +685,9 @@ impl Context {
         vocab_only: bool,
     ) -> Context {
         let generation = model.generation.load(Ordering::Acquire);
+        let rope = crate::model::arch::rope_type(&model.arch, model.hparams.rope_sections);
+        let multi_pos =
+            rope == crate::model::arch::ROPE_MROPE || rope == crate::model::arch::ROPE_IMROPE;
         Context {
             engine: Mutex::new(Engine {
                 cparams,
@@ -707,6 +719,7 @@ impl Context {
             kv_rot: (0, 0),
             dry_run: false,
             kv_bytes: 0,
+            multi_pos,
             graph_generation: AtomicU64::new(generation),
         }
     }
@@ -826,6 +839,7 @@ impl Context {
             e.cparams.n_seq_max,
             e.cparams.embeddings,
             &e.kv,
+            self.multi_pos,
             &mut e.batch,
         ) {
             crate::log_error!("{err}");
@@ -1308,6 +1322,31 @@ impl Context {
                 if self.kv_rot.0 > 0 {
                     ops::hadamard_rows(&mut row, self.kv_rot.0);
                 }
+                layer.k.set_row(j, &row);
+            }
+        }
+        // the indexer's keys (layers n_layer..): upstream's second cache has NEOX rotation
+        // over the first n_rot values, applied to the cached (Hadamard-rotated, F16) rows
+        // as they are
+        for il in hp.n_layer..e.kv.layers.len() {
+            let r = e.cparams.rope;
+            let params = ops::RopeParams {
+                n_rot: hp.n_rot,
+                mode: crate::graph::RopeMode::Neox,
+                n_ctx_orig: r.n_ctx_orig,
+                freq_base: r.freq_base,
+                freq_scale: r.freq_scale,
+                ext_factor: r.ext_factor,
+                attn_factor: 1.0,
+                beta_fast: r.beta_fast,
+                beta_slow: r.beta_slow,
+            };
+            let layer = &mut e.kv.layers[il];
+            row.resize(layer.n_embd_k, 0.0);
+            for &(j, shift) in &shifted {
+                ops::rope_cache(&params, shift as f32, freq_factors.as_deref(), &mut cache);
+                layer.k.get_row(j, &mut row);
+                ops::rope_apply(&params, &cache, row.len(), &mut row);
                 layer.k.set_row(j, &row);
             }
         }

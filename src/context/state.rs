@@ -57,6 +57,12 @@ impl Context {
                 self.model.arch
             ));
         }
+        if self.hp.ext.indexer.head > 0 {
+            return fail(format!(
+                "state of model architecture '{}' (the sparse attention's indexer cache) is not supported by llama-hotswap yet",
+                self.model.arch
+            ));
+        }
         if self.hp.ext.mrope_sections.is_some() {
             return fail(format!(
                 "state of model architecture '{}' (M-RoPE cells) is not supported by llama-hotswap yet",

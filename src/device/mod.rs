@@ -5,8 +5,9 @@
 //!
 //! [`Registry::global`] is created once per process, on first use, and never changes. Its
 //! order is upstream's registry order, where GPU backends register before the CPU backend
-//! (`ggml-backend-reg.cpp`): CUDA devices (see [`cuda`]), then the virtual GPUs,
-//! then the CPU, which is always present and always last.
+//! (`ggml-backend-reg.cpp`): CUDA devices (see [`cuda`]), then the virtual GPUs, then the
+//! devices of rpc-servers (`RPC0`, … from `LLAMA_RPC_SERVERS` and `llama_ext_rpc_add_server`,
+//! see [`rpc`] and docs/rpc.md), then the CPU, which is always present and always last.
 //!
 //! * **CPU** — named "CPU", described by the first `model name` of /proc/cpuinfo (or "CPU"),
 //!   type CPU. Its memory is the physical memory (`MemTotal`); as upstream, all of it is
@@ -104,6 +105,9 @@ pub enum DeviceError {
     /// The host could not provide the backing memory.
     #[error("{device}: the host could not allocate {requested} bytes of backing memory")]
     HostAllocation { device: String, requested: u64 },
+    /// A remote device's server failed (unreachable, dropped the connection, bad reply).
+    #[error("{device}: {error}")]
+    Remote { device: String, error: String },
 }
 
 /// Capacity accounting of one virtual GPU; shared by the device and its live allocations.
@@ -152,6 +156,11 @@ enum Backing {
     Capacity(Arc<CapacityPool>),
     /// Device memory of a CUDA GPU.
     Cuda(Arc<cuda::CudaDevice>),
+    /// Device `device` of an upstream `rpc-server` (see [`rpc`]).
+    Rpc {
+        server: Arc<rpc::RpcServer>,
+        device: u32,
+    },
 }
 
 /// One device of the registry.
@@ -232,6 +241,26 @@ impl Device {
         }
     }
 
+    fn rpc(index: usize, number: usize, server: Arc<rpc::RpcServer>, device: u32) -> Device {
+        Device {
+            index,
+            name: format!("RPC{number}"),
+            // Upstream describes an RPC device by its endpoint.
+            description: server.endpoint().to_string(),
+            device_type: DeviceType::Gpu,
+            device_id: None,
+            backing: Backing::Rpc { server, device },
+        }
+    }
+
+    /// The `host:port` of the rpc-server this device lives on; None for local devices.
+    pub fn rpc_endpoint(&self) -> Option<&str> {
+        match &self.backing {
+            Backing::Rpc { server, .. } => Some(server.endpoint()),
+            _ => None,
+        }
+    }
+
     /// Whether this device enforces a capacity (a virtual GPU).
     pub fn is_virtual(&self) -> bool {
         matches!(self.backing, Backing::Capacity(_))
@@ -254,13 +283,22 @@ impl Device {
                 let (free, total) = device.memory().unwrap_or((total, total));
                 MemoryInfo { free, total }
             }
+            Backing::Rpc { server, device } => {
+                // Asked now, as upstream; a server that stopped answering reports nothing free.
+                let (free, total) = server.memory(*device).unwrap_or_else(|e| {
+                    crate::log_warn!("{}: {e}", self.name);
+                    let known = server.devices().iter().find(|d| d.device == *device);
+                    (0, known.map_or(0, |d| d.total))
+                });
+                MemoryInfo { free, total }
+            }
         }
     }
 
     /// Bytes currently allocated on a virtual GPU (0 for the CPU, which is not accounted).
     pub fn used(&self) -> u64 {
         match &self.backing {
-            Backing::Host { .. } | Backing::Cuda(_) => 0,
+            Backing::Host { .. } | Backing::Cuda(_) | Backing::Rpc { .. } => 0,
             Backing::Capacity(pool) => pool.used(),
         }
     }
@@ -292,6 +330,36 @@ impl Device {
     }
 
     fn allocate_with(&self, bytes: u64, init: Init<'_>) -> Result<DeviceAllocation, DeviceError> {
+        if let Backing::Rpc { server, device } = &self.backing {
+            let remote = |e: rpc::RpcError| match e.kind {
+                rpc::RpcErrorKind::OutOfMemory { requested, .. } => {
+                    let (free, capacity) = server.memory(*device).unwrap_or((0, 0));
+                    DeviceError::OutOfMemory {
+                        device: format!("{} ({})", self.name, server.endpoint()),
+                        requested,
+                        free,
+                        capacity,
+                    }
+                }
+                _ => DeviceError::Remote {
+                    device: self.name.clone(),
+                    error: e.to_string(),
+                },
+            };
+            let buffer = server.alloc(*device, bytes).map_err(remote)?;
+            match init {
+                Init::Copy(data) => buffer.write(0, data).map(|_| ()),
+                Init::Zeroed => buffer.clear(0),
+                Init::Unfilled => Ok(()),
+            }
+            .map_err(remote)?;
+            return Ok(DeviceAllocation {
+                memory: Memory::Rpc(buffer),
+                device: self.index,
+                reserved: bytes,
+                pool: None,
+            });
+        }
         if let Backing::Cuda(device) = &self.backing {
             let len = usize::try_from(bytes).map_err(|_| DeviceError::HostAllocation {
                 device: self.name.clone(),
@@ -327,7 +395,7 @@ impl Device {
             });
         }
         let pool = match &self.backing {
-            Backing::Host { .. } | Backing::Cuda(_) => None,
+            Backing::Host { .. } | Backing::Cuda(_) | Backing::Rpc { .. } => None,
             Backing::Capacity(pool) => {
                 pool.reserve(bytes)
                     .map_err(|free| DeviceError::OutOfMemory {
@@ -377,6 +445,8 @@ enum Memory {
     Host(Vec<u8>),
     /// CUDA device memory.
     Cuda(cuda::CudaBuffer),
+    /// A buffer on an rpc-server.
+    Rpc(rpc::RemoteBuffer),
 }
 
 /// Memory allocated on a device: an owned buffer of exactly the requested size. Dropping it
@@ -413,6 +483,7 @@ impl DeviceAllocation {
         match &self.memory {
             Memory::Host(data) => data.len(),
             Memory::Cuda(buffer) => buffer.len(),
+            Memory::Rpc(buffer) => buffer.len() as usize,
         }
     }
 
@@ -420,10 +491,18 @@ impl DeviceAllocation {
         self.len() == 0
     }
 
+    /// The remote buffer, when the bytes live on an rpc-server.
+    pub fn rpc_buffer(&self) -> Option<&rpc::RemoteBuffer> {
+        match &self.memory {
+            Memory::Rpc(buffer) => Some(buffer),
+            _ => None,
+        }
+    }
+
     /// The device buffer, when the bytes live on a CUDA device.
     pub fn cuda_buffer(&self) -> Option<&cuda::CudaBuffer> {
         match &self.memory {
-            Memory::Host(_) => None,
+            Memory::Host(_) | Memory::Rpc(_) => None,
             Memory::Cuda(buffer) => Some(buffer),
         }
     }
@@ -432,7 +511,7 @@ impl DeviceAllocation {
     pub fn host_slice(&self) -> Option<&[u8]> {
         match &self.memory {
             Memory::Host(data) => Some(data),
-            Memory::Cuda(_) => None,
+            Memory::Cuda(_) | Memory::Rpc(_) => None,
         }
     }
 
@@ -440,7 +519,7 @@ impl DeviceAllocation {
     pub fn host_slice_mut(&mut self) -> Option<&mut [u8]> {
         match &mut self.memory {
             Memory::Host(data) => Some(data),
-            Memory::Cuda(_) => None,
+            Memory::Cuda(_) | Memory::Rpc(_) => None,
         }
     }
 
@@ -460,6 +539,9 @@ impl DeviceAllocation {
                 Ok(())
             }
             Memory::Cuda(buffer) => buffer.read(offset, dst).map_err(std::io::Error::other),
+            Memory::Rpc(buffer) => buffer
+                .read(offset as u64, dst)
+                .map_err(std::io::Error::other),
         }
     }
 
@@ -472,6 +554,10 @@ impl DeviceAllocation {
                 Ok(())
             }
             Memory::Cuda(buffer) => buffer.write(offset, src).map_err(std::io::Error::other),
+            Memory::Rpc(buffer) => buffer
+                .write(offset as u64, src)
+                .map(|_| ())
+                .map_err(std::io::Error::other),
         }
     }
 
@@ -492,6 +578,23 @@ impl DeviceAllocation {
                 file.read_exact_at(&mut data[dst_offset..dst_offset + len], file_offset)
             }
             Memory::Cuda(buffer) => buffer.fill_from_file(file, file_offset, dst_offset, len),
+            Memory::Rpc(buffer) => {
+                // One read and one write per tensor (up to 1 GiB at a time), so a tensor
+                // above 10 MiB goes by hash as upstream's client sends it.
+                use std::os::unix::fs::FileExt;
+                let piece = len.min(1 << 30);
+                let mut staging = vec![0u8; piece];
+                let mut done = 0;
+                while done < len {
+                    let n = piece.min(len - done);
+                    file.read_exact_at(&mut staging[..n], file_offset + done as u64)?;
+                    buffer
+                        .write((dst_offset + done) as u64, &staging[..n])
+                        .map_err(std::io::Error::other)?;
+                    done += n;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -513,6 +616,52 @@ impl Drop for DeviceAllocation {
     }
 }
 
+static GLOBAL: OnceLock<Registry> = OnceLock::new();
+
+/// The environment variable that lists rpc-servers whose devices join the registry:
+/// `host:port,host:port,…` (as upstream's `--rpc`).
+pub const RPC_SERVERS_ENV: &str = "LLAMA_RPC_SERVERS";
+
+fn pending_rpc_servers() -> std::sync::MutexGuard<'static, Vec<Arc<rpc::RpcServer>>> {
+    static PENDING: std::sync::Mutex<Vec<Arc<rpc::RpcServer>>> = std::sync::Mutex::new(Vec::new());
+    PENDING.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Connects to the servers of `LLAMA_RPC_SERVERS`; one that cannot be reached (or speaks
+/// another protocol version) logs one error line naming it and is skipped.
+fn rpc_servers_from_env() -> Vec<Arc<rpc::RpcServer>> {
+    let spec = std::env::var(RPC_SERVERS_ENV).unwrap_or_default();
+    let mut servers = Vec::new();
+    for endpoint in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        match rpc::RpcServer::connect(endpoint, rpc::Timeouts::from_env()) {
+            Ok(s) => servers.push(s),
+            Err(e) => crate::log_error!("{RPC_SERVERS_ENV}: {e}; its devices are skipped"),
+        }
+    }
+    servers
+}
+
+/// Registers an rpc-server's devices for the process registry (`llama_ext_rpc_add_server`):
+/// connects and checks the server now, and returns how many devices it offers. The registry
+/// is created once; a server added after that is refused (add servers before the first
+/// device query or model load, or list them in `LLAMA_RPC_SERVERS`).
+pub fn add_rpc_server(endpoint: &str) -> Result<usize, String> {
+    if GLOBAL.get().is_some() {
+        return Err(format!(
+            "cannot add rpc-server {endpoint}: the device registry was already created (add servers before the first device query or model load, or list them in {RPC_SERVERS_ENV})"
+        ));
+    }
+    let mut pending = pending_rpc_servers();
+    if let Some(s) = pending.iter().find(|s| s.endpoint() == endpoint.trim()) {
+        return Ok(s.devices().len());
+    }
+    let server = rpc::RpcServer::connect(endpoint.trim(), rpc::Timeouts::from_env())
+        .map_err(|e| e.to_string())?;
+    let n = server.devices().len();
+    pending.push(server);
+    Ok(n)
+}
+
 /// The devices of the process (or of a test), in upstream's registry order: GPUs first, CPU
 /// last.
 #[derive(Debug)]
@@ -524,7 +673,6 @@ impl Registry {
     /// The process-wide registry, created on first use from `LLAMA_VIRTUAL_GPUS` (one error
     /// line per malformed entry).
     pub fn global() -> &'static Registry {
-        static GLOBAL: OnceLock<Registry> = OnceLock::new();
         GLOBAL.get_or_init(|| {
             let spec = std::env::var_os(VIRTUAL_GPUS_ENV).unwrap_or_default();
             let spec = spec.to_string_lossy();
@@ -534,8 +682,47 @@ impl Registry {
             }
             let mut registry = Registry::with_virtual_gpus(&capacities);
             registry.add_cuda_devices(cuda::probe());
+            let mut servers = std::mem::take(&mut *pending_rpc_servers());
+            servers.extend(rpc_servers_from_env());
+            registry.add_rpc_servers(&servers);
             registry
         })
+    }
+
+    /// A registry with virtual GPUs, the devices of these rpc-servers, and the CPU. For
+    /// tests and tools.
+    pub fn with_rpc_servers(capacities: &[u64], servers: &[Arc<rpc::RpcServer>]) -> Registry {
+        let mut registry = Registry::with_virtual_gpus(capacities);
+        registry.add_rpc_servers(servers);
+        registry
+    }
+
+    /// Adds every device of every server, named `RPC0`, `RPC1`, … in order, before the CPU
+    /// (the CPU stays last here; upstream's ggml registry lists RPC devices after it).
+    fn add_rpc_servers(&mut self, servers: &[Arc<rpc::RpcServer>]) {
+        let cpu = self
+            .devices
+            .pop()
+            .expect("the registry always has a CPU device");
+        let mut number = 0;
+        for server in servers {
+            for info in server.devices() {
+                let index = self.devices.len();
+                self.devices
+                    .push(Device::rpc(index, number, Arc::clone(server), info.device));
+                crate::log_info!(
+                    "RPC{number}: device {} of rpc-server {} ({} MiB, {} MiB free)",
+                    info.device,
+                    server.endpoint(),
+                    info.total >> 20,
+                    info.free >> 20
+                );
+                number += 1;
+            }
+        }
+        let mut cpu = cpu;
+        cpu.index = self.devices.len();
+        self.devices.push(cpu);
     }
 
     /// A registry with virtual GPUs of the given capacities (no CUDA devices) and the CPU.
@@ -616,10 +803,12 @@ impl Registry {
 
     /// Upstream's default device list for a model (`params.devices == NULL`, split mode not
     /// TENSOR): the GPUs in registry order, skipping a GPU whose `device_id` equals that of
-    /// one already chosen. (There are no RPC devices or integrated GPUs to order around.)
+    /// one already chosen, after the RPC devices (upstream puts those first).
     pub fn default_model_devices(&self) -> Vec<&Device> {
         let mut chosen: Vec<&Device> = Vec::new();
-        for device in self.gpus() {
+        // RPC devices first, "to minimize network transfers" (upstream's words).
+        chosen.extend(self.gpus().filter(|d| d.rpc_endpoint().is_some()));
+        for device in self.gpus().filter(|d| d.rpc_endpoint().is_none()) {
             let duplicate = device
                 .device_id()
                 .is_some_and(|id| chosen.iter().any(|c| c.device_id() == Some(id)));

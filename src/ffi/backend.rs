@@ -196,18 +196,23 @@ pub extern "C" fn llama_supports_mlock() -> bool {
     true
 }
 
-/// True when a GPU device (CUDA or virtual) is present.
+/// True, as upstream built with its RPC backend answers: weights can be offloaded to
+/// devices on upstream's `rpc-server` (`LLAMA_RPC_SERVERS`), besides GPU devices (CUDA or
+/// virtual). Upstream's rule is "a GPU device is present, or RPC is supported", and this
+/// library always has its RPC client.
 #[no_mangle]
 pub extern "C" fn llama_supports_gpu_offload() -> bool {
     boundary!("llama_supports_gpu_offload", false, {
-        Ok(super::device::any_gpu())
+        Ok(super::device::any_gpu() || llama_supports_rpc())
     })
 }
 
-/// False: llama-hotswap has no RPC backend.
+/// True: devices on upstream's `rpc-server` (ggml-rpc protocol 7.0) can be registered with
+/// `LLAMA_RPC_SERVERS` or `llama_ext_rpc_add_server` (see docs/rpc.md; decoding with layers
+/// on them is not implemented yet).
 #[no_mangle]
 pub extern "C" fn llama_supports_rpc() -> bool {
-    false
+    true
 }
 
 /// A description of the library's features, in upstream's `"<REG> : <name> = <value> | "`

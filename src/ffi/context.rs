@@ -1,6 +1,6 @@
 //! Contexts: creation and freeing, sizes, settings, and the results of the last evaluation
-//! (logits, embeddings). Backend sampling (`llama_get_sampled_*`, `llama_set_sampler`) is
-//! not supported yet.
+//! (logits, embeddings). Backend sampling (`llama_get_sampled_*`, `llama_set_sampler`):
+//! no sampler runs inside the decode; they answer as upstream for samplers that stay on the CPU.
 
 #![allow(unused_variables)] // stub parameters keep upstream's names, which the header shows
 
@@ -53,13 +53,17 @@ unsafe fn init_context(
             "n_batch and n_ubatch cannot both be zero".into(),
         ));
     }
-    if params.n_samplers > 0 {
-        crate::log_info!(
-            "llama_init_from_model: {} backend sampler chain(s) in params.samplers: accepted; \
-             llama-hotswap runs them on the CPU in llama_sampler_sample after decode \
-             (llama_get_sampled_* return nothing)",
-            params.n_samplers
-        );
+    if params.n_samplers > 0 && !params.samplers.is_null() {
+        // SAFETY: `samplers` holds `n_samplers` configs per the contract.
+        let configs = unsafe { std::slice::from_raw_parts(params.samplers, params.n_samplers) };
+        for config in configs {
+            // as llama_set_sampler answers (ffi::sampling): the chain stays on the CPU
+            crate::log_warn!(
+                "llama_init_from_model: the sampler for seq_id = {}, cannot be offloaded to the \
+                 backend (llama-hotswap samples on the CPU)",
+                config.seq_id
+            );
+        }
     }
     let p = crate::context::ContextParams {
         n_ctx: params.n_ctx,
@@ -490,79 +494,98 @@ pub unsafe extern "C" fn llama_get_embeddings_seq(
     })
 }
 
-/// Upstream: the token sampled on the backend for output `i`; LLAMA_TOKEN_NULL if none.
-/// Not supported by llama-hotswap yet: logs once and returns LLAMA_TOKEN_NULL (-1).
+/// The token sampled on the backend for output `i`: LLAMA_TOKEN_NULL (-1), as upstream for a
+/// context without backend samplers — llama-hotswap runs no sampler in the decode
+/// (`llama_set_sampler` says so), so every context is one.
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_sampled_token_ith(
     ctx: *mut llama_context,
     i: i32,
 ) -> llama_token {
-    unsupported!("llama_get_sampled_token_ith", LLAMA_TOKEN_NULL)
+    boundary!("llama_get_sampled_token_ith", LLAMA_TOKEN_NULL, {
+        // SAFETY: NULL or a live context per the contract.
+        let _ = (unsafe { handles::context(ctx) }?, i);
+        Ok(LLAMA_TOKEN_NULL)
+    })
 }
 
-/// Upstream: the probabilities computed by backend sampling for output `i`; NULL if none.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// The probabilities computed by backend sampling for output `i`: NULL (no backend sampler;
+/// see `llama_get_sampled_token_ith`).
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_sampled_probs_ith(ctx: *mut llama_context, i: i32) -> *mut f32 {
-    unsupported!("llama_get_sampled_probs_ith", std::ptr::null_mut())
+    boundary!("llama_get_sampled_probs_ith", std::ptr::null_mut(), {
+        // SAFETY: NULL or a live context per the contract.
+        let _ = (unsafe { handles::context(ctx) }?, i);
+        Ok(std::ptr::null_mut())
+    })
 }
 
-/// Upstream: the number of entries `llama_get_sampled_probs_ith` returns for output `i`.
-/// Not supported by llama-hotswap yet: logs once and returns 0.
+/// The number of entries of `llama_get_sampled_probs_ith` for output `i`: 0 (no backend
+/// sampler).
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_sampled_probs_count_ith(ctx: *mut llama_context, i: i32) -> u32 {
-    unsupported!("llama_get_sampled_probs_count_ith", 0)
+    boundary!("llama_get_sampled_probs_count_ith", 0, {
+        // SAFETY: NULL or a live context per the contract.
+        let _ = (unsafe { handles::context(ctx) }?, i);
+        Ok(0)
+    })
 }
 
-/// Upstream: the logits kept by backend sampling for output `i`; NULL if none.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// The logits kept by backend sampling for output `i`: NULL (no backend sampler; the full
+/// logits are `llama_get_logits_ith`'s).
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_sampled_logits_ith(ctx: *mut llama_context, i: i32) -> *mut f32 {
-    unsupported!("llama_get_sampled_logits_ith", std::ptr::null_mut())
+    boundary!("llama_get_sampled_logits_ith", std::ptr::null_mut(), {
+        // SAFETY: NULL or a live context per the contract.
+        let _ = (unsafe { handles::context(ctx) }?, i);
+        Ok(std::ptr::null_mut())
+    })
 }
 
-/// Upstream: the number of entries `llama_get_sampled_logits_ith` returns for output `i`.
-/// Not supported by llama-hotswap yet: logs once and returns 0.
+/// The number of logits of output `i` a sampler starts from: the vocabulary size, as upstream
+/// answers without backend sampling (llama-server's `get_token_probabilities` reads this many
+/// of `llama_get_logits_ith`, with `llama_get_sampled_candidates_ith`'s ids).
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_sampled_logits_count_ith(
     ctx: *mut llama_context,
     i: i32,
 ) -> u32 {
-    unsupported!("llama_get_sampled_logits_count_ith", 0)
+    boundary!("llama_get_sampled_logits_count_ith", 0, {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        let _ = i;
+        Ok(u32::try_from(handle.inner.n_vocab()).unwrap_or(u32::MAX))
+    })
 }
 
-/// Upstream: the candidate token ids matching the sampled probabilities/logits of output
-/// `i`; NULL if none.
-/// Not supported by llama-hotswap yet: logs once and returns NULL.
+/// The candidate token ids of output `i`: without backend sampling (always here) upstream's
+/// full-vocabulary list 0..n_vocab, owned by the context.
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_sampled_candidates_ith(
     ctx: *mut llama_context,
     i: i32,
 ) -> *mut llama_token {
-    unsupported!("llama_get_sampled_candidates_ith", std::ptr::null_mut())
+    boundary!("llama_get_sampled_candidates_ith", std::ptr::null_mut(), {
+        // SAFETY: NULL or a live context per the contract.
+        let handle = unsafe { handles::context(ctx) }?;
+        let _ = i;
+        // callers only read it (upstream's is const behind a cast)
+        Ok(handle.full_vocab_ids.as_ptr().cast_mut())
+    })
 }
 
-/// Upstream: the number of entries `llama_get_sampled_candidates_ith` returns for output `i`.
-/// Not supported by llama-hotswap yet: logs once and returns 0.
+/// The number of backend-sampled candidates of output `i`: 0 (no backend sampler), as
+/// upstream.
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_sampled_candidates_count_ith(
     ctx: *mut llama_context,
     i: i32,
 ) -> u32 {
-    unsupported!("llama_get_sampled_candidates_count_ith", 0)
-}
-
-/// Upstream (experimental): attaches a sampler to sequence `seq_id` for backend sampling;
-/// returns whether it succeeded.
-/// Not supported by llama-hotswap yet: logs once and returns false. The sampler stays owned
-/// by the caller.
-#[no_mangle]
-pub unsafe extern "C" fn llama_set_sampler(
-    ctx: *mut llama_context,
-    seq_id: llama_seq_id,
-    smpl: *mut llama_sampler,
-) -> bool {
-    unsupported!("llama_set_sampler", false)
+    boundary!("llama_get_sampled_candidates_count_ith", 0, {
+        // SAFETY: NULL or a live context per the contract.
+        let _ = (unsafe { handles::context(ctx) }?, i);
+        Ok(0)
+    })
 }
 
 /// Upstream's `output_resolve_row`: the output row of batch index `i` (negative: from the

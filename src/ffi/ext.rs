@@ -720,3 +720,24 @@ fn memory_breakdown(ctx: &crate::context::Context) -> Vec<llama_ext_memory_break
     }
     out
 }
+
+/// Adds the devices of an upstream `rpc-server` (ggml-rpc protocol 7.0) at `endpoint`
+/// (`"host:port"`) to this library's device registry, as upstream's `--rpc host:port` does
+/// through `ggml_backend_rpc_add_server`. The server is contacted now: its version is
+/// checked and its devices are counted. They appear as `RPC0`, `RPC1`, … (description: the
+/// endpoint; memory: as the server reports it) before the CPU, and placement puts layers on
+/// them like on GPUs (the default device list starts with them, as upstream's). Call it
+/// before the first device query or model load (the registry is created once), or list the
+/// servers in `LLAMA_RPC_SERVERS=host:port,…` instead. Returns the number of devices the
+/// server offers, or -1 with a log line naming the server and the reason (NULL endpoint,
+/// unreachable, wrong protocol version, invalid reply, registry already created).
+/// rpc-server trusts its clients: never expose it on an untrusted network (see docs/rpc.md).
+#[no_mangle]
+pub unsafe extern "C" fn llama_ext_rpc_add_server(endpoint: *const c_char) -> i32 {
+    boundary!("llama_ext_rpc_add_server", -1, {
+        // SAFETY: NULL or a C string per the contract.
+        let endpoint = unsafe { c_str(endpoint, "endpoint") }?;
+        let n = crate::device::add_rpc_server(&endpoint).map_err(FfiError::Core)?;
+        Ok(i32::try_from(n).unwrap_or(i32::MAX))
+    })
+}

@@ -154,6 +154,9 @@ pub struct llama_context {
     pub(crate) ctx_other: *mut llama_context,
     /// Performance counters (`llama_perf_context`).
     pub(crate) perf: std::sync::Mutex<super::perf_counters::PerfCounters>,
+    /// The token ids 0..n_vocab, upstream's `token_ids_full_vocab`: what
+    /// `llama_get_sampled_candidates_ith` returns when no backend sampler produced candidates.
+    pub(crate) full_vocab_ids: Vec<i32>,
 }
 
 impl Handle for llama_model {
@@ -268,11 +271,14 @@ impl llama_context {
         ctx_other: *mut llama_context,
     ) -> *mut llama_context {
         let perf = std::sync::Mutex::new(super::perf_counters::PerfCounters::default());
+        let n_vocab = i32::try_from(inner.n_vocab()).unwrap_or(i32::MAX);
+        let full_vocab_ids = (0..n_vocab).collect();
         let ptr = Box::into_raw(Box::new(llama_context {
             model,
             inner,
             ctx_other,
             perf,
+            full_vocab_ids,
         }));
         register(ptr.cast_const());
         ptr

@@ -25,6 +25,30 @@ unsafe fn mem_ctx<'a>(mem: llama_memory_t) -> Result<Option<&'a llama_context>, 
     }?))
 }
 
+/// Refuses moving positions in the KV cache of a multi-section rotary model (M-RoPE,
+/// interleaved M-RoPE: four positions per token): upstream's cache aborts there
+/// (`seq_add()/seq_div() is only supported for n_pos_per_embd() == 1`); ours leaves the
+/// memory as it is and logs why.
+fn check_shiftable(ctx: &llama_context, what: &str) -> Result<(), FfiError> {
+    let model = &ctx.inner.model;
+    if multi_section_kv(ctx) {
+        return Err(FfiError::Invalid(format!(
+            "{what} is not supported on the KV cache of a model with multi-section rotary positions ({}; upstream aborts here): the memory is unchanged",
+            model.arch
+        )));
+    }
+    Ok(())
+}
+
+/// Whether the context keeps a KV cache of a model with multi-section rotary positions
+/// (upstream's `n_pos_per_embd() > 1`).
+fn multi_section_kv(ctx: &llama_context) -> bool {
+    let model = &ctx.inner.model;
+    let rope = crate::model::arch::rope_type(&model.arch, model.hparams.rope_sections);
+    let mrope = rope == crate::model::arch::ROPE_MROPE || rope == crate::model::arch::ROPE_IMROPE;
+    mrope && ctx.inner.engine().kv.attn
+}
+
 /// A sequence id checked as upstream's cache asserts it.
 fn seq(ctx: &llama_context, seq_id: llama_seq_id) -> Result<usize, FfiError> {
     ctx.inner
@@ -127,6 +151,7 @@ pub unsafe extern "C" fn llama_memory_seq_add(
         // SAFETY: per the contract.
         if let Some(ctx) = unsafe { mem_ctx(mem) }? {
             let s = seq(ctx, seq_id)?;
+            check_shiftable(ctx, "seq_add")?;
             ctx.inner.engine().kv.seq_add(s, p0, p1, delta);
         }
         Ok(())
@@ -150,6 +175,7 @@ pub unsafe extern "C" fn llama_memory_seq_div(
             if d < 1 {
                 return Err(FfiError::Invalid(format!("divisor {d} must be >= 1")));
             }
+            check_shiftable(ctx, "seq_div")?;
             ctx.inner.engine().kv.seq_div(s, p0, p1, d);
         }
         Ok(())
@@ -191,7 +217,8 @@ pub unsafe extern "C" fn llama_memory_seq_pos_max(
 }
 
 /// Whether positions can be shifted (`llama_memory_seq_add`/`seq_div`): true for a KV cache
-/// of a supported architecture; false for NULL.
+/// of a supported architecture, false for NULL and, as upstream's, for the KV cache of a
+/// model with multi-section rotary positions (M-RoPE).
 #[no_mangle]
 pub unsafe extern "C" fn llama_memory_can_shift(mem: llama_memory_t) -> bool {
     boundary!("llama_memory_can_shift", false, {
@@ -199,6 +226,6 @@ pub unsafe extern "C" fn llama_memory_can_shift(mem: llama_memory_t) -> bool {
         let Some(ctx) = unsafe { mem_ctx(mem) }? else {
             return Ok(false);
         };
-        Ok(ctx.inner.engine().kv.can_shift)
+        Ok(ctx.inner.engine().kv.can_shift && !multi_section_kv(ctx))
     })
 }

@@ -1281,3 +1281,44 @@ pub unsafe extern "C" fn llama_sampler_sample(
         Ok(token)
     })
 }
+
+/// Backend sampling: llama-hotswap runs no sampler inside the decode, so it answers as upstream
+/// does for a sampler that cannot be offloaded: NULL (nothing to clear) returns true; a sampler
+/// returns false with upstream's warning ("cannot be offloaded to the backend") and stays the
+/// caller's, to run on the CPU (`llama_sampler_sample`, common's fallback: the same tokens).
+#[no_mangle]
+pub unsafe extern "C" fn llama_set_sampler(
+    ctx: *mut llama_context,
+    seq_id: llama_seq_id,
+    smpl: *mut llama_sampler,
+) -> bool {
+    boundary!("llama_set_sampler", false, {
+        // SAFETY: NULL or a live context per the contract.
+        let _ = unsafe { super::handles::context(ctx) }?;
+        if smpl.is_null() {
+            return Ok(true);
+        }
+        // SAFETY: a sampler handle per the contract.
+        unsafe { not_offloaded(seq_id, smpl) };
+        Ok(false)
+    })
+}
+
+/// Upstream's warning for a sampler that stays on the CPU.
+///
+/// # Safety
+/// `smpl` must be a live sampler.
+unsafe fn not_offloaded(seq_id: llama_seq_id, smpl: *mut llama_sampler) {
+    // SAFETY: per the caller's contract; the name is a C string that outlives the call.
+    let name = unsafe { llama_sampler_name(smpl) };
+    let name = if name.is_null() {
+        "(null)".into()
+    } else {
+        // SAFETY: non-NULL, NUL-terminated (llama_sampler_name's contract).
+        unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy()
+    };
+    crate::log_warn!(
+        "llama_set_sampler: sampler '{name}' for seq_id = {seq_id}, cannot be offloaded to the \
+         backend (llama-hotswap samples on the CPU)"
+    );
+}

@@ -356,6 +356,13 @@ impl<'m> Builder<'m> {
         self.add_lora(w, x, y)
     }
 
+    /// MUL_MAT and the LoRA products, without the per-tensor scale (upstream's
+    /// `build_lora_mm(w, cur)` where the architecture passes no `w_s`).
+    pub fn mul_mat_lora(&mut self, w: WeightId, x: NodeId) -> NodeId {
+        let y = self.mul_mat_raw(w, x);
+        self.add_lora(w, x, y)
+    }
+
     /// MUL_MAT alone.
     pub fn mul_mat_raw(&mut self, w: WeightId, x: NodeId) -> NodeId {
         let (n, m) = (self.wrows(w), self.ne1(x));
@@ -791,6 +798,7 @@ impl<'m> Builder<'m> {
                 v_in_k: false,
                 sinks,
                 max_bias: hp.ext.max_alibi_bias,
+                sel: None,
             },
             n_head * hp.head_v,
             t,
@@ -814,6 +822,7 @@ impl<'m> Builder<'m> {
         wv_b: WeightId,
         wo: WeightId,
         scale: f32,
+        sel: Option<NodeId>,
     ) -> NodeId {
         let hp = self.hp;
         let n_head = hp.n_head[il];
@@ -844,12 +853,51 @@ impl<'m> Builder<'m> {
                 v_in_k: true,
                 sinks: None,
                 max_bias: 0.0,
+                sel,
             },
             n_head * hp.head_v,
             t,
         );
         let kqv = self.mul_mat_heads(wv_b, kqv, n_head);
         self.linear(wo, None, kqv)
+    }
+
+    /// DeepSeek's lightning indexer of layer `il`: stores the micro-batch's indexer keys `k`
+    /// (`[head, T]`) in the indexer's cache (layer `n_layer + il` of the memory), then selects
+    /// for each token the `top_k` cells whose keys score best against its queries `q`
+    /// (`[head*n_head, T]`) weighted by `w` (`[n_head, T]`, pre-scaled): see
+    /// [`Op::LightningIndexer`]. At most the context's cells are selected.
+    pub fn lightning_indexer(&mut self, il: usize, q: NodeId, k: NodeId, w: NodeId) -> NodeId {
+        let hp = self.hp;
+        let ix = &hp.ext.indexer;
+        let layer = hp.n_layer + il;
+        let dep = self.push(
+            "indexer_k_set",
+            Op::SetRows {
+                src: k,
+                layer,
+                v: false,
+            },
+            0,
+            0,
+        );
+        // the node holds one row index per selected cell: never more than the cells
+        let cells = if self.n_ctx_seq > 0 {
+            self.n_ctx_seq as usize
+        } else {
+            ix.top_k
+        };
+        let k_sel = ix.top_k.min(cells).max(1);
+        let t = self.ne1(q);
+        let op = Op::LightningIndexer {
+            q,
+            w,
+            dep,
+            layer,
+            head: ix.head,
+            k: k_sel,
+        };
+        self.push("top_k", op, k_sel, t)
     }
 
     /// ADD_ID: each expert slot's row plus its expert's bias column.
@@ -890,7 +938,32 @@ impl<'m> Builder<'m> {
     /// The Walsh-Hadamard rotation of every `n` values (see [`Op::Hadamard`]).
     pub fn hadamard(&mut self, src: NodeId, n: usize) -> NodeId {
         let (n0, n1) = (self.ne0(src), self.ne1(src));
-        self.push("hadamard", Op::Hadamard { src, n }, n0, n1)
+        self.push(
+            "hadamard",
+            Op::Hadamard {
+                src,
+                n,
+                dense: false,
+            },
+            n0,
+            n1,
+        )
+    }
+
+    /// MUL_MAT of every `n` values by the Walsh-Hadamard matrix as a plain product
+    /// ([`Op::Hadamard`] with `dense`).
+    pub fn hadamard_dense(&mut self, src: NodeId, n: usize) -> NodeId {
+        let (n0, n1) = (self.ne0(src), self.ne1(src));
+        self.push(
+            "mul_mat",
+            Op::Hadamard {
+                src,
+                n,
+                dense: true,
+            },
+            n0,
+            n1,
+        )
     }
 
     /// `build_ffn` with PAR gating: `down(act(gate x) * up x)` (+ biases, and the per-tensor
@@ -1227,6 +1300,23 @@ impl<'m> Builder<'m> {
             down,
         };
         Ok(self.moe_ffn_with(x, w, self.hp.n_expert_used, m, weight_before))
+    }
+
+    /// The FFN of a mixture-of-experts layer with shared experts, as most MoE graphs build
+    /// it: the routed experts ([`Builder::moe_layer`], `n_ff` rows each) plus the shared
+    /// experts' dense FFN (`ffn_*_shexp`, `n_ff_shexp` rows, built as `shared`), summed.
+    pub fn moe_shared_layer(
+        &mut self,
+        il: usize,
+        x: NodeId,
+        n_ff: usize,
+        m: Moe,
+        n_ff_shexp: usize,
+        shared: Ffn,
+    ) -> Result<NodeId, BuildError> {
+        let moe_out = self.moe_layer(il, x, n_ff, m)?;
+        let sh = self.ffn_named(il, x, "_shexp", n_ff_shexp, shared)?;
+        Ok(self.add(moe_out, Operand::Node(sh)))
     }
 
     /// The final norm (`output_norm`, RMS) and the output projection (`output.weight` or

@@ -26,6 +26,12 @@ pub struct CpuExecutor {
     expert_rows: Vec<Vec<(usize, usize)>>,
     attn_scratch: Vec<std::sync::Mutex<ops::AttnScratch>>,
     topk: Vec<usize>,
+    /// The lightning indexer's scores, selection and key row; sparse attention's selected
+    /// cells per token.
+    ix_scores: Vec<f32>,
+    topk_i32: Vec<i32>,
+    ix_krow: Vec<f32>,
+    sel_rows: Vec<Vec<u32>>,
     gather: Vec<u8>,
     /// Attention masks of the current run, one per sliding window (see [`AttnMask`]).
     attn_masks: Vec<AttnMask>,
@@ -223,6 +229,14 @@ pub fn check_weight(st: &TensorState, name: &str) -> Result<(), ExecError> {
             }
         }
         _ if st.host_bytes().is_some() || st.plain_released => Ok(()),
+        TensorData::Device(a) if a.rpc_buffer().is_some() => Err(ExecError::UnsupportedOp {
+            backend: "CPU",
+            op: format!("the layers with '{name}'"),
+            why: format!(
+                "it lives on rpc-server {}; computing a graph on an rpc-server is not implemented yet (docs/rpc.md): load and hot-swap work, decode does not",
+                a.rpc_buffer().map_or("?", |b| b.server().endpoint())
+            ),
+        }),
         _ => Err(ExecError::NotOnHost(name.to_string())),
     }
 }
@@ -318,6 +332,10 @@ impl CpuExecutor {
             expert_rows: Vec::new(),
             attn_scratch: Vec::new(),
             topk: Vec::new(),
+            ix_scores: Vec::new(),
+            topk_i32: Vec::new(),
+            ix_krow: Vec::new(),
+            sel_rows: Vec::new(),
             gather: Vec::new(),
             attn_masks: Vec::new(),
         }
@@ -646,10 +664,14 @@ impl CpuExecutor {
                     *d = if m > *min { m } else { *min };
                 }
             }
-            Op::Hadamard { src, n } => {
+            Op::Hadamard { src, n, dense } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
-                dst.copy_from_slice(x);
-                ops::hadamard_rows(dst, *n);
+                if *dense {
+                    ops::hadamard_rows_dense(x, dst, *n);
+                } else {
+                    dst.copy_from_slice(x);
+                    ops::hadamard_rows(dst, *n);
+                }
             }
             Op::AttnTempScale {
                 src,
@@ -947,8 +969,20 @@ impl CpuExecutor {
                 v_in_k,
                 sinks,
                 max_bias,
+                sel,
                 ..
             } => {
+                // sparse attention: the cells each token's indexer selected, sorted
+                if let Some(sn) = sel {
+                    let sn = &nodes[*sn];
+                    let vals = &self.arena[sn.offset..sn.offset + sn.len()];
+                    self.sel_rows.resize_with(sn.ne1, Vec::new);
+                    for (set, row) in self.sel_rows.iter_mut().zip(vals.chunks_exact(sn.ne0)) {
+                        set.clear();
+                        set.extend(row.iter().filter(|&&r| r >= 0.0).map(|&r| r as u32));
+                        set.sort_unstable();
+                    }
+                }
                 let sinks = match sinks {
                     Some(w) => {
                         self.load_vec(model, &g.weights[w.0])?;
@@ -973,6 +1007,7 @@ impl CpuExecutor {
                     *v_in_k,
                     sinks.as_deref(),
                     *max_bias,
+                    sel.is_some(),
                 );
                 if let Some(v) = sinks {
                     self.wvec = v;
@@ -1046,11 +1081,117 @@ impl CpuExecutor {
                     );
                 }
             }
+            Op::Softplus { src } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, &v) in dst.iter_mut().zip(x) {
+                    *d = ops::softplus(v);
+                }
+            }
+            Op::RepeatHeads { src, head_dim, n } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, head) in dst
+                    .chunks_exact_mut(*head_dim * *n)
+                    .zip(x.chunks_exact(*head_dim))
+                {
+                    for copy in d.chunks_exact_mut(*head_dim) {
+                        copy.copy_from_slice(head);
+                    }
+                }
+            }
+            Op::GatedDeltaNet {
+                q,
+                k,
+                v,
+                g,
+                beta,
+                layer,
+                shape,
+            } => {
+                let rs = recurrent_memory(kv, node)?;
+                let cells = token_cells(rs, inp, node)?;
+                let l = &mut rs.layers[*layer];
+                let (n, hv, hk) = (shape.s_v, shape.h_v, shape.h_k);
+                let ng = if shape.kda { n } else { 1 };
+                let mut delta = vec![0f32; n];
+                let (dst, [q, k, v, g, beta]) = carve(
+                    &mut self.arena,
+                    dst_r,
+                    [
+                        range(&nodes[*q]),
+                        range(&nodes[*k]),
+                        range(&nodes[*v]),
+                        range(&nodes[*g]),
+                        range(&nodes[*beta]),
+                    ],
+                );
+                for (t, out) in dst.chunks_exact_mut(ne0).enumerate() {
+                    let (_, st) = l.rows_mut(cells[t]);
+                    for h in 0..hv {
+                        let hq = (t * hk + h % hk) * n;
+                        let hvo = (t * hv + h) * n;
+                        let go = (t * hv + h) * ng;
+                        ops::gated_delta_net_step(
+                            &mut st[h * n * n..(h + 1) * n * n],
+                            &q[hq..hq + n],
+                            &k[hq..hq + n],
+                            &v[hvo..hvo + n],
+                            &g[go..go + ng],
+                            beta[t * hv + h],
+                            &mut delta,
+                            &mut out[h * n..(h + 1) * n],
+                        );
+                    }
+                }
+            }
             Op::SoftMax { src } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
                 dst.copy_from_slice(x);
                 for row in dst.chunks_exact_mut(ne0) {
                     ops::soft_max_row(row, 1.0);
+                }
+            }
+            Op::LightningIndexer {
+                q,
+                w,
+                layer,
+                head,
+                k,
+                ..
+            } => {
+                let (qn, wn) = (&nodes[*q], &nodes[*w]);
+                let n_head = wn.ne0;
+                let (dst, [qs, ws]) = carve(&mut self.arena, dst_r, [range(qn), range(wn)]);
+                let l = &kv.layers[*layer];
+                let keys = KvLayerRows {
+                    buf: &l.k,
+                    width: l.n_embd_k,
+                    cast_f16: false,
+                };
+                dst.fill(-1.0);
+                let (scores, idx, krow) =
+                    (&mut self.ix_scores, &mut self.topk_i32, &mut self.ix_krow);
+                for t in 0..ne1 {
+                    // upstream's view of the stream: its used cells padded (get_n_kv)
+                    let rows = kv.rows_of(inp.seq[t]);
+                    let n_kv = ops::upstream_n_kv(rows.end - rows.start, kv.size());
+                    let view = rows.start..rows.start + n_kv;
+                    let visible = |j: u32| {
+                        j < rows.end && kv.visible(j, inp.seq[t], inp.pos[t], inp.causal, 0)
+                    };
+                    ops::indexer_scores(
+                        &qs[t * qn.ne0..(t + 1) * qn.ne0],
+                        &ws[t * n_head..(t + 1) * n_head],
+                        *head,
+                        &keys,
+                        view.clone(),
+                        &visible,
+                        krow,
+                        scores,
+                    );
+                    ops::top_k_set(scores, (*k).min(n_kv as usize), idx);
+                    for (d, &i) in dst[t * k..(t + 1) * k].iter_mut().zip(idx.iter()) {
+                        *d = (view.start + i as u32) as f32;
+                    }
                 }
             }
             Op::TopK { src, k } => {
@@ -1287,6 +1428,7 @@ impl CpuExecutor {
         v_in_k: bool,
         sinks: Option<&[f32]>,
         max_bias: f32,
+        sparse: bool,
     ) {
         let l = &kv.layers[layer];
         let n_threads = self.pool.n_threads();
@@ -1312,8 +1454,14 @@ impl CpuExecutor {
         let (dst, [qs]) = carve(&mut self.arena, range(node), [range(qn)]);
         // each token attends to the used rows of its sequence's stream
         let rows = |t: usize| kv.rows_of(inp.seq[t]);
-        let ask = |t: usize, j: u32| kv.visible(j, inp.seq[t], inp.pos[t], inp.causal, n_swa);
-        let mask = (n_tokens >= MASK_MIN_TOKENS)
+        // sparse attention: only the cells in the token's selection (`sel_rows`, sorted)
+        let sel_rows = &self.sel_rows;
+        let ask = |t: usize, j: u32| {
+            kv.visible(j, inp.seq[t], inp.pos[t], inp.causal, n_swa)
+                && (!sparse || sel_rows[t].binary_search(&j).is_ok())
+        };
+        // (the masks kept for a run are the dense ones)
+        let mask = (n_tokens >= MASK_MIN_TOKENS && !sparse)
             .then(|| AttnMask::of_run(&mut self.attn_masks, n_swa, n_tokens, &rows, &ask));
         let visible_row = |t: usize, first: u32, out: &mut [bool]| match mask {
             Some(m) => m.fill_row(t, first, out),

@@ -247,11 +247,19 @@ impl CudaExecutor {
                 });
             }
         }
+        if let Op::LightningIndexer { .. } = &node.op {
+            return Err(ExecError::UnsupportedOp {
+                backend: self.label,
+                op: node.name.to_string(),
+                why: "the sparse attention's lightning indexer has no CUDA kernel yet".into(),
+            });
+        }
         let kernel = match &node.op {
             Op::Hadamard { .. } | Op::AttnTempScale { .. } | Op::InputEmbd => false,
             // adapters' factors stay in host memory: their products run on the CPU
             Op::MulMatAdapter { .. } | Op::GetRowsAdapter { .. } | Op::AddAdapter { .. } => false,
             Op::MulRep { .. } | Op::SsmConv { .. } | Op::SsmScan { .. } => false,
+            Op::Softplus { .. } | Op::RepeatHeads { .. } | Op::GatedDeltaNet { .. } => false,
             Op::Gelu { .. }
             | Op::Relu { .. }
             | Op::Sqr { .. }
@@ -538,7 +546,11 @@ impl CudaExecutor {
             | Op::AddId { .. }
             | Op::MulRep { .. }
             | Op::SsmConv { .. }
-            | Op::SsmScan { .. } => {
+            | Op::SsmScan { .. }
+            | Op::LightningIndexer { .. }
+            | Op::Softplus { .. }
+            | Op::RepeatHeads { .. }
+            | Op::GatedDeltaNet { .. } => {
                 // `side` sends these to the CPU
                 return Err(ExecError::UnsupportedOp {
                     backend: self.label,

@@ -12,13 +12,14 @@
 pub mod arch;
 pub mod backend;
 pub mod builder;
+pub mod delta_net;
 pub mod exec;
 pub mod exec_cuda;
 pub mod kernel_api;
 pub mod params;
 pub mod ssm;
 
-pub use crate::kernels::cpu::ops::{RopeMode, RopeParams, ScanShape};
+pub use crate::kernels::cpu::ops::{GdnShape, RopeMode, RopeParams, ScanShape};
 
 /// Index of a node in [`Graph::nodes`].
 pub type NodeId = usize;
@@ -144,6 +145,23 @@ pub enum Op {
         /// ALiBi's maximum bias (`f_max_alibi_bias`, 0: none): each head adds its slope
         /// times `-|pos(token) - pos(cell)|` to the scaled scores.
         max_bias: f32,
+        /// Sparse attention: each token reads only the cells this node selected for it
+        /// ([`Op::LightningIndexer`]; upstream's KQ mask with every other cell at -inf).
+        sel: Option<NodeId>,
+    },
+    /// DeepSeek's lightning indexer (LIGHTNING_INDEXER, then TOP_K): per token the score of
+    /// every cell of its stream's view (upstream's `n_kv`) over the indexer keys cached in
+    /// `layer` (`Σ_h relu(q_h · k) · w_h`, `-inf` where the token does not see the cell), and
+    /// the `min(k, n_kv)` best cells as libstdc++'s `partial_sort` picks them: `[k, T]` cache
+    /// rows (as f32; -1 past the selection). `q` is `[head*n_head, T]`, `w` `[n_head, T]`
+    /// (pre-scaled); `dep` is the SET_ROWS of the micro-batch's keys.
+    LightningIndexer {
+        q: NodeId,
+        w: NodeId,
+        dep: NodeId,
+        layer: usize,
+        head: usize,
+        k: usize,
     },
     /// ADD_ID: each slot's row plus the bias column of its expert (`b` is `[n, n_expert]`,
     /// `ids` `[n_used, T]`, `src` `[n, n_used*T]`): per-expert biases.
@@ -162,8 +180,10 @@ pub enum Op {
     /// `llama_mul_mat_hadamard`) of every `n` consecutive values, computed as the CPU
     /// backend's fast transform does (`ggml_compute_forward_fwht`): scale by 1/sqrt(n), then
     /// the butterflies. Applied to Q, K, V and the attention output when the KV cache is
-    /// quantized.
-    Hadamard { src: NodeId, n: usize },
+    /// quantized. `dense`: a plain MUL_MAT by the matrix instead (tinyBLAS's float order;
+    /// DeepSeek-V3.2's lightning indexer, whose graph multiplies without the hint that turns
+    /// the product into the transform).
+    Hadamard { src: NodeId, n: usize, dense: bool },
     /// MUL by upstream's `inp_attn_scale` input: each token's row times
     /// `ln(floor(pos / floor_scale) + 1) * scale + 1` (attention temperature tuning).
     AttnTempScale {
@@ -255,6 +275,32 @@ pub enum Op {
         a: WeightId,
         layer: usize,
         shape: ScanShape,
+    },
+    /// UNARY(SOFTPLUS): `x > 20 ? x : log(1 + exp(x))`.
+    Softplus { src: NodeId },
+    /// REPEAT of each head `n` times in place (`[head_dim, n_head, T]` →
+    /// `[head_dim, n, n_head, T]` as ggml_repeat_4d of the reshaped heads: qwen3next's
+    /// repeat-interleave of Q and K heads over the V heads).
+    RepeatHeads {
+        src: NodeId,
+        head_dim: usize,
+        n: usize,
+    },
+    /// GATED_DELTA_NET with its state (`ggml_gated_delta_net`, K = 1): per V head, the
+    /// state `[S_v, S_v]` (the recurrent memory's SSM row of `layer`, updated in place as
+    /// upstream's copy of the op's final state back to the cache) decays by `exp(g)` (one
+    /// value per head, or per row for KDA), takes the delta rule's update from `k`, `v` and
+    /// `beta`, and is read by `q`; the output is scaled by `1/sqrt(S_v)`. `q`, `k`
+    /// `[S_v*h_k, T]` (V head h reads Q/K head `h % h_k`, ggml's broadcast), `v`
+    /// `[S_v*h_v, T]`, `g` `[h_v, T]` or `[S_v*h_v, T]`, `beta` `[h_v, T]`. Output like `v`.
+    GatedDeltaNet {
+        q: NodeId,
+        k: NodeId,
+        v: NodeId,
+        g: NodeId,
+        beta: NodeId,
+        layer: usize,
+        shape: GdnShape,
     },
 }
 
@@ -363,7 +409,12 @@ impl Op {
             | Op::TopK { src, .. }
             | Op::DivSumRows { src }
             | Op::SumSlots { src, .. }
-            | Op::View { src, .. } => vec![*src],
+            | Op::View { src, .. }
+            | Op::Softplus { src }
+            | Op::RepeatHeads { src, .. } => vec![*src],
+            Op::GatedDeltaNet {
+                q, k, v, g, beta, ..
+            } => vec![*q, *k, *v, *g, *beta],
             Op::MulSlots { src, weights, .. } => vec![*src, *weights],
             Op::MulRep { a, .. } => vec![*a],
             Op::SsmConv { x, .. } => vec![*x],
@@ -375,7 +426,11 @@ impl Op {
             Op::ConcatHeads { a, b, .. } => vec![*a, *b],
             Op::AddId { src, ids, .. } => vec![*src, *ids],
             Op::MulMatId { x, ids, .. } => vec![*x, *ids],
-            Op::FlashAttnExt { q, deps, .. } => vec![*q, deps[0], deps[1]],
+            Op::FlashAttnExt { q, deps, sel, .. } => [Some(*q), Some(deps[0]), Some(deps[1]), *sel]
+                .into_iter()
+                .flatten()
+                .collect(),
+            Op::LightningIndexer { q, w, dep, .. } => vec![*q, *w, *dep],
             Op::Glu { gate, up, .. } => vec![*gate, *up],
             Op::GetRowsIds { src, ids } => vec![*src, *ids],
             Op::WeightedSum { src, weights, .. } => vec![*src, *weights],
@@ -403,6 +458,9 @@ impl Op {
             }
             Op::SsmConv { .. } => ("SSM_CONV", None),
             Op::SsmScan { .. } => ("SSM_SCAN", None),
+            Op::Softplus { .. } => ("UNARY", Some("SOFTPLUS")),
+            Op::RepeatHeads { .. } => ("REPEAT", None),
+            Op::GatedDeltaNet { .. } => ("GATED_DELTA_NET", None),
             Op::Add { .. } | Op::WeightedSum { .. } | Op::SumSlots { .. } => ("ADD", None),
             Op::Scale { .. } => ("SCALE", None),
             Op::Tanh { .. } => ("UNARY", Some("TANH")),
@@ -433,7 +491,7 @@ impl Op {
             Op::ConcatHeads { .. } => ("CONCAT", None),
             Op::Repeat { .. } | Op::RepeatEach { .. } => ("REPEAT", None),
             Op::SoftMax { .. } => ("SOFT_MAX", None),
-            Op::TopK { .. } => ("TOP_K", None),
+            Op::TopK { .. } | Op::LightningIndexer { .. } => ("TOP_K", None),
             Op::DivSumRows { .. } | Op::Div { .. } => ("DIV", None),
         }
     }

@@ -160,6 +160,22 @@ pub struct Extras {
     /// The recurrent layers keep KV rows too (falcon-h1: attention and a Mamba-2 mixer in
     /// every layer; upstream's hybrid memory with both layer filters true).
     pub recurrent_with_attn: bool,
+    /// The sparse attention's lightning indexer (DeepSeek-V3.2, GLM-5); `head` 0: none.
+    pub indexer: Indexer,
+}
+
+/// The lightning indexer of DeepSeek's sparse attention (`attention.indexer.*`): per token
+/// `n_head` heads of `head` values score every cached position, and attention reads only the
+/// `top_k` best. The indexer's keys live in a cache of their own (upstream's
+/// `llama_kv_cache_dsa`: one `head`-wide row per token and layer, beside the MLA cache).
+#[derive(Clone, Debug, Default)]
+pub struct Indexer {
+    pub n_head: usize,
+    pub head: usize,
+    pub top_k: usize,
+    /// Per layer: whether it computes its own selection ("full"); a "shared" layer reuses the
+    /// previous full layer's (GLM-5.2's `indexer.types`). Empty: every layer is full.
+    pub full: Vec<bool>,
 }
 
 /// The state-space hyperparameters (`<arch>.ssm.*`, upstream's `ssm_*`).

@@ -188,6 +188,7 @@ impl Builder<'_> {
                 inp = self.get_rows_out(inp);
             }
             inp = self.add(cur, Operand::Node(inp));
+            inp = self.cvec(inp, il);
         }
         self.rms_output(inp, tok_embd, false)
     }

@@ -242,10 +242,16 @@ impl Outcomes {
     }
 }
 
-/// "CPU", "VGPU0", or "VGPU0,VGPU1" for a row split.
+/// "CPU", "VGPU0", "VGPU0,VGPU1" for a row split, or "RPC0[host:port]" on an rpc-server
+/// (upstream's name for the device, with the host the swap went to).
 pub(super) fn device_label(model: &Model, state: &TensorState) -> String {
     let cpu = model.cpu_index();
     match &state.data {
+        TensorData::Device(a) if a.rpc_buffer().is_some() => format!(
+            "{}[{}]",
+            model.device_name(a.device_index()),
+            a.rpc_buffer().map_or("?", |b| b.server().endpoint())
+        ),
         TensorData::RowSplit { pieces, .. } => pieces
             .iter()
             .map(|p| model.device_name(p.alloc.device_index()))

@@ -54,7 +54,9 @@ pub fn auto_reload(model: &Model) -> Option<Arc<Report>> {
         return None;
     }
     let report = reload_changed(model).ok()?;
-    crate::log_info!(
+    // a warning, not info: servers show only warnings of the library by default, and a
+    // program whose answers change under it must be able to see why
+    crate::log_warn!(
         "hot-swap: {}: {} tensor(s) reloaded, {} entries in the report, before this decode",
         crate::model::swap::AUTO_ENV,
         report.reloaded(),

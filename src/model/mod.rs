@@ -8,6 +8,7 @@ pub mod ftype;
 pub mod hparams;
 pub mod meta;
 pub mod report;
+pub mod save;
 pub mod split;
 pub mod swap;
 pub mod tensors;

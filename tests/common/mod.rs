@@ -40,6 +40,12 @@ pub fn f16_fields(t: GgmlType) -> &'static [usize] {
         GgmlType::Q2_K => &[80, 82],
         GgmlType::Q3_K => &[108],
         GgmlType::Q6_K => &[208],
+        GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S
+        | GgmlType::IQ1_S => &[0],
         _ => &[],
     }
 }
@@ -76,6 +82,17 @@ pub fn random_weights(rng: &mut Rng, t: GgmlType, n_rows: usize, k: usize) -> Ve
                     let v = if rng.next_u64() & 1 == 0 { mag } else { -mag };
                     block[off..off + 2]
                         .copy_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
+                }
+                if t == GgmlType::IQ1_M {
+                    // the f16 scale lives in the top nibbles of the four sub-scale words
+                    let mag = 2f32.powf(-12.0 + 8.0 * rng.uniform());
+                    let h = half::f16::from_f32(mag).to_bits();
+                    for i in 0..4 {
+                        let at = 48 + 2 * i;
+                        let word = u16::from_le_bytes([block[at], block[at + 1]]) & 0x0fff;
+                        let word = word | (((h >> (4 * i)) & 0xf) << 12);
+                        block[at..at + 2].copy_from_slice(&word.to_le_bytes());
+                    }
                 }
             }
         }

@@ -20,7 +20,9 @@ def worker(model, work, tag, other_state):
     from llama_cpp import Llama
 
     def make():
-        return Llama(model_path=model, n_ctx=256, n_threads=2, verbose=False, seed=1)
+        # logits_all: without it llama-cpp-python 0.3.36 never fills Llama.scores (all zero)
+        return Llama(model_path=model, n_ctx=256, n_threads=2, verbose=False, seed=1,
+                     logits_all=True)
 
     llm = make()
     tokens = llm.tokenize(PROMPT.encode(), add_bos=True)
@@ -44,6 +46,7 @@ def worker(model, work, tag, other_state):
         "n_tokens": state.n_tokens,
         "state_size": state.llama_state_size,
         "next": nxt,
+        "ref_nonzero": bool(np.any(ref != 0)),
         "same_llama_equal": bool(np.array_equal(same_llama, ref)),
         "fresh_llama_equal": bool(np.array_equal(fresh, ref)),
     }
@@ -83,6 +86,8 @@ def main(model, ours_dir, upstream_dir, work):
     j = lambda name: os.path.join(work, name)  # noqa: E731
     failures = []
     for side, r in (("upstream", up), ("ours", ours)):
+        if not r["ref_nonzero"]:
+            failures.append(f"{side}: the reference logits are all zero (Llama.scores not filled)")
         if not (r["same_llama_equal"] and r["fresh_llama_equal"]):
             failures.append(f"{side}: load_state does not give the same next logits: {r}")
     if up != ours:

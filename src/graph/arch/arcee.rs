@@ -45,6 +45,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let cur = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let cur = b.ffn_seq(il, cur, Act::ReluSqr, Need::Never, false)?;
         inp = b.add(cur, Operand::Node(ffn_inp));
+        inp = b.cvec(inp, il);
     }
     b.rms_output(inp, tok_embd, false)
 }

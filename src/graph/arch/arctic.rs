@@ -67,6 +67,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let xe = b.rms_norm(res, Some(norm_exps), hp.eps_rms);
         let moe_out = b.moe_layer(il, xe, hp.n_ff[il], moe)?;
         inp = b.add(moe_out, Operand::Node(ffn_out));
+        inp = b.cvec(inp, il);
     }
     b.rms_output(inp, tok_embd, false)
 }

@@ -67,11 +67,10 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         }
         let ffn_inp = b.add(cur, Operand::Node(res));
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
-        let moe_out = b.moe_layer(il, x, hp.n_ff_exp, moe)?;
         let n_ff = hp.n_ff_exp * hp.ext.n_expert_shared;
-        let shexp = b.ffn_named(il, x, "_shexp", n_ff, plain)?;
-        let cur = b.add(moe_out, Operand::Node(shexp));
+        let cur = b.moe_shared_layer(il, x, hp.n_ff_exp, moe, n_ff, plain)?;
         inp = b.add(cur, Operand::Node(ffn_inp));
+        inp = b.cvec(inp, il);
     }
     b.rms_output(inp, tok_embd, false)
 }

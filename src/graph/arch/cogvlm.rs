@@ -111,6 +111,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             false,
         );
         inp = b.add(cur, Operand::Node(ffn_inp));
+        inp = b.cvec(inp, il);
     }
     let inp = b.get_rows_out(inp);
     b.rms_output(inp, tok_embd, false)

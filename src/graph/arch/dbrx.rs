@@ -71,6 +71,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let x = b.layer_norm(ffn_inp, Some(out_norm), None, hp.eps_norm);
         let cur = b.moe_layer(il, x, hp.n_ff[il], moe)?;
         inp = b.add(cur, Operand::Node(ffn_inp));
+        inp = b.cvec(inp, il);
     }
     let norm = b.weight("output_norm.weight", &[n_embd])?;
     let output = b.weight("output.weight", &[n_embd, hp.n_vocab as i64])?;

@@ -71,12 +71,11 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let cur = if il < hp.ext.n_layer_dense_lead {
             b.ffn_layer(il, x, plain)?
         } else {
-            let moe_out = b.moe_layer(il, x, hp.n_ff_exp, moe)?;
             let n_ff = hp.n_ff_exp * hp.ext.n_expert_shared;
-            let shexp = b.ffn_named(il, x, "_shexp", n_ff, plain)?;
-            b.add(moe_out, Operand::Node(shexp))
+            b.moe_shared_layer(il, x, hp.n_ff_exp, moe, n_ff, plain)?
         };
         inp = b.add(cur, Operand::Node(ffn_inp));
+        inp = b.cvec(inp, il);
     }
     b.rms_output(inp, tok_embd, false)
 }

@@ -9,7 +9,7 @@
 
 use super::super::builder::{BuildError, Builder, Ffn, Gating, Moe, Outputs};
 use super::super::params::ArchParams;
-use super::super::{GluKind, Op, Operand, RopeMode};
+use super::super::{GluKind, NodeId, Op, Operand, RopeMode};
 use super::def::{ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -81,6 +81,23 @@ pub fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
 }
 
 pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
+    graph_with(b, None)
+}
+
+/// DeepSeek's sparse attention (upstream's deepseek32.cpp and glm-dsa.cpp over deepseek2's
+/// graph): a lightning indexer picks the cells each token's MLA attention reads; its
+/// projections, FFNs and experts take their per-tensor scales.
+#[derive(Clone, Copy, Debug)]
+pub struct Dsa {
+    /// The indexer's rotary mode (DeepSeek-V3.2: NEOX, GLM-5: NORM).
+    pub rope: RopeMode,
+    /// The indexer key's norm weights may be absent (GLM-5's loader does not require them;
+    /// its projections a graph cannot do without, upstream dereferences anyway: refused here).
+    pub norm_optional: bool,
+}
+
+/// deepseek2's graph, with DeepSeek's sparse attention when `dsa` is given.
+pub fn graph_with(b: &mut Builder, dsa: Option<Dsa>) -> Result<Outputs, BuildError> {
     let hp = b.hp;
     let e = &hp.ext;
     let n_embd = hp.n_embd as i64;
@@ -94,6 +111,8 @@ pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
     let kq_scale = mscale * mscale / (head_k as f32).sqrt();
 
     let (tok_embd, mut inp) = b.inp_embd()?;
+    // the last full indexer layer's selection (GLM-5.2's shared layers reuse it)
+    let mut prev_sel = None;
     for il in 0..hp.n_layer {
         let n_head = hp.n_head[il];
         let nh = n_head as i64;
@@ -110,14 +129,22 @@ pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let ffn_norm = b.lw(il, "ffn_norm.weight", &[n_embd])?;
 
         let cur = b.rms_norm(inp, Some(attn_norm), hp.eps_rms);
+        let mut sel = None;
         let q = if e.n_lora_q > 0 {
             let lq = e.n_lora_q as i64;
             let wq_a = b.lw(il, "attn_q_a.weight", &[n_embd, lq])?;
             let q_a_norm = b.lw(il, "attn_q_a_norm.weight", &[lq])?;
             let wq_b = b.lw(il, "attn_q_b.weight", &[lq, nh * head_k as i64])?;
             let q = b.mul_mat_raw(wq_a, cur);
-            let q = b.rms_norm(q, Some(q_a_norm), hp.eps_rms);
-            b.mul_mat_raw(wq_b, q)
+            let qr = b.rms_norm(q, Some(q_a_norm), hp.eps_rms);
+            if let Some(d) = dsa {
+                sel = Some(indexer(b, il, d, cur, qr, &mut prev_sel)?);
+            }
+            b.mul_mat_raw(wq_b, qr)
+        } else if dsa.is_some() {
+            return Err(BuildError::Invalid(
+                "the sparse attention's indexer needs attention.q_lora_rank".into(),
+            ));
         } else {
             let wq = b.lw(il, "attn_q.weight", &[n_embd, nh * head_k as i64])?;
             b.mul_mat_raw(wq, cur)
@@ -145,7 +172,7 @@ pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             };
             q = b.push("attn_temp", op, n0, n1);
         }
-        let mut cur = b.attn_latent(il, q, k, wv_b, wo, kq_scale);
+        let mut cur = b.attn_latent(il, q, k, wv_b, wo, kq_scale, sel);
         let mut res = inp;
         if il == hp.n_layer - 1 {
             cur = b.get_rows_out(cur);
@@ -153,8 +180,10 @@ pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         }
         let ffn_inp = b.add(cur, Operand::Node(res));
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
+        // (the sparse-attention graphs pass the per-tensor scales, deepseek2's does not)
+        let scales = dsa.is_some();
         let plain = Ffn {
-            scaled: false,
+            scaled: scales,
             ..Ffn::SWIGLU
         };
         let cur = if il < e.n_layer_dense_lead {
@@ -165,18 +194,71 @@ pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
                 norm_w: hp.expert_weights_norm,
                 scale_w: hp.expert_weights_scale,
                 probs_bias: true,
-                exp_scales: false,
+                exp_scales: scales,
                 groups: (e.n_expert_groups, e.n_group_used),
                 act: GluKind::Swiglu,
                 biases: false,
             };
             let n_ff = hp.n_ff_exp;
-            let moe_out = b.moe_layer(il, x, n_ff, moe)?;
-            let shared = b.ffn_named(il, x, "_shexp", n_ff * e.n_expert_shared, plain)?;
-            b.add(moe_out, Operand::Node(shared))
+            b.moe_shared_layer(il, x, n_ff, moe, n_ff * e.n_expert_shared, plain)?
         };
         inp = b.add(cur, Operand::Node(ffn_inp));
         inp = b.cvec(inp, il);
     }
     b.rms_output(inp, tok_embd, false)
+}
+
+/// The lightning indexer of layer `il` (upstream's block in deepseek32.cpp): its queries from
+/// Q's normed low-rank input `qr`, its one key from the layer input `cur` (LayerNorm with
+/// bias), both rotated (the first `n_rot` values of each head) and multiplied by the
+/// Walsh-Hadamard matrix, the key cached, per-head weights from `cur` pre-scaled by
+/// `1/sqrt(head * n_head)`; the selection of the best cells for every token. A shared layer
+/// (GLM-5.2) reuses the previous full layer's selection.
+fn indexer(
+    b: &mut Builder,
+    il: usize,
+    d: Dsa,
+    cur: NodeId,
+    qr: NodeId,
+    prev: &mut Option<NodeId>,
+) -> Result<NodeId, BuildError> {
+    let hp = b.hp;
+    let ix = &hp.ext.indexer;
+    if !ix.full.get(il).copied().unwrap_or(true) {
+        // upstream asserts here
+        return prev.ok_or_else(|| {
+            BuildError::Invalid(format!(
+                "layer {il}: a shared indexer layer must follow a full one"
+            ))
+        });
+    }
+    let n_embd = hp.n_embd as i64;
+    let (nh, head) = (ix.n_head as i64, ix.head as i64);
+    let lq = hp.ext.n_lora_q as i64;
+    let wq = b.lw(il, "indexer.attn_q_b.weight", &[lq, nh * head])?;
+    let wk = b.lw(il, "indexer.attn_k.weight", &[n_embd, head])?;
+    let (k_norm, k_norm_b) = if d.norm_optional {
+        (
+            b.lw_opt(il, "indexer.k_norm.weight", &[head])?,
+            b.lw_opt(il, "indexer.k_norm.bias", &[head])?,
+        )
+    } else {
+        (
+            Some(b.lw(il, "indexer.k_norm.weight", &[head])?),
+            Some(b.lw(il, "indexer.k_norm.bias", &[head])?),
+        )
+    };
+    let wp = b.lw(il, "indexer.proj.weight", &[n_embd, nh])?;
+    let q = b.mul_mat_raw(wq, qr);
+    let q = b.rope(q, ix.head, d.rope, None, false);
+    let k = b.mul_mat_raw(wk, cur);
+    let k = b.layer_norm(k, k_norm, k_norm_b, hp.eps_norm);
+    let k = b.rope(k, ix.head, d.rope, None, false);
+    let q = b.hadamard_dense(q, ix.head);
+    let k = b.hadamard_dense(k, ix.head);
+    let w = b.mul_mat_raw(wp, cur);
+    let w = b.scale(w, 1.0 / ((ix.head * ix.n_head) as f32).sqrt());
+    let sel = b.lightning_indexer(il, q, k, w);
+    *prev = Some(sel);
+    Ok(sel)
 }

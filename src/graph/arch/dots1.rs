@@ -90,9 +90,7 @@ pub fn graph_with(b: &mut Builder, n_ff_shexp: usize) -> Result<Outputs, BuildEr
                 act: GluKind::Swiglu,
                 biases: false,
             };
-            let routed = b.moe_layer(il, x, hp.n_ff_exp, moe)?;
-            let shared = b.ffn_named(il, x, "_shexp", n_ff_shexp, plain)?;
-            b.add(routed, Operand::Node(shared))
+            b.moe_shared_layer(il, x, hp.n_ff_exp, moe, n_ff_shexp, plain)?
         };
         inp = b.add(cur, Operand::Node(ffn_inp));
         inp = b.cvec(inp, il);

@@ -65,12 +65,10 @@ pub fn graph_with(b: &mut Builder, moe: bool) -> Result<Outputs, BuildError> {
                 exp_scales: false,
                 ..Moe::SOFTMAX
             };
-            let routed = b.moe_layer(il, x, hp.n_ff_exp, m)?;
             if e.n_ff_shexp > 0 {
-                let shared = b.ffn_named(il, x, "_shexp", e.n_ff_shexp, plain)?;
-                b.add(routed, Operand::Node(shared))
+                b.moe_shared_layer(il, x, hp.n_ff_exp, m, e.n_ff_shexp, plain)?
             } else {
-                routed
+                b.moe_layer(il, x, hp.n_ff_exp, m)?
             }
         } else {
             b.ffn_layer(il, x, plain)?

@@ -52,6 +52,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let cur = b.ffn_seq(il, x, Act::Gelu, Need::Never, false)?;
         let cur = b.add(cur, Operand::Node(attn_out));
         inp = b.add(cur, Operand::Node(inp));
+        inp = b.cvec(inp, il);
     }
     b.ln_output(inp, tok_embd, Need::Required)
 }

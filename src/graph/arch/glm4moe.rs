@@ -91,13 +91,11 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             };
             // upstream requires the selection bias here (deepseek2's is optional)
             b.lw(il, "exp_probs_b.bias", &[hp.n_expert as i64])?;
-            let routed = b.moe_layer(il, x, hp.n_ff_exp, moe)?;
             if e.n_expert_shared > 0 {
                 let n_ff = hp.n_ff_exp * e.n_expert_shared;
-                let shared = b.ffn_named(il, x, "_shexp", n_ff, plain)?;
-                b.add(routed, Operand::Node(shared))
+                b.moe_shared_layer(il, x, hp.n_ff_exp, moe, n_ff, plain)?
             } else {
-                routed
+                b.moe_layer(il, x, hp.n_ff_exp, moe)?
             }
         };
         inp = b.add(cur, Operand::Node(ffn_inp));

@@ -121,6 +121,7 @@ pub fn graph_with(b: &mut Builder, c: Classic) -> Result<Outputs, BuildError> {
         // upstream passes no FFN scales to build_ffn here
         let cur = b.ffn_seq(il, cur, c.act, need, false)?;
         inp = b.add(cur, Operand::Node(ffn_inp));
+        inp = b.cvec(inp, il);
     }
     b.ln_output(inp, tok_embd, need)
 }

@@ -63,6 +63,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             let cur = b.ffn_seq(il, cur, Act::Gelu, Need::Required, false)?;
             inp = b.add(cur, Operand::Node(ffn_inp));
         }
+        inp = b.cvec(inp, il);
     }
     let norm = b.weight("output_norm.weight", &[n_embd])?;
     let norm_b = b.weight("output_norm.bias", &[n_embd])?;

@@ -98,6 +98,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             cur = b.scale(cur, residual_scale);
         }
         inp = b.add(cur, Operand::Node(ffn_inp));
+        inp = b.cvec(inp, il);
     }
     let mut out = b.rms_output(inp, tok_embd, false)?;
     out.logits = b.scale(out.logits, 1.0 / logit_scale);

@@ -104,6 +104,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             cur = b.scale(cur, residual_scale);
         }
         inp = b.add(cur, Operand::Node(ffn_inp));
+        inp = b.cvec(inp, il);
     }
     let mut out = b.rms_output(inp, tok_embd, false)?;
     if logit_scale != 0.0 {

@@ -65,6 +65,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             b.moe_layer(il, x, hp.n_ff[il], moe)?
         };
         inp = b.add(ffn_inp, Operand::Node(cur));
+        inp = b.cvec(inp, il);
     }
     b.rms_output(inp, tok_embd, false)
 }

@@ -122,6 +122,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             b.ffn_layer(il, x, ffn)?
         };
         inp = b.add(ffn_inp, Operand::Node(out));
+        inp = b.cvec(inp, il);
     }
     let norm = b.weight("token_embd_norm.weight", &[n_embd])?;
     let output = b

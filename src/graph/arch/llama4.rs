@@ -131,6 +131,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             b.ffn_layer(il, x, dense)?
         };
         inp = b.add(cur, Operand::Node(ffn_inp));
+        inp = b.cvec(inp, il);
     }
     b.rms_output(inp, tok_embd, false)
 }

@@ -72,6 +72,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         };
         let cur = b.moe_layer(il, cur, n_ff_exp, moe)?;
         inp = b.add(cur, Operand::Node(ffn_inp));
+        inp = b.cvec(inp, il);
     }
     let n_vocab = hp.n_vocab as i64;
     let norm = b.weight("output_norm.weight", &[n_embd])?;

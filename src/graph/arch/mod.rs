@@ -25,12 +25,14 @@ pub mod dbrx;
 pub mod deci;
 pub mod deepseek;
 pub mod deepseek2;
+pub mod deepseek32;
 pub mod def;
 pub mod dots1;
 pub mod ernie4_5;
 pub mod ernie4_5_moe;
 pub mod exaone;
 pub mod exaone4;
+pub mod exaone_moe;
 pub mod falcon;
 pub mod falcon_h1;
 pub mod gemma;
@@ -38,6 +40,7 @@ pub mod gemma2;
 pub mod gemma3;
 pub mod glm4;
 pub mod glm4moe;
+pub mod glm_dsa;
 pub mod gpt2;
 pub mod gpt_oss;
 pub mod gptneox;
@@ -85,7 +88,9 @@ pub mod qwen2;
 pub mod qwen2moe;
 pub mod qwen2vl;
 pub mod qwen3;
+pub mod qwen35;
 pub mod qwen3moe;
+pub mod qwen3next;
 pub mod qwen3vl;
 pub mod qwen3vlmoe;
 pub mod refact;
@@ -194,6 +199,11 @@ pub static REGISTRY: &[&ArchDef] = &[
     &talkie::DEF,
     &spark2_5::DEF,
     &falcon_h1::DEF,
+    &deepseek32::DEF,
+    &glm_dsa::DEF,
+    &exaone_moe::DEF,
+    &qwen35::DEF,
+    &qwen3next::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

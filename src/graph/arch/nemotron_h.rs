@@ -55,7 +55,10 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
                     "{name}: nemotron_h's mixture-of-experts blocks are not supported by llama-hotswap yet"
                 )));
             }
-            b.ffn_seq(il, cur, Act::ReluSqr, Need::IfPresent, true)?
+            let ffn = b.ffn_seq(il, cur, Act::ReluSqr, Need::IfPresent, true)?;
+            // upstream's build_ffn_layer adds the control vector to the FFN's output, before
+            // the residual; its attention and Mamba layers add none
+            b.cvec(ffn, il)
         };
         let mut res = inp;
         if il == hp.n_layer - 1 {

@@ -49,6 +49,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         };
         let cur = b.ffn_layer(il, cur, ffn)?;
         inp = b.add(cur, Operand::Node(ffn_inp));
+        inp = b.cvec(inp, il);
     }
     let output = b.output_weight(tok_embd)?;
     let embd = b.layer_norm(inp, None, None, hp.eps_norm);

@@ -50,6 +50,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         };
         let cur = b.ffn_layer(il, cur, ffn)?;
         inp = b.add(cur, Operand::Node(ffn_inp));
+        inp = b.cvec(inp, il);
     }
     b.rms_output(inp, tok_embd, false)
 }

@@ -44,6 +44,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let ffn_out = b.ffn_seq(il, x, Act::Gelu, Need::Required, false)?;
         let cur = b.add(attn_out, Operand::Node(ffn_out));
         inp = b.add(cur, Operand::Node(inp));
+        inp = b.cvec(inp, il);
     }
     let norm = b.weight("output_norm.weight", &[n_embd])?;
     let norm_b = b.weight("output_norm.bias", &[n_embd])?;

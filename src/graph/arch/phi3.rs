@@ -82,6 +82,7 @@ pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             };
             let ffn_out = b.moe_layer(il, x, n_ff as usize, moe)?;
             inp = b.add(residual, Operand::Node(ffn_out));
+            inp = b.cvec(inp, il);
             continue;
         }
         let up = b.lw(il, "ffn_up.weight", &[n_embd, 2 * n_ff])?;

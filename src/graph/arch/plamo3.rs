@@ -81,6 +81,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let cur = b.mul_mat_raw(down, h);
         let cur = b.rms_norm(cur, Some(post_ffw), hp.eps_rms);
         inp = b.add(cur, Operand::Node(res));
+        inp = b.cvec(inp, il);
     }
     b.rms_output(inp, tok_embd, false)
 }

@@ -72,10 +72,7 @@ pub fn graph_with(b: &mut Builder, l: Qwen2Layers) -> Result<Outputs, BuildError
         };
         let cur = b.ffn_layer(il, cur, ffn)?;
         inp = b.add(cur, Operand::Node(ffn_inp));
-        // upstream's hunyuan-dense graph has no control vector (build_cvec)
-        if b.model.arch != "hunyuan-dense" {
-            inp = b.cvec(inp, il);
-        }
+        inp = b.cvec(inp, il);
     }
     b.rms_output(inp, tok_embd, l.output_bias)
 }

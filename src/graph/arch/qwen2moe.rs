@@ -82,6 +82,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let shexp = b.mul(shexp, Operand::Node(gate));
         let cur = b.add(moe_out, Operand::Node(shexp));
         inp = b.add(cur, Operand::Node(ffn_inp));
+        inp = b.cvec(inp, il);
     }
     b.rms_output(inp, tok_embd, false)
 }

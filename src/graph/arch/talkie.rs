@@ -101,6 +101,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let cur = b.add(cur, Operand::Node(ffn_inp));
         let sk = b.mul(skip, Operand::Weight(out_scale));
         inp = b.add(cur, Operand::Node(sk));
+        inp = b.cvec(inp, il);
     }
     let output = b.weight("output.weight", &[n_embd, hp.n_vocab as i64])?;
     let embd = b.rms_norm(inp, None, eps);

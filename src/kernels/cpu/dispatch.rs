@@ -10,7 +10,7 @@ use super::type_traits::*;
 use super::vec::*;
 #[cfg(target_arch = "x86_64")]
 use super::x86;
-use super::{dequant, dot_scalar, dot_tiled, quantize};
+use super::{dequant, dot_scalar, dot_tiled, grid_iq, quantize};
 use crate::gguf::GgmlType;
 
 /// ggml's `to_float` for `t`: decodes `dst.len()` values from the whole blocks at the start of
@@ -46,6 +46,13 @@ pub fn dequantize_row(t: GgmlType, src: &[u8], dst: &mut [f32]) {
         GgmlType::Q8_K => dequant::q8_k,
         GgmlType::IQ4_NL => dequant::iq4_nl,
         GgmlType::IQ4_XS => dequant::iq4_xs,
+        GgmlType::IQ2_XXS => grid_iq::dequant_iq2_xxs,
+        GgmlType::IQ2_XS => grid_iq::dequant_iq2_xs,
+        GgmlType::IQ2_S => grid_iq::dequant_iq2_s,
+        GgmlType::IQ3_XXS => grid_iq::dequant_iq3_xxs,
+        GgmlType::IQ3_S => grid_iq::dequant_iq3_s,
+        GgmlType::IQ1_S => grid_iq::dequant_iq1_s,
+        GgmlType::IQ1_M => grid_iq::dequant_iq1_m,
         _ => panic!("no CPU dequantization for ggml type {t}"),
     };
     f(src, dst);
@@ -128,6 +135,13 @@ pub fn scalar_dot_fn(t: GgmlType) -> DotFn {
         GgmlType::Q6_K => dot_scalar::q6_k,
         GgmlType::IQ4_NL => dot_scalar::iq4_nl,
         GgmlType::IQ4_XS => dot_scalar::iq4_xs,
+        GgmlType::IQ2_XXS => grid_iq::dot_iq2_xxs,
+        GgmlType::IQ2_XS => grid_iq::dot_iq2_xs,
+        GgmlType::IQ2_S => grid_iq::dot_iq2_s,
+        GgmlType::IQ3_XXS => grid_iq::dot_iq3_xxs,
+        GgmlType::IQ3_S => grid_iq::dot_iq3_s,
+        GgmlType::IQ1_S => grid_iq::dot_iq1_s,
+        GgmlType::IQ1_M => grid_iq::dot_iq1_m,
         _ => panic!("no CPU kernel for ggml type {t}"),
     }
 }

@@ -35,6 +35,7 @@ mod dispatch;
 mod dot_scalar;
 mod dot_tiled;
 pub mod fast_gemm;
+mod grid_iq;
 pub mod iq_grids;
 pub mod mode;
 pub mod mul_mat;

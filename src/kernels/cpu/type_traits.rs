@@ -5,7 +5,7 @@
 use crate::gguf::GgmlType;
 
 /// The weight types the CPU kernels compute with.
-pub const SUPPORTED: [GgmlType; 15] = [
+pub const SUPPORTED: [GgmlType; 22] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -21,6 +21,13 @@ pub const SUPPORTED: [GgmlType; 15] = [
     GgmlType::Q6_K,
     GgmlType::IQ4_NL,
     GgmlType::IQ4_XS,
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
+    GgmlType::IQ1_S,
+    GgmlType::IQ1_M,
 ];
 
 /// Whether `t` can be a `mul_mat` weight or a `dequantize_row` source.
@@ -30,7 +37,7 @@ pub fn supports(t: GgmlType) -> bool {
 
 /// The type activations are converted to before a dot product with a weight of type `t`
 /// (ggml's `vec_dot_type`): Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL, Q8_1 for Q4_1/Q5_1, Q8_K for the
-/// K-quants and IQ4_XS, and the type itself for F32/F16/BF16.
+/// K-quants, IQ4_XS and the grid IQ types, and the type itself for F32/F16/BF16.
 ///
 /// Panics if `t` is not [`supports`]ed.
 pub fn vec_dot_type(t: GgmlType) -> GgmlType {
@@ -43,7 +50,14 @@ pub fn vec_dot_type(t: GgmlType) -> GgmlType {
         | GgmlType::Q4_K
         | GgmlType::Q5_K
         | GgmlType::Q6_K
-        | GgmlType::IQ4_XS => GgmlType::Q8_K,
+        | GgmlType::IQ4_XS
+        | GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S
+        | GgmlType::IQ1_S
+        | GgmlType::IQ1_M => GgmlType::Q8_K,
         _ => panic!("no CPU kernel for ggml type {t}"),
     }
 }

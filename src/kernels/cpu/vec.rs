@@ -104,6 +104,31 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     sum
 }
 
+/// `ggml_vec_dot_f32` as ggml-cpu's AVX2 build computes it: four 8-lane FMA accumulators
+/// over steps of 32 values, reduced pairwise (0+2, 1+3, then 0+1), the halves added, two
+/// horizontal adds; the tail accumulates in order (one FMA each, as GCC contracts it).
+pub fn dot_f32_ggml(x: &[f32], y: &[f32]) -> f32 {
+    let n = x.len().min(y.len());
+    let np = n & !31;
+    let mut acc = [[0f32; 8]; 4];
+    for i in (0..np).step_by(32) {
+        for (j, a) in acc.iter_mut().enumerate() {
+            for (l, a) in a.iter_mut().enumerate() {
+                let e = i + 8 * j + l;
+                *a = fmadd(x[e], y[e], *a);
+            }
+        }
+    }
+    let [a0, a1, a2, a3] = acc;
+    let s: [f32; 8] = std::array::from_fn(|l| (a0[l] + a2[l]) + (a1[l] + a3[l]));
+    let t0 = [s[0] + s[4], s[1] + s[5], s[2] + s[6], s[3] + s[7]];
+    let mut sum = (t0[0] + t0[1]) + (t0[2] + t0[3]);
+    for i in np..n {
+        sum = fmadd(x[i], y[i], sum);
+    }
+    sum
+}
+
 /// `y += a * x`, each element with one rounding, as upstream's `ggml_vec_mad_f32` (FMA in
 /// every SIMD lane, and GCC contracts its scalar tail to FMA too): flash attention over an
 /// F32 or quantized V cache accumulates through it, and a separate multiply and add moved a

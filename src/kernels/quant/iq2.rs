@@ -123,7 +123,7 @@ fn levels8(xval: &[f32], id: f32, l: &mut [i8]) {
 
 /// (sum w x q, sum w q^2) with q = 2l + 1.
 #[inline]
-fn sums(weight: &[f32], xval: &[f32], l: &[i8]) -> (f32, f32) {
+pub(super) fn sums(weight: &[f32], xval: &[f32], l: &[i8]) -> (f32, f32) {
     let mut sumqx = 0.0f32;
     let mut sumq2 = 0.0f32;
     for i in 0..weight.len() {

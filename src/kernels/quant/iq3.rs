@@ -5,7 +5,7 @@
 use super::blocks::QK_K;
 use super::grids::{self, Grid, Lookup};
 use super::helpers::*;
-use super::iq2::{best_neighbour, fmax, signs8, sum_sq};
+use super::iq2::{best_neighbour, fmax, signs8, sum_sq, sums};
 
 pub(crate) const IQ3_XXS_BYTES: usize = 98; // f16 d; u8 qs[64]; u32 scales_and_signs[8]
 pub(crate) const IQ3_S_BYTES: usize = 110; // f16 d; u8 qs[64]; u8 qh[8]; u8 signs[32]; u8 scales[4]
@@ -28,19 +28,6 @@ fn levels4(xval: &[f32], id: f32, l: &mut [i8]) {
         let v = nearest_int(0.5 * (id * xval[i] - 1.0));
         l[i] = v.clamp(0, KMAXQ - 1) as i8;
     }
-}
-
-#[inline]
-fn sums(weight: &[f32], xval: &[f32], l: &[i8]) -> (f32, f32) {
-    let mut sumqx = 0.0f32;
-    let mut sumq2 = 0.0f32;
-    for i in 0..weight.len() {
-        let w = weight[i];
-        let q = (2 * i32::from(l[i]) + 1) as f32;
-        sumqx += w * xval[i] * q;
-        sumq2 += w * q * q;
-    }
-    (sumqx, sumq2)
 }
 
 #[inline]

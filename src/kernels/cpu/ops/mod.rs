@@ -15,12 +15,14 @@ mod ssm;
 mod unary;
 
 pub use super::vec::{axpy, dot_f32, gelu, ggml_expf, silu};
-pub use attn::{flash_attn, upstream_n_kv, Attn, AttnScratch, AttnShape, KvRows};
-pub use hadamard::hadamard_rows;
+pub use attn::{
+    flash_attn, indexer_scores, top_k_set, upstream_n_kv, Attn, AttnScratch, AttnShape, KvRows,
+};
+pub use hadamard::{hadamard_rows, hadamard_rows_dense};
 pub use norm::{norm_row, rms_norm_row};
 pub use rope::{rope_apply, rope_cache, yarn_corr_dims, RopeMode, RopeParams};
 pub use softmax::soft_max_row;
-pub use ssm::{softplus, ssm_conv_step, ssm_scan_step, ScanShape};
+pub use ssm::{gated_delta_net_step, softplus, ssm_conv_step, ssm_scan_step, GdnShape, ScanShape};
 pub use unary::silu_rows;
 
 #[cfg(test)]

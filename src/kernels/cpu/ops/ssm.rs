@@ -38,6 +38,62 @@ pub fn ssm_conv_step(state: &mut [f32], x: &[f32], w: &[f32], d_conv: usize, out
     }
 }
 
+/// The shapes of one GATED_DELTA_NET: `s_v` values per head (K and V heads alike), `h_v`
+/// V heads (one state `[s_v, s_v]` each), `h_k` Q/K heads (V head h reads `h % h_k`), and
+/// whether the decay is per row (`kda`: Kimi's delta attention) or one per head.
+#[derive(Clone, Copy, Debug)]
+pub struct GdnShape {
+    pub s_v: usize,
+    pub h_v: usize,
+    pub h_k: usize,
+    pub kda: bool,
+}
+
+/// GATED_DELTA_NET of one token and one V head, as ggml-cpu's
+/// `ggml_compute_forward_gated_delta_net_one_chunk`: `s` is the head's state stored
+/// transposed (`s[j*n + i]` = S[i][j]), `q`, `k`, `v` the head's rows, `g` its decay (one
+/// value, or `n` for KDA), `beta` its update strength; writes the head's output to `out`.
+/// `delta` is scratch of `n` values.
+#[allow(clippy::too_many_arguments)]
+pub fn gated_delta_net_step(
+    s: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    g: &[f32],
+    beta: f32,
+    delta: &mut [f32],
+    out: &mut [f32],
+) {
+    use super::super::vec::{axpy, dot_f32_ggml};
+    let n = v.len();
+    if g.len() == n {
+        for (d, &gv) in delta.iter_mut().zip(g) {
+            *d = gv.exp();
+        }
+        for row in s.chunks_exact_mut(n) {
+            for (x, &e) in row.iter_mut().zip(delta.iter()) {
+                *x *= e;
+            }
+        }
+    } else {
+        let e = g[0].exp();
+        for x in s.iter_mut() {
+            *x *= e;
+        }
+    }
+    for (j, row) in s.chunks_exact(n).enumerate() {
+        delta[j] = (v[j] - dot_f32_ggml(row, k)) * beta;
+    }
+    for (row, &d) in s.chunks_exact_mut(n).zip(delta.iter()) {
+        axpy(d, k, row);
+    }
+    let scale = 1.0 / (n as f32).sqrt();
+    for (o, row) in out.iter_mut().zip(s.chunks_exact(n)) {
+        *o = dot_f32_ggml(row, q) * scale;
+    }
+}
+
 /// The shapes of one SSM_SCAN: `d_state` values per state row, `head_dim` rows per head,
 /// `n_head` heads, `n_group` groups of B and C (heads share them in order).
 #[derive(Clone, Copy, Debug)]

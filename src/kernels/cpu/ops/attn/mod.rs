@@ -4,10 +4,12 @@
 //! float order, and so the results, follow upstream's.
 
 mod common;
+mod indexer;
 mod nofa;
 mod tiled;
 
 pub use common::{alibi_slope, Attn, AttnScratch, AttnShape, KvRows};
+pub use indexer::{indexer_scores, top_k_set};
 pub use nofa::upstream_n_kv;
 
 use crate::kernels::cpu::dispatch::{dot_f16_ggml, dot_fn, f16_scale_mad, quantize_row, vec_dot};

@@ -43,7 +43,7 @@ fn hsum8(x: &[f32]) -> f32 {
 /// The value of a dot product from its lane accumulators: tinyBLAS (one 8-lane accumulator,
 /// `acc` holds 8 values) or ggml's vec_dot (`acc` holds four 8-lane accumulators, reduced
 /// 0+2, 1+3, then 0+1). Both orders need `n` a multiple of 32 (upstream's `n_kv` is).
-fn reduce(acc: &[f32], tiny: bool) -> f32 {
+pub(super) fn reduce(acc: &[f32], tiny: bool) -> f32 {
     if tiny {
         return hsum8(&acc[..8]);
     }

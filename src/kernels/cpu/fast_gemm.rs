@@ -6,9 +6,10 @@
 //! L1; threads split the output rows. Results differ from the exact mode's only by float
 //! summation order (KL ≤ 1e-4 on the real models, `scripts/test-engine.sh`).
 
-use super::blocks::{Q4_0_BYTES, Q8_0_BYTES, QK};
+use super::blocks::{Q4_0_BYTES, Q5_0_BYTES, Q8_0_BYTES, QK};
 use super::dispatch::{
-    r8_iq4_nl_values_fn, r8_kernel, r8_pack_q4_0_fn, r8_pack_q4_0x8_fn, r8_pack_q8_0_fn,
+    r8_iq4_nl_values_fn, r8_kernel, r8_pack_q4_0_fn, r8_pack_q4_0x8_fn, r8_pack_q5_0_fn,
+    r8_pack_q8_0_fn,
 };
 use super::pool::{SharedOut, ThreadPool};
 use super::r8_layout::*;
@@ -33,15 +34,19 @@ pub enum FastWeight<'a> {
     Iq4NlX8(&'a [u8]),
 }
 
+/// The weight types the r8 kernels take (blocks of 32 with one f16 scale, Q8_0 activations).
+pub fn r8_type(t: GgmlType) -> bool {
+    matches!(
+        t,
+        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::IQ4_NL
+    )
+}
+
 /// Whether the fast mode takes a product of a `t` weight of `n_rows` rows with `m` activation
-/// columns: Q8_0 and Q4_0 with a multiple of 8 rows and at least [`FAST_MIN_COLS`] columns,
+/// columns: an [`r8_type`] with a multiple of 8 rows and at least [`FAST_MIN_COLS`] columns,
 /// when the mode is fast.
 pub fn takes(t: GgmlType, n_rows: usize, m: usize) -> bool {
-    matches!(t, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL)
-        && n_rows % R8_ROWS == 0
-        && n_rows > 0
-        && m >= FAST_MIN_COLS
-        && super::mode::fast()
+    r8_type(t) && n_rows % R8_ROWS == 0 && n_rows > 0 && m >= FAST_MIN_COLS && super::mode::fast()
 }
 
 /// `dst[j * dst_stride + dst_offset + i] = w row i · x row j` for the `n_rows` rows of `w` and
@@ -87,6 +92,7 @@ pub fn mul_mat_fast(
             let block = match t {
                 GgmlType::Q8_0 => Q8_0_BYTES,
                 GgmlType::Q4_0 | GgmlType::IQ4_NL => Q4_0_BYTES,
+                GgmlType::Q5_0 => Q5_0_BYTES,
                 _ => panic!("no fast product for {t}"),
             };
             assert!(
@@ -168,16 +174,16 @@ pub fn mul_mat_fast(
     pool.parallel_for(nchunk, &run);
 }
 
-/// The r8 values of a plain `t` weight (Q8_0 or Q4_0).
+/// The r8 values of a plain `t` weight (an [`r8_type`]).
 pub(super) fn values_of(t: GgmlType) -> R8Values {
     match t {
-        GgmlType::Q8_0 | GgmlType::IQ4_NL => R8Values::Signed8,
+        GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::IQ4_NL => R8Values::Signed8,
         GgmlType::Q4_0 => R8Values::Nibble4,
         _ => panic!("no fast product for {t}"),
     }
 }
 
-/// Packs rows `8g .. 8g + 8` of a plain Q8_0, Q4_0 or IQ4_NL weight (`row_stride` bytes apart in
+/// Packs rows `8g .. 8g + 8` of a plain Q8_0, Q4_0, Q5_0 or IQ4_NL weight (`row_stride` bytes apart in
 /// `bytes`, `nb` blocks each) into `packed` (`nb` r8 blocks).
 pub(super) fn pack_group(
     t: GgmlType,
@@ -193,6 +199,7 @@ pub(super) fn pack_group(
     });
     match t {
         GgmlType::Q8_0 => r8_pack_q8_0_fn()(rows, nb, packed),
+        GgmlType::Q5_0 => r8_pack_q5_0_fn()(rows, nb, packed),
         GgmlType::IQ4_NL => {
             r8_pack_q4_0_fn()(rows, nb, packed);
             r8_iq4_nl_values_fn()(nb, packed);
@@ -265,7 +272,7 @@ mod tests {
 
     /// The fast product of real quantized rows agrees with the scalar reference dot products
     /// (exact integer sums, so only the float summation order differs), for plain Q8_0 and
-    /// Q4_0 rows and a repacked q4_0x8 weight, at 1 and 3 threads and column counts that
+    /// Q4_0 rows, Q5_0 and IQ4_NL rows, repacked q4_0x8 and iq4_nl_8x8 weights, at 1 and 3 threads and column counts that
     /// leave every tail shape.
     #[test]
     fn fast_products_agree_with_the_reference_dots() {
@@ -283,16 +290,30 @@ mod tests {
             );
         }
         // IQ4_NL rows: Q4_0's bytes read through the code book (any nibbles are valid)
-        for t in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::IQ4_NL] {
+        for t in [
+            GgmlType::Q8_0,
+            GgmlType::Q4_0,
+            GgmlType::Q5_0,
+            GgmlType::IQ4_NL,
+        ] {
             let wr = row_bytes(t, k);
             let mut wq = vec![0u8; n_rows * wr];
             for i in 0..n_rows {
                 let row = &wf[i * k..(i + 1) * k];
                 let out = &mut wq[i * wr..(i + 1) * wr];
-                if t == GgmlType::Q8_0 {
-                    quantize_row(t, row, out);
-                } else {
-                    crate::kernels::cpu::quantize::q4_0(row, out);
+                match t {
+                    GgmlType::Q8_0 => quantize_row(t, row, out),
+                    GgmlType::Q5_0 => {
+                        // any bits are a valid Q5_0 block: random ones under a sane scale
+                        for (e, blk) in out.chunks_exact_mut(Q5_0_BYTES).enumerate() {
+                            let d = half::f16::from_f32(0.01 + 0.01 * row[e].abs());
+                            blk[..2].copy_from_slice(&d.to_le_bytes());
+                            for (j, q) in blk[2..].iter_mut().enumerate() {
+                                *q = (row[(e * 20 + j) % k] * 1e4) as i32 as u8;
+                            }
+                        }
+                    }
+                    _ => crate::kernels::cpu::quantize::q4_0(row, out),
                 }
             }
             let mut want = vec![0f32; m * n_rows];
@@ -307,7 +328,7 @@ mod tests {
                 bytes: &wq,
                 row_stride: wr,
             }];
-            if t != GgmlType::Q8_0 {
+            if matches!(t, GgmlType::Q4_0 | GgmlType::IQ4_NL) {
                 use crate::kernels::cpu::repack_layout::RepackKind;
                 let kind = if t == GgmlType::Q4_0 {
                     RepackKind::Q4_0x8

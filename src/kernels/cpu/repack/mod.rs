@@ -229,7 +229,9 @@ pub fn mul_mat_repacked(
         _ => None,
     };
     if let Some(fw) = fast.filter(|_| crate::kernels::cpu::fast_gemm::takes(w.ty, w.n_rows, m)) {
-        // the fast mode's batched kernels (prompt processing), not upstream's order
+        // the fast mode's batched kernels (prompt processing); their float order per output
+        // (one FMA per block of the exact integer sum, by d_w · d_x) is the repacked gemm's, so
+        // a Q4_0 or IQ4_NL weight gives the exact mode's bits here, only sooner
         let act = prepare_activations(w.ty, x, w.k, m, pool, scratch);
         crate::kernels::cpu::fast_gemm::mul_mat_fast(
             fw,

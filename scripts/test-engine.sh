@@ -58,7 +58,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 glm5-next"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -176,6 +176,25 @@ check_archs() {
             fi
         done
     fi
+    # GLM5-Next's k-pool indexer selection is not computed: contexts where it would drop
+    # cells (more than top_k cells per sequence; a copy with top_k = 4) must be refused with
+    # a log line naming top_k, never decoded with the full attention
+    if [[ " ${archs[*]} " == *" glm5-next "* ]]; then
+        f="$derived/glm5-next-moe.topk4.gguf"
+        if [ ! -s "$f" ]; then
+            setmeta="$("$py" -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')/scripts/gguf_set_metadata.py"
+            cp "$fixtures/glm5-next-moe.gguf" "$f.tmp" \
+                && "$py" "$setmeta" "$f.tmp" glm5-next.attention.indexer.top_k 4 --force >/dev/null 2>&1 \
+                && mv "$f.tmp" "$f"
+        fi
+        local rc=0
+        LD_LIBRARY_PATH="$ours" "$out/probe_decode" "$f" /dev/null 1 1 5 9 >/dev/null 2>"$out/glm5-next-topk4.err" || rc=$?
+        if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && grep -q "top_k" "$out/glm5-next-topk4.err"; then
+            echo "ok   glm5-next-moe-topk4 refused: $(grep -m1 top_k "$out/glm5-next-topk4.err" | cut -c1-200)"; passed=$((passed + 1))
+        else
+            echo "FAIL glm5-next-moe-topk4: exit $rc, $(tail -2 "$out/glm5-next-topk4.err")"; failed=$((failed + 1))
+        fi
+    fi
     # ALiBi on its other attention paths: without flash attention (SOFT_MAX_EXT with the
     # slopes), and a 70-token micro-batch (the tiled flash attention)
     if [[ " ${archs[*]} " == *" bloom "* ]]; then
@@ -202,6 +221,7 @@ HOSTILE_ROWS=(
     "qwen3next qwen3next-moe blk.0.ssm_ba.weight blk.1.ffn_gate_inp_shexp.weight"
     "bailingmoe3 bailingmoe3-moe blk.1.ssm_conv1d_k.weight blk.0.attn_gate.weight"
     "kimi-k3 kimi-k3-moe blk.1.ffn_routed_up.weight output_res_score.weight"
+    "glm5-next glm5-next-moe blk.0.indexer_compressor_ape.weight blk.1.hc_ffn_fn.weight"
 )
 check_hostile() {
     local row arch fixture dropped shrunk mode tensor f rc py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"
@@ -298,7 +318,7 @@ fi
 # the rows within KL 1e-3.
 # lfm2 is left out: upstream aborts in this probe (GGML_ASSERT(buffer) in ggml-backend.cpp, its
 # sliding-window hybrid memory)
-RECURRENT_ARCHS="mamba mamba2 granitehybrid jamba nemotron_h nemotron_h_moe falcon-h1 lfm2moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3"
+RECURRENT_ARCHS="mamba mamba2 granitehybrid jamba nemotron_h nemotron_h_moe falcon-h1 lfm2moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 glm5-next"
 check_recurrent() {
     local arch f name side lib stats
     for arch in $RECURRENT_ARCHS; do

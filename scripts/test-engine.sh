@@ -56,7 +56,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -151,6 +151,29 @@ check_archs() {
         CHECK_TOKENS="$(seq 1 40 | awk '{print ($1 * 37) % 127 + 1}' | tr '\n' ' ')" check "dsa-$a-moe-topk4-batch40" "$t" 1e-3
         CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" check "dsa-$a-moe-topk4-nofa" "$t" 1e-3 PROBE_FLASH_ATTN=0
     done
+    # Kimi-K3's other paths: a copy whose every layer banks its input for the cross-layer
+    # residual attention (attn_res.block_size = 1: two checkpoints mixed, the fixture's 12
+    # banks one), and one without the KDA gate's lower bound (-inf: the softplus decay);
+    # each must give other logits than the fixture
+    if [[ " ${archs[*]} " == *" kimi-k3 "* ]]; then
+        local key val name
+        for t in "attn_res.block_size 1 res1" "kda.gate_lower_bound -inf softplus"; do
+            read -r key val name <<<"$t"
+            f="$derived/kimi-k3-moe.$name.gguf"
+            if [ ! -s "$f" ]; then
+                setmeta="$("$py" -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')/scripts/gguf_set_metadata.py"
+                # (a leading space keeps argparse from reading -inf as an option)
+                cp "$fixtures/kimi-k3-moe.gguf" "$f.tmp" \
+                    && "$py" "$setmeta" "$f.tmp" "kimi-k3.$key" " $val" --force >/dev/null 2>&1 \
+                    && mv "$f.tmp" "$f"
+            fi
+            if [ ! -s "$f" ]; then echo "FAIL kimi-k3-$name: could not write $f"; failed=$((failed + 1)); continue; fi
+            CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" check "kimi-k3-moe-$name" "$f" 1e-3
+            if "$out/compare_logits" "$out/arch-kimi-k3-moe.ours.bin" "$out/kimi-k3-moe-$name.ours.bin" 1e-5 0 0 >/dev/null 2>&1; then
+                echo "FAIL kimi-k3-moe-$name: the same logits as the fixture's"; failed=$((failed + 1))
+            fi
+        done
+    fi
     # ALiBi on its other attention paths: without flash attention (SOFT_MAX_EXT with the
     # slopes), and a 70-token micro-batch (the tiled flash attention)
     if [[ " ${archs[*]} " == *" bloom "* ]]; then
@@ -175,6 +198,8 @@ HOSTILE_ROWS=(
     "glm-dsa glm-dsa-moe blk.1.indexer.proj.weight blk.0.indexer.attn_q_b.weight"
     "qwen35 qwen35-dense blk.0.ssm_a blk.0.ssm_conv1d.weight"
     "qwen3next qwen3next-moe blk.0.ssm_ba.weight blk.1.ffn_gate_inp_shexp.weight"
+    "bailingmoe3 bailingmoe3-moe blk.1.ssm_conv1d_k.weight blk.0.attn_gate.weight"
+    "kimi-k3 kimi-k3-moe blk.1.ffn_routed_up.weight output_res_score.weight"
 )
 check_hostile() {
     local row arch fixture dropped shrunk mode tensor f rc py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"
@@ -269,7 +294,7 @@ fi
 # the rows within KL 1e-3.
 # lfm2 is left out: upstream aborts in this probe (GGML_ASSERT(buffer) in ggml-backend.cpp, its
 # sliding-window hybrid memory)
-RECURRENT_ARCHS="mamba mamba2 granitehybrid jamba nemotron_h nemotron_h_moe falcon-h1 lfm2moe qwen35 qwen35moe qwen3next"
+RECURRENT_ARCHS="mamba mamba2 granitehybrid jamba nemotron_h nemotron_h_moe falcon-h1 lfm2moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3"
 check_recurrent() {
     local arch f name side lib stats
     for arch in $RECURRENT_ARCHS; do

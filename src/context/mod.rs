@@ -458,14 +458,14 @@ impl Context {
         let (type_k, type_v) = (kv_type(p.type_k, "type_k")?, kv_type(p.type_v, "type_v")?);
         let memory = arch::lookup(&model.arch).map_or(arch::Memory::Kv, |d| d.memory);
         let packed = |t: KvType| matches!(t, KvType::Packed(t) if t.block_size() > 1);
-        if memory == arch::Memory::KvLatent && (packed(type_k) || packed(type_v)) {
+        if memory.latent() && (packed(type_k) || packed(type_v)) {
             return Err(ContextError::Unsupported(format!(
                 "model architecture '{}': a quantized cache of the compressed (MLA) attention is not supported by llama-hotswap yet",
                 model.arch
             )));
         }
         check_kv_types(&hp, type_k, type_v, p.flash_attn_type)?;
-        let recurrent = matches!(memory, arch::Memory::Recurrent | arch::Memory::Hybrid);
+        let recurrent = memory.recurrent();
         let shape = KvShape {
             // upstream's kv_size: each stream holds n_ctx_seq cells (n_ctx when unified)
             size: n_ctx_seq,
@@ -480,8 +480,9 @@ impl Context {
                     // V is read from the K rows
                     arch::Memory::KvLatent => (hp.n_embd_k_gqa(il), 0),
                     arch::Memory::Recurrent => (0, 0),
-                    arch::Memory::Hybrid if !hp.has_kv(il) => (0, 0),
+                    arch::Memory::Hybrid | arch::Memory::HybridLatent if !hp.has_kv(il) => (0, 0),
                     arch::Memory::Hybrid => (hp.n_embd_k_gqa(il), hp.n_embd_v_gqa(il)),
+                    arch::Memory::HybridLatent => (hp.n_embd_k_gqa(il), 0),
                 })
                 // the sparse attention's indexer keys: layers n_layer.. of the same cells
                 // (upstream's second cache of llama_kv_cache_dsa, filled in step with the first)
@@ -496,7 +497,9 @@ impl Context {
         let rs_widths: Vec<(usize, usize)> = (0..hp.n_layer)
             .map(|il| match memory {
                 arch::Memory::Recurrent => (hp.n_embd_r(), hp.n_embd_s()),
-                arch::Memory::Hybrid if hp.is_recurrent(il) => (hp.n_embd_r(), hp.n_embd_s()),
+                arch::Memory::Hybrid | arch::Memory::HybridLatent if hp.is_recurrent(il) => {
+                    (hp.n_embd_r(), hp.n_embd_s())
+                }
                 _ => (0, 0),
             })
             .collect();
@@ -598,7 +601,7 @@ impl Context {
                     crate::kv_cache::RsMemory::new(n_seq_max, n_seq_max, &rs_widths)
                         .map_err(|e| kv_fail(e.to_string()))?,
                 );
-                kv.attn = mem_kind == arch::Memory::Hybrid;
+                kv.attn = mem_kind.hybrid();
             }
             kv
         };

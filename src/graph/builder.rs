@@ -814,6 +814,7 @@ impl<'m> Builder<'m> {
     /// latent and the rotary part) stored, V read as the latent part of the cached K rows,
     /// FLASH_ATTN_EXT, each head's result decompressed by `wv_b` (`[latent, head_v,
     /// n_head]`), the output projection.
+    #[allow(clippy::too_many_arguments)]
     pub fn attn_latent(
         &mut self,
         il: usize,
@@ -821,6 +822,21 @@ impl<'m> Builder<'m> {
         k: NodeId,
         wv_b: WeightId,
         wo: WeightId,
+        scale: f32,
+        sel: Option<NodeId>,
+    ) -> NodeId {
+        let kqv = self.attn_latent_heads(il, q, k, wv_b, scale, sel);
+        self.linear(wo, None, kqv)
+    }
+
+    /// [`Builder::attn_latent`] without the output projection (`build_attn` with `wo`
+    /// NULL: the graphs that gate the heads first).
+    pub fn attn_latent_heads(
+        &mut self,
+        il: usize,
+        q: NodeId,
+        k: NodeId,
+        wv_b: WeightId,
         scale: f32,
         sel: Option<NodeId>,
     ) -> NodeId {
@@ -858,8 +874,7 @@ impl<'m> Builder<'m> {
             n_head * hp.head_v,
             t,
         );
-        let kqv = self.mul_mat_heads(wv_b, kqv, n_head);
-        self.linear(wo, None, kqv)
+        self.mul_mat_heads(wv_b, kqv, n_head)
     }
 
     /// DeepSeek's lightning indexer of layer `il`: stores the micro-batch's indexer keys `k`
@@ -1014,11 +1029,26 @@ impl<'m> Builder<'m> {
         m: Moe,
         weight_before: bool,
     ) -> NodeId {
-        let t = self.ne1(x);
         let mut logits = self.mul_mat(w.gate_inp, x);
         if let Some(b) = w.gate_inp_b {
             logits = self.add(logits, Operand::Weight(b));
         }
+        self.moe_ffn_logits(x, logits, w, n_used, m, weight_before)
+    }
+
+    /// [`Builder::moe_ffn_with`] routed by the given router `logits` (`[n_expert, T]`,
+    /// upstream's `probs_in`: Kimi-K3 routes by the full-width input while its experts read a
+    /// down-projected one); `w.gate_inp` and `w.gate_inp_b` are not read.
+    pub fn moe_ffn_logits(
+        &mut self,
+        x: NodeId,
+        logits: NodeId,
+        w: MoeWeights,
+        n_used: usize,
+        m: Moe,
+        weight_before: bool,
+    ) -> NodeId {
+        let t = self.ne1(x);
         let n_expert = self.ne0(logits);
         let probs = match m.gating {
             Gating::Softmax => self.push("moe_probs", Op::SoftMax { src: logits }, n_expert, t),

@@ -846,6 +846,24 @@ impl CpuExecutor {
                                 *d = ops::gelu(x) * y;
                             }
                         }
+                        GluKind::SwigluLimit(l) => {
+                            ops::silu_rows(dst, gt, None, ne0);
+                            for (d, &y) in dst.iter_mut().zip(u) {
+                                *d = d.min(*l) * y.clamp(-*l, *l);
+                            }
+                        }
+                        GluKind::Situ(beta, lb) => {
+                            let sigmoid = |v: f32| 1.0 / (1.0 + (-v).exp());
+                            for ((d, &g), &y) in dst.iter_mut().zip(gt).zip(u) {
+                                let a = (g * (1.0 / beta)).tanh() * beta * sigmoid(g);
+                                let y = if *lb > 0.0 {
+                                    (y * (1.0 / lb)).tanh() * lb
+                                } else {
+                                    y
+                                };
+                                *d = a * y;
+                            }
+                        }
                     }
                 });
             }
@@ -1028,6 +1046,7 @@ impl CpuExecutor {
                 w,
                 layer,
                 d_conv,
+                channel0,
             } => {
                 self.load_vec(model, &g.weights[w.0])?;
                 let rs = recurrent_memory(kv, node)?;
@@ -1040,6 +1059,7 @@ impl CpuExecutor {
                     .enumerate()
                 {
                     let (r, _) = l.rows_mut(cells[t]);
+                    let r = &mut r[*channel0 * (*d_conv - 1)..];
                     ops::ssm_conv_step(r, x, &self.wvec, *d_conv, d);
                 }
             }
@@ -1216,6 +1236,34 @@ impl CpuExecutor {
                     for i in 0..ne0 {
                         let e = id[t * ne0 + i] as usize;
                         dst[t * ne0 + i] = x[t * sn.ne0 + e];
+                    }
+                }
+            }
+            Op::SumRows { src } => {
+                let n = nodes[*src].ne0;
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, r) in dst.iter_mut().zip(x.chunks_exact(n)) {
+                    *d = r.iter().map(|&v| v as f64).sum::<f64>() as f32;
+                }
+            }
+            Op::HcPre { x, w, n } => {
+                let hc = nodes[*w].ne0;
+                let (dst, [x, w]) = carve(
+                    &mut self.arena,
+                    dst_r,
+                    [range(&nodes[*x]), range(&nodes[*w])],
+                );
+                for ((d, x), w) in dst
+                    .chunks_exact_mut(*n)
+                    .zip(x.chunks_exact(*n * hc))
+                    .zip(w.chunks_exact(hc))
+                {
+                    for (i, d) in d.iter_mut().enumerate() {
+                        let mut sum = 0.0f32;
+                        for (h, &wv) in w.iter().enumerate() {
+                            sum = x[h * *n + i].mul_add(wv, sum);
+                        }
+                        *d = sum;
                     }
                 }
             }

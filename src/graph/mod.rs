@@ -11,11 +11,13 @@
 
 pub mod arch;
 pub mod backend;
+pub mod blocks;
 pub mod builder;
 pub mod delta_net;
 pub mod exec;
 pub mod exec_cuda;
 pub mod exec_rpc;
+pub mod kda;
 pub mod kernel_api;
 pub mod params;
 pub mod ssm;
@@ -45,12 +47,20 @@ pub enum Operand {
 }
 
 /// Gated linear unit kinds (`GGML_GLU_OP_*`), applied as `act(gate) * up`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum GluKind {
     Swiglu,
     Geglu,
     /// `ggml_swiglu_oai` (gpt-oss): `min(g, 7) * sigmoid(1.702 * min(g, 7)) * (clamp(u, -7, 7) + 1)`.
     SwigluOai,
+    /// SwiGLU with a limit, as upstream's `build_ffn`/`build_moe_ffn` split it where
+    /// `swiglu_clamp_(sh)exp` is set: `min(silu(g), l) * clamp(u, -l, l)` (SILU, two CLAMPs
+    /// and MUL, one value at a time).
+    SwigluLimit(f32),
+    /// Kimi's SiTU (`LLM_FFN_SITU`): `beta*tanh(g/beta) * sigmoid(g)` times
+    /// `lb*tanh(u/lb)` (`u` itself when `lb <= 0`), fields `(beta, lb)`; ggml's SCALE, TANH,
+    /// SIGMOID and MUL one value at a time.
+    Situ(f32, f32),
 }
 
 /// Graph operations, named after ggml's.
@@ -262,6 +272,10 @@ pub enum Op {
         w: WeightId,
         layer: usize,
         d_conv: usize,
+        /// The first channel of the conv row this convolution owns (0 but for Kimi's
+        /// delta attention, whose Q, K and V convolutions share one row, upstream's views
+        /// of `conv_states_all` at `qkv * conv_state_size`).
+        channel0: usize,
     },
     /// SSM_SCAN with its state: the selective scan of each token over its sequence's SSM
     /// state (`[d_state, head_dim, n_head]`, the recurrent memory's row of `layer`, updated
@@ -279,6 +293,13 @@ pub enum Op {
     },
     /// UNARY(SOFTPLUS): `x > 20 ? x : log(1 + exp(x))`.
     Softplus { src: NodeId },
+    /// SUM_ROWS: each row's sum (accumulated in f64, as ggml's `ggml_vec_sum_f32`).
+    SumRows { src: NodeId },
+    /// DSV4_HC_PRE (`ggml_dsv4_hc_pre`, ungated): `x` holds per token `hc` streams of `n`
+    /// values side by side (`[n, hc, T]`), `w` `[hc, T]` their weights; the output `[n, T]`
+    /// is each value's weighted sum over the streams, in stream order (ggml-cpu's loop,
+    /// multiply-adds contracted to FMA).
+    HcPre { x: NodeId, w: NodeId, n: usize },
     /// REPEAT of each head `n` times in place (`[head_dim, n_head, T]` →
     /// `[head_dim, n, n_head, T]` as ggml_repeat_4d of the reshaped heads: qwen3next's
     /// repeat-interleave of Q and K heads over the V heads).
@@ -412,7 +433,9 @@ impl Op {
             | Op::SumSlots { src, .. }
             | Op::View { src, .. }
             | Op::Softplus { src }
+            | Op::SumRows { src }
             | Op::RepeatHeads { src, .. } => vec![*src],
+            Op::HcPre { x, w, .. } => vec![*x, *w],
             Op::GatedDeltaNet {
                 q, k, v, g, beta, ..
             } => vec![*q, *k, *v, *g, *beta],
@@ -487,6 +510,8 @@ impl Op {
                     GluKind::Swiglu => "SWIGLU",
                     GluKind::Geglu => "GEGLU",
                     GluKind::SwigluOai => "SWIGLU_OAI",
+                    GluKind::SwigluLimit(_) => "SWIGLU_LIMIT",
+                    GluKind::Situ(..) => "SITU",
                 }),
             ),
             Op::ConcatHeads { .. } => ("CONCAT", None),
@@ -494,6 +519,8 @@ impl Op {
             Op::SoftMax { .. } => ("SOFT_MAX", None),
             Op::TopK { .. } | Op::LightningIndexer { .. } => ("TOP_K", None),
             Op::DivSumRows { .. } | Op::Div { .. } => ("DIV", None),
+            Op::SumRows { .. } => ("SUM_ROWS", None),
+            Op::HcPre { .. } => ("DSV4_HC_PRE", None),
         }
     }
 }

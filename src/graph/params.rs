@@ -162,6 +162,20 @@ pub struct Extras {
     pub recurrent_with_attn: bool,
     /// The sparse attention's lightning indexer (DeepSeek-V3.2, GLM-5); `head` 0: none.
     pub indexer: Indexer,
+    /// Values per head of Kimi's delta attention layers (`kda.head_dim`; 0: none).
+    pub kda_head: usize,
+    /// `kda.gate_lower_bound` when the file gives one.
+    pub kda_lower_bound: Option<f32>,
+    /// Per layer: the SwiGLU limit of the experts and of the dense / shared-expert FFNs
+    /// (`swiglu_clamp_exp`, `swiglu_clamp_shexp`; empty or 0: none).
+    pub swiglu_limit_exp: Vec<f32>,
+    pub swiglu_limit_shexp: Vec<f32>,
+    /// The routed experts' latent width (`expert_latent_length`; 0: `n_embd`).
+    pub n_expert_latent: usize,
+    /// Cross-layer residual attention's block (`attn_res.block_size`; 0: none).
+    pub attn_res_block: usize,
+    /// SiTU's `(beta, linear_beta)` (`activation.situ_beta`, `situ_linear_beta`).
+    pub situ: (f32, f32),
 }
 
 /// The lightning indexer of DeepSeek's sparse attention (`attention.indexer.*`): per token
@@ -329,11 +343,21 @@ impl ArchParams {
     /// `d_conv - 1` inputs of every conv channel.
     pub fn n_embd_r(&self) -> usize {
         let s = &self.ext.ssm;
+        if self.ext.kda_head > 0 {
+            // Kimi's delta attention: Q, K and V conv states of n_head * head values each
+            let d_inner = self.n_head.first().copied().unwrap_or(0) * self.ext.kda_head;
+            return 3 * s.d_conv.saturating_sub(1) * d_inner;
+        }
         s.d_conv.saturating_sub(1) * (s.d_inner + 2 * s.n_group * s.d_state)
     }
 
     /// Values of one recurrent SSM state row (upstream's `n_embd_s`).
     pub fn n_embd_s(&self) -> usize {
+        if self.ext.kda_head > 0 {
+            return self.ext.kda_head
+                * self.ext.kda_head
+                * self.n_head.first().copied().unwrap_or(0);
+        }
         self.ext.ssm.d_state * self.ext.ssm.d_inner
     }
 

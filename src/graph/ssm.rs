@@ -10,12 +10,25 @@ use super::{GluKind, NodeId, Op, Operand, ScanShape};
 impl Builder<'_> {
     /// SSM_CONV of `x` (`[channels, T]`) with the conv state of layer `il`.
     pub fn ssm_conv(&mut self, il: usize, x: NodeId, w: super::WeightId, d_conv: usize) -> NodeId {
+        self.ssm_conv_at(il, x, w, d_conv, 0)
+    }
+
+    /// SSM_CONV of `x` with channels `channel0..` of layer `il`'s conv state.
+    pub fn ssm_conv_at(
+        &mut self,
+        il: usize,
+        x: NodeId,
+        w: super::WeightId,
+        d_conv: usize,
+        channel0: usize,
+    ) -> NodeId {
         let (n0, n1) = (self.ne0(x), self.ne1(x));
         let op = Op::SsmConv {
             x,
             w,
             layer: il,
             d_conv,
+            channel0,
         };
         self.push("ssm_conv", op, n0, n1)
     }

@@ -3,6 +3,7 @@
 //! layer (weights normalised when `expert_weights_norm`, scaled by `expert_weights_scale`)
 //! plus `expert_shared_count` shared experts.
 
+use super::super::blocks::{PreNormAttn, QkNorm};
 use super::super::builder::{BuildError, Builder, Ffn, Moe, Outputs};
 use super::super::params::ArchParams;
 use super::super::{Operand, RopeMode};
@@ -49,23 +50,15 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         ..Moe::SOFTMAX
     };
     let (tok_embd, mut inp) = b.inp_embd()?;
+    let attn = PreNormAttn {
+        rope_freqs: None,
+        kq_scale,
+        qk_norm: QkNorm::None,
+        out_bias: true,
+    };
     for il in 0..hp.n_layer {
-        let nq = (head * hp.n_head[il]) as i64;
-        let attn_norm = b.lw(il, "attn_norm.weight", &[n_embd])?;
-        let wo = b.lw(il, "attn_output.weight", &[nq, n_embd])?;
-        let wo_b = b.lw_opt(il, "attn_output.bias", &[n_embd])?;
+        let ffn_inp = b.pre_norm_attn(il, inp, attn)?;
         let ffn_norm = b.lw(il, "ffn_norm.weight", &[n_embd])?;
-
-        let cur = b.rms_norm(inp, Some(attn_norm), hp.eps_rms);
-        let (q, k, v) = b.qkv(il, cur)?;
-        let (q, k) = b.rope_qk(q, k, None, false);
-        let mut cur = b.attn(il, q, k, v, wo, wo_b, kq_scale);
-        let mut res = inp;
-        if il == hp.n_layer - 1 {
-            cur = b.get_rows_out(cur);
-            res = b.get_rows_out(res);
-        }
-        let ffn_inp = b.add(cur, Operand::Node(res));
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let n_ff = hp.n_ff_exp * hp.ext.n_expert_shared;
         let cur = b.moe_shared_layer(il, x, hp.n_ff_exp, moe, n_ff, plain)?;

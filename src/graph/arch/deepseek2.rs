@@ -172,13 +172,8 @@ pub fn graph_with(b: &mut Builder, dsa: Option<Dsa>) -> Result<Outputs, BuildErr
             };
             q = b.push("attn_temp", op, n0, n1);
         }
-        let mut cur = b.attn_latent(il, q, k, wv_b, wo, kq_scale, sel);
-        let mut res = inp;
-        if il == hp.n_layer - 1 {
-            cur = b.get_rows_out(cur);
-            res = b.get_rows_out(res);
-        }
-        let ffn_inp = b.add(cur, Operand::Node(res));
+        let cur = b.attn_latent(il, q, k, wv_b, wo, kq_scale, sel);
+        let ffn_inp = b.residual(il, cur, inp);
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         // (the sparse-attention graphs pass the per-tensor scales, deepseek2's does not)
         let scales = dsa.is_some();

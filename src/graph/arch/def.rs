@@ -52,6 +52,29 @@ pub enum Memory {
     /// A KV cache for the attention layers and recurrent states for the layers
     /// `ArchParams::is_recurrent` names (upstream's `llama_memory_hybrid`).
     Hybrid,
+    /// [`Memory::Hybrid`] whose attention layers keep MLA's compressed K-only rows (as
+    /// [`Memory::KvLatent`]: upstream's `build_inp_mem_hybrid_k`).
+    HybridLatent,
+}
+
+impl Memory {
+    /// Whether the memory keeps recurrent states.
+    pub fn recurrent(self) -> bool {
+        matches!(
+            self,
+            Memory::Recurrent | Memory::Hybrid | Memory::HybridLatent
+        )
+    }
+
+    /// Whether it keeps a KV cache beside recurrent states.
+    pub fn hybrid(self) -> bool {
+        matches!(self, Memory::Hybrid | Memory::HybridLatent)
+    }
+
+    /// Whether its attention rows are MLA's K-only latent ones.
+    pub fn latent(self) -> bool {
+        matches!(self, Memory::KvLatent | Memory::HybridLatent)
+    }
 }
 
 /// Everything the engine knows about one architecture.
@@ -183,6 +206,17 @@ impl Keys<'_> {
             n_group: self.u32("ssm.group_count", 0) as usize,
             dt_b_c_rms: self.bool("ssm.dt_b_c_rms", false),
         })
+    }
+
+    /// A float per layer from a float array (layers past its end: 0) or one float for
+    /// every layer (upstream's `get_key_or_arr`); absent: empty.
+    pub fn f32_layers(&self, s: &str, n_layer: usize) -> Vec<f32> {
+        match self.model.meta.get_array(&self.key(s)) {
+            Some(MetaArray::Floats(v)) => (0..n_layer)
+                .map(|il| v.get(il).map_or(0.0, |&x| x as f32))
+                .collect(),
+            _ => self.f32_opt(s).map_or_else(Vec::new, |v| vec![v; n_layer]),
+        }
     }
 
     pub fn bool(&self, s: &str, default: bool) -> bool {

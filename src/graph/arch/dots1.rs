@@ -3,6 +3,7 @@
 //! experts routed by `expert_gating_func` (with the optional `exp_probs_b` selection
 //! bias) plus shared experts of `expert_shared_count` × `expert_feed_forward_length` rows.
 
+use super::super::blocks::{PreNormAttn, QkNorm};
 use super::super::builder::{BuildError, Builder, Ffn, Gating, Moe, Outputs};
 use super::super::params::ArchParams;
 use super::super::{GluKind, Operand, RopeMode};
@@ -58,24 +59,15 @@ pub fn graph_with(b: &mut Builder, n_ff_shexp: usize) -> Result<Outputs, BuildEr
         ..Ffn::SWIGLU
     };
     let (_, mut inp) = b.inp_embd()?;
+    let attn = PreNormAttn {
+        rope_freqs: None,
+        kq_scale,
+        qk_norm: QkNorm::BeforeRope,
+        out_bias: true,
+    };
     for il in 0..hp.n_layer {
-        let nq = (head * hp.n_head[il]) as i64;
-        let attn_norm = b.lw(il, "attn_norm.weight", &[n_embd])?;
-        let wo = b.lw(il, "attn_output.weight", &[nq, n_embd])?;
-        let wo_b = b.lw_opt(il, "attn_output.bias", &[n_embd])?;
+        let ffn_inp = b.pre_norm_attn(il, inp, attn)?;
         let ffn_norm = b.lw(il, "ffn_norm.weight", &[n_embd])?;
-
-        let cur = b.rms_norm(inp, Some(attn_norm), hp.eps_rms);
-        let (q, k, v) = b.qkv(il, cur)?;
-        let (q, k) = b.qk_norm(il, q, k)?;
-        let (q, k) = b.rope_qk(q, k, None, false);
-        let mut cur = b.attn(il, q, k, v, wo, wo_b, kq_scale);
-        let mut res = inp;
-        if il == hp.n_layer - 1 {
-            cur = b.get_rows_out(cur);
-            res = b.get_rows_out(res);
-        }
-        let ffn_inp = b.add(cur, Operand::Node(res));
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let cur = if il < e.n_layer_dense_lead {
             b.ffn_layer(il, x, plain)?

@@ -3,6 +3,7 @@
 //! the FFN takes no per-tensor scales. Experts in the file are ignored (only
 //! `ernie4_5-moe` reads them).
 
+use super::super::blocks::{PreNormAttn, QkNorm};
 use super::super::builder::{BuildError, Builder, Ffn, Moe, Outputs};
 use super::super::{Operand, RopeMode};
 use super::def::{no_hparams, ArchDef, Memory, Rope};
@@ -40,22 +41,15 @@ pub fn graph_with(b: &mut Builder, moe: bool) -> Result<Outputs, BuildError> {
         ..Ffn::SWIGLU
     };
     let (tok_embd, mut inp) = b.inp_embd()?;
+    let attn = PreNormAttn {
+        rope_freqs: None,
+        kq_scale,
+        qk_norm: QkNorm::None,
+        out_bias: false,
+    };
     for il in 0..hp.n_layer {
-        let nq = (head * hp.n_head[il]) as i64;
-        let attn_norm = b.lw(il, "attn_norm.weight", &[n_embd])?;
-        let wo = b.lw(il, "attn_output.weight", &[nq, n_embd])?;
+        let ffn_inp = b.pre_norm_attn(il, inp, attn)?;
         let ffn_norm = b.lw(il, "ffn_norm.weight", &[n_embd])?;
-
-        let cur = b.rms_norm(inp, Some(attn_norm), hp.eps_rms);
-        let (q, k, v) = b.qkv(il, cur)?;
-        let (q, k) = b.rope_qk(q, k, None, false);
-        let mut cur = b.attn(il, q, k, v, wo, None, kq_scale);
-        let mut res = inp;
-        if il == hp.n_layer - 1 {
-            cur = b.get_rows_out(cur);
-            res = b.get_rows_out(res);
-        }
-        let ffn_inp = b.add(cur, Operand::Node(res));
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let is_moe = moe && il >= e.n_layer_dense_lead && (il + 1) % e.n_moe_layer_step == 0;
         let cur = if is_moe {

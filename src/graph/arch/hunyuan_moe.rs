@@ -3,6 +3,7 @@
 //! rotation, then in every layer a shared FFN (`expert_shared_feed_forward_length` rows,
 //! else `feed_forward_length`) plus softmax-routed experts with normalised weights.
 
+use super::super::blocks::{PreNormAttn, QkNorm};
 use super::super::builder::{BuildError, Builder, Ffn, Moe, Outputs};
 use super::super::params::ArchParams;
 use super::super::{Operand, RopeMode};
@@ -41,24 +42,15 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         ..Moe::SOFTMAX
     };
     let (tok_embd, mut inp) = b.inp_embd()?;
+    let attn = PreNormAttn {
+        rope_freqs: rope_freqs,
+        kq_scale,
+        qk_norm: QkNorm::AfterRope,
+        out_bias: true,
+    };
     for il in 0..hp.n_layer {
-        let nq = (head * hp.n_head[il]) as i64;
-        let attn_norm = b.lw(il, "attn_norm.weight", &[n_embd])?;
-        let wo = b.lw(il, "attn_output.weight", &[nq, n_embd])?;
-        let wo_b = b.lw_opt(il, "attn_output.bias", &[n_embd])?;
+        let ffn_inp = b.pre_norm_attn(il, inp, attn)?;
         let ffn_norm = b.lw(il, "ffn_norm.weight", &[n_embd])?;
-
-        let cur = b.rms_norm(inp, Some(attn_norm), hp.eps_rms);
-        let (q, k, v) = b.qkv(il, cur)?;
-        let (q, k) = b.rope_qk(q, k, rope_freqs, false);
-        let (q, k) = b.qk_norm(il, q, k)?;
-        let mut cur = b.attn(il, q, k, v, wo, wo_b, kq_scale);
-        let mut res = inp;
-        if il == hp.n_layer - 1 {
-            cur = b.get_rows_out(cur);
-            res = b.get_rows_out(res);
-        }
-        let ffn_inp = b.add(cur, Operand::Node(res));
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let n_ff_shexp = match hp.ext.n_ff_shexp {
             0 => hp.n_ff[il],

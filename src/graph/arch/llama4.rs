@@ -114,13 +114,8 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             q = b.head_rms_norm_plain(q, head, hp.eps_rms);
             k = b.head_rms_norm_plain(k, head, hp.eps_rms);
         }
-        let mut cur = b.attn(il, q, k, v, wo, wo_b, kq_scale);
-        let mut res = inp;
-        if il == hp.n_layer - 1 {
-            cur = b.get_rows_out(cur);
-            res = b.get_rows_out(res);
-        }
-        let ffn_inp = b.add(cur, Operand::Node(res));
+        let cur = b.attn(il, q, k, v, wo, wo_b, kq_scale);
+        let ffn_inp = b.residual(il, cur, inp);
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let is_moe = e.n_moe_layer_step > 0 && (il + 1) % e.n_moe_layer_step == 0;
         let cur = if is_moe {

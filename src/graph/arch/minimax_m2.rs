@@ -68,13 +68,8 @@ pub fn graph_with(b: &mut Builder, moe: Moe, k_norm_len: i64) -> Result<Outputs,
         let q = b.rms_norm(q, Some(q_norm), hp.eps_rms);
         let k = b.rms_norm(k, Some(k_norm), hp.eps_rms);
         let (q, k) = b.rope_qk(q, k, None, false);
-        let mut cur = b.attn(il, q, k, v, wo, None, kq_scale);
-        let mut res = inp;
-        if il == hp.n_layer - 1 {
-            cur = b.get_rows_out(cur);
-            res = b.get_rows_out(res);
-        }
-        let ffn_inp = b.add(cur, Operand::Node(res));
+        let cur = b.attn(il, q, k, v, wo, None, kq_scale);
+        let ffn_inp = b.residual(il, cur, inp);
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let cur = b.moe_layer(il, x, hp.n_ff[il], moe)?;
         inp = b.add(cur, Operand::Node(ffn_inp));

@@ -15,6 +15,7 @@ pub mod arctic;
 pub mod baichuan;
 pub mod bailingmoe;
 pub mod bailingmoe2;
+pub mod bailingmoe3;
 pub mod bloom;
 pub mod chatglm;
 pub mod codeshell;
@@ -56,6 +57,7 @@ pub mod internlm2;
 pub mod jais;
 pub mod jais2;
 pub mod jamba;
+pub mod kimi_k3;
 pub mod lfm2;
 pub mod llama;
 pub mod llama4;
@@ -204,6 +206,8 @@ pub static REGISTRY: &[&ArchDef] = &[
     &exaone_moe::DEF,
     &qwen35::DEF,
     &qwen3next::DEF,
+    &bailingmoe3::DEF,
+    &kimi_k3::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

@@ -28,13 +28,8 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let cur = b.layer_norm(inp, Some(attn_norm), Some(attn_norm_b), hp.eps_norm);
         let (q, k, v) = b.qkv(il, cur)?;
         let (q, k) = b.rope_qk(q, k, None, false);
-        let mut cur = b.attn(il, q, k, v, wo, None, kq_scale);
-        let mut res = inp;
-        if il == hp.n_layer - 1 {
-            cur = b.get_rows_out(cur);
-            res = b.get_rows_out(res);
-        }
-        let ffn_inp = b.add(cur, Operand::Node(res));
+        let cur = b.attn(il, q, k, v, wo, None, kq_scale);
+        let ffn_inp = b.residual(il, cur, inp);
         let cur = b.layer_norm(ffn_inp, Some(ffn_norm), Some(ffn_norm_b), hp.eps_norm);
         let ffn = Ffn {
             scaled: false,

@@ -58,13 +58,8 @@ pub fn graph_with(b: &mut Builder, l: Qwen2Layers) -> Result<Outputs, BuildError
         } else {
             (q, k)
         };
-        let mut cur = b.attn(il, q, k, v, wo, wo_b, l.kq_scale);
-        let mut res = inp;
-        if il == hp.n_layer - 1 {
-            cur = b.get_rows_out(cur);
-            res = b.get_rows_out(res);
-        }
-        let ffn_inp = b.add(cur, Operand::Node(res));
+        let cur = b.attn(il, q, k, v, wo, wo_b, l.kq_scale);
+        let ffn_inp = b.residual(il, cur, inp);
         let cur = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let ffn = Ffn {
             scaled: false,

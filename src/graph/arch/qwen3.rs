@@ -1,6 +1,7 @@
 //! `qwen3` (upstream's src/models/qwen3.cpp): llama's structure with NeoX rotary
 //! embeddings and per-head RMS norms of Q and K before the rotation.
 
+use super::super::blocks::{PreNormAttn, QkNorm};
 use super::super::builder::{BuildError, Builder, Ffn, Moe, Outputs};
 use super::super::{Operand, RopeMode};
 use super::def::{no_hparams, ArchDef, Memory, Rope};
@@ -29,24 +30,15 @@ pub fn graph_with(b: &mut Builder, scaled: bool) -> Result<Outputs, BuildError> 
     let n_embd = hp.n_embd as i64;
     let kq_scale = b.kq_scale();
     let (tok_embd, mut inp) = b.inp_embd()?;
+    let attn = PreNormAttn {
+        rope_freqs: None,
+        kq_scale,
+        qk_norm: QkNorm::BeforeRope,
+        out_bias: true,
+    };
     for il in 0..hp.n_layer {
-        let nq = (hp.head_k * hp.n_head[il]) as i64;
-        let attn_norm = b.lw(il, "attn_norm.weight", &[n_embd])?;
-        let wo = b.lw(il, "attn_output.weight", &[nq, n_embd])?;
-        let wo_b = b.lw_opt(il, "attn_output.bias", &[n_embd])?;
+        let ffn_inp = b.pre_norm_attn(il, inp, attn)?;
         let ffn_norm = b.lw(il, "ffn_norm.weight", &[n_embd])?;
-
-        let cur = b.rms_norm(inp, Some(attn_norm), hp.eps_rms);
-        let (q, k, v) = b.qkv(il, cur)?;
-        let (q, k) = b.qk_norm(il, q, k)?;
-        let (q, k) = b.rope_qk(q, k, None, false);
-        let mut cur = b.attn(il, q, k, v, wo, wo_b, kq_scale);
-        let mut res = inp;
-        if il == hp.n_layer - 1 {
-            cur = b.get_rows_out(cur);
-            res = b.get_rows_out(res);
-        }
-        let ffn_inp = b.add(cur, Operand::Node(res));
         let cur = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let cur = if hp.n_expert == 0 {
             b.ffn_layer(il, cur, ffn)?

@@ -86,17 +86,12 @@ pub fn graph_with(b: &mut Builder, kind: QwenGdn) -> Result<Outputs, BuildError>
         let attn_norm = b.lw(il, "attn_norm.weight", &[n_embd])?;
         let post_norm = b.lw(il, "post_attention_norm.weight", &[n_embd])?;
         let cur = b.rms_norm(inp, Some(attn_norm), hp.eps_rms);
-        let mut cur = if hp.is_recurrent(il) {
+        let cur = if hp.is_recurrent(il) {
             b.qwen_gdn_layer(il, cur, kind)?
         } else {
             gated_attn(b, il, cur)?
         };
-        let mut res = inp;
-        if il == hp.n_layer - 1 {
-            cur = b.get_rows_out(cur);
-            res = b.get_rows_out(res);
-        }
-        let ffn_res = b.add(cur, Operand::Node(res));
+        let ffn_res = b.residual(il, cur, inp);
         let x = b.rms_norm(ffn_res, Some(post_norm), hp.eps_rms);
         let out = if moe {
             moe_ffn(b, il, x, kind)?

@@ -33,13 +33,8 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         if (il + 1) % NO_ROPE_STEP != 0 {
             (q, k) = b.rope_qk(q, k, None, false);
         }
-        let mut cur = b.attn(il, q, k, v, wo, wo_b, kq_scale);
-        let mut res = inp;
-        if il == hp.n_layer - 1 {
-            cur = b.get_rows_out(cur);
-            res = b.get_rows_out(res);
-        }
-        let ffn_inp = b.add(cur, Operand::Node(res));
+        let cur = b.attn(il, q, k, v, wo, wo_b, kq_scale);
+        let ffn_inp = b.residual(il, cur, inp);
         let cur = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let ffn = Ffn {
             bias: true,

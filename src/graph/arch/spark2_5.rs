@@ -82,13 +82,8 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             t,
         );
         let gated = b.mul(kqv, Operand::Node(gate));
-        let mut cur = b.mul_mat(wo, gated);
-        let mut res = inp;
-        if il == hp.n_layer - 1 {
-            cur = b.get_rows_out(cur);
-            res = b.get_rows_out(res);
-        }
-        let ffn_inp = b.add(cur, Operand::Node(res));
+        let cur = b.mul_mat(wo, gated);
+        let ffn_inp = b.residual(il, cur, inp);
         let cur = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let ffn = Ffn {
             act: GluKind::Geglu,

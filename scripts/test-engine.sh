@@ -38,7 +38,9 @@ ln -sf libllama.so "$ours/libllama.so.0"
 # requantized copies of the real model, cached beside it
 models_dir="$LLAMA_HOTSWAP_CACHE/models/engine"
 mkdir -p "$models_dir"
-for t in Q8_0 Q4_0 F16; do
+# (Q4_K_M: SmolLM2's 576-wide rows are no multiple of 256, so llama-quantize falls back to
+# Q5_0 for most of them: the fast mode's Q5_0 product, with Q4_K/Q6_K ffn_down beside it)
+for t in Q8_0 Q4_0 F16 Q4_K_M; do
     f="$models_dir/SmolLM2-135M-Instruct.$t.gguf"
     [ -s "$f" ] || LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --allow-requantize "$model" "$f.tmp" "$t" \
         >"$out/quantize-$t.log" 2>&1 && mv "$f.tmp" "$f" 2>/dev/null || true
@@ -56,7 +58,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 glm5-next"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -174,6 +176,25 @@ check_archs() {
             fi
         done
     fi
+    # GLM5-Next's k-pool indexer selection is not computed: contexts where it would drop
+    # cells (more than top_k cells per sequence; a copy with top_k = 4) must be refused with
+    # a log line naming top_k, never decoded with the full attention
+    if [[ " ${archs[*]} " == *" glm5-next "* ]]; then
+        f="$derived/glm5-next-moe.topk4.gguf"
+        if [ ! -s "$f" ]; then
+            setmeta="$("$py" -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')/scripts/gguf_set_metadata.py"
+            cp "$fixtures/glm5-next-moe.gguf" "$f.tmp" \
+                && "$py" "$setmeta" "$f.tmp" glm5-next.attention.indexer.top_k 4 --force >/dev/null 2>&1 \
+                && mv "$f.tmp" "$f"
+        fi
+        local rc=0
+        LD_LIBRARY_PATH="$ours" "$out/probe_decode" "$f" /dev/null 1 1 5 9 >/dev/null 2>"$out/glm5-next-topk4.err" || rc=$?
+        if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && grep -q "top_k" "$out/glm5-next-topk4.err"; then
+            echo "ok   glm5-next-moe-topk4 refused: $(grep -m1 top_k "$out/glm5-next-topk4.err" | cut -c1-200)"; passed=$((passed + 1))
+        else
+            echo "FAIL glm5-next-moe-topk4: exit $rc, $(tail -2 "$out/glm5-next-topk4.err")"; failed=$((failed + 1))
+        fi
+    fi
     # ALiBi on its other attention paths: without flash attention (SOFT_MAX_EXT with the
     # slopes), and a 70-token micro-batch (the tiled flash attention)
     if [[ " ${archs[*]} " == *" bloom "* ]]; then
@@ -200,6 +221,7 @@ HOSTILE_ROWS=(
     "qwen3next qwen3next-moe blk.0.ssm_ba.weight blk.1.ffn_gate_inp_shexp.weight"
     "bailingmoe3 bailingmoe3-moe blk.1.ssm_conv1d_k.weight blk.0.attn_gate.weight"
     "kimi-k3 kimi-k3-moe blk.1.ffn_routed_up.weight output_res_score.weight"
+    "glm5-next glm5-next-moe blk.0.indexer_compressor_ape.weight blk.1.hc_ffn_fn.weight"
 )
 check_hostile() {
     local row arch fixture dropped shrunk mode tensor f rc py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"
@@ -231,6 +253,8 @@ check_hostile() {
 # re-quantizes its activations, any change of float order gives KL ~2e-3: upstream's own two
 # builds (AVX2 and generic, i.e. our exact mode with LLAMA_HOTSWAP_KERNELS=scalar or not) are
 # 1.9e-3 apart there (measured 2026-11-28), so that row has upstream's quantized bound, 1e-2.
+# So has Q4_K_M, mostly Q5_0 on SmolLM2 (r8 products, integer sums per block, against the
+# exact mode's tinyBLAS lanes): fast vs exact 3.5e-3, upstream's AVX2 vs generic 3.6e-3.
 check_fast() { # NAME MODEL MAX_KL [env...]
     local name=$1 file=$2 max_kl=$3; shift 3
     local mode
@@ -257,9 +281,9 @@ check_fast() { # NAME MODEL MAX_KL [env...]
 }
 run_fast_rows() {
     check_fast fast-smollm2-q4_1 "$model" 1e-4
-    for t in Q8_0 Q4_0 F16 IQ4_NL-pure; do
+    for t in Q8_0 Q4_0 F16 IQ4_NL-pure Q4_K_M; do
         f="$models_dir/SmolLM2-135M-Instruct.$t.gguf"
-        kl=1e-4; [ "$t" = Q8_0 ] && kl=1e-2
+        kl=1e-4; [ "$t" = Q8_0 ] || [ "$t" = Q4_K_M ] && kl=1e-2
         if [ -s "$f" ]; then check_fast "fast-smollm2-${t,,}" "$f" "$kl"; fi
     done
     check_fast fast-smollm2-q8_0-1thread "$models_dir/SmolLM2-135M-Instruct.Q8_0.gguf" 1e-2 PROBE_THREADS=1
@@ -294,7 +318,7 @@ fi
 # the rows within KL 1e-3.
 # lfm2 is left out: upstream aborts in this probe (GGML_ASSERT(buffer) in ggml-backend.cpp, its
 # sliding-window hybrid memory)
-RECURRENT_ARCHS="mamba mamba2 granitehybrid jamba nemotron_h nemotron_h_moe falcon-h1 lfm2moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3"
+RECURRENT_ARCHS="mamba mamba2 granitehybrid jamba nemotron_h nemotron_h_moe falcon-h1 lfm2moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 glm5-next"
 check_recurrent() {
     local arch f name side lib stats
     for arch in $RECURRENT_ARCHS; do

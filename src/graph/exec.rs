@@ -852,6 +852,12 @@ impl CpuExecutor {
                                 *d = d.min(*l) * y.clamp(-*l, *l);
                             }
                         }
+                        GluKind::SwigluClamp(l) => {
+                            for ((d, &g), &y) in dst.iter_mut().zip(gt).zip(u) {
+                                let g = g.min(*l);
+                                *d = g / (1.0 + (-g).exp()) * y.clamp(-*l, *l);
+                            }
+                        }
                         GluKind::Situ(beta, lb) => {
                             let sigmoid = |v: f32| 1.0 / (1.0 + (-v).exp());
                             for ((d, &g), &y) in dst.iter_mut().zip(gt).zip(u) {
@@ -1264,6 +1270,52 @@ impl CpuExecutor {
                             sum = x[h * *n + i].mul_add(wv, sum);
                         }
                         *d = sum;
+                    }
+                }
+            }
+            Op::HcMix {
+                mixes,
+                scale,
+                base,
+                hc,
+                eps,
+                iters,
+            } => {
+                let hc = *hc;
+                self.load_vec(model, &g.weights[scale.0])?;
+                let s = [self.wvec[0], self.wvec[1], self.wvec[2]];
+                self.load_vec(model, &g.weights[base.0])?;
+                let base = &self.wvec;
+                let n_mix = (2 + hc) * hc;
+                let (dst, [m]) = carve(&mut self.arena, dst_r, [range(&nodes[*mixes])]);
+                for (d, m) in dst.chunks_exact_mut(n_mix).zip(m.chunks_exact(n_mix)) {
+                    ops::hc_mix(m, s, base, hc, *eps, *iters, d);
+                }
+            }
+            Op::HcPost { x, res, post, comb } => {
+                let n = nodes[*x].ne0;
+                let hc = nodes[*post].ne0;
+                let (dst, [x, r, p, c]) = carve(
+                    &mut self.arena,
+                    dst_r,
+                    [
+                        range(&nodes[*x]),
+                        range(&nodes[*res]),
+                        range(&nodes[*post]),
+                        range(&nodes[*comb]),
+                    ],
+                );
+                for (t, d) in dst.chunks_exact_mut(n * hc).enumerate() {
+                    let (x, r) = (&x[t * n..(t + 1) * n], &r[t * n * hc..(t + 1) * n * hc]);
+                    let (p, c) = (&p[t * hc..(t + 1) * hc], &c[t * hc * hc..(t + 1) * hc * hc]);
+                    for (dst_s, d) in d.chunks_exact_mut(n).enumerate() {
+                        for (i, d) in d.iter_mut().enumerate() {
+                            let mut sum = x[i] * p[dst_s];
+                            for src in 0..hc {
+                                sum = r[src * n + i].mul_add(c[dst_s + hc * src], sum);
+                            }
+                            *d = sum;
+                        }
                     }
                 }
             }

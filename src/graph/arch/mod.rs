@@ -41,6 +41,7 @@ pub mod gemma2;
 pub mod gemma3;
 pub mod glm4;
 pub mod glm4moe;
+pub mod glm5_next;
 pub mod glm_dsa;
 pub mod gpt2;
 pub mod gpt_oss;
@@ -208,6 +209,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &qwen3next::DEF,
     &bailingmoe3::DEF,
     &kimi_k3::DEF,
+    &glm5_next::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

@@ -1090,6 +1090,25 @@ impl<'m> Builder<'m> {
         self.moe_ffn_routed(x, logits, w, n_used, m, route)
     }
 
+    /// [`Builder::moe_ffn_with`] routed by the given router `logits` (`[n_expert, T]`,
+    /// upstream's `probs_in`: Kimi-K3 routes by the full-width input while its experts read a
+    /// down-projected one); `w.gate_inp` and `w.gate_inp_b` are not read.
+    pub fn moe_ffn_logits(
+        &mut self,
+        x: NodeId,
+        logits: NodeId,
+        w: MoeWeights,
+        n_used: usize,
+        m: Moe,
+        weight_before: bool,
+    ) -> NodeId {
+        let route = MoeRoute {
+            weight_before,
+            ..MoeRoute::default()
+        };
+        self.moe_ffn_routed(x, logits, w, n_used, m, route)
+    }
+
     /// [`Builder::moe_ffn`] from router logits the caller computed (upstream's `probs_in`;
     /// `w.gate_inp` is not read), with `route`'s choices.
     pub fn moe_ffn_routed(

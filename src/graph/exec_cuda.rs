@@ -260,6 +260,7 @@ impl CudaExecutor {
             Op::MulMatAdapter { .. } | Op::GetRowsAdapter { .. } | Op::AddAdapter { .. } => false,
             Op::MulRep { .. } | Op::SsmConv { .. } | Op::SsmScan { .. } => false,
             Op::Softplus { .. } | Op::RepeatHeads { .. } | Op::GatedDeltaNet { .. } => false,
+            Op::SumRows { .. } | Op::HcPre { .. } | Op::HcMix { .. } | Op::HcPost { .. } => false,
             Op::Gelu { .. }
             | Op::Relu { .. }
             | Op::Sqr { .. }
@@ -554,6 +555,10 @@ impl CudaExecutor {
             | Op::SsmScan { .. }
             | Op::LightningIndexer { .. }
             | Op::Softplus { .. }
+            | Op::SumRows { .. }
+            | Op::HcPre { .. }
+            | Op::HcMix { .. }
+            | Op::HcPost { .. }
             | Op::RepeatHeads { .. }
             | Op::GatedDeltaNet { .. } => {
                 // `side` sends these to the CPU

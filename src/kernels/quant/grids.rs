@@ -17,6 +17,8 @@ pub(super) struct Grid<const D: usize> {
     map: Vec<i32>,
     /// Neighbour lists: a count, then that many grid indices.
     neighbours: Vec<u16>,
+    /// Bits per packed level (2 for IQ1/IQ2, 3 for IQ3).
+    bits: u32,
 }
 
 /// Where a packed point lies: on the grid (its index) or off it (its neighbours).
@@ -94,7 +96,18 @@ impl<const D: usize> Grid<D> {
             points,
             map,
             neighbours,
+            bits,
         }
+    }
+
+    /// The first `D` levels of `l` packed as the map's key.
+    #[inline]
+    pub fn pack(&self, l: &[i8]) -> usize {
+        let mut u = 0usize;
+        for (i, &v) in l.iter().enumerate().take(D) {
+            u |= (v as usize) << (self.bits as usize * i);
+        }
+        u
     }
 
     /// Looks up the packed point `u`.

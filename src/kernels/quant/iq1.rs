@@ -4,9 +4,9 @@
 //! snaps to the 2048-point grid. IQ1_S requires an importance matrix, IQ1_M does not.
 
 use super::blocks::QK_K;
+use super::grid_search::{fmax, sum_sq};
 use super::grids::{self, Grid, Lookup};
 use super::helpers::*;
-use super::iq2::{fmax, sum_sq};
 
 pub(crate) const IQ1_S_BYTES: usize = 50; // f16 d; u8 qs[32]; u16 qh[8]
 pub(crate) const IQ1_M_BYTES: usize = 56; // u8 qs[32]; u8 qh[16]; u16 scales[4]
@@ -76,15 +76,6 @@ fn best_neighbour2(
     index
 }
 
-#[inline]
-fn pack2(l: &[i8]) -> usize {
-    let mut u = 0usize;
-    for (j, &v) in l.iter().enumerate().take(8) {
-        u |= (v as usize) << (2 * j);
-    }
-    u
-}
-
 /// Grid index of the 8 levels at `l` (snapped to the best neighbour when off the grid), and
 /// whether they were on it.
 fn snap(
@@ -95,7 +86,7 @@ fn snap(
     xx: &[f32; 3],
     l: &mut [i8],
 ) -> (usize, bool) {
-    match grid.lookup(pack2(l)) {
+    match grid.lookup(grid.pack(l)) {
         Lookup::OnGrid(i) => (i, true),
         Lookup::Neighbours(n) => (best_neighbour2(n, grid, xb, weight, scale, xx, l), false),
     }

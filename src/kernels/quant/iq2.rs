@@ -4,7 +4,8 @@
 //! count of negatives). Every float operation is in upstream's order.
 
 use super::blocks::QK_K;
-use super::grids::{self, Grid, Lookup};
+use super::grid_search::*;
+use super::grids::{self, Grid};
 use super::helpers::*;
 
 pub(crate) const IQ2_XXS_BYTES: usize = 66; // f16 d; u16 qs[32]
@@ -14,144 +15,6 @@ pub(crate) const IQ2_S_BYTES: usize = 82; // f16 d; u8 qs[64]; u8 qh[8]; u8 scal
 const GROUP_MAX_EPS_IQ2_S: f32 = 1e-8;
 const KMAXQ: i32 = 3;
 
-#[inline(always)]
-pub(super) fn fmax(a: f32, b: f32) -> f32 {
-    if a > b {
-        a
-    } else {
-        b
-    }
-}
-
-/// Sum of squares of a super-block, in order.
-#[inline]
-pub(super) fn sum_sq(x: &[f32]) -> f32 {
-    let mut s = 0.0f32;
-    for &v in x {
-        s += v * v;
-    }
-    s
-}
-
-/// Magnitudes of 8 values into `xval` and their sign bits; with `even`, an odd count of
-/// negatives flips the least important value (smallest `w * x^2`) so the count is even, and
-/// only 7 bits are returned.
-#[inline]
-pub(super) fn signs8(xb: &[f32], w: &[f32], xval: &mut [f32], even: bool) -> u8 {
-    let mut nflip = 0;
-    let mut s = 0u8;
-    for i in 0..8 {
-        if xb[i] >= 0.0 {
-            xval[i] = xb[i];
-        } else {
-            xval[i] = -xb[i];
-            nflip += 1;
-            s |= 1 << i;
-        }
-    }
-    if !even {
-        return s;
-    }
-    if nflip % 2 == 1 {
-        let mut imin = 0;
-        let mut min = w[0] * xb[0] * xb[0];
-        for i in 1..8 {
-            let ax = w[i] * xb[i] * xb[i];
-            if ax < min {
-                min = ax;
-                imin = i;
-            }
-        }
-        xval[imin] = -xval[imin];
-        s ^= 1 << imin;
-    }
-    s & 127
-}
-
-/// `iq2_find_best_neighbour` / `iq3_find_best_neighbour`: the neighbour with the least
-/// weighted squared error at `scale`; writes its levels to `l`.
-#[inline]
-pub(super) fn best_neighbour<const D: usize>(
-    neighbours: &[u16],
-    grid: &Grid<D>,
-    xval: &[f32],
-    weight: &[f32],
-    scale: f32,
-    l: &mut [i8],
-) -> usize {
-    let mut best_d2 = f32::MAX;
-    // Upstream asserts a neighbour wins (only NaN errors miss them all): the first then.
-    let mut index = usize::from(neighbours[0]);
-    for &j in neighbours {
-        let pg = &grid.points[usize::from(j)];
-        let mut d2 = 0.0f32;
-        for i in 0..D {
-            let q = f32::from(pg[i]);
-            let diff = scale * q - xval[i];
-            d2 += weight[i] * diff * diff;
-        }
-        if d2 < best_d2 {
-            best_d2 = d2;
-            index = usize::from(j);
-        }
-    }
-    let pg = &grid.points[index];
-    for i in 0..D {
-        l[i] = (pg[i] - 1) / 2;
-    }
-    index
-}
-
-/// Packs 8 levels (0..3) of 2 bits each.
-#[inline]
-fn pack2(l: &[i8]) -> usize {
-    let mut u = 0usize;
-    for (i, &v) in l.iter().enumerate().take(8) {
-        u |= (v as usize) << (2 * i);
-    }
-    u
-}
-
-/// Levels of 8 values at inverse scale `id`, clamped to 0..kMaxQ-1.
-#[inline]
-fn levels8(xval: &[f32], id: f32, l: &mut [i8]) {
-    for i in 0..8 {
-        let v = nearest_int(0.5 * (id * xval[i] - 1.0));
-        l[i] = v.clamp(0, KMAXQ - 1) as i8;
-    }
-}
-
-/// (sum w x q, sum w q^2) with q = 2l + 1.
-#[inline]
-pub(super) fn sums(weight: &[f32], xval: &[f32], l: &[i8]) -> (f32, f32) {
-    let mut sumqx = 0.0f32;
-    let mut sumq2 = 0.0f32;
-    for i in 0..weight.len() {
-        let w = weight[i];
-        let q = (2 * i32::from(l[i]) + 1) as f32;
-        sumqx += w * xval[i] * q;
-        sumq2 += w * q * q;
-    }
-    (sumqx, sumq2)
-}
-
-/// Snaps the 8 levels at `l` to the grid: on it, its index; off it, the best neighbour at
-/// `scale` (levels rewritten). Returns (index, was on grid).
-#[inline]
-fn snap(grid: &Grid<8>, xval: &[f32], waux: &[f32], scale: f32, l: &mut [i8]) -> (usize, bool) {
-    match grid.lookup(pack2(l)) {
-        Lookup::OnGrid(i) => (i, true),
-        Lookup::Neighbours(n) => (best_neighbour(n, grid, xval, waux, scale, l), false),
-    }
-}
-
-#[inline]
-fn grid_index(grid: &Grid<8>, l: &[i8]) -> usize {
-    // Upstream aborts on a point off the grid here ("Oops: found point"); the search above
-    // always ends on the grid, so this cannot happen.
-    grid.index(pack2(l)).unwrap_or(0)
-}
-
 #[inline]
 fn weights(qw: &[f32], xb: &[f32], sigma2: f32, weight: &mut [f32], waux: &mut [f32]) {
     for i in 0..xb.len() {
@@ -160,12 +23,6 @@ fn weights(qw: &[f32], xb: &[f32], sigma2: f32, weight: &mut [f32], waux: &mut [
     for i in 0..xb.len() {
         waux[i] = weight[i].sqrt();
     }
-}
-
-/// The 4-bit sub-block scale of `scale` at super-block inverse scale `id`.
-#[inline]
-fn scale4(id: f32, scale: f32) -> i32 {
-    nearest_int(0.5 * (id * scale - 1.0)).clamp(0, 15)
 }
 
 /// `quantize_row_iq2_xxs_impl` (an importance matrix is required).
@@ -221,7 +78,7 @@ pub(super) fn iq2_xxs(x: &[f32], y: &mut [u8], quant_weights: Option<&[f32]>) {
                 let this_scale = 1.0 / id;
                 for k in 0..4 {
                     let r = 8 * k..8 * k + 8;
-                    levels8(&xval[r.clone()], id, &mut laux[r.clone()]);
+                    levels(&xval[r.clone()], id, KMAXQ, &mut laux[r.clone()]);
                     snap(
                         grid,
                         &xval[r.clone()],
@@ -241,7 +98,7 @@ pub(super) fn iq2_xxs(x: &[f32], y: &mut [u8], quant_weights: Option<&[f32]>) {
                 let id = 1.0 / scale;
                 for k in 0..4 {
                     let r = 8 * k..8 * k + 8;
-                    levels8(&xval[r.clone()], id, &mut l[r.clone()]);
+                    levels(&xval[r.clone()], id, KMAXQ, &mut l[r.clone()]);
                     let (gi, _) = snap(grid, &xval[r.clone()], &waux[r.clone()], scale, &mut l[r]);
                     let pg = &grid.points[gi];
                     for i in 0..8 {
@@ -303,7 +160,7 @@ fn search16(
         let this_scale = 1.0 / id;
         for k in 0..2 {
             let r = 8 * k..8 * k + 8;
-            levels8(&xval[r.clone()], id, &mut laux[r.clone()]);
+            levels(&xval[r.clone()], id, KMAXQ, &mut laux[r.clone()]);
             let (_, on) = snap(
                 grid,
                 &xval[r.clone()],
@@ -328,7 +185,7 @@ fn search16(
                 continue;
             }
             let r = 8 * k..8 * k + 8;
-            levels8(&xval[r.clone()], id, &mut l[r.clone()]);
+            levels(&xval[r.clone()], id, KMAXQ, &mut l[r.clone()]);
             snap(grid, &xval[r.clone()], &waux[r.clone()], scale, &mut l[r]);
         }
         let (sumqx, sumq2) = sums(weight, xval, l);

@@ -3,40 +3,15 @@
 //! 4-wide points with levels {1, 3, .., 15}; the importance matrix is optional.
 
 use super::blocks::QK_K;
+use super::grid_search::*;
 use super::grids::{self, Grid, Lookup};
 use super::helpers::*;
-use super::iq2::{best_neighbour, fmax, signs8, sum_sq, sums};
 
 pub(crate) const IQ3_XXS_BYTES: usize = 98; // f16 d; u8 qs[64]; u32 scales_and_signs[8]
 pub(crate) const IQ3_S_BYTES: usize = 110; // f16 d; u8 qs[64]; u8 qh[8]; u8 signs[32]; u8 scales[4]
 
 const GROUP_MAX_EPS_IQ3_XXS: f32 = 1e-8;
 const KMAXQ: i32 = 8;
-
-#[inline]
-fn pack3(l: &[i8]) -> usize {
-    let mut u = 0usize;
-    for (i, &v) in l.iter().enumerate().take(4) {
-        u |= (v as usize) << (3 * i);
-    }
-    u
-}
-
-#[inline]
-fn levels4(xval: &[f32], id: f32, l: &mut [i8]) {
-    for i in 0..4 {
-        let v = nearest_int(0.5 * (id * xval[i] - 1.0));
-        l[i] = v.clamp(0, KMAXQ - 1) as i8;
-    }
-}
-
-#[inline]
-fn snap(grid: &Grid<4>, xval: &[f32], waux: &[f32], scale: f32, l: &mut [i8]) -> (usize, bool) {
-    match grid.lookup(pack3(l)) {
-        Lookup::OnGrid(i) => (i, true),
-        Lookup::Neighbours(n) => (best_neighbour(n, grid, xval, waux, scale, l), false),
-    }
-}
 
 /// Weights of one block: with an importance matrix `qw * sqrt(sigma2 + x^2)`, else `x^2`;
 /// `waux` their square roots.
@@ -85,7 +60,7 @@ fn search32(
         let this_scale = 1.0 / id;
         for k in 0..8 {
             let r = 4 * k..4 * k + 4;
-            levels4(&xval[r.clone()], id, &mut laux[r.clone()]);
+            levels(&xval[r.clone()], id, KMAXQ, &mut laux[r.clone()]);
             let (_, on) = snap(
                 grid,
                 &xval[r.clone()],
@@ -111,8 +86,8 @@ fn search32(
             }
             let r = 4 * k..4 * k + 4;
             let mut lk = [0i8; 4];
-            levels4(&xval[r.clone()], id, &mut lk);
-            let gi = match grid.lookup(pack3(&lk)) {
+            levels(&xval[r.clone()], id, KMAXQ, &mut lk);
+            let gi = match grid.lookup(grid.pack(&lk)) {
                 Lookup::OnGrid(i) => i,
                 Lookup::Neighbours(n) => best_neighbour(
                     n,
@@ -134,17 +109,6 @@ fn search32(
         }
     }
     scale
-}
-
-#[inline]
-fn grid_index(grid: &Grid<4>, l: &[i8]) -> usize {
-    // Upstream aborts on a point off the grid here; the search always ends on the grid.
-    grid.index(pack3(l)).unwrap_or(0)
-}
-
-#[inline]
-fn scale4(id: f32, scale: f32) -> i32 {
-    nearest_int(0.5 * (id * scale - 1.0)).clamp(0, 15)
 }
 
 /// `quantize_row_iq3_xxs_impl(256, ...)`.

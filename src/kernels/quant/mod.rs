@@ -11,6 +11,7 @@
 //! types' search tables (built once, on first use).
 
 mod blocks;
+mod grid_search;
 mod grids;
 pub mod helpers;
 mod iq1;

@@ -29,6 +29,7 @@ pub mod deepseek2;
 pub mod deepseek32;
 pub mod def;
 pub mod dots1;
+pub mod dots3note;
 pub mod ernie4_5;
 pub mod ernie4_5_moe;
 pub mod exaone;
@@ -210,6 +211,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &bailingmoe3::DEF,
     &kimi_k3::DEF,
     &glm5_next::DEF,
+    &dots3note::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

@@ -364,6 +364,10 @@ impl Context {
             .any(|t| matches!(t.read().data, crate::storage::TensorData::Unallocated));
         let executor: Box<dyn Executor> = match crate::graph::exec_cuda::executor_for(&model) {
             Ok(Some(cuda)) if !dry_run => Box::new(cuda),
+            Ok(_) if !dry_run => match crate::graph::exec_rpc::executor_for(&model) {
+                Some(rpc) => Box::new(rpc),
+                None => Box::new(CpuExecutor::default()),
+            },
             Ok(_) => Box::new(CpuExecutor::default()),
             Err(e) if !dry_run => {
                 return Err(ContextError::Unsupported(format!("CUDA compute: {e}")))

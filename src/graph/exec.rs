@@ -233,7 +233,7 @@ pub fn check_weight(st: &TensorState, name: &str) -> Result<(), ExecError> {
             backend: "CPU",
             op: format!("the layers with '{name}'"),
             why: format!(
-                "it lives on rpc-server {}; computing a graph on an rpc-server is not implemented yet (docs/rpc.md): load and hot-swap work, decode does not",
+                "it lives on rpc-server {}: the CPU executor cannot read it (contexts over such a model run those layers there with the RPC executor, docs/rpc.md)",
                 a.rpc_buffer().map_or("?", |b| b.server().endpoint())
             ),
         }),

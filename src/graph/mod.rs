@@ -16,6 +16,7 @@ pub mod builder;
 pub mod delta_net;
 pub mod exec;
 pub mod exec_cuda;
+pub mod exec_rpc;
 pub mod kda;
 pub mod kernel_api;
 pub mod params;

@@ -76,11 +76,12 @@ fn start(cache: bool) -> Option<Server> {
     if let Some(d) = &dir {
         cmd.arg("-c").env("LLAMA_CACHE", d.path());
     }
-    let child = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    // LLAMA_HOTSWAP_RPC_VERBOSE=1 shows the servers' own output (to see why one stopped)
+    let shown = || match std::env::var_os("LLAMA_HOTSWAP_RPC_VERBOSE") {
+        Some(_) => Stdio::inherit(),
+        None => Stdio::null(),
+    };
+    let child = cmd.stdout(shown()).stderr(shown()).spawn().unwrap();
     let server = Server {
         child,
         endpoint: format!("127.0.0.1:{port}"),
@@ -419,13 +420,218 @@ fn a_model_on_two_servers_loads_and_hot_swaps_remotely() {
     assert_eq!(current(&model, q_last), original);
     assert_others_match_file(&model, &path, "");
 
-    // Decode is not there yet: the CPU executor says which server holds what it cannot read.
+    // The CPU executor alone cannot read remote weights; it names the server.
     let st = model.tensors.get(q0).unwrap();
     let err = llama::graph::exec::check_weight(&st.read(), q0)
         .unwrap_err()
         .to_string();
-    assert!(
-        err.contains(&a.endpoint) && err.contains("not implemented"),
-        "{err}"
+    assert!(err.contains(&a.endpoint), "{err}");
+}
+
+/// Decodes `tokens` at positions `p0..` of sequence 0 with logits for every token.
+fn decode_all(ctx: &llama::context::Context, tokens: &[i32], p0: i32) -> (i32, Vec<f32>) {
+    {
+        let mut e = ctx.engine();
+        e.raw.clear();
+        e.raw.tokens.extend_from_slice(tokens);
+        e.raw.has_pos = true;
+        e.raw.pos.extend((0..tokens.len() as i32).map(|i| p0 + i));
+        e.raw.has_output = true;
+        e.raw.output.extend(tokens.iter().map(|_| true));
+    }
+    let code = ctx.decode();
+    let e = ctx.engine();
+    (code, e.logits[..e.n_outputs * N_VOCAB].to_vec())
+}
+
+const N_VOCAB: usize = 320;
+
+/// The largest KL(p || q) over rows, p from `a`, q from `b`.
+fn max_kl(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let logp = |r: &[f32]| {
+        let m = r.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
+        let s: f64 = r.iter().map(|&v| (v as f64 - m).exp()).sum();
+        r.iter()
+            .map(|&v| v as f64 - m - s.ln())
+            .collect::<Vec<f64>>()
+    };
+    a.chunks(N_VOCAB)
+        .zip(b.chunks(N_VOCAB))
+        .map(|(x, y)| {
+            let (lp, lq) = (logp(x), logp(y));
+            lp.iter()
+                .zip(&lq)
+                .map(|(p, q)| p.exp() * (p - q))
+                .sum::<f64>()
+        })
+        .fold(0.0, f64::max)
+}
+
+fn argmax(r: &[f32]) -> usize {
+    (0..r.len()).fold(0, |b, i| if r[i] > r[b] { i } else { b })
+}
+
+/// Decoding with layers on two rpc-servers (layers 0 and 1 on the CPU, 2 on one server, 3
+/// and the output on the other: each split's nodes sent as ggml's graph, the KV rows on the servers) gives
+/// the all-CPU logits within the engine's tolerance (the servers run ggml's kernels), for a
+/// prompt and single-token steps; a hot-swapped remote tensor decodes as a fresh load of the
+/// new file; a server killed mid-decode makes decode fail with an error, not a hang.
+#[test]
+fn decode_with_layers_on_two_servers() {
+    use hotswap_common::{finite_bytes_for, replace, setup, variant};
+    use llama::context::{Context, ContextParams};
+    use llama::device::Registry;
+    use llama::gguf::fixtures::{tiny_llama, TinyLlamaOpts};
+    use llama::gguf::GgmlType;
+    use llama::loader::place::PlacementParams;
+    use llama::loader::{load, LoadOptions, ModelSource};
+    use llama::model::LoadMode;
+
+    let (Some(a), Some(mut b)) = (start(false), start(false)) else {
+        return;
+    };
+    let servers = vec![
+        RpcServer::connect(&a.endpoint, timeouts()).unwrap(),
+        RpcServer::connect(&b.endpoint, timeouts()).unwrap(),
+    ];
+    let registry: &'static Registry =
+        Box::leak(Box::new(Registry::with_rpc_servers(&[], &servers)));
+    let mut ts = [0.0f32; 16];
+    ts[0] = 1.0;
+    ts[1] = 2.0;
+    let remote = PlacementParams {
+        registry,
+        n_gpu_layers: 3,
+        tensor_split: Some(ts),
+        ..Default::default()
+    };
+    let opts = TinyLlamaOpts {
+        n_layer: 4,
+        ..TinyLlamaOpts::with_type(GgmlType::Q8_0)
+    };
+    let base = tiny_llama(&opts).unwrap();
+    let (_dir, path) = setup("rpc-decode", &base);
+    let open = |placement: PlacementParams| {
+        Arc::new(
+            load(
+                ModelSource::Path(path.clone()),
+                LoadOptions {
+                    load_mode: LoadMode::None,
+                    placement,
+                    hotswap: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        )
+    };
+    let params = ContextParams {
+        n_ctx: 64,
+        n_batch: 16,
+        n_ubatch: 16,
+        n_seq_max: 1,
+        n_threads: 1,
+        n_threads_batch: 1,
+        flash_attn_type: 1,
+        ..ContextParams::default()
+    };
+    let model = open(remote.clone());
+    let dev = |name: &str| {
+        let d = model.tensor_info(name).unwrap().device as usize;
+        registry.get(d).unwrap().name().to_string()
+    };
+    let homes: Vec<String> = (0..4)
+        .map(|il| dev(&format!("blk.{il}.attn_q.weight")))
+        .collect();
+    // upstream's rule: the last n_gpu_layers of n_layer + 1 (the output layer counts) offloaded
+    assert_eq!(homes, ["CPU", "CPU", "RPC0", "RPC1"], "layer placement");
+    assert_eq!(dev("output.weight"), "RPC1");
+    let cpu_model = open(PlacementParams {
+        registry,
+        n_gpu_layers: 0,
+        ..Default::default()
+    });
+    let prompt = [1, 17, 42, 99, 7, 250, 3, 64, 5];
+    let run = |m: &Arc<llama::model::Model>| {
+        let ctx = Context::new(Arc::clone(m), &params).unwrap();
+        let (code, mut logits) = decode_all(&ctx, &prompt, 0);
+        assert_eq!(code, 0);
+        let mut next = argmax(&logits[logits.len() - N_VOCAB..]) as i32;
+        for step in 0..4 {
+            let (code, l) = decode_all(&ctx, &[next], prompt.len() as i32 + step);
+            assert_eq!(code, 0);
+            next = argmax(&l) as i32;
+            logits.extend(l);
+        }
+        (ctx, logits)
+    };
+    let (_c0, on_cpu) = run(&cpu_model);
+    let (ctx, split) = run(&model);
+    assert!(split.iter().all(|v| v.is_finite()));
+    let kl = max_kl(&on_cpu, &split);
+    eprintln!(
+        "max KL(cpu || rpc split) over {} rows: {kl:.3e}",
+        split.len() / N_VOCAB
     );
+    assert!(kl < 1e-3, "KL {kl}");
+    for (x, y) in on_cpu.chunks(N_VOCAB).zip(split.chunks(N_VOCAB)) {
+        assert_eq!(argmax(x), argmax(y), "top-1");
+    }
+    // Twice the same: the remote KV rows and inputs are rebuilt per run, nothing stale.
+    let (_c1, again) = run(&model);
+    assert_eq!(
+        again, split,
+        "a second context on the same servers decodes the same"
+    );
+    drop(_c1);
+
+    // Hot-swap a tensor on RPC1 to another type: the next decode equals a fresh load.
+    let name = "blk.3.ffn_down.weight";
+    let changed = variant(
+        &base,
+        &[(
+            name,
+            Some((
+                GgmlType::Q4_0,
+                finite_bytes_for(&base, name, GgmlType::Q4_0, 11),
+            )),
+        )],
+    );
+    replace(&path, &changed);
+    let report = llama::hotswap::reload_changed(&model).unwrap();
+    assert!(report.entries.iter().any(|e| e.name == name), "{report:?}");
+    drop(ctx);
+    let (ctx, swapped) = run(&model);
+    assert!(swapped.iter().all(|v| v.is_finite()));
+    assert_ne!(swapped, split, "the swap changed the logits");
+    let fresh = open(remote.clone());
+    let (_c2, fresh_logits) = run(&fresh);
+    let rows_equal: Vec<bool> = swapped
+        .chunks(N_VOCAB)
+        .zip(fresh_logits.chunks(N_VOCAB))
+        .map(|(x, y)| x == y)
+        .collect();
+    assert_eq!(
+        swapped,
+        fresh_logits,
+        "swapped model decodes as a fresh load (rows equal: {rows_equal:?}, KL {:e})",
+        max_kl(&swapped, &fresh_logits)
+    );
+    drop(_c2);
+    drop(fresh);
+
+    // A server killed mid-decode: decode fails (no hang, no crash) and says which server.
+    let _ = b.child.kill();
+    let _ = b.child.wait();
+    let t0 = Instant::now();
+    let (code, _) = decode_all(&ctx, &[5], prompt.len() as i32 + 4);
+    // -3: the compute failed (not a refused batch)
+    assert_eq!(code, -3, "decode after the server died");
+    // the next decode fails the same way at once: the connection stays closed
+    assert_eq!(decode_all(&ctx, &[5], prompt.len() as i32 + 4).0, -3);
+    assert!(t0.elapsed() < Duration::from_secs(30), "no hang");
+    // The CPU model still decodes in this process.
+    let ctx_cpu = Context::new(Arc::clone(&cpu_model), &params).unwrap();
+    assert_eq!(decode_all(&ctx_cpu, &prompt, 0).0, 0);
 }

@@ -1029,11 +1029,26 @@ impl<'m> Builder<'m> {
         m: Moe,
         weight_before: bool,
     ) -> NodeId {
-        let t = self.ne1(x);
         let mut logits = self.mul_mat(w.gate_inp, x);
         if let Some(b) = w.gate_inp_b {
             logits = self.add(logits, Operand::Weight(b));
         }
+        self.moe_ffn_logits(x, logits, w, n_used, m, weight_before)
+    }
+
+    /// [`Builder::moe_ffn_with`] routed by the given router `logits` (`[n_expert, T]`,
+    /// upstream's `probs_in`: Kimi-K3 routes by the full-width input while its experts read a
+    /// down-projected one); `w.gate_inp` and `w.gate_inp_b` are not read.
+    pub fn moe_ffn_logits(
+        &mut self,
+        x: NodeId,
+        logits: NodeId,
+        w: MoeWeights,
+        n_used: usize,
+        m: Moe,
+        weight_before: bool,
+    ) -> NodeId {
+        let t = self.ne1(x);
         let n_expert = self.ne0(logits);
         let probs = match m.gating {
             Gating::Softmax => self.push("moe_probs", Op::SoftMax { src: logits }, n_expert, t),

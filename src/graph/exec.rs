@@ -233,7 +233,7 @@ pub fn check_weight(st: &TensorState, name: &str) -> Result<(), ExecError> {
             backend: "CPU",
             op: format!("the layers with '{name}'"),
             why: format!(
-                "it lives on rpc-server {}; computing a graph on an rpc-server is not implemented yet (docs/rpc.md): load and hot-swap work, decode does not",
+                "it lives on rpc-server {}: the CPU executor cannot read it (contexts over such a model run those layers there with the RPC executor, docs/rpc.md)",
                 a.rpc_buffer().map_or("?", |b| b.server().endpoint())
             ),
         }),
@@ -852,6 +852,12 @@ impl CpuExecutor {
                                 *d = d.min(*l) * y.clamp(-*l, *l);
                             }
                         }
+                        GluKind::SwigluClamp(l) => {
+                            for ((d, &g), &y) in dst.iter_mut().zip(gt).zip(u) {
+                                let g = g.min(*l);
+                                *d = g / (1.0 + (-g).exp()) * y.clamp(-*l, *l);
+                            }
+                        }
                         GluKind::Situ(beta, lb) => {
                             let sigmoid = |v: f32| 1.0 / (1.0 + (-v).exp());
                             for ((d, &g), &y) in dst.iter_mut().zip(gt).zip(u) {
@@ -1236,6 +1242,80 @@ impl CpuExecutor {
                     for i in 0..ne0 {
                         let e = id[t * ne0 + i] as usize;
                         dst[t * ne0 + i] = x[t * sn.ne0 + e];
+                    }
+                }
+            }
+            Op::SumRows { src } => {
+                let n = nodes[*src].ne0;
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, r) in dst.iter_mut().zip(x.chunks_exact(n)) {
+                    *d = r.iter().map(|&v| v as f64).sum::<f64>() as f32;
+                }
+            }
+            Op::HcPre { x, w, n } => {
+                let hc = nodes[*w].ne0;
+                let (dst, [x, w]) = carve(
+                    &mut self.arena,
+                    dst_r,
+                    [range(&nodes[*x]), range(&nodes[*w])],
+                );
+                for ((d, x), w) in dst
+                    .chunks_exact_mut(*n)
+                    .zip(x.chunks_exact(*n * hc))
+                    .zip(w.chunks_exact(hc))
+                {
+                    for (i, d) in d.iter_mut().enumerate() {
+                        let mut sum = 0.0f32;
+                        for (h, &wv) in w.iter().enumerate() {
+                            sum = x[h * *n + i].mul_add(wv, sum);
+                        }
+                        *d = sum;
+                    }
+                }
+            }
+            Op::HcMix {
+                mixes,
+                scale,
+                base,
+                hc,
+                eps,
+                iters,
+            } => {
+                let hc = *hc;
+                self.load_vec(model, &g.weights[scale.0])?;
+                let s = [self.wvec[0], self.wvec[1], self.wvec[2]];
+                self.load_vec(model, &g.weights[base.0])?;
+                let base = &self.wvec;
+                let n_mix = (2 + hc) * hc;
+                let (dst, [m]) = carve(&mut self.arena, dst_r, [range(&nodes[*mixes])]);
+                for (d, m) in dst.chunks_exact_mut(n_mix).zip(m.chunks_exact(n_mix)) {
+                    ops::hc_mix(m, s, base, hc, *eps, *iters, d);
+                }
+            }
+            Op::HcPost { x, res, post, comb } => {
+                let n = nodes[*x].ne0;
+                let hc = nodes[*post].ne0;
+                let (dst, [x, r, p, c]) = carve(
+                    &mut self.arena,
+                    dst_r,
+                    [
+                        range(&nodes[*x]),
+                        range(&nodes[*res]),
+                        range(&nodes[*post]),
+                        range(&nodes[*comb]),
+                    ],
+                );
+                for (t, d) in dst.chunks_exact_mut(n * hc).enumerate() {
+                    let (x, r) = (&x[t * n..(t + 1) * n], &r[t * n * hc..(t + 1) * n * hc]);
+                    let (p, c) = (&p[t * hc..(t + 1) * hc], &c[t * hc * hc..(t + 1) * hc * hc]);
+                    for (dst_s, d) in d.chunks_exact_mut(n).enumerate() {
+                        for (i, d) in d.iter_mut().enumerate() {
+                            let mut sum = x[i] * p[dst_s];
+                            for src in 0..hc {
+                                sum = r[src * n + i].mul_add(c[dst_s + hc * src], sum);
+                            }
+                            *d = sum;
+                        }
                     }
                 }
             }

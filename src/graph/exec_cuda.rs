@@ -260,6 +260,7 @@ impl CudaExecutor {
             Op::MulMatAdapter { .. } | Op::GetRowsAdapter { .. } | Op::AddAdapter { .. } => false,
             Op::MulRep { .. } | Op::SsmConv { .. } | Op::SsmScan { .. } => false,
             Op::Softplus { .. } | Op::RepeatHeads { .. } | Op::GatedDeltaNet { .. } => false,
+            Op::SumRows { .. } | Op::HcPre { .. } | Op::HcMix { .. } | Op::HcPost { .. } => false,
             Op::Gelu { .. }
             | Op::Relu { .. }
             | Op::Sqr { .. }
@@ -277,7 +278,11 @@ impl CudaExecutor {
             | Op::MulSlots { .. }
             | Op::SumSlots { .. }
             | Op::Glu {
-                kind: GluKind::SwigluOai | GluKind::SwigluLimit(_) | GluKind::Situ(..),
+                kind:
+                    GluKind::SwigluOai
+                    | GluKind::SwigluLimit(_)
+                    | GluKind::SwigluClamp(_)
+                    | GluKind::Situ(..),
                 ..
             } => false,
             Op::TopK { src, .. } => g.nodes[*src].ne0 <= 1024,
@@ -549,6 +554,10 @@ impl CudaExecutor {
             | Op::SsmScan { .. }
             | Op::LightningIndexer { .. }
             | Op::Softplus { .. }
+            | Op::SumRows { .. }
+            | Op::HcPre { .. }
+            | Op::HcMix { .. }
+            | Op::HcPost { .. }
             | Op::RepeatHeads { .. }
             | Op::GatedDeltaNet { .. } => {
                 // `side` sends these to the CPU
@@ -672,7 +681,10 @@ impl CudaExecutor {
                 let k = match kind {
                     GluKind::Swiglu => 0,
                     GluKind::Geglu => 1,
-                    GluKind::SwigluOai | GluKind::SwigluLimit(_) | GluKind::Situ(..) => {
+                    GluKind::SwigluOai
+                    | GluKind::SwigluLimit(_)
+                    | GluKind::SwigluClamp(_)
+                    | GluKind::Situ(..) => {
                         return Err(ExecError::UnsupportedOp {
                             backend: self.label,
                             op: format!("GLU ({kind:?})"),

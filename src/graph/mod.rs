@@ -16,6 +16,7 @@ pub mod builder;
 pub mod delta_net;
 pub mod exec;
 pub mod exec_cuda;
+pub mod exec_rpc;
 pub mod kda;
 pub mod kernel_api;
 pub mod params;
@@ -56,6 +57,8 @@ pub enum GluKind {
     /// `swiglu_clamp_(sh)exp` is set: `min(silu(g), l) * clamp(u, -l, l)` (SILU, two CLAMPs
     /// and MUL, one value at a time).
     SwigluLimit(f32),
+    /// `ggml_swiglu_clamp` (DeepSeek-V4's, GLM5-Next's): `silu(min(g, l)) * clamp(u, -l, l)`.
+    SwigluClamp(f32),
     /// Kimi's SiTU (`LLM_FFN_SITU`): `beta*tanh(g/beta) * sigmoid(g)` times
     /// `lb*tanh(u/lb)` (`u` itself when `lb <= 0`), fields `(beta, lb)`; ggml's SCALE, TANH,
     /// SIGMOID and MUL one value at a time.
@@ -292,6 +295,38 @@ pub enum Op {
     },
     /// UNARY(SOFTPLUS): `x > 20 ? x : log(1 + exp(x))`.
     Softplus { src: NodeId },
+    /// SUM_ROWS: each row's sum (accumulated in f64, as ggml's `ggml_vec_sum_f32`).
+    SumRows { src: NodeId },
+    /// DSV4_HC_PRE (`ggml_dsv4_hc_pre`, ungated): `x` holds per token `hc` streams of `n`
+    /// values side by side (`[n, hc, T]`), `w` `[hc, T]` their weights; the output `[n, T]`
+    /// is each value's weighted sum over the streams, in stream order (ggml-cpu's loop,
+    /// multiply-adds contracted to FMA).
+    HcPre { x: NodeId, w: NodeId, n: usize },
+    /// The mixes of DeepSeek-V4's hyper-connections, per token `[pre | post | comb]`
+    /// (`hc + hc + hc*hc` values) from `mixes` (`[(2 + hc) * hc, T]`), the three scales and
+    /// the bases: `pre = sigmoid(m * scale[0] + base) + eps`, `post = 2 * sigmoid(m *
+    /// scale[1] + base)` (ggml's MUL, ADD, SIGMOID, SCALE one value at a time) and `comb`
+    /// as `ggml_dsv4_hc_comb` (ggml-cpu's fused kernel: softmax over the destinations of
+    /// each source, plus eps, then `iters` Sinkhorn normalisations, columns first; its
+    /// multiply-adds contracted to FMA), destinations fastest.
+    HcMix {
+        mixes: NodeId,
+        scale: WeightId,
+        base: WeightId,
+        hc: usize,
+        eps: f32,
+        iters: usize,
+    },
+    /// DSV4_HC_POST (`ggml_dsv4_hc_post`): from a block's output `x` (`[n, T]`), the
+    /// streams `res` (`[n, hc, T]`), `post` (`[hc, T]`) and `comb` (`[hc, hc, T]`,
+    /// destinations fastest), every stream `dst` becomes `x * post[dst] + sum over src of
+    /// res[src] * comb[dst, src]` (in source order, FMA-contracted as ggml-cpu's loop).
+    HcPost {
+        x: NodeId,
+        res: NodeId,
+        post: NodeId,
+        comb: NodeId,
+    },
     /// REPEAT of each head `n` times in place (`[head_dim, n_head, T]` →
     /// `[head_dim, n, n_head, T]` as ggml_repeat_4d of the reshaped heads: qwen3next's
     /// repeat-interleave of Q and K heads over the V heads).
@@ -381,6 +416,7 @@ impl Op {
             Op::Mul { b, .. } | Op::Add { b, .. } | Op::Div { b, .. } => w(b).into_iter().collect(),
             Op::Rope { freq_factors, .. } => freq_factors.iter().copied().collect(),
             Op::MulRep { b, .. } => vec![*b],
+            Op::HcMix { scale, base, .. } => vec![*scale, *base],
             Op::SsmConv { w, .. } => vec![*w],
             Op::SsmScan { a, .. } => vec![*a],
             _ => Vec::new(),
@@ -425,7 +461,13 @@ impl Op {
             | Op::SumSlots { src, .. }
             | Op::View { src, .. }
             | Op::Softplus { src }
+            | Op::SumRows { src }
             | Op::RepeatHeads { src, .. } => vec![*src],
+            Op::HcPre { x, w, .. } => vec![*x, *w],
+            Op::HcMix { mixes, .. } => vec![*mixes],
+            Op::HcPost {
+                x, res, post, comb, ..
+            } => vec![*x, *res, *post, *comb],
             Op::GatedDeltaNet {
                 q, k, v, g, beta, ..
             } => vec![*q, *k, *v, *g, *beta],
@@ -501,6 +543,7 @@ impl Op {
                     GluKind::Geglu => "GEGLU",
                     GluKind::SwigluOai => "SWIGLU_OAI",
                     GluKind::SwigluLimit(_) => "SWIGLU_LIMIT",
+                    GluKind::SwigluClamp(_) => "SWIGLU_CLAMP",
                     GluKind::Situ(..) => "SITU",
                 }),
             ),
@@ -509,6 +552,10 @@ impl Op {
             Op::SoftMax { .. } => ("SOFT_MAX", None),
             Op::TopK { .. } | Op::LightningIndexer { .. } => ("TOP_K", None),
             Op::DivSumRows { .. } | Op::Div { .. } => ("DIV", None),
+            Op::SumRows { .. } => ("SUM_ROWS", None),
+            Op::HcPre { .. } => ("DSV4_HC_PRE", None),
+            Op::HcMix { .. } => ("DSV4_HC_COMB", None),
+            Op::HcPost { .. } => ("DSV4_HC_POST", None),
         }
     }
 }

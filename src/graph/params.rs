@@ -170,6 +170,21 @@ pub struct Extras {
     /// (`swiglu_clamp_exp`, `swiglu_clamp_shexp`; empty or 0: none).
     pub swiglu_limit_exp: Vec<f32>,
     pub swiglu_limit_shexp: Vec<f32>,
+    /// The routed experts' latent width (`expert_latent_length`; 0: `n_embd`).
+    pub n_expert_latent: usize,
+    /// Cross-layer residual attention's block (`attn_res.block_size`; 0: none).
+    pub attn_res_block: usize,
+    /// SiTU's `(beta, linear_beta)` (`activation.situ_beta`, `situ_linear_beta`).
+    pub situ: (f32, f32),
+    /// DeepSeek-V4 hyper-connections' Sinkhorn iterations and epsilon
+    /// (`hyper_connection.sinkhorn_iterations`, `.epsilon`).
+    pub hc_sinkhorn_iters: usize,
+    pub hc_eps: f32,
+    /// A k-pool lightning indexer's sizes (GLM5-Next: `indexer.kpool` cells pooled per
+    /// key); kept apart from `indexer`, whose keys the memory caches.
+    pub kpool_indexer: Indexer,
+    /// Its cells pooled into one key (`indexer.kpool`).
+    pub kpool: usize,
 }
 
 /// The lightning indexer of DeepSeek's sparse attention (`attention.indexer.*`): per token

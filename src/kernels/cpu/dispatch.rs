@@ -3,7 +3,9 @@
 //! them. `LLAMA_HOTSWAP_KERNELS=scalar` forces the scalar path. A new ISA adds its folder
 //! and one branch per function here.
 
-use super::r8_layout::{pack_q4_0, pack_q4_0x8, pack_q8_0, r8_scalar, R8Fn, R8_ROWS};
+use super::r8_layout::{
+    iq4_nl_values, pack_q4_0, pack_q4_0x8, pack_q5_0, pack_q8_0, r8_scalar, R8Fn, R8_ROWS,
+};
 use super::type_traits::*;
 use super::vec::*;
 #[cfg(target_arch = "x86_64")]
@@ -362,4 +364,24 @@ pub fn r8_pack_q4_0_fn() -> fn([&[u8]; R8_ROWS], usize, &mut [u8]) {
         return f;
     }
     pack_q4_0
+}
+
+/// The packing of 8 Q5_0 rows into r8 blocks: AVX2 when the CPU has it, else the scalar one
+/// (the same bytes either way).
+pub fn r8_pack_q5_0_fn() -> fn([&[u8]; R8_ROWS], usize, &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(f) = x86::r8_pack_q5_0() {
+        return f;
+    }
+    pack_q5_0
+}
+
+/// The IQ4_NL code book over packed r8 blocks (`r8_layout::iq4_nl_values`): AVX2 when the CPU
+/// has it, else the scalar one (the same bytes either way).
+pub fn r8_iq4_nl_values_fn() -> fn(usize, &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(f) = x86::r8_iq4_nl_values() {
+        return f;
+    }
+    iq4_nl_values
 }

@@ -6,8 +6,11 @@
 //! L1; threads split the output rows. Results differ from the exact mode's only by float
 //! summation order (KL ≤ 1e-4 on the real models, `scripts/test-engine.sh`).
 
-use super::blocks::{Q4_0_BYTES, Q8_0_BYTES, QK};
-use super::dispatch::{r8_kernel, r8_pack_q4_0_fn, r8_pack_q4_0x8_fn, r8_pack_q8_0_fn};
+use super::blocks::{Q4_0_BYTES, Q5_0_BYTES, Q8_0_BYTES, QK};
+use super::dispatch::{
+    r8_iq4_nl_values_fn, r8_kernel, r8_pack_q4_0_fn, r8_pack_q4_0x8_fn, r8_pack_q5_0_fn,
+    r8_pack_q8_0_fn,
+};
 use super::pool::{SharedOut, ThreadPool};
 use super::r8_layout::*;
 use crate::gguf::GgmlType;
@@ -27,17 +30,23 @@ pub enum FastWeight<'a> {
     },
     /// The bytes of a repacked `q4_0x8` weight (groups of 8 rows).
     Q4_0x8(&'a [u8]),
+    /// The bytes of a repacked `iq4_nl_8x8` weight (`q4_0x8`'s layout, code-book nibbles).
+    Iq4NlX8(&'a [u8]),
+}
+
+/// The weight types the r8 kernels take (blocks of 32 with one f16 scale, Q8_0 activations).
+pub fn r8_type(t: GgmlType) -> bool {
+    matches!(
+        t,
+        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::IQ4_NL
+    )
 }
 
 /// Whether the fast mode takes a product of a `t` weight of `n_rows` rows with `m` activation
-/// columns: Q8_0 and Q4_0 with a multiple of 8 rows and at least [`FAST_MIN_COLS`] columns,
+/// columns: an [`r8_type`] with a multiple of 8 rows and at least [`FAST_MIN_COLS`] columns,
 /// when the mode is fast.
 pub fn takes(t: GgmlType, n_rows: usize, m: usize) -> bool {
-    matches!(t, GgmlType::Q8_0 | GgmlType::Q4_0)
-        && n_rows % R8_ROWS == 0
-        && n_rows > 0
-        && m >= FAST_MIN_COLS
-        && super::mode::fast()
+    r8_type(t) && n_rows % R8_ROWS == 0 && n_rows > 0 && m >= FAST_MIN_COLS && super::mode::fast()
 }
 
 /// `dst[j * dst_stride + dst_offset + i] = w row i · x row j` for the `n_rows` rows of `w` and
@@ -82,7 +91,8 @@ pub fn mul_mat_fast(
         } => {
             let block = match t {
                 GgmlType::Q8_0 => Q8_0_BYTES,
-                GgmlType::Q4_0 => Q4_0_BYTES,
+                GgmlType::Q4_0 | GgmlType::IQ4_NL => Q4_0_BYTES,
+                GgmlType::Q5_0 => Q5_0_BYTES,
                 _ => panic!("no fast product for {t}"),
             };
             assert!(
@@ -92,14 +102,18 @@ pub fn mul_mat_fast(
             );
             (values_of(t), 0)
         }
-        FastWeight::Q4_0x8(bytes) => {
+        FastWeight::Q4_0x8(bytes) | FastWeight::Iq4NlX8(bytes) => {
             let g = nb * R8_ROWS * Q4_0_BYTES;
             assert!(
                 bytes.len() >= n_rows / R8_ROWS * g,
                 "q4_0x8 weight: {} bytes",
                 bytes.len()
             );
-            (R8Values::Nibble4, g)
+            let values = match w {
+                FastWeight::Q4_0x8(_) => R8Values::Nibble4,
+                _ => R8Values::Signed8,
+            };
+            (values, g)
         }
     };
     // per column and block: the scale, and 8 × the quants' sum (the nibbles' offset)
@@ -130,9 +144,12 @@ pub fn mul_mat_fast(
                     bytes,
                     row_stride,
                 } => pack_group(t, bytes, row_stride, g, nb, &mut packed),
-                FastWeight::Q4_0x8(bytes) => {
+                FastWeight::Q4_0x8(bytes) | FastWeight::Iq4NlX8(bytes) => {
                     let src = &bytes[g * group_src_bytes..(g + 1) * group_src_bytes];
                     pack4x8(src, nb, &mut packed);
+                    if let FastWeight::Iq4NlX8(_) = w {
+                        r8_iq4_nl_values_fn()(nb, &mut packed);
+                    }
                 }
             }
             let cols = GroupColumns {
@@ -157,16 +174,16 @@ pub fn mul_mat_fast(
     pool.parallel_for(nchunk, &run);
 }
 
-/// The r8 values of a plain `t` weight (Q8_0 or Q4_0).
+/// The r8 values of a plain `t` weight (an [`r8_type`]).
 pub(super) fn values_of(t: GgmlType) -> R8Values {
     match t {
-        GgmlType::Q8_0 => R8Values::Signed8,
+        GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::IQ4_NL => R8Values::Signed8,
         GgmlType::Q4_0 => R8Values::Nibble4,
         _ => panic!("no fast product for {t}"),
     }
 }
 
-/// Packs rows `8g .. 8g + 8` of a plain Q8_0 or Q4_0 weight (`row_stride` bytes apart in
+/// Packs rows `8g .. 8g + 8` of a plain Q8_0, Q4_0, Q5_0 or IQ4_NL weight (`row_stride` bytes apart in
 /// `bytes`, `nb` blocks each) into `packed` (`nb` r8 blocks).
 pub(super) fn pack_group(
     t: GgmlType,
@@ -180,10 +197,14 @@ pub(super) fn pack_group(
         let at = (g * R8_ROWS + r) * row_stride;
         &bytes[at..]
     });
-    if t == GgmlType::Q8_0 {
-        r8_pack_q8_0_fn()(rows, nb, packed);
-    } else {
-        r8_pack_q4_0_fn()(rows, nb, packed);
+    match t {
+        GgmlType::Q8_0 => r8_pack_q8_0_fn()(rows, nb, packed),
+        GgmlType::Q5_0 => r8_pack_q5_0_fn()(rows, nb, packed),
+        GgmlType::IQ4_NL => {
+            r8_pack_q4_0_fn()(rows, nb, packed);
+            r8_iq4_nl_values_fn()(nb, packed);
+        }
+        _ => r8_pack_q4_0_fn()(rows, nb, packed),
     }
 }
 
@@ -251,7 +272,7 @@ mod tests {
 
     /// The fast product of real quantized rows agrees with the scalar reference dot products
     /// (exact integer sums, so only the float summation order differs), for plain Q8_0 and
-    /// Q4_0 rows and a repacked q4_0x8 weight, at 1 and 3 threads and column counts that
+    /// Q4_0 rows, Q5_0 and IQ4_NL rows, repacked q4_0x8 and iq4_nl_8x8 weights, at 1 and 3 threads and column counts that
     /// leave every tail shape.
     #[test]
     fn fast_products_agree_with_the_reference_dots() {
@@ -268,16 +289,31 @@ mod tests {
                 &mut xq[j * xq_row..],
             );
         }
-        for t in [GgmlType::Q8_0, GgmlType::Q4_0] {
+        // IQ4_NL rows: Q4_0's bytes read through the code book (any nibbles are valid)
+        for t in [
+            GgmlType::Q8_0,
+            GgmlType::Q4_0,
+            GgmlType::Q5_0,
+            GgmlType::IQ4_NL,
+        ] {
             let wr = row_bytes(t, k);
             let mut wq = vec![0u8; n_rows * wr];
             for i in 0..n_rows {
                 let row = &wf[i * k..(i + 1) * k];
                 let out = &mut wq[i * wr..(i + 1) * wr];
-                if t == GgmlType::Q8_0 {
-                    quantize_row(t, row, out);
-                } else {
-                    crate::kernels::cpu::quantize::q4_0(row, out);
+                match t {
+                    GgmlType::Q8_0 => quantize_row(t, row, out),
+                    GgmlType::Q5_0 => {
+                        // any bits are a valid Q5_0 block: random ones under a sane scale
+                        for (e, blk) in out.chunks_exact_mut(Q5_0_BYTES).enumerate() {
+                            let d = half::f16::from_f32(0.01 + 0.01 * row[e].abs());
+                            blk[..2].copy_from_slice(&d.to_le_bytes());
+                            for (j, q) in blk[2..].iter_mut().enumerate() {
+                                *q = (row[(e * 20 + j) % k] * 1e4) as i32 as u8;
+                            }
+                        }
+                    }
+                    _ => crate::kernels::cpu::quantize::q4_0(row, out),
                 }
             }
             let mut want = vec![0f32; m * n_rows];
@@ -292,15 +328,19 @@ mod tests {
                 bytes: &wq,
                 row_stride: wr,
             }];
-            if t == GgmlType::Q4_0 {
-                repacked = crate::kernels::cpu::repack_layout::repack(
-                    crate::kernels::cpu::repack_layout::RepackKind::Q4_0x8,
-                    t,
-                    &wq,
-                    n_rows,
-                    k,
-                );
-                weights.push(FastWeight::Q4_0x8(repacked.bytes()));
+            if matches!(t, GgmlType::Q4_0 | GgmlType::IQ4_NL) {
+                use crate::kernels::cpu::repack_layout::RepackKind;
+                let kind = if t == GgmlType::Q4_0 {
+                    RepackKind::Q4_0x8
+                } else {
+                    RepackKind::Iq4NlX8
+                };
+                repacked = crate::kernels::cpu::repack_layout::repack(kind, t, &wq, n_rows, k);
+                weights.push(if t == GgmlType::Q4_0 {
+                    FastWeight::Q4_0x8(repacked.bytes())
+                } else {
+                    FastWeight::Iq4NlX8(repacked.bytes())
+                });
             }
             for (wi, w) in weights.into_iter().enumerate() {
                 for threads in [1, 3] {

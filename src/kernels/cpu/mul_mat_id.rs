@@ -38,15 +38,12 @@ pub struct Experts<'a> {
 
 /// Whether an r8 product takes a `t` weight of `n_rows` rows of `k` (fast mode only).
 fn r8_shape(t: GgmlType, n_rows: usize, k: usize) -> bool {
-    matches!(t, GgmlType::Q8_0 | GgmlType::Q4_0)
-        && n_rows % R8_ROWS == 0
-        && n_rows > 0
-        && k % QK == 0
+    super::fast_gemm::r8_type(t) && n_rows % R8_ROWS == 0 && n_rows > 0 && k % QK == 0
 }
 
 /// Whether [`mul_mat_id`] handles this product (`routes[e]` the rows routed to expert `e`):
 /// when no expert has more than one row (a decode step: every output one mat-vec dot, as the
-/// expert-by-expert path computes it), or in fast mode for Q8_0 and Q4_0 experts.
+/// expert-by-expert path computes it), or in fast mode for the r8 types (`fast_gemm::r8_type`).
 pub fn takes(t: GgmlType, n_rows: usize, k: usize, routes: &[Vec<(usize, usize)>]) -> bool {
     supports(t)
         && (routes.iter().all(|r| r.len() <= 1) || (super::mode::fast() && r8_shape(t, n_rows, k)))
@@ -268,7 +265,8 @@ mod tests {
         // (block bytes, offsets of its f16 scales)
         let (block, scales): (usize, &[usize]) = match t {
             GgmlType::Q8_0 => (34, &[0]),
-            GgmlType::Q4_0 => (18, &[0]),
+            GgmlType::Q4_0 | GgmlType::IQ4_NL => (18, &[0]),
+            GgmlType::Q5_0 => (22, &[0]),
             GgmlType::Q4_K => (144, &[0, 2]),
             GgmlType::F16 => (2, &[0]),
             _ => unreachable!("{t}"),
@@ -298,6 +296,8 @@ mod tests {
         for t in [
             GgmlType::Q8_0,
             GgmlType::Q4_0,
+            GgmlType::IQ4_NL,
+            GgmlType::Q5_0,
             GgmlType::Q4_K,
             GgmlType::F16,
         ] {

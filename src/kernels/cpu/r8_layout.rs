@@ -33,7 +33,7 @@ pub const LANE_ROWS: [usize; 8] = [0, 1, 4, 5, 2, 3, 6, 7];
 /// How an r8 block's quant bytes read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum R8Values {
-    /// i8 weights (Q8_0).
+    /// i8 weights (Q8_0; Q5_0 and IQ4_NL after their packing).
     Signed8,
     /// Nibbles 0..15 of weights nibble − 8 (Q4_0).
     Nibble4,
@@ -107,6 +107,28 @@ pub fn pack_q4_0(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
     }
 }
 
+/// Packs 8 Q5_0 rows (`nb` blocks each) into `nb` r8 blocks of [`R8Values::Signed8`]: each
+/// element's nibble with its fifth bit from `qh`, minus 16 (the weight's integer, -16..=15).
+pub fn pack_q5_0(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
+    for b in 0..nb {
+        let blk = &mut out[b * R8_BLOCK_BYTES..(b + 1) * R8_BLOCK_BYTES];
+        let src = rows.map(|r| &r[b * Q5_0_BYTES..(b + 1) * Q5_0_BYTES]);
+        put_scales(blk, src.map(|s| f16_at(s, 0)));
+        for (r, s) in src.iter().enumerate() {
+            let qh = u32::from_le_bytes([s[2], s[3], s[4], s[5]]);
+            for e in 0..QK {
+                let nibble = if e < 16 {
+                    s[6 + e] & 15
+                } else {
+                    s[6 + e - 16] >> 4
+                };
+                let high = ((qh >> e) & 1) as u8;
+                blk[quants_at(e / 8, r) + e % 8] = ((nibble | high << 4) as i8 - 16) as u8;
+            }
+        }
+    }
+}
+
 /// Packs one group of a repacked `q4_0x8` weight (`nb` blocks of 144 bytes: 8 f16 scales,
 /// then the rows' quant bytes 0..8, then 8..16, 8 bytes a row) into `nb` r8 blocks of
 /// [`R8Values::Nibble4`].
@@ -123,6 +145,17 @@ pub fn pack_q4_0x8(group: &[u8], nb: usize, out: &mut [u8]) {
                 let q = if e < 16 { byte & 15 } else { byte >> 4 };
                 blk[quants_at(e / 8, r) + e % 8] = q;
             }
+        }
+    }
+}
+
+/// Maps every quant byte (a nibble 0..15) of `nb` r8 blocks through IQ4_NL's code book,
+/// turning [`R8Values::Nibble4`] blocks packed from IQ4_NL bytes (the same layout as Q4_0's)
+/// into [`R8Values::Signed8`] ones of the weights' integers.
+pub fn iq4_nl_values(nb: usize, out: &mut [u8]) {
+    for blk in out[..nb * R8_BLOCK_BYTES].chunks_exact_mut(R8_BLOCK_BYTES) {
+        for q in &mut blk[32..] {
+            *q = KVALUES_IQ4NL[usize::from(*q & 15)] as u8;
         }
     }
 }

@@ -221,11 +221,20 @@ pub fn mul_mat_repacked(
     pool: &ThreadPool,
     scratch: &mut Scratch,
 ) {
-    if w.kind == RepackKind::Q4_0x8 && crate::kernels::cpu::fast_gemm::takes(w.ty, w.n_rows, m) {
-        // the fast mode's batched kernels (prompt processing), not upstream's order
+    let fast = match w.kind {
+        RepackKind::Q4_0x8 => Some(crate::kernels::cpu::fast_gemm::FastWeight::Q4_0x8(&w.bytes)),
+        RepackKind::Iq4NlX8 => Some(crate::kernels::cpu::fast_gemm::FastWeight::Iq4NlX8(
+            &w.bytes,
+        )),
+        _ => None,
+    };
+    if let Some(fw) = fast.filter(|_| crate::kernels::cpu::fast_gemm::takes(w.ty, w.n_rows, m)) {
+        // the fast mode's batched kernels (prompt processing); their float order per output
+        // (one FMA per block of the exact integer sum, by d_w · d_x) is the repacked gemm's, so
+        // a Q4_0 or IQ4_NL weight gives the exact mode's bits here, only sooner
         let act = prepare_activations(w.ty, x, w.k, m, pool, scratch);
         crate::kernels::cpu::fast_gemm::mul_mat_fast(
-            crate::kernels::cpu::fast_gemm::FastWeight::Q4_0x8(&w.bytes),
+            fw,
             w.n_rows,
             w.k,
             act.bytes_all(),

@@ -7,8 +7,8 @@
 
 use std::arch::x86_64::*;
 
-use super::simd::{available, load128, load256};
-use crate::kernels::cpu::blocks::{Q4_0_BYTES, Q8_0_BYTES};
+use super::simd::{available, bits_32, load128, load256, nibbles_32};
+use crate::kernels::cpu::blocks::{KVALUES_IQ4NL, Q4_0_BYTES, Q5_0_BYTES, Q8_0_BYTES};
 use crate::kernels::cpu::r8_layout::*;
 
 /// The AVX2 r8 kernel, when this CPU has AVX2, FMA and F16C.
@@ -63,6 +63,78 @@ unsafe fn pack_q8_0_kernel(rows: [*const u8; R8_ROWS], nb: usize, dst: *mut u8) 
             for (p, v) in pieces.iter().enumerate() {
                 _mm256_storeu_si256(d.add(32 + 64 * p + 32 * half).cast(), *v);
             }
+        }
+    }
+}
+
+/// The AVX2 form of `r8_layout::iq4_nl_values`, when this CPU has AVX2.
+pub fn r8_iq4_nl_values() -> Option<fn(usize, &mut [u8])> {
+    available().then_some(iq4_nl_values_avx2 as fn(usize, &mut [u8]))
+}
+
+fn iq4_nl_values_avx2(nb: usize, out: &mut [u8]) {
+    assert!(out.len() >= nb * R8_BLOCK_BYTES, "{nb} r8 blocks");
+    // SAFETY: handed out by `r8_iq4_nl_values` only when `available()` saw AVX2; rewrites the
+    // 256 quant bytes after the 32 scale bytes of each of `nb` r8 blocks, present as asserted;
+    // unaligned loads and stores.
+    unsafe { iq4_nl_values_kernel(nb, out.as_mut_ptr()) }
+}
+
+/// One `pshufb` per 32 quant bytes: the nibbles index the 16-entry code book.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4_nl_values_kernel(nb: usize, dst: *mut u8) {
+    let book = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()));
+    for b in 0..nb {
+        let d = dst.add(b * R8_BLOCK_BYTES + 32);
+        for i in 0..8 {
+            let q = _mm256_loadu_si256(d.add(32 * i).cast());
+            _mm256_storeu_si256(d.add(32 * i).cast(), _mm256_shuffle_epi8(book, q));
+        }
+    }
+}
+
+/// The AVX2 packing of 8 plain Q5_0 rows into r8 blocks, when this CPU has AVX2.
+pub fn r8_pack_q5_0() -> Option<fn([&[u8]; R8_ROWS], usize, &mut [u8])> {
+    available().then_some(pack_q5_0_avx2 as fn([&[u8]; R8_ROWS], usize, &mut [u8]))
+}
+
+fn pack_q5_0_avx2(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
+    assert!(
+        rows.iter().all(|r| r.len() >= nb * Q5_0_BYTES) && out.len() >= nb * R8_BLOCK_BYTES,
+        "Q5_0 rows of {nb} blocks"
+    );
+    // SAFETY: handed out by `r8_pack_q5_0` only when `available()` saw AVX2, FMA and F16C;
+    // reads `nb` Q5_0 blocks of each row and writes `nb` r8 blocks of `out`, present as
+    // asserted above; unaligned loads and stores.
+    unsafe { pack_q5_0_kernel(rows.map(<[u8]>::as_ptr), nb, out.as_mut_ptr()) }
+}
+
+/// The SIMD form of `r8_layout::pack_q5_0`: per block, the 8 scales gathered, converted and
+/// put in lane order; each row's 32 values made as the mat-vec kernel makes them (the nibbles
+/// in element order, 0xF0 set where the fifth bit is clear: the value − 16 as an i8), then
+/// stored 8 bytes a piece.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn pack_q5_0_kernel(rows: [*const u8; R8_ROWS], nb: usize, dst: *mut u8) {
+    let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    let f0 = _mm256_set1_epi8(0xF0u8 as i8);
+    for b in 0..nb {
+        let at = b * Q5_0_BYTES;
+        let d = dst.add(b * R8_BLOCK_BYTES);
+        let mut bits = [0u16; R8_ROWS];
+        for (r, p) in rows.iter().enumerate() {
+            bits[r] = p.add(at).cast::<u16>().read_unaligned();
+        }
+        let scales = _mm256_cvtph_ps(_mm_loadu_si128(bits.as_ptr().cast()));
+        _mm256_storeu_ps(d.cast::<f32>(), _mm256_permutevar8x32_ps(scales, order));
+        for (r, p) in rows.iter().enumerate() {
+            let hi = _mm256_andnot_si256(bits_32(p.add(at + 2)), f0);
+            let q = _mm256_or_si256(nibbles_32(p.add(at + 6)), hi);
+            let (lo, up) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
+            let at_piece = |piece: usize| d.add(quants_at(piece, r));
+            _mm_storel_epi64(at_piece(0).cast(), lo);
+            _mm_storel_epi64(at_piece(1).cast(), _mm_unpackhi_epi64(lo, lo));
+            _mm_storel_epi64(at_piece(2).cast(), up);
+            _mm_storel_epi64(at_piece(3).cast(), _mm_unpackhi_epi64(up, up));
         }
     }
 }
@@ -340,6 +412,19 @@ mod tests {
             pack_q4_0(rows4, nb, &mut p4);
             r8_pack_q4_0().unwrap()(rows4, nb, &mut p4_simd);
             assert!(p4 == p4_simd, "Q4_0 packing, {nb} blocks");
+            iq4_nl_values(nb, &mut p4);
+            r8_iq4_nl_values().unwrap()(nb, &mut p4_simd);
+            assert!(p4 == p4_simd, "IQ4_NL code book, {nb} blocks");
+            let q5 = blocks(&mut next, 8 * nb, Q5_0_BYTES);
+            let rows5: [&[u8]; 8] =
+                std::array::from_fn(|r| &q5[r * nb * Q5_0_BYTES..(r + 1) * nb * Q5_0_BYTES]);
+            let (mut p5, mut p5_simd) = (
+                vec![0u8; nb * R8_BLOCK_BYTES],
+                vec![1u8; nb * R8_BLOCK_BYTES],
+            );
+            pack_q5_0(rows5, nb, &mut p5);
+            r8_pack_q5_0().unwrap()(rows5, nb, &mut p5_simd);
+            assert!(p5 == p5_simd, "Q5_0 packing, {nb} blocks");
             let g4 = blocks(&mut next, 8 * nb, Q4_0_BYTES);
             let mut w4 = vec![0u8; nb * R8_BLOCK_BYTES];
             let mut w4_scalar = vec![0u8; nb * R8_BLOCK_BYTES];

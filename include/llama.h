@@ -1034,7 +1034,9 @@ struct llama_batch llama_batch_init(int32_t n_tokens, int32_t embd, int32_t n_se
 void llama_batch_free(struct llama_batch batch);
 
 // Upstream: runs the encoder over the batch (no KV cache); 0 on success, negative on error.
-// Every architecture the engine runs is decoder-only, where upstream's encode crashes the
+// The diffusion models (dream, llada, llada-moe, rnd1) run here as in `llama_decode`: both
+// are upstream's encode for them (every token an output, attention both ways). Every other
+// architecture the engine runs is decoder-only, where upstream's encode crashes the
 // process (it builds the decoder's graph without its KV cache): returns -1 with a log line
 // naming the architecture; the batch is not read. Use `llama_decode` (with
 // `llama_set_embeddings` for embeddings).
@@ -1105,8 +1107,9 @@ bool llama_batch_ext_set_output_logits(struct llama_batch_ext *batch, int32_t id
 bool llama_batch_ext_set_pos(struct llama_batch_ext *batch, int32_t idx, const llama_pos *pos);
 
 // Decodes an extended batch (`LLAMA_PROCESS_TYPE_DECODE`); returns as `llama_decode`
-// (positions are the ones set, 0 where unset, as upstream). Encoding (no supported
-// architecture has an encoder) and other types return -1 with a log line.
+// (positions are the ones set, 0 where unset, as upstream). Encoding runs on the diffusion
+// models (the same as their decode); on other architectures (no supported one has an
+// encoder) it and other types return -1 with a log line.
 int32_t llama_process(struct llama_context *ctx,
                       enum llama_process_type type,
                       struct llama_batch_ext *batch);
@@ -1161,8 +1164,8 @@ uint32_t llama_n_seq_max(const struct llama_context *ctx);
 uint32_t llama_n_rs_seq(const struct llama_context *ctx);
 
 // The context's memory (its KV cache), owned by the context, for the `llama_memory_*`
-// functions; NULL for a NULL context and for a context of a `vocab_only` model (which has
-// no memory, as upstream).
+// functions; NULL for a NULL context and for a context of a `vocab_only` model or of a
+// diffusion model (dream, llada, llada-moe, rnd1), which have no memory, as upstream.
 llama_memory_t llama_get_memory(const struct llama_context *ctx);
 
 // The pooling type the context applies to embeddings: the one asked for in the context

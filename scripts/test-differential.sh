@@ -103,7 +103,7 @@ done
 
 # Recurrent and hybrid memories (upstream's llama_memory_recurrent / _hybrid layout: the
 # attention layers' KV cache, then per cell position and sequences, conv rows, SSM rows) on
-# the fixtures of mamba2 (states only), falcon-h1 and jamba (hybrid): the files of both
+# the fixtures of mamba2 (states only), falcon-h1, jamba and nemotron_h (hybrid): the files of both
 # libraries have the same size (the engines' float states differ in their last bits, so the
 # bytes do not); ours restores its own to its own next logits bit for bit; each library
 # restores the other's, and the next logits are the saver's within KL 1e-6 and the same top
@@ -124,7 +124,7 @@ print("kl %.3e top1 %s" % (kl, top))
 sys.exit(0 if kl <= 1e-6 and top else 1)
 PY
 }
-for tag in mamba2 falcon-h1 jamba; do
+for tag in mamba2 falcon-h1 jamba nemotron_h; do
   file="$archs/$tag-dense.gguf"
   for fa in 0 1; do
     up="$st/$tag-up$fa"; our="$st/$tag-our$fa"

@@ -76,9 +76,16 @@ impl Context {
             if !e.kv.attn {
                 return Ok(Some(Vec::new()));
             }
+            // nemotron_h's FFN-only layers hold no cache in upstream's hybrid memory (its
+            // attention filter: not recurrent and no FFN)
+            let ffn_only_layers =
+                matches!(self.model.arch.as_str(), "nemotron_h" | "nemotron_h_moe");
             return Ok(Some(vec![StateLayers {
                 layers: (0..self.hp.n_layer)
                     .filter(|&il| self.hp.has_kv(il))
+                    .filter(|&il| {
+                        !ffn_only_layers || self.hp.n_ff.get(il).copied().unwrap_or(0) == 0
+                    })
                     .collect(),
                 n_swa: 0,
                 v_trans,

@@ -18,7 +18,8 @@
 //! instead, which rounds differently). Not sent (a node with such weights fails with a
 //! message; a node without weights runs on the CPU): MUL_MAT_ID, M-RoPE, recurrent states,
 //! attention with sinks, ALiBi, a compressed (MLA) cache or sparse selection, and the rarer
-//! ops of [`Op`]. State save/load and K-shift do not reach the remote KV rows (docs/rpc.md).
+//! ops of [`Op`]. State save/load and K-shift do not reach the remote KV rows: the context
+//! refuses both for this executor (docs/rpc.md).
 
 use std::sync::Arc;
 

@@ -26,7 +26,7 @@ tools="$(bash scripts/build-upstream-tools.sh llama-quantize)"
 out="${ENGINE_OUT:-target/ffi-tests/engine}"
 rm -rf "$out" && mkdir -p "$out"
 inc=(-I"$UPSTREAM_LLAMA/include" -I"$UPSTREAM_LLAMA/ggml/include")
-for p in probe_decode tokenize probe_embd probe_streams probe_recurrent probe_lora; do
+for p in probe_decode tokenize probe_embd probe_streams probe_recurrent probe_lora probe_diffusion; do
     cc -std=c11 -O1 "${inc[@]}" "ffi-tests/engine/$p.c" -L"$UPSTREAM_BUILD/bin" -lllama -lm -o "$out/$p"
 done
 cc -std=c11 -O2 ffi-tests/engine/compare_logits.c -lm -o "$out/compare_logits"
@@ -58,7 +58,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 glm5-next"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 glm5-next dream llada llada-moe rnd1"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -361,6 +361,45 @@ check_recurrent() {
         done
     done
 }
+# Diffusion models (no memory: every decode is upstream's encode), ffi-tests/engine/
+# probe_diffusion.c: the greedy form of upstream's diffusion example (a canvas of the prompt
+# and mask tokens decoded whole through llama_process, unmasking one position a step), then
+# llama_get_memory NULL, the state sizes, a batch without output flags, llama_encode, two
+# sequences in one batch, batches starting anywhere: the text identical to upstream's, the
+# rows within KL 1e-3; with and without flash attention.
+DIFFUSION_ARCHS="dream llada llada-moe rnd1"
+check_diffusion() {
+    local arch f name side lib stats fa
+    for arch in $DIFFUSION_ARCHS; do
+        [[ " ${archs[*]} " == *" $arch "* ]] || continue
+        for f in "$fixtures/$arch-dense.gguf" "$fixtures/$arch-moe.gguf"; do
+            [ -e "$f" ] || continue
+            for fa in 1 0; do
+                name="diffusion-$(basename "$f" .gguf)"
+                [ "$fa" = 0 ] && name="$name-nofa"
+                for side in upstream ours; do
+                    lib="$UPSTREAM_BUILD/bin"; [ "$side" = ours ] && lib="$ours"
+                    if ! PROBE_FLASH_ATTN=$fa LD_LIBRARY_PATH="$lib" "$out/probe_diffusion" "$f" "$out/$name.$side.bin" 3 6 1 5 9 17 33 65 100 7 \
+                        >"$out/$name.$side.txt" 2>"$out/$name.$side.err"; then
+                        echo "FAIL $name: the $side run failed"; tail -3 "$out/$name.$side.err"; failed=$((failed + 1)); continue 2
+                    fi
+                done
+                if ! diff "$out/$name.upstream.txt" "$out/$name.ours.txt" >"$out/$name.diff"; then
+                    echo "FAIL $name: answers differ: $(head -4 "$out/$name.diff" | tr '\n' ' ')"; failed=$((failed + 1)); continue
+                fi
+                if ! grep -q "memory NULL 1" "$out/$name.ours.txt" || ! grep -q "equals decode 1" "$out/$name.ours.txt" \
+                    || ! grep -q "each equals alone 1" "$out/$name.ours.txt" || [ "$(grep -c unmask "$out/$name.ours.txt")" != 6 ]; then
+                    echo "FAIL $name: $(tr '\n' ' ' <"$out/$name.ours.txt")"; failed=$((failed + 1)); continue
+                fi
+                if ! stats="$("$out/compare_logits" "$out/$name.upstream.bin" "$out/$name.ours.bin" 1e-3 0.99 0)"; then
+                    echo "FAIL $name: $stats"; failed=$((failed + 1)); continue
+                fi
+                echo "ok   $name: the diffusion loop and memory-less calls as upstream's; $stats"
+                passed=$((passed + 1))
+            done
+        done
+    done
+}
 # Hot-swap on recurrent and hybrid models (ffi-tests/engine/probe_swap.c, our library only):
 # a state-space / delta-net tensor replaced on disk and reloaded gives, after clearing the
 # memory, a fresh load's logits bit for bit; put back, the first logits bit for bit.
@@ -396,6 +435,7 @@ if [ -n "${ENGINE_ARCHS:-}" ]; then
     check_archs
     check_hostile
     check_recurrent
+    check_diffusion
     check_swap
     echo "engine (ENGINE_ARCHS=$ENGINE_ARCHS only): $passed passed, $failed failed"
     [ "$failed" -eq 0 ]
@@ -522,6 +562,7 @@ fi
 check_archs
 check_hostile
 check_recurrent
+check_diffusion
 check_swap
 # every weight type the engine computes with, on the llama fixture (256-wide rows) requantized
 # by upstream's llama-quantize (its logits are flat, so top-1 is checked on every position)

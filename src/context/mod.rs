@@ -198,6 +198,10 @@ pub struct Context {
     /// The model was loaded with `vocab_only`: the context has no memory (upstream's
     /// `llama_get_memory` gives NULL) and decode fails after checking the batch.
     pub vocab_only: bool,
+    /// The architecture keeps no memory (upstream's `create_memory` gives nullptr: the
+    /// diffusion models): every decode runs as upstream's `encode`, `llama_get_memory`
+    /// gives NULL, the state holds no memory section.
+    pub memoryless: bool,
     /// Hadamard rotation sizes of Q/K and V for a quantized cache (0: none).
     pub kv_rot: (usize, usize),
     /// The model was loaded with `no_alloc`: the context only reports its memory
@@ -455,8 +459,16 @@ impl Context {
             );
         }
         let rope = RopeConfig::resolve(&hp, &p.rope);
-        let (type_k, type_v) = (kv_type(p.type_k, "type_k")?, kv_type(p.type_v, "type_v")?);
         let memory = arch::lookup(&model.arch).map_or(arch::Memory::Kv, |d| d.memory);
+        let memoryless = memory == arch::Memory::None;
+        // without memory (upstream keeps no cache) the batch's own K and V sit in an F32
+        // scratch: attention reads them as upstream's graph does (rounded to F16 before flash
+        // attention, as they are without it)
+        let (type_k, type_v) = if memoryless {
+            (KvType::F32, KvType::F32)
+        } else {
+            (kv_type(p.type_k, "type_k")?, kv_type(p.type_v, "type_v")?)
+        };
         let packed = |t: KvType| matches!(t, KvType::Packed(t) if t.block_size() > 1);
         if memory.latent() && (packed(type_k) || packed(type_v)) {
             return Err(ContextError::Unsupported(format!(
@@ -464,19 +476,29 @@ impl Context {
                 model.arch
             )));
         }
-        check_kv_types(&hp, type_k, type_v, p.flash_attn_type)?;
+        if !memoryless {
+            check_kv_types(&hp, type_k, type_v, p.flash_attn_type)?;
+        }
         let recurrent = memory.recurrent();
         let shape = KvShape {
-            // upstream's kv_size: each stream holds n_ctx_seq cells (n_ctx when unified)
-            size: n_ctx_seq,
+            // upstream's kv_size: each stream holds n_ctx_seq cells (n_ctx when unified);
+            // without memory, one micro-batch's worth
+            size: if memoryless {
+                n_ubatch.div_ceil(CTX_PAD) * CTX_PAD
+            } else {
+                n_ctx_seq
+            },
             n_seq_max: n_seq_max as usize,
-            // a recurrent model has no KV cache upstream: ours keeps an unused one-stream shell
-            unified: p.kv_unified || memory == arch::Memory::Recurrent,
+            // a recurrent model has no KV cache upstream: ours keeps an unused one-stream
+            // shell; the memory-less scratch is one stream whose cells carry the sequences
+            unified: p.kv_unified || matches!(memory, arch::Memory::Recurrent | arch::Memory::None),
             type_k,
             type_v,
             layers: (0..hp.n_layer)
                 .map(|il| match memory {
-                    arch::Memory::Kv => (hp.n_embd_k_gqa(il), hp.n_embd_v_gqa(il)),
+                    arch::Memory::Kv | arch::Memory::None => {
+                        (hp.n_embd_k_gqa(il), hp.n_embd_v_gqa(il))
+                    }
                     // V is read from the K rows
                     arch::Memory::KvLatent => (hp.n_embd_k_gqa(il), 0),
                     arch::Memory::Recurrent => (0, 0),
@@ -606,6 +628,7 @@ impl Context {
             kv
         };
         let mut ctx = Self::assemble(model, hp, cparams, kv, executor, false);
+        ctx.memoryless = memoryless;
         ctx.kv_rot = kv_rot;
         ctx.dry_run = dry_run;
         ctx.kv_bytes = kv_bytes;
@@ -723,6 +746,7 @@ impl Context {
             model,
             hp,
             vocab_only,
+            memoryless: false,
             kv_rot: (0, 0),
             dry_run: false,
             kv_bytes: 0,
@@ -840,11 +864,16 @@ impl Context {
             );
             return -1;
         }
+        if self.memoryless {
+            // upstream's decode without memory is its encode: positions are checked
+            // against nothing kept, every token is an output
+            e.kv.clear(false);
+        }
         if let Err(err) = batch::validate(
             &e.raw,
             n_vocab,
             e.cparams.n_seq_max,
-            e.cparams.embeddings,
+            e.cparams.embeddings || self.memoryless,
             &e.kv,
             self.multi_pos,
             &mut e.batch,
@@ -855,7 +884,7 @@ impl Context {
             }
             return -1;
         }
-        if !e.cparams.causal_attn && n_tokens > e.cparams.n_ubatch as usize {
+        if (!e.cparams.causal_attn || self.memoryless) && n_tokens > e.cparams.n_ubatch as usize {
             // upstream asserts (aborts the process) here
             crate::log_error!(
                 "decode: non-causal attention requires n_ubatch >= n_tokens ({} < {n_tokens})",
@@ -1058,7 +1087,8 @@ impl Context {
             seq: &ub.seq0,
             out_ids: &e.out_ids,
             slots: &e.slots,
-            causal: e.cparams.causal_attn,
+            // upstream's encode always attends both ways
+            causal: e.cparams.causal_attn && !self.memoryless,
             flash_attn: e.cparams.flash_attn,
         };
         let threads = if n == 1 {

@@ -40,9 +40,9 @@ fn fail<T>(msg: impl Into<String>) -> Result<T, StateError> {
 }
 
 impl Context {
-    /// The memory's sections (None: a context without memory, `vocab_only`).
+    /// The memory's sections (None: a context without memory, `vocab_only` or diffusion).
     fn state_sections(&self, e: &Engine) -> Result<Option<Vec<StateLayers>>, StateError> {
-        if self.vocab_only {
+        if self.vocab_only || self.memoryless {
             return Ok(None);
         }
         if e.exec.name() != "CPU" {

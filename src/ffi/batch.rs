@@ -146,7 +146,9 @@ pub unsafe extern "C" fn llama_batch_free(batch: llama_batch) {
 }
 
 /// Upstream: runs the encoder over the batch (no KV cache); 0 on success, negative on error.
-/// Every architecture the engine runs is decoder-only, where upstream's encode crashes the
+/// The diffusion models (dream, llada, llada-moe, rnd1) run here as in `llama_decode`: both
+/// are upstream's encode for them (every token an output, attention both ways). Every other
+/// architecture the engine runs is decoder-only, where upstream's encode crashes the
 /// process (it builds the decoder's graph without its KV cache): returns -1 with a log line
 /// naming the architecture; the batch is not read. Use `llama_decode` (with
 /// `llama_set_embeddings` for embeddings).
@@ -155,7 +157,18 @@ pub unsafe extern "C" fn llama_encode(ctx: *mut llama_context, batch: llama_batc
     boundary!("llama_encode", -1, {
         // SAFETY: NULL or a live context per the contract.
         let handle = unsafe { super::handles::context(ctx) }?;
-        let _ = batch;
+        if handle.inner.memoryless {
+            // upstream's decode of a memory-less model is this encode: the same call
+            // SAFETY: the arrays hold batch.n_tokens entries per the contract.
+            return match unsafe { copy_batch(&handle.inner, &batch) } {
+                Ok(()) => Ok(timed_decode(handle, batch.n_tokens)),
+                Err(line) => {
+                    crate::log_error!("{line}");
+                    crate::log_error!("encode: failed to initialize batch");
+                    Ok(-1)
+                }
+            };
+        }
         Err(FfiError::Invalid(format!(
             "model architecture '{}' has no encoder (decoder-only): use llama_decode",
             handle.inner.model.arch
@@ -567,8 +580,9 @@ pub unsafe extern "C" fn llama_batch_ext_set_pos(
 }
 
 /// Decodes an extended batch (`LLAMA_PROCESS_TYPE_DECODE`); returns as `llama_decode`
-/// (positions are the ones set, 0 where unset, as upstream). Encoding (no supported
-/// architecture has an encoder) and other types return -1 with a log line.
+/// (positions are the ones set, 0 where unset, as upstream). Encoding runs on the diffusion
+/// models (the same as their decode); on other architectures (no supported one has an
+/// encoder) it and other types return -1 with a log line.
 #[no_mangle]
 pub unsafe extern "C" fn llama_process(
     ctx: *mut llama_context,
@@ -580,7 +594,11 @@ pub unsafe extern "C" fn llama_process(
         let handle = unsafe { super::handles::context(ctx) }?;
         // SAFETY: NULL or a live batch per the contract.
         let b = unsafe { batch_ext(batch) }?;
-        if r#type.0 != llama_process_type::LLAMA_PROCESS_TYPE_DECODE as i32 {
+        // a memory-less (diffusion) model's encode is its decode, as upstream's
+        let encode = r#type.0 == llama_process_type::LLAMA_PROCESS_TYPE_ENCODE as i32;
+        if r#type.0 != llama_process_type::LLAMA_PROCESS_TYPE_DECODE as i32
+            && !(encode && handle.inner.memoryless)
+        {
             return Err(FfiError::Invalid(format!(
                 "process type {} is not supported by llama-hotswap yet (only DECODE)",
                 r#type.0

@@ -253,8 +253,8 @@ pub unsafe extern "C" fn llama_n_rs_seq(ctx: *const llama_context) -> u32 {
 }
 
 /// The context's memory (its KV cache), owned by the context, for the `llama_memory_*`
-/// functions; NULL for a NULL context and for a context of a `vocab_only` model (which has
-/// no memory, as upstream).
+/// functions; NULL for a NULL context and for a context of a `vocab_only` model or of a
+/// diffusion model (dream, llada, llada-moe, rnd1), which have no memory, as upstream.
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_memory(ctx: *const llama_context) -> llama_memory_t {
     boundary!("llama_get_memory", std::ptr::null_mut(), {
@@ -263,7 +263,7 @@ pub unsafe extern "C" fn llama_get_memory(ctx: *const llama_context) -> llama_me
         let _ = handle;
         // the memory handle is the context itself: memory calls lock its KV cache; a
         // vocab-only context has none (NULL, as upstream)
-        Ok(if handle.inner.vocab_only {
+        Ok(if handle.inner.vocab_only || handle.inner.memoryless {
             std::ptr::null_mut()
         } else {
             ctx as llama_memory_t

@@ -55,6 +55,11 @@ pub enum Memory {
     /// [`Memory::Hybrid`] whose attention layers keep MLA's compressed K-only rows (as
     /// [`Memory::KvLatent`]: upstream's `build_inp_mem_hybrid_k`).
     HybridLatent,
+    /// No memory (upstream's `create_memory` returns nullptr: the diffusion models). Every
+    /// decode runs as upstream's `encode`: one micro-batch, every token an output,
+    /// non-causal attention over the batch's own tokens of the same sequence; nothing is
+    /// kept between calls and `llama_get_memory` gives NULL.
+    None,
 }
 
 impl Memory {

@@ -29,6 +29,7 @@ pub mod deepseek2;
 pub mod deepseek32;
 pub mod def;
 pub mod dots1;
+pub mod dream;
 pub mod ernie4_5;
 pub mod ernie4_5_moe;
 pub mod exaone;
@@ -60,6 +61,8 @@ pub mod jais2;
 pub mod jamba;
 pub mod kimi_k3;
 pub mod lfm2;
+pub mod llada;
+pub mod llada_moe;
 pub mod llama;
 pub mod llama4;
 pub mod maincoder;
@@ -97,6 +100,7 @@ pub mod qwen3next;
 pub mod qwen3vl;
 pub mod qwen3vlmoe;
 pub mod refact;
+pub mod rnd1;
 pub mod seed_oss;
 pub mod smollm3;
 pub mod spark2_5;
@@ -210,6 +214,10 @@ pub static REGISTRY: &[&ArchDef] = &[
     &bailingmoe3::DEF,
     &kimi_k3::DEF,
     &glm5_next::DEF,
+    &dream::DEF,
+    &llada::DEF,
+    &llada_moe::DEF,
+    &rnd1::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

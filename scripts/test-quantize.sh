@@ -4,8 +4,10 @@
 # one of each family, to keep CI inside its time; QUANT_TYPES=all runs every type the test knows).
 # The grid IQ types (IQ1_S/M, IQ2_XXS/XS/S, IQ3_XXS/S) run with an imatrix from upstream's
 # llama-imatrix on a 3-layer --pure cut of the model (smollm2_grid_iq_types_are_byte_identical).
+# A model split in three files by llama-gguf-split as input, one output and --keep-split's three
+# (split_input_is_byte_identical).
 . "$(dirname "$0")/test-common.sh"
 types="${QUANT_TYPES:-F16,BF16,Q8_0,Q4_0,Q5_1,Q4_K_M,Q6_K,IQ4_XS,TQ2_0,MXFP4_MOE,IQ2_XXS,IQ2_XS,IQ2_M,IQ3_XXS,IQ3_S,IQ1_S,IQ1_M}"
 [ "$types" = all ] && unset QUANT_TYPES || export QUANT_TYPES="$types"
 cargo test --release --test quantize_upstream -- --ignored --exact smollm2_every_type_is_byte_identical smollm2_tensor_quantizer_matches_upstream_files \
-    smollm2_grid_iq_types_are_byte_identical
+    smollm2_grid_iq_types_are_byte_identical split_input_is_byte_identical

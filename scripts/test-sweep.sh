@@ -25,6 +25,8 @@
 #    from the base); --write-model quantizes the F16 file into the pick, byte-identical to
 #    upstream's llama-quantize on it; a source lacking the tensor gives a failed row naming
 #    it, a truncated or missing source fails before anything runs.
+# 7. The grid IQ types with --imatrix: each in-memory row = the row of upstream's
+#    llama-quantize file; without an imatrix the types llama-quantize refuses are failed rows.
 . "$(dirname "$0")/test-common.sh"
 log="$WORK/test-sweep.log"
 if ! cargo test --release --test sweep --bin llama-hotswap-perplexity >"$log" 2>&1; then
@@ -218,4 +220,53 @@ if fromsweep "$out/x.csv" "$out/from-none.log" --quantize q4_0 --from "$out/no-s
     fail "a missing --from: $(tail -n 2 "$out/from-none.log")"
 fi
 say "--from: a source lacking the tensor or holding another shape gives a failed row saying so; a truncated and a missing source fail before any round"
+
+# 7. The grid IQ types (issue 36): on blk.3.ffn_down (1536-wide rows; the 576-wide ones cannot
+#    take 256-element blocks) each in-memory candidate with --imatrix gives exactly the row of
+#    the file upstream's llama-quantize writes with that imatrix (that tensor alone retyped
+#    by --tensor-type, the rest copied); without --imatrix the six types llama-quantize
+#    refuses are failed rows saying so, and IQ3_S, which needs none, is an ok row.
+grid="iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s iq1_m"
+rm -rf "$out/cand-grid"
+for t in $grid; do
+    LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --allow-requantize --pure --imatrix "$out/im.gguf" \
+        --tensor-type "blk.3.ffn_down.weight=$t" "$model" "$out/grid-$t.gguf" Q4_1 2 >"$out/grid-$t.log" 2>&1 \
+        || { tail -n 20 "$out/grid-$t.log"; fail "upstream llama-quantize --tensor-type blk.3.ffn_down.weight=$t"; }
+    "$fixtures" candidates "$data/shards/smol" "$out/grid-$t.gguf" "$out/cand-grid/$t" blk.3.ffn_down.weight >/dev/null
+    rm -f "$out/grid-$t.gguf"
+done
+gridsweep() { # OUT.csv LOG ARGS...
+    local csv=$1 log=$2; shift 2
+    "$ROOT/target/release/llama-hotswap-perplexity" sweep -m "$first" --kl-divergence-base "$out/rows.csv.base-logits" \
+        --include '^blk\.3\.ffn_down\.weight$' --csv "$csv" -c 128 -b 128 --chunks 1 -t 2 --plain "$@" >"$log" 2>&1
+}
+rm -f "$out/grid-file.csv" "$out/grid-mem.csv" "$out/grid-noim.csv"
+gridsweep "$out/grid-file.csv" "$out/grid-file.log" --candidates "$out/cand-grid" || { tail -n 20 "$out/grid-file.log"; fail "sweep over the grid candidate files"; }
+gridsweep "$out/grid-mem.csv" "$out/grid-mem.log" --quantize "${grid// /,}" --imatrix "$out/im.gguf" \
+    || { tail -n 20 "$out/grid-mem.log"; fail "in-memory sweep of the grid types with --imatrix"; }
+gridsweep "$out/grid-noim.csv" "$out/grid-noim.log" --quantize "${grid// /,}" \
+    || { tail -n 20 "$out/grid-noim.log"; fail "in-memory sweep of the grid types without an imatrix"; }
+python3 - "$out/grid-file.csv" "$out/grid-mem.csv" "$out/grid-noim.csv" "$grid" <<'PY'
+import csv, sys
+files = {r["file"].split("/")[-2]: r for r in csv.DictReader(open(sys.argv[1]))}
+mem = {r["type"]: r for r in csv.DictReader(open(sys.argv[2]))}
+noim = {r["type"]: r for r in csv.DictReader(open(sys.argv[3]))}
+types = sys.argv[4].split()
+assert sorted(files) == sorted(types) and sorted(mem) == sorted(types) and sorted(noim) == sorted(types), (files.keys(), mem.keys(), noim.keys())
+klds = []
+for t in types:
+    f, m = files[t], mem[t]
+    assert f["status"] == "ok" and m["status"] == "ok", (t, f, m)
+    assert m["type"] == t and m["file"] == "(quantized in memory)", m
+    for col in ("tensor", "type", "bytes", "ppl", "kld", "top1"):
+        assert f[col] == m[col], (t, col, f[col], m[col])
+    n = noim[t]
+    if t == "iq3_s":
+        assert n["status"] == "ok" and n["kld"] != m["kld"], ("iq3_s without an imatrix", n, m["kld"])
+    else:
+        assert n["status"] != "ok" and "needs an importance matrix with an entry for 'blk.3.ffn_down.weight'" in n["reason"], (t, n)
+    klds.append(f"{t} {float(m['kld']):.6f}")
+print("grid types in memory with --imatrix = upstream's llama-quantize files (bytes, PPL, KLD, top-1); KLD: " + ", ".join(klds))
+print("without --imatrix: iq3_s an ok row, the other six refused as llama-quantize refuses them")
+PY
 say "sweep: ok"

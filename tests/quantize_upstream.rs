@@ -525,3 +525,116 @@ fn smollm2_grid_iq_types_are_byte_identical() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The F16 SmolLM2 split by upstream's llama-gguf-split into three files (at most 100
+/// tensors each), made once in the cache; returns the first file.
+fn smol_f16_split(tools: &Path, f16: &Path) -> PathBuf {
+    let dir = f16.with_file_name("smol-f16-split");
+    let first = dir.join("smol-00001-of-00003.gguf");
+    if !first.exists() {
+        let tmp = f16.with_file_name("smol-f16-split.tmp");
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).unwrap();
+        let out = Command::new(tools.join("llama-gguf-split"))
+            .env("LD_LIBRARY_PATH", tools)
+            .args(["--split", "--split-max-tensors", "100"])
+            .arg(f16)
+            .arg(tmp.join("smol"))
+            .output()
+            .expect("run llama-gguf-split");
+        assert!(
+            out.status.success(),
+            "llama-gguf-split: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::rename(&tmp, &dir).unwrap();
+    }
+    assert!(
+        first.exists(),
+        "llama-gguf-split did not write {}",
+        first.display()
+    );
+    first
+}
+
+/// A model split in several GGUF files as quantization input (upstream's loader reads the
+/// set from its first file): one output file, and --keep-split's one output per input
+/// split, byte-identical to upstream's llama-quantize on the same set; a set with a file
+/// missing, or started from its second file, refused by both with no file left.
+#[test]
+#[ignore = "slow differential: make test-quantize runs it in release"]
+fn split_input_is_byte_identical() {
+    let tools = PathBuf::from(script(
+        "build-upstream-tools.sh",
+        &["llama-quantize", "llama-gguf-split"],
+    ));
+    let f16 = smol_f16(&tools);
+    let first = smol_f16_split(&tools, &f16);
+    let dir = work_dir("split");
+    let mut failures = Vec::new();
+    failures.extend(compare(&tools, &dir, &first, "Q4_0", &[], params("Q4_0")).err());
+
+    // --keep-split: upstream's program strips ".gguf" and the library names the files.
+    let theirs = dir.join("up-keep");
+    let ours = dir.join("ours-keep");
+    let t = format!("{}.gguf", theirs.display());
+    assert!(upstream(
+        &tools,
+        &["--keep-split", first.to_str().unwrap(), &t, "Q8_0", "2"]
+    ));
+    let p = QuantizeParams {
+        keep_split: true,
+        ..params("Q8_0")
+    };
+    let report = quantize_model(&first, &ours, &p).expect("ours with keep_split");
+    assert_eq!(report.outputs.len(), 3, "{:?}", report.outputs);
+    for i in 1..=3 {
+        let name = |base: &Path| format!("{}-{i:05}-of-00003.gguf", base.display());
+        let (a, b) = (std::fs::read(name(&theirs)), std::fs::read(name(&ours)));
+        match (a, b) {
+            (Ok(a), Ok(b)) if a == b => {}
+            (Ok(a), Ok(b)) => failures.push(format!(
+                "keep-split file {i}: differs (sizes {} vs {})",
+                a.len(),
+                b.len()
+            )),
+            (a, b) => failures.push(format!(
+                "keep-split file {i}: upstream {:?}, ours {:?}",
+                a.err(),
+                b.err()
+            )),
+        }
+    }
+
+    // Hostile sets: the second file as input; the third file missing.
+    let second = first.with_file_name("smol-00002-of-00003.gguf");
+    failures.extend(
+        compare(&tools, &dir, &second, "Q4_0", &[], params("Q4_0"))
+            .map_err(|e| format!("second file as input: {e}"))
+            .err(),
+    );
+    let broken = dir.join("broken");
+    std::fs::create_dir_all(&broken).unwrap();
+    for i in [1, 2] {
+        let name = format!("smol-{i:05}-of-00003.gguf");
+        std::fs::copy(first.with_file_name(&name), broken.join(&name)).unwrap();
+    }
+    let broken_first = broken.join("smol-00001-of-00003.gguf");
+    let err = quantize_model(&broken_first, &dir.join("x.gguf"), &params("Q4_0"))
+        .err()
+        .map(|e| e.to_string());
+    if !err
+        .as_deref()
+        .is_some_and(|e| e.contains("smol-00003-of-00003.gguf"))
+    {
+        failures.push(format!("a missing third file: ours said {err:?}"));
+    }
+    failures.extend(
+        compare(&tools, &dir, &broken_first, "Q4_0", &[], params("Q4_0"))
+            .map_err(|e| format!("third file missing: {e}"))
+            .err(),
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

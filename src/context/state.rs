@@ -18,7 +18,7 @@ use std::io::Write;
 
 use super::{Context, Engine};
 use crate::kv_cache::state::{
-    KvRestore, SliceSource, StateError, StateLayers, StateOut, StateReader, StateSource,
+    KvRestore, RsRestore, SliceSource, StateError, StateLayers, StateOut, StateReader, StateSource,
     StateWriter,
 };
 
@@ -51,9 +51,9 @@ impl Context {
                 e.exec.name()
             ));
         }
-        if e.kv.rs.is_some() {
+        if e.kv.rs.is_some() && self.hp.swa_layers.iter().any(|&swa| swa) {
             return fail(format!(
-                "state of model architecture '{}' (recurrent states) is not supported by llama-hotswap yet",
+                "state of model architecture '{}' (recurrent states beside a sliding-window cache) is not supported by llama-hotswap yet",
                 self.model.arch
             ));
         }
@@ -70,6 +70,20 @@ impl Context {
             ));
         }
         let v_trans = !e.cparams.flash_attn;
+        if e.kv.rs.is_some() {
+            // recurrent memory: no KV section; hybrid: the attention layers' cache (upstream's
+            // hybrid memory holds a KV cache of those layers only), then the states
+            if !e.kv.attn {
+                return Ok(Some(Vec::new()));
+            }
+            return Ok(Some(vec![StateLayers {
+                layers: (0..self.hp.n_layer)
+                    .filter(|&il| self.hp.has_kv(il))
+                    .collect(),
+                n_swa: 0,
+                v_trans,
+            }]));
+        }
         let all = 0..e.kv.layers.len();
         if !self.hp.swa_layers.iter().any(|&swa| swa) {
             return Ok(Some(vec![StateLayers {
@@ -104,6 +118,9 @@ impl Context {
         for sect in sections.iter().flatten() {
             e.kv.state_write(&mut w, None, sect)?;
         }
+        if let (Some(_), Some(rs)) = (&sections, &e.kv.rs) {
+            rs.state_write(&mut w, None)?;
+        }
         Ok(w.n_bytes())
     }
 
@@ -125,12 +142,17 @@ impl Context {
             ));
         }
         let mut staged: Vec<(KvRestore, StateLayers)> = Vec::new();
+        let has_memory = sections.is_some();
         for sect in sections.into_iter().flatten() {
             staged.push((e.kv.state_parse(&mut r, None, &sect)?, sect));
         }
+        let rs = match &e.kv.rs {
+            Some(rs) if has_memory => Some(rs.state_parse(&mut r, None)?),
+            _ => None,
+        };
         let n = r.n_bytes();
         check(n)?;
-        install(&mut e, staged, None)?;
+        install(&mut e, staged, None, rs)?;
         Ok(n)
     }
 
@@ -187,11 +209,16 @@ impl Context {
             return fail(format!("seq_id {seq_id} is out of range"));
         }
         let seq = usize::try_from(seq_id).ok();
-        for sect in self.state_sections(e)?.iter().flatten() {
-            if flags & FLAG_PARTIAL_ONLY != 0 && sect.n_swa > 0 {
+        let sections = self.state_sections(e)?;
+        for sect in sections.iter().flatten() {
+            if flags & FLAG_PARTIAL_ONLY != 0 && (sect.n_swa > 0 || e.kv.rs.is_some()) {
+                // (a hybrid memory's partial state is its recurrent part)
                 continue;
             }
             e.kv.state_write(w, seq, sect)?;
+        }
+        if let (Some(_), Some(rs)) = (&sections, &e.kv.rs) {
+            rs.state_write(w, seq)?;
         }
         Ok(())
     }
@@ -244,15 +271,21 @@ impl Context {
             Some(e.kv.check_seq(dest_seq_id).map_err(|e| StateError(e.0))?)
         };
         let mut staged: Vec<(KvRestore, StateLayers)> = Vec::new();
-        for sect in self.state_sections(&e)?.into_iter().flatten() {
-            if flags & FLAG_PARTIAL_ONLY != 0 && sect.n_swa > 0 {
+        let sections = self.state_sections(&e)?;
+        let has_memory = sections.is_some();
+        for sect in sections.into_iter().flatten() {
+            if flags & FLAG_PARTIAL_ONLY != 0 && (sect.n_swa > 0 || e.kv.rs.is_some()) {
                 continue;
             }
             staged.push((e.kv.state_parse(r, seq, &sect)?, sect));
         }
+        let rs = match &e.kv.rs {
+            Some(rs) if has_memory => Some(rs.state_parse(r, seq)?),
+            _ => None,
+        };
         let n = r.n_bytes();
         check(n)?;
-        install(&mut e, staged, seq)?;
+        install(&mut e, staged, seq, rs)?;
         Ok(n)
     }
 
@@ -399,6 +432,7 @@ fn install(
     e: &mut Engine,
     staged: Vec<(KvRestore, StateLayers)>,
     seq: Option<usize>,
+    rs: Option<RsRestore>,
 ) -> Result<(), StateError> {
     let placing = staged.first().filter(|(_, s)| s.n_swa == 0).map(|(r, _)| r);
     for (restore, sect) in &staged {
@@ -429,6 +463,9 @@ fn install(
                     .ok_or_else(|| StateError("the sliding-window cells were not found".into()))?;
             e.kv.state_apply_rows(&restore, &rows, &sect);
         }
+    }
+    if let (Some(restore), Some(mem)) = (rs, e.kv.rs.as_mut()) {
+        mem.state_apply(restore, seq)?;
     }
     Ok(())
 }

@@ -383,6 +383,62 @@ impl RsMemory {
         }
     }
 
+    /// The cells a state of `seq` (None: every sequence) holds, in index order (upstream's
+    /// `state_write`: the non-empty cells, or those holding `seq`), each with its position
+    /// and sequences.
+    pub fn state_cells(&self, seq: Option<usize>) -> Vec<(usize, i32, SeqSet)> {
+        self.cells
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| match seq {
+                None => !c.is_empty(),
+                Some(q) => c.seqs.test(q),
+            })
+            .map(|(i, c)| (i, c.pos, c.seqs))
+            .collect()
+    }
+
+    /// The sequence ids this memory holds (`n_seq_max`).
+    pub fn n_seq_max(&self) -> u32 {
+        self.n_seq_max
+    }
+
+    /// A whole restore's bookkeeping (upstream's `state_read_meta` for seq_id -1): the
+    /// memory emptied and zeroed, then `cells` (position, sequences; checked by the caller:
+    /// ids below `n_seq_max`, each in one cell, at most `size` cells) become cells 0.., each
+    /// the tail of its sequences, holding the state the caller copies into its rows.
+    pub fn restore_all(&mut self, cells: &[(i32, SeqSet)]) {
+        self.clear(true);
+        for (i, &(pos, seqs)) in cells.iter().enumerate() {
+            self.cells[i].pos = pos;
+            self.cells[i].seqs = seqs;
+            self.cells[i].src = i as i32;
+            for q in seqs.iter() {
+                self.cells[q].tail = i as i32;
+            }
+        }
+        self.head = 0;
+        self.used = cells.len() as u32;
+    }
+
+    /// A sequence restore's bookkeeping (upstream's `state_read_meta` for one sequence):
+    /// the sequence removed, then (`pos` Some: a state to restore) a cell found for it as
+    /// for a micro-batch ending at `pos`; returns that cell, whose rows the caller fills.
+    pub fn restore_seq(&mut self, seq: usize, pos: Option<i32>) -> Option<usize> {
+        self.seq_rm(seq as i32, -1, -1);
+        let pos = pos?;
+        let group = RsGroup {
+            seqs: SeqSet::single(seq),
+            seq0: seq,
+            last_pos: pos,
+            n_tokens: 1,
+        };
+        if !self.find_slot(&[group]) {
+            return None;
+        }
+        self.cell_of(seq)
+    }
+
     fn zero_state(&mut self, c: usize) {
         for l in &mut self.layers {
             l.r[c * l.n_r..(c + 1) * l.n_r].fill(0.0);

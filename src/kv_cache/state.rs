@@ -20,7 +20,7 @@
 //! leaves the cache as it was. Upstream has by then emptied the cache (a whole restore) or
 //! the destination sequence (a sequence restore); we keep it instead.
 
-use super::{KvCache, SeqSet};
+use super::{KvCache, RsMemory, SeqSet};
 
 /// A state that cannot be written or read; the text says what and why.
 #[derive(Debug, thiserror::Error)]
@@ -681,6 +681,201 @@ impl KvCache {
                         l.v.set_row_bytes(row, l.n_embd_v, &st.v[li][i * rv..(i + 1) * rv]);
                     }
                 }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The recurrent part of a state (upstream's `llama_memory_recurrent::state_write`), after
+/// the KV cache's on hybrid models:
+///
+/// ```text
+/// u32 cell_count
+/// per cell: i32 pos, u32 n_seq_id (0 in a sequence state), i32 seq_id × n_seq_id
+/// u32 s_trans = 0, u32 n_layer (every layer of the model)
+/// per recurrent layer: i32 r_type (F32), u64 r_row_bytes, the cells' conv rows
+/// per recurrent layer: i32 s_type (F32), u64 s_row_bytes, the cells' SSM rows
+/// ```
+///
+/// A sequence has one cell (its state); a whole state lists the cells in index order.
+#[derive(Debug)]
+pub struct RsRestore {
+    /// Position and sequences per cell (sequences empty in a sequence state).
+    cells: Vec<(i32, SeqSet)>,
+    /// Per layer: the cells' conv rows and SSM rows, row after row.
+    rows: Vec<(Vec<f32>, Vec<f32>)>,
+}
+
+const GGML_TYPE_F32: i32 = 0;
+
+fn f32_rows(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+impl RsMemory {
+    /// Writes the states of `seq` (None: every sequence).
+    pub fn state_write(&self, w: &mut StateWriter, seq: Option<usize>) -> Result<(), StateError> {
+        let cells = self.state_cells(seq);
+        w.u32(cells.len() as u32)?;
+        for &(_, pos, seqs) in &cells {
+            w.i32(pos)?;
+            if seq.is_some() {
+                w.u32(0)?;
+            } else {
+                w.u32(seqs.count())?;
+                for q in seqs.iter() {
+                    w.i32(q as i32)?;
+                }
+            }
+        }
+        w.u32(0)?;
+        w.u32(self.layers.len() as u32)?;
+        for conv in [true, false] {
+            for l in &self.layers {
+                if l.n_r == 0 && l.n_s == 0 {
+                    continue;
+                }
+                let (n, data) = if conv { (l.n_r, &l.r) } else { (l.n_s, &l.s) };
+                w.i32(GGML_TYPE_F32)?;
+                w.u64(n as u64 * 4)?;
+                w.tensor(cells.len() * n * 4, |buf| {
+                    for &(c, _, _) in &cells {
+                        for v in &data[c * n..(c + 1) * n] {
+                            buf.extend_from_slice(&v.to_le_bytes());
+                        }
+                    }
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses and checks a recurrent state for `seq` (None: the whole memory) without
+    /// changing anything (upstream's `state_read` checks, in its order and words).
+    pub fn state_parse(
+        &self,
+        r: &mut StateReader,
+        seq: Option<usize>,
+    ) -> Result<RsRestore, StateError> {
+        let n = r.u32()?;
+        if n > self.size() {
+            return fail(format!(
+                "failed to restore kv cache: not enough cells in kv cache ({n} > {})",
+                self.size()
+            ));
+        }
+        if seq.is_some() && n > 1 {
+            // upstream asserts here (one sequence holds one state)
+            return fail(format!(
+                "failed to restore kv cache: {n} recurrent cells for one sequence"
+            ));
+        }
+        let mut cells = Vec::with_capacity(n as usize);
+        let mut seen = SeqSet::default();
+        for _ in 0..n {
+            let pos = r.i32()?;
+            let n_seq = r.u32()?;
+            let mut seqs = SeqSet::default();
+            if seq.is_some() {
+                if n_seq != 0 {
+                    return fail("failed to restore kv cache: invalid seq_id-agnostic kv cell");
+                }
+            } else {
+                for _ in 0..n_seq {
+                    let q = r.i32()?;
+                    if q < 0 || q as u32 >= self.n_seq_max() {
+                        return fail(format!(
+                            "failed to restore kv cache: invalid seq_id, {q} is out of range [0, {})",
+                            self.n_seq_max()
+                        ));
+                    }
+                    if seen.test(q as usize) {
+                        return fail(format!(
+                            "failed to restore kv cache: duplicate tail for seq_id {q}"
+                        ));
+                    }
+                    seen.set(q as usize);
+                    seqs.set(q as usize);
+                }
+            }
+            cells.push((pos, seqs));
+        }
+        let s_trans = r.u32()?;
+        let n_layer = r.u32()?;
+        if n_layer as usize != self.layers.len() {
+            return fail(format!(
+                "failed to restore kv cache: mismatched layer count ({n_layer} instead of {})",
+                self.layers.len()
+            ));
+        }
+        if s_trans != 0 {
+            return fail("failed to restore kv cache: incompatible s transposition");
+        }
+        let mut rows: Vec<(Vec<f32>, Vec<f32>)> = vec![(Vec::new(), Vec::new()); self.layers.len()];
+        for conv in [true, false] {
+            for (il, l) in self.layers.iter().enumerate() {
+                if l.n_r == 0 && l.n_s == 0 {
+                    continue;
+                }
+                let width = if conv { l.n_r } else { l.n_s };
+                let what = if conv { "r" } else { "s" };
+                let ty = r.i32()?;
+                if ty != GGML_TYPE_F32 {
+                    return fail(format!(
+                        "failed to restore kv cache: mismatched {what} type ({GGML_TYPE_F32} != {ty}, layer {il})"
+                    ));
+                }
+                let row = r.u64()?;
+                if row != width as u64 * 4 {
+                    return fail(format!(
+                        "failed to restore kv cache: mismatched {what} row size ({} != {row}, layer {il})",
+                        width * 4
+                    ));
+                }
+                if n > 0 {
+                    let data = f32_rows(r.tensor(n as usize * width * 4)?);
+                    if conv {
+                        rows[il].0 = data;
+                    } else {
+                        rows[il].1 = data;
+                    }
+                }
+            }
+        }
+        Ok(RsRestore { cells, rows })
+    }
+
+    /// Installs a parsed state for `seq` (None: the whole memory).
+    pub fn state_apply(
+        &mut self,
+        restore: RsRestore,
+        seq: Option<usize>,
+    ) -> Result<(), StateError> {
+        let first = match seq {
+            None => {
+                self.restore_all(&restore.cells);
+                0
+            }
+            Some(q) => match self.restore_seq(q, restore.cells.first().map(|c| c.0)) {
+                Some(c) => c,
+                None if restore.cells.is_empty() => return Ok(()),
+                None => return fail("failed to restore kv cache: failed to find available cells"),
+            },
+        };
+        let n = restore.cells.len();
+        for (l, (r, s)) in self.layers.iter_mut().zip(restore.rows) {
+            if n == 0 {
+                break;
+            }
+            if l.n_r > 0 {
+                l.r[first * l.n_r..(first + n) * l.n_r].copy_from_slice(&r);
+            }
+            if l.n_s > 0 {
+                l.s[first * l.n_s..(first + n) * l.n_s].copy_from_slice(&s);
             }
         }
         Ok(())

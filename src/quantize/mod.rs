@@ -5,8 +5,9 @@
 //!
 //! Differences from upstream, on purpose: every failure is an error (upstream aborts on some),
 //! and no partial output is left behind (the file is written under a temporary name and
-//! renamed when complete). Not supported yet: split input models, and NVFP4 as a target;
-//! those are refused before anything is written.
+//! renamed when complete; a split output's files are renamed only once all are written).
+//! A split model is read as upstream's loader reads it (the first file names the others).
+//! Not supported yet: NVFP4 as a target, refused before anything is written.
 
 #![forbid(unsafe_code)]
 
@@ -173,7 +174,9 @@ fn n_dims(ne: &[i64; 4]) -> usize {
 }
 
 struct Planned {
-    /// Index in the input's tensor table.
+    /// The input file (split) holding the tensor.
+    file: usize,
+    /// Index in that file's tensor table.
     input: usize,
     name: String,
     ne: [i64; 4],
@@ -389,19 +392,47 @@ pub fn quantize_model(
     let default_type = policy::ftype_default_type(ftype)
         .ok_or_else(|| invalid(format!("invalid output file type {ftype}")))?;
 
-    let file = File::open(input).map_err(|e| input_err(format!("failed to open: {e}")))?;
-    let header = crate::gguf::read_header(&file).map_err(|e| input_err(e.to_string()))?;
-    let gguf = header.gguf().map_err(|e| input_err(e.to_string()))?;
-    if let Some(v) = gguf.get("split.count") {
-        let n = MetaValue::from_value(v);
-        if !matches!(n, MetaValue::U16(0) | MetaValue::U16(1)) {
-            return Err(input_err(
-                "split models are not supported as quantization input by llama-hotswap yet; \
-                 merge them first (llama-gguf-split --merge)"
-                    .into(),
-            ));
+    let (files, headers) = open_splits(input).map_err(input_err)?;
+    let ggufs = headers
+        .iter()
+        .map(|h| h.gguf())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| input_err(e.to_string()))?;
+    let gguf = &ggufs[0];
+    // Every tensor of the set as (file, index), its name once (upstream's weights_map).
+    let mut inputs: Vec<(usize, usize)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (f, g) in ggufs.iter().enumerate() {
+        for (i, t) in g.tensors().iter().enumerate() {
+            if !seen.insert(t.name) {
+                return Err(input_err(format!(
+                    "invalid model: tensor '{}' is duplicated",
+                    t.name
+                )));
+            }
+            inputs.push((f, i));
         }
     }
+    if ggufs.len() > 1 {
+        let expected = match gguf.get("split.tensors.count").map(MetaValue::from_value) {
+            Some(MetaValue::I32(n)) => i64::from(n),
+            Some(MetaValue::U32(n)) => i64::from(n),
+            Some(MetaValue::U16(n)) => i64::from(n),
+            Some(_) => return Err(input_err("split.tensors.count is not an integer".into())),
+            None => {
+                return Err(input_err(
+                    "key not found in model: split.tensors.count".into(),
+                ))
+            }
+        };
+        if expected != inputs.len() as i64 {
+            return Err(input_err(format!(
+                "corrupted model: {expected} tensors expected but {} found",
+                inputs.len()
+            )));
+        }
+    }
+    let tensor_of = |f: usize, i: usize| &ggufs[f].tensors()[i];
     let entries = gguf
         .kvs()
         .iter()
@@ -465,22 +496,22 @@ pub fn quantize_model(
     }
 
     // Tensors in upstream's weights_map order: by leading layer (-1 for none), then name.
-    let mut order: Vec<usize> = (0..gguf.tensors().len()).collect();
-    let key = |i: &usize| {
-        let name = gguf.tensors()[*i].name;
+    let mut order = inputs;
+    let key = |&(f, i): &(usize, usize)| {
+        let name = tensor_of(f, i).name;
         (policy::leading_layer(name).unwrap_or(-1), name.as_bytes())
     };
     order.sort_by(|a, b| key(a).cmp(&key(b)));
     if params.keep_split {
         // keep_split sorts by (split, offset): the input's data order.
-        order.sort_by_key(|&i| gguf.tensors()[i].offset);
+        order.sort_by_key(|&(f, i)| (f, tensor_of(f, i).offset));
     }
 
     let mut mapped = BTreeMap::new();
     let mut next_id = 0i32;
     let mut planned = Vec::new();
-    for i in order {
-        let t = &gguf.tensors()[i];
+    for (f, i) in order {
+        let t = tensor_of(f, i);
         let name = remap_layer(t.name, &params.prune_layers, &mut mapped, &mut next_id);
         if name.is_empty() {
             crate::log_debug!("llama_model_quantize_impl: pruning tensor {}", t.name);
@@ -489,6 +520,7 @@ pub fn quantize_model(
         let mut ne = [1i64; 4];
         ne[..t.shape().len()].copy_from_slice(t.shape());
         planned.push(Planned {
+            file: f,
             input: i,
             name,
             ne,
@@ -573,7 +605,7 @@ pub fn quantize_model(
 
     if params.dry_run {
         for p in &planned {
-            let size = gguf.tensors()[p.input].nbytes;
+            let size = tensor_of(p.file, p.input).nbytes;
             let new_size = if p.cur != p.target {
                 let rows = (p.ne[1] * p.ne[2] * p.ne[3]) as u64;
                 if p.requires_imatrix {
@@ -594,80 +626,200 @@ pub fn quantize_model(
         return Ok(report);
     }
 
-    let mut writer = out_meta;
-    for p in &planned {
+    // keep_split writes one file per input split (upstream: as many as the highest split
+    // index among the kept tensors, plus one); the first holds the metadata.
+    let n_out = if params.keep_split {
+        planned.iter().map(|p| p.file + 1).max().unwrap_or(1)
+    } else {
+        1
+    };
+    let out_of = |p: &Planned| if params.keep_split { p.file } else { 0 };
+    let mut writers: Vec<GgufWriter> = (0..n_out).map(|_| GgufWriter::new()).collect();
+    writers[0] = out_meta;
+    if n_out > 1 {
+        for (i, w) in writers.iter_mut().enumerate() {
+            w.set("split.no", i as u16);
+            w.set("split.count", n_out as u16);
+            w.set("split.tensors.count", planned.len() as i32);
+        }
+    }
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); n_out];
+    for (k, p) in planned.iter().enumerate() {
         let dims = &p.ne[..n_dims(&p.ne)];
-        writer
+        writers[out_of(p)]
             .add_tensor_deferred(&p.name, dims, p.target)
             .map_err(|e| invalid(e.to_string()))?;
+        members[out_of(p)].push(k);
+    }
+    if let Some(empty) = members.iter().position(|m| m.is_empty()) {
+        // upstream would dereference a missing context here
+        return Err(invalid(format!(
+            "keep_split: input split {empty} keeps no tensor (all pruned); cannot write its file"
+        )));
     }
 
-    let out_path = if params.keep_split {
-        PathBuf::from(crate::gguf::split_path(&output.to_string_lossy(), 0, 1))
-    } else {
-        output.to_path_buf()
-    };
-    let tmp_path = {
-        let mut s = out_path.clone().into_os_string();
-        s.push(".quantize-partial");
-        PathBuf::from(s)
+    let out_paths: Vec<PathBuf> = (0..n_out)
+        .map(|i| {
+            if params.keep_split {
+                PathBuf::from(crate::gguf::split_path(
+                    &output.to_string_lossy(),
+                    i as u32,
+                    n_out as u32,
+                ))
+            } else {
+                output.to_path_buf()
+            }
+        })
+        .collect();
+    let tmp_paths: Vec<PathBuf> = out_paths
+        .iter()
+        .map(|p| {
+            let mut s = p.clone().into_os_string();
+            s.push(".quantize-partial");
+            PathBuf::from(s)
+        })
+        .collect();
+    let remove_tmps = || {
+        for t in &tmp_paths {
+            let _ = std::fs::remove_file(t);
+        }
     };
 
-    let data_offset = gguf.data_offset();
     let max_buf = if params.max_buf_size == 0 {
         DEFAULT_MAX_BUF_SIZE
     } else {
         params.max_buf_size
     };
-    let mut failure: Option<QuantizeError> = None;
     let n_tensors = planned.len();
-    let result = writer.write_to_with(&tmp_path, |index, _pending, out| {
-        let p = &planned[index];
-        let t = &gguf.tensors()[p.input];
-        let abs = data_offset + t.offset;
-        let mut step = || -> Result<u64, QuantizeError> {
-            write_tensor(
-                &file, abs, t.nbytes, p, params, nthread, max_buf, index, n_tensors, out, &inp,
-            )
-        };
-        match step() {
-            Ok(size) => {
-                report.size_org += t.nbytes;
-                report.size_new += size;
-                report.tensors.push((p.name.clone(), p.target));
-                Ok(())
+    for (o, writer) in writers.iter().enumerate() {
+        let mut failure: Option<QuantizeError> = None;
+        let result = writer.write_to_with(&tmp_paths[o], |index, _pending, out| {
+            let k = members[o][index];
+            let p = &planned[k];
+            let t = tensor_of(p.file, p.input);
+            let abs = ggufs[p.file].data_offset() + t.offset;
+            let mut step = || -> Result<u64, QuantizeError> {
+                write_tensor(
+                    &files[p.file],
+                    abs,
+                    t.nbytes,
+                    p,
+                    params,
+                    nthread,
+                    max_buf,
+                    k,
+                    n_tensors,
+                    out,
+                    &inp,
+                )
+            };
+            match step() {
+                Ok(size) => {
+                    report.size_org += t.nbytes;
+                    report.size_new += size;
+                    report.tensors.push((p.name.clone(), p.target));
+                    Ok(())
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    failure = Some(e);
+                    Err(io::Error::other(msg))
+                }
             }
-            Err(e) => {
-                let msg = e.to_string();
-                failure = Some(e);
-                Err(io::Error::other(msg))
-            }
+        });
+        if let Err(e) = result {
+            remove_tmps();
+            return Err(failure.unwrap_or(QuantizeError::Output {
+                path: out_paths[o].display().to_string(),
+                source: io::Error::other(e.to_string()),
+            }));
         }
-    });
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp_path);
-        return Err(failure.unwrap_or(QuantizeError::Output {
-            path: out_path.display().to_string(),
-            source: io::Error::other(e.to_string()),
-        }));
     }
-    std::fs::rename(&tmp_path, &out_path).map_err(|source| {
-        let _ = std::fs::remove_file(&tmp_path);
-        QuantizeError::Output {
-            path: out_path.display().to_string(),
-            source,
-        }
-    })?;
+    for (tmp, out_path) in tmp_paths.iter().zip(&out_paths) {
+        std::fs::rename(tmp, out_path).map_err(|source| {
+            remove_tmps();
+            QuantizeError::Output {
+                path: out_path.display().to_string(),
+                source,
+            }
+        })?;
+    }
     log_totals(&report, n_elements);
     if qs.n_fallback > 0 {
         crate::log_warn!(
             "llama_model_quantize_impl: WARNING: {} of {} tensor(s) required fallback quantization",
             qs.n_fallback,
-            gguf.tensors().len()
+            n_tensors
         );
     }
-    report.outputs.push(out_path);
+    report.outputs.extend(out_paths);
     Ok(report)
+}
+
+/// Opens `input` and, when it is the first file of a split set, every other split (named as
+/// upstream's `llama_split_path` names them), as upstream's loader does: the first file must
+/// be split 0, each other file must say its own index.
+fn open_splits(input: &Path) -> Result<(Vec<File>, Vec<crate::gguf::GgufHeader>), String> {
+    let open = |path: &Path| -> Result<(File, crate::gguf::GgufHeader), String> {
+        let file =
+            File::open(path).map_err(|e| format!("{}: failed to open: {e}", path.display()))?;
+        let header =
+            crate::gguf::read_header(&file).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok((file, header))
+    };
+    let u16_key = |h: &crate::gguf::GgufHeader, key: &str| -> Result<Option<u16>, String> {
+        let g = h.gguf().map_err(|e| e.to_string())?;
+        match g.get(key).map(MetaValue::from_value) {
+            None => Ok(None),
+            Some(MetaValue::U16(n)) => Ok(Some(n)),
+            Some(_) => Err(format!("{key} is not a u16")),
+        }
+    };
+    let (first, header) = open(input)?;
+    let n_split = u16_key(&header, "split.count")?.unwrap_or(0);
+    let mut files = vec![first];
+    let mut headers = vec![header];
+    if n_split <= 1 {
+        return Ok((files, headers));
+    }
+    let idx = u16_key(&headers[0], "split.no")?
+        .ok_or_else(|| "key not found in model: split.no".to_string())?;
+    if idx != 0 {
+        return Err(format!(
+            "illegal split file idx: {idx} (file: {}), model must be loaded with the first split",
+            input.display()
+        ));
+    }
+    let text = input.to_string_lossy();
+    let prefix = crate::model::split::split_prefix(&text, 0, i32::from(n_split))
+        .ok_or_else(|| format!("invalid split file name: {text}"))?;
+    for i in 1..n_split {
+        let path = PathBuf::from(crate::model::split::split_path(
+            prefix,
+            i32::from(i),
+            i32::from(n_split),
+        ));
+        let (file, header) = open(&path)?;
+        match u16_key(&header, "split.no")? {
+            Some(n) if n == i => {}
+            Some(n) => {
+                return Err(format!(
+                    "invalid split file idx: {n} (file: {}), expected {i}",
+                    path.display()
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "missing key split.no in GGUF split {}",
+                    path.display()
+                ))
+            }
+        }
+        files.push(file);
+        headers.push(header);
+    }
+    crate::log_info!("llama_model_quantize_impl: read a model split in {n_split} files");
+    Ok((files, headers))
 }
 
 fn log_totals(report: &QuantizeReport, n_elements: u64) {

@@ -53,7 +53,8 @@ and check it is bit-identical, write one row.
                               --allow-requantize converts it (rows: file '(quantized in memory)')
   --imatrix FILE              importance matrix (llama-imatrix's GGUF or legacy file) for the
                               in-memory candidates and --write-model, used as llama-quantize
-                              --imatrix uses it
+                              --imatrix uses it; the grid types (iq2_xxs, iq2_xs, iq2_s,
+                              iq3_xxs, iq1_s, iq1_m) need one, as in llama-quantize
   --from FILE                 quantize the in-memory candidates (and --write-model) from
                               this model instead of the loaded base: a higher-precision
                               copy of it, e.g. the BF16 GGUF it was made from (one file or
@@ -259,13 +260,6 @@ pub fn run(args: &[String]) -> Result<(), String> {
         Some(p) => Some(Source::open(p).map_err(|e| format!("sweep: {e}"))?),
         None => None,
     };
-    if source.as_ref().is_some_and(Source::is_split) && a.write_model.is_some() {
-        return Err(
-            "sweep: --write-model from a split --from model is not supported by \
-                    llama-hotswap yet (llama_model_quantize takes one file)"
-                .into(),
-        );
-    }
     let imatrix = match &a.imatrix {
         Some(p) => {
             Some(Imatrix::read(p).map_err(|e| format!("sweep: --imatrix {}: {e}", p.display()))?)
@@ -385,6 +379,27 @@ pub fn run(args: &[String]) -> Result<(), String> {
             for t in &c.tensors {
                 imatrix_for(&model, m, &t.name).map_err(|e| format!("sweep: --imatrix: {e}"))?;
             }
+        }
+    }
+    // llama_model_quantize refuses the very low-bit grid types for a tensor without an
+    // imatrix entry (upstream's tensor_requires_imatrix): such a row would measure bytes no
+    // quantization run can write.
+    for c in all
+        .iter_mut()
+        .filter(|c| c.in_memory && c.problem.is_none())
+    {
+        let missing = c.tensors.iter().find(|t| {
+            let has = imatrix
+                .as_ref()
+                .is_some_and(|m| matches!(imatrix_for(&model, m, &t.name), Ok(Some(_))));
+            !has && llama::quantize::policy::tensor_requires_imatrix(&t.name, t.ggml_type, 0)
+        });
+        if let Some(t) = missing {
+            c.problem = Some(format!(
+                "{} needs an importance matrix with an entry for '{}' (--imatrix), as llama-quantize does",
+                t.ggml_type.name(),
+                t.name
+            ));
         }
     }
     let key = |c: &Candidate| (c.label.clone(), c.tensor_label(), c.type_label());

@@ -90,11 +90,6 @@ impl Source {
         })
     }
 
-    /// A split set (more than one file).
-    pub fn is_split(&self) -> bool {
-        self.shards.len() > 1
-    }
-
     /// Why tensor `name` of shape `ne` (the base's) cannot be taken from the source, if it
     /// cannot: the source lacks it, or holds another shape.
     pub fn problem(&self, name: &str, ne: [i64; 4]) -> Option<String> {

@@ -1034,7 +1034,9 @@ struct llama_batch llama_batch_init(int32_t n_tokens, int32_t embd, int32_t n_se
 void llama_batch_free(struct llama_batch batch);
 
 // Upstream: runs the encoder over the batch (no KV cache); 0 on success, negative on error.
-// Every architecture the engine runs is decoder-only, where upstream's encode crashes the
+// The diffusion models (dream, llada, llada-moe, rnd1) run here as in `llama_decode`: both
+// are upstream's encode for them (every token an output, attention both ways). Every other
+// architecture the engine runs is decoder-only, where upstream's encode crashes the
 // process (it builds the decoder's graph without its KV cache): returns -1 with a log line
 // naming the architecture; the batch is not read. Use `llama_decode` (with
 // `llama_set_embeddings` for embeddings).
@@ -1105,8 +1107,9 @@ bool llama_batch_ext_set_output_logits(struct llama_batch_ext *batch, int32_t id
 bool llama_batch_ext_set_pos(struct llama_batch_ext *batch, int32_t idx, const llama_pos *pos);
 
 // Decodes an extended batch (`LLAMA_PROCESS_TYPE_DECODE`); returns as `llama_decode`
-// (positions are the ones set, 0 where unset, as upstream). Encoding (no supported
-// architecture has an encoder) and other types return -1 with a log line.
+// (positions are the ones set, 0 where unset, as upstream). Encoding runs on the diffusion
+// models (the same as their decode); on other architectures (no supported one has an
+// encoder) it and other types return -1 with a log line.
 int32_t llama_process(struct llama_context *ctx,
                       enum llama_process_type type,
                       struct llama_batch_ext *batch);
@@ -1161,8 +1164,8 @@ uint32_t llama_n_seq_max(const struct llama_context *ctx);
 uint32_t llama_n_rs_seq(const struct llama_context *ctx);
 
 // The context's memory (its KV cache), owned by the context, for the `llama_memory_*`
-// functions; NULL for a NULL context and for a context of a `vocab_only` model (which has
-// no memory, as upstream).
+// functions; NULL for a NULL context and for a context of a `vocab_only` model or of a
+// diffusion model (dream, llada, llada-moe, rnd1), which have no memory, as upstream.
 llama_memory_t llama_get_memory(const struct llama_context *ctx);
 
 // The pooling type the context applies to embeddings: the one asked for in the context
@@ -1802,28 +1805,6 @@ void llama_sampler_copy(const struct llama_sampler *src, struct llama_sampler *d
 // library did not allocate are logged and left alone (upstream frees twice or crashes).
 void llama_sampler_free(struct llama_sampler *smpl);
 
-// Creates an empty sampler chain, itself a sampler: `apply` runs its samplers in order,
-// `accept`/`reset` reach all of them; it frees those it owns when freed.
-struct llama_sampler *llama_sampler_chain_init(struct llama_sampler_chain_params params);
-
-// Appends `smpl` to the chain, which takes ownership of a sampler this library allocated
-// (a `struct llama_sampler` the caller built itself is borrowed: never freed by the chain).
-// Refused with a log line (and `smpl` stays the caller's): NULL or non-chain `chain`, NULL
-// `smpl`, a sampler already in a chain (or twice in this one), the chain itself or one of
-// its ancestors.
-void llama_sampler_chain_add(struct llama_sampler *chain, struct llama_sampler *smpl);
-
-// Sampler `i` of the chain (still owned by it), the chain itself for -1; NULL for NULL,
-// a sampler that is not a chain or `i` out of range (the last two with a log line).
-struct llama_sampler *llama_sampler_chain_get(struct llama_sampler *chain, int32_t i);
-
-// The number of samplers in the chain; -1 (and a log line) when `chain` is not a live chain.
-int32_t llama_sampler_chain_n(const struct llama_sampler *chain);
-
-// Removes sampler `i` from the chain and returns it, now owned by the caller; NULL (and a
-// log line) when `chain` is not a live chain or `i` is out of range.
-struct llama_sampler *llama_sampler_chain_remove(struct llama_sampler *chain, int32_t i);
-
 // A sampler that selects the token with the highest logit (the first of equal ones).
 struct llama_sampler *llama_sampler_init_greedy(void);
 
@@ -1910,26 +1891,27 @@ struct llama_sampler *llama_sampler_init_logit_bias(int32_t n_vocab,
 // outlive the sampler, as upstream. NULL (and a log line) for a NULL or freed vocab.
 struct llama_sampler *llama_sampler_init_infill(const struct llama_vocab *vocab);
 
-// The seed a sampler draws with (dist, mirostat, mirostat-v2; for a chain the last such
-// sampler's), or LLAMA_DEFAULT_SEED if it has none. LLAMA_DEFAULT_SEED (and a log line)
-// for NULL (upstream crashes).
-uint32_t llama_sampler_get_seed(const struct llama_sampler *smpl);
+// Creates an empty sampler chain, itself a sampler: `apply` runs its samplers in order,
+// `accept`/`reset` reach all of them; it frees those it owns when freed.
+struct llama_sampler *llama_sampler_chain_init(struct llama_sampler_chain_params params);
 
-// Samples a token from output `idx` of the last evaluation: the candidates are all
-// `n_vocab` logits of `llama_get_logits_ith(ctx, idx)`, `smpl` is applied and the selected
-// token accepted and returned. LLAMA_TOKEN_NULL (-1) and a log line when `smpl` is NULL,
-// `ctx` is not a live context, there are no logits for `idx`, or the sampler selected
-// nothing (upstream aborts). Backend samplers never pre-select a token here: they run on
-// the CPU, in this call.
-llama_token llama_sampler_sample(struct llama_sampler *smpl,
-                                 struct llama_context *ctx,
-                                 int32_t idx);
+// Appends `smpl` to the chain, which takes ownership of a sampler this library allocated
+// (a `struct llama_sampler` the caller built itself is borrowed: never freed by the chain).
+// Refused with a log line (and `smpl` stays the caller's): NULL or non-chain `chain`, NULL
+// `smpl`, a sampler already in a chain (or twice in this one), the chain itself or one of
+// its ancestors.
+void llama_sampler_chain_add(struct llama_sampler *chain, struct llama_sampler *smpl);
 
-// Backend sampling: llama-hotswap runs no sampler inside the decode, so it answers as upstream
-// does for a sampler that cannot be offloaded: NULL (nothing to clear) returns true; a sampler
-// returns false with upstream's warning ("cannot be offloaded to the backend") and stays the
-// caller's, to run on the CPU (`llama_sampler_sample`, common's fallback: the same tokens).
-bool llama_set_sampler(struct llama_context *ctx, llama_seq_id seq_id, struct llama_sampler *smpl);
+// Sampler `i` of the chain (still owned by it), the chain itself for -1; NULL for NULL,
+// a sampler that is not a chain or `i` out of range (the last two with a log line).
+struct llama_sampler *llama_sampler_chain_get(struct llama_sampler *chain, int32_t i);
+
+// The number of samplers in the chain; -1 (and a log line) when `chain` is not a live chain.
+int32_t llama_sampler_chain_n(const struct llama_sampler *chain);
+
+// Removes sampler `i` from the chain and returns it, now owned by the caller; NULL (and a
+// log line) when `chain` is not a live chain or `i` is out of range.
+struct llama_sampler *llama_sampler_chain_remove(struct llama_sampler *chain, int32_t i);
 
 // Constrains sampling to a GBNF grammar (see upstream's grammars/README.md): tokens the
 // grammar does not allow next get logit -inf. An empty or NULL `grammar_str` gives a sampler
@@ -1963,6 +1945,27 @@ struct llama_sampler *llama_sampler_init_grammar_lazy_patterns(const struct llam
                                                                size_t num_trigger_patterns,
                                                                const llama_token *trigger_tokens,
                                                                size_t num_trigger_tokens);
+
+// The seed a sampler draws with (dist, mirostat, mirostat-v2; for a chain the last such
+// sampler's), or LLAMA_DEFAULT_SEED if it has none. LLAMA_DEFAULT_SEED (and a log line)
+// for NULL (upstream crashes).
+uint32_t llama_sampler_get_seed(const struct llama_sampler *smpl);
+
+// Samples a token from output `idx` of the last evaluation: the candidates are all
+// `n_vocab` logits of `llama_get_logits_ith(ctx, idx)`, `smpl` is applied and the selected
+// token accepted and returned. LLAMA_TOKEN_NULL (-1) and a log line when `smpl` is NULL,
+// `ctx` is not a live context, there are no logits for `idx`, or the sampler selected
+// nothing (upstream aborts). Backend samplers never pre-select a token here: they run on
+// the CPU, in this call.
+llama_token llama_sampler_sample(struct llama_sampler *smpl,
+                                 struct llama_context *ctx,
+                                 int32_t idx);
+
+// Backend sampling: llama-hotswap runs no sampler inside the decode, so it answers as upstream
+// does for a sampler that cannot be offloaded: NULL (nothing to clear) returns true; a sampler
+// returns false with upstream's warning ("cannot be offloaded to the backend") and stays the
+// caller's, to run on the CPU (`llama_sampler_sample`, common's fallback: the same tokens).
+bool llama_set_sampler(struct llama_context *ctx, llama_seq_id seq_id, struct llama_sampler *smpl);
 
 // The size in bytes of the context's whole state (the architecture's name and the memory),
 // for saving: the exact size `llama_state_get_data` writes now. 0 with a log line for a

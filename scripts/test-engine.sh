@@ -58,7 +58,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 glm5-next dream llada llada-moe rnd1"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 glm5-next dream llada llada-moe rnd1 dots3note"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -176,6 +176,29 @@ check_archs() {
             fi
         done
     fi
+    # dots3note with its sparse attention and sliding window both biting: a copy whose
+    # indexer keeps 4 cells and whose sliding-window layers see 4 (prompt and steps, a
+    # 40-token batch, without flash attention); it must differ from the fixture's logits
+    if [[ " ${archs[*]} " == *" dots3note "* ]]; then
+        f="$derived/dots3note-moe.topk4-swa4.gguf"
+        if [ ! -s "$f" ]; then
+            setmeta="$("$py" -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')/scripts/gguf_set_metadata.py"
+            cp "$fixtures/dots3note-moe.gguf" "$f.tmp" \
+                && "$py" "$setmeta" "$f.tmp" dots3note.attention.indexer.top_k 4 --force >/dev/null 2>&1 \
+                && "$py" "$setmeta" "$f.tmp" dots3note.attention.sliding_window 4 --force >/dev/null 2>&1 \
+                && mv "$f.tmp" "$f"
+        fi
+        if [ -s "$f" ]; then
+            CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" check dots3note-moe-topk4-swa4 "$f" 1e-3
+            if "$out/compare_logits" "$out/arch-dots3note-moe.ours.bin" "$out/dots3note-moe-topk4-swa4.ours.bin" 1e-5 0 0 >/dev/null 2>&1; then
+                echo "FAIL dots3note-moe-topk4-swa4: the same logits as the fixture's"; failed=$((failed + 1))
+            fi
+            CHECK_TOKENS="$(seq 1 40 | awk '{print ($1 * 37) % 127 + 1}' | tr '\n' ' ')" check dots3note-moe-topk4-swa4-batch40 "$f" 1e-3
+            CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" check dots3note-moe-topk4-swa4-nofa "$f" 1e-3 PROBE_FLASH_ATTN=0
+        else
+            echo "FAIL dots3note-moe-topk4-swa4: could not write $f"; failed=$((failed + 1))
+        fi
+    fi
     # GLM5-Next's k-pool indexer selection is not computed: contexts where it would drop
     # cells (more than top_k cells per sequence; a copy with top_k = 4) must be refused with
     # a log line naming top_k, never decoded with the full attention
@@ -222,6 +245,7 @@ HOSTILE_ROWS=(
     "bailingmoe3 bailingmoe3-moe blk.1.ssm_conv1d_k.weight blk.0.attn_gate.weight"
     "kimi-k3 kimi-k3-moe blk.1.ffn_routed_up.weight output_res_score.weight"
     "glm5-next glm5-next-moe blk.0.indexer_compressor_ape.weight blk.1.hc_ffn_fn.weight"
+    "dots3note dots3note-moe blk.1.attn_k_norm.weight blk.0.attn_gate.weight"
 )
 check_hostile() {
     local row arch fixture dropped shrunk mode tensor f rc py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"

@@ -169,7 +169,7 @@ fn decode_tokenize_sampling_stubs_return_failure_values() {
         // Samplers are implemented (tests in ffi-tests/test_sampling.c and the `sampling`
         // part; grammar samplers: tests/grammar.rs and the `grammar` part). NULL arguments
         // give the failure values; no grammar text is a sampler that does nothing (upstream).
-        use llama::ffi::sampling_grammar::llama_sampler_init_grammar;
+        use llama::ffi::sampling::llama_sampler_init_grammar;
         assert!(llama_sampler_init_grammar(null(), c"root ::= \"a\"".as_ptr(), null()).is_null());
         assert!(
             llama_sampler_init_grammar(null(), c"root ::= \"a\"".as_ptr(), c"root".as_ptr())

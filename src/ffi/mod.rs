@@ -151,7 +151,6 @@ pub mod perf;
 pub(crate) mod perf_counters;
 pub mod quantize;
 pub mod sampling;
-pub mod sampling_grammar;
 pub mod state;
 pub mod threadpool;
 pub mod tokenize;

@@ -852,6 +852,12 @@ impl<'m> Builder<'m> {
             0,
             0,
         );
+        // (the sliding-window layers of dots3note; none elsewhere)
+        let n_swa = if hp.swa_layers.get(il).copied().unwrap_or(false) {
+            hp.n_swa
+        } else {
+            0
+        };
         let t = self.ne1(q);
         let kqv = self.push(
             "fattn",
@@ -865,7 +871,7 @@ impl<'m> Builder<'m> {
                 dv: hp.head_v,
                 scale,
                 softcap: hp.attn_logit_softcap,
-                n_swa: 0,
+                n_swa,
                 v_in_k: true,
                 sinks: None,
                 max_bias: 0.0,

@@ -110,7 +110,7 @@ impl<'a> Candidates<'a> {
 }
 
 /// A sampler: upstream's `llama_sampler_i` as a safe trait. The C wrapper
-/// (`crate::ffi::sampling::sampler_into_raw`) turns a `Box<dyn Sampler>` into a
+/// (`sampler_into_raw` in `crate::ffi::sampling`) turns a `Box<dyn Sampler>` into a
 /// `struct llama_sampler *` with a C interface table.
 pub trait Sampler: Send {
     /// The name `llama_sampler_name` returns (upstream's, e.g. "top-k").

@@ -209,7 +209,7 @@ pub fn graph_with(b: &mut Builder, dsa: Option<Dsa>) -> Result<Outputs, BuildErr
 /// Walsh-Hadamard matrix, the key cached, per-head weights from `cur` pre-scaled by
 /// `1/sqrt(head * n_head)`; the selection of the best cells for every token. A shared layer
 /// (GLM-5.2) reuses the previous full layer's selection.
-fn indexer(
+pub fn indexer(
     b: &mut Builder,
     il: usize,
     d: Dsa,

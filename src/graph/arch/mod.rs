@@ -29,6 +29,7 @@ pub mod deepseek2;
 pub mod deepseek32;
 pub mod def;
 pub mod dots1;
+pub mod dots3note;
 pub mod dream;
 pub mod ernie4_5;
 pub mod ernie4_5_moe;
@@ -218,6 +219,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &llada::DEF,
     &llada_moe::DEF,
     &rnd1::DEF,
+    &dots3note::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

@@ -7,10 +7,10 @@ use std::ffi::{c_char, CStr};
 use std::ptr::null_mut;
 use std::sync::Arc;
 
-use super::handles::{self, llama_vocab};
-use super::sampling::sampler_into_raw;
-use super::types::*;
-use super::FfiError;
+use super::super::handles::{self, llama_vocab};
+use super::super::types::*;
+use super::super::FfiError;
+use super::rust_iface::sampler_into_raw;
 use crate::sampling::grammar::parser::TokenResolver;
 use crate::sampling::grammar::vocab::single_token_of;
 use crate::sampling::grammar::{GrammarSampler, GrammarSpec, GrammarVocab};

@@ -86,6 +86,19 @@ impl Moe {
     };
 }
 
+/// How a mixture of experts routes beyond [`Moe`]: upstream's per-architecture branches
+/// in `build_moe_ffn`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MoeRoute {
+    /// llama4: select by the logits, weigh the input per slot before the experts, sum the
+    /// experts' outputs unweighted.
+    pub weight_before: bool,
+    /// grovemoe: select by the sigmoid of the logits whatever the gating.
+    pub select_sigmoid: bool,
+    /// grovemoe's chunk experts: the selected ids divided by this (> 1), truncated.
+    pub id_div: usize,
+}
+
 /// The weights of one mixture of experts.
 #[derive(Clone, Copy, Debug)]
 pub struct MoeWeights {
@@ -350,6 +363,17 @@ impl<'m> Builder<'m> {
     pub fn mul_mat(&mut self, w: WeightId, x: NodeId) -> NodeId {
         let y = self.mul_mat_raw(w, x);
         let y = match self.scale_of(w, 1) {
+            Some(s) => self.mul(y, Operand::Weight(s)),
+            None => y,
+        };
+        self.add_lora(w, x, y)
+    }
+
+    /// `build_lora_mm(w, x, w_s)` with the scale the caller names (hrm_text's layers share
+    /// weights but each reads the scale of its own slot).
+    pub fn mul_mat_scaled(&mut self, w: WeightId, x: NodeId, s: Option<WeightId>) -> NodeId {
+        let y = self.mul_mat_raw(w, x);
+        let y = match s {
             Some(s) => self.mul(y, Operand::Weight(s)),
             None => y,
         };
@@ -669,11 +693,18 @@ impl<'m> Builder<'m> {
         freq_factors: Option<WeightId>,
         swa: bool,
     ) -> NodeId {
-        let (n0, n1) = (self.ne0(x), self.ne1(x));
+        let mut params = self.rope_params(swa);
+        params.mode = mode;
+        self.rope_with(x, head_dim, params, freq_factors)
+    }
+
+    /// The rotation a layer gets by default: the context's rope values, with the
+    /// sliding-window base and scale on `swa` layers, the architecture's mode.
+    pub fn rope_params(&self, swa: bool) -> RopeParams {
         let r = self.rope;
-        let params = RopeParams {
+        RopeParams {
             n_rot: self.hp.n_rot,
-            mode,
+            mode: self.rope_mode,
             n_ctx_orig: r.n_ctx_orig,
             freq_base: if swa {
                 self.hp.rope_freq_base_swa
@@ -689,7 +720,19 @@ impl<'m> Builder<'m> {
             attn_factor: r.attn_factor,
             beta_fast: r.beta_fast,
             beta_slow: r.beta_slow,
-        };
+        }
+    }
+
+    /// ROPE with the caller's values (architectures that rotate some layers otherwise:
+    /// their own rotary width, no YaRN).
+    pub fn rope_with(
+        &mut self,
+        x: NodeId,
+        head_dim: usize,
+        params: RopeParams,
+        freq_factors: Option<WeightId>,
+    ) -> NodeId {
+        let (n0, n1) = (self.ne0(x), self.ne1(x));
         self.push(
             "rope",
             Op::Rope {
@@ -701,6 +744,13 @@ impl<'m> Builder<'m> {
             n0,
             n1,
         )
+    }
+
+    /// RESHAPE to `[ne0, ne1]` (the same values in the same order; a copy here, as
+    /// nodes carry their own shape: times 1 leaves every value as it is).
+    pub fn reshape(&mut self, x: NodeId, ne0: usize, ne1: usize) -> NodeId {
+        debug_assert_eq!(ne0 * ne1, self.ne0(x) * self.ne1(x));
+        self.push("reshape", Op::Scale { src: x, s: 1.0 }, ne0, ne1)
     }
 
     /// `build_attn` with a KV cache: store K and V, FLASH_ATTN_EXT, output projection.
@@ -1039,7 +1089,11 @@ impl<'m> Builder<'m> {
         if let Some(b) = w.gate_inp_b {
             logits = self.add(logits, Operand::Weight(b));
         }
-        self.moe_ffn_logits(x, logits, w, n_used, m, weight_before)
+        let route = MoeRoute {
+            weight_before,
+            ..MoeRoute::default()
+        };
+        self.moe_ffn_routed(x, logits, w, n_used, m, route)
     }
 
     /// [`Builder::moe_ffn_with`] routed by the given router `logits` (`[n_expert, T]`,
@@ -1054,6 +1108,25 @@ impl<'m> Builder<'m> {
         m: Moe,
         weight_before: bool,
     ) -> NodeId {
+        let route = MoeRoute {
+            weight_before,
+            ..MoeRoute::default()
+        };
+        self.moe_ffn_routed(x, logits, w, n_used, m, route)
+    }
+
+    /// [`Builder::moe_ffn`] from router logits the caller computed (upstream's `probs_in`;
+    /// `w.gate_inp` is not read), with `route`'s choices.
+    pub fn moe_ffn_routed(
+        &mut self,
+        x: NodeId,
+        logits: NodeId,
+        w: MoeWeights,
+        n_used: usize,
+        m: Moe,
+        route: MoeRoute,
+    ) -> NodeId {
+        let weight_before = route.weight_before;
         let t = self.ne1(x);
         let n_expert = self.ne0(logits);
         let probs = match m.gating {
@@ -1069,6 +1142,9 @@ impl<'m> Builder<'m> {
         if weight_before {
             // llama4 selects by the logits (sigmoid comes after the top-k)
             selection = logits;
+        }
+        if route.select_sigmoid {
+            selection = self.sigmoid(logits);
         }
         let (n_groups, n_group_used) = m.groups;
         if n_groups > 1 {
@@ -1088,6 +1164,13 @@ impl<'m> Builder<'m> {
             n_used,
             t,
         );
+        let ids = if route.id_div > 1 {
+            // ids are f32 here and every consumer truncates them, as ggml's F32 -> I32
+            // cast does: upstream's CAST(SCALE(CAST(ids), 1/n), I32)
+            self.scale(ids, 1.0 / route.id_div as f32)
+        } else {
+            ids
+        };
         let mut wts = self.push("moe_weights", Op::GetRowsIds { src: probs, ids }, n_used, t);
         if m.gating == Gating::SoftmaxWeight {
             wts = self.push("moe_weights_softmax", Op::SoftMax { src: wts }, n_used, t);
@@ -1296,36 +1379,65 @@ impl<'m> Builder<'m> {
         m: Moe,
         weight_before: bool,
     ) -> Result<NodeId, BuildError> {
+        let w = self.moe_weights(il, "exps", n_ff, self.hp.n_expert, m)?;
+        Ok(self.moe_ffn_with(x, w, self.hp.n_expert_used, m, weight_before))
+    }
+
+    /// The layer's router (`ffn_gate_inp`, `[n_embd, n_expert]`), selection bias when
+    /// `m.probs_bias`, and the `n_exp` experts `ffn_{up,gate,down}_<kind>` of `n_ff` rows
+    /// (gate and up fused in `ffn_gate_up_<kind>` when the file has it), with their biases
+    /// when `m.biases`.
+    pub fn moe_weights(
+        &mut self,
+        il: usize,
+        kind: &str,
+        n_ff: usize,
+        n_exp: usize,
+        m: Moe,
+    ) -> Result<MoeWeights, BuildError> {
         let n_embd = self.hp.n_embd as i64;
-        let (n_ff, n_exp) = (n_ff as i64, self.hp.n_expert as i64);
-        let gate_inp = self.lw(il, "ffn_gate_inp.weight", &[n_embd, n_exp])?;
+        let n_router = self.hp.n_expert as i64;
+        let (n_ff, n_exp) = (n_ff as i64, n_exp as i64);
+        let gate_inp = self.lw(il, "ffn_gate_inp.weight", &[n_embd, n_router])?;
         let probs_b = if m.probs_bias {
-            self.lw_opt(il, "exp_probs_b.bias", &[n_exp])?
+            self.lw_opt(il, "exp_probs_b.bias", &[n_router])?
         } else {
             None
         };
-        let gate_up = self.lw_opt(il, "ffn_gate_up_exps.weight", &[n_embd, 2 * n_ff, n_exp])?;
+        let gate_up = self.lw_opt(
+            il,
+            &format!("ffn_gate_up_{kind}.weight"),
+            &[n_embd, 2 * n_ff, n_exp],
+        )?;
         let (up, gate) = match gate_up {
             Some(_) => (None, None),
             None => (
-                Some(self.lw(il, "ffn_up_exps.weight", &[n_embd, n_ff, n_exp])?),
-                Some(self.lw(il, "ffn_gate_exps.weight", &[n_embd, n_ff, n_exp])?),
+                Some(self.lw(il, &format!("ffn_up_{kind}.weight"), &[n_embd, n_ff, n_exp])?),
+                Some(self.lw(
+                    il,
+                    &format!("ffn_gate_{kind}.weight"),
+                    &[n_embd, n_ff, n_exp],
+                )?),
             ),
         };
-        let down = self.lw(il, "ffn_down_exps.weight", &[n_ff, n_embd, n_exp])?;
+        let down = self.lw(
+            il,
+            &format!("ffn_down_{kind}.weight"),
+            &[n_ff, n_embd, n_exp],
+        )?;
         let (gate_inp_b, exp_b) = if m.biases {
             (
-                Some(self.lw(il, "ffn_gate_inp.bias", &[n_exp])?),
+                Some(self.lw(il, "ffn_gate_inp.bias", &[n_router])?),
                 Some((
-                    self.lw(il, "ffn_up_exps.bias", &[n_ff, n_exp])?,
-                    self.lw(il, "ffn_gate_exps.bias", &[n_ff, n_exp])?,
-                    self.lw(il, "ffn_down_exps.bias", &[n_embd, n_exp])?,
+                    self.lw(il, &format!("ffn_up_{kind}.bias"), &[n_ff, n_exp])?,
+                    self.lw(il, &format!("ffn_gate_{kind}.bias"), &[n_ff, n_exp])?,
+                    self.lw(il, &format!("ffn_down_{kind}.bias"), &[n_embd, n_exp])?,
                 )),
             )
         } else {
             (None, None)
         };
-        let w = MoeWeights {
+        Ok(MoeWeights {
             gate_inp,
             gate_inp_b,
             exp_b,
@@ -1334,8 +1446,7 @@ impl<'m> Builder<'m> {
             gate,
             gate_up,
             down,
-        };
-        Ok(self.moe_ffn_with(x, w, self.hp.n_expert_used, m, weight_before))
+        })
     }
 
     /// The FFN of a mixture-of-experts layer with shared experts, as most MoE graphs build

@@ -846,6 +846,11 @@ impl CpuExecutor {
                                 *d = ops::gelu(x) * y;
                             }
                         }
+                        GluKind::Reglu => {
+                            for ((d, &x), &y) in dst.iter_mut().zip(gt).zip(u) {
+                                *d = if x > 0.0 { x * y } else { 0.0 };
+                            }
+                        }
                         GluKind::SwigluLimit(l) => {
                             ops::silu_rows(dst, gt, None, ne0);
                             for (d, &y) in dst.iter_mut().zip(u) {

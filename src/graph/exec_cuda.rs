@@ -281,8 +281,9 @@ impl CudaExecutor {
                 kind:
                     GluKind::SwigluOai
                     | GluKind::SwigluLimit(_)
-                    | GluKind::SwigluClamp(_)
-                    | GluKind::Situ(..),
+                    | GluKind::Situ(..)
+                    | GluKind::Reglu
+                    | GluKind::SwigluClamp(_),
                 ..
             } => false,
             Op::TopK { src, .. } => g.nodes[*src].ne0 <= 1024,
@@ -683,8 +684,9 @@ impl CudaExecutor {
                     GluKind::Geglu => 1,
                     GluKind::SwigluOai
                     | GluKind::SwigluLimit(_)
-                    | GluKind::SwigluClamp(_)
-                    | GluKind::Situ(..) => {
+                    | GluKind::Situ(..)
+                    | GluKind::Reglu
+                    | GluKind::SwigluClamp(_) => {
                         return Err(ExecError::UnsupportedOp {
                             backend: self.label,
                             op: format!("GLU ({kind:?})"),

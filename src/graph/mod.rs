@@ -53,6 +53,8 @@ pub enum GluKind {
     Geglu,
     /// `ggml_swiglu_oai` (gpt-oss): `min(g, 7) * sigmoid(1.702 * min(g, 7)) * (clamp(u, -7, 7) + 1)`.
     SwigluOai,
+    /// `ggml_reglu`: `g > 0 ? g * u : 0`.
+    Reglu,
     /// SwiGLU with a limit, as upstream's `build_ffn`/`build_moe_ffn` split it where
     /// `swiglu_clamp_(sh)exp` is set: `min(silu(g), l) * clamp(u, -l, l)` (SILU, two CLAMPs
     /// and MUL, one value at a time).
@@ -542,6 +544,7 @@ impl Op {
                     GluKind::Swiglu => "SWIGLU",
                     GluKind::Geglu => "GEGLU",
                     GluKind::SwigluOai => "SWIGLU_OAI",
+                    GluKind::Reglu => "REGLU",
                     GluKind::SwigluLimit(_) => "SWIGLU_LIMIT",
                     GluKind::SwigluClamp(_) => "SWIGLU_CLAMP",
                     GluKind::Situ(..) => "SITU",

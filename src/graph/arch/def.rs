@@ -3,7 +3,7 @@
 //! of this folder depends on this one; this one depends on no architecture, so the registry
 //! in `mod.rs` can list them all without a loop.
 
-use super::super::builder::{BuildError, Builder, Outputs};
+use super::super::builder::{BuildError, Builder, Gating, Outputs};
 use super::super::params::{ArchParams, Ssm};
 use super::super::RopeMode;
 use crate::model::meta::MetaArray;
@@ -213,6 +213,23 @@ impl Keys<'_> {
         })
     }
 
+    /// A required per-layer float (upstream's `get_key_or_arr`): one number for every layer,
+    /// or an array of exactly `n` (every layer including MTP ones).
+    pub fn f32_per_layer(&self, s: &str, n: usize) -> Result<Vec<f32>, String> {
+        let key = self.key(s);
+        match self.model.meta.get_array(&key) {
+            Some(MetaArray::Floats(v)) if v.len() == n => Ok(v.iter().map(|&x| x as f32).collect()),
+            Some(a) => Err(format!(
+                "key {key} has wrong array length or type; expected {n} floats, got {}",
+                a.len()
+            )),
+            None => self
+                .f32_opt(s)
+                .map(|x| vec![x; n])
+                .ok_or_else(|| format!("key not found in model: {key}")),
+        }
+    }
+
     /// A float per layer from a float array (layers past its end: 0) or one float for
     /// every layer (upstream's `get_key_or_arr`); absent: empty.
     pub fn f32_layers(&self, s: &str, n_layer: usize) -> Vec<f32> {
@@ -252,4 +269,34 @@ impl Keys<'_> {
             .map(|il| period == 0 || il % period < period - 1)
             .collect())
     }
+}
+
+/// `expert_gating_func` (absent: 0, "none") as the architectures that default "none" to
+/// `none_is` read it; values the engine has no gating for are refused.
+pub fn gating_or(k: &Keys, none_is: Gating) -> Result<Gating, String> {
+    match k.u32("expert_gating_func", 0) {
+        0 => Ok(none_is),
+        1 => Ok(Gating::Softmax),
+        2 => Ok(Gating::Sigmoid),
+        3 => Ok(Gating::SoftmaxWeight),
+        g => Err(format!("expert_gating_func {g} is not supported yet")),
+    }
+}
+
+/// The sliding-window flags of `load_swa_pattern(ml, period, dense_first)`: the per-layer
+/// array when the file has one, else the period (`attention.sliding_window_pattern` as a
+/// number, or `period`), with the full-attention layer first in each period when
+/// `dense_first` (else last).
+pub fn swa_pattern(
+    k: &Keys,
+    n_layer: usize,
+    period: u32,
+    dense_first: bool,
+) -> Result<Vec<bool>, String> {
+    let key = k.key("attention.sliding_window_pattern");
+    if !dense_first || k.model.meta.get_array(&key).is_some() {
+        return k.swa_layers(n_layer, period);
+    }
+    let n = k.model.meta.get_u32(&key).unwrap_or(period) as usize;
+    Ok((0..n_layer).map(|il| n == 0 || il % n != 0).collect())
 }

@@ -10,6 +10,7 @@
 //! registered, or whose file lacks a tensor its graph needs, fails context creation with one
 //! log line naming the architecture and the missing piece.
 
+pub mod afmoe;
 pub mod arcee;
 pub mod arctic;
 pub mod baichuan;
@@ -21,6 +22,7 @@ pub mod chatglm;
 pub mod codeshell;
 pub mod cogvlm;
 pub mod cohere2;
+pub mod cohere2moe;
 pub mod command_r;
 pub mod dbrx;
 pub mod deci;
@@ -53,14 +55,18 @@ pub mod granite_swa;
 pub mod granitehybrid;
 pub mod granitemoe;
 pub mod grok;
+pub mod grovemoe;
+pub mod hrm_text;
 pub mod hunyuan_dense;
 pub mod hunyuan_moe;
 pub mod hunyuan_vl;
+pub mod hy_v3;
 pub mod internlm2;
 pub mod jais;
 pub mod jais2;
 pub mod jamba;
 pub mod kimi_k3;
+pub mod laguna;
 pub mod lfm2;
 pub mod llada;
 pub mod llada_moe;
@@ -69,13 +75,16 @@ pub mod llama4;
 pub mod maincoder;
 pub mod mamba;
 pub mod mamba2;
+pub mod maple;
 pub mod mellum;
+pub mod mimo2;
 pub mod minicpm;
 pub mod minicpm3;
 pub mod minimax_m2;
 pub mod mistral3;
 pub mod mistral4;
 pub mod mpt;
+pub mod muse_glimmer;
 pub mod nanbeige;
 pub mod nemotron;
 pub mod nemotron_h;
@@ -84,6 +93,7 @@ pub mod olmo2;
 pub mod olmoe;
 pub mod openelm;
 pub mod orion;
+pub mod paddleocr;
 pub mod pangu_embedded;
 pub mod phi2;
 pub mod phi3;
@@ -103,6 +113,7 @@ pub mod qwen3vlmoe;
 pub mod refact;
 pub mod rnd1;
 pub mod seed_oss;
+pub mod smallthinker;
 pub mod smollm3;
 pub mod spark2_5;
 pub mod stablelm;
@@ -220,6 +231,17 @@ pub static REGISTRY: &[&ArchDef] = &[
     &llada_moe::DEF,
     &rnd1::DEF,
     &dots3note::DEF,
+    &afmoe::DEF,
+    &cohere2moe::DEF,
+    &smallthinker::DEF,
+    &grovemoe::DEF,
+    &hy_v3::DEF,
+    &laguna::DEF,
+    &mimo2::DEF,
+    &maple::DEF,
+    &muse_glimmer::DEF,
+    &paddleocr::DEF,
+    &hrm_text::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

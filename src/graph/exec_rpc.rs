@@ -181,7 +181,11 @@ fn remote_op(op: &Op) -> Result<(), &'static str> {
         | Op::MulMat { .. }
         | Op::SetRows { .. }
         | Op::SoftMax { .. } => Ok(()),
-        Op::Glu { kind, .. } if *kind != GluKind::SwigluOai => Ok(()),
+        // the other kinds (OAI, REGLU, limits, clamps) have op_params of their own: not sent
+        Op::Glu {
+            kind: GluKind::Swiglu | GluKind::Geglu,
+            ..
+        } => Ok(()),
         Op::Rope { params, .. } => match params.mode {
             RopeMode::Norm | RopeMode::Neox => Ok(()),
             RopeMode::Mrope { .. } => Err("M-RoPE is not sent to rpc-servers yet"),
@@ -848,7 +852,14 @@ impl RpcExecutor {
                 src[1] = self.source(g, r, sg, *up)?;
                 params[0] = match kind {
                     GluKind::Geglu => ggml::GLU_GEGLU,
-                    _ => ggml::GLU_SWIGLU,
+                    GluKind::Swiglu => ggml::GLU_SWIGLU,
+                    _ => {
+                        return Err(unsupported(
+                            &self.remotes[r].label,
+                            node,
+                            "this GLU kind is not sent to rpc-servers yet",
+                        ))
+                    }
                 };
                 ggml::OP_GLU
             }

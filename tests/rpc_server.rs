@@ -621,6 +621,16 @@ fn decode_with_layers_on_two_servers() {
     drop(_c2);
     drop(fresh);
 
+    // Shifting positions would re-rotate only host rows: refused, the memory unchanged.
+    {
+        let ctx_shift = Context::new(Arc::clone(&model), &params).unwrap();
+        assert_eq!(decode_all(&ctx_shift, &prompt, 0).0, 0);
+        ctx_shift.engine().kv.seq_add(0, 2, -1, -1);
+        let used = ctx_shift.engine().kv.used();
+        assert_eq!(decode_all(&ctx_shift, &[5], 8).0, -3, "K-shift refused");
+        assert_eq!(ctx_shift.engine().kv.used(), used);
+    }
+
     // A server killed mid-decode: decode fails (no hang, no crash) and says which server.
     let _ = b.child.kill();
     let _ = b.child.wait();

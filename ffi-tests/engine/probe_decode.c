@@ -8,6 +8,9 @@
  * usage: probe_decode MODEL OUT N_STEPS TOKEN... [env PROBE_THREADS, PROBE_TYPE_K=f32|f16|bf16|
  *        q8_0|q4_0|q4_1|... (both caches), PROBE_TYPE_V (V only), PROBE_FLASH_ATTN=-1|0|1,
  *        PROBE_UBATCH, PROBE_GPU_LAYERS, PROBE_NO_MMAP=1 (load_mode NONE),
+ *        PROBE_RPC=HOST:PORT,... (rpc-servers: our library's llama_ext_rpc_add_server when it
+ *        has it, else upstream's way, as its --rpc: ggml_backend_rpc_add_server through the
+ *        RPC registry's proc address, then ggml_backend_register), PROBE_TENSOR_SPLIT=A,B,...,
  *        PROBE_KV_UNIFIED=0|1 (default 0, upstream's),
  *        PROBE_SEQ2=1 (decode the prompt as two sequences in one batch and write sequence
  *        1's rows), PROBE_MEMOPS=1 (after the prompt: seq_rm of
@@ -21,9 +24,11 @@
  *        for layers 1..n_layer-1, llama_set_adapter_cvec), PROBE_CVEC_CLEAR=1 (set it, decode
  *        the prompt, then turn it off and clear the memory)]
  */
+#define _GNU_SOURCE /* RTLD_DEFAULT */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dlfcn.h>
 
 #include "llama.h"
 
@@ -45,6 +50,36 @@ static enum ggml_type cache_type(const char *name) {
     exit(2);
 }
 
+/* Registers the rpc-servers of PROBE_RPC with whichever library is loaded (0: done). */
+static int add_rpc_servers(const char *list) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", list);
+    int (*ours)(const char *) = (int (*)(const char *)) dlsym(RTLD_DEFAULT, "llama_ext_rpc_add_server");
+    void (*load_all)(void) = (void (*)(void)) dlsym(RTLD_DEFAULT, "ggml_backend_load_all");
+    void *(*reg_by_name)(const char *) = (void *(*)(const char *)) dlsym(RTLD_DEFAULT, "ggml_backend_reg_by_name");
+    void *(*proc)(void *, const char *) = (void *(*)(void *, const char *)) dlsym(RTLD_DEFAULT, "ggml_backend_reg_get_proc_address");
+    void (*reg_add)(void *) = (void (*)(void *)) dlsym(RTLD_DEFAULT, "ggml_backend_register");
+    void *(*add)(const char *) = NULL;
+    if (!ours) {
+        if (!load_all || !reg_by_name || !proc || !reg_add) { fprintf(stderr, "no ggml registry functions\n"); return 1; }
+        load_all();
+        void *rpc = reg_by_name("RPC");
+        if (!rpc) { fprintf(stderr, "no RPC backend\n"); return 1; }
+        add = (void *(*)(const char *)) proc(rpc, "ggml_backend_rpc_add_server");
+        if (!add) { fprintf(stderr, "no ggml_backend_rpc_add_server\n"); return 1; }
+    }
+    for (char *ep = strtok(buf, ","); ep; ep = strtok(NULL, ",")) {
+        if (ours) {
+            if (ours(ep) < 1) { fprintf(stderr, "llama_ext_rpc_add_server(%s) failed\n", ep); return 1; }
+        } else {
+            void *reg = add(ep);
+            if (!reg) { fprintf(stderr, "ggml_backend_rpc_add_server(%s) failed\n", ep); return 1; }
+            reg_add(reg);
+        }
+    }
+    return 0;
+}
+
 static void quiet(enum ggml_log_level level, const char *text, void *data) {
     (void) data;
     if (level >= GGML_LOG_LEVEL_WARN || getenv("PROBE_VERBOSE")) fputs(text, stderr);
@@ -63,9 +98,18 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n_prompt; i++) prompt[i] = atoi(argv[4 + i]);
     const char *env;
 
+    if ((env = getenv("PROBE_RPC")) && add_rpc_servers(env) != 0) return 1;
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = (env = getenv("PROBE_GPU_LAYERS")) ? atoi(env) : 0;
+    static float split[16];
+    if ((env = getenv("PROBE_TENSOR_SPLIT"))) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", env);
+        int k = 0;
+        for (char *v = strtok(buf, ","); v && k < 16; v = strtok(NULL, ",")) split[k++] = (float) atof(v);
+        mp.tensor_split = split;
+    }
     if ((env = getenv("PROBE_NO_MMAP")) && atoi(env)) mp.load_mode = LLAMA_LOAD_MODE_NONE;
     struct llama_model *model = llama_model_load_from_file(model_path, mp);
     if (!model) { fprintf(stderr, "load failed\n"); return 1; }

@@ -911,6 +911,14 @@ impl Context {
         }
         // pending position shifts re-rotate the cached keys first
         if e.kv.has_shift() {
+            if e.exec.name() == "RPC" {
+                // the shift re-rotates host rows; the KV rows of remote layers live on the
+                // servers (docs/rpc.md): refused rather than decoding with stale keys
+                crate::log_error!(
+                    "decode: shifting positions (seq_add/seq_div) of a context with layers on rpc-servers is not supported by llama-hotswap yet"
+                );
+                return -3;
+            }
             self.apply_k_shift(e);
         }
         // micro-batches: consecutive runs with one stream, else equal shares of consecutive

@@ -18,7 +18,8 @@
 //! instead, which rounds differently). Not sent (a node with such weights fails with a
 //! message; a node without weights runs on the CPU): MUL_MAT_ID, M-RoPE, recurrent states,
 //! attention with sinks, ALiBi, a compressed (MLA) cache or sparse selection, and the rarer
-//! ops of [`Op`]. State save/load and K-shift do not reach the remote KV rows (docs/rpc.md).
+//! ops of [`Op`]. State save/load and K-shift do not reach the remote KV rows: the context
+//! refuses both for this executor (docs/rpc.md).
 
 use std::sync::Arc;
 
@@ -180,7 +181,11 @@ fn remote_op(op: &Op) -> Result<(), &'static str> {
         | Op::MulMat { .. }
         | Op::SetRows { .. }
         | Op::SoftMax { .. } => Ok(()),
-        Op::Glu { kind, .. } if *kind != GluKind::SwigluOai => Ok(()),
+        // the other kinds (OAI, REGLU, limits, clamps) have op_params of their own: not sent
+        Op::Glu {
+            kind: GluKind::Swiglu | GluKind::Geglu,
+            ..
+        } => Ok(()),
         Op::Rope { params, .. } => match params.mode {
             RopeMode::Norm | RopeMode::Neox => Ok(()),
             RopeMode::Mrope { .. } => Err("M-RoPE is not sent to rpc-servers yet"),
@@ -847,7 +852,14 @@ impl RpcExecutor {
                 src[1] = self.source(g, r, sg, *up)?;
                 params[0] = match kind {
                     GluKind::Geglu => ggml::GLU_GEGLU,
-                    _ => ggml::GLU_SWIGLU,
+                    GluKind::Swiglu => ggml::GLU_SWIGLU,
+                    _ => {
+                        return Err(unsupported(
+                            &self.remotes[r].label,
+                            node,
+                            "this GLU kind is not sent to rpc-servers yet",
+                        ))
+                    }
                 };
                 ggml::OP_GLU
             }

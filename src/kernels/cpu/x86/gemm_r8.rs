@@ -32,21 +32,32 @@ fn pack_q8_0_avx2(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
     unsafe { pack_q8_0_kernel(rows.map(<[u8]>::as_ptr), nb, out.as_mut_ptr()) }
 }
 
+/// The 8 rows' f16 block scales (the first two bytes of each row's block at byte `at`),
+/// converted and stored as f32 at `d` in the r8 block's lane order: the start of every
+/// packing below.
+///
+/// # Safety
+/// AVX2, FMA and F16C present; each row readable at `at..at + 2`, `d` writable for 32 bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn store_scales(rows: &[*const u8; R8_ROWS], at: usize, d: *mut u8) {
+    let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    let mut bits = [0u16; R8_ROWS];
+    for (r, p) in rows.iter().enumerate() {
+        bits[r] = p.add(at).cast::<u16>().read_unaligned();
+    }
+    let scales = _mm256_cvtph_ps(_mm_loadu_si128(bits.as_ptr().cast()));
+    _mm256_storeu_ps(d.cast::<f32>(), _mm256_permutevar8x32_ps(scales, order));
+}
+
 /// The SIMD form of `r8_layout::pack_q8_0`: per block, the 8 scales gathered, converted and
 /// put in lane order, and each 4 rows' 32 quant bytes transposed as a 4 × 4 matrix of 8-byte
 /// pieces (piece `p` of rows 0-3, then of rows 4-7).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn pack_q8_0_kernel(rows: [*const u8; R8_ROWS], nb: usize, dst: *mut u8) {
-    let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
     for b in 0..nb {
         let at = b * Q8_0_BYTES;
         let d = dst.add(b * R8_BLOCK_BYTES);
-        let mut bits = [0u16; R8_ROWS];
-        for (r, p) in rows.iter().enumerate() {
-            bits[r] = p.add(at).cast::<u16>().read_unaligned();
-        }
-        let scales = _mm256_cvtph_ps(_mm_loadu_si128(bits.as_ptr().cast()));
-        _mm256_storeu_ps(d.cast::<f32>(), _mm256_permutevar8x32_ps(scales, order));
+        store_scales(&rows, at, d);
         for half in 0..2 {
             let q: [__m256i; 4] = std::array::from_fn(|i| load256(rows[4 * half + i].add(at + 2)));
             // 64-bit lanes: t0 = r0p0 r1p0 r0p2 r1p2, t1 = r0p1 r1p1 r0p3 r1p3, ...
@@ -115,17 +126,11 @@ fn pack_q5_0_avx2(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
 /// stored 8 bytes a piece.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn pack_q5_0_kernel(rows: [*const u8; R8_ROWS], nb: usize, dst: *mut u8) {
-    let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
     let f0 = _mm256_set1_epi8(0xF0u8 as i8);
     for b in 0..nb {
         let at = b * Q5_0_BYTES;
         let d = dst.add(b * R8_BLOCK_BYTES);
-        let mut bits = [0u16; R8_ROWS];
-        for (r, p) in rows.iter().enumerate() {
-            bits[r] = p.add(at).cast::<u16>().read_unaligned();
-        }
-        let scales = _mm256_cvtph_ps(_mm_loadu_si128(bits.as_ptr().cast()));
-        _mm256_storeu_ps(d.cast::<f32>(), _mm256_permutevar8x32_ps(scales, order));
+        store_scales(&rows, at, d);
         for (r, p) in rows.iter().enumerate() {
             let hi = _mm256_andnot_si256(bits_32(p.add(at + 2)), f0);
             let q = _mm256_or_si256(nibbles_32(p.add(at + 6)), hi);
@@ -160,17 +165,11 @@ fn pack_q4_0_avx2(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
 /// 0 and 1) and high nibbles (16-31: pieces 2 and 3), 8 bytes a piece.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn pack_q4_0_kernel(rows: [*const u8; R8_ROWS], nb: usize, dst: *mut u8) {
-    let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
     let m4 = _mm_set1_epi8(0x0F);
     for b in 0..nb {
         let at = b * Q4_0_BYTES;
         let d = dst.add(b * R8_BLOCK_BYTES);
-        let mut bits = [0u16; R8_ROWS];
-        for (r, p) in rows.iter().enumerate() {
-            bits[r] = p.add(at).cast::<u16>().read_unaligned();
-        }
-        let scales = _mm256_cvtph_ps(_mm_loadu_si128(bits.as_ptr().cast()));
-        _mm256_storeu_ps(d.cast::<f32>(), _mm256_permutevar8x32_ps(scales, order));
+        store_scales(&rows, at, d);
         for (r, p) in rows.iter().enumerate() {
             let q = _mm_loadu_si128(p.add(at + 2).cast());
             let lo = _mm_and_si128(q, m4);

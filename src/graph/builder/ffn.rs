@@ -60,6 +60,23 @@ impl<'m> Builder<'m> {
         kind: GluKind,
         scaled: bool,
     ) -> NodeId {
+        self.ffn_parts(x, up, up_b, gate, gate_b, down, down_b, kind, scaled)[3]
+    }
+
+    /// [`Builder::ffn`]'s nodes: up, gate, their GLU, down.
+    #[allow(clippy::too_many_arguments)]
+    fn ffn_parts(
+        &mut self,
+        x: NodeId,
+        up: WeightId,
+        up_b: Option<WeightId>,
+        gate: WeightId,
+        gate_b: Option<WeightId>,
+        down: WeightId,
+        down_b: Option<WeightId>,
+        kind: GluKind,
+        scaled: bool,
+    ) -> [NodeId; 4] {
         let u = self.ffn_proj(up, up_b, x, scaled);
         let g = self.ffn_proj(gate, gate_b, x, scaled);
         let (n0, n1) = (self.ne0(g), self.ne1(g));
@@ -73,7 +90,7 @@ impl<'m> Builder<'m> {
             n0,
             n1,
         );
-        self.ffn_proj(down, down_b, h, scaled)
+        [u, g, h, self.ffn_proj(down, down_b, h, scaled)]
     }
 
     /// `build_moe_ffn`: route (gating, selection bias, expert groups, top-k), weigh
@@ -290,6 +307,9 @@ impl<'m> Builder<'m> {
         n_ff: usize,
         f: Ffn,
     ) -> Result<NodeId, BuildError> {
+        if suffix.is_empty() {
+            self.cb_norm_default(x, "ffn_norm", il);
+        }
         let n_embd = self.hp.n_embd as i64;
         let n_ff = n_ff as i64;
         let up = self.lw(il, &format!("ffn_up{suffix}.weight"), &[n_embd, n_ff])?;
@@ -304,7 +324,26 @@ impl<'m> Builder<'m> {
         } else {
             (None, None, None)
         };
-        Ok(self.ffn(x, up, up_b, gate, gate_b, down, down_b, f.act, f.scaled))
+        let [u, g, h, d] = self.ffn_parts(x, up, up_b, gate, gate_b, down, down_b, f.act, f.scaled);
+        // build_ffn's names; the architectures name the dense FFN's result ffn_out
+        let il_ = Some(il);
+        self.cb_ffn_proj(u, ["ffn_up", "ffn_up_b", "ffn_up_s"], il_);
+        self.cb_ffn_proj(g, ["ffn_gate", "ffn_gate_b", "ffn_gate_s"], il_);
+        let glu = match f.act {
+            GluKind::Swiglu => Some("ffn_swiglu"),
+            GluKind::Geglu => Some("ffn_geglu"),
+            GluKind::Reglu => Some("ffn_reglu"),
+            GluKind::SwigluOai => Some("ffn_swiglu_oai"),
+            _ => None,
+        };
+        if let Some(name) = glu {
+            self.cb(h, name, il_);
+        }
+        self.cb_ffn_proj(d, ["ffn_down", "", "ffn_down_s"], il_);
+        if suffix.is_empty() {
+            self.cb(d, "ffn_out", il_);
+        }
+        Ok(d)
     }
 
     /// The layer's mixture of experts from its `ffn_gate_inp` router and `ffn_*_exps`

@@ -128,6 +128,37 @@ impl<'m> Builder<'m> {
         }
     }
 
+    /// The layer of a per-layer weight (`blk.<il>.…`).
+    pub fn layer_of(&self, w: WeightId) -> Option<usize> {
+        let rest = self.weights[w.0].name.strip_prefix("blk.")?;
+        rest.split('.').next()?.parse().ok()
+    }
+
+    /// Names a `build_norm` result by its weight, as the architectures name these: the
+    /// NORM / RMS_NORM `norm-<il>`, the result `attn_norm-<il>` / `ffn_norm-<il>` /
+    /// `result_norm` for the weights of those names (others keep only `norm`).
+    pub fn cb_norm_by_weight(&mut self, out: NodeId, w: WeightId) {
+        let il = self.layer_of(w);
+        let name = &self.weights[w.0].name;
+        let cb_name = if name == "output_norm.weight" {
+            Some("result_norm")
+        } else if name.ends_with(".attn_norm.weight") {
+            Some("attn_norm")
+        } else if name.ends_with(".ffn_norm.weight") {
+            Some("ffn_norm")
+        } else {
+            None
+        };
+        match cb_name {
+            Some(n) => self.cb_norm(out, n, il),
+            None => {
+                if let Op::Mul { a, .. } = self.nodes[out].op {
+                    self.cb(a, "norm", il);
+                }
+            }
+        }
+    }
+
     /// Shows node `n` as upstream's `[head_dim, n0 / head_dim, n1]` tensor.
     pub fn shown_heads(&mut self, n: NodeId, head_dim: usize) {
         let (n0, n1) = (self.ne0(n), self.ne1(n));

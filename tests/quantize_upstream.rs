@@ -221,7 +221,7 @@ fn smollm2_every_type_is_byte_identical() {
 }
 
 #[test]
-#[ignore = "written, not yet run to completion: see issue 36's note"]
+#[ignore = "slow differential: make test-quantize runs it in release"]
 fn smollm2_options_are_byte_identical() {
     let tools = tools();
     let input = smol_f16(&tools);
@@ -282,7 +282,7 @@ fn smollm2_options_are_byte_identical() {
 }
 
 #[test]
-#[ignore = "written, not yet run to completion: see issue 36's note"]
+#[ignore = "slow differential: make test-quantize runs it in release"]
 fn architecture_fixtures_are_byte_identical() {
     let tools = tools();
     let fixtures = PathBuf::from(script("upstream-arch-fixtures.sh", &[]));

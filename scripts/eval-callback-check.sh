@@ -20,17 +20,24 @@ for f in "$tools"/libggml*.so.0 "$tools"/libllama-common.so.0; do
     ln -s "$f" "$out/lib/"
 done
 # llama-eval-callback prints through libcommon's asynchronous logger, which is leaked at exit
-# (upstream's common/log.cpp, issue 22142): lines still queued when the program exits are lost,
-# and under load a line can come out mangled. A run counts when its list is whole: it ends with
-# result_output's values and every header starts its line; otherwise it runs again (3 tries).
+# (upstream's common/log.cpp, issue 22142): lines still queued when the program exits are lost
+# (often, on a loaded machine), and a line can come out mangled. Both runs preload a destructor
+# that gives the logger's thread half a second to drain at exit (the same for both libraries),
+# and a run counts when its list is whole: it ends with result_output's values and every header
+# starts its line; otherwise it runs again (3 tries).
+printf '#include <unistd.h>\n__attribute__((destructor)) static void drain_log(void) { usleep(500000); }\n' \
+    >"$out/drain_log.c"
+"$CC" -shared -fPIC -O1 -o "$out/drain_log.so" "$out/drain_log.c" || fail "building the exit delay"
 whole() {
-    tail -n 12 "$1" | grep -q 'result_output = ' && tail -n 2 "$1" | grep -q 'sum = ' \
+    awk '/common_debug_cb_eval:/ { last = $0; summed = 0 } /^ *sum = / { summed = 1 }
+        END { exit !(last ~ / result_output = / && summed) }' "$1" \
         && ! grep -q '.common_debug_cb_eval' "$1"
 }
 run() { # run NAME LIBDIR
     local try
     for try in 1 2 3; do
-        LD_LIBRARY_PATH="$2" "$tools/llama-eval-callback" "${args[@]}" >"$out/$1.out" 2>"$out/$1.err" \
+        LD_PRELOAD="$out/drain_log.so" LD_LIBRARY_PATH="$2" "$tools/llama-eval-callback" "${args[@]}" \
+            >"$out/$1.out" 2>"$out/$1.err" \
             || fail "llama-eval-callback on $1's library: $(tail -n 3 "$out/$1.err")"
         whole "$out/$1.out" && return 0
         say "note: llama-eval-callback's output on $1's library came out incomplete (try $try)"

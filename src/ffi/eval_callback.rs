@@ -584,7 +584,13 @@ impl EvalCallback {
                 }
                 for s in op.sources() {
                     let Some(view) = slots.next() else { break };
-                    let (s_name, s_ne) = shown_as_source(g, s);
+                    let (s_name, mut s_ne) = shown_as_source(g, s);
+                    if weight_first && g.nodes[s].shown.then_reshape.is_none() {
+                        // a product reads its activations as rows (callbacks such as
+                        // llama-imatrix count rows of ne[0] values)
+                        let n = &g.nodes[s];
+                        s_ne = [n.ne0 as i64, n.ne1 as i64, 1, 1];
+                    }
                     view.f32(s_ne, &s_name, v(s), acts);
                     n_src += 1;
                 }

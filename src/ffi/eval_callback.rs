@@ -408,6 +408,31 @@ impl Buffers {
     }
 }
 
+/// How node `id` is shown: upstream's name for it (`graph::shown`; our own node name when
+/// the builder gave none, `node_<id>` for a tensor upstream leaves unnamed) and its shape.
+fn shown(g: &Graph, id: NodeId) -> (String, [i64; 4]) {
+    let node = &g.nodes[id];
+    let name = match node.shown.name {
+        Some(n) if n.name.is_empty() => format!("node_{id}"),
+        Some(n) => n.render(),
+        None => node.name.to_string(),
+    };
+    let ne = match node.shown.ne {
+        Some([a, b, c]) => [a as i64, b as i64, c as i64, 1],
+        None => [node.ne0 as i64, node.ne1 as i64, 1, 1],
+    };
+    (name, ne)
+}
+
+/// How node `id` is shown as another node's source: as the RESHAPE upstream has after it,
+/// when it has one (that is what upstream's next op reads).
+fn shown_as_source(g: &Graph, id: NodeId) -> (String, [i64; 4]) {
+    match g.nodes[id].shown.then_reshape {
+        Some((name, [a, b, c])) => (name.render(), [a as i64, b as i64, c as i64, 1]),
+        None => shown(g, id),
+    }
+}
+
 /// The caller's `cb_eval` and its data, shown our graph's nodes (see the module doc).
 pub(super) struct EvalCallback {
     f: unsafe extern "C" fn(*mut ggml_tensor, bool, *mut c_void) -> bool,
@@ -417,6 +442,10 @@ pub(super) struct EvalCallback {
     views: Box<[TensorView; 4]>,
     /// MUL_MAT_ID's expert ids as I32.
     ids: Vec<i32>,
+    /// A RESHAPE shown after the node (`Shown::then_reshape`) and its source.
+    reshape_views: Box<[TensorView; 2]>,
+    /// Whether the callback asked for the node, and for the RESHAPE shown after it.
+    wanted: (bool, bool),
 }
 
 // SAFETY: upstream calls `cb_eval` with its data from the thread that decodes; the caller's
@@ -440,7 +469,36 @@ impl EvalCallback {
                 TensorView::empty(),
             ]),
             ids: Vec::new(),
+            reshape_views: Box::new([TensorView::empty(), TensorView::empty()]),
+            wanted: (false, false),
         }
+    }
+
+    /// Shows the RESHAPE upstream's graph has after node `id` (the same values under
+    /// another name and shape; computed by nothing, as upstream's).
+    fn show_reshape<'v>(
+        &mut self,
+        g: &Graph,
+        id: NodeId,
+        values: Option<&dyn Fn(NodeId) -> &'v [f32]>,
+        ask: bool,
+    ) -> bool {
+        let Some((name, ne)) = g.nodes[id].shown.then_reshape else {
+            return true;
+        };
+        let acts: *mut Buffer = &mut *self.buffers.activations;
+        let (src_name, src_ne) = shown(g, id);
+        let data = values.map(|f| f(id));
+        let [t, s0] = &mut *self.reshape_views;
+        let ne = [ne[0] as i64, ne[1] as i64, ne[2] as i64, 1];
+        t.f32(ne, &name.render(), data, acts);
+        s0.f32(src_ne, &src_name, data, acts);
+        t.op = index_of(GGML_OPS, "RESHAPE");
+        t.src[0] = &mut *s0;
+        let tp: *mut TensorView = t;
+        // SAFETY: as in `show`: views laid out as `struct ggml_tensor` over arena values
+        // that outlive the call.
+        unsafe { (self.f)(tp.cast::<ggml_tensor>(), ask, self.data) }
     }
 
     /// Fills the views of node `id` (data pointers only when `values` is given; the weight's
@@ -458,7 +516,7 @@ impl EvalCallback {
         let wbuf: *mut Buffer = &mut *self.buffers.weights;
         let (op_name, sub) = node.op.ggml_op();
         let [t, s0, s1, s2] = &mut *self.views;
-        let (ne0, ne1) = (node.ne0 as i64, node.ne1 as i64);
+        let (name, ne) = shown(g, id);
         let v = |n: NodeId| values.map(|f| f(n));
         let mut n_src = 0usize;
         // the weight's bytes live as long as its read guard, held over the call
@@ -484,18 +542,18 @@ impl EvalCallback {
             } => {
                 let t_count = g.nodes[*ids].ne1 as i64;
                 let n_used = *n_used as i64;
-                t.f32([ne0, n_used, t_count, 1], node.name, v(id), acts);
+                t.f32([ne[0], n_used, t_count, 1], &name, v(id), acts);
                 weight_src(*w, s0);
                 let xn = &g.nodes[*x];
                 let slots = if xn.ne1 as i64 == t_count { 1 } else { n_used };
-                s1.f32([xn.ne0 as i64, slots, t_count, 1], xn.name, v(*x), acts);
-                let idn = &g.nodes[*ids];
+                let (x_name, _) = shown(g, *x);
+                s1.f32([xn.ne0 as i64, slots, t_count, 1], &x_name, v(*x), acts);
                 s2.set(
                     TYPE_I32,
                     4,
                     4 * n_used as usize,
                     [n_used, t_count, 1, 1],
-                    idn.name,
+                    &shown(g, *ids).0,
                 );
                 s2.buffer = acts;
                 if let Some(vals) = v(*ids) {
@@ -506,7 +564,7 @@ impl EvalCallback {
                 n_src = 3;
             }
             op => {
-                t.f32([ne0, ne1, 1, 1], node.name, v(id), acts);
+                t.f32(ne, &name, v(id), acts);
                 // ggml's operand order: MUL_MAT and GET_ROWS read their weight as src0;
                 // the other ops read activations first (MUL by a norm weight: src1)
                 let weight_first = matches!(
@@ -526,8 +584,14 @@ impl EvalCallback {
                 }
                 for s in op.sources() {
                     let Some(view) = slots.next() else { break };
-                    let n = &g.nodes[s];
-                    view.f32([n.ne0 as i64, n.ne1 as i64, 1, 1], n.name, v(s), acts);
+                    let (s_name, mut s_ne) = shown_as_source(g, s);
+                    if weight_first && g.nodes[s].shown.then_reshape.is_none() {
+                        // a product reads its activations as rows (callbacks such as
+                        // llama-imatrix count rows of ne[0] values)
+                        let n = &g.nodes[s];
+                        s_ne = [n.ne0 as i64, n.ne1 as i64, 1, 1];
+                    }
+                    view.f32(s_ne, &s_name, v(s), acts);
                     n_src += 1;
                 }
                 if !weight_first {
@@ -568,7 +632,11 @@ impl EvalCallback {
 
 impl NodeObserver for EvalCallback {
     fn wants(&mut self, g: &Graph, node: NodeId, model: &Model) -> bool {
-        self.show(g, node, model, None, true)
+        let own = self.show(g, node, model, None, true);
+        let reshape =
+            g.nodes[node].shown.then_reshape.is_some() && self.show_reshape(g, node, None, true);
+        self.wanted = (own, reshape);
+        own || reshape
     }
 
     fn observe<'v>(
@@ -578,7 +646,11 @@ impl NodeObserver for EvalCallback {
         model: &Model,
         values: &dyn Fn(NodeId) -> &'v [f32],
     ) -> bool {
-        self.show(g, node, model, Some(values), false)
+        let (own, reshape) = self.wanted;
+        if own && !self.show(g, node, model, Some(values), false) {
+            return false;
+        }
+        !reshape || self.show_reshape(g, node, Some(values), false)
     }
 }
 

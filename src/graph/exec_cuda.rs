@@ -1023,6 +1023,7 @@ impl Executor for CudaExecutor {
             ne1: 0,
             offset: 0,
             name: "op",
+            shown: Default::default(),
         };
         self.side(g, &node, model).is_ok()
     }

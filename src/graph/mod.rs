@@ -20,6 +20,7 @@ pub mod exec_rpc;
 pub mod kda;
 pub mod kernel_api;
 pub mod params;
+pub mod shown;
 pub mod ssm;
 
 pub use crate::kernels::cpu::ops::{GdnShape, RopeMode, RopeParams, ScanShape};
@@ -372,6 +373,8 @@ pub struct Node {
     /// Offset of the node's values in the arena (f32 elements).
     pub offset: usize,
     pub name: &'static str,
+    /// What a graph callback is told about it (upstream's name and shape).
+    pub shown: shown::Shown,
 }
 
 impl Node {
@@ -667,6 +670,7 @@ mod tests {
             ne1: 1,
             offset: 0,
             name: "t",
+            shown: Default::default(),
         }
     }
 

@@ -6,6 +6,7 @@ use super::*;
 impl<'m> Builder<'m> {
     /// Q, K and V: separate projections (with optional biases) or a fused `attn_qkv`.
     pub fn qkv(&mut self, il: usize, x: NodeId) -> Result<(NodeId, NodeId, NodeId), BuildError> {
+        self.cb_norm_default(x, "attn_norm", il);
         let hp = self.hp;
         let n_embd = hp.n_embd as i64;
         let nq = (hp.head_k * hp.n_head[il]) as i64;
@@ -29,15 +30,32 @@ impl<'m> Builder<'m> {
         let bk = self.lw_opt(il, "attn_k.bias", &[nk])?;
         let bv = self.lw_opt(il, "attn_v.bias", &[nv])?;
         let c = hp.ext.clamp_kqv;
-        let mut proj = |w, b| {
-            let y = self.linear(w, b, x);
+        let heads = [
+            (hp.head_k, hp.n_head[il]),
+            (hp.head_k, hp.n_head_kv[il]),
+            (hp.head_v, hp.n_head_kv[il]),
+        ];
+        let mut out = [0; 3];
+        for (i, (w, b, name, clamped)) in [
+            (wq, bq, "Qcur", "Qcur_clamped"),
+            (wk, bk, "Kcur", "Kcur_clamped"),
+            (wv, bv, "Vcur", "Vcur_clamped"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut y = self.linear(w, b, x);
+            self.cb_linear(y, name, Some(il));
             if c > 0.0 {
-                self.clamp(y, -c, c)
-            } else {
-                y
+                y = self.clamp(y, -c, c);
+                self.cb(y, clamped, Some(il));
             }
-        };
-        Ok((proj(wq, bq), proj(wk, bk), proj(wv, bv)))
+            // build_qkv's RESHAPE to [head, n_head, T], named as the projection
+            let (head, n) = heads[i];
+            self.shown_reshape(y, name, Some(il), [head, n, self.ne1(y)]);
+            out[i] = y;
+        }
+        Ok((out[0], out[1], out[2]))
     }
 
     pub fn rope(
@@ -88,7 +106,7 @@ impl<'m> Builder<'m> {
         freq_factors: Option<WeightId>,
     ) -> NodeId {
         let (n0, n1) = (self.ne0(x), self.ne1(x));
-        self.push(
+        let y = self.push(
             "rope",
             Op::Rope {
                 src: x,
@@ -98,7 +116,11 @@ impl<'m> Builder<'m> {
             },
             n0,
             n1,
-        )
+        );
+        // upstream rotates [head, n_head, T] and names the result as its input
+        self.nodes[y].shown.name = self.nodes[x].shown.name;
+        self.shown_heads(y, head_dim);
+        y
     }
 
     /// `build_attn` with a KV cache: store K and V, FLASH_ATTN_EXT, output projection.
@@ -130,7 +152,10 @@ impl<'m> Builder<'m> {
         sinks: Option<WeightId>,
     ) -> NodeId {
         let kqv = self.attn_kqv(il, q, k, v, scale, sinks);
-        self.linear(wo, wo_b, kqv)
+        let out = self.linear(wo, wo_b, kqv);
+        // unnamed in upstream's build_attn (some architectures name it attn_out)
+        self.cb_output(out, "", Some(il));
+        out
     }
 
     /// `build_attn` without the output projection (upstream's `wo` = nullptr): the heads'
@@ -201,11 +226,19 @@ impl<'m> Builder<'m> {
             n_head * hp.head_v,
             t,
         );
-        if rot_v > 0 {
+        self.cb(ks, "cache_k_l# (view)", Some(il));
+        self.cb(vs, "cache_v_l# (view)", Some(il));
+        // FLASH_ATTN_EXT's result is [head_v, n_head, T], unnamed; build_attn_mha
+        // RESHAPEs it to [n_head * head_v, T] and build_attn names that kqv_out
+        self.cb(kqv, "", None);
+        self.shown_heads(kqv, hp.head_v);
+        let kqv = if rot_v > 0 {
             self.hadamard(kqv, rot_v)
         } else {
             kqv
-        }
+        };
+        self.shown_reshape(kqv, "kqv_out", Some(il), [n_head * hp.head_v, t, 1]);
+        kqv
     }
 
     /// `build_attn` over a compressed (latent) cache, as upstream's MLA: K (one head of the
@@ -400,10 +433,23 @@ impl<'m> Builder<'m> {
         let qn = self.lw(il, "attn_q_norm.weight", &[head as i64])?;
         let kn = self.lw(il, "attn_k_norm.weight", &[head as i64])?;
         let eps = self.hp.eps_rms;
-        Ok((
+        let (q, k) = (
             self.head_rms_norm(q, head, qn, eps),
             self.head_rms_norm(k, head, kn, eps),
-        ))
+        );
+        // build_norm's "norm", then the architectures' Qcur_normed / Kcur_normed, per head
+        for (n, name) in [(q, "Qcur_normed"), (k, "Kcur_normed")] {
+            self.cb_norm(n, name, Some(il));
+            self.shown_heads(n, head);
+            if let Op::Mul { a, .. } = self.nodes[n].op {
+                let (h0, h1) = (self.ne0(a), self.ne1(a));
+                let heads = self.ne0(n) / head.max(1);
+                if h0 == head && h1 == heads * self.ne1(n) {
+                    self.nodes[a].shown.ne = Some([head, heads, self.ne1(n)]);
+                }
+            }
+        }
+        Ok((q, k))
     }
 
     /// ROPE of Q and K with the architecture's mode.
@@ -415,9 +461,16 @@ impl<'m> Builder<'m> {
         swa: bool,
     ) -> (NodeId, NodeId) {
         let (head, mode) = (self.hp.head_k, self.rope_mode);
-        (
+        let (qr, kr) = (
             self.rope(q, head, mode, freq_factors, swa),
             self.rope(k, head, mode, freq_factors, swa),
-        )
+        );
+        // the architectures name the rotated Q and K Qcur / Kcur (after any Q/K norm)
+        for (n, name) in [(qr, "Qcur"), (kr, "Kcur")] {
+            if let Some(layer) = self.nodes[n].shown.name.and_then(|c| c.layer) {
+                self.cb(n, name, Some(layer as usize));
+            }
+        }
+        (qr, kr)
     }
 }

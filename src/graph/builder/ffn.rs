@@ -60,6 +60,23 @@ impl<'m> Builder<'m> {
         kind: GluKind,
         scaled: bool,
     ) -> NodeId {
+        self.ffn_parts(x, up, up_b, gate, gate_b, down, down_b, kind, scaled)[3]
+    }
+
+    /// [`Builder::ffn`]'s nodes: up, gate, their GLU, down.
+    #[allow(clippy::too_many_arguments)]
+    fn ffn_parts(
+        &mut self,
+        x: NodeId,
+        up: WeightId,
+        up_b: Option<WeightId>,
+        gate: WeightId,
+        gate_b: Option<WeightId>,
+        down: WeightId,
+        down_b: Option<WeightId>,
+        kind: GluKind,
+        scaled: bool,
+    ) -> [NodeId; 4] {
         let u = self.ffn_proj(up, up_b, x, scaled);
         let g = self.ffn_proj(gate, gate_b, x, scaled);
         let (n0, n1) = (self.ne0(g), self.ne1(g));
@@ -73,7 +90,7 @@ impl<'m> Builder<'m> {
             n0,
             n1,
         );
-        self.ffn_proj(down, down_b, h, scaled)
+        [u, g, h, self.ffn_proj(down, down_b, h, scaled)]
     }
 
     /// `build_moe_ffn`: route (gating, selection bias, expert groups, top-k), weigh
@@ -97,6 +114,8 @@ impl<'m> Builder<'m> {
         if let Some(b) = w.gate_inp_b {
             logits = self.add(logits, Operand::Weight(b));
         }
+        let il = self.layer_of(w.down);
+        self.cb_linear(logits, "ffn_moe_logits", il);
         let route = MoeRoute {
             weight_before,
             ..MoeRoute::default()
@@ -180,11 +199,23 @@ impl<'m> Builder<'m> {
             ids
         };
         let mut wts = self.push("moe_weights", Op::GetRowsIds { src: probs, ids }, n_used, t);
+        // build_moe_ffn's names (our TOP_K stands for its ARGSORT + VIEW ffn_moe_topk)
+        let il = self.layer_of(w.down);
+        if probs != logits {
+            self.cb(probs, "ffn_moe_probs", il);
+        }
+        if w.probs_b.is_some() && selection != probs {
+            self.cb(selection, "ffn_moe_probs_biased", il);
+        }
+        self.cb(ids, "ffn_moe_topk", il);
+        self.cb(wts, "ffn_moe_weights", il);
+        self.nodes[wts].shown.ne = Some([1, n_used, t]);
         if m.gating == Gating::SoftmaxWeight {
             wts = self.push("moe_weights_softmax", Op::SoftMax { src: wts }, n_used, t);
         }
         if m.norm_w {
             wts = self.push("moe_weights_norm", Op::DivSumRows { src: wts }, n_used, t);
+            self.cb(wts, "ffn_moe_weights_norm", il);
         }
         if m.scale_w != 0.0 && m.scale_w != 1.0 {
             wts = self.scale(wts, m.scale_w);
@@ -251,7 +282,37 @@ impl<'m> Builder<'m> {
             n_ff,
             n_used * t,
         );
+        // the expert products as upstream names them unscaled (scaled: the product is
+        // unnamed and the MUL by the scale, fused into ours, is ffn_moe_*_scaled)
+        for (n, s, name, scaled) in [
+            (gate, gate_s, "ffn_moe_gate", "ffn_moe_gate_scaled"),
+            (up, up_s, "ffn_moe_up", "ffn_moe_up_scaled"),
+        ] {
+            if matches!(self.nodes[n].op, Op::MulMatId { .. }) {
+                self.cb(n, if s.is_some() { scaled } else { name }, il);
+            }
+        }
+        let glu = match m.act {
+            GluKind::Swiglu => Some("ffn_moe_swiglu"),
+            GluKind::Geglu => Some("ffn_moe_geglu"),
+            GluKind::Reglu => Some("ffn_moe_reglu"),
+            GluKind::SwigluOai => Some("ffn_moe_swiglu_oai"),
+            _ => None,
+        };
+        if let Some(name) = glu {
+            self.cb(par, name, il);
+        }
+        self.nodes[par].shown.ne = Some([n_ff, n_used, t]);
         let mut experts = mm_id(self, "moe_down", w.down, par, down_s);
+        self.cb(
+            experts,
+            if down_s.is_some() {
+                "ffn_moe_down_scaled"
+            } else {
+                "ffn_moe_down"
+            },
+            il,
+        );
         if let Some((_, _, db)) = w.exp_b {
             experts = self.add_id(experts, db, ids);
         }
@@ -262,7 +323,7 @@ impl<'m> Builder<'m> {
             };
             return self.push("moe_out", op, n_embd, t);
         }
-        self.push(
+        let out = self.push(
             "moe_out",
             Op::WeightedSum {
                 src: experts,
@@ -271,7 +332,9 @@ impl<'m> Builder<'m> {
             },
             n_embd,
             t,
-        )
+        );
+        self.cb(out, "ffn_moe_out", il);
+        out
     }
 
     /// The layer's dense FFN from its `ffn_up`, `ffn_gate`, `ffn_down` weights (and their
@@ -291,6 +354,9 @@ impl<'m> Builder<'m> {
         n_ff: usize,
         f: Ffn,
     ) -> Result<NodeId, BuildError> {
+        if suffix.is_empty() {
+            self.cb_norm_default(x, "ffn_norm", il);
+        }
         let n_embd = self.hp.n_embd as i64;
         let n_ff = n_ff as i64;
         let up = self.lw(il, &format!("ffn_up{suffix}.weight"), &[n_embd, n_ff])?;
@@ -305,7 +371,26 @@ impl<'m> Builder<'m> {
         } else {
             (None, None, None)
         };
-        Ok(self.ffn(x, up, up_b, gate, gate_b, down, down_b, f.act, f.scaled))
+        let [u, g, h, d] = self.ffn_parts(x, up, up_b, gate, gate_b, down, down_b, f.act, f.scaled);
+        // build_ffn's names; the architectures name the dense FFN's result ffn_out
+        let il_ = Some(il);
+        self.cb_ffn_proj(u, ["ffn_up", "ffn_up_b", "ffn_up_s"], il_);
+        self.cb_ffn_proj(g, ["ffn_gate", "ffn_gate_b", "ffn_gate_s"], il_);
+        let glu = match f.act {
+            GluKind::Swiglu => Some("ffn_swiglu"),
+            GluKind::Geglu => Some("ffn_geglu"),
+            GluKind::Reglu => Some("ffn_reglu"),
+            GluKind::SwigluOai => Some("ffn_swiglu_oai"),
+            _ => None,
+        };
+        if let Some(name) = glu {
+            self.cb(h, name, il_);
+        }
+        self.cb_ffn_proj(d, ["ffn_down", "", "ffn_down_s"], il_);
+        if suffix.is_empty() {
+            self.cb(d, "ffn_out", il_);
+        }
+        Ok(d)
     }
 
     /// The layer's mixture of experts from its `ffn_gate_inp` router and `ffn_*_exps`

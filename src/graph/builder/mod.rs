@@ -4,6 +4,7 @@
 mod adapters;
 mod attn;
 mod ffn;
+mod names;
 mod norm;
 
 use std::sync::Arc;
@@ -254,6 +255,7 @@ impl<'m> Builder<'m> {
             ne1,
             offset: 0,
             name,
+            shown: Default::default(),
         });
         self.nodes.len() - 1
     }
@@ -301,7 +303,9 @@ impl<'m> Builder<'m> {
             return src;
         }
         let ne0 = self.ne0(src);
-        self.push("out_rows", Op::GetRowsOut { src }, ne0, self.n_outputs)
+        let rows = self.push("out_rows", Op::GetRowsOut { src }, ne0, self.n_outputs);
+        self.cb(rows, "", None);
+        rows
     }
 
     /// MUL_MAT, then MUL by the weight's per-tensor scale (`<name>.scale`, shape `[1]`) when
@@ -432,6 +436,8 @@ impl<'m> Builder<'m> {
         let output = self.output_weight(tok_embd)?;
         let embd = self.layer_norm(x, Some(norm), norm_b, self.hp.eps_norm);
         let logits = self.mul_mat(output, embd);
+        self.cb_norm(embd, "result_norm", None);
+        self.cb(logits, "result_output", None);
         Ok(Outputs { logits, embd })
     }
 
@@ -485,7 +491,9 @@ impl<'m> Builder<'m> {
     pub fn inp_embd(&mut self) -> Result<(WeightId, NodeId), BuildError> {
         let (n_embd, n_vocab) = (self.hp.n_embd as i64, self.hp.n_vocab as i64);
         let tok_embd = self.weight("token_embd.weight", &[n_embd, n_vocab])?;
-        Ok((tok_embd, self.get_rows_tokens(tok_embd)))
+        let embd = self.get_rows_tokens(tok_embd);
+        self.cb(embd, "embd", None);
+        Ok((tok_embd, embd))
     }
 
     /// `output.weight`, else the token embeddings (a tied output, upstream's
@@ -515,6 +523,8 @@ impl<'m> Builder<'m> {
             None
         };
         let logits = self.linear(output, b, embd);
+        self.cb_norm(embd, "result_norm", None);
+        self.cb_output(logits, "result_output", None);
         Ok(Outputs { logits, embd })
     }
 

@@ -9,7 +9,11 @@ impl<'m> Builder<'m> {
         let (n0, n1) = (self.ne0(x), self.ne1(x));
         let y = self.push("rms_norm", Op::RmsNorm { src: x, eps }, n0, n1);
         match w {
-            Some(w) => self.mul(y, Operand::Weight(w)),
+            Some(w) => {
+                let out = self.mul(y, Operand::Weight(w));
+                self.cb_norm_by_weight(out, w);
+                out
+            }
             None => y,
         }
     }
@@ -29,6 +33,9 @@ impl<'m> Builder<'m> {
         }
         if let Some(b) = b {
             y = self.add(y, Operand::Weight(b));
+        }
+        if let Some(w) = w {
+            self.cb_norm_by_weight(y, w);
         }
         y
     }

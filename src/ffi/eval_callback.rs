@@ -8,6 +8,10 @@
 //! activations), the weight it read as `src[0]` (its name, current type and shape; bytes in
 //! ggml's row layout, un-repacked), MUL_MAT_ID's expert ids as an I32 `src[2]`.
 //!
+//! Nodes carry upstream's names and shapes (`graph::shown`); what upstream's graph has and
+//! ours computes in place (RESHAPEs, the VIEW / PERMUTE of Q and of the cache, SET_ROWS as
+//! the layer's cache rows) is shown as upstream's scheduler shows it, over the same bytes.
+//!
 //! The tensors' `buffer` is a host buffer laid out as libggml's (`ggml-backend-impl.h`), so
 //! `ggml_backend_buffer_is_host` answers true and `ggml_backend_tensor_get` copies the
 //! bytes, whether libggml's functions or a program's own code reads it. Writes through
@@ -20,6 +24,7 @@ use std::ffi::c_void;
 use super::types::ggml_tensor;
 use crate::graph::backend::NodeObserver;
 use crate::graph::{Graph, NodeId, Op};
+use crate::kv_cache::{KvBuffer, KvCache};
 use crate::model::Model;
 
 /// `GGML_MAX_DIMS`, `GGML_MAX_OP_PARAMS`, `GGML_MAX_SRC`, `GGML_MAX_NAME` of `ggml.h`.
@@ -433,6 +438,79 @@ fn shown_as_source(g: &Graph, id: NodeId) -> (String, [i64; 4]) {
     }
 }
 
+/// A tensor shown that is no node of ours: upstream's VIEW / PERMUTE of an activation or of
+/// the cache, and the cache rows SET_ROWS wrote (same bytes, upstream's type, shape, strides).
+struct Extra {
+    name: String,
+    op: &'static str,
+    ty: i32,
+    ne: [i64; 4],
+    nb: [usize; 4],
+    data: *const c_void,
+}
+
+impl Extra {
+    /// Contiguous F32 values of `ne`.
+    fn f32(name: String, op: &'static str, ne: [i64; 4], data: &[f32]) -> Extra {
+        let nb0 = 4usize;
+        let nb1 = nb0 * ne[0] as usize;
+        let nb2 = nb1 * ne[1] as usize;
+        Extra {
+            name,
+            op,
+            ty: TYPE_F32,
+            ne,
+            nb: [nb0, nb1, nb2, nb2 * ne[2] as usize],
+            data: data.as_ptr().cast(),
+        }
+    }
+
+    /// ggml_permute(0, 2, 1, 3) of a 3-D tensor: its second and third axes swapped.
+    fn permuted(&self) -> Extra {
+        Extra {
+            name: format!("{} (permuted)", self.name),
+            op: "PERMUTE",
+            ty: self.ty,
+            ne: [self.ne[0], self.ne[2], self.ne[1], self.ne[3]],
+            nb: [self.nb[0], self.nb[2], self.nb[1], self.nb[3]],
+            data: self.data,
+        }
+    }
+
+    fn fill(&self, view: &mut TensorView, buffer: *mut Buffer) {
+        *view = TensorView::empty();
+        view.r#type = self.ty;
+        view.ne = self.ne;
+        view.nb = self.nb;
+        view.op = index_of(GGML_OPS, self.op);
+        view.buffer = buffer;
+        view.data = self.data as *mut c_void;
+        let n = self.name.len().min(MAX_NAME - 1);
+        view.name[..n].copy_from_slice(&self.name.as_bytes()[..n]);
+    }
+}
+
+/// A layer's K or V cache rows as `(ggml type, element size, [width, cells], bytes)`;
+/// `None` for a packed (quantized) cache.
+fn cache_rows(
+    kv: &KvCache,
+    layer: usize,
+    v: bool,
+) -> Option<(i32, usize, [i64; 2], *const c_void)> {
+    let l = kv.layers.get(layer)?;
+    let (buf, width) = if v {
+        (&l.v, l.n_embd_v)
+    } else {
+        (&l.k, l.n_embd_k)
+    };
+    let (ty, elem, len, data): (i32, usize, usize, *const c_void) = match buf {
+        KvBuffer::F32(x) => (TYPE_F32, 4, x.len(), x.as_ptr().cast()),
+        KvBuffer::F16(x) => (1, 2, x.len(), x.as_ptr().cast()),
+        KvBuffer::Packed { .. } => return None,
+    };
+    (width > 0).then(|| (ty, elem, [width as i64, (len / width) as i64], data))
+}
+
 /// The caller's `cb_eval` and its data, shown our graph's nodes (see the module doc).
 pub(super) struct EvalCallback {
     f: unsafe extern "C" fn(*mut ggml_tensor, bool, *mut c_void) -> bool,
@@ -471,6 +549,114 @@ impl EvalCallback {
             ids: Vec::new(),
             reshape_views: Box::new([TensorView::empty(), TensorView::empty()]),
             wanted: (false, false),
+        }
+    }
+
+    /// Asks the callback about `t` (read from `src`) and, when it wants it, shows it.
+    /// Returns `false` when the callback stops the graph.
+    fn show_extra(&mut self, t: &Extra, src: &Extra) -> bool {
+        let acts: *mut Buffer = &mut *self.buffers.activations;
+        for ask in [true, false] {
+            let [tv, s0] = &mut *self.reshape_views;
+            t.fill(tv, acts);
+            src.fill(s0, acts);
+            tv.src[0] = &mut *s0;
+            let tp: *mut TensorView = tv;
+            // SAFETY: views laid out as `struct ggml_tensor` over arena values or cache rows
+            // that outlive the call (the engine lock is held).
+            let r = unsafe { (self.f)(tp.cast::<ggml_tensor>(), ask, self.data) };
+            if ask && !r {
+                return true;
+            }
+            if !ask {
+                return r;
+            }
+        }
+        true
+    }
+
+    /// Upstream's tensors around a cache write or an attention that ours does not have as
+    /// nodes: the VIEW of K or V that SET_ROWS reads and the cache rows it writes (shown as
+    /// the SET_ROWS, instead of our empty node), or the views and permutes of Q and of the
+    /// cache that FLASH_ATTN_EXT reads. `Some(go_on)` when node `id` was shown here.
+    fn show_cache<'v>(
+        &mut self,
+        g: &Graph,
+        id: NodeId,
+        model: &Model,
+        values: &dyn Fn(NodeId) -> &'v [f32],
+        kv: &KvCache,
+    ) -> Option<bool> {
+        match g.nodes[id].op {
+            Op::SetRows { src, layer, v } => {
+                let (ty, elem, [w, cells], data) = cache_rows(kv, layer, v)?;
+                let (s_name, s_ne) = shown_as_source(g, src);
+                let n = &g.nodes[src];
+                let from = Extra::f32(s_name, "NONE", s_ne, values(src));
+                let view = Extra::f32(
+                    format!("{} (view)", from.name),
+                    "VIEW",
+                    [n.ne0 as i64, n.ne1 as i64, 1, 1],
+                    values(src),
+                );
+                let rows = w as usize * elem;
+                let set = Extra {
+                    name: shown(g, id).0,
+                    op: "SET_ROWS",
+                    ty,
+                    ne: [w, cells, 1, 1],
+                    nb: [elem, rows, rows * cells as usize, rows * cells as usize],
+                    data,
+                };
+                Some(self.show_extra(&view, &from) && self.show_extra(&set, &view))
+            }
+            Op::FlashAttnExt {
+                q,
+                layer,
+                n_head,
+                n_head_kv,
+                dk,
+                dv,
+                ..
+            } => {
+                let caches = [cache_rows(kv, layer, false)?, cache_rows(kv, layer, true)?];
+                let (q_name, q_ne) = shown_as_source(g, q);
+                let from = Extra::f32(q_name, "NONE", q_ne, values(q));
+                let t = g.nodes[q].ne1 as i64;
+                let qv = Extra::f32(
+                    format!("{} (view)", from.name),
+                    "VIEW",
+                    [dk as i64, n_head as i64, t, 1],
+                    values(q),
+                );
+                let mut go = self.show_extra(&qv, &from) && self.show_extra(&qv.permuted(), &qv);
+                for ((v, d), (ty, elem, [w, cells], data)) in
+                    [(false, dk), (true, dv)].into_iter().zip(caches)
+                {
+                    let rows = w as usize * elem;
+                    let whole = Extra {
+                        name: format!("cache_{}_l{layer}", if v { "v" } else { "k" }),
+                        op: "NONE",
+                        ty,
+                        ne: [w, cells, 1, 1],
+                        nb: [elem, rows, rows * cells as usize, rows * cells as usize],
+                        data,
+                    };
+                    let view = Extra {
+                        name: format!("{} (view)", whole.name),
+                        op: "VIEW",
+                        ty,
+                        ne: [d as i64, n_head_kv as i64, cells, 1],
+                        nb: [elem, elem * d, rows, rows * cells as usize],
+                        data,
+                    };
+                    go = go
+                        && self.show_extra(&view, &whole)
+                        && self.show_extra(&view.permuted(), &view);
+                }
+                Some(go && (!self.wanted.0 || self.show(g, id, model, Some(values), false)))
+            }
+            _ => None,
         }
     }
 
@@ -632,11 +818,18 @@ impl EvalCallback {
 
 impl NodeObserver for EvalCallback {
     fn wants(&mut self, g: &Graph, node: NodeId, model: &Model) -> bool {
-        let own = self.show(g, node, model, None, true);
+        // a cache write is asked about as upstream's SET_ROWS once its rows are written
+        let set_rows = matches!(g.nodes[node].op, Op::SetRows { .. });
+        let own = !set_rows && self.show(g, node, model, None, true);
         let reshape =
             g.nodes[node].shown.then_reshape.is_some() && self.show_reshape(g, node, None, true);
         self.wanted = (own, reshape);
-        own || reshape
+        // the views around a cache write or an attention are asked about once computed
+        let cache = matches!(
+            g.nodes[node].op,
+            Op::SetRows { .. } | Op::FlashAttnExt { .. }
+        );
+        own || reshape || cache
     }
 
     fn observe<'v>(
@@ -645,10 +838,17 @@ impl NodeObserver for EvalCallback {
         node: NodeId,
         model: &Model,
         values: &dyn Fn(NodeId) -> &'v [f32],
+        kv: &KvCache,
     ) -> bool {
         let (own, reshape) = self.wanted;
-        if own && !self.show(g, node, model, Some(values), false) {
-            return false;
+        match self.show_cache(g, node, model, values, kv) {
+            Some(false) => return false,
+            Some(true) => {}
+            None => {
+                if own && !self.show(g, node, model, Some(values), false) {
+                    return false;
+                }
+            }
         }
         !reshape || self.show_reshape(g, node, Some(values), false)
     }

@@ -124,12 +124,14 @@ pub trait NodeObserver {
     fn wants(&mut self, g: &Graph, node: NodeId, model: &Model) -> bool;
 
     /// A wanted node has been computed: `values(n)` gives node `n`'s values (`ne0 × ne1`
-    /// f32) for `node` and its sources. Returns `false` to stop the graph.
+    /// f32) for `node` and its sources, `kv` the cache as the node left it. Returns `false`
+    /// to stop the graph.
     fn observe<'v>(
         &mut self,
         g: &Graph,
         node: NodeId,
         model: &Model,
         values: &dyn Fn(NodeId) -> &'v [f32],
+        kv: &KvCache,
     ) -> bool;
 }

@@ -321,7 +321,7 @@ impl Executor for CpuExecutor {
                     let (at, len) = range(&g.nodes[n]);
                     &arena[at..at + len]
                 };
-                if !observer.observe(g, i, model, &values) {
+                if !observer.observe(g, i, model, &values, kv) {
                     break;
                 }
             }

@@ -838,8 +838,8 @@ fi
 # LoRA adapters and control vectors (scripts/make_lora.py writes random rank-8 adapters with
 # gguf-py, cached): with the same adapter and scale, or the same control vector, upstream's
 # library and ours give the same logits (KL <= 1e-3, greedy equal); on SmolLM2 F16 (attention
-# F16 and FFN F32 factors, every layer) and on the llama fixture (untied: the token table's
-# and the output's pairs too). Ours with scale 0, or with the adapter or the vector set for
+# F16 and FFN F32 factors, every layer), on the llama fixture (untied: the token table's
+# and the output's pairs too) and on the qwen3moe fixture (the experts' factors too). Ours with scale 0, or with the adapter or the vector set for
 # one decode and then cleared, gives the plain model's logits bit for bit; the adapter and
 # the vector move them (KL > 1e-3). probe_lora loads broken adapters (wrong shapes,
 # architecture, types, pairs, a truncated file, ...): NULL on both libraries, with an error
@@ -855,6 +855,10 @@ done
 fx_lora="$lora_dir/llama-dense-good.gguf"
 [ -s "$fx_lora" ] || "$py" scripts/make_lora.py "$fixtures/llama-dense.gguf" "$fx_lora.tmp" >/dev/null 2>&1 \
     && mv "$fx_lora.tmp" "$fx_lora" 2>/dev/null || true
+# expert weights' factors (one matrix per expert, upstream's build_lora_mm_id) on qwen3moe
+moe_lora="$lora_dir/qwen3moe-moe-experts.gguf"
+[ -s "$moe_lora" ] || "$py" scripts/make_lora.py "$fixtures/qwen3moe-moe.gguf" "$moe_lora.tmp" experts >/dev/null 2>&1 \
+    && mv "$moe_lora.tmp" "$moe_lora" 2>/dev/null || true
 good="$lora_dir/smollm2-good.gguf"
 if [ -s "$good" ] && [ -s "$fx_lora" ]; then
     CHECK_STEPS=8 check lora-smollm2-f16 "$f16" 1e-3 PROBE_LORA="$good"
@@ -866,6 +870,9 @@ if [ -s "$good" ] && [ -s "$fx_lora" ]; then
     CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" CHECK_STEPS=8 check lora-llama-fixture "$fixtures/llama-dense.gguf" 1e-3 \
         PROBE_LORA="$fx_lora" PROBE_LORA_SCALE=2
     CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" CHECK_STEPS=8 check plain-llama-fixture "$fixtures/llama-dense.gguf" 1e-3
+    CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" CHECK_STEPS=8 check lora-experts-qwen3moe "$fixtures/qwen3moe-moe.gguf" 1e-3 \
+        PROBE_LORA="$moe_lora" PROBE_LORA_SCALE=2
+    CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" CHECK_STEPS=8 check plain-qwen3moe-fixture "$fixtures/qwen3moe-moe.gguf" 1e-3
     for v in "lora-scale-0:PROBE_LORA=$good PROBE_LORA_SCALE=0" "lora-cleared:PROBE_LORA=$good PROBE_LORA_CLEAR=1" \
         "cvec-cleared:PROBE_CVEC=5:20:0.3 PROBE_CVEC_CLEAR=1"; do
         name="${v%%:*}"
@@ -876,8 +883,9 @@ if [ -s "$good" ] && [ -s "$fx_lora" ]; then
             echo "FAIL $name: not the plain model's logits"; tail -3 "$out/$name.err"; failed=$((failed + 1))
         fi
     done
-    for moved in lora-smollm2-f16 cvec-smollm2-f16 lora-llama-fixture; do
+    for moved in lora-smollm2-f16 cvec-smollm2-f16 lora-llama-fixture lora-experts-qwen3moe; do
         plain=plain-smollm2-f16; [ "$moved" = lora-llama-fixture ] && plain=plain-llama-fixture
+        [ "$moved" = lora-experts-qwen3moe ] && plain=plain-qwen3moe-fixture
         st="$("$out/compare_logits" "$out/$plain.ours.bin" "$out/$moved.ours.bin" 1e-3 0 0)" && st="KL <= 1e-3: $st"
         if [[ "$st" == rows* ]]; then
             echo "ok   $moved moves the logits ($st)"; passed=$((passed + 1))

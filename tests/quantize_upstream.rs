@@ -66,7 +66,13 @@ fn smol_f16(tools: &Path) -> PathBuf {
     let q41 = PathBuf::from(script("fetch-models.sh", &[]));
     let f16 = q41.with_file_name("SmolLM2-135M-Instruct.F16.gguf");
     if !f16.exists() {
-        let tmp = f16.with_extension("gguf.tmp");
+        // the tests run in parallel and may all find it missing on a fresh cache: each writes
+        // its own temporary file and renames it into place (the same bytes; the last wins)
+        let tmp = f16.with_extension(format!(
+            "gguf.tmp.{}.{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
         assert!(upstream(
             tools,
             &[

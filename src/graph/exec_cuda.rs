@@ -257,7 +257,8 @@ impl CudaExecutor {
         let kernel = match &node.op {
             Op::Hadamard { .. } | Op::AttnTempScale { .. } | Op::InputEmbd => false,
             // adapters' factors stay in host memory: their products run on the CPU
-            Op::MulMatAdapter { .. } | Op::GetRowsAdapter { .. } | Op::AddAdapter { .. } => false,
+            Op::MulMatAdapter { .. } | Op::MulMatIdAdapter { .. } => false,
+            Op::GetRowsAdapter { .. } | Op::AddAdapter { .. } => false,
             Op::MulRep { .. } | Op::SsmConv { .. } | Op::SsmScan { .. } => false,
             Op::Softplus { .. } | Op::RepeatHeads { .. } | Op::GatedDeltaNet { .. } => false,
             Op::SumRows { .. } | Op::HcPre { .. } | Op::HcMix { .. } | Op::HcPost { .. } => false,
@@ -888,6 +889,7 @@ impl CudaExecutor {
             | Op::Hadamard { .. }
             | Op::AttnTempScale { .. }
             | Op::MulMatAdapter { .. }
+            | Op::MulMatIdAdapter { .. }
             | Op::GetRowsAdapter { .. }
             | Op::AddAdapter { .. }
             | Op::Gelu { .. }

@@ -118,6 +118,15 @@ pub enum Op {
     /// MUL_MAT(t, x) by adapter tensor `t` ([`Graph::adapter_tensors`], `[k, n]`), `x`
     /// `[k, m]` → `[n, m]`: the LoRA factors of `build_lora_mm`.
     MulMatAdapter { t: usize, x: NodeId },
+    /// MUL_MAT_ID by adapter tensor `t` ([k, n, n_expert]: an expert weight's LoRA factor),
+    /// with [`Op::MulMatId`]'s shapes and broadcast: `ids` [n_used, T], `x` [k, T] or
+    /// [k, n_used*T] → [n, n_used*T] (upstream's `build_lora_mm_id`).
+    MulMatIdAdapter {
+        t: usize,
+        x: NodeId,
+        ids: NodeId,
+        n_used: usize,
+    },
     /// GET_ROWS(t, inp_tokens) of adapter tensor `t`: a token-embedding adapter's rows of A.
     GetRowsAdapter { t: usize },
     /// ADD of adapter vector `t` to every row of `a`: a control vector's layer direction.
@@ -395,7 +404,8 @@ pub struct Graph {
     pub nodes: Vec<Node>,
     pub weights: Vec<WeightRef>,
     /// LoRA factors and control-vector directions the graph reads
-    /// ([`Op::MulMatAdapter`], [`Op::GetRowsAdapter`], [`Op::AddAdapter`]).
+    /// ([`Op::MulMatAdapter`], [`Op::MulMatIdAdapter`], [`Op::GetRowsAdapter`],
+    /// [`Op::AddAdapter`]).
     pub adapter_tensors: Vec<std::sync::Arc<crate::model::adapter::AdapterTensor>>,
     /// [n_vocab, n_outputs].
     pub logits: Option<NodeId>,
@@ -440,6 +450,7 @@ impl Op {
             | Op::InputEmbd
             | Op::GetRowsAdapter { .. } => vec![],
             Op::MulMatAdapter { x, .. } => vec![*x],
+            Op::MulMatIdAdapter { x, ids, .. } => vec![*x, *ids],
             Op::AddAdapter { a, .. } => vec![*a],
             Op::GetRowsOut { src }
             | Op::RmsNorm { src, .. }
@@ -535,6 +546,7 @@ impl Op {
             Op::MulMatId { .. } => ("MUL_MAT_ID", None),
             // a LoRA factor's product, a token-embedding adapter's rows, a control vector
             Op::MulMatAdapter { .. } => ("MUL_MAT", None),
+            Op::MulMatIdAdapter { .. } => ("MUL_MAT_ID", None),
             Op::GetRowsAdapter { .. } => ("GET_ROWS", None),
             Op::AddAdapter { .. } => ("ADD", None),
             Op::Rope { .. } => ("ROPE", None),

@@ -51,6 +51,49 @@ impl<'m> Builder<'m> {
         y
     }
 
+    /// MUL_MAT_ID by an expert LoRA factor (`t` is [k, n, n_expert]).
+    fn mul_mat_id_adapter(
+        &mut self,
+        t: &Arc<AdapterTensor>,
+        x: NodeId,
+        ids: NodeId,
+        n_used: usize,
+    ) -> NodeId {
+        let n = t.ne[1] as usize;
+        let rows = n_used * self.ne1(ids);
+        let t = self.adapter_tensor(t);
+        let op = Op::MulMatIdAdapter { t, x, ids, n_used };
+        self.push("mul_mat_id", op, n, rows)
+    }
+
+    /// Adds each LoRA adapter's `scale · B_e (A_e x)` for expert weight `w` to `y`, `e` each
+    /// slot's expert (upstream's loop in `build_lora_mm_id`).
+    pub(super) fn add_lora_id(
+        &mut self,
+        w: WeightId,
+        x: NodeId,
+        ids: NodeId,
+        n_used: usize,
+        mut y: NodeId,
+    ) -> NodeId {
+        let adapters = self.adapters;
+        if adapters.loras.is_empty() {
+            return y;
+        }
+        let name = self.weights[w.0].name.clone();
+        for (lora, adapter_scale) in &adapters.loras {
+            let Some(lw) = lora.weights.get(&name) else {
+                continue;
+            };
+            let scale = lw.scale(lora.alpha, *adapter_scale);
+            let ax = self.mul_mat_id_adapter(&lw.a, x, ids, n_used);
+            let bax = self.mul_mat_id_adapter(&lw.b, ax, ids, n_used);
+            let d = self.scale(bax, scale);
+            y = self.add(y, Operand::Node(d));
+        }
+        y
+    }
+
     /// The layer output with the control vector's direction for layer `il` added, when the
     /// context has one for it (upstream's `build_cvec`).
     pub fn cvec(&mut self, x: NodeId, il: usize) -> NodeId {

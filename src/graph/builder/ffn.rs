@@ -251,7 +251,8 @@ impl<'m> Builder<'m> {
                 n_used,
                 scale: s,
             };
-            b.push(name, op, n, n_used * t)
+            let y = b.push(name, op, n, n_used * t);
+            b.add_lora_id(e, x, ids, n_used, y)
         };
         let (gate, up) = match (w.gate_up, w.up, w.gate) {
             (Some(gu), _, _) => {

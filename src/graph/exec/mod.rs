@@ -452,6 +452,7 @@ impl CpuExecutor {
             | Op::SumRows { .. }
             | Op::DivSumRows { .. } => self.node_elementwise(g, node, model, inp),
             Op::MulMatHeads { .. }
+            | Op::MulMatIdAdapter { .. }
             | Op::GroupMask { .. }
             | Op::Glu { .. }
             | Op::MulMat { .. }

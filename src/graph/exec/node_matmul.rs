@@ -207,6 +207,42 @@ impl CpuExecutor {
                 };
                 self.mul_mat_id(g, node, model, *w, *x, *ids, *n_used, has_scale)?;
             }
+            Op::MulMatIdAdapter { t, x, ids, n_used } => {
+                // an expert weight's LoRA factor: rank-sized products, one row at a time
+                let at = &g.adapter_tensors[*t];
+                let (k, n, n_exp) = (at.ne[0] as usize, at.ne[1] as usize, at.ne[2] as usize);
+                let expert_bytes = at.ggml_type.row_size(k as i64).unwrap_or(0) as usize * n;
+                let (xn, idn) = (&nodes[*x], &nodes[*ids]);
+                let (t_count, broadcast) = (idn.ne1, xn.ne1 == idn.ne1);
+                let (dst, [xs, idv]) = carve(&mut self.arena, dst_r, [range(xn), range(idn)]);
+                for tok in 0..t_count {
+                    for i in 0..*n_used {
+                        let slot = tok * n_used + i;
+                        let e = idv[slot] as usize;
+                        if e >= n_exp {
+                            return Err(ExecError::UnsupportedOp {
+                                backend: "CPU",
+                                op: "MUL_MAT_ID".to_string(),
+                                why: format!("expert {e} of {n_exp} in LoRA factor '{}'", at.name),
+                            });
+                        }
+                        let xrow = if broadcast { tok } else { slot };
+                        kernel_api::mul_mat(
+                            at.ggml_type,
+                            &at.bytes[e * expert_bytes..(e + 1) * expert_bytes],
+                            n,
+                            k,
+                            &xs[xrow * k..(xrow + 1) * k],
+                            1,
+                            &mut dst[slot * n..(slot + 1) * n],
+                            n,
+                            0,
+                            &self.pool,
+                            &mut self.mat,
+                        );
+                    }
+                }
+            }
             Op::TopK { src, k } => {
                 let sn = &nodes[*src];
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(sn)]);

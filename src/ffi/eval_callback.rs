@@ -33,8 +33,9 @@ const MAX_OP_PARAMS: usize = 64;
 const MAX_SRC: usize = 10;
 const MAX_NAME: usize = 64;
 
-/// `GGML_TYPE_F32` and `GGML_TYPE_I32`.
+/// `GGML_TYPE_F32`, `GGML_TYPE_F16` and `GGML_TYPE_I32`.
 const TYPE_F32: i32 = 0;
+const TYPE_F16: i32 = 1;
 const TYPE_I32: i32 = 26;
 
 /// `enum ggml_op` at the pinned commit, in order (the index is the value).
@@ -505,7 +506,7 @@ fn cache_rows(
     };
     let (ty, elem, len, data): (i32, usize, usize, *const c_void) = match buf {
         KvBuffer::F32(x) => (TYPE_F32, 4, x.len(), x.as_ptr().cast()),
-        KvBuffer::F16(x) => (1, 2, x.len(), x.as_ptr().cast()),
+        KvBuffer::F16(x) => (TYPE_F16, 2, x.len(), x.as_ptr().cast()),
         KvBuffer::Packed { .. } => return None,
     };
     (width > 0).then(|| (ty, elem, [width as i64, (len / width) as i64], data))

@@ -23,9 +23,33 @@ impl<'m> Builder<'m> {
 
     /// Adds each LoRA adapter's `scale · B (A x)` for weight `w` to `y` (upstream's loop in
     /// `build_lora_mm`).
-    /// A pair that cannot multiply `x` is left out and recorded in `adapter_error`, which
-    /// fails the build.
-    pub(super) fn add_lora(&mut self, w: WeightId, x: NodeId, mut y: NodeId) -> NodeId {
+    pub(super) fn add_lora(&mut self, w: WeightId, x: NodeId, y: NodeId) -> NodeId {
+        self.add_lora_products(w, x, None, y)
+    }
+
+    /// Adds each LoRA adapter's `scale · B_e (A_e x)` for expert weight `w` to `y`, `e` each
+    /// slot's expert among `ids` (upstream's loop in `build_lora_mm_id`).
+    pub(super) fn add_lora_id(
+        &mut self,
+        w: WeightId,
+        x: NodeId,
+        ids: NodeId,
+        n_used: usize,
+        y: NodeId,
+    ) -> NodeId {
+        self.add_lora_products(w, x, Some((ids, n_used)), y)
+    }
+
+    /// The loop both share: each adapter with factors for `w` adds its scaled product, by
+    /// MUL_MAT or, with `experts` (`ids`, `n_used`), by MUL_MAT_ID. A pair that cannot multiply
+    /// `x` is left out and recorded in `adapter_error`, which fails the build.
+    fn add_lora_products(
+        &mut self,
+        w: WeightId,
+        x: NodeId,
+        experts: Option<(NodeId, usize)>,
+        mut y: NodeId,
+    ) -> NodeId {
         let adapters = self.adapters;
         if adapters.loras.is_empty() {
             return y;
@@ -43,8 +67,16 @@ impl<'m> Builder<'m> {
                 continue;
             }
             let scale = lw.scale(lora.alpha, *adapter_scale);
-            let ax = self.mul_mat_adapter(&lw.a, x);
-            let bax = self.mul_mat_adapter(&lw.b, ax);
+            let bax = match experts {
+                None => {
+                    let ax = self.mul_mat_adapter(&lw.a, x);
+                    self.mul_mat_adapter(&lw.b, ax)
+                }
+                Some((ids, n_used)) => {
+                    let ax = self.mul_mat_id_adapter(&lw.a, x, ids, n_used);
+                    self.mul_mat_id_adapter(&lw.b, ax, ids, n_used)
+                }
+            };
             let d = self.scale(bax, scale);
             y = self.add(y, Operand::Node(d));
         }
@@ -64,34 +96,6 @@ impl<'m> Builder<'m> {
         let t = self.adapter_tensor(t);
         let op = Op::MulMatIdAdapter { t, x, ids, n_used };
         self.push("mul_mat_id", op, n, rows)
-    }
-
-    /// Adds each LoRA adapter's `scale · B_e (A_e x)` for expert weight `w` to `y`, `e` each
-    /// slot's expert (upstream's loop in `build_lora_mm_id`).
-    pub(super) fn add_lora_id(
-        &mut self,
-        w: WeightId,
-        x: NodeId,
-        ids: NodeId,
-        n_used: usize,
-        mut y: NodeId,
-    ) -> NodeId {
-        let adapters = self.adapters;
-        if adapters.loras.is_empty() {
-            return y;
-        }
-        let name = self.weights[w.0].name.clone();
-        for (lora, adapter_scale) in &adapters.loras {
-            let Some(lw) = lora.weights.get(&name) else {
-                continue;
-            };
-            let scale = lw.scale(lora.alpha, *adapter_scale);
-            let ax = self.mul_mat_id_adapter(&lw.a, x, ids, n_used);
-            let bax = self.mul_mat_id_adapter(&lw.b, ax, ids, n_used);
-            let d = self.scale(bax, scale);
-            y = self.add(y, Operand::Node(d));
-        }
-        y
     }
 
     /// The layer output with the control vector's direction for layer `il` added, when the

@@ -11,31 +11,39 @@ impl<'m> Builder<'m> {
         self.nodes[n].shown.name = Some(CbName::new(name, il));
     }
 
+    /// A `build_norm` result's nodes from the result down: the NORM / RMS_NORM, the MUL by
+    /// its weight, and the ADD of its bias when there is one; `None` when `n` is no such
+    /// result.
+    fn norm_chain(&self, n: NodeId) -> Option<(NodeId, NodeId, Option<NodeId>)> {
+        let is_norm = |m: NodeId| matches!(self.nodes[m].op, Op::RmsNorm { .. } | Op::Norm { .. });
+        let mul_of_norm = |m: NodeId| match self.nodes[m].op {
+            Op::Mul {
+                a,
+                b: Operand::Weight(_),
+            } if is_norm(a) => Some(a),
+            _ => None,
+        };
+        if let Some(norm) = mul_of_norm(n) {
+            return Some((norm, n, None));
+        }
+        match self.nodes[n].op {
+            Op::Add {
+                a,
+                b: Operand::Weight(_),
+            } => mul_of_norm(a).map(|norm| (norm, a, Some(n))),
+            _ => None,
+        }
+    }
+
     /// `cb` on a `build_norm` result: names it, and the NORM / RMS_NORM it multiplies
     /// "norm" (the MUL by the weight "norm_w" when a bias is added after it), as
     /// `build_norm` does.
     pub fn cb_norm(&mut self, n: NodeId, name: &'static str, il: Option<usize>) {
-        let is_norm = |op: &Op| matches!(op, Op::RmsNorm { .. } | Op::Norm { .. });
-        let mut inner = n;
-        if let Op::Add {
-            a,
-            b: Operand::Weight(_),
-        } = self.nodes[n].op
-        {
-            if matches!(self.nodes[a].op, Op::Mul { a: m, b: Operand::Weight(_) } if is_norm(&self.nodes[m].op))
-            {
-                self.cb(a, "norm_w", il);
-                inner = a;
+        if let Some((norm, mul, bias)) = self.norm_chain(n) {
+            if bias.is_some() {
+                self.cb(mul, "norm_w", il);
             }
-        }
-        if let Op::Mul {
-            a,
-            b: Operand::Weight(_),
-        } = self.nodes[inner].op
-        {
-            if is_norm(&self.nodes[a].op) {
-                self.cb(a, "norm", il);
-            }
+            self.cb(norm, "norm", il);
         }
         self.cb(n, name, il);
     }
@@ -111,19 +119,7 @@ impl<'m> Builder<'m> {
     /// (the norm before attention or the FFN, which most architectures call `attn_norm` /
     /// `ffn_norm`).
     pub fn cb_norm_default(&mut self, x: NodeId, name: &'static str, il: usize) {
-        let is_norm_out = match self.nodes[x].op {
-            Op::Mul {
-                a,
-                b: Operand::Weight(_),
-            } => matches!(self.nodes[a].op, Op::RmsNorm { .. } | Op::Norm { .. }),
-            Op::Add {
-                a,
-                b: Operand::Weight(_),
-            } => matches!(self.nodes[a].op, Op::Mul { a: m, b: Operand::Weight(_) }
-                if matches!(self.nodes[m].op, Op::RmsNorm { .. } | Op::Norm { .. })),
-            _ => false,
-        };
-        if is_norm_out && self.nodes[x].shown.name.is_none() {
+        if self.norm_chain(x).is_some() && self.nodes[x].shown.name.is_none() {
             self.cb_norm(x, name, Some(il));
         }
     }

@@ -368,8 +368,8 @@ fn cuda_compute_matches_the_cpu_engine() {
 
     // upstream's random-weight fixtures (test-llama-archs): gemma3 (sliding windows, GELU,
     // q/k norms, post-norms) and qwen3moe (MUL_MAT_ID, top-k routing), F32 as written and
-    // retyped to Q8_0, Q4_1 and the K-quants Q4_K and Q6_K (256-wide rows); hybrids: half the
-    // layers, and qwen3moe's experts on the CPU
+    // retyped to Q8_0, Q4_1, the K-quants and IQ4_XS (256-wide rows); hybrids: half the layers,
+    // and qwen3moe's experts on the CPU
     match fixtures_dir() {
         Some(fx) => {
             for (name, moe) in [("gemma3-dense", false), ("qwen3moe-moe", true)] {
@@ -383,8 +383,12 @@ fn cuda_compute_matches_the_cpu_engine() {
                     GgmlType::F32,
                     GgmlType::Q8_0,
                     GgmlType::Q4_1,
+                    GgmlType::Q2_K,
+                    GgmlType::Q3_K,
                     GgmlType::Q4_K,
+                    GgmlType::Q5_K,
                     GgmlType::Q6_K,
+                    GgmlType::IQ4_XS,
                 ] {
                     let p = if ty == GgmlType::F32 {
                         src.clone()
@@ -421,6 +425,8 @@ fn cuda_compute_matches_the_cpu_engine() {
     retyped(&q4_1, &q8_0, GgmlType::Q8_0);
     retyped(&q4_1, &f16, GgmlType::F16);
     retyped(&q4_1, &q5_0, GgmlType::Q5_0);
+    let iq4_nl = dir.path().join("smollm2-iq4_nl.gguf");
+    retyped(&q4_1, &iq4_nl, GgmlType::IQ4_NL);
     let n_layer = load_on(&q4_1, 0, Vec::new(), false).hparams.n_layer_all as i32;
     eprintln!("SmolLM2 file {} with {n_layer} layers", q4_1.display());
     for (label, path) in [
@@ -428,6 +434,7 @@ fn cuda_compute_matches_the_cpu_engine() {
         ("SmolLM2 Q8_0", &q8_0),
         ("SmolLM2 F16", &f16),
         ("SmolLM2 Q5_0", &q5_0),
+        ("SmolLM2 IQ4_NL", &iq4_nl),
     ] {
         compare(
             &mut c,
@@ -576,7 +583,7 @@ fn trace_tiny_model() {
 }
 
 /// Runs without a GPU: the files the GPU check makes from upstream's fixtures (retyped to Q8_0,
-/// Q4_1, Q4_K and Q6_K) load and decode on the CPU engine with finite logits that differ from the F32
+/// Q4_1, the K-quants and IQ4_XS) load and decode on the CPU engine with finite logits that differ from the F32
 /// file's, so a lent GPU's minutes are not spent on a broken preparation.
 #[test]
 fn retyped_fixtures_decode_on_the_cpu() {

@@ -58,9 +58,9 @@ pub fn supports(ty: crate::gguf::GgmlType) -> bool {
 pub fn activation_blocks(ty: crate::gguf::GgmlType) -> Option<(i32, usize, usize)> {
     use crate::gguf::GgmlType as T;
     match ty {
-        T::Q4_0 | T::Q5_0 | T::Q8_0 => Some((0, 32, 34)),
+        T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4_NL => Some((0, 32, 34)),
         T::Q4_1 | T::Q5_1 => Some((1, 32, 36)),
-        T::Q4_K | T::Q5_K | T::Q6_K => Some((2, 256, 292)),
+        T::Q2_K | T::Q3_K | T::Q4_K | T::Q5_K | T::Q6_K | T::IQ4_XS => Some((2, 256, 292)),
         _ => None,
     }
 }

@@ -95,9 +95,17 @@ QFN void quantize_q8_block(const float *x, u8 *y, int sum) {
 
 #define QK_K 256
 
-// The K-quants (Q4_K 12, Q5_K 13, Q6_K 14) work on super-blocks of 256 values and take Q8_K
-// activations; the others blocks of 32 and Q8_0 (Q4_0 2, Q5_0 6, Q8_0 8) or Q8_1 (Q4_1 3, Q5_1 7).
-QFN int is_k_quant(int ty) { return ty == 12 || ty == 13 || ty == 14; }
+// The K-quants (Q2_K 10, Q3_K 11, Q4_K 12, Q5_K 13, Q6_K 14) and IQ4_XS (23) work on
+// super-blocks of 256 values and take Q8_K activations; the others blocks of 32 and Q8_0 (Q4_0 2,
+// Q5_0 6, Q8_0 8, IQ4_NL 20) or Q8_1 (Q4_1 3, Q5_1 7).
+QFN int is_k_quant(int ty) { return (ty >= 10 && ty <= 14) || ty == 23; }
+
+// IQ4_NL's and IQ4_XS's 16 levels (ggml's kvalues_iq4nl).
+#ifdef __CUDACC_RTC__
+__constant__ const i8 KV_IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+#else
+static const i8 KV_IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+#endif
 
 // What the activations of weight type ty are quantized to: 0 Q8_0, 1 Q8_1, 2 Q8_K.
 QFN int act_kind(int ty) { return is_k_quant(ty) ? 2 : (ty == 3 || ty == 7) ? 1 : 0; }
@@ -113,9 +121,13 @@ QFN int weight_block_bytes(int ty) {
     case 6: return 22;
     case 7: return 24;
     case 8: return 34;
+    case 10: return 84;
+    case 11: return 110;
     case 12: return 144;
     case 13: return 176;
     case 14: return 210;
+    case 20: return 18;
+    case 23: return 136;
     }
     return 0;
 }
@@ -206,6 +218,34 @@ QFN int q6k_quant(const u8 *b, int i, int *is) {
     return (lo | (((qh[l] >> (2 * part)) & 3) << 4)) - 32;
 }
 
+// Quant i (0..255) of a Q2_K (ty 10: 0..3) or Q3_K (11: -4..3) super-block; its scale is
+// number i / 16.
+QFN int k23_quant(const u8 *b, int ty, int i) {
+    int n = i / 128, j = (i % 128) / 32, l = i % 32;
+    const u8 *qs = b + (ty == 11 ? 32 : 16) + 32 * n;
+    int q = (qs[l] >> (2 * j)) & 3;
+    if (ty == 11) q -= (b[l] >> (4 * n + j)) & 1 ? 0 : 4;
+    return q;
+}
+
+// Scale g (0..15) of a Q3_K super-block: 6 bits (4 low, 2 high) minus 32.
+QFN int q3k_scale(const u8 *b, int g) {
+    const u8 *sc = b + 96;
+    int lo = g < 8 ? (sc[g] & 15) : (sc[g - 8] >> 4);
+    int hi = (sc[8 + g % 4] >> (2 * (g / 4))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+// Scale of sub-block ib (0..7, 32 values) of an IQ4_XS super-block: 6 bits minus 32.
+QFN int iq4xs_scale(const u8 *b, int ib) {
+    int lo = (b[4 + ib / 2] >> (4 * (ib % 2))) & 15;
+    int hi = (ld16(b + 2) >> (2 * ib)) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+// Level of value j (0..31) of 16 bytes of IQ4 nibbles (low nibbles first, then high).
+QFN int iq4_level(const u8 *qs, int j) { return KV_IQ4NL[j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4)]; }
+
 // Value i of a row of type ty (GET_ROWS, weight operands), as ggml's dequantize_row_*.
 QFN float deq(const u8 *row, int ty, int i) {
     int j = i % QK;
@@ -248,6 +288,28 @@ QFN float deq(const u8 *row, int ty, int i) {
         int is;
         int q = q6k_quant(b, i % QK_K, &is);
         return h2f(ld16(b + 208)) * (float)(i8)b[192 + is] * (float)q;
+    }
+    case 10: {
+        const u8 *b = row + (i / QK_K) * 84;
+        int w = i % QK_K, sc = b[w / 16];
+        float dl = h2f(ld16(b + 80)) * (float)(sc & 15), ml = h2f(ld16(b + 82)) * (float)(sc >> 4);
+        return dl * (float)k23_quant(b, 10, w) - ml;
+    }
+    case 11: {
+        const u8 *b = row + (i / QK_K) * 110;
+        int w = i % QK_K;
+        float dl = h2f(ld16(b + 108)) * (float)q3k_scale(b, w / 16);
+        return dl * (float)k23_quant(b, 11, w);
+    }
+    case 20: {
+        const u8 *b = row + (i / QK) * 18;
+        return h2f(ld16(b)) * (float)iq4_level(b + 2, j);
+    }
+    case 23: {
+        const u8 *b = row + (i / QK_K) * 136;
+        int w = i % QK_K;
+        float dl = h2f(ld16(b)) * (float)iq4xs_scale(b, w / 32);
+        return dl * (float)iq4_level(b + 8 + 16 * (w / 32), w % 32);
     }
     }
     return 0.0f;
@@ -323,6 +385,45 @@ QFN float block_dot_q8(const u8 *w, int ty, int ib, const u8 *xq) {
             sumi += (int)(i8)wb[192 + is] * s;
         }
         return ldf32(xb) * h2f(ld16(wb + 208)) * (float)sumi;
+    }
+    case 10: {
+        const u8 *wb = w + ib * 84;
+        const u8 *xb = xq + ib * 292;
+        int summ = 0;
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++) s += k23_quant(wb, 10, 16 * g + l) * (int)(i8)xb[4 + 16 * g + l];
+            sumi += (wb[g] & 15) * s;
+            summ += (wb[g] >> 4) * (int)(short)ld16(xb + 4 + QK_K + 2 * g);
+        }
+        float yd = ldf32(xb);
+        return yd * h2f(ld16(wb + 80)) * (float)sumi - yd * h2f(ld16(wb + 82)) * (float)summ;
+    }
+    case 11: {
+        const u8 *wb = w + ib * 110;
+        const u8 *xb = xq + ib * 292;
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++) s += k23_quant(wb, 11, 16 * g + l) * (int)(i8)xb[4 + 16 * g + l];
+            sumi += q3k_scale(wb, g) * s;
+        }
+        return ldf32(xb) * h2f(ld16(wb + 108)) * (float)sumi;
+    }
+    case 20: {
+        const u8 *wb = w + ib * 18;
+        const u8 *xb = xq + ib * 34;
+        for (int j = 0; j < QK; j++) sumi += iq4_level(wb + 2, j) * (int)(i8)xb[2 + j];
+        return (h2f(ld16(wb)) * h2f(ld16(xb))) * (float)sumi;
+    }
+    case 23: {
+        const u8 *wb = w + ib * 136;
+        const u8 *xb = xq + ib * 292;
+        for (int sub = 0; sub < 8; sub++) {
+            int s = 0;
+            for (int j = 0; j < 32; j++) s += iq4_level(wb + 8 + 16 * sub, j) * (int)(i8)xb[4 + 32 * sub + j];
+            sumi += iq4xs_scale(wb, sub) * s;
+        }
+        return h2f(ld16(wb)) * ldf32(xb) * (float)sumi;
     }
     }
     return 0.0f;

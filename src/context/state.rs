@@ -115,6 +115,13 @@ impl Context {
         ]))
     }
 
+    /// Whether a sequence state with `LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY` leaves out `sect`, as
+    /// upstream's memories do: a hybrid memory keeps only its recurrent part, the sliding-window
+    /// pair (`llama_kv_cache_iswa`) only its sliding-window cache, a plain KV cache everything.
+    fn partial_skips(&self, e: &Engine, sect: &StateLayers) -> bool {
+        e.kv.rs.is_some() || (sect.n_swa == 0 && self.hp.swa_layers.iter().any(|&swa| swa))
+    }
+
     /// Writes the whole state (`state_write_data`); returns the bytes written, or counted
     /// with [`StateOut::Count`].
     pub fn state_write(&self, out: StateOut) -> Result<usize, StateError> {
@@ -218,8 +225,7 @@ impl Context {
         let seq = usize::try_from(seq_id).ok();
         let sections = self.state_sections(e)?;
         for sect in sections.iter().flatten() {
-            if flags & FLAG_PARTIAL_ONLY != 0 && (sect.n_swa > 0 || e.kv.rs.is_some()) {
-                // (a hybrid memory's partial state is its recurrent part)
+            if flags & FLAG_PARTIAL_ONLY != 0 && self.partial_skips(e, sect) {
                 continue;
             }
             e.kv.state_write(w, seq, sect)?;
@@ -281,7 +287,7 @@ impl Context {
         let sections = self.state_sections(&e)?;
         let has_memory = sections.is_some();
         for sect in sections.into_iter().flatten() {
-            if flags & FLAG_PARTIAL_ONLY != 0 && (sect.n_swa > 0 || e.kv.rs.is_some()) {
+            if flags & FLAG_PARTIAL_ONLY != 0 && self.partial_skips(&e, &sect) {
                 continue;
             }
             staged.push((e.kv.state_parse(r, seq, &sect)?, sect));

@@ -15,8 +15,12 @@
 //!
 //! Attention on a remote device is always ggml's FLASH_ATTN_EXT over the cache as stored
 //! (F16 by default; upstream's graph without flash attention multiplies and soft-maxes
-//! instead, which rounds differently). Not sent (a node with such weights fails with a
-//! message; a node without weights runs on the CPU): MUL_MAT_ID, M-RoPE, recurrent states,
+//! instead, which rounds differently). MUL_MAT_ID (experts on a server) is sent with its
+//! expert ids as ggml's I32 tensor, written over the ids node's range of the remote arena
+//! (the routing itself, top-k and the weighted sum, runs on the CPU); per-expert scales as
+//! upstream's build_lora_mm_id applies them (GET_ROWS of the scales by the ids into a scratch
+//! range past the arena's nodes, then MUL in place). Not sent (a node with such weights fails
+//! with a message; a node without weights runs on the CPU): M-RoPE, recurrent states,
 //! attention with sinks, ALiBi, a compressed (MLA) cache or sparse selection, and the rarer
 //! ops of [`Op`]. State save/load and K-shift do not reach the remote KV rows: the context
 //! refuses both for this executor (docs/rpc.md).
@@ -45,6 +49,7 @@ pub mod ggml {
     pub const OP_NORM: u32 = 24;
     pub const OP_RMS_NORM: u32 = 25;
     pub const OP_MUL_MAT: u32 = 29;
+    pub const OP_MUL_MAT_ID: u32 = 30;
     pub const OP_SCALE: u32 = 32;
     pub const OP_CONT: u32 = 35;
     pub const OP_GET_ROWS: u32 = 40;
@@ -90,6 +95,9 @@ struct Remote {
     inputs: Option<RemoteBuffer>,
     /// Per layer, the K and V rows when the layer's attention runs here.
     kv: Vec<Option<[RemoteBuffer; 2]>>,
+    /// Byte offset in the arena buffer, past the graph's nodes, of this run's scratch (the
+    /// gathered per-expert scales of a MUL_MAT_ID).
+    scratch_at: u64,
 }
 
 /// Where the micro-batch's inputs sit in a remote input buffer (byte offsets).
@@ -113,6 +121,8 @@ pub struct RpcExecutor {
     on_host: Vec<bool>,
     /// Per node, a bit per remote holding its current values.
     on_remote: Vec<u64>,
+    /// Per node, a bit per remote holding its values as I32 expert ids (MUL_MAT_ID).
+    ids_on_remote: Vec<u64>,
     /// This run's inputs, and which remotes have them.
     input_bytes: Vec<u8>,
     input_layout: InputLayout,
@@ -180,7 +190,8 @@ fn remote_op(op: &Op) -> Result<(), &'static str> {
         | Op::Sigmoid { .. }
         | Op::MulMat { .. }
         | Op::SetRows { .. }
-        | Op::SoftMax { .. } => Ok(()),
+        | Op::SoftMax { .. }
+        | Op::MulMatId { .. } => Ok(()),
         // the other kinds (OAI, REGLU, limits, clamps) have op_params of their own: not sent
         Op::Glu {
             kind: GluKind::Swiglu | GluKind::Geglu,
@@ -259,6 +270,7 @@ impl RpcExecutor {
             arena: None,
             inputs: None,
             kv: Vec::new(),
+            scratch_at: 0,
         });
         self.remotes.len() - 1
     }
@@ -348,6 +360,7 @@ impl RpcExecutor {
         buf.write(4 * at as u64, f32_bytes(&self.cpu.arena[at..at + len]))
             .map_err(|e| rpc_err(remote, e))?;
         self.on_remote[n] |= 1 << r;
+        self.ids_on_remote[n] &= !(1 << r);
         Ok(())
     }
 
@@ -496,8 +509,21 @@ impl RpcExecutor {
             if let Some(il) = uses_kv(&g.nodes[i].op) {
                 self.ensure_kv(kv, il, r)?;
             }
+            let ids = match g.nodes[i].op {
+                Op::MulMatId { ids, .. } => Some(ids),
+                _ => None,
+            };
             for s in g.nodes[i].op.sources() {
-                if !span.contains(&s) {
+                if Some(s) == ids {
+                    if span.contains(&s) {
+                        return Err(unsupported(
+                            &self.remotes[r].label,
+                            &g.nodes[i],
+                            "expert ids computed on the server",
+                        ));
+                    }
+                    self.ids_to_remote(g, s, r)?;
+                } else if !span.contains(&s) {
                     self.to_remote(g, s, r)?;
                 }
             }
@@ -538,7 +564,29 @@ impl RpcExecutor {
         for i in span {
             self.on_host[i] = false;
             self.on_remote[i] = 1 << r;
+            self.ids_on_remote[i] = 0;
         }
+        Ok(())
+    }
+
+    /// Makes node `n`'s values (expert ids, integers held as f32) current in remote `r`'s
+    /// arena as ggml's I32, over the node's own range (4 bytes a value either way).
+    fn ids_to_remote(&mut self, g: &Graph, n: NodeId, r: usize) -> Result<(), ExecError> {
+        if self.ids_on_remote[n] & (1 << r) != 0 {
+            return Ok(());
+        }
+        self.to_host(g, n)?;
+        let (at, len) = range(&g.nodes[n]);
+        let bytes: Vec<u8> = self.cpu.arena[at..at + len]
+            .iter()
+            .flat_map(|&v| (v as i32).to_le_bytes())
+            .collect();
+        let remote = &self.remotes[r];
+        let buf = remote.arena.as_ref().expect("arena allocated");
+        buf.write(4 * at as u64, &bytes)
+            .map_err(|e| rpc_err(remote, e))?;
+        self.ids_on_remote[n] |= 1 << r;
+        self.on_remote[n] &= !(1 << r);
         Ok(())
     }
 
@@ -620,6 +668,26 @@ impl RpcExecutor {
         t.view_src = src;
         t.view_offs = offs;
         Ok(sg.push(t))
+    }
+
+    /// Node `n` as a source seen as `[ne0, ne1]` when it holds that many values in another
+    /// shape (a reshape, as upstream's graph views it); as it is otherwise (a broadcast operand).
+    fn shaped(
+        &self,
+        g: &Graph,
+        r: usize,
+        sg: &mut SplitGraph,
+        n: NodeId,
+        ne0: u64,
+        ne1: u64,
+    ) -> Result<u64, ExecError> {
+        let sn = &g.nodes[n];
+        let (a0, a1) = (sn.ne0 as u64, sn.ne1 as u64);
+        if (a0, a1) == (ne0, ne1) || a0 * a1 != ne0 * ne1 {
+            return self.source(g, r, sg, n);
+        }
+        let nb = [4, 4 * ne0, 4 * ne0 * ne1, 4 * ne0 * ne1];
+        self.view(g, r, sg, n, [ne0, ne1, 1, 1], nb, 0)
     }
 
     /// A weight on remote `r` as a leaf.
@@ -727,6 +795,63 @@ impl RpcExecutor {
         }
     }
 
+    /// GET_ROWS of the per-expert scales `sw` (`[n_expert]`, F32, on remote `r`) by the
+    /// `n` expert ids of node `ids` (I32 in the arena), into the scratch: `[1, n]`; its wire
+    /// id, a compute node the caller lists.
+    #[allow(clippy::too_many_arguments)]
+    fn expert_scales(
+        &self,
+        g: &Graph,
+        model: &Model,
+        r: usize,
+        sg: &mut SplitGraph,
+        sw: WeightId,
+        ids: NodeId,
+        n: u64,
+    ) -> Result<u64, ExecError> {
+        let w = self.weight(g, model, r, sg, sw)?;
+        let wt = sg
+            .tensors
+            .iter()
+            .find(|t| t.id == w)
+            .expect("pushed")
+            .clone();
+        let n_exp = wt.ne[0];
+        let rows = sg.fresh();
+        sg.push(RpcTensor {
+            id: rows,
+            ne: [1, n_exp, 1, 1],
+            nb: [4, 4, 4 * n_exp, 4 * n_exp],
+            view_src: w,
+            ..wt
+        });
+        let flat = sg.fresh();
+        let mut ft = self.arena_tensor(g, r, flat, ids, [n, 1, 1, 1])?;
+        ft.ty = ggml::TYPE_I32;
+        sg.push(ft);
+        let remote = &self.remotes[r];
+        let buf = remote.arena.as_ref().expect("arena allocated");
+        let id = sg.fresh();
+        let (ne, nb) = wire_dims([1, n, 1, 1], [4, 4, 4 * n, 4 * n]).ok_or_else(|| {
+            ExecError::Device(format!("{}: expert scales too large", remote.label))
+        })?;
+        let mut src = [0u64; 10];
+        src[0] = rows;
+        src[1] = flat;
+        Ok(sg.push(RpcTensor {
+            id,
+            ty: GGML_TYPE_F32,
+            buffer: buf.id(),
+            ne,
+            nb,
+            data: buf.base() + remote.scratch_at,
+            op: ggml::OP_GET_ROWS,
+            src,
+            flags: FLAG_COMPUTE,
+            ..RpcTensor::default()
+        }))
+    }
+
     /// Describes node `i` (and the views it needs) in `sg`; returns its wire id.
     #[allow(clippy::too_many_arguments)]
     fn encode(
@@ -799,7 +924,8 @@ impl RpcExecutor {
                 ggml::OP_CONT
             }
             Op::RmsNorm { src: s, eps } | Op::Norm { src: s, eps } => {
-                src[0] = self.source(g, r, sg, *s)?;
+                // per-head norms (q/k norms) see their source as [head_dim, heads * T]
+                src[0] = self.shaped(g, r, sg, *s, ne0, ne1)?;
                 params[0] = f(*eps);
                 if matches!(node.op, Op::RmsNorm { .. }) {
                     ggml::OP_RMS_NORM
@@ -808,8 +934,11 @@ impl RpcExecutor {
                 }
             }
             Op::Mul { a, b } | Op::Add { a, b } | Op::Div { a, b } => {
-                src[0] = self.source(g, r, sg, *a)?;
-                src[1] = self.operand(g, model, r, sg, b, node)?;
+                src[0] = self.shaped(g, r, sg, *a, ne0, ne1)?;
+                src[1] = match b {
+                    Operand::Node(n) => self.shaped(g, r, sg, *n, ne0, ne1)?,
+                    Operand::Weight(_) => self.operand(g, model, r, sg, b, node)?,
+                };
                 match node.op {
                     Op::Mul { .. } => ggml::OP_MUL,
                     Op::Add { .. } => ggml::OP_ADD,
@@ -867,6 +996,70 @@ impl RpcExecutor {
                 src[0] = self.weight(g, model, r, sg, *w)?;
                 src[1] = self.source(g, r, sg, *x)?;
                 ggml::OP_MUL_MAT
+            }
+            Op::MulMatId {
+                w,
+                x,
+                ids,
+                n_used,
+                scale,
+            } => {
+                // ggml_mul_mat_id(as [k, n, n_expert], b [k, 1 or n_used, T], ids [n_used, T])
+                // -> [n, n_used, T]: the arena's [n, n_used * T] as laid out
+                let (xn, idn) = (&g.nodes[*x], &g.nodes[*ids]);
+                let (k, t, nu) = (xn.ne0 as u64, idn.ne1 as u64, *n_used as u64);
+                let xb = if xn.ne1 == idn.ne1 { 1 } else { nu };
+                src[0] = self.weight(g, model, r, sg, *w)?;
+                src[1] = self.view(
+                    g,
+                    r,
+                    sg,
+                    *x,
+                    [k, xb, t, 1],
+                    [4, 4 * k, 4 * k * xb, 4 * k * xb * t],
+                    0,
+                )?;
+                let id = sg.fresh();
+                let mut it = self.arena_tensor(g, r, id, *ids, [nu, t, 1, 1])?;
+                it.ty = ggml::TYPE_I32;
+                let ids_t = sg.push(it);
+                src[2] = ids_t;
+                shape = [ne0, nu, t, 1];
+                match scale {
+                    None => ggml::OP_MUL_MAT_ID,
+                    Some(sw) => {
+                        // upstream's build_lora_mm_id: res * get_rows(scales, ids), the
+                        // product in place over the MUL_MAT_ID's result
+                        let mm = sg.fresh();
+                        let mut mt = self.arena_tensor(g, r, mm, i, shape)?;
+                        mt.op = ggml::OP_MUL_MAT_ID;
+                        mt.src = src;
+                        mt.flags |= FLAG_COMPUTE;
+                        sg.push(mt);
+                        sg.nodes.push(mm);
+                        let gathered = self.expert_scales(g, model, r, sg, *sw, *ids, nu * t)?;
+                        sg.nodes.push(gathered);
+                        let sv = sg.fresh();
+                        let mut v = sg
+                            .tensors
+                            .iter()
+                            .find(|t| t.id == gathered)
+                            .expect("pushed")
+                            .clone();
+                        v.id = sv;
+                        v.op = ggml::OP_NONE;
+                        v.src = [0; 10];
+                        v.flags = 0;
+                        v.ne = [1, nu as u32, t as u32, 1];
+                        v.nb = [4, 4, 4 * nu as u32, 4 * (nu * t) as u32];
+                        v.view_src = gathered;
+                        sg.push(v);
+                        src = [0; 10];
+                        src[0] = mm;
+                        src[1] = sv;
+                        ggml::OP_MUL
+                    }
+                }
             }
             Op::Rope {
                 src: s,
@@ -1086,6 +1279,8 @@ impl Executor for RpcExecutor {
         self.on_host.resize(n, false);
         self.on_remote.clear();
         self.on_remote.resize(n, 0);
+        self.ids_on_remote.clear();
+        self.ids_on_remote.resize(n, 0);
         if self.remotes.len() > 64 {
             return Err(ExecError::Device(
                 "more than 64 remote devices in one context".into(),
@@ -1107,6 +1302,27 @@ impl Executor for RpcExecutor {
                 }
             }
         }
+        // the scratch of the gathered expert scales, past the nodes (one node's at a time)
+        let mut scratch = vec![0u64; self.remotes.len()];
+        for (i, node) in g.nodes.iter().enumerate() {
+            if let (
+                Side::Remote(r),
+                Op::MulMatId {
+                    ids,
+                    scale: Some(_),
+                    ..
+                },
+            ) = (sides[i], &node.op)
+            {
+                scratch[r] = scratch[r].max(4 * g.nodes[*ids].len() as u64);
+            }
+        }
+        for (r, remote) in self.remotes.iter_mut().enumerate() {
+            remote.scratch_at = extent[r].next_multiple_of(64);
+            if scratch[r] > 0 {
+                extent[r] = remote.scratch_at + scratch[r];
+            }
+        }
         if sides.iter().any(|s| *s != Side::Cpu) {
             self.build_inputs(g, kv, inp);
         }
@@ -1123,6 +1339,7 @@ impl Executor for RpcExecutor {
                     self.cpu.node(g, &g.nodes[i], model, kv, inp)?;
                     self.on_host[i] = true;
                     self.on_remote[i] = 0;
+                    self.ids_on_remote[i] = 0;
                     i += 1;
                 }
                 Side::Remote(r) => {

@@ -58,6 +58,10 @@ row() { # NAME FLASH_ATTN EXACT MAX_KL COMPARE_EXACT_ROWS [MODEL]
 row exact-fa 1 1 1e-6 17
 row fast-fa 1 0 1e-2 0
 row exact-nofa 0 1 1e-2 0
+# The memory operations of the engine test (PROBE_MEMOPS: seq_rm and re-decode, seq_cp, a
+# context shift by seq_rm + seq_add) with layers on the servers: the K-shift re-rotates the
+# keys the servers hold (read, rotated on the host, written back; upstream rotates there).
+PROBE_MEMOPS=1 row memops-exact-fa 1 1 1e-6 22
 
 # MoE on the servers: upstream's qwen3moe fixture (random weights: q/k norms, 8 experts with
 # per-expert scales) split across both servers. MUL_MAT_ID runs there with the expert ids

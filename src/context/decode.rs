@@ -72,17 +72,32 @@ impl Context {
             );
             return -3;
         }
-        // pending position shifts re-rotate the cached keys first
-        if e.kv.has_shift() {
-            if e.exec.name() == "RPC" {
-                // the shift re-rotates host rows; the KV rows of remote layers live on the
-                // servers (docs/rpc.md): refused rather than decoding with stale keys
+        // whole-stream copies of seq_cp reach the rows a backend keeps in its own memory
+        if !e.kv.stream_copies.is_empty() {
+            let copies = std::mem::take(&mut e.kv.stream_copies);
+            if let Err(err) = e.exec.copy_kv_streams(&e.kv, &copies) {
                 crate::log_error!(
-                    "decode: shifting positions (seq_add/seq_div) of a context with layers on rpc-servers is not supported by llama-hotswap yet"
+                    "decode: copying a sequence's KV rows between streams failed: {err}"
                 );
                 return -3;
             }
+        }
+        // pending position shifts re-rotate the cached keys first
+        if e.kv.has_shift() {
+            // rows a backend keeps in its own memory (rpc-servers) come to the host cache,
+            // are re-rotated there and go back
+            let rows: Vec<usize> = shifted_cells(e).into_iter().map(|(j, _)| j).collect();
+            if let Err(err) = e.exec.sync_k_rows(&mut e.kv, &rows, true) {
+                crate::log_error!("decode: the K-shift could not read the cached keys: {err}");
+                return -3;
+            }
             self.apply_k_shift(e);
+            if let Err(err) = e.exec.sync_k_rows(&mut e.kv, &rows, false) {
+                crate::log_error!(
+                    "decode: the K-shift could not write the cached keys back: {err}"
+                );
+                return -3;
+            }
         }
         // micro-batches: consecutive runs with one stream, else equal shares of consecutive
         // sequences, each in its own stream (upstream's split_simple / split_equal)
@@ -483,18 +498,7 @@ impl Context {
             crate::graph::kernel_api::dequantize_row(st.layout.ggml_type, &b, &mut v);
             Some(v)
         });
-        // (row, shift) of every used cell with a pending shift, over all streams
-        let size = e.kv.size();
-        let shifted: Vec<(usize, i32)> = (0..e.kv.n_stream())
-            .flat_map(|st| {
-                let cells = e.kv.cells(st);
-                (0..size).filter_map(move |j| {
-                    let shift = cells.shift(j);
-                    (shift != 0 && !cells.is_empty(j))
-                        .then_some(((st as u32 * size + j) as usize, shift))
-                })
-            })
-            .collect();
+        let shifted = shifted_cells(e);
         for il in 0..hp.n_layer {
             let swa = hp.swa_layers[il];
             let r = e.cparams.rope;
@@ -566,4 +570,19 @@ impl Context {
         }
         e.kv.reset_shift();
     }
+}
+
+/// (row, shift) of every used cell with a pending shift, over all streams.
+fn shifted_cells(e: &Engine) -> Vec<(usize, i32)> {
+    let size = e.kv.size();
+    (0..e.kv.n_stream())
+        .flat_map(|st| {
+            let cells = e.kv.cells(st);
+            (0..size).filter_map(move |j| {
+                let shift = cells.shift(j);
+                (shift != 0 && !cells.is_empty(j))
+                    .then_some(((st as u32 * size + j) as usize, shift))
+            })
+        })
+        .collect()
 }

@@ -79,6 +79,29 @@ pub trait Executor: Send + std::fmt::Debug {
     /// The number of host threads compute may use (a no-op where the backend uses none).
     fn set_n_threads(&mut self, n: usize);
 
+    /// Copies whole KV streams (source, destination), in order, in the caches this backend
+    /// keeps in its own memory (`seq_cp` across streams; the host cache has copied its rows).
+    fn copy_kv_streams(
+        &mut self,
+        _kv: &KvCache,
+        _copies: &[(usize, usize)],
+    ) -> Result<(), ExecError> {
+        Ok(())
+    }
+
+    /// Copies rows `rows` of the K caches this backend keeps in its own memory into the host
+    /// cache (`to_host`) or back from it: the K-shift re-rotates the host copy in between
+    /// (upstream rotates on the device holding the rows; the rotation is the same). A backend
+    /// whose K rows are the host cache's has nothing to copy.
+    fn sync_k_rows(
+        &mut self,
+        _kv: &mut KvCache,
+        _rows: &[usize],
+        _to_host: bool,
+    ) -> Result<(), ExecError> {
+        Ok(())
+    }
+
     /// Runs every node of `g` for one micro-batch. `abort` is polled between nodes.
     fn compute(
         &mut self,

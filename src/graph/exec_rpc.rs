@@ -22,8 +22,9 @@
 //! range past the arena's nodes, then MUL in place). Not sent (a node with such weights fails
 //! with a message; a node without weights runs on the CPU): M-RoPE, recurrent states,
 //! attention with sinks, ALiBi, a compressed (MLA) cache or sparse selection, and the rarer
-//! ops of [`Op`]. State save/load and K-shift do not reach the remote KV rows: the context
-//! refuses both for this executor (docs/rpc.md).
+//! ops of [`Op`]. The K-shift reaches the remote K rows through [`Executor::sync_k_rows`]
+//! (read, rotated on the host, written back); state save/load does not: the context refuses
+//! it for this executor (docs/rpc.md).
 
 use std::sync::Arc;
 
@@ -1258,6 +1259,68 @@ impl Executor for RpcExecutor {
             self.supports_weight(&model.tensors.at(wr.tensor).read(), &wr.name)
                 .is_ok()
         })
+    }
+
+    fn copy_kv_streams(
+        &mut self,
+        kv: &KvCache,
+        copies: &[(usize, usize)],
+    ) -> Result<(), ExecError> {
+        let n = u64::from(kv.size());
+        let mut bytes = Vec::new();
+        for remote in &self.remotes {
+            for (il, bufs) in remote.kv.iter().enumerate() {
+                let (Some(kvb), Some(layer)) = (bufs, kv.layers.get(il)) else {
+                    continue;
+                };
+                for (buf, host, width) in [
+                    (&kvb[0], &layer.k, layer.n_embd_k),
+                    (&kvb[1], &layer.v, layer.n_embd_v),
+                ] {
+                    let stream = n * kv_row_bytes(host, width as u64);
+                    bytes.resize(stream as usize, 0);
+                    for &(from, to) in copies {
+                        buf.read(from as u64 * stream, &mut bytes)
+                            .map_err(|e| rpc_err(remote, e))?;
+                        buf.write(to as u64 * stream, &bytes)
+                            .map_err(|e| rpc_err(remote, e))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn sync_k_rows(
+        &mut self,
+        kv: &mut KvCache,
+        rows: &[usize],
+        to_host: bool,
+    ) -> Result<(), ExecError> {
+        let mut bytes = Vec::new();
+        for remote in &self.remotes {
+            for (il, bufs) in remote.kv.iter().enumerate() {
+                let (Some([k, _]), Some(layer)) = (bufs, kv.layers.get_mut(il)) else {
+                    continue;
+                };
+                let width = layer.n_embd_k;
+                let row = kv_row_bytes(&layer.k, width as u64);
+                for &j in rows {
+                    bytes.clear();
+                    if to_host {
+                        bytes.resize(row as usize, 0);
+                        k.read(j as u64 * row, &mut bytes)
+                            .map_err(|e| rpc_err(remote, e))?;
+                        layer.k.set_row_bytes(j, width, &bytes);
+                    } else {
+                        layer.k.append_row_bytes(j, 1, width, &mut bytes);
+                        k.write(j as u64 * row, &bytes)
+                            .map_err(|e| rpc_err(remote, e))?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn set_n_threads(&mut self, n: usize) {

@@ -23,7 +23,7 @@ pub mod params;
 pub mod shown;
 pub mod ssm;
 
-pub use crate::kernels::cpu::ops::{GdnShape, RopeMode, RopeParams, ScanShape};
+pub use crate::kernels::cpu::ops::{GdnShape, HcMixKind, RopeMode, RopeParams, ScanShape};
 
 /// Index of a node in [`Graph::nodes`].
 pub type NodeId = usize;
@@ -320,14 +320,16 @@ pub enum Op {
     /// scale[1] + base)` (ggml's MUL, ADD, SIGMOID, SCALE one value at a time) and `comb`
     /// as `ggml_dsv4_hc_comb` (ggml-cpu's fused kernel: softmax over the destinations of
     /// each source, plus eps, then `iters` Sinkhorn normalisations, columns first; its
-    /// multiply-adds contracted to FMA), destinations fastest.
+    /// multiply-adds contracted to FMA), destinations fastest. HY-V4's independent
+    /// hyper-connections (`kind` [`HcMixKind::Independent`]) make `[pre | post]` only, `post
+    /// = magnitude * sigmoid(..) + eps`; an output head ([`HcMixKind::Head`]) `pre` only.
     HcMix {
         mixes: NodeId,
         scale: WeightId,
         base: WeightId,
         hc: usize,
         eps: f32,
-        iters: usize,
+        kind: HcMixKind,
     },
     /// DSV4_HC_POST (`ggml_dsv4_hc_post`): from a block's output `x` (`[n, T]`), the
     /// streams `res` (`[n, hc, T]`), `post` (`[hc, T]`) and `comb` (`[hc, hc, T]`,

@@ -18,7 +18,7 @@
 use super::super::builder::{BuildError, Builder, Ffn, Gating, Moe, Outputs};
 use super::super::kda::{Kda, KdaDecay, KdaOutGate};
 use super::super::params::ArchParams;
-use super::super::{GluKind, NodeId, Op, Operand};
+use super::super::{GluKind, HcMixKind, NodeId, Op, Operand};
 use super::bailingmoe3::{gating, hybrid_layers, mla_hparams};
 use super::def::{ArchDef, Keys, Memory, Rope};
 
@@ -245,7 +245,9 @@ fn hc_pre(
         base,
         hc: HC,
         eps: hp.ext.hc_eps,
-        iters: hp.ext.hc_sinkhorn_iters,
+        kind: HcMixKind::Manifold {
+            iters: hp.ext.hc_sinkhorn_iters,
+        },
     };
     let split = b.push("dsv4_hc_comb", op, mix as usize, t);
     let pre = b.view(split, 0, HC);

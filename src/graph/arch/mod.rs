@@ -61,6 +61,7 @@ pub mod hunyuan_dense;
 pub mod hunyuan_moe;
 pub mod hunyuan_vl;
 pub mod hy_v3;
+pub mod hy_v4;
 pub mod internlm2;
 pub mod jais;
 pub mod jais2;
@@ -236,6 +237,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &smallthinker::DEF,
     &grovemoe::DEF,
     &hy_v3::DEF,
+    &hy_v4::DEF,
     &laguna::DEF,
     &mimo2::DEF,
     &maple::DEF,

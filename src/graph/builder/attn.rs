@@ -271,6 +271,22 @@ impl<'m> Builder<'m> {
         scale: f32,
         sel: Option<NodeId>,
     ) -> NodeId {
+        self.attn_latent_heads_sinks(il, q, k, wv_b, scale, sel, None)
+    }
+
+    /// [`Builder::attn_latent_heads`] with attention sinks (`[n_head]` logits joined to each
+    /// softmax: HY-V4).
+    #[allow(clippy::too_many_arguments)]
+    pub fn attn_latent_heads_sinks(
+        &mut self,
+        il: usize,
+        q: NodeId,
+        k: NodeId,
+        wv_b: WeightId,
+        scale: f32,
+        sel: Option<NodeId>,
+        sinks: Option<WeightId>,
+    ) -> NodeId {
         let hp = self.hp;
         let n_head = hp.n_head[il];
         let ks = self.push(
@@ -304,7 +320,7 @@ impl<'m> Builder<'m> {
                 softcap: hp.attn_logit_softcap,
                 n_swa,
                 v_in_k: true,
-                sinks: None,
+                sinks,
                 max_bias: 0.0,
                 sel,
             },

@@ -4,6 +4,7 @@
 mod adapters;
 mod attn;
 mod ffn;
+mod hc;
 mod names;
 mod norm;
 

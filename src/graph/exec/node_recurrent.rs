@@ -148,17 +148,18 @@ impl CpuExecutor {
                 base,
                 hc,
                 eps,
-                iters,
+                kind,
             } => {
                 let hc = *hc;
                 self.load_vec(model, &g.weights[scale.0])?;
-                let s = [self.wvec[0], self.wvec[1], self.wvec[2]];
+                let s = std::mem::take(&mut self.wvec);
                 self.load_vec(model, &g.weights[base.0])?;
                 let base = &self.wvec;
-                let n_mix = (2 + hc) * hc;
+                let n_mix = nodes[*mixes].ne0;
+                let n_out = ne0;
                 let (dst, [m]) = carve(&mut self.arena, dst_r, [range(&nodes[*mixes])]);
-                for (d, m) in dst.chunks_exact_mut(n_mix).zip(m.chunks_exact(n_mix)) {
-                    ops::hc_mix(m, s, base, hc, *eps, *iters, d);
+                for (d, m) in dst.chunks_exact_mut(n_out).zip(m.chunks_exact(n_mix)) {
+                    ops::hc_mix(m, &s, base, hc, *eps, *kind, d);
                 }
             }
             Op::HcPost { x, res, post, comb } => {

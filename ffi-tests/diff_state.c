@@ -23,13 +23,17 @@
  *                                  STRICT = 1 (our library) also asserts that each failure
  *                                  logged one error line and left the memory as it was (the
  *                                  next token's logits equal DIR/next.f32 bit for bit).
+ * With DIFF_RPC=HOST:PORT,... the rpc-servers are registered first (rpc_servers.h) and
+ * DIFF_GPU_LAYERS layers (default 999) placed on them (make test-rpc).
  * Every step prints one line; a failure exits non-zero.
  */
+#define _GNU_SOURCE /* RTLD_DEFAULT */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "llama.h"
+#include "rpc_servers.h"
 
 static const llama_token PROMPT_IDS[] = {1, 504, 3458, 282, 4649, 314, 253, 1345, 28, 1410, 9081, 30, 216, 198};
 #define N_PROMPT ((int)(sizeof(PROMPT_IDS) / sizeof(PROMPT_IDS[0])))
@@ -265,6 +269,11 @@ int main(int argc, char **argv) {
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
+    const char *rpc = getenv("DIFF_RPC");
+    if (rpc && *rpc) {
+        if (add_rpc_servers(rpc) != 0) return 1;
+        mp.n_gpu_layers = getenv("DIFF_GPU_LAYERS") ? atoi(getenv("DIFF_GPU_LAYERS")) : 999;
+    }
     struct llama_model *m = llama_model_load_from_file(argv[2], mp);
     if (!m) { fprintf(stderr, "model failed\n"); return 1; }
     int fa = atoi(argv[3]);

@@ -75,3 +75,29 @@ toks="1 50 34 22 90 7 11 3 5"
 row moe-exact-fa 1 1 1e-6 17 "$moe"
 row moe-fast-fa 1 0 1e-6 17 "$moe"
 row moe-exact-nofa 0 1 1e-6 0 "$moe"
+
+# State and sessions with the KV rows on the servers (ffi-tests/diff_state.c with DIFF_RPC:
+# SmolLM2 with 20 layers on the two servers): each library saves a session file, a whole
+# state and a sequence state after the same prompt, the bytes must be equal; each restores
+# the other's into a fresh context and the next token's logits equal the saver's bit for bit.
+"$CC" -std=c11 -O1 "${UPSTREAM_INCLUDES[@]}" ffi-tests/diff_state.c -L"$UPSTREAM_BUILD/bin" -lllama -o "$out/diff_state"
+st="$out/state"
+rm -rf "$st" && mkdir -p "$st/up" "$st/ours"
+export DIFF_RPC="${eps[0]},${eps[1]}" DIFF_GPU_LAYERS=20
+LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/diff_state" save "$model" 1 "$st/up" >"$st/save-up.log" 2>&1 \
+    || fail "rpc state: upstream's save: $(tail -3 "$st/save-up.log")"
+LD_LIBRARY_PATH="$RELEASE_DIR:$UPSTREAM_BUILD/bin" "$out/diff_state" save "$model" 1 "$st/ours" >"$st/save-ours.log" 2>&1 \
+    || fail "rpc state: our save: $(tail -3 "$st/save-ours.log")"
+for f in session.bin state.bin seq.bin partial.bin next.f32; do
+    cmp -s "$st/up/$f" "$st/ours/$f" || fail "rpc state: $f differs from upstream's"
+done
+for kind in session state seq; do
+    for pair in "ours:up" "up:ours"; do
+        who=${pair%%:*} from=${pair#*:}
+        lib="$UPSTREAM_BUILD/bin"; [ "$who" = ours ] && lib="$RELEASE_DIR:$UPSTREAM_BUILD/bin"
+        LD_LIBRARY_PATH="$lib" "$out/diff_state" load "$model" 1 "$st/$from/$kind.bin" $kind "$st/$who-from-$from-$kind.f32" \
+            >"$st/load-$who-$kind.log" 2>&1 || fail "rpc state: $who loading $from's $kind: $(tail -3 "$st/load-$who-$kind.log")"
+        cmp -s "$st/$who-from-$from-$kind.f32" "$st/$from/next.f32" || fail "rpc state: $who restoring $from's $kind: other next logits"
+    done
+done
+say "rpc state: session, state, sequence and partial states byte-identical to upstream's with 20 layers on the servers; each library restores the other's (next logits bit-identical)"

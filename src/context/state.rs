@@ -45,7 +45,8 @@ impl Context {
         if self.vocab_only || self.memoryless {
             return Ok(None);
         }
-        if e.exec.name() != "CPU" {
+        // the RPC executor's remote rows come to the host cache and go back (sync_kv)
+        if !matches!(e.exec.name(), "CPU" | "RPC") {
             return fail(format!(
                 "state of a context computing on {} (its KV cache in device memory) is not supported by llama-hotswap yet",
                 e.exec.name()
@@ -125,8 +126,9 @@ impl Context {
     /// Writes the whole state (`state_write_data`); returns the bytes written, or counted
     /// with [`StateOut::Count`].
     pub fn state_write(&self, out: StateOut) -> Result<usize, StateError> {
-        let e = self.engine();
+        let mut e = self.engine();
         let sections = self.state_sections(&e)?;
+        sync_kv(&mut e, true)?;
         let mut w = StateWriter::new(out);
         w.string(&self.model.arch)?;
         for sect in sections.iter().flatten() {
@@ -166,7 +168,9 @@ impl Context {
         };
         let n = r.n_bytes();
         check(n)?;
+        sync_kv(&mut e, true)?;
         install(&mut e, staged, None, rs)?;
+        sync_kv(&mut e, false)?;
         Ok(n)
     }
 
@@ -202,6 +206,9 @@ impl Context {
         w.u32(IO_MAGIC)?;
         w.i32(seq_id)?;
         let mut e = self.engine();
+        if self.state_sections(&e)?.is_some() {
+            sync_kv(&mut e, true)?;
+        }
         self.seq_memory_write(&e, &mut w, seq_id, flags)?;
         let n = w.n_bytes();
         drop(w);
@@ -298,7 +305,9 @@ impl Context {
         };
         let n = r.n_bytes();
         check(n)?;
+        sync_kv(&mut e, true)?;
         install(&mut e, staged, seq, rs)?;
+        sync_kv(&mut e, false)?;
         Ok(n)
     }
 
@@ -435,6 +444,14 @@ impl Context {
             n_read: n_head + n_state,
         })
     }
+}
+
+/// Brings the KV rows a backend keeps in its own memory (rpc-servers) into the host cache, or
+/// sends the host cache's back.
+fn sync_kv(e: &mut Engine, to_host: bool) -> Result<(), StateError> {
+    let Engine { exec, kv, .. } = e;
+    exec.sync_kv(kv, to_host)
+        .map_err(|err| StateError(format!("the KV rows on the device: {err}")))
 }
 
 /// Installs parsed sections: the first full-attention one places the cells (a whole

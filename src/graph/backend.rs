@@ -79,6 +79,12 @@ pub trait Executor: Send + std::fmt::Debug {
     /// The number of host threads compute may use (a no-op where the backend uses none).
     fn set_n_threads(&mut self, n: usize);
 
+    /// Copies every row of the KV caches this backend keeps in its own memory into the host
+    /// cache (`to_host`) or back from it: state save and load read and write the host cache.
+    fn sync_kv(&mut self, _kv: &mut KvCache, _to_host: bool) -> Result<(), ExecError> {
+        Ok(())
+    }
+
     /// Copies whole KV streams (source, destination), in order, in the caches this backend
     /// keeps in its own memory (`seq_cp` across streams; the host cache has copied its rows).
     fn copy_kv_streams(

@@ -23,8 +23,8 @@
 //! with a message; a node without weights runs on the CPU): M-RoPE, recurrent states,
 //! attention with sinks, ALiBi, a compressed (MLA) cache or sparse selection, and the rarer
 //! ops of [`Op`]. The K-shift reaches the remote K rows through [`Executor::sync_k_rows`]
-//! (read, rotated on the host, written back); state save/load does not: the context refuses
-//! it for this executor (docs/rpc.md).
+//! (read, rotated on the host, written back); state save/load through [`Executor::sync_kv`]
+//! (every remote row read into the host cache before, written back after a load).
 
 use std::sync::Arc;
 
@@ -124,6 +124,9 @@ pub struct RpcExecutor {
     on_remote: Vec<u64>,
     /// Per node, a bit per remote holding its values as I32 expert ids (MUL_MAT_ID).
     ids_on_remote: Vec<u64>,
+    /// The host cache's rows are the truth (a state was loaded): a layer's KV buffers made on
+    /// a server after that get the host rows instead of zeros.
+    kv_from_host: bool,
     /// This run's inputs, and which remotes have them.
     input_bytes: Vec<u8>,
     input_layout: InputLayout,
@@ -480,12 +483,22 @@ impl RpcExecutor {
         }
         remote.kv[il] = None;
         let mut bufs = Vec::with_capacity(2);
-        for bytes in want {
+        for (bytes, (host, width)) in want
+            .into_iter()
+            .zip([(&layer.k, layer.n_embd_k), (&layer.v, layer.n_embd_v)])
+        {
             let b = remote
                 .server
                 .alloc(remote.device, bytes.max(1))
                 .map_err(|e| rpc_err(remote, e))?;
-            b.clear(0).map_err(|e| rpc_err(remote, e))?;
+            if self.kv_from_host && bytes > 0 {
+                let row = kv_row_bytes(host, width as u64) as usize;
+                let mut rows = Vec::with_capacity(bytes as usize);
+                host.append_row_bytes(0, bytes as usize / row.max(1), width, &mut rows);
+                b.write(0, &rows).map_err(|e| rpc_err(remote, e))?;
+            } else {
+                b.clear(0).map_err(|e| rpc_err(remote, e))?;
+            }
             bufs.push(b);
         }
         let v = bufs.pop().expect("two");
@@ -1259,6 +1272,37 @@ impl Executor for RpcExecutor {
             self.supports_weight(&model.tensors.at(wr.tensor).read(), &wr.name)
                 .is_ok()
         })
+    }
+
+    fn sync_kv(&mut self, kv: &mut KvCache, to_host: bool) -> Result<(), ExecError> {
+        // layers whose buffers a server does not hold yet get the host rows when made
+        self.kv_from_host |= !to_host;
+        let mut bytes = Vec::new();
+        for remote in &self.remotes {
+            for (il, bufs) in remote.kv.iter().enumerate() {
+                let (Some(kvb), Some(layer)) = (bufs, kv.layers.get_mut(il)) else {
+                    continue;
+                };
+                let (nk, nv) = (layer.n_embd_k, layer.n_embd_v);
+                for (buf, host, width) in [(&kvb[0], &mut layer.k, nk), (&kvb[1], &mut layer.v, nv)]
+                {
+                    let row = kv_row_bytes(host, width as u64) as usize;
+                    let rows = kv_bytes(host) as usize / row.max(1);
+                    bytes.clear();
+                    if to_host {
+                        bytes.resize(rows * row, 0);
+                        buf.read(0, &mut bytes).map_err(|e| rpc_err(remote, e))?;
+                        for (j, r) in bytes.chunks_exact(row).enumerate() {
+                            host.set_row_bytes(j, width, r);
+                        }
+                    } else {
+                        host.append_row_bytes(0, rows, width, &mut bytes);
+                        buf.write(0, &bytes).map_err(|e| rpc_err(remote, e))?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn copy_kv_streams(

@@ -29,8 +29,12 @@ impl Context {
             }
         }
         if !arch::is_supported(&model.arch) {
+            let missing = match arch::missing_pieces(&model.arch) {
+                Some(what) => format!(": it needs {what}"),
+                None => String::new(),
+            };
             return Err(ContextError::Unsupported(format!(
-                "model architecture '{}' is not supported by llama-hotswap's engine yet (supported: {})",
+                "model architecture '{}' is not supported by llama-hotswap's engine yet{missing} (supported: {})",
                 model.arch,
                 arch::supported_names().join(", ")
             )));

@@ -251,6 +251,20 @@ pub fn lookup(arch: &str) -> Option<&'static ArchDef> {
     REGISTRY.iter().copied().find(|d| d.names.contains(&arch))
 }
 
+/// What an upstream architecture the registry lacks still needs, where that is known: the
+/// refusal at context creation names it.
+pub fn missing_pieces(arch: &str) -> Option<&'static str> {
+    match arch {
+        "deepseek4" => Some(
+            "DeepSeek-V4's compressed attention (the per-sequence compressor state of the \
+             ratio-4 CSA and ratio-128 HCA layers, their compressed K caches and masks beside \
+             the sliding-window cache, the CSA layers' indexer over compressed keys), ROPE_BACK \
+             of the attention output and sqrt-softplus expert routing",
+        ),
+        _ => None,
+    }
+}
+
 /// Whether the engine has a graph for `arch`.
 pub fn is_supported(arch: &str) -> bool {
     lookup(arch).is_some()

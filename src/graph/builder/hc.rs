@@ -27,10 +27,10 @@ impl Builder<'_> {
         let flat = self.rms_norm(streams, None, self.hp.eps_rms);
         let mixes = self.mul_mat_raw(w_fn, flat);
         let t = self.ne1(mixes);
-        let n_out = match kind {
-            HcMixKind::Manifold { .. } => (2 + hc) * hc,
-            HcMixKind::Independent { .. } => 2 * hc,
-            HcMixKind::Head => hc,
+        let (name, n_out) = match kind {
+            HcMixKind::Manifold { .. } => ("dsv4_hc_comb", (2 + hc) * hc),
+            HcMixKind::Independent { .. } => ("hc_mix", 2 * hc),
+            HcMixKind::Head => ("hc_head_mix", hc),
         };
         let op = Op::HcMix {
             mixes,
@@ -40,7 +40,7 @@ impl Builder<'_> {
             eps,
             kind,
         };
-        self.push("hc_mix", op, n_out, t)
+        self.push(name, op, n_out, t)
     }
 
     /// The streams' sum weighted per token by `w` (`[hc, T]`, values `0..hc` of its rows),
@@ -94,5 +94,61 @@ impl Builder<'_> {
         let scale = self.weight("output_hc_scale.weight", &[1])?;
         let pre = self.hc_mix(streams, [w_fn, scale, base], hc, eps, HcMixKind::Head);
         Ok(self.hc_reduce(streams, pre, hc))
+    }
+
+    /// DeepSeek-V4's block input (`build_hc_pre` with `blk.<il>.hc_<which>_*`): the
+    /// streams' `[pre | post | comb]` mixes ([`HcMixKind::Manifold`], the model's Sinkhorn
+    /// iterations), the block's input as the `pre`-weighted sum (DSV4_HC_PRE), and the `post`
+    /// weights and `comb` matrix [`Builder::hc_post_manifold`] writes back with.
+    pub fn hc_pre_manifold(
+        &mut self,
+        il: usize,
+        streams: NodeId,
+        which: &str,
+        hc: usize,
+    ) -> Result<(NodeId, NodeId, NodeId), BuildError> {
+        let e = &self.hp.ext;
+        let (eps, iters) = (e.hc_eps, e.hc_sinkhorn_iters);
+        let n_embd = self.hp.n_embd;
+        let mix = ((2 + hc) * hc) as i64;
+        let w_fn = self.lw(
+            il,
+            &format!("hc_{which}_fn.weight"),
+            &[(hc * n_embd) as i64, mix],
+        )?;
+        let base = self.lw(il, &format!("hc_{which}_base.weight"), &[mix])?;
+        let scale = self.lw(il, &format!("hc_{which}_scale.weight"), &[3])?;
+        let kind = HcMixKind::Manifold { iters };
+        let split = self.hc_mix(streams, [w_fn, scale, base], hc, eps, kind);
+        let t = self.ne1(split);
+        let pre = self.view(split, 0, hc);
+        let post = self.view(split, hc, hc);
+        let comb = self.view(split, 2 * hc, hc * hc);
+        let op = Op::HcPre {
+            x: streams,
+            w: pre,
+            n: n_embd,
+        };
+        let cur = self.push("dsv4_hc_pre", op, n_embd, t);
+        Ok((cur, post, comb))
+    }
+
+    /// DSV4_HC_POST: every stream becomes `x * post[dst] + sum_src stream[src] * comb[dst,
+    /// src]`.
+    pub fn hc_post_manifold(
+        &mut self,
+        x: NodeId,
+        streams: NodeId,
+        post: NodeId,
+        comb: NodeId,
+    ) -> NodeId {
+        let (n0, t) = (self.ne0(streams), self.ne1(streams));
+        let op = Op::HcPost {
+            x,
+            res: streams,
+            post,
+            comb,
+        };
+        self.push("dsv4_hc_post", op, n0, t)
     }
 }

@@ -13,9 +13,10 @@
 //! buffer carries the micro-batch's inputs: positions, KV slots, output rows, token ids and
 //! the KQ masks.
 //!
-//! Attention on a remote device is always ggml's FLASH_ATTN_EXT over the cache as stored
-//! (F16 by default; upstream's graph without flash attention multiplies and soft-maxes
-//! instead, which rounds differently). MUL_MAT_ID (experts on a server) is sent with its
+//! Attention on a remote device is ggml's FLASH_ATTN_EXT over the cache as stored (F16 by
+//! default) with flash attention on; without it, upstream's op sequence (KQ, SOFT_MAX, V
+//! transposed as upstream's cache holds it, V·KQ, CONT), its intermediates in a scratch past
+//! the arena's nodes. MUL_MAT_ID (experts on a server) is sent with its
 //! expert ids as ggml's I32 tensor, written over the ids node's range of the remote arena
 //! (the routing itself, top-k and the weighted sum, runs on the CPU); per-expert scales as
 //! upstream's build_lora_mm_id applies them (GET_ROWS of the scales by the ids into a scratch
@@ -52,6 +53,7 @@ pub mod ggml {
     pub const OP_MUL_MAT: u32 = 29;
     pub const OP_MUL_MAT_ID: u32 = 30;
     pub const OP_SCALE: u32 = 32;
+    pub const OP_CPY: u32 = 34;
     pub const OP_CONT: u32 = 35;
     pub const OP_GET_ROWS: u32 = 40;
     pub const OP_SET_ROWS: u32 = 42;
@@ -397,11 +399,19 @@ impl RpcExecutor {
         }
         align(&mut b);
         // the KQ masks over rows 0..n_kv: 0 where the token sees the cell, -inf elsewhere
-        let n_kv = (0..t)
+        // upstream's view: the used cells padded to 256 (get_n_kv); the padding is masked,
+        // but without flash attention the products' length decides ggml's summation order
+        let used = (0..t)
             .map(|i| kv.rows_of(inp.seq[i]).end)
             .max()
             .unwrap_or(0)
             .max(1);
+        // (a sequence in a later stream: every stream's rows up to its cells, one view)
+        let n_kv = if used <= kv.size() {
+            crate::kernels::cpu::ops::upstream_n_kv(used, kv.size())
+        } else {
+            used
+        };
         lay.n_kv = n_kv;
         let mut windows: Vec<u32> = Vec::new();
         for node in &g.nodes {
@@ -866,6 +876,238 @@ impl RpcExecutor {
         }))
     }
 
+    /// The scratch of attention without flash attention on node `node` (a FLASH_ATTN_EXT)
+    /// over `n_kv` cells: byte offsets of KQ, of V made contiguous and of KQV, and the end.
+    fn soft_max_attn_scratch(&self, kv: &KvCache, node: &Node, n_kv: u64) -> (u64, u64, u64, u64) {
+        let Op::FlashAttnExt {
+            layer,
+            n_head,
+            n_head_kv,
+            dv,
+            ..
+        } = node.op
+        else {
+            return (0, 0, 0, 0);
+        };
+        let (nh, nkv, dv, t) = (n_head as u64, n_head_kv as u64, dv as u64, node.ne1 as u64);
+        let l = &kv.layers[layer];
+        let (ty, _) = kv_format(&l.v, l.n_embd_v);
+        let kq = 0;
+        let v = (kq + 4 * n_kv * t * nh).next_multiple_of(64);
+        // V transposed as upstream's cache holds it without flash attention: rows of the
+        // cache's size per value
+        let kqv =
+            (v + kv_type_size(ty, &l.v) * u64::from(kv.size()) * dv * nkv).next_multiple_of(64);
+        (kq, v, kqv, kqv + 4 * dv * t * nh)
+    }
+
+    /// Upstream's attention without flash attention on remote `r`, from the FLASH_ATTN_EXT
+    /// sources `fa` (q view, K view, V view, mask): appends KQ = K·Q (F32 precision), the
+    /// soft-cap when set (scale, tanh, scale), SOFT_MAX with the mask, scale and no ALiBi,
+    /// V made contiguous as [n_kv, dv, heads], KQV = V·KQ, all in the scratch; returns the
+    /// sources of the final CONT: KQV permuted to [dv, heads, T].
+    #[allow(clippy::too_many_arguments)]
+    fn soft_max_attn(
+        &self,
+        kv: &KvCache,
+        r: usize,
+        sg: &mut SplitGraph,
+        node: &Node,
+        fa: [u64; 10],
+        scale: f32,
+        softcap: f32,
+    ) -> Result<[u64; 10], ExecError> {
+        let Op::FlashAttnExt {
+            n_head,
+            n_head_kv,
+            dv,
+            ..
+        } = node.op
+        else {
+            unreachable!("a FLASH_ATTN_EXT node")
+        };
+        let remote = &self.remotes[r];
+        let buf = remote.arena.as_ref().expect("arena allocated");
+        let n_kv = u64::from(self.input_layout.n_kv);
+        let (nh, nkv, dv, t) = (n_head as u64, n_head_kv as u64, dv as u64, node.ne1 as u64);
+        let (kq_at, v_at, kqv_at, _) = self.soft_max_attn_scratch(kv, node, n_kv);
+        let base = buf.base() + remote.scratch_at;
+        let f = |v: f32| v.to_bits() as i32;
+        let too_large = || {
+            ExecError::Device(format!(
+                "{}: attention too large for the wire",
+                remote.label
+            ))
+        };
+        let push = |sg: &mut SplitGraph,
+                    ty: u32,
+                    ts: u64,
+                    ne: [u64; 4],
+                    at: u64,
+                    op: u32,
+                    src: &[u64],
+                    params: &[i32]|
+         -> Result<u64, ExecError> {
+            let nb = [
+                ts,
+                ts * ne[0],
+                ts * ne[0] * ne[1],
+                ts * ne[0] * ne[1] * ne[2],
+            ];
+            let (ne, nb) = wire_dims(ne, nb).ok_or_else(too_large)?;
+            let id = sg.fresh();
+            let mut t = RpcTensor {
+                id,
+                ty,
+                buffer: buf.id(),
+                ne,
+                nb,
+                data: base + at,
+                op,
+                flags: FLAG_COMPUTE,
+                ..RpcTensor::default()
+            };
+            t.src[..src.len()].copy_from_slice(src);
+            t.op_params[..params.len()].copy_from_slice(params);
+            sg.push(t);
+            sg.nodes.push(id);
+            Ok(id)
+        };
+        let kq_ne = [n_kv, t, nh, 1];
+        let mut kq = push(
+            sg,
+            GGML_TYPE_F32,
+            4,
+            kq_ne,
+            kq_at,
+            ggml::OP_MUL_MAT,
+            &[fa[1], fa[0]],
+            &[ggml::PREC_F32],
+        )?;
+        if softcap != 0.0 {
+            kq = push(
+                sg,
+                GGML_TYPE_F32,
+                4,
+                kq_ne,
+                kq_at,
+                ggml::OP_SCALE,
+                &[kq],
+                &[f(1.0 / softcap), f(0.0)],
+            )?;
+            kq = push(
+                sg,
+                GGML_TYPE_F32,
+                4,
+                kq_ne,
+                kq_at,
+                ggml::OP_UNARY,
+                &[kq],
+                &[ggml::UNARY_TANH],
+            )?;
+            kq = push(
+                sg,
+                GGML_TYPE_F32,
+                4,
+                kq_ne,
+                kq_at,
+                ggml::OP_SCALE,
+                &[kq],
+                &[f(softcap), f(0.0)],
+            )?;
+        }
+        let kq = push(
+            sg,
+            GGML_TYPE_F32,
+            4,
+            kq_ne,
+            kq_at,
+            ggml::OP_SOFT_MAX,
+            &[kq, fa[3]],
+            &[f(scale), f(0.0)],
+        )?;
+        // V's view [dv, n_kv, heads] transposed to [n_kv, dv, heads] and copied (CPY) into
+        // the layout upstream's transposed cache has (rows of the cache's size per value), so
+        // that the product reads it with upstream's strides and takes ggml's same path
+        let vt = sg
+            .tensors
+            .iter()
+            .find(|x| x.id == fa[2])
+            .expect("pushed")
+            .clone();
+        let vty = vt.ty;
+        let tid = sg.fresh();
+        sg.push(RpcTensor {
+            id: tid,
+            ne: [vt.ne[1], vt.ne[0], vt.ne[2], vt.ne[3]],
+            nb: [vt.nb[1], vt.nb[0], vt.nb[2], vt.nb[3]],
+            view_src: vt.id,
+            ..vt
+        });
+        let el = u64::from(vt.nb[0]);
+        let rows = u64::from(kv.size());
+        let strided =
+            |id: u64, op: u32, src: [u64; 10], view_src: u64| -> Result<RpcTensor, ExecError> {
+                let (ne, nb) = wire_dims(
+                    [n_kv, dv, nkv, 1],
+                    [el, el * rows, el * rows * dv, el * rows * dv * nkv],
+                )
+                .ok_or_else(too_large)?;
+                Ok(RpcTensor {
+                    id,
+                    ty: vty,
+                    buffer: buf.id(),
+                    ne,
+                    nb,
+                    data: base + v_at,
+                    op,
+                    src,
+                    view_src,
+                    flags: if op == ggml::OP_NONE { 0 } else { FLAG_COMPUTE },
+                    ..RpcTensor::default()
+                })
+            };
+        let dst = sg.fresh();
+        sg.push(strided(dst, ggml::OP_NONE, [0; 10], 0)?);
+        let vc = sg.fresh();
+        let mut cs = [0u64; 10];
+        cs[0] = tid;
+        cs[1] = dst;
+        sg.push(strided(vc, ggml::OP_CPY, cs, dst)?);
+        sg.nodes.push(vc);
+        let kqv = push(
+            sg,
+            GGML_TYPE_F32,
+            4,
+            [dv, t, nh, 1],
+            kqv_at,
+            ggml::OP_MUL_MAT,
+            &[vc, kq],
+            &[],
+        )?;
+        // permuted to [dv, heads, T] (a view)
+        let kt = sg
+            .tensors
+            .iter()
+            .find(|x| x.id == kqv)
+            .expect("pushed")
+            .clone();
+        let pid = sg.fresh();
+        sg.push(RpcTensor {
+            id: pid,
+            op: ggml::OP_NONE,
+            src: [0; 10],
+            flags: 0,
+            ne: [kt.ne[0], kt.ne[2], kt.ne[1], 1],
+            nb: [kt.nb[0], kt.nb[2], kt.nb[1], kt.nb[3]],
+            view_src: kqv,
+            ..kt
+        });
+        let mut out = [0u64; 10];
+        out[0] = pid;
+        Ok(out)
+    }
+
     /// Describes node `i` (and the views it needs) in `sg`; returns its wire id.
     #[allow(clippy::too_many_arguments)]
     fn encode(
@@ -1199,6 +1441,26 @@ impl RpcExecutor {
                     .map(|m| m.1)
                     .expect("a mask per window");
                 src[3] = self.input(r, sg, ggml::TYPE_F16, 2, mask_at, [lay.n_kv, t_u32]);
+                if !inp.flash_attn {
+                    // upstream's graph without flash attention (build_attn_mha): KQ, soft-max
+                    // with the mask, V (made [n_kv, dv] by CONT of its transpose) times KQ,
+                    // the heads permuted back and made contiguous into this node
+                    src = self.soft_max_attn(kv, r, sg, node, src, *scale, *softcap)?;
+                    let perm = src[0];
+                    let pt = sg
+                        .tensors
+                        .iter()
+                        .find(|x| x.id == perm)
+                        .expect("pushed")
+                        .clone();
+                    let mut t = self.arena_tensor(g, r, i as u64 + 1, i, [ne0, ne1, 1, 1])?;
+                    t.op = ggml::OP_CONT;
+                    t.src = [0; 10];
+                    t.src[0] = pt.id;
+                    let id = sg.push(t);
+                    sg.ids.insert(i, id);
+                    return Ok(id);
+                }
                 shape = [dv, nh, t, 1];
                 params[0] = f(*scale);
                 params[1] = f(0.0);
@@ -1409,29 +1671,33 @@ impl Executor for RpcExecutor {
                 }
             }
         }
-        // the scratch of the gathered expert scales, past the nodes (one node's at a time)
+        if sides.iter().any(|s| *s != Side::Cpu) {
+            self.build_inputs(g, kv, inp);
+        }
+        // the scratch past the nodes (one node's at a time): gathered expert scales, and the
+        // intermediates of attention without flash attention
         let mut scratch = vec![0u64; self.remotes.len()];
         for (i, node) in g.nodes.iter().enumerate() {
-            if let (
-                Side::Remote(r),
+            let Side::Remote(r) = sides[i] else { continue };
+            let need = match &node.op {
                 Op::MulMatId {
                     ids,
                     scale: Some(_),
                     ..
-                },
-            ) = (sides[i], &node.op)
-            {
-                scratch[r] = scratch[r].max(4 * g.nodes[*ids].len() as u64);
-            }
+                } => 4 * g.nodes[*ids].len() as u64,
+                Op::FlashAttnExt { .. } if !inp.flash_attn => {
+                    self.soft_max_attn_scratch(kv, node, u64::from(self.input_layout.n_kv))
+                        .3
+                }
+                _ => 0,
+            };
+            scratch[r] = scratch[r].max(need);
         }
         for (r, remote) in self.remotes.iter_mut().enumerate() {
             remote.scratch_at = extent[r].next_multiple_of(64);
             if scratch[r] > 0 {
                 extent[r] = remote.scratch_at + scratch[r];
             }
-        }
-        if sides.iter().any(|s| *s != Side::Cpu) {
-            self.build_inputs(g, kv, inp);
         }
         let mut i = 0;
         while i < n {

@@ -67,6 +67,7 @@ pub mod jais;
 pub mod jais2;
 pub mod jamba;
 pub mod kimi_k3;
+pub mod kimi_linear;
 pub mod laguna;
 pub mod lfm2;
 pub mod llada;
@@ -226,6 +227,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &qwen3next::DEF,
     &bailingmoe3::DEF,
     &kimi_k3::DEF,
+    &kimi_linear::DEF,
     &glm5_next::DEF,
     &dream::DEF,
     &llada::DEF,

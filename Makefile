@@ -100,6 +100,12 @@ bench-upload:
 bench-hotswap:
 	bash scripts/bench-hotswap.sh
 
+# Devices on upstream's rpc-server (one local server): pp/tg remote vs local, both libraries,
+# and a 64 MiB tensor's hot-swap remote vs local; see scripts/bench-rpc.sh.
+.PHONY: bench-rpc
+bench-rpc:
+	bash scripts/bench-rpc.sh
+
 # Every cargo-fuzz target for FUZZ_SECONDS (default 30) each, ASan on nightly (not a test part:
 # the instrumented build takes minutes; `cargo test` replays the harnesses).
 .PHONY: fuzz-smoke

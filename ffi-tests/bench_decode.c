@@ -12,6 +12,8 @@
  *   With BENCH_CLOCK=cpu in the environment, pp and tg are timed by the process's CPU time
  *   instead of the wall clock (at 1 thread, what the work costs, without the time other
  *   processes of a shared machine held the core).
+ *   With BENCH_RPC=HOST:PORT,... the rpc-servers are registered first (rpc_servers.h) and
+ *   BENCH_GPU_LAYERS (default 999) layers are placed on them (make bench-rpc).
  *
  * usage: bench_decode --bandwidth THREADS MIB
  *   Read bandwidth of this machine: THREADS threads sum disjoint slices of a MIB MiB buffer
@@ -20,8 +22,9 @@
  *   run; on a shared machine the wall-clock figure also counts time other processes held the
  *   cores).
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* RTLD_DEFAULT */
 #include "llama.h"
+#include "rpc_servers.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -123,6 +126,11 @@ int main(int argc, char **argv) {
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
+    const char *rpc = getenv("BENCH_RPC");
+    if (rpc && *rpc) {
+        if (add_rpc_servers(rpc) != 0) return 1;
+        mp.n_gpu_layers = getenv("BENCH_GPU_LAYERS") ? atoi(getenv("BENCH_GPU_LAYERS")) : 999;
+    }
     mp.progress_callback = no_dots;
     if (getenv("BENCH_NO_MMAP") && strcmp(getenv("BENCH_NO_MMAP"), "1") == 0) mp.load_mode = LLAMA_LOAD_MODE_NONE;
     struct llama_model *model = llama_model_load_from_file(argv[1], mp);

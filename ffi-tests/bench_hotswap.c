@@ -21,7 +21,9 @@
  *       one cycle: install B, reload, install A, reload (A, B: NAME.gguf in VARDIR, each
  *       hard-linked to a temp name and renamed into place, so no data is written). "rss_kib CYCLE X" before cycle 1 (CYCLE 0) and after cycles 1, 10, 100,
  *       1000, CYCLES; "flip_ms X" per reload.
- * The model is loaded in LLAMA_LOAD_MODE_NONE, CPU only; hot-swap needs
+ * The model is loaded in LLAMA_LOAD_MODE_NONE, CPU only (with BENCH_RPC=HOST:PORT, ours
+ * only: that rpc-server registered by llama_ext_rpc_add_server and every layer placed on it,
+ * for make bench-rpc); hot-swap needs
  * LLAMA_HOTSWAP_ENABLED=1 in the environment (the script sets it). */
 #define _GNU_SOURCE
 #include "llama.h"
@@ -52,6 +54,15 @@ static void die(const char *what) {
 static struct llama_model *load(const char *path) {
     struct llama_model_params params = llama_model_default_params();
     params.n_gpu_layers = 0;
+#ifdef BENCH_OURS
+    static int rpc_added;
+    const char *rpc = getenv("BENCH_RPC");
+    if (rpc && *rpc) {
+        if (!rpc_added && llama_ext_rpc_add_server(rpc) < 1) die("llama_ext_rpc_add_server failed");
+        rpc_added = 1;
+        params.n_gpu_layers = 999;
+    }
+#endif
     params.progress_callback = no_dots;
     params.load_mode = LLAMA_LOAD_MODE_NONE;
     struct llama_model *m = llama_model_load_from_file(path, params);

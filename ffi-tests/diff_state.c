@@ -6,13 +6,16 @@
  *   diff_state save MODEL FA DIR   decodes a prompt (F16 KV cache, flash attention FA = 0/1),
  *                                  writes DIR/session.bin (llama_state_save_file),
  *                                  DIR/state.bin (llama_state_get_data), DIR/seq.bin
- *                                  (llama_state_seq_save_file of sequence 0), then decodes
+ *                                  (llama_state_seq_save_file of sequence 0), DIR/partial.bin
+ *                                  (llama_state_seq_get_data_ext of sequence 0 with
+ *                                  LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY), then decodes
  *                                  the next token and writes its logits to DIR/next.f32
  *   diff_state load MODEL FA FILE KIND OUT
  *                                  a fresh context restores FILE (KIND: session, state or
  *                                  seq, the latter into sequence 1 of a two-sequence
- *                                  context with one KV stream), decodes the same next token and writes its
- *                                  logits to OUT
+ *                                  context with one KV stream; partial: the prompt is decoded
+ *                                  first, then the partial state restored over sequence 0),
+ *                                  decodes the same next token and writes its logits to OUT
  *   diff_state hostile MODEL FA DIR OTHER STRICT
  *                                  decodes the prompt, then offers damaged states (from
  *                                  DIR's files, and a state of the model OTHER) to every
@@ -20,13 +23,17 @@
  *                                  STRICT = 1 (our library) also asserts that each failure
  *                                  logged one error line and left the memory as it was (the
  *                                  next token's logits equal DIR/next.f32 bit for bit).
+ * With DIFF_RPC=HOST:PORT,... the rpc-servers are registered first (rpc_servers.h) and
+ * DIFF_GPU_LAYERS layers (default 999) placed on them (make test-rpc).
  * Every step prints one line; a failure exits non-zero.
  */
+#define _GNU_SOURCE /* RTLD_DEFAULT */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "llama.h"
+#include "rpc_servers.h"
 
 static const llama_token PROMPT_IDS[] = {1, 504, 3458, 282, 4649, 314, 253, 1345, 28, 1410, 9081, 30, 216, 198};
 #define N_PROMPT ((int)(sizeof(PROMPT_IDS) / sizeof(PROMPT_IDS[0])))
@@ -262,6 +269,11 @@ int main(int argc, char **argv) {
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
+    const char *rpc = getenv("DIFF_RPC");
+    if (rpc && *rpc) {
+        if (add_rpc_servers(rpc) != 0) return 1;
+        mp.n_gpu_layers = getenv("DIFF_GPU_LAYERS") ? atoi(getenv("DIFF_GPU_LAYERS")) : 999;
+    }
     struct llama_model *m = llama_model_load_from_file(argv[2], mp);
     if (!m) { fprintf(stderr, "model failed\n"); return 1; }
     int fa = atoi(argv[3]);
@@ -288,6 +300,14 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof path, "%s/seq.bin", argv[4]);
         size_t seq_file = llama_state_seq_save_file(ctx, path, 0, PROMPT, N_PROMPT);
         printf("seq size %zu, file %zu\n", seq_n, seq_file);
+        size_t part_n = llama_state_seq_get_size_ext(ctx, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
+        unsigned char *part = malloc(part_n + 1);
+        size_t part_got = llama_state_seq_get_data_ext(ctx, part, part_n, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
+        printf("partial size %zu, written %zu\n", part_n, part_got);
+        if (part_got != part_n || part_n == 0) { fprintf(stderr, "partial state\n"); return 1; }
+        snprintf(path, sizeof path, "%s/partial.bin", argv[4]);
+        spit(path, part, part_got);
+        free(part);
         decode_one(ctx, NEXT, N_PROMPT, 0);
         snprintf(path, sizeof path, "%s/next.f32", argv[4]);
         write_logits(ctx, path);
@@ -308,11 +328,21 @@ int main(int argc, char **argv) {
             size_t r = llama_state_set_data(ctx, buf, n);
             if (r != n) { fprintf(stderr, "set_data read %zu of %zu\n", r, n); return 1; }
             n_tok = N_PROMPT;
+        } else if (strcmp(kind, "partial") == 0) {
+            struct llama_batch b = llama_batch_get_one((llama_token *)PROMPT, N_PROMPT);
+            if (llama_decode(ctx, b) != 0) { fprintf(stderr, "prompt decode failed\n"); return 1; }
+            size_t n;
+            unsigned char *part = slurp(argv[4], &n);
+            size_t r = llama_state_seq_set_data_ext(ctx, part, n, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
+            free(part);
+            if (r != n) { fprintf(stderr, "partial set_data read %zu of %zu\n", r, n); return 1; }
+            n_tok = N_PROMPT;
         } else {
             size_t r = llama_state_seq_load_file(ctx, argv[4], 1, toks, 64, &n_tok);
             if (r == 0) { fprintf(stderr, "seq_load_file\n"); return 1; }
         }
-        if (n_tok != N_PROMPT || (strcmp(kind, "state") != 0 && memcmp(toks, PROMPT, sizeof PROMPT) != 0)) {
+        int tokens_kept = strcmp(kind, "session") == 0 || strcmp(kind, "seq") == 0;
+        if (n_tok != N_PROMPT || (tokens_kept && memcmp(toks, PROMPT, sizeof PROMPT) != 0)) {
             fprintf(stderr, "tokens differ (%zu)\n", n_tok);
             return 1;
         }

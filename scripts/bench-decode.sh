@@ -47,7 +47,7 @@ bash scripts/build-upstream.sh >/dev/null
 [ -n "${LLAMA_HOTSWAP_BUILT:-}" ] || cargo build --release --lib --quiet
 ln -sf libllama.so "${BENCH_OURS:-target/release}/libllama.so.0"
 cc -std=c11 -O2 -I"$UPSTREAM_LLAMA/include" -I"$UPSTREAM_LLAMA/ggml/include" ffi-tests/bench_decode.c \
-    -L"$UPSTREAM_BUILD/bin" -lllama -lpthread -o "$out/bench_decode"
+    -L"$UPSTREAM_BUILD/bin" -lllama -lpthread -ldl -o "$out/bench_decode"
 ours="${BENCH_OURS:-$PWD/target/release}"
 upstream="$UPSTREAM_BUILD/bin"
 

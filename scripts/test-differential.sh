@@ -79,12 +79,12 @@ for spec in "smollm2:$model" "gemma3:$archs/gemma3-dense.gguf" "gemma2:$archs/ge
     mkdir -p "$up" "$our"
     state_check "$tag-save-upstream-fa$fa" env LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/diff_state" save "$file" $fa "$up"
     state_check "$tag-save-ours-fa$fa" env LD_LIBRARY_PATH="$ours" "$out/diff_state" save "$file" $fa "$our"
-    same=(session.bin state.bin seq.bin)
+    same=(session.bin state.bin seq.bin partial.bin)
     [ "$tag" = smollm2 ] && same+=(next.f32)
     for f in "${same[@]}"; do
         state_check "$tag-same-bytes-$f-fa$fa" cmp "$up/$f" "$our/$f"
     done
-    for kind in session state seq; do
+    for kind in session state seq partial; do
         state_check "$tag-ours-loads-upstream-$kind-fa$fa" env LD_LIBRARY_PATH="$ours" "$out/diff_state" load "$file" $fa \
             "$up/$kind.bin" $kind "$st/$tag-ours-from-up-$kind-$fa.f32"
         state_check "$tag-ours-loads-upstream-$kind-fa$fa-logits" cmp "$st/$tag-ours-from-up-$kind-$fa.f32" "$our/next.f32"

@@ -58,7 +58,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 glm5-next dream llada llada-moe rnd1 dots3note afmoe cohere2moe smallthinker grovemoe hy_v3 laguna mimo2 maple muse-glimmer paddleocr hrm_text"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 kimi-linear glm5-next dream llada llada-moe rnd1 dots3note afmoe cohere2moe smallthinker grovemoe hy_v3 hy_v4 laguna mimo2 maple muse-glimmer paddleocr hrm_text"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -135,7 +135,7 @@ check_archs() {
     # every token past the 4th attends to the 4 its lightning indexer picked; the prompt and
     # 16 steps, a 40-token prompt in one batch, and without flash attention
     local a t py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python" setmeta
-    for a in deepseek32 glm-dsa; do
+    for a in deepseek32 glm-dsa hy_v4; do
         [[ " ${archs[*]} " == *" $a "* ]] || continue
         t="$derived/$a-moe.topk4.gguf"
         if [ ! -s "$t" ]; then
@@ -244,11 +244,13 @@ HOSTILE_ROWS=(
     "qwen3next qwen3next-moe blk.0.ssm_ba.weight blk.1.ffn_gate_inp_shexp.weight"
     "bailingmoe3 bailingmoe3-moe blk.1.ssm_conv1d_k.weight blk.0.attn_gate.weight"
     "kimi-k3 kimi-k3-moe blk.1.ffn_routed_up.weight output_res_score.weight"
+    "kimi-linear kimi-linear-moe blk.1.ssm_f_b.weight blk.1.ssm_g_b.weight"
     "glm5-next glm5-next-moe blk.0.indexer_compressor_ape.weight blk.1.hc_ffn_fn.weight"
     "dots3note dots3note-moe blk.1.attn_k_norm.weight blk.0.attn_gate.weight"
     "afmoe afmoe-moe blk.1.exp_probs_b.bias blk.0.attn_gate.weight"
     "laguna laguna-moe blk.0.attn_gate.weight blk.1.ffn_up_shexp.weight"
     "hrm_text hrm_text-dense hrm.z_l_init blk.1.attn_gate.weight"
+    "hy_v4 hy_v4-moe blk.1.hc_attn_scale.weight output_hc_fn.weight"
 )
 check_hostile() {
     local row arch fixture dropped shrunk mode tensor f rc py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"
@@ -344,7 +346,9 @@ fi
 # seq_keep, clear, a position gap) answers as upstream's on the same calls: the text identical,
 # the rows within KL 1e-3.
 # lfm2 is left out: upstream aborts in this probe (GGML_ASSERT(buffer) in ggml-backend.cpp, its
-# sliding-window hybrid memory)
+# sliding-window hybrid memory); so is kimi-linear: upstream aborts creating this probe's
+# context (n_seq_max 3: GGML_ASSERT(ggml_can_repeat(b, a)) in a ggml_add of its graph, from
+# sched_reserve)
 RECURRENT_ARCHS="mamba mamba2 granitehybrid jamba nemotron_h nemotron_h_moe falcon-h1 lfm2moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 glm5-next"
 check_recurrent() {
     local arch f name side lib stats
@@ -838,8 +842,8 @@ fi
 # LoRA adapters and control vectors (scripts/make_lora.py writes random rank-8 adapters with
 # gguf-py, cached): with the same adapter and scale, or the same control vector, upstream's
 # library and ours give the same logits (KL <= 1e-3, greedy equal); on SmolLM2 F16 (attention
-# F16 and FFN F32 factors, every layer) and on the llama fixture (untied: the token table's
-# and the output's pairs too). Ours with scale 0, or with the adapter or the vector set for
+# F16 and FFN F32 factors, every layer), on the llama fixture (untied: the token table's
+# and the output's pairs too) and on the qwen3moe fixture (the experts' factors too). Ours with scale 0, or with the adapter or the vector set for
 # one decode and then cleared, gives the plain model's logits bit for bit; the adapter and
 # the vector move them (KL > 1e-3). probe_lora loads broken adapters (wrong shapes,
 # architecture, types, pairs, a truncated file, ...): NULL on both libraries, with an error
@@ -855,6 +859,10 @@ done
 fx_lora="$lora_dir/llama-dense-good.gguf"
 [ -s "$fx_lora" ] || "$py" scripts/make_lora.py "$fixtures/llama-dense.gguf" "$fx_lora.tmp" >/dev/null 2>&1 \
     && mv "$fx_lora.tmp" "$fx_lora" 2>/dev/null || true
+# expert weights' factors (one matrix per expert, upstream's build_lora_mm_id) on qwen3moe
+moe_lora="$lora_dir/qwen3moe-moe-experts.gguf"
+[ -s "$moe_lora" ] || "$py" scripts/make_lora.py "$fixtures/qwen3moe-moe.gguf" "$moe_lora.tmp" experts >/dev/null 2>&1 \
+    && mv "$moe_lora.tmp" "$moe_lora" 2>/dev/null || true
 good="$lora_dir/smollm2-good.gguf"
 if [ -s "$good" ] && [ -s "$fx_lora" ]; then
     CHECK_STEPS=8 check lora-smollm2-f16 "$f16" 1e-3 PROBE_LORA="$good"
@@ -866,6 +874,9 @@ if [ -s "$good" ] && [ -s "$fx_lora" ]; then
     CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" CHECK_STEPS=8 check lora-llama-fixture "$fixtures/llama-dense.gguf" 1e-3 \
         PROBE_LORA="$fx_lora" PROBE_LORA_SCALE=2
     CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" CHECK_STEPS=8 check plain-llama-fixture "$fixtures/llama-dense.gguf" 1e-3
+    CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" CHECK_STEPS=8 check lora-experts-qwen3moe "$fixtures/qwen3moe-moe.gguf" 1e-3 \
+        PROBE_LORA="$moe_lora" PROBE_LORA_SCALE=2
+    CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" CHECK_STEPS=8 check plain-qwen3moe-fixture "$fixtures/qwen3moe-moe.gguf" 1e-3
     for v in "lora-scale-0:PROBE_LORA=$good PROBE_LORA_SCALE=0" "lora-cleared:PROBE_LORA=$good PROBE_LORA_CLEAR=1" \
         "cvec-cleared:PROBE_CVEC=5:20:0.3 PROBE_CVEC_CLEAR=1"; do
         name="${v%%:*}"
@@ -876,8 +887,9 @@ if [ -s "$good" ] && [ -s "$fx_lora" ]; then
             echo "FAIL $name: not the plain model's logits"; tail -3 "$out/$name.err"; failed=$((failed + 1))
         fi
     done
-    for moved in lora-smollm2-f16 cvec-smollm2-f16 lora-llama-fixture; do
+    for moved in lora-smollm2-f16 cvec-smollm2-f16 lora-llama-fixture lora-experts-qwen3moe; do
         plain=plain-smollm2-f16; [ "$moved" = lora-llama-fixture ] && plain=plain-llama-fixture
+        [ "$moved" = lora-experts-qwen3moe ] && plain=plain-qwen3moe-fixture
         st="$("$out/compare_logits" "$out/$plain.ours.bin" "$out/$moved.ours.bin" 1e-3 0 0)" && st="KL <= 1e-3: $st"
         if [[ "$st" == rows* ]]; then
             echo "ok   $moved moves the logits ($st)"; passed=$((passed + 1))

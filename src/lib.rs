@@ -45,11 +45,11 @@
 //! `kernels` (row quantizers, dequantization) and `gguf`; nothing uses `quantize` but `ffi`.
 //! `loader` and `hotswap` sit beside each other above `model` and `storage`; `model` uses
 //! `storage` (its tensors' bytes) and `gguf`; `storage` uses `device` and `gguf`; `device` and
-//! `gguf` use nothing but `log`. Nothing points back up, at any depth: `tests/layering.rs` fails on any
-//! cycle between files (a folder's `mod.rs` included: what its children share lives in a
-//! leaf file of the folder, such as `graph::arch::def`, never in the `mod.rs` that lists
-//! them) and between the child modules of every module, up to the top-level rooms; its
-//! `KNOWN_KNOTS` names the few folders still waiting for that move, and may only shrink.
+//! `gguf` use nothing but `log`. Nothing points back up, at any depth: `tests/layering.rs`
+//! fails on any cycle between files (a folder's `mod.rs` included: what its children share
+//! lives in a leaf file of the folder, such as `graph::arch::def`, never in the `mod.rs` that
+//! lists them) and between the child modules of every module, up to the top-level rooms; its
+//! `KNOWN_KNOTS` (folders waiting for that move) is empty and may only stay so.
 //!
 //! # Safety
 //! The core is safe Rust with typed `thiserror` errors: `gguf`, `model`, `hotswap`,

@@ -46,6 +46,30 @@ fn sample_parses_with_its_metadata() {
     assert_eq!(q.scale(0.0, 0.5), 0.5, "no alpha: the scale as given");
 }
 
+/// Factors for an expert weight carry one matrix per expert (upstream's `build_lora_mm_id`).
+#[test]
+fn expert_factors_parse_with_one_matrix_per_expert() {
+    let a = parse(&sample(|w| {
+        w.add_tensor_f32(
+            "blk.0.ffn_up_exps.weight.lora_a",
+            &[8, 2, 4],
+            GgmlType::F32,
+            &[0.0; 64],
+        )
+        .unwrap();
+        w.add_tensor_f32(
+            "blk.0.ffn_up_exps.weight.lora_b",
+            &[2, 12, 4],
+            GgmlType::F32,
+            &[0.0; 96],
+        )
+        .unwrap();
+    }))
+    .unwrap();
+    let e = &a.weights["blk.0.ffn_up_exps.weight"];
+    assert_eq!((e.a.ne, e.b.ne), ([8, 2, 4, 1], [2, 12, 4, 1]));
+}
+
 #[test]
 fn hostile_adapters_are_refused_with_the_reason() {
     type Edit = Box<dyn Fn(&mut GgufWriter)>;
@@ -139,24 +163,24 @@ fn hostile_adapters_are_refused_with_the_reason() {
             |e| matches!(e, AdapterError::NotInModel(_)),
         ),
         (
-            "expert tensor",
+            "expert factors for 3 of the weight's 4 experts",
             Box::new(|w| {
                 w.add_tensor_f32(
                     "blk.0.ffn_up_exps.weight.lora_a",
-                    &[8, 2, 4],
+                    &[8, 2, 3],
                     GgmlType::F32,
-                    &[0.0; 64],
+                    &[0.0; 48],
                 )
                 .unwrap();
                 w.add_tensor_f32(
                     "blk.0.ffn_up_exps.weight.lora_b",
-                    &[2, 12, 4],
+                    &[2, 12, 3],
                     GgmlType::F32,
-                    &[0.0; 96],
+                    &[0.0; 72],
                 )
                 .unwrap();
             }),
-            |e| matches!(e, AdapterError::Experts(_)),
+            |e| matches!(e, AdapterError::Shape(_)),
         ),
     ];
     for (what, edit, expect) in cases {

@@ -3,7 +3,7 @@
 //! differential test (scripts/test-engine.sh ALL_ARCHS) and its line in
 //! docs/adding-an-architecture.md's list.
 
-use llama::graph::arch::{lookup, supported_names, REGISTRY};
+use llama::graph::arch::{lookup, missing_pieces, supported_names, REGISTRY};
 
 #[test]
 fn every_name_is_registered_once_and_rotates_as_the_model_table_says() {
@@ -61,4 +61,17 @@ fn the_docs_list_every_registered_architecture() {
         supported_names(),
         "docs/adding-an-architecture.md must list the registered architectures in REGISTRY's order"
     );
+}
+
+/// The refusal's "it needs ..." line is for architectures the registry lacks: one that gets
+/// registered must drop its entry (and a known-missing one keeps naming what it needs).
+#[test]
+fn missing_pieces_name_unregistered_architectures_only() {
+    for name in supported_names() {
+        assert!(
+            missing_pieces(name).is_none(),
+            "{name} is registered but still listed as missing pieces"
+        );
+    }
+    assert!(lookup("deepseek4").is_some() || missing_pieces("deepseek4").is_some());
 }

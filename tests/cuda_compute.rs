@@ -134,7 +134,7 @@ fn greedy(ctx: &Context, prompt: &[i32], n: usize) -> (Vec<i32>, f64) {
 }
 
 /// A copy of `src` with every weight matrix re-encoded as `ty` (vectors such as norms, and
-/// rows whose length is not a multiple of 32, kept as they are).
+/// rows whose length is not a multiple of `ty`'s block, kept as they are).
 fn retyped(src: &Path, dst: &Path, ty: GgmlType) {
     let bytes = std::fs::read(src).unwrap();
     let gguf = Gguf::parse(&bytes).unwrap();
@@ -146,7 +146,7 @@ fn retyped(src: &Path, dst: &Path, ty: GgmlType) {
     for t in gguf.tensors() {
         let data = gguf.tensor_data(t).unwrap();
         let shape = t.shape();
-        if t.ggml_type == ty || shape.len() < 2 || shape[0] % 32 != 0 {
+        if t.ggml_type == ty || shape.len() < 2 || shape[0] as u64 % ty.block_size() != 0 {
             out.add_tensor(t.name, t.shape(), t.ggml_type, data.to_vec())
                 .unwrap();
             continue;
@@ -368,7 +368,8 @@ fn cuda_compute_matches_the_cpu_engine() {
 
     // upstream's random-weight fixtures (test-llama-archs): gemma3 (sliding windows, GELU,
     // q/k norms, post-norms) and qwen3moe (MUL_MAT_ID, top-k routing), F32 as written and
-    // retyped to Q8_0 and Q4_1; hybrids: half the layers, and qwen3moe's experts on the CPU
+    // retyped to Q8_0, Q4_1, the K-quants and IQ4_XS (256-wide rows); hybrids: half the layers,
+    // and qwen3moe's experts on the CPU
     match fixtures_dir() {
         Some(fx) => {
             for (name, moe) in [("gemma3-dense", false), ("qwen3moe-moe", true)] {
@@ -378,7 +379,17 @@ fn cuda_compute_matches_the_cpu_engine() {
                     continue;
                 }
                 let n_layer = load_on(&src, 0, Vec::new(), false).hparams.n_layer_all as i32;
-                for ty in [GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_1] {
+                for ty in [
+                    GgmlType::F32,
+                    GgmlType::Q8_0,
+                    GgmlType::Q4_1,
+                    GgmlType::Q2_K,
+                    GgmlType::Q3_K,
+                    GgmlType::Q4_K,
+                    GgmlType::Q5_K,
+                    GgmlType::Q6_K,
+                    GgmlType::IQ4_XS,
+                ] {
                     let p = if ty == GgmlType::F32 {
                         src.clone()
                     } else {
@@ -410,14 +421,20 @@ fn cuda_compute_matches_the_cpu_engine() {
     };
     let q8_0 = dir.path().join("smollm2-q8_0.gguf");
     let f16 = dir.path().join("smollm2-f16.gguf");
+    let q5_0 = dir.path().join("smollm2-q5_0.gguf");
     retyped(&q4_1, &q8_0, GgmlType::Q8_0);
     retyped(&q4_1, &f16, GgmlType::F16);
+    retyped(&q4_1, &q5_0, GgmlType::Q5_0);
+    let iq4_nl = dir.path().join("smollm2-iq4_nl.gguf");
+    retyped(&q4_1, &iq4_nl, GgmlType::IQ4_NL);
     let n_layer = load_on(&q4_1, 0, Vec::new(), false).hparams.n_layer_all as i32;
     eprintln!("SmolLM2 file {} with {n_layer} layers", q4_1.display());
     for (label, path) in [
         ("SmolLM2 Q4_1", &q4_1),
         ("SmolLM2 Q8_0", &q8_0),
         ("SmolLM2 F16", &f16),
+        ("SmolLM2 Q5_0", &q5_0),
+        ("SmolLM2 IQ4_NL", &iq4_nl),
     ] {
         compare(
             &mut c,
@@ -565,8 +582,8 @@ fn trace_tiny_model() {
     }
 }
 
-/// Runs without a GPU: the files the GPU check makes from upstream's fixtures (retyped to Q8_0
-/// and Q4_1) load and decode on the CPU engine with finite logits that differ from the F32
+/// Runs without a GPU: the files the GPU check makes from upstream's fixtures (retyped to Q8_0,
+/// Q4_1, the K-quants and IQ4_XS) load and decode on the CPU engine with finite logits that differ from the F32
 /// file's, so a lent GPU's minutes are not spent on a broken preparation.
 #[test]
 fn retyped_fixtures_decode_on_the_cpu() {
@@ -581,7 +598,12 @@ fn retyped_fixtures_decode_on_the_cpu() {
         let prompt: Vec<i32> = (1..9).map(|i| i * 13).collect();
         let (code, want) = decode(&base, &prompt, 0, false);
         assert_eq!(code, 0, "{name} F32");
-        for ty in [GgmlType::Q8_0, GgmlType::Q4_1] {
+        for ty in [
+            GgmlType::Q8_0,
+            GgmlType::Q4_1,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+        ] {
             let p = dir.path().join(format!("{name}-{ty}.gguf"));
             retyped(&src, &p, ty);
             let model = load_on(&p, 0, Vec::new(), false);

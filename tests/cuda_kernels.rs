@@ -99,17 +99,21 @@ const HARNESS: &str = r#"
 int main(void) {
     int ty, k, m;
     if (fread(&ty, 4, 1, stdin) != 1 || fread(&k, 4, 1, stdin) != 1 || fread(&m, 4, 1, stdin) != 1) return 2;
-    int nb = k / QK, qb = q8_block_bytes(ty), wb = ty == 2 ? 18 : ty == 3 ? 20 : 34;
+    int kind = act_kind(ty), nb = k / block_values(ty), qb = q8_block_bytes(ty), wb = weight_block_bytes(ty);
     float *x = (float *)malloc(sizeof(float) * k * m);
     u8 *xq = (u8 *)malloc((size_t)qb * nb * m);
     u8 *w = (u8 *)malloc((size_t)wb * nb);
     if (fread(x, 4, (size_t)k * m, stdin) != (size_t)k * m || fread(w, 1, (size_t)wb * nb, stdin) != (size_t)wb * nb) return 3;
-    for (int i = 0; i < nb * m; i++) quantize_q8_block(x + i * QK, xq + i * qb, ty == 3);
+    for (int i = 0; i < nb * m; i++) quantize_act_block(x + (size_t)i * block_values(ty), xq + (size_t)i * qb, kind);
     fwrite(xq, 1, (size_t)qb * nb * m, stdout);
     for (int r = 0; r < m; r++) {
         float s = 0.0f;
         for (int ib = 0; ib < nb; ib++) s += block_dot_q8(w, ty, ib, xq + (size_t)r * nb * qb);
         fwrite(&s, 4, 1, stdout);
+    }
+    for (int i = 0; i < k; i++) {
+        float v = deq(w, ty, i);
+        fwrite(&v, 4, 1, stdout);
     }
     return 0;
 }
@@ -149,18 +153,31 @@ fn activations(rng: &mut Rng, k: usize, m: usize) -> Vec<f32> {
     x
 }
 
+/// Random bytes for a row of k values of type ty, with small finite f16 scales where the type
+/// keeps them (any byte pattern is a valid quant).
 fn weight_row(rng: &mut Rng, ty: llama::gguf::GgmlType, k: usize) -> Vec<u8> {
     use llama::gguf::GgmlType as T;
-    let (block, scales) = match ty {
-        T::Q4_0 => (18, 1),
-        T::Q4_1 => (20, 2),
-        _ => (34, 1),
+    // block bytes, values per block, byte offsets of the f16 scales
+    let (block, values, scales): (usize, usize, &[usize]) = match ty {
+        T::Q4_0 => (18, 32, &[0]),
+        T::Q4_1 => (20, 32, &[0, 2]),
+        T::Q5_0 => (22, 32, &[0]),
+        T::Q5_1 => (24, 32, &[0, 2]),
+        T::Q8_0 => (34, 32, &[0]),
+        T::IQ4_NL => (18, 32, &[0]),
+        T::Q2_K => (84, 256, &[80, 82]),
+        T::Q3_K => (110, 256, &[108]),
+        T::IQ4_XS => (136, 256, &[0]),
+        T::Q4_K => (144, 256, &[0, 2]),
+        T::Q5_K => (176, 256, &[0, 2]),
+        T::Q6_K => (210, 256, &[208]),
+        _ => unreachable!("no test row for {ty}"),
     };
-    let mut w: Vec<u8> = (0..block * k / 32).map(|_| rng.next() as u8).collect();
+    let mut w: Vec<u8> = (0..block * k / values).map(|_| rng.next() as u8).collect();
     for b in w.chunks_exact_mut(block) {
-        for s in 0..scales {
+        for &at in scales {
             let v = half::f16::from_f32(rng.unit() * 0.05);
-            b[2 * s..2 * s + 2].copy_from_slice(&v.to_bits().to_le_bytes());
+            b[at..at + 2].copy_from_slice(&v.to_bits().to_le_bytes());
         }
     }
     w
@@ -195,8 +212,17 @@ fn host_build_of_the_gpu_quantizer_gives_the_cpu_engines_bytes() {
     };
     assert!(built.success(), "{cxx} could not compile quant.cuh");
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let (k, m) = (256usize, 8usize);
-    for ty in [T::Q4_0, T::Q4_1, T::Q8_0] {
+    let (k, m) = (512usize, 8usize);
+    for ty in [
+        T::Q4_0,
+        T::Q4_1,
+        T::Q5_0,
+        T::Q5_1,
+        T::Q8_0,
+        T::Q4_K,
+        T::Q5_K,
+        T::Q6_K,
+    ] {
         let x = activations(&mut rng, k, m);
         let w = weight_row(&mut rng, ty, k);
         let mut input = Vec::new();
@@ -215,7 +241,11 @@ fn host_build_of_the_gpu_quantizer_gives_the_cpu_engines_bytes() {
         assert!(out.status.success(), "{ty}: harness failed");
         let vt = cpu::vec_dot_type(ty);
         let rb = cpu::row_bytes(vt, k);
-        assert_eq!(out.stdout.len(), m * rb + 4 * m, "{ty}: output size");
+        assert_eq!(
+            out.stdout.len(),
+            m * rb + 4 * m + 4 * k,
+            "{ty}: output size"
+        );
         let dot = cpu::dot_fn(ty);
         for r in 0..m {
             let mut cpu_q = vec![0u8; rb];
@@ -229,14 +259,35 @@ fn host_build_of_the_gpu_quantizer_gives_the_cpu_engines_bytes() {
             let gpu = f32::from_le_bytes(out.stdout[at..at + 4].try_into().unwrap());
             let want = dot(k, &w, &cpu_q);
             // float order across blocks may differ: bound by the blocks' magnitudes
-            let (wb, qb) = (w.len() / (k / 32), rb / (k / 32));
-            let mag: f32 = (0..k / 32)
-                .map(|b| dot(32, &w[b * wb..(b + 1) * wb], &cpu_q[b * qb..(b + 1) * qb]).abs())
+            let values = ty.block_size() as usize;
+            let nb = k / values;
+            let (wb, qb) = (w.len() / nb, rb / nb);
+            let mag: f32 = (0..nb)
+                .map(|b| {
+                    dot(
+                        values,
+                        &w[b * wb..(b + 1) * wb],
+                        &cpu_q[b * qb..(b + 1) * qb],
+                    )
+                    .abs()
+                })
                 .sum();
             let tol = 1e-5 * mag + 1e-30;
             assert!(
                 (gpu - want).abs() <= tol,
                 "{ty}: row {r}: block dot {gpu} vs the CPU's {want}"
+            );
+        }
+        // GET_ROWS' dequantization: the CPU's values (up to the GPU's fused multiply-adds)
+        let mut cpu_w = vec![0f32; k];
+        cpu::dequantize_row(ty, &w, &mut cpu_w);
+        let at = m * rb + 4 * m;
+        for (i, want) in cpu_w.iter().enumerate() {
+            let b = &out.stdout[at + 4 * i..at + 4 * i + 4];
+            let got = f32::from_le_bytes(b.try_into().unwrap());
+            assert!(
+                got == *want,
+                "{ty}: value {i} dequantized to {got}, the CPU's {want}"
             );
         }
     }

@@ -621,14 +621,78 @@ fn decode_with_layers_on_two_servers() {
     drop(_c2);
     drop(fresh);
 
-    // Shifting positions would re-rotate only host rows: refused, the memory unchanged.
+    // A context shift (llama-server's: drop positions 1..3, move the rest back by 2) with the
+    // K rows of layers 2 and 3 on the servers: their keys are re-rotated there too, so the
+    // next token's logits are those of the all-CPU model doing the same (keys left unrotated
+    // on the servers would be off by two positions).
     {
-        let ctx_shift = Context::new(Arc::clone(&model), &params).unwrap();
-        assert_eq!(decode_all(&ctx_shift, &prompt, 0).0, 0);
-        ctx_shift.engine().kv.seq_add(0, 2, -1, -1);
-        let used = ctx_shift.engine().kv.used();
-        assert_eq!(decode_all(&ctx_shift, &[5], 8).0, -3, "K-shift refused");
-        assert_eq!(ctx_shift.engine().kv.used(), used);
+        let shifted = |m: &Arc<llama::model::Model>| {
+            let ctx = Context::new(Arc::clone(m), &params).unwrap();
+            assert_eq!(decode_all(&ctx, &prompt, 0).0, 0);
+            ctx.engine().kv.seq_rm(Some(0), 1, 3);
+            ctx.engine().kv.seq_add(0, 3, -1, -2);
+            let (code, logits) = decode_all(&ctx, &[5], prompt.len() as i32 - 2);
+            assert_eq!(code, 0, "decode after the K-shift");
+            logits
+        };
+        let on_servers = shifted(&open(remote.clone()));
+        let on_cpu = shifted(&open(PlacementParams {
+            registry,
+            n_gpu_layers: 0,
+            ..Default::default()
+        }));
+        let kl = max_kl(&on_servers, &on_cpu);
+        assert!(
+            kl < 1e-12,
+            "K-shift with remote layers: KL {kl:e} from the all-CPU shift"
+        );
+        assert_eq!(argmax(&on_servers), argmax(&on_cpu));
+    }
+
+    // State save and load with the KV rows of layers 2 and 3 on the servers: the state of a
+    // remote context restored into a fresh remote context (whole, and as sequence 0 into a
+    // context holding another prompt) decodes the next token as the saver does, bit for bit;
+    // the saved bytes equal those of the same context saved again after the restore.
+    {
+        use llama::kv_cache::state::{SliceSource, StateOut};
+        let m = open(remote.clone());
+        let a = Context::new(Arc::clone(&m), &params).unwrap();
+        assert_eq!(decode_all(&a, &prompt, 0).0, 0);
+        let mut whole = Vec::new();
+        a.state_write(StateOut::Bytes(&mut whole)).unwrap();
+        let mut seq = Vec::new();
+        a.state_seq_write(Some(&mut seq), 0, 0).unwrap();
+        let (code, want) = decode_all(&a, &[5], prompt.len() as i32);
+        assert_eq!(code, 0);
+        let b = Context::new(Arc::clone(&m), &params).unwrap();
+        assert_eq!(decode_all(&b, &[9, 8, 7], 0).0, 0);
+        assert_eq!(
+            b.state_read(&mut SliceSource::new(&whole)).unwrap(),
+            whole.len()
+        );
+        let mut again = Vec::new();
+        b.state_write(StateOut::Bytes(&mut again)).unwrap();
+        assert!(
+            again == whole,
+            "state after a restore differs from the restored state"
+        );
+        let (code, got) = decode_all(&b, &[5], prompt.len() as i32);
+        assert_eq!(code, 0);
+        assert!(
+            got == want,
+            "whole state on rpc-servers: KL {:e}",
+            max_kl(&got, &want)
+        );
+        let c = Context::new(Arc::clone(&m), &params).unwrap();
+        assert_eq!(decode_all(&c, &[9, 8, 7, 6], 0).0, 0);
+        c.state_seq_read(&mut SliceSource::new(&seq), 0, 0).unwrap();
+        let (code, got) = decode_all(&c, &[5], prompt.len() as i32);
+        assert_eq!(code, 0);
+        assert!(
+            got == want,
+            "sequence state on rpc-servers: KL {:e}",
+            max_kl(&got, &want)
+        );
     }
 
     // A server killed mid-decode: decode fails (no hang, no crash) and says which server.

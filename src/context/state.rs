@@ -45,7 +45,8 @@ impl Context {
         if self.vocab_only || self.memoryless {
             return Ok(None);
         }
-        if e.exec.name() != "CPU" {
+        // the RPC executor's remote rows come to the host cache and go back (sync_kv)
+        if !matches!(e.exec.name(), "CPU" | "RPC") {
             return fail(format!(
                 "state of a context computing on {} (its KV cache in device memory) is not supported by llama-hotswap yet",
                 e.exec.name()
@@ -115,11 +116,19 @@ impl Context {
         ]))
     }
 
+    /// Whether a sequence state with `LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY` leaves out `sect`, as
+    /// upstream's memories do: a hybrid memory keeps only its recurrent part, the sliding-window
+    /// pair (`llama_kv_cache_iswa`) only its sliding-window cache, a plain KV cache everything.
+    fn partial_skips(&self, e: &Engine, sect: &StateLayers) -> bool {
+        e.kv.rs.is_some() || (sect.n_swa == 0 && self.hp.swa_layers.iter().any(|&swa| swa))
+    }
+
     /// Writes the whole state (`state_write_data`); returns the bytes written, or counted
     /// with [`StateOut::Count`].
     pub fn state_write(&self, out: StateOut) -> Result<usize, StateError> {
-        let e = self.engine();
+        let mut e = self.engine();
         let sections = self.state_sections(&e)?;
+        sync_kv(&mut e, true)?;
         let mut w = StateWriter::new(out);
         w.string(&self.model.arch)?;
         for sect in sections.iter().flatten() {
@@ -159,7 +168,9 @@ impl Context {
         };
         let n = r.n_bytes();
         check(n)?;
+        sync_kv(&mut e, true)?;
         install(&mut e, staged, None, rs)?;
+        sync_kv(&mut e, false)?;
         Ok(n)
     }
 
@@ -195,6 +206,9 @@ impl Context {
         w.u32(IO_MAGIC)?;
         w.i32(seq_id)?;
         let mut e = self.engine();
+        if self.state_sections(&e)?.is_some() {
+            sync_kv(&mut e, true)?;
+        }
         self.seq_memory_write(&e, &mut w, seq_id, flags)?;
         let n = w.n_bytes();
         drop(w);
@@ -218,8 +232,7 @@ impl Context {
         let seq = usize::try_from(seq_id).ok();
         let sections = self.state_sections(e)?;
         for sect in sections.iter().flatten() {
-            if flags & FLAG_PARTIAL_ONLY != 0 && (sect.n_swa > 0 || e.kv.rs.is_some()) {
-                // (a hybrid memory's partial state is its recurrent part)
+            if flags & FLAG_PARTIAL_ONLY != 0 && self.partial_skips(e, sect) {
                 continue;
             }
             e.kv.state_write(w, seq, sect)?;
@@ -281,7 +294,7 @@ impl Context {
         let sections = self.state_sections(&e)?;
         let has_memory = sections.is_some();
         for sect in sections.into_iter().flatten() {
-            if flags & FLAG_PARTIAL_ONLY != 0 && (sect.n_swa > 0 || e.kv.rs.is_some()) {
+            if flags & FLAG_PARTIAL_ONLY != 0 && self.partial_skips(&e, &sect) {
                 continue;
             }
             staged.push((e.kv.state_parse(r, seq, &sect)?, sect));
@@ -292,7 +305,9 @@ impl Context {
         };
         let n = r.n_bytes();
         check(n)?;
+        sync_kv(&mut e, true)?;
         install(&mut e, staged, seq, rs)?;
+        sync_kv(&mut e, false)?;
         Ok(n)
     }
 
@@ -429,6 +444,14 @@ impl Context {
             n_read: n_head + n_state,
         })
     }
+}
+
+/// Brings the KV rows a backend keeps in its own memory (rpc-servers) into the host cache, or
+/// sends the host cache's back.
+fn sync_kv(e: &mut Engine, to_host: bool) -> Result<(), StateError> {
+    let Engine { exec, kv, .. } = e;
+    exec.sync_kv(kv, to_host)
+        .map_err(|err| StateError(format!("the KV rows on the device: {err}")))
 }
 
 /// Installs parsed sections: the first full-attention one places the cells (a whole

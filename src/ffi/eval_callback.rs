@@ -8,6 +8,10 @@
 //! activations), the weight it read as `src[0]` (its name, current type and shape; bytes in
 //! ggml's row layout, un-repacked), MUL_MAT_ID's expert ids as an I32 `src[2]`.
 //!
+//! Nodes carry upstream's names and shapes (`graph::shown`); what upstream's graph has and
+//! ours computes in place (RESHAPEs, the VIEW / PERMUTE of Q and of the cache, SET_ROWS as
+//! the layer's cache rows) is shown as upstream's scheduler shows it, over the same bytes.
+//!
 //! The tensors' `buffer` is a host buffer laid out as libggml's (`ggml-backend-impl.h`), so
 //! `ggml_backend_buffer_is_host` answers true and `ggml_backend_tensor_get` copies the
 //! bytes, whether libggml's functions or a program's own code reads it. Writes through
@@ -20,6 +24,7 @@ use std::ffi::c_void;
 use super::types::ggml_tensor;
 use crate::graph::backend::NodeObserver;
 use crate::graph::{Graph, NodeId, Op};
+use crate::kv_cache::{KvBuffer, KvCache};
 use crate::model::Model;
 
 /// `GGML_MAX_DIMS`, `GGML_MAX_OP_PARAMS`, `GGML_MAX_SRC`, `GGML_MAX_NAME` of `ggml.h`.
@@ -28,8 +33,9 @@ const MAX_OP_PARAMS: usize = 64;
 const MAX_SRC: usize = 10;
 const MAX_NAME: usize = 64;
 
-/// `GGML_TYPE_F32` and `GGML_TYPE_I32`.
+/// `GGML_TYPE_F32`, `GGML_TYPE_F16` and `GGML_TYPE_I32`.
 const TYPE_F32: i32 = 0;
+const TYPE_F16: i32 = 1;
 const TYPE_I32: i32 = 26;
 
 /// `enum ggml_op` at the pinned commit, in order (the index is the value).
@@ -408,6 +414,104 @@ impl Buffers {
     }
 }
 
+/// How node `id` is shown: upstream's name for it (`graph::shown`; our own node name when
+/// the builder gave none, `node_<id>` for a tensor upstream leaves unnamed) and its shape.
+fn shown(g: &Graph, id: NodeId) -> (String, [i64; 4]) {
+    let node = &g.nodes[id];
+    let name = match node.shown.name {
+        Some(n) if n.name.is_empty() => format!("node_{id}"),
+        Some(n) => n.render(),
+        None => node.name.to_string(),
+    };
+    let ne = match node.shown.ne {
+        Some([a, b, c]) => [a as i64, b as i64, c as i64, 1],
+        None => [node.ne0 as i64, node.ne1 as i64, 1, 1],
+    };
+    (name, ne)
+}
+
+/// How node `id` is shown as another node's source: as the RESHAPE upstream has after it,
+/// when it has one (that is what upstream's next op reads).
+fn shown_as_source(g: &Graph, id: NodeId) -> (String, [i64; 4]) {
+    match g.nodes[id].shown.then_reshape {
+        Some((name, [a, b, c])) => (name.render(), [a as i64, b as i64, c as i64, 1]),
+        None => shown(g, id),
+    }
+}
+
+/// A tensor shown that is no node of ours: upstream's VIEW / PERMUTE of an activation or of
+/// the cache, and the cache rows SET_ROWS wrote (same bytes, upstream's type, shape, strides).
+struct Extra {
+    name: String,
+    op: &'static str,
+    ty: i32,
+    ne: [i64; 4],
+    nb: [usize; 4],
+    data: *const c_void,
+}
+
+impl Extra {
+    /// Contiguous F32 values of `ne`.
+    fn f32(name: String, op: &'static str, ne: [i64; 4], data: &[f32]) -> Extra {
+        let nb0 = 4usize;
+        let nb1 = nb0 * ne[0] as usize;
+        let nb2 = nb1 * ne[1] as usize;
+        Extra {
+            name,
+            op,
+            ty: TYPE_F32,
+            ne,
+            nb: [nb0, nb1, nb2, nb2 * ne[2] as usize],
+            data: data.as_ptr().cast(),
+        }
+    }
+
+    /// ggml_permute(0, 2, 1, 3) of a 3-D tensor: its second and third axes swapped.
+    fn permuted(&self) -> Extra {
+        Extra {
+            name: format!("{} (permuted)", self.name),
+            op: "PERMUTE",
+            ty: self.ty,
+            ne: [self.ne[0], self.ne[2], self.ne[1], self.ne[3]],
+            nb: [self.nb[0], self.nb[2], self.nb[1], self.nb[3]],
+            data: self.data,
+        }
+    }
+
+    fn fill(&self, view: &mut TensorView, buffer: *mut Buffer) {
+        *view = TensorView::empty();
+        view.r#type = self.ty;
+        view.ne = self.ne;
+        view.nb = self.nb;
+        view.op = index_of(GGML_OPS, self.op);
+        view.buffer = buffer;
+        view.data = self.data as *mut c_void;
+        let n = self.name.len().min(MAX_NAME - 1);
+        view.name[..n].copy_from_slice(&self.name.as_bytes()[..n]);
+    }
+}
+
+/// A layer's K or V cache rows as `(ggml type, element size, [width, cells], bytes)`;
+/// `None` for a packed (quantized) cache.
+fn cache_rows(
+    kv: &KvCache,
+    layer: usize,
+    v: bool,
+) -> Option<(i32, usize, [i64; 2], *const c_void)> {
+    let l = kv.layers.get(layer)?;
+    let (buf, width) = if v {
+        (&l.v, l.n_embd_v)
+    } else {
+        (&l.k, l.n_embd_k)
+    };
+    let (ty, elem, len, data): (i32, usize, usize, *const c_void) = match buf {
+        KvBuffer::F32(x) => (TYPE_F32, 4, x.len(), x.as_ptr().cast()),
+        KvBuffer::F16(x) => (TYPE_F16, 2, x.len(), x.as_ptr().cast()),
+        KvBuffer::Packed { .. } => return None,
+    };
+    (width > 0).then(|| (ty, elem, [width as i64, (len / width) as i64], data))
+}
+
 /// The caller's `cb_eval` and its data, shown our graph's nodes (see the module doc).
 pub(super) struct EvalCallback {
     f: unsafe extern "C" fn(*mut ggml_tensor, bool, *mut c_void) -> bool,
@@ -417,6 +521,10 @@ pub(super) struct EvalCallback {
     views: Box<[TensorView; 4]>,
     /// MUL_MAT_ID's expert ids as I32.
     ids: Vec<i32>,
+    /// A RESHAPE shown after the node (`Shown::then_reshape`) and its source.
+    reshape_views: Box<[TensorView; 2]>,
+    /// Whether the callback asked for the node, and for the RESHAPE shown after it.
+    wanted: (bool, bool),
 }
 
 // SAFETY: upstream calls `cb_eval` with its data from the thread that decodes; the caller's
@@ -440,7 +548,144 @@ impl EvalCallback {
                 TensorView::empty(),
             ]),
             ids: Vec::new(),
+            reshape_views: Box::new([TensorView::empty(), TensorView::empty()]),
+            wanted: (false, false),
         }
+    }
+
+    /// Asks the callback about `t` (read from `src`) and, when it wants it, shows it.
+    /// Returns `false` when the callback stops the graph.
+    fn show_extra(&mut self, t: &Extra, src: &Extra) -> bool {
+        let acts: *mut Buffer = &mut *self.buffers.activations;
+        for ask in [true, false] {
+            let [tv, s0] = &mut *self.reshape_views;
+            t.fill(tv, acts);
+            src.fill(s0, acts);
+            tv.src[0] = &mut *s0;
+            let tp: *mut TensorView = tv;
+            // SAFETY: views laid out as `struct ggml_tensor` over arena values or cache rows
+            // that outlive the call (the engine lock is held).
+            let r = unsafe { (self.f)(tp.cast::<ggml_tensor>(), ask, self.data) };
+            if ask && !r {
+                return true;
+            }
+            if !ask {
+                return r;
+            }
+        }
+        true
+    }
+
+    /// Upstream's tensors around a cache write or an attention that ours does not have as
+    /// nodes: the VIEW of K or V that SET_ROWS reads and the cache rows it writes (shown as
+    /// the SET_ROWS, instead of our empty node), or the views and permutes of Q and of the
+    /// cache that FLASH_ATTN_EXT reads. `Some(go_on)` when node `id` was shown here.
+    fn show_cache<'v>(
+        &mut self,
+        g: &Graph,
+        id: NodeId,
+        model: &Model,
+        values: &dyn Fn(NodeId) -> &'v [f32],
+        kv: &KvCache,
+    ) -> Option<bool> {
+        match g.nodes[id].op {
+            Op::SetRows { src, layer, v } => {
+                let (ty, elem, [w, cells], data) = cache_rows(kv, layer, v)?;
+                let (s_name, s_ne) = shown_as_source(g, src);
+                let n = &g.nodes[src];
+                let from = Extra::f32(s_name, "NONE", s_ne, values(src));
+                let view = Extra::f32(
+                    format!("{} (view)", from.name),
+                    "VIEW",
+                    [n.ne0 as i64, n.ne1 as i64, 1, 1],
+                    values(src),
+                );
+                let rows = w as usize * elem;
+                let set = Extra {
+                    name: shown(g, id).0,
+                    op: "SET_ROWS",
+                    ty,
+                    ne: [w, cells, 1, 1],
+                    nb: [elem, rows, rows * cells as usize, rows * cells as usize],
+                    data,
+                };
+                Some(self.show_extra(&view, &from) && self.show_extra(&set, &view))
+            }
+            Op::FlashAttnExt {
+                q,
+                layer,
+                n_head,
+                n_head_kv,
+                dk,
+                dv,
+                ..
+            } => {
+                let caches = [cache_rows(kv, layer, false)?, cache_rows(kv, layer, true)?];
+                let (q_name, q_ne) = shown_as_source(g, q);
+                let from = Extra::f32(q_name, "NONE", q_ne, values(q));
+                let t = g.nodes[q].ne1 as i64;
+                let qv = Extra::f32(
+                    format!("{} (view)", from.name),
+                    "VIEW",
+                    [dk as i64, n_head as i64, t, 1],
+                    values(q),
+                );
+                let mut go = self.show_extra(&qv, &from) && self.show_extra(&qv.permuted(), &qv);
+                for ((v, d), (ty, elem, [w, cells], data)) in
+                    [(false, dk), (true, dv)].into_iter().zip(caches)
+                {
+                    let rows = w as usize * elem;
+                    let whole = Extra {
+                        name: format!("cache_{}_l{layer}", if v { "v" } else { "k" }),
+                        op: "NONE",
+                        ty,
+                        ne: [w, cells, 1, 1],
+                        nb: [elem, rows, rows * cells as usize, rows * cells as usize],
+                        data,
+                    };
+                    let view = Extra {
+                        name: format!("{} (view)", whole.name),
+                        op: "VIEW",
+                        ty,
+                        ne: [d as i64, n_head_kv as i64, cells, 1],
+                        nb: [elem, elem * d, rows, rows * cells as usize],
+                        data,
+                    };
+                    go = go
+                        && self.show_extra(&view, &whole)
+                        && self.show_extra(&view.permuted(), &view);
+                }
+                Some(go && (!self.wanted.0 || self.show(g, id, model, Some(values), false)))
+            }
+            _ => None,
+        }
+    }
+
+    /// Shows the RESHAPE upstream's graph has after node `id` (the same values under
+    /// another name and shape; computed by nothing, as upstream's).
+    fn show_reshape<'v>(
+        &mut self,
+        g: &Graph,
+        id: NodeId,
+        values: Option<&dyn Fn(NodeId) -> &'v [f32]>,
+        ask: bool,
+    ) -> bool {
+        let Some((name, ne)) = g.nodes[id].shown.then_reshape else {
+            return true;
+        };
+        let acts: *mut Buffer = &mut *self.buffers.activations;
+        let (src_name, src_ne) = shown(g, id);
+        let data = values.map(|f| f(id));
+        let [t, s0] = &mut *self.reshape_views;
+        let ne = [ne[0] as i64, ne[1] as i64, ne[2] as i64, 1];
+        t.f32(ne, &name.render(), data, acts);
+        s0.f32(src_ne, &src_name, data, acts);
+        t.op = index_of(GGML_OPS, "RESHAPE");
+        t.src[0] = &mut *s0;
+        let tp: *mut TensorView = t;
+        // SAFETY: as in `show`: views laid out as `struct ggml_tensor` over arena values
+        // that outlive the call.
+        unsafe { (self.f)(tp.cast::<ggml_tensor>(), ask, self.data) }
     }
 
     /// Fills the views of node `id` (data pointers only when `values` is given; the weight's
@@ -458,7 +703,7 @@ impl EvalCallback {
         let wbuf: *mut Buffer = &mut *self.buffers.weights;
         let (op_name, sub) = node.op.ggml_op();
         let [t, s0, s1, s2] = &mut *self.views;
-        let (ne0, ne1) = (node.ne0 as i64, node.ne1 as i64);
+        let (name, ne) = shown(g, id);
         let v = |n: NodeId| values.map(|f| f(n));
         let mut n_src = 0usize;
         // the weight's bytes live as long as its read guard, held over the call
@@ -484,18 +729,18 @@ impl EvalCallback {
             } => {
                 let t_count = g.nodes[*ids].ne1 as i64;
                 let n_used = *n_used as i64;
-                t.f32([ne0, n_used, t_count, 1], node.name, v(id), acts);
+                t.f32([ne[0], n_used, t_count, 1], &name, v(id), acts);
                 weight_src(*w, s0);
                 let xn = &g.nodes[*x];
                 let slots = if xn.ne1 as i64 == t_count { 1 } else { n_used };
-                s1.f32([xn.ne0 as i64, slots, t_count, 1], xn.name, v(*x), acts);
-                let idn = &g.nodes[*ids];
+                let (x_name, _) = shown(g, *x);
+                s1.f32([xn.ne0 as i64, slots, t_count, 1], &x_name, v(*x), acts);
                 s2.set(
                     TYPE_I32,
                     4,
                     4 * n_used as usize,
                     [n_used, t_count, 1, 1],
-                    idn.name,
+                    &shown(g, *ids).0,
                 );
                 s2.buffer = acts;
                 if let Some(vals) = v(*ids) {
@@ -506,7 +751,7 @@ impl EvalCallback {
                 n_src = 3;
             }
             op => {
-                t.f32([ne0, ne1, 1, 1], node.name, v(id), acts);
+                t.f32(ne, &name, v(id), acts);
                 // ggml's operand order: MUL_MAT and GET_ROWS read their weight as src0;
                 // the other ops read activations first (MUL by a norm weight: src1)
                 let weight_first = matches!(
@@ -526,8 +771,14 @@ impl EvalCallback {
                 }
                 for s in op.sources() {
                     let Some(view) = slots.next() else { break };
-                    let n = &g.nodes[s];
-                    view.f32([n.ne0 as i64, n.ne1 as i64, 1, 1], n.name, v(s), acts);
+                    let (s_name, mut s_ne) = shown_as_source(g, s);
+                    if weight_first && g.nodes[s].shown.then_reshape.is_none() {
+                        // a product reads its activations as rows (callbacks such as
+                        // llama-imatrix count rows of ne[0] values)
+                        let n = &g.nodes[s];
+                        s_ne = [n.ne0 as i64, n.ne1 as i64, 1, 1];
+                    }
+                    view.f32(s_ne, &s_name, v(s), acts);
                     n_src += 1;
                 }
                 if !weight_first {
@@ -568,7 +819,18 @@ impl EvalCallback {
 
 impl NodeObserver for EvalCallback {
     fn wants(&mut self, g: &Graph, node: NodeId, model: &Model) -> bool {
-        self.show(g, node, model, None, true)
+        // a cache write is asked about as upstream's SET_ROWS once its rows are written
+        let set_rows = matches!(g.nodes[node].op, Op::SetRows { .. });
+        let own = !set_rows && self.show(g, node, model, None, true);
+        let reshape =
+            g.nodes[node].shown.then_reshape.is_some() && self.show_reshape(g, node, None, true);
+        self.wanted = (own, reshape);
+        // the views around a cache write or an attention are asked about once computed
+        let cache = matches!(
+            g.nodes[node].op,
+            Op::SetRows { .. } | Op::FlashAttnExt { .. }
+        );
+        own || reshape || cache
     }
 
     fn observe<'v>(
@@ -577,8 +839,19 @@ impl NodeObserver for EvalCallback {
         node: NodeId,
         model: &Model,
         values: &dyn Fn(NodeId) -> &'v [f32],
+        kv: &KvCache,
     ) -> bool {
-        self.show(g, node, model, Some(values), false)
+        let (own, reshape) = self.wanted;
+        match self.show_cache(g, node, model, values, kv) {
+            Some(false) => return false,
+            Some(true) => {}
+            None => {
+                if own && !self.show(g, node, model, Some(values), false) {
+                    return false;
+                }
+            }
+        }
+        !reshape || self.show_reshape(g, node, Some(values), false)
     }
 }
 

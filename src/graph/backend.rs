@@ -79,6 +79,35 @@ pub trait Executor: Send + std::fmt::Debug {
     /// The number of host threads compute may use (a no-op where the backend uses none).
     fn set_n_threads(&mut self, n: usize);
 
+    /// Copies every row of the KV caches this backend keeps in its own memory into the host
+    /// cache (`to_host`) or back from it: state save and load read and write the host cache.
+    fn sync_kv(&mut self, _kv: &mut KvCache, _to_host: bool) -> Result<(), ExecError> {
+        Ok(())
+    }
+
+    /// Copies whole KV streams (source, destination), in order, in the caches this backend
+    /// keeps in its own memory (`seq_cp` across streams; the host cache has copied its rows).
+    fn copy_kv_streams(
+        &mut self,
+        _kv: &KvCache,
+        _copies: &[(usize, usize)],
+    ) -> Result<(), ExecError> {
+        Ok(())
+    }
+
+    /// Copies rows `rows` of the K caches this backend keeps in its own memory into the host
+    /// cache (`to_host`) or back from it: the K-shift re-rotates the host copy in between
+    /// (upstream rotates on the device holding the rows; the rotation is the same). A backend
+    /// whose K rows are the host cache's has nothing to copy.
+    fn sync_k_rows(
+        &mut self,
+        _kv: &mut KvCache,
+        _rows: &[usize],
+        _to_host: bool,
+    ) -> Result<(), ExecError> {
+        Ok(())
+    }
+
     /// Runs every node of `g` for one micro-batch. `abort` is polled between nodes.
     fn compute(
         &mut self,
@@ -124,12 +153,14 @@ pub trait NodeObserver {
     fn wants(&mut self, g: &Graph, node: NodeId, model: &Model) -> bool;
 
     /// A wanted node has been computed: `values(n)` gives node `n`'s values (`ne0 × ne1`
-    /// f32) for `node` and its sources. Returns `false` to stop the graph.
+    /// f32) for `node` and its sources, `kv` the cache as the node left it. Returns `false`
+    /// to stop the graph.
     fn observe<'v>(
         &mut self,
         g: &Graph,
         node: NodeId,
         model: &Model,
         values: &dyn Fn(NodeId) -> &'v [f32],
+        kv: &KvCache,
     ) -> bool;
 }

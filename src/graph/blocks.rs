@@ -51,6 +51,7 @@ impl Builder<'_> {
             None
         };
         let cur = self.rms_norm(inp, Some(attn_norm), hp.eps_rms);
+        self.cb_norm(cur, "attn_norm", Some(il));
         let (q, k, v) = self.qkv(il, cur)?;
         let (q, k) = match a.qk_norm {
             QkNorm::BeforeRope => self.qk_norm(il, q, k)?,
@@ -73,6 +74,8 @@ impl Builder<'_> {
         } else {
             (cur, res)
         };
-        self.add(cur, Operand::Node(res))
+        let ffn_inp = self.add(cur, Operand::Node(res));
+        self.cb(ffn_inp, "ffn_inp", Some(il));
+        ffn_inp
     }
 }

@@ -257,7 +257,8 @@ impl CudaExecutor {
         let kernel = match &node.op {
             Op::Hadamard { .. } | Op::AttnTempScale { .. } | Op::InputEmbd => false,
             // adapters' factors stay in host memory: their products run on the CPU
-            Op::MulMatAdapter { .. } | Op::GetRowsAdapter { .. } | Op::AddAdapter { .. } => false,
+            Op::MulMatAdapter { .. } | Op::MulMatIdAdapter { .. } => false,
+            Op::GetRowsAdapter { .. } | Op::AddAdapter { .. } => false,
             Op::MulRep { .. } | Op::SsmConv { .. } | Op::SsmScan { .. } => false,
             Op::Softplus { .. } | Op::RepeatHeads { .. } | Op::GatedDeltaNet { .. } => false,
             Op::SumRows { .. } | Op::HcPre { .. } | Op::HcMix { .. } | Op::HcPost { .. } => false,
@@ -888,6 +889,7 @@ impl CudaExecutor {
             | Op::Hadamard { .. }
             | Op::AttnTempScale { .. }
             | Op::MulMatAdapter { .. }
+            | Op::MulMatIdAdapter { .. }
             | Op::GetRowsAdapter { .. }
             | Op::AddAdapter { .. }
             | Op::Gelu { .. }
@@ -910,8 +912,8 @@ impl CudaExecutor {
 
     /// MUL_MAT (ids None) or MUL_MAT_ID (ids: (ids node, n_used, x broadcast, scale or 0)):
     /// f32 activations `x` of `(k, m)` (m rows of k), one warp per weight row and 8 (token or
-    /// slot) rows. For Q4_0/Q8_0 (Q4_1) weights the activations are first quantized to Q8_0
-    /// (Q8_1), the same bytes as the CPU engine's vec_dot type, and dotted per block in
+    /// slot) rows. For quantized weights the activations are first quantized to Q8_0, Q8_1 or
+    /// Q8_K, the same bytes as the CPU engine's vec_dot type, and dotted per block in
     /// integers, so both executors see the same rounding.
     #[allow(clippy::too_many_arguments)]
     fn mul_mat(
@@ -937,22 +939,20 @@ impl CudaExecutor {
         }
         let (idp, n_used, bcast, scale) = ids.unwrap_or((0, 1, false, 0));
         let expert_bytes = row_bytes * n_rows as u64;
-        let xq = match ty {
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
-                let q8_1 = ty == GgmlType::Q4_1;
-                let n_blocks = m * (k / 32);
-                let bytes = n_blocks * if q8_1 { 36 } else { 34 };
+        let xq = match kcuda::activation_blocks(ty) {
+            Some((kind, values, block_bytes)) => {
+                let n_blocks = m * (k / values);
                 let device = Arc::clone(&self.device);
-                let xq = self.xq.ensure(&device, bytes)?;
+                let xq = self.xq.ensure(&device, n_blocks * block_bytes)?;
                 self.launch(
                     "k_quantize_q8",
                     (n_blocks.div_ceil(128) as u32, 1, 1),
                     (128, 1, 1),
-                    &[Ptr(x), Ptr(xq), Ptr(n_blocks as u64), I32(q8_1 as i32)],
+                    &[Ptr(x), Ptr(xq), Ptr(n_blocks as u64), I32(kind)],
                 )?;
                 xq
             }
-            _ => 0,
+            None => 0,
         };
         self.launch(
             "k_mul_mat",
@@ -1021,6 +1021,7 @@ impl Executor for CudaExecutor {
             ne1: 0,
             offset: 0,
             name: "op",
+            shown: Default::default(),
         };
         self.side(g, &node, model).is_ok()
     }

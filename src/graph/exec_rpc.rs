@@ -13,13 +13,19 @@
 //! buffer carries the micro-batch's inputs: positions, KV slots, output rows, token ids and
 //! the KQ masks.
 //!
-//! Attention on a remote device is always ggml's FLASH_ATTN_EXT over the cache as stored
-//! (F16 by default; upstream's graph without flash attention multiplies and soft-maxes
-//! instead, which rounds differently). Not sent (a node with such weights fails with a
-//! message; a node without weights runs on the CPU): MUL_MAT_ID, M-RoPE, recurrent states,
+//! Attention on a remote device is ggml's FLASH_ATTN_EXT over the cache as stored (F16 by
+//! default) with flash attention on; without it, upstream's op sequence (KQ, SOFT_MAX, V
+//! transposed as upstream's cache holds it, V·KQ, CONT), its intermediates in a scratch past
+//! the arena's nodes. MUL_MAT_ID (experts on a server) is sent with its
+//! expert ids as ggml's I32 tensor, written over the ids node's range of the remote arena
+//! (the routing itself, top-k and the weighted sum, runs on the CPU); per-expert scales as
+//! upstream's build_lora_mm_id applies them (GET_ROWS of the scales by the ids into a scratch
+//! range past the arena's nodes, then MUL in place). Not sent (a node with such weights fails
+//! with a message; a node without weights runs on the CPU): M-RoPE, recurrent states,
 //! attention with sinks, ALiBi, a compressed (MLA) cache or sparse selection, and the rarer
-//! ops of [`Op`]. State save/load and K-shift do not reach the remote KV rows: the context
-//! refuses both for this executor (docs/rpc.md).
+//! ops of [`Op`]. The K-shift reaches the remote K rows through [`Executor::sync_k_rows`]
+//! (read, rotated on the host, written back); state save/load through [`Executor::sync_kv`]
+//! (every remote row read into the host cache before, written back after a load).
 
 use std::sync::Arc;
 
@@ -45,7 +51,9 @@ pub mod ggml {
     pub const OP_NORM: u32 = 24;
     pub const OP_RMS_NORM: u32 = 25;
     pub const OP_MUL_MAT: u32 = 29;
+    pub const OP_MUL_MAT_ID: u32 = 30;
     pub const OP_SCALE: u32 = 32;
+    pub const OP_CPY: u32 = 34;
     pub const OP_CONT: u32 = 35;
     pub const OP_GET_ROWS: u32 = 40;
     pub const OP_SET_ROWS: u32 = 42;
@@ -90,6 +98,9 @@ struct Remote {
     inputs: Option<RemoteBuffer>,
     /// Per layer, the K and V rows when the layer's attention runs here.
     kv: Vec<Option<[RemoteBuffer; 2]>>,
+    /// Byte offset in the arena buffer, past the graph's nodes, of this run's scratch (the
+    /// gathered per-expert scales of a MUL_MAT_ID).
+    scratch_at: u64,
 }
 
 /// Where the micro-batch's inputs sit in a remote input buffer (byte offsets).
@@ -113,6 +124,11 @@ pub struct RpcExecutor {
     on_host: Vec<bool>,
     /// Per node, a bit per remote holding its current values.
     on_remote: Vec<u64>,
+    /// Per node, a bit per remote holding its values as I32 expert ids (MUL_MAT_ID).
+    ids_on_remote: Vec<u64>,
+    /// The host cache's rows are the truth (a state was loaded): a layer's KV buffers made on
+    /// a server after that get the host rows instead of zeros.
+    kv_from_host: bool,
     /// This run's inputs, and which remotes have them.
     input_bytes: Vec<u8>,
     input_layout: InputLayout,
@@ -180,7 +196,8 @@ fn remote_op(op: &Op) -> Result<(), &'static str> {
         | Op::Sigmoid { .. }
         | Op::MulMat { .. }
         | Op::SetRows { .. }
-        | Op::SoftMax { .. } => Ok(()),
+        | Op::SoftMax { .. }
+        | Op::MulMatId { .. } => Ok(()),
         // the other kinds (OAI, REGLU, limits, clamps) have op_params of their own: not sent
         Op::Glu {
             kind: GluKind::Swiglu | GluKind::Geglu,
@@ -259,6 +276,7 @@ impl RpcExecutor {
             arena: None,
             inputs: None,
             kv: Vec::new(),
+            scratch_at: 0,
         });
         self.remotes.len() - 1
     }
@@ -348,6 +366,7 @@ impl RpcExecutor {
         buf.write(4 * at as u64, f32_bytes(&self.cpu.arena[at..at + len]))
             .map_err(|e| rpc_err(remote, e))?;
         self.on_remote[n] |= 1 << r;
+        self.ids_on_remote[n] &= !(1 << r);
         Ok(())
     }
 
@@ -380,11 +399,19 @@ impl RpcExecutor {
         }
         align(&mut b);
         // the KQ masks over rows 0..n_kv: 0 where the token sees the cell, -inf elsewhere
-        let n_kv = (0..t)
+        // upstream's view: the used cells padded to 256 (get_n_kv); the padding is masked,
+        // but without flash attention the products' length decides ggml's summation order
+        let used = (0..t)
             .map(|i| kv.rows_of(inp.seq[i]).end)
             .max()
             .unwrap_or(0)
             .max(1);
+        // (a sequence in a later stream: every stream's rows up to its cells, one view)
+        let n_kv = if used <= kv.size() {
+            crate::kernels::cpu::ops::upstream_n_kv(used, kv.size())
+        } else {
+            used
+        };
         lay.n_kv = n_kv;
         let mut windows: Vec<u32> = Vec::new();
         for node in &g.nodes {
@@ -466,12 +493,22 @@ impl RpcExecutor {
         }
         remote.kv[il] = None;
         let mut bufs = Vec::with_capacity(2);
-        for bytes in want {
+        for (bytes, (host, width)) in want
+            .into_iter()
+            .zip([(&layer.k, layer.n_embd_k), (&layer.v, layer.n_embd_v)])
+        {
             let b = remote
                 .server
                 .alloc(remote.device, bytes.max(1))
                 .map_err(|e| rpc_err(remote, e))?;
-            b.clear(0).map_err(|e| rpc_err(remote, e))?;
+            if self.kv_from_host && bytes > 0 {
+                let row = kv_row_bytes(host, width as u64) as usize;
+                let mut rows = Vec::with_capacity(bytes as usize);
+                host.append_row_bytes(0, bytes as usize / row.max(1), width, &mut rows);
+                b.write(0, &rows).map_err(|e| rpc_err(remote, e))?;
+            } else {
+                b.clear(0).map_err(|e| rpc_err(remote, e))?;
+            }
             bufs.push(b);
         }
         let v = bufs.pop().expect("two");
@@ -496,8 +533,21 @@ impl RpcExecutor {
             if let Some(il) = uses_kv(&g.nodes[i].op) {
                 self.ensure_kv(kv, il, r)?;
             }
+            let ids = match g.nodes[i].op {
+                Op::MulMatId { ids, .. } => Some(ids),
+                _ => None,
+            };
             for s in g.nodes[i].op.sources() {
-                if !span.contains(&s) {
+                if Some(s) == ids {
+                    if span.contains(&s) {
+                        return Err(unsupported(
+                            &self.remotes[r].label,
+                            &g.nodes[i],
+                            "expert ids computed on the server",
+                        ));
+                    }
+                    self.ids_to_remote(g, s, r)?;
+                } else if !span.contains(&s) {
                     self.to_remote(g, s, r)?;
                 }
             }
@@ -538,7 +588,29 @@ impl RpcExecutor {
         for i in span {
             self.on_host[i] = false;
             self.on_remote[i] = 1 << r;
+            self.ids_on_remote[i] = 0;
         }
+        Ok(())
+    }
+
+    /// Makes node `n`'s values (expert ids, integers held as f32) current in remote `r`'s
+    /// arena as ggml's I32, over the node's own range (4 bytes a value either way).
+    fn ids_to_remote(&mut self, g: &Graph, n: NodeId, r: usize) -> Result<(), ExecError> {
+        if self.ids_on_remote[n] & (1 << r) != 0 {
+            return Ok(());
+        }
+        self.to_host(g, n)?;
+        let (at, len) = range(&g.nodes[n]);
+        let bytes: Vec<u8> = self.cpu.arena[at..at + len]
+            .iter()
+            .flat_map(|&v| (v as i32).to_le_bytes())
+            .collect();
+        let remote = &self.remotes[r];
+        let buf = remote.arena.as_ref().expect("arena allocated");
+        buf.write(4 * at as u64, &bytes)
+            .map_err(|e| rpc_err(remote, e))?;
+        self.ids_on_remote[n] |= 1 << r;
+        self.on_remote[n] &= !(1 << r);
         Ok(())
     }
 
@@ -620,6 +692,26 @@ impl RpcExecutor {
         t.view_src = src;
         t.view_offs = offs;
         Ok(sg.push(t))
+    }
+
+    /// Node `n` as a source seen as `[ne0, ne1]` when it holds that many values in another
+    /// shape (a reshape, as upstream's graph views it); as it is otherwise (a broadcast operand).
+    fn shaped(
+        &self,
+        g: &Graph,
+        r: usize,
+        sg: &mut SplitGraph,
+        n: NodeId,
+        ne0: u64,
+        ne1: u64,
+    ) -> Result<u64, ExecError> {
+        let sn = &g.nodes[n];
+        let (a0, a1) = (sn.ne0 as u64, sn.ne1 as u64);
+        if (a0, a1) == (ne0, ne1) || a0 * a1 != ne0 * ne1 {
+            return self.source(g, r, sg, n);
+        }
+        let nb = [4, 4 * ne0, 4 * ne0 * ne1, 4 * ne0 * ne1];
+        self.view(g, r, sg, n, [ne0, ne1, 1, 1], nb, 0)
     }
 
     /// A weight on remote `r` as a leaf.
@@ -727,6 +819,258 @@ impl RpcExecutor {
         }
     }
 
+    /// GET_ROWS of the per-expert scales `sw` (`[n_expert]`, F32, on remote `r`) by the
+    /// `n` expert ids of node `ids` (I32 in the arena), into the scratch: `[1, n]`; its wire
+    /// id, a compute node the caller lists.
+    #[allow(clippy::too_many_arguments)]
+    fn expert_scales(
+        &self,
+        g: &Graph,
+        model: &Model,
+        r: usize,
+        sg: &mut SplitGraph,
+        sw: WeightId,
+        ids: NodeId,
+        n: u64,
+    ) -> Result<u64, ExecError> {
+        let w = self.weight(g, model, r, sg, sw)?;
+        let wt = sg
+            .tensors
+            .iter()
+            .find(|t| t.id == w)
+            .expect("pushed")
+            .clone();
+        let n_exp = wt.ne[0];
+        let rows = sg.fresh();
+        sg.push(RpcTensor {
+            id: rows,
+            ne: [1, n_exp, 1, 1],
+            nb: [4, 4, 4 * n_exp, 4 * n_exp],
+            view_src: w,
+            ..wt
+        });
+        let flat = sg.fresh();
+        let mut ft = self.arena_tensor(g, r, flat, ids, [n, 1, 1, 1])?;
+        ft.ty = ggml::TYPE_I32;
+        sg.push(ft);
+        let remote = &self.remotes[r];
+        let buf = remote.arena.as_ref().expect("arena allocated");
+        let id = sg.fresh();
+        let (ne, nb) = wire_dims([1, n, 1, 1], [4, 4, 4 * n, 4 * n]).ok_or_else(|| {
+            ExecError::Device(format!("{}: expert scales too large", remote.label))
+        })?;
+        let mut src = [0u64; 10];
+        src[0] = rows;
+        src[1] = flat;
+        Ok(sg.push(RpcTensor {
+            id,
+            ty: GGML_TYPE_F32,
+            buffer: buf.id(),
+            ne,
+            nb,
+            data: buf.base() + remote.scratch_at,
+            op: ggml::OP_GET_ROWS,
+            src,
+            flags: FLAG_COMPUTE,
+            ..RpcTensor::default()
+        }))
+    }
+
+    /// The scratch of attention without flash attention on node `node` (a FLASH_ATTN_EXT)
+    /// over `n_kv` cells: byte offsets of KQ, of V made contiguous and of KQV, and the end.
+    fn soft_max_attn_scratch(&self, kv: &KvCache, node: &Node, n_kv: u64) -> (u64, u64, u64, u64) {
+        let Op::FlashAttnExt {
+            layer,
+            n_head,
+            n_head_kv,
+            dv,
+            ..
+        } = node.op
+        else {
+            return (0, 0, 0, 0);
+        };
+        let (nh, nkv, dv, t) = (n_head as u64, n_head_kv as u64, dv as u64, node.ne1 as u64);
+        let l = &kv.layers[layer];
+        let (ty, _) = kv_format(&l.v, l.n_embd_v);
+        let kq = 0;
+        let v = (kq + 4 * n_kv * t * nh).next_multiple_of(64);
+        // V transposed as upstream's cache holds it without flash attention: rows of the
+        // cache's size per value
+        let kqv =
+            (v + kv_type_size(ty, &l.v) * u64::from(kv.size()) * dv * nkv).next_multiple_of(64);
+        (kq, v, kqv, kqv + 4 * dv * t * nh)
+    }
+
+    /// Upstream's attention without flash attention on remote `r`, from the FLASH_ATTN_EXT
+    /// sources `fa` (q view, K view, V view, mask): appends KQ = K·Q (F32 precision), the
+    /// soft-cap when set (scale, tanh, scale), SOFT_MAX with the mask, scale and no ALiBi,
+    /// V made contiguous as [n_kv, dv, heads], KQV = V·KQ, all in the scratch; returns the
+    /// sources of the final CONT: KQV permuted to [dv, heads, T].
+    #[allow(clippy::too_many_arguments)]
+    fn soft_max_attn(
+        &self,
+        kv: &KvCache,
+        r: usize,
+        sg: &mut SplitGraph,
+        node: &Node,
+        fa: [u64; 10],
+        scale: f32,
+        softcap: f32,
+    ) -> Result<[u64; 10], ExecError> {
+        let Op::FlashAttnExt {
+            n_head,
+            n_head_kv,
+            dv,
+            ..
+        } = node.op
+        else {
+            unreachable!("a FLASH_ATTN_EXT node")
+        };
+        let remote = &self.remotes[r];
+        let buf = remote.arena.as_ref().expect("arena allocated");
+        let n_kv = u64::from(self.input_layout.n_kv);
+        let (nh, nkv, dv, t) = (n_head as u64, n_head_kv as u64, dv as u64, node.ne1 as u64);
+        let (kq_at, v_at, kqv_at, _) = self.soft_max_attn_scratch(kv, node, n_kv);
+        let base = buf.base() + remote.scratch_at;
+        let f = |v: f32| v.to_bits() as i32;
+        let too_large = || {
+            ExecError::Device(format!(
+                "{}: attention too large for the wire",
+                remote.label
+            ))
+        };
+        let push = |sg: &mut SplitGraph,
+                    ty: u32,
+                    ts: u64,
+                    ne: [u64; 4],
+                    at: u64,
+                    op: u32,
+                    src: &[u64],
+                    params: &[i32]|
+         -> Result<u64, ExecError> {
+            let nb = [
+                ts,
+                ts * ne[0],
+                ts * ne[0] * ne[1],
+                ts * ne[0] * ne[1] * ne[2],
+            ];
+            let (ne, nb) = wire_dims(ne, nb).ok_or_else(too_large)?;
+            let id = sg.fresh();
+            let mut t = RpcTensor {
+                id,
+                ty,
+                buffer: buf.id(),
+                ne,
+                nb,
+                data: base + at,
+                op,
+                flags: FLAG_COMPUTE,
+                ..RpcTensor::default()
+            };
+            t.src[..src.len()].copy_from_slice(src);
+            t.op_params[..params.len()].copy_from_slice(params);
+            sg.push(t);
+            sg.nodes.push(id);
+            Ok(id)
+        };
+        let kq_ne = [n_kv, t, nh, 1];
+        let kq_step = |sg: &mut SplitGraph, op: u32, src: &[u64], params: &[i32]| {
+            push(sg, GGML_TYPE_F32, 4, kq_ne, kq_at, op, src, params)
+        };
+        let mut kq = kq_step(sg, ggml::OP_MUL_MAT, &[fa[1], fa[0]], &[ggml::PREC_F32])?;
+        if softcap != 0.0 {
+            // upstream's soft-cap: scale down, tanh, scale up
+            for (op, p) in [
+                (ggml::OP_SCALE, [f(1.0 / softcap), f(0.0)]),
+                (ggml::OP_UNARY, [ggml::UNARY_TANH, 0]),
+                (ggml::OP_SCALE, [f(softcap), f(0.0)]),
+            ] {
+                kq = kq_step(sg, op, &[kq], &p)?;
+            }
+        }
+        let kq = kq_step(sg, ggml::OP_SOFT_MAX, &[kq, fa[3]], &[f(scale), f(0.0)])?;
+        // V's view [dv, n_kv, heads] transposed to [n_kv, dv, heads] and copied (CPY) into
+        // the layout upstream's transposed cache has (rows of the cache's size per value), so
+        // that the product reads it with upstream's strides and takes ggml's same path
+        let vt = sg
+            .tensors
+            .iter()
+            .find(|x| x.id == fa[2])
+            .expect("pushed")
+            .clone();
+        let vty = vt.ty;
+        let tid = sg.fresh();
+        sg.push(RpcTensor {
+            id: tid,
+            ne: [vt.ne[1], vt.ne[0], vt.ne[2], vt.ne[3]],
+            nb: [vt.nb[1], vt.nb[0], vt.nb[2], vt.nb[3]],
+            view_src: vt.id,
+            ..vt
+        });
+        let el = u64::from(vt.nb[0]);
+        let rows = u64::from(kv.size());
+        let strided =
+            |id: u64, op: u32, src: [u64; 10], view_src: u64| -> Result<RpcTensor, ExecError> {
+                let (ne, nb) = wire_dims(
+                    [n_kv, dv, nkv, 1],
+                    [el, el * rows, el * rows * dv, el * rows * dv * nkv],
+                )
+                .ok_or_else(too_large)?;
+                Ok(RpcTensor {
+                    id,
+                    ty: vty,
+                    buffer: buf.id(),
+                    ne,
+                    nb,
+                    data: base + v_at,
+                    op,
+                    src,
+                    view_src,
+                    flags: if op == ggml::OP_NONE { 0 } else { FLAG_COMPUTE },
+                    ..RpcTensor::default()
+                })
+            };
+        let dst = sg.fresh();
+        sg.push(strided(dst, ggml::OP_NONE, [0; 10], 0)?);
+        let vc = sg.fresh();
+        let mut cs = [0u64; 10];
+        cs[0] = tid;
+        cs[1] = dst;
+        sg.push(strided(vc, ggml::OP_CPY, cs, dst)?);
+        sg.nodes.push(vc);
+        let kqv = push(
+            sg,
+            GGML_TYPE_F32,
+            4,
+            [dv, t, nh, 1],
+            kqv_at,
+            ggml::OP_MUL_MAT,
+            &[vc, kq],
+            &[],
+        )?;
+        // permuted to [dv, heads, T] (a view)
+        let kt = sg
+            .tensors
+            .iter()
+            .find(|x| x.id == kqv)
+            .expect("pushed")
+            .clone();
+        let pid = sg.fresh();
+        sg.push(RpcTensor {
+            id: pid,
+            op: ggml::OP_NONE,
+            src: [0; 10],
+            flags: 0,
+            ne: [kt.ne[0], kt.ne[2], kt.ne[1], 1],
+            nb: [kt.nb[0], kt.nb[2], kt.nb[1], kt.nb[3]],
+            view_src: kqv,
+            ..kt
+        });
+        let mut out = [0u64; 10];
+        out[0] = pid;
+        Ok(out)
+    }
+
     /// Describes node `i` (and the views it needs) in `sg`; returns its wire id.
     #[allow(clippy::too_many_arguments)]
     fn encode(
@@ -799,7 +1143,8 @@ impl RpcExecutor {
                 ggml::OP_CONT
             }
             Op::RmsNorm { src: s, eps } | Op::Norm { src: s, eps } => {
-                src[0] = self.source(g, r, sg, *s)?;
+                // per-head norms (q/k norms) see their source as [head_dim, heads * T]
+                src[0] = self.shaped(g, r, sg, *s, ne0, ne1)?;
                 params[0] = f(*eps);
                 if matches!(node.op, Op::RmsNorm { .. }) {
                     ggml::OP_RMS_NORM
@@ -808,8 +1153,11 @@ impl RpcExecutor {
                 }
             }
             Op::Mul { a, b } | Op::Add { a, b } | Op::Div { a, b } => {
-                src[0] = self.source(g, r, sg, *a)?;
-                src[1] = self.operand(g, model, r, sg, b, node)?;
+                src[0] = self.shaped(g, r, sg, *a, ne0, ne1)?;
+                src[1] = match b {
+                    Operand::Node(n) => self.shaped(g, r, sg, *n, ne0, ne1)?,
+                    Operand::Weight(_) => self.operand(g, model, r, sg, b, node)?,
+                };
                 match node.op {
                     Op::Mul { .. } => ggml::OP_MUL,
                     Op::Add { .. } => ggml::OP_ADD,
@@ -867,6 +1215,70 @@ impl RpcExecutor {
                 src[0] = self.weight(g, model, r, sg, *w)?;
                 src[1] = self.source(g, r, sg, *x)?;
                 ggml::OP_MUL_MAT
+            }
+            Op::MulMatId {
+                w,
+                x,
+                ids,
+                n_used,
+                scale,
+            } => {
+                // ggml_mul_mat_id(as [k, n, n_expert], b [k, 1 or n_used, T], ids [n_used, T])
+                // -> [n, n_used, T]: the arena's [n, n_used * T] as laid out
+                let (xn, idn) = (&g.nodes[*x], &g.nodes[*ids]);
+                let (k, t, nu) = (xn.ne0 as u64, idn.ne1 as u64, *n_used as u64);
+                let xb = if xn.ne1 == idn.ne1 { 1 } else { nu };
+                src[0] = self.weight(g, model, r, sg, *w)?;
+                src[1] = self.view(
+                    g,
+                    r,
+                    sg,
+                    *x,
+                    [k, xb, t, 1],
+                    [4, 4 * k, 4 * k * xb, 4 * k * xb * t],
+                    0,
+                )?;
+                let id = sg.fresh();
+                let mut it = self.arena_tensor(g, r, id, *ids, [nu, t, 1, 1])?;
+                it.ty = ggml::TYPE_I32;
+                let ids_t = sg.push(it);
+                src[2] = ids_t;
+                shape = [ne0, nu, t, 1];
+                match scale {
+                    None => ggml::OP_MUL_MAT_ID,
+                    Some(sw) => {
+                        // upstream's build_lora_mm_id: res * get_rows(scales, ids), the
+                        // product in place over the MUL_MAT_ID's result
+                        let mm = sg.fresh();
+                        let mut mt = self.arena_tensor(g, r, mm, i, shape)?;
+                        mt.op = ggml::OP_MUL_MAT_ID;
+                        mt.src = src;
+                        mt.flags |= FLAG_COMPUTE;
+                        sg.push(mt);
+                        sg.nodes.push(mm);
+                        let gathered = self.expert_scales(g, model, r, sg, *sw, *ids, nu * t)?;
+                        sg.nodes.push(gathered);
+                        let sv = sg.fresh();
+                        let mut v = sg
+                            .tensors
+                            .iter()
+                            .find(|t| t.id == gathered)
+                            .expect("pushed")
+                            .clone();
+                        v.id = sv;
+                        v.op = ggml::OP_NONE;
+                        v.src = [0; 10];
+                        v.flags = 0;
+                        v.ne = [1, nu as u32, t as u32, 1];
+                        v.nb = [4, 4, 4 * nu as u32, 4 * (nu * t) as u32];
+                        v.view_src = gathered;
+                        sg.push(v);
+                        src = [0; 10];
+                        src[0] = mm;
+                        src[1] = sv;
+                        ggml::OP_MUL
+                    }
+                }
             }
             Op::Rope {
                 src: s,
@@ -992,6 +1404,26 @@ impl RpcExecutor {
                     .map(|m| m.1)
                     .expect("a mask per window");
                 src[3] = self.input(r, sg, ggml::TYPE_F16, 2, mask_at, [lay.n_kv, t_u32]);
+                if !inp.flash_attn {
+                    // upstream's graph without flash attention (build_attn_mha): KQ, soft-max
+                    // with the mask, V (made [n_kv, dv] by CONT of its transpose) times KQ,
+                    // the heads permuted back and made contiguous into this node
+                    src = self.soft_max_attn(kv, r, sg, node, src, *scale, *softcap)?;
+                    let perm = src[0];
+                    let pt = sg
+                        .tensors
+                        .iter()
+                        .find(|x| x.id == perm)
+                        .expect("pushed")
+                        .clone();
+                    let mut t = self.arena_tensor(g, r, i as u64 + 1, i, [ne0, ne1, 1, 1])?;
+                    t.op = ggml::OP_CONT;
+                    t.src = [0; 10];
+                    t.src[0] = pt.id;
+                    let id = sg.push(t);
+                    sg.ids.insert(i, id);
+                    return Ok(id);
+                }
                 shape = [dv, nh, t, 1];
                 params[0] = f(*scale);
                 params[1] = f(0.0);
@@ -1067,6 +1499,99 @@ impl Executor for RpcExecutor {
         })
     }
 
+    fn sync_kv(&mut self, kv: &mut KvCache, to_host: bool) -> Result<(), ExecError> {
+        // layers whose buffers a server does not hold yet get the host rows when made
+        self.kv_from_host |= !to_host;
+        let mut bytes = Vec::new();
+        for remote in &self.remotes {
+            for (il, bufs) in remote.kv.iter().enumerate() {
+                let (Some(kvb), Some(layer)) = (bufs, kv.layers.get_mut(il)) else {
+                    continue;
+                };
+                let (nk, nv) = (layer.n_embd_k, layer.n_embd_v);
+                for (buf, host, width) in [(&kvb[0], &mut layer.k, nk), (&kvb[1], &mut layer.v, nv)]
+                {
+                    let row = kv_row_bytes(host, width as u64) as usize;
+                    let rows = kv_bytes(host) as usize / row.max(1);
+                    bytes.clear();
+                    if to_host {
+                        bytes.resize(rows * row, 0);
+                        buf.read(0, &mut bytes).map_err(|e| rpc_err(remote, e))?;
+                        for (j, r) in bytes.chunks_exact(row).enumerate() {
+                            host.set_row_bytes(j, width, r);
+                        }
+                    } else {
+                        host.append_row_bytes(0, rows, width, &mut bytes);
+                        buf.write(0, &bytes).map_err(|e| rpc_err(remote, e))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn copy_kv_streams(
+        &mut self,
+        kv: &KvCache,
+        copies: &[(usize, usize)],
+    ) -> Result<(), ExecError> {
+        let n = u64::from(kv.size());
+        let mut bytes = Vec::new();
+        for remote in &self.remotes {
+            for (il, bufs) in remote.kv.iter().enumerate() {
+                let (Some(kvb), Some(layer)) = (bufs, kv.layers.get(il)) else {
+                    continue;
+                };
+                for (buf, host, width) in [
+                    (&kvb[0], &layer.k, layer.n_embd_k),
+                    (&kvb[1], &layer.v, layer.n_embd_v),
+                ] {
+                    let stream = n * kv_row_bytes(host, width as u64);
+                    bytes.resize(stream as usize, 0);
+                    for &(from, to) in copies {
+                        buf.read(from as u64 * stream, &mut bytes)
+                            .map_err(|e| rpc_err(remote, e))?;
+                        buf.write(to as u64 * stream, &bytes)
+                            .map_err(|e| rpc_err(remote, e))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn sync_k_rows(
+        &mut self,
+        kv: &mut KvCache,
+        rows: &[usize],
+        to_host: bool,
+    ) -> Result<(), ExecError> {
+        let mut bytes = Vec::new();
+        for remote in &self.remotes {
+            for (il, bufs) in remote.kv.iter().enumerate() {
+                let (Some([k, _]), Some(layer)) = (bufs, kv.layers.get_mut(il)) else {
+                    continue;
+                };
+                let width = layer.n_embd_k;
+                let row = kv_row_bytes(&layer.k, width as u64);
+                for &j in rows {
+                    bytes.clear();
+                    if to_host {
+                        bytes.resize(row as usize, 0);
+                        k.read(j as u64 * row, &mut bytes)
+                            .map_err(|e| rpc_err(remote, e))?;
+                        layer.k.set_row_bytes(j, width, &bytes);
+                    } else {
+                        layer.k.append_row_bytes(j, 1, width, &mut bytes);
+                        k.write(j as u64 * row, &bytes)
+                            .map_err(|e| rpc_err(remote, e))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn set_n_threads(&mut self, n: usize) {
         self.cpu.set_n_threads(n);
     }
@@ -1086,6 +1611,8 @@ impl Executor for RpcExecutor {
         self.on_host.resize(n, false);
         self.on_remote.clear();
         self.on_remote.resize(n, 0);
+        self.ids_on_remote.clear();
+        self.ids_on_remote.resize(n, 0);
         if self.remotes.len() > 64 {
             return Err(ExecError::Device(
                 "more than 64 remote devices in one context".into(),
@@ -1110,6 +1637,31 @@ impl Executor for RpcExecutor {
         if sides.iter().any(|s| *s != Side::Cpu) {
             self.build_inputs(g, kv, inp);
         }
+        // the scratch past the nodes (one node's at a time): gathered expert scales, and the
+        // intermediates of attention without flash attention
+        let mut scratch = vec![0u64; self.remotes.len()];
+        for (i, node) in g.nodes.iter().enumerate() {
+            let Side::Remote(r) = sides[i] else { continue };
+            let need = match &node.op {
+                Op::MulMatId {
+                    ids,
+                    scale: Some(_),
+                    ..
+                } => 4 * g.nodes[*ids].len() as u64,
+                Op::FlashAttnExt { .. } if !inp.flash_attn => {
+                    self.soft_max_attn_scratch(kv, node, u64::from(self.input_layout.n_kv))
+                        .3
+                }
+                _ => 0,
+            };
+            scratch[r] = scratch[r].max(need);
+        }
+        for (r, remote) in self.remotes.iter_mut().enumerate() {
+            remote.scratch_at = extent[r].next_multiple_of(64);
+            if scratch[r] > 0 {
+                extent[r] = remote.scratch_at + scratch[r];
+            }
+        }
         let mut i = 0;
         while i < n {
             if abort() {
@@ -1123,6 +1675,7 @@ impl Executor for RpcExecutor {
                     self.cpu.node(g, &g.nodes[i], model, kv, inp)?;
                     self.on_host[i] = true;
                     self.on_remote[i] = 0;
+                    self.ids_on_remote[i] = 0;
                     i += 1;
                 }
                 Side::Remote(r) => {

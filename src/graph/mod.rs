@@ -20,9 +20,10 @@ pub mod exec_rpc;
 pub mod kda;
 pub mod kernel_api;
 pub mod params;
+pub mod shown;
 pub mod ssm;
 
-pub use crate::kernels::cpu::ops::{GdnShape, RopeMode, RopeParams, ScanShape};
+pub use crate::kernels::cpu::ops::{GdnShape, HcMixKind, RopeMode, RopeParams, ScanShape};
 
 /// Index of a node in [`Graph::nodes`].
 pub type NodeId = usize;
@@ -117,6 +118,15 @@ pub enum Op {
     /// MUL_MAT(t, x) by adapter tensor `t` ([`Graph::adapter_tensors`], `[k, n]`), `x`
     /// `[k, m]` → `[n, m]`: the LoRA factors of `build_lora_mm`.
     MulMatAdapter { t: usize, x: NodeId },
+    /// MUL_MAT_ID by adapter tensor `t` ([k, n, n_expert]: an expert weight's LoRA factor),
+    /// with [`Op::MulMatId`]'s shapes and broadcast: `ids` [n_used, T], `x` [k, T] or
+    /// [k, n_used*T] → [n, n_used*T] (upstream's `build_lora_mm_id`).
+    MulMatIdAdapter {
+        t: usize,
+        x: NodeId,
+        ids: NodeId,
+        n_used: usize,
+    },
     /// GET_ROWS(t, inp_tokens) of adapter tensor `t`: a token-embedding adapter's rows of A.
     GetRowsAdapter { t: usize },
     /// ADD of adapter vector `t` to every row of `a`: a control vector's layer direction.
@@ -310,14 +320,16 @@ pub enum Op {
     /// scale[1] + base)` (ggml's MUL, ADD, SIGMOID, SCALE one value at a time) and `comb`
     /// as `ggml_dsv4_hc_comb` (ggml-cpu's fused kernel: softmax over the destinations of
     /// each source, plus eps, then `iters` Sinkhorn normalisations, columns first; its
-    /// multiply-adds contracted to FMA), destinations fastest.
+    /// multiply-adds contracted to FMA), destinations fastest. HY-V4's independent
+    /// hyper-connections (`kind` [`HcMixKind::Independent`]) make `[pre | post]` only, `post
+    /// = magnitude * sigmoid(..) + eps`; an output head ([`HcMixKind::Head`]) `pre` only.
     HcMix {
         mixes: NodeId,
         scale: WeightId,
         base: WeightId,
         hc: usize,
         eps: f32,
-        iters: usize,
+        kind: HcMixKind,
     },
     /// DSV4_HC_POST (`ggml_dsv4_hc_post`): from a block's output `x` (`[n, T]`), the
     /// streams `res` (`[n, hc, T]`), `post` (`[hc, T]`) and `comb` (`[hc, hc, T]`,
@@ -363,6 +375,8 @@ pub struct Node {
     /// Offset of the node's values in the arena (f32 elements).
     pub offset: usize,
     pub name: &'static str,
+    /// What a graph callback is told about it (upstream's name and shape).
+    pub shown: shown::Shown,
 }
 
 impl Node {
@@ -392,7 +406,8 @@ pub struct Graph {
     pub nodes: Vec<Node>,
     pub weights: Vec<WeightRef>,
     /// LoRA factors and control-vector directions the graph reads
-    /// ([`Op::MulMatAdapter`], [`Op::GetRowsAdapter`], [`Op::AddAdapter`]).
+    /// ([`Op::MulMatAdapter`], [`Op::MulMatIdAdapter`], [`Op::GetRowsAdapter`],
+    /// [`Op::AddAdapter`]).
     pub adapter_tensors: Vec<std::sync::Arc<crate::model::adapter::AdapterTensor>>,
     /// [n_vocab, n_outputs].
     pub logits: Option<NodeId>,
@@ -437,6 +452,7 @@ impl Op {
             | Op::InputEmbd
             | Op::GetRowsAdapter { .. } => vec![],
             Op::MulMatAdapter { x, .. } => vec![*x],
+            Op::MulMatIdAdapter { x, ids, .. } => vec![*x, *ids],
             Op::AddAdapter { a, .. } => vec![*a],
             Op::GetRowsOut { src }
             | Op::RmsNorm { src, .. }
@@ -532,6 +548,7 @@ impl Op {
             Op::MulMatId { .. } => ("MUL_MAT_ID", None),
             // a LoRA factor's product, a token-embedding adapter's rows, a control vector
             Op::MulMatAdapter { .. } => ("MUL_MAT", None),
+            Op::MulMatIdAdapter { .. } => ("MUL_MAT_ID", None),
             Op::GetRowsAdapter { .. } => ("GET_ROWS", None),
             Op::AddAdapter { .. } => ("ADD", None),
             Op::Rope { .. } => ("ROPE", None),
@@ -655,6 +672,7 @@ mod tests {
             ne1: 1,
             offset: 0,
             name: "t",
+            shown: Default::default(),
         }
     }
 

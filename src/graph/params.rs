@@ -180,6 +180,10 @@ pub struct Extras {
     /// (`hyper_connection.sinkhorn_iterations`, `.epsilon`).
     pub hc_sinkhorn_iters: usize,
     pub hc_eps: f32,
+    /// The hyper-connections' residual streams (`hyper_connection.count`) and HY-V4's
+    /// post-weight magnitude (`hyper_connection.magnitude`).
+    pub hc: usize,
+    pub hc_magnitude: f32,
     /// A k-pool lightning indexer's sizes (GLM5-Next: `indexer.kpool` cells pooled per
     /// key); kept apart from `indexer`, whose keys the memory caches.
     pub kpool_indexer: Indexer,

@@ -5,9 +5,9 @@ use crate::model::Model;
 use crate::storage::data::write_storage;
 use crate::storage::{Replaced, TensorData};
 
-use super::{
-    device_label, give_page_stage, recycle, release, Action, Outcome, Outcomes, ReportEntry, Staged,
-};
+use super::outcomes::{device_label, Outcomes};
+use super::staged::{give_page_stage, recycle, release, Action, Staged};
+use crate::model::swap::report::{Outcome, ReportEntry};
 
 /// Applies staged actions under the members' write locks (taken in index order). Private
 /// buffers the tensors stop using go to the model's pool after the locks are released.

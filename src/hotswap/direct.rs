@@ -24,10 +24,11 @@ use crate::model::Model;
 use crate::storage::data::data_host_bytes_mut;
 use crate::storage::{read_exact_at_parallel, Home, ModelDevices, TensorData, TensorLayout};
 
-use super::{
-    commit, give_page_stage, same_as_current, take_page_stage, Action, Bytes, Job, Outcome,
-    Outcomes, Staged,
-};
+use super::commit::commit;
+use super::job::{Bytes, Job};
+use super::outcomes::Outcomes;
+use super::staged::{give_page_stage, same_as_current, take_page_stage, Action, Staged};
+use crate::model::swap::report::Outcome;
 
 /// Where the new bytes go.
 enum Target {

@@ -3,7 +3,8 @@
 use crate::model::Model;
 use crate::storage::{read_exact_at_parallel, TensorData};
 
-use super::{cpu_copy, Outcomes};
+use super::outcomes::Outcomes;
+use super::staged::cpu_copy;
 
 /// After a file changed: every tensor of it still reading through its (now stale) mapping
 /// moves to owned memory, read through the descriptor opened at load (a read past a shrunken

@@ -11,19 +11,10 @@ use crate::model::swap::lock;
 use crate::model::tensors::SwapState;
 use crate::model::Model;
 
-use super::{finish, hotswap_of, run_job, HotSwapError, Outcome, Outcomes, Report};
-
-/// Where a job's bytes come from.
-pub(super) enum Bytes<'a> {
-    File { file: &'a File, offset: u64 },
-    Memory(&'a [u8]),
-}
-
-pub(super) struct Job<'a> {
-    pub(super) tensor: usize,
-    pub(super) new_type: GgmlType,
-    pub(super) source: Bytes<'a>,
-}
+use super::job::{Bytes, Job};
+use super::outcomes::{finish, hotswap_of, HotSwapError, Outcomes};
+use super::stage::run_job;
+use crate::model::swap::report::{Outcome, Report};
 
 /// Why a changed file could not be opened and parsed.
 pub(super) struct OpenFailure {

@@ -9,10 +9,10 @@ use crate::model::swap::{lock, WatchedFile};
 use crate::model::Model;
 use crate::storage::FileIdentity;
 
-use super::{
-    finish, hotswap_of, migrate_off_mapping, open_gguf, plan, run_jobs, HotSwapError, Outcomes,
-    Report,
-};
+use super::mapping::migrate_off_mapping;
+use super::outcomes::{finish, hotswap_of, HotSwapError, Outcomes};
+use super::plan::{open_gguf, plan, run_jobs};
+use crate::model::swap::report::Report;
 
 /// Polls every watched file and reloads the tensors of those that changed.
 pub fn reload_changed(model: &Model) -> Result<Arc<Report>, HotSwapError> {

@@ -413,6 +413,10 @@ pub struct KvCache {
     /// Whether the KV cells take part (false for a recurrent model: upstream has no KV
     /// cache there, the memory API answers from the recurrent states alone).
     pub attn: bool,
+    /// Whole-stream copies (source stream, destination stream) of `seq_cp` across streams
+    /// since the last decode, in order: the host rows are copied at once, a backend keeping
+    /// rows in its own memory copies them before the next decode (as upstream defers it).
+    pub stream_copies: Vec<(usize, usize)>,
 }
 
 impl KvShape {
@@ -504,6 +508,7 @@ impl KvCache {
             can_shift: true,
             rs: None,
             attn: true,
+            stream_copies: Vec::new(),
         })
     }
 
@@ -762,6 +767,7 @@ impl KvCache {
             l.k.copy_rows(s0 * n, s1 * n, n, l.n_embd_k);
             l.v.copy_rows(s0 * n, s1 * n, n, l.n_embd_v);
         }
+        self.stream_copies.push((s0, s1));
         Ok(())
     }
 

@@ -438,7 +438,8 @@ pub fn load(source: ModelSource, mut options: LoadOptions<'_>) -> Result<Model, 
     model.devices = Some(devices);
     if options.hotswap {
         model.hotswap = Some(crate::model::swap::HotSwap::register(
-            &model,
+            &model.files,
+            &model.tensors,
             options.check_tensors,
         ));
     }

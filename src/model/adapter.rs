@@ -101,8 +101,6 @@ pub enum AdapterError {
         "LoRA tensor '{name}' has type {ty}, which llama-hotswap's kernels do not compute with"
     )]
     Type { name: String, ty: &'static str },
-    #[error("LoRA tensor '{0}' adapts a tensor of more than two dimensions (expert weights): not supported by llama-hotswap yet")]
-    Experts(String),
 }
 
 const KEY_GENERAL_TYPE: &str = "general.type";
@@ -220,11 +218,12 @@ pub fn parse_lora(
                 return Err(AdapterError::NotTransposed);
             }
         }
-        // upstream checks two dimensions only; a third would not fit its graph's products
-        if model_ne[2] != 1 || model_ne[3] != 1 {
-            return Err(AdapterError::Experts(name.clone()));
-        }
-        if a.ne[2..] != [1, 1] || b.ne[2..] != [1, 1] {
+        // Upstream checks two dimensions only. An expert weight's factors carry one matrix
+        // per expert (`build_lora_mm_id`); a third dimension other than the weight's would
+        // abort upstream's MUL_MAT_ID at the first decode, so it is refused here, as is a
+        // fourth.
+        let n_expert = model_ne[2];
+        if model_ne[3] != 1 || a.ne[2..] != [n_expert, 1] || b.ne[2..] != [n_expert, 1] {
             return Err(AdapterError::Shape(name.clone()));
         }
         let copy = |t: &crate::gguf::TensorInfo<'_>| -> Result<Arc<AdapterTensor>, AdapterError> {

@@ -6,6 +6,7 @@ pub mod arch;
 pub mod derived;
 pub mod ftype;
 pub mod hparams;
+pub mod json;
 pub mod meta;
 pub mod report;
 pub mod save;

@@ -3,30 +3,10 @@
 
 use std::fmt::Write;
 
+pub use super::json::json_string;
 use super::tensors::{BufferKind, Tensor, TensorData};
 use super::Model;
 use crate::device::DeviceType;
-
-/// A JSON string literal (quotes, backslashes and control characters escaped).
-pub fn json_string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
 
 fn device_type_name(t: DeviceType) -> &'static str {
     match t {

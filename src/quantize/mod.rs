@@ -7,7 +7,8 @@
 //! and no partial output is left behind (the file is written under a temporary name and
 //! renamed when complete; a split output's files are renamed only once all are written).
 //! A split model is read as upstream's loader reads it (the first file names the others).
-//! Not supported yet: NVFP4 as a target, refused before anything is written.
+//! NVFP4 is written where upstream's `llama-quantize` writes it: as a per-tensor override
+//! (`--tensor-type ...=nvfp4`); as a file type (39) upstream's tool refuses it ("invalid ftype").
 
 #![forbid(unsafe_code)]
 

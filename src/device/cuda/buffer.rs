@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use cudarc::driver::sys;
 
-use super::{describe, CudaCode, CudaDevice, CudaError};
+use super::common::{describe, CudaCode, CudaError, STAGED_MIN};
+use super::context::CudaDevice;
+use super::ring::alloc_pinned_bytes;
 
 /// Page-locked host memory (`cuMemHostAlloc`), freed on drop.
 #[derive(Debug)]
@@ -102,7 +104,7 @@ impl CudaBuffer {
     /// through the staging ring (a pageable `cuMemcpyHtoD` runs at a fraction of the link).
     pub fn write(&mut self, offset: usize, src: &[u8]) -> Result<(), CudaError> {
         self.check_range("write", offset, src.len())?;
-        if src.len() >= super::upload::STAGED_MIN {
+        if src.len() >= STAGED_MIN {
             self.write_staged(offset, src)
         } else {
             self.write_direct(offset, src)
@@ -147,7 +149,7 @@ impl CudaBuffer {
     /// of 1 MiB or more go through the staging ring.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), CudaError> {
         self.check_range("read", offset, dst.len())?;
-        if dst.len() >= super::upload::STAGED_MIN {
+        if dst.len() >= STAGED_MIN {
             self.read_staged(offset, dst)
         } else {
             self.read_direct(offset, dst)
@@ -203,5 +205,45 @@ impl Drop for CudaBuffer {
                 describe(error)
             );
         }
+    }
+}
+
+impl CudaDevice {
+    /// Allocates `bytes` bytes of device memory (contents unspecified).
+    pub fn alloc(self: &Arc<Self>, bytes: usize) -> Result<CudaBuffer, CudaError> {
+        let mut ptr: sys::CUdeviceptr = 0;
+        if bytes > 0 {
+            let _bound = self.bind()?;
+            // SAFETY: `ptr` is a valid out pointer; the device's context is bound.
+            unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }
+                .result()
+                .map_err(|e| {
+                    CudaError::driver(
+                        format!("{}: cuMemAlloc of {bytes} bytes failed", self.label()),
+                        e,
+                    )
+                })?;
+        }
+        Ok(CudaBuffer {
+            device: Arc::clone(self),
+            ptr,
+            len: bytes,
+        })
+    }
+
+    /// Allocates `bytes` bytes of zeroed page-locked host memory (for measuring raw
+    /// host-to-device copies, see [`CudaBuffer::write_pinned`]).
+    pub fn alloc_pinned(self: &Arc<Self>, bytes: usize) -> Result<PinnedBuffer, CudaError> {
+        let ptr = if bytes == 0 {
+            std::ptr::NonNull::<u8>::dangling().as_ptr()
+        } else {
+            let _bound = self.bind()?;
+            alloc_pinned_bytes(bytes).map_err(|e| e.on(&self.label()))?
+        };
+        Ok(PinnedBuffer {
+            device: Arc::clone(self),
+            ptr,
+            len: bytes,
+        })
     }
 }

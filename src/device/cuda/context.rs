@@ -3,16 +3,13 @@
 
 use std::ffi::{c_char, c_int, CStr};
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use cudarc::driver::result::DriverError;
 use cudarc::driver::sys;
 
-use super::{
-    describe,
-    ring::{alloc_pinned_bytes, Ring, Staging},
-    CudaBuffer, CudaDeviceInfo, CudaError, PinnedBuffer,
-};
+use super::common::{describe, CudaDeviceInfo, CudaError};
+use super::ring::{Ring, Staging};
 
 /// A primary context handle.
 #[derive(Debug)]
@@ -42,7 +39,7 @@ impl Drop for Bound {
     }
 }
 
-/// One usable CUDA device (its context is created by [`probe`](super::probe)).
+/// One usable CUDA device (its context is created by [`probe`](super::driver::probe)).
 #[derive(Debug)]
 pub struct CudaDevice {
     pub(super) info: CudaDeviceInfo,
@@ -69,44 +66,6 @@ impl CudaDevice {
                 None
             }
         }
-    }
-
-    /// Allocates `bytes` bytes of device memory (contents unspecified).
-    pub fn alloc(self: &Arc<Self>, bytes: usize) -> Result<CudaBuffer, CudaError> {
-        let mut ptr: sys::CUdeviceptr = 0;
-        if bytes > 0 {
-            let _bound = self.bind()?;
-            // SAFETY: `ptr` is a valid out pointer; the device's context is bound.
-            unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }
-                .result()
-                .map_err(|e| {
-                    CudaError::driver(
-                        format!("{}: cuMemAlloc of {bytes} bytes failed", self.label()),
-                        e,
-                    )
-                })?;
-        }
-        Ok(CudaBuffer {
-            device: Arc::clone(self),
-            ptr,
-            len: bytes,
-        })
-    }
-
-    /// Allocates `bytes` bytes of zeroed page-locked host memory (for measuring raw
-    /// host-to-device copies, see [`CudaBuffer::write_pinned`]).
-    pub fn alloc_pinned(self: &Arc<Self>, bytes: usize) -> Result<PinnedBuffer, CudaError> {
-        let ptr = if bytes == 0 {
-            std::ptr::NonNull::<u8>::dangling().as_ptr()
-        } else {
-            let _bound = self.bind()?;
-            alloc_pinned_bytes(bytes).map_err(|e| e.on(&self.label()))?
-        };
-        Ok(PinnedBuffer {
-            device: Arc::clone(self),
-            ptr,
-            len: bytes,
-        })
     }
 
     /// "CUDA0", as the registry names it.

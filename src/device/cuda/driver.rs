@@ -5,10 +5,10 @@ use std::ffi::{c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, OnceLock};
 
-use cudarc::driver::result::DriverError;
 use cudarc::driver::sys;
 
-use super::{CudaCode, CudaDevice, CudaError, NO_CUDA_ENV};
+use super::common::{CudaCode, CudaError, NO_CUDA_ENV};
+use super::context::CudaDevice;
 
 /// The driver library's names, tried in this order.
 pub(super) const DRIVER_LIBRARIES: [&CStr; 2] = [c"libcuda.so.1", c"libcuda.so"];
@@ -45,18 +45,6 @@ pub(super) const DRIVER_FUNCTIONS: [&CStr; 28] = [
     c"cuEventSynchronize",
     c"cuEventDestroy_v2",
 ];
-
-/// "CUDA_ERROR_OUT_OF_MEMORY (out of memory)".
-pub(super) fn describe(error: DriverError) -> String {
-    let name = match error.error_name() {
-        Ok(name) => name.to_string_lossy().into_owned(),
-        Err(_) => format!("{:?}", error.0),
-    };
-    match error.error_string() {
-        Ok(text) => format!("{name} ({})", text.to_string_lossy()),
-        Err(_) => name,
-    }
-}
 
 pub(super) use crate::log::panic_message;
 

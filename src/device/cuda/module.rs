@@ -11,8 +11,10 @@ use std::sync::Arc;
 
 use cudarc::driver::sys;
 
+use super::buffer::CudaBuffer;
+use super::common::CudaError;
+use super::context::CudaDevice;
 use super::driver::{guarded, DRIVER_LIBRARIES};
-use super::{CudaBuffer, CudaDevice, CudaError};
 
 /// The driver functions compute needs beyond the loader's.
 const COMPUTE_FUNCTIONS: [&CStr; 5] = [
@@ -25,7 +27,7 @@ const COMPUTE_FUNCTIONS: [&CStr; 5] = [
 
 /// Whether the loaded driver exports every function compute needs (Ok), or which it lacks.
 pub fn compute_available() -> Result<(), String> {
-    super::availability()?;
+    super::driver::availability()?;
     for name in DRIVER_LIBRARIES {
         // SAFETY: NUL-terminated name; RTLD_NOLOAD only returns a library already loaded.
         let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
@@ -102,7 +104,7 @@ impl CudaDevice {
     pub fn load_module(self: &Arc<Self>, ptx: &str) -> Result<CudaModule, CudaError> {
         let image = CString::new(ptx).map_err(|_| CudaError {
             op: format!("{}: PTX with a NUL byte", self.label()),
-            code: super::CudaCode::OutOfRange { len: ptx.len() },
+            code: super::common::CudaCode::OutOfRange { len: ptx.len() },
         })?;
         guarded("cuModuleLoadData", || {
             let _bound = self.bind()?;

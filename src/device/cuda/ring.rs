@@ -4,7 +4,7 @@ use std::ffi::c_void;
 
 use cudarc::driver::sys;
 
-use super::{staging_buffers, CudaError, STAGING_BYTES};
+use super::common::{staging_buffers, CudaError, STAGING_BYTES};
 
 /// A CUDA stream handle.
 #[derive(Debug, Clone, Copy)]

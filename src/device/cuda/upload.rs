@@ -12,15 +12,11 @@ use std::sync::Arc;
 
 use cudarc::driver::sys;
 
-use super::{
-    driver::panic_message,
-    ring::{Ring, Slot, Stream},
-    CudaBuffer, CudaCode, CudaDevice, CudaError, STAGING_BYTES,
-};
-
-/// Pageable copies from this size on go through the staging ring; smaller ones are one
-/// synchronous `cuMemcpy` (the driver stages those itself, and a thread would cost more).
-pub(super) const STAGED_MIN: usize = 1 << 20;
+use super::buffer::CudaBuffer;
+use super::common::{CudaCode, CudaError, STAGING_BYTES};
+use super::context::CudaDevice;
+use super::driver::panic_message;
+use super::ring::{Ring, Slot, Stream};
 
 /// Where an upload's bytes come from.
 #[derive(Clone, Copy)]

@@ -103,8 +103,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             b.ffn_layer(il, x, plain)?
         };
         let cur = b.rms_norm(cur, Some(ffn_post_norm), hp.eps_rms);
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

@@ -44,8 +44,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let ffn_inp = b.add(cur, Operand::Node(inp));
         let cur = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let cur = b.ffn_seq(il, cur, Act::ReluSqr, Need::Never, false)?;
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

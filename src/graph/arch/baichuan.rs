@@ -4,7 +4,7 @@
 
 use super::super::builder::{BuildError, Builder, Ffn, Outputs};
 use super::super::params::ArchParams;
-use super::super::{Operand, RopeMode};
+use super::super::RopeMode;
 use super::def::{ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -46,8 +46,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             ..Ffn::SWIGLU
         };
         let cur = b.ffn_layer(il, cur, ffn)?;
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     let norm = b.weight("output_norm.weight", &[n_embd])?;
     let output = b.weight("output.weight", &[n_embd, hp.n_vocab as i64])?;

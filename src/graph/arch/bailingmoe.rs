@@ -6,7 +6,7 @@
 use super::super::blocks::{PreNormAttn, QkNorm};
 use super::super::builder::{BuildError, Builder, Ffn, Moe, Outputs};
 use super::super::params::ArchParams;
-use super::super::{Operand, RopeMode};
+use super::super::RopeMode;
 use super::def::{ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -62,8 +62,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let n_ff = hp.n_ff_exp * hp.ext.n_expert_shared;
         let cur = b.moe_shared_layer(il, x, hp.n_ff_exp, moe, n_ff, plain)?;
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

@@ -56,8 +56,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         };
         let h = b.push("glu", op, n_ff, t);
         let cur = b.mul_mat_raw(down, h);
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

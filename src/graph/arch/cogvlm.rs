@@ -97,6 +97,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         // `<name>.scale` applies when the file has one: the text projection's (the vision
         // experts' has none, and upstream passes none)
         let cur = b.attn(il, q, k, v, wo, None, kq_scale);
+        b.cb_output(cur, "attn_out", Some(il));
         let ffn_inp = b.add(cur, Operand::Node(inp));
         let cur = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let cur = b.ffn(
@@ -110,8 +111,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             GluKind::Swiglu,
             false,
         );
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     let inp = b.get_rows_out(inp);
     b.rms_output(inp, tok_embd, false)

@@ -4,7 +4,7 @@
 
 use super::super::builder::{BuildError, Builder, Moe, Outputs};
 use super::super::params::ArchParams;
-use super::super::{Operand, RopeMode};
+use super::super::RopeMode;
 use super::def::{ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -65,8 +65,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let ffn_inp = b.residual(il, cur, inp);
         let x = b.layer_norm(ffn_inp, Some(out_norm), None, hp.eps_norm);
         let cur = b.moe_layer(il, x, hp.n_ff[il], moe)?;
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     let norm = b.weight("output_norm.weight", &[n_embd])?;
     let output = b.weight("output.weight", &[n_embd, hp.n_vocab as i64])?;

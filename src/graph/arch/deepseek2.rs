@@ -9,7 +9,7 @@
 
 use super::super::builder::{BuildError, Builder, Ffn, Gating, Moe, Outputs};
 use super::super::params::ArchParams;
-use super::super::{GluKind, NodeId, Op, Operand, RopeMode};
+use super::super::{GluKind, NodeId, Op, RopeMode};
 use super::def::{ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -197,8 +197,7 @@ pub fn graph_with(b: &mut Builder, dsa: Option<Dsa>) -> Result<Outputs, BuildErr
             let n_ff = hp.n_ff_exp;
             b.moe_shared_layer(il, x, n_ff, moe, n_ff * e.n_expert_shared, plain)?
         };
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

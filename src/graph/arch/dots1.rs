@@ -6,7 +6,7 @@
 use super::super::blocks::{PreNormAttn, QkNorm};
 use super::super::builder::{BuildError, Builder, Ffn, Gating, Moe, Outputs};
 use super::super::params::ArchParams;
-use super::super::{GluKind, Operand, RopeMode};
+use super::super::{GluKind, RopeMode};
 use super::def::{ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -84,8 +84,7 @@ pub fn graph_with(b: &mut Builder, n_ff_shexp: usize) -> Result<Outputs, BuildEr
             };
             b.moe_shared_layer(il, x, hp.n_ff_exp, moe, n_ff_shexp, plain)?
         };
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     let n_vocab = hp.n_vocab as i64;
     let output = b.weight("output.weight", &[n_embd, n_vocab])?;

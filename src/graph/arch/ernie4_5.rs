@@ -5,7 +5,7 @@
 
 use super::super::blocks::{PreNormAttn, QkNorm};
 use super::super::builder::{BuildError, Builder, Ffn, Moe, Outputs};
-use super::super::{Operand, RopeMode};
+use super::super::RopeMode;
 use super::def::{no_hparams, ArchDef, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -67,8 +67,7 @@ pub fn graph_with(b: &mut Builder, moe: bool) -> Result<Outputs, BuildError> {
         } else {
             b.ffn_layer(il, x, plain)?
         };
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

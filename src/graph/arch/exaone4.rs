@@ -57,8 +57,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         };
         let cur = b.ffn_layer(il, ffn_inp, ffn)?;
         let cur = b.rms_norm(cur, Some(post_ffw), hp.eps_rms);
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

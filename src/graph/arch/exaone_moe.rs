@@ -7,7 +7,7 @@
 
 use super::super::builder::{BuildError, Builder, Ffn, Gating, Moe, Outputs};
 use super::super::params::ArchParams;
-use super::super::{Operand, RopeMode};
+use super::super::RopeMode;
 use super::def::{ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -68,6 +68,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             (q, k) = b.rope_qk(q, k, rope_freqs, false);
         }
         let cur = b.attn(il, q, k, v, wo, None, kq_scale);
+        b.cb_output(cur, "attn_out", Some(il));
         let ffn_inp = b.residual(il, cur, inp);
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let plain = Ffn {
@@ -88,8 +89,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             };
             b.moe_shared_layer(il, x, hp.n_ff_exp, moe, n_ff_shexp, plain)?
         };
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

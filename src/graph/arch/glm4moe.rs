@@ -6,7 +6,7 @@
 
 use super::super::builder::{BuildError, Builder, Ffn, Gating, Moe, Outputs};
 use super::super::params::ArchParams;
-use super::super::{GluKind, Operand, RopeMode};
+use super::super::{GluKind, RopeMode};
 use super::def::{ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -93,8 +93,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
                 b.moe_layer(il, x, hp.n_ff_exp, moe)?
             }
         };
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

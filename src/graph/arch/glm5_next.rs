@@ -18,7 +18,7 @@
 use super::super::builder::{BuildError, Builder, Ffn, Gating, Moe, Outputs};
 use super::super::kda::{Kda, KdaDecay, KdaOutGate};
 use super::super::params::ArchParams;
-use super::super::{GluKind, NodeId, Op, Operand};
+use super::super::{GluKind, NodeId, Operand};
 use super::bailingmoe3::{gating, hybrid_layers, mla_hparams};
 use super::def::{ArchDef, Keys, Memory, Rope};
 
@@ -143,16 +143,16 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let attn_norm = b.lw(il, "attn_norm.weight", &[ne])?;
         let ffn_norm = b.lw(il, "ffn_norm.weight", &[ne])?;
 
-        let (cur, post, comb) = hc_pre(b, il, streams, "attn")?;
+        let (cur, post, comb) = b.hc_pre_manifold(il, streams, "attn", HC)?;
         let cur = b.rms_norm(cur, Some(attn_norm), hp.eps_rms);
         let cur = if hp.is_recurrent(il) {
             b.kda_layer(il, cur, kda)?
         } else {
             latent_attn(b, il, cur)?
         };
-        streams = hc_post(b, cur, streams, post, comb);
+        streams = b.hc_post_manifold(cur, streams, post, comb);
 
-        let (cur, post, comb) = hc_pre(b, il, streams, "ffn")?;
+        let (cur, post, comb) = b.hc_pre_manifold(il, streams, "ffn", HC)?;
         let x = b.rms_norm(cur, Some(ffn_norm), hp.eps_rms);
         let shared = Ffn {
             act: swiglu(&e.swiglu_limit_shexp, il),
@@ -174,7 +174,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             };
             b.moe_shared_layer(il, x, hp.n_ff_exp, moe, e.n_ff_shexp, shared)?
         };
-        streams = hc_post(b, out, streams, post, comb);
+        streams = b.hc_post_manifold(out, streams, post, comb);
         streams = cvec_streams(b, streams, il);
     }
     // the output rows, then the streams' mean
@@ -215,61 +215,6 @@ fn cvec_streams(b: &mut Builder, streams: NodeId, il: usize) -> NodeId {
         });
     }
     out.expect("hc streams")
-}
-
-/// A block's input from the streams (`build_hc_pre` with `hc_<which>_*`): the streams'
-/// mixes from their RMS-normed concatenation, the block's input as their `pre`-weighted
-/// sum, and the `post` weights and Sinkhorn `comb` matrix `hc_post` writes back with.
-fn hc_pre(
-    b: &mut Builder,
-    il: usize,
-    streams: NodeId,
-    which: &str,
-) -> Result<(NodeId, NodeId, NodeId), BuildError> {
-    let hp = b.hp;
-    let n_embd = hp.n_embd;
-    let mix = ((2 + HC) * HC) as i64;
-    let w_fn = b.lw(
-        il,
-        &format!("hc_{which}_fn.weight"),
-        &[(HC * n_embd) as i64, mix],
-    )?;
-    let base = b.lw(il, &format!("hc_{which}_base.weight"), &[mix])?;
-    let scale = b.lw(il, &format!("hc_{which}_scale.weight"), &[3])?;
-    let flat = b.rms_norm(streams, None, hp.eps_rms);
-    let mixes = b.mul_mat_raw(w_fn, flat);
-    let t = b.ne1(mixes);
-    let op = Op::HcMix {
-        mixes,
-        scale,
-        base,
-        hc: HC,
-        eps: hp.ext.hc_eps,
-        iters: hp.ext.hc_sinkhorn_iters,
-    };
-    let split = b.push("dsv4_hc_comb", op, mix as usize, t);
-    let pre = b.view(split, 0, HC);
-    let post = b.view(split, HC, HC);
-    let comb = b.view(split, 2 * HC, HC * HC);
-    let op = Op::HcPre {
-        x: streams,
-        w: pre,
-        n: n_embd,
-    };
-    let cur = b.push("dsv4_hc_pre", op, n_embd, t);
-    Ok((cur, post, comb))
-}
-
-/// DSV4_HC_POST: every stream becomes `x * post[dst] + sum_src stream[src] * comb[dst, src]`.
-fn hc_post(b: &mut Builder, x: NodeId, streams: NodeId, post: NodeId, comb: NodeId) -> NodeId {
-    let (n0, t) = (b.ne0(streams), b.ne1(streams));
-    let op = Op::HcPost {
-        x,
-        res: streams,
-        post,
-        comb,
-    };
-    b.push("dsv4_hc_post", op, n0, t)
 }
 
 /// The rope-less latent attention of layer `il` (the sparse attention's checks on its

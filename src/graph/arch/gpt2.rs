@@ -120,8 +120,7 @@ pub fn graph_with(b: &mut Builder, c: Classic) -> Result<Outputs, BuildError> {
         let cur = b.layer_norm(ffn_inp, Some(ffn_norm), ffn_norm_b, hp.eps_norm);
         // upstream passes no FFN scales to build_ffn here
         let cur = b.ffn_seq(il, cur, c.act, need, false)?;
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.ln_output(inp, tok_embd, need)
 }

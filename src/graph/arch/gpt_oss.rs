@@ -69,8 +69,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             biases: true,
         };
         let cur = b.moe_layer(il, x, hp.n_ff_exp, moe)?;
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     // upstream selects the output rows after the last layer (the same rows)
     let inp = b.get_rows_out(inp);

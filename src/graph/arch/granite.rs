@@ -121,8 +121,7 @@ pub fn graph_with(b: &mut Builder, s: &Scales) -> Result<Outputs, BuildError> {
         if residual_scale != 0.0 {
             cur = b.scale(cur, residual_scale);
         }
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     let mut out = b.rms_output(inp, tok_embd, false)?;
     out.logits = b.scale(out.logits, 1.0 / logit_scale);

@@ -103,8 +103,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         if residual_scale != 0.0 {
             cur = b.scale(cur, residual_scale);
         }
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     let mut out = b.rms_output(inp, tok_embd, false)?;
     if logit_scale != 0.0 {

@@ -106,8 +106,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             moe_out
         };
         let cur = b.rms_norm(cur, Some(post_norm), hp.eps_rms);
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     let mut out = b.rms_output(inp, tok_embd, false)?;
     out.logits = b.scale(out.logits, logit_scale);

@@ -96,8 +96,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let chunks = b.moe_ffn_routed(routed, probs, wc, n_used_chunk, moe, chunk_route);
         let chunks = b.scale(chunks, group_scale);
         let cur = b.add(routed, Operand::Node(chunks));
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

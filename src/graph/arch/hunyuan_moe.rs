@@ -59,8 +59,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let shared = b.ffn_named(il, x, "_shexp", n_ff_shexp, plain)?;
         let routed = b.moe_layer(il, x, hp.n_ff_exp, moe)?;
         let cur = b.add(routed, Operand::Node(shared));
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

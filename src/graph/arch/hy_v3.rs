@@ -77,8 +77,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             let shared = b.ffn_named(il, x, "_shexp", n_ff_shexp, Ffn::SWIGLU)?;
             b.add(routed, Operand::Node(shared))
         };
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

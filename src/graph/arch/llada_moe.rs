@@ -78,8 +78,7 @@ pub fn graph_with(b: &mut Builder, norm_w: bool) -> Result<Outputs, BuildError> 
             hp.n_ff[il] / hp.n_expert_used
         };
         let cur = b.moe_layer(il, cur, n_ff, moe)?;
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

@@ -4,7 +4,7 @@
 //! output when `output.weight` is absent.
 
 use super::super::builder::{BuildError, Builder, Ffn, Moe, Outputs};
-use super::super::{Op, Operand, RopeMode};
+use super::super::{Op, RopeMode};
 use super::def::{no_hparams, ArchDef, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -48,6 +48,7 @@ pub fn graph_ffn(b: &mut Builder, ffn: Ffn) -> Result<Outputs, BuildError> {
         let ffn_norm = b.lw(il, "ffn_norm.weight", &[n_embd])?;
 
         let cur = b.rms_norm(inp, Some(attn_norm), hp.eps_rms);
+        b.cb_norm(cur, "attn_norm", Some(il));
         let (q, k, v) = b.qkv(il, cur)?;
         let (q, k) = b.rope_qk(q, k, rope_freqs, false);
         // temperature tuning of Q (mistral3; upstream: after RoPE, before attention)
@@ -64,8 +65,10 @@ pub fn graph_ffn(b: &mut Builder, ffn: Ffn) -> Result<Outputs, BuildError> {
             q
         };
         let cur = b.attn(il, q, k, v, wo, wo_b, kq_scale);
+        b.cb_output(cur, "attn_out", Some(il));
         let ffn_inp = b.residual(il, cur, inp);
         let cur = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
+        b.cb_norm(cur, "ffn_norm", Some(il));
         let cur = if hp.n_expert == 0 {
             b.ffn_layer(il, cur, ffn)?
         } else {
@@ -75,8 +78,7 @@ pub fn graph_ffn(b: &mut Builder, ffn: Ffn) -> Result<Outputs, BuildError> {
             };
             b.moe_layer(il, cur, hp.n_ff[il], moe)?
         };
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

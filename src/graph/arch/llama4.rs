@@ -115,6 +115,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             k = b.head_rms_norm_plain(k, head, hp.eps_rms);
         }
         let cur = b.attn(il, q, k, v, wo, wo_b, kq_scale);
+        b.cb_output(cur, "attn_out", Some(il));
         let ffn_inp = b.residual(il, cur, inp);
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let is_moe = e.n_moe_layer_step > 0 && (il + 1) % e.n_moe_layer_step == 0;
@@ -125,8 +126,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         } else {
             b.ffn_layer(il, x, dense)?
         };
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

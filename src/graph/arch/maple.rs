@@ -6,7 +6,7 @@
 
 use super::super::builder::{BuildError, Builder, Gating, Moe, Outputs};
 use super::super::params::ArchParams;
-use super::super::{GluKind, Operand, RopeMode};
+use super::super::{GluKind, RopeMode};
 use super::def::{ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -73,6 +73,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             k = b.rope_with(k, head, rope, None);
         }
         let cur = b.attn(il, q, k, v, wo, None, kq_scale);
+        b.cb_output(cur, "attn_out", Some(il));
         let ffn_inp = b.residual(il, cur, inp);
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let limit = limits[il];
@@ -90,8 +91,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             ..Moe::SOFTMAX
         };
         let cur = b.moe_layer(il, x, hp.n_ff_exp, moe)?;
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     let norm = b.weight("output_norm.weight", &[n_embd])?;
     let output = b.weight("output.weight", &[n_embd, n_vocab])?;

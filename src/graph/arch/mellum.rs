@@ -71,8 +71,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             ..Moe::SOFTMAX
         };
         let cur = b.moe_layer(il, cur, n_ff_exp, moe)?;
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     let n_vocab = hp.n_vocab as i64;
     let norm = b.weight("output_norm.weight", &[n_embd])?;

@@ -9,7 +9,7 @@
 
 use super::super::builder::{BuildError, Builder, Ffn, Gating, Moe, Outputs};
 use super::super::params::ArchParams;
-use super::super::{NodeId, Operand, RopeMode};
+use super::super::{NodeId, RopeMode};
 use super::def::{ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -112,8 +112,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         } else {
             b.moe_layer(il, x, hp.n_ff_exp, moe)?
         };
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     // upstream requires output.weight here (no tied fallback)
     let norm = b.weight("output_norm.weight", &[n_embd])?;

@@ -6,7 +6,7 @@
 
 use super::super::builder::{BuildError, Builder, Moe, Outputs};
 use super::super::params::ArchParams;
-use super::super::{GluKind, Operand, RopeMode};
+use super::super::{GluKind, RopeMode};
 use super::def::{ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -72,8 +72,7 @@ pub fn graph_with(b: &mut Builder, moe: Moe, k_norm_len: i64) -> Result<Outputs,
         let ffn_inp = b.residual(il, cur, inp);
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let cur = b.moe_layer(il, x, hp.n_ff[il], moe)?;
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     let n_vocab = hp.n_vocab as i64;
     let output = b.weight("output.weight", &[n_embd, n_vocab])?;

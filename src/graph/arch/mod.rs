@@ -61,11 +61,13 @@ pub mod hunyuan_dense;
 pub mod hunyuan_moe;
 pub mod hunyuan_vl;
 pub mod hy_v3;
+pub mod hy_v4;
 pub mod internlm2;
 pub mod jais;
 pub mod jais2;
 pub mod jamba;
 pub mod kimi_k3;
+pub mod kimi_linear;
 pub mod laguna;
 pub mod lfm2;
 pub mod llada;
@@ -225,6 +227,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &qwen3next::DEF,
     &bailingmoe3::DEF,
     &kimi_k3::DEF,
+    &kimi_linear::DEF,
     &glm5_next::DEF,
     &dream::DEF,
     &llada::DEF,
@@ -236,6 +239,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &smallthinker::DEF,
     &grovemoe::DEF,
     &hy_v3::DEF,
+    &hy_v4::DEF,
     &laguna::DEF,
     &mimo2::DEF,
     &maple::DEF,
@@ -247,6 +251,20 @@ pub static REGISTRY: &[&ArchDef] = &[
 /// The definition that runs `arch`, if any.
 pub fn lookup(arch: &str) -> Option<&'static ArchDef> {
     REGISTRY.iter().copied().find(|d| d.names.contains(&arch))
+}
+
+/// What an upstream architecture the registry lacks still needs, where that is known: the
+/// refusal at context creation names it.
+pub fn missing_pieces(arch: &str) -> Option<&'static str> {
+    match arch {
+        "deepseek4" => Some(
+            "DeepSeek-V4's compressed attention (the per-sequence compressor state of the \
+             ratio-4 CSA and ratio-128 HCA layers, their compressed K caches and masks beside \
+             the sliding-window cache, the CSA layers' indexer over compressed keys), ROPE_BACK \
+             of the attention output and sqrt-softplus expert routing",
+        ),
+        _ => None,
+    }
 }
 
 /// Whether the engine has a graph for `arch`.

@@ -74,8 +74,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let cur = b.ffn_layer(il, x, plain)?;
         let cur = b.rms_norm(cur, Some(ffn_post_norm), POST_NORM_EPS);
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     let norm = b.weight("output_norm.weight", &[n_embd])?;
     let output = b.weight("output.weight", &[n_embd, n_vocab])?;

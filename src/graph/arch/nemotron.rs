@@ -45,8 +45,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let ffn_inp = b.add(cur, Operand::Node(inp));
         let cur = b.layer_norm(ffn_inp, Some(ffn_norm), Some(ffn_norm_b), hp.eps_norm);
         let cur = b.ffn_seq(il, cur, Act::ReluSqr, Need::IfPresent, false)?;
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     let norm = b.weight("output_norm.weight", &[n_embd])?;
     let norm_b = b.weight("output_norm.bias", &[n_embd])?;

@@ -48,8 +48,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             ..Ffn::SWIGLU
         };
         let cur = b.ffn_layer(il, cur, ffn)?;
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     let output = b.output_weight(tok_embd)?;
     let embd = b.layer_norm(inp, None, None, hp.eps_norm);

@@ -2,7 +2,7 @@
 //! bias) instead of RMS norms, NeoX rotary embeddings, a SiLU-gated FFN.
 
 use super::super::builder::{BuildError, Builder, Ffn, Outputs};
-use super::super::{Operand, RopeMode};
+use super::super::RopeMode;
 use super::def::{no_hparams, ArchDef, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -36,8 +36,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             ..Ffn::SWIGLU
         };
         let cur = b.ffn_layer(il, cur, ffn)?;
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     let norm = b.weight("output_norm.weight", &[n_embd])?;
     let norm_b = b.weight("output_norm.bias", &[n_embd])?;

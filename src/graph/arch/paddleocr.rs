@@ -6,7 +6,6 @@
 use super::super::blocks::{PreNormAttn, QkNorm};
 use super::super::builder::{BuildError, Builder, Ffn, Outputs};
 use super::super::params::ArchParams;
-use super::super::Operand;
 use super::def::{check_mrope_text, ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -46,8 +45,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let ffn_inp = b.pre_norm_attn(il, inp, attn)?;
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let cur = b.ffn_layer(il, x, plain)?;
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

@@ -49,8 +49,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             ..Ffn::SWIGLU
         };
         let cur = b.ffn_layer(il, cur, ffn)?;
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

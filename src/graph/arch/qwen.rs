@@ -2,7 +2,7 @@
 //! bias), NeoX rotary embeddings, and an FFN of `feed_forward_length / 2` rows.
 
 use super::super::builder::{BuildError, Builder, Outputs};
-use super::super::{GluKind, Operand, RopeMode};
+use super::super::{GluKind, RopeMode};
 use super::def::{no_hparams, ArchDef, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -47,8 +47,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             GluKind::Swiglu,
             false,
         );
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     let norm = b.weight("output_norm.weight", &[n_embd])?;
     let output = b.weight("output.weight", &[n_embd, hp.n_vocab as i64])?;

@@ -2,7 +2,7 @@
 //! embeddings, q/k/v biases, an FFN without biases or per-tensor scales, and `output.bias`.
 
 use super::super::builder::{BuildError, Builder, Ffn, Outputs};
-use super::super::{Operand, RopeMode, WeightId};
+use super::super::{RopeMode, WeightId};
 use super::def::{no_hparams, ArchDef, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -66,8 +66,7 @@ pub fn graph_with(b: &mut Builder, l: Qwen2Layers) -> Result<Outputs, BuildError
             ..Ffn::SWIGLU
         };
         let cur = b.ffn_layer(il, cur, ffn)?;
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, l.output_bias)
 }

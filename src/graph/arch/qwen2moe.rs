@@ -74,8 +74,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let shexp = b.ffn_named(il, x, "_shexp", hp.ext.n_ff_shexp, plain)?;
         let shexp = b.mul(shexp, Operand::Node(gate));
         let cur = b.add(moe_out, Operand::Node(shexp));
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

@@ -3,7 +3,7 @@
 
 use super::super::blocks::{PreNormAttn, QkNorm};
 use super::super::builder::{BuildError, Builder, Ffn, Moe, Outputs};
-use super::super::{Operand, RopeMode};
+use super::super::RopeMode;
 use super::def::{no_hparams, ArchDef, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -55,8 +55,7 @@ pub fn graph_with(b: &mut Builder, scaled: bool) -> Result<Outputs, BuildError> 
             };
             b.moe_layer(il, cur, n_ff, moe)?
         };
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

@@ -58,8 +58,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             b.lw(il, "ffn_up_exps.weight", &[n_embd, n_ff, n_exp])?;
             b.act(cur, Act::Silu)
         };
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

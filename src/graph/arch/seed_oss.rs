@@ -2,7 +2,7 @@
 //! embeddings, the FFN's input normed by `post_attention_norm`, no `ffn_norm`.
 
 use super::super::builder::{BuildError, Builder, Ffn, Outputs};
-use super::super::{Operand, RopeMode};
+use super::super::RopeMode;
 use super::def::{no_hparams, ArchDef, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -28,6 +28,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let (q, k, v) = b.qkv(il, cur)?;
         let (q, k) = b.rope_qk(q, k, None, false);
         let cur = b.attn(il, q, k, v, wo, None, kq_scale);
+        b.cb_output(cur, "attn_out", Some(il));
         let ffn_inp = b.residual(il, cur, inp);
         let cur = b.rms_norm(ffn_inp, Some(post_norm), hp.eps_rms);
         let ffn = Ffn {
@@ -35,8 +36,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             ..Ffn::SWIGLU
         };
         let cur = b.ffn_layer(il, cur, ffn)?;
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

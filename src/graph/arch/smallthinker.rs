@@ -88,8 +88,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let ffn_inp = b.add(cur, Operand::Node(res));
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let cur = b.moe_ffn_routed(x, probs, w, hp.n_expert_used, moe, MoeRoute::default());
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     b.rms_output(inp, tok_embd, false)
 }

@@ -91,8 +91,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             scaled: false,
         };
         let cur = b.ffn_layer(il, cur, ffn)?;
-        inp = b.add(cur, Operand::Node(ffn_inp));
-        inp = b.cvec(inp, il);
+        inp = b.layer_out(il, cur, ffn_inp);
     }
     let norm = b.weight("output_norm.weight", &[n_embd])?;
     let output = b.output_weight(tok_embd)?;

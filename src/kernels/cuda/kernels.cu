@@ -1,37 +1,14 @@
 // The CUDA executor's kernels (src/graph/exec_cuda.rs), compiled at run time by NVRTC (no
 // headers: fixed-width types and half conversions are defined in quant.cuh). Activations are f32 rows;
-// weights keep their GGUF bytes (type ids are ggml's: 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 8 Q8_0).
+// weights keep their GGUF bytes (type ids are ggml's: 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 6 Q5_0,
+// 7 Q5_1, 8 Q8_0, 12 Q4_K, 13 Q5_K, 14 Q6_K).
 // Reproducible: every reduction has one fixed order (no atomics), so a launch gives the same
-// bits on every run. Semantics follow the CPU executor (src/kernels/cpu): MUL_MAT with Q4_0,
-// Q4_1 and Q8_0 weights quantizes the activations to Q8_0/Q8_1 first (quant.cuh, the same bytes
-// as the CPU) and sums integer products per block; sums of squares and softmax sums in double.
+// bits on every run. Semantics follow the CPU executor (src/kernels/cpu): MUL_MAT with quantized
+// weights quantizes the activations to Q8_0/Q8_1/Q8_K first (quant.cuh, the same bytes as the
+// CPU) and sums integer products per block; sums of squares and softmax sums in double.
 // quant.cuh (types, half conversions, the quantizer) comes before this file.
 
 #define NEG_INF __int_as_float(0xff800000)
-
-// Value i of a row of type ty.
-__device__ __forceinline__ float deq(const u8 *row, int ty, int i) {
-    int j = i % QK;
-    switch (ty) {
-    case 0: return ((const float *)row)[i];
-    case 1: return h2f(ld16(row + 2 * i));
-    case 2: {
-        const u8 *b = row + (i / QK) * 18;
-        int q = j < 16 ? (b[2 + j] & 15) : (b[2 + j - 16] >> 4);
-        return h2f(ld16(b)) * (float)(q - 8);
-    }
-    case 3: {
-        const u8 *b = row + (i / QK) * 20;
-        int q = j < 16 ? (b[4 + j] & 15) : (b[4 + j - 16] >> 4);
-        return h2f(ld16(b)) * (float)q + h2f(ld16(b + 2));
-    }
-    case 8: {
-        const u8 *b = row + (i / QK) * 34;
-        return h2f(ld16(b)) * (float)(i8)b[2 + j];
-    }
-    }
-    return 0.0f;
-}
 
 __device__ __forceinline__ float warp_sum(float v) {
     // fixed tree (lane 0 holds the sum), then lane 0's value for every lane
@@ -167,8 +144,9 @@ __device__ __forceinline__ float block_dot(const u8 *w, int ty, int ib, const fl
 // slots, else p; times scale[e] when scale is given; x: f32 rows of k. One warp per weight row
 // and up to MM_PAIRS pairs; lane l takes
 // blocks l, l + 32, ...; a fixed warp tree sums the lanes.
-// With xq given (Q4_0, Q4_1, Q8_0 weights), x is read as its quantized rows (k_quantize_q8) and
-// each block's dot is an integer sum (block_dot_q8), as the CPU engine computes it.
+// With xq given (quantized weights), x is read as its quantized rows (k_quantize_q8, one
+// activation block per weight block) and each block's dot is an integer sum (block_dot_q8), as
+// the CPU engine computes it.
 extern "C" __global__ void k_mul_mat(const u8 *w, int ty, long long row_bytes, long long expert_bytes,
                                      int n_rows, int k, const float *x, const u8 *xq,
                                      float *dst, int n_pairs, const float *ids, int n_used,
@@ -177,7 +155,7 @@ extern "C" __global__ void k_mul_mat(const u8 *w, int ty, long long row_bytes, l
     int p0 = blockIdx.y * MM_PAIRS;
     int lane = threadIdx.x;
     if (r >= n_rows) return;
-    int nb = k / QK;
+    int nb = k / block_values(ty);
     float acc[MM_PAIRS];
     int es[MM_PAIRS];
 #pragma unroll
@@ -211,12 +189,13 @@ extern "C" __global__ void k_mul_mat(const u8 *w, int ty, long long row_bytes, l
     }
 }
 
-// The activations of a quantized MUL_MAT: n_blocks blocks of 32 f32 values (rows of k, k a
-// multiple of 32, back to back) into Q8_0 (sum 0) or Q8_1 (sum 1) blocks; one thread a block.
-extern "C" __global__ void k_quantize_q8(const float *x, u8 *y, long long n_blocks, int sum) {
+// The activations of a quantized MUL_MAT: n_blocks blocks of f32 values (rows of k, back to
+// back; 32 values a block for Q8_0 (kind 0) and Q8_1 (kind 1), 256 for Q8_K (kind 2)) into
+// blocks of that kind; one thread a block.
+extern "C" __global__ void k_quantize_q8(const float *x, u8 *y, long long n_blocks, int kind) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n_blocks) return;
-    quantize_q8_block(x + i * QK, y + i * (sum ? 36 : 34), sum);
+    quantize_act_block(x + i * (kind == 2 ? QK_K : QK), y + i * act_block_bytes(kind), kind);
 }
 
 // ROPE of each head of each token from a table of (cos, sin) pairs per token (n_rot values,

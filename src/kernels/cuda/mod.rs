@@ -37,7 +37,32 @@ pub const KERNELS: [&str; 16] = [
 /// Weight types the CUDA kernels compute with (MUL_MAT, GET_ROWS, weight operands).
 pub fn supports(ty: crate::gguf::GgmlType) -> bool {
     use crate::gguf::GgmlType as T;
-    matches!(ty, T::F32 | T::F16 | T::Q4_0 | T::Q4_1 | T::Q8_0)
+    matches!(
+        ty,
+        T::F32
+            | T::F16
+            | T::Q4_0
+            | T::Q4_1
+            | T::Q5_0
+            | T::Q5_1
+            | T::Q8_0
+            | T::Q4_K
+            | T::Q5_K
+            | T::Q6_K
+    )
+}
+
+/// What a quantized weight type's activations are quantized to before its integer block dots
+/// (the CPU engine's vec_dot type): 0 Q8_0, 1 Q8_1, 2 Q8_K, with the values and bytes of one
+/// activation block; `None` for F32/F16 (f32 activations).
+pub fn activation_blocks(ty: crate::gguf::GgmlType) -> Option<(i32, usize, usize)> {
+    use crate::gguf::GgmlType as T;
+    match ty {
+        T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4_NL => Some((0, 32, 34)),
+        T::Q4_1 | T::Q5_1 => Some((1, 32, 36)),
+        T::Q2_K | T::Q3_K | T::Q4_K | T::Q5_K | T::Q6_K | T::IQ4_XS => Some((2, 256, 292)),
+        _ => None,
+    }
 }
 
 /// FNV-1a, 64 bits: the cache key of a source (no dependency for one hash).

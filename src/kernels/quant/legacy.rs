@@ -284,6 +284,78 @@ pub fn mxfp4(x: &[f32], y: &mut [u8], _qw: Option<&[f32]>) {
     }
 }
 
+/// NVFP4: 64 values in four sub-blocks of 16, each with a UE4M3 scale, values E2M1.
+pub const QK_NVFP4: usize = 64;
+const QK_NVFP4_SUB: usize = 16;
+pub const NVFP4_BYTES: usize = 36;
+
+/// `ggml_ue4m3_to_fp32`: an unsigned E4M3 scale (bias 7), halved as `kvalues_mxfp4` are
+/// twice the E2M1 values.
+fn ue4m3_to_fp32(x: u8) -> f32 {
+    if x == 0 || x == 0x7f {
+        return 0.0;
+    }
+    let (exp, man) = (i32::from((x >> 3) & 0xf), f32::from(x & 7));
+    let raw = if exp == 0 {
+        man * (-9f32).exp2()
+    } else {
+        (1.0 + man / 8.0) * ((exp - 7) as f32).exp2()
+    };
+    raw * 0.5
+}
+
+/// `ggml_fp32_to_ue4m3`: round to nearest (ties up) on the mantissa's fourth bit, saturating
+/// at 0x7E (448), subnormals rounded as `(int)(x * 512 + 0.5)`.
+fn fp32_to_ue4m3(x: f32) -> u8 {
+    if !(x > 0.0) {
+        return 0;
+    }
+    let x = x.min(448.0);
+    let bits = x.to_bits();
+    let fp32_exp = ((bits >> 23) & 0xff) as i32 - 127;
+    let fp32_man = ((bits >> 20) & 7) as i32;
+    let mut exp = fp32_exp + 7;
+    if exp <= 0 {
+        let man = c_trunc_i32(x * 512.0 + 0.5).min(7);
+        return if man < 1 { 0 } else { man as u8 };
+    }
+    if exp >= 15 {
+        return 0x7e;
+    }
+    let mut man = fp32_man + ((bits >> 19) & 1) as i32;
+    if man > 7 {
+        man = 0;
+        exp += 1;
+        if exp >= 15 {
+            return 0x7e;
+        }
+    }
+    ((exp << 3) | man) as u8
+}
+
+/// `quantize_row_nvfp4_ref` (upstream's `quantize_nvfp4` ignores an imatrix).
+pub fn nvfp4(x: &[f32], y: &mut [u8], _qw: Option<&[f32]>) {
+    for (xb, yb) in x
+        .chunks_exact(QK_NVFP4)
+        .zip(y.chunks_exact_mut(NVFP4_BYTES))
+    {
+        let (scales, qs) = yb.split_at_mut(QK_NVFP4 / QK_NVFP4_SUB);
+        for (s, xs) in xb.chunks_exact(QK_NVFP4_SUB).enumerate() {
+            let amax = xs
+                .iter()
+                .fold(0.0f32, |m, v| if m < v.abs() { v.abs() } else { m });
+            let ue = fp32_to_ue4m3(amax / 6.0);
+            scales[s] = ue;
+            let d = ue4m3_to_fp32(ue);
+            let half = QK_NVFP4_SUB / 2;
+            for j in 0..half {
+                qs[s * half + j] =
+                    best_index_mxfp4(xs[j], d) | (best_index_mxfp4(xs[half + j], d) << 4);
+            }
+        }
+    }
+}
+
 pub const QK1_0: usize = 128;
 pub const Q1_0_BYTES: usize = 18;
 pub const QK2_0: usize = 64;

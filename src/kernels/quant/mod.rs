@@ -58,6 +58,7 @@ fn row_fn(ty: GgmlType) -> Option<RowFn> {
         GgmlType::Q5_1 => legacy::q5_1,
         GgmlType::Q8_0 => legacy::q8_0,
         GgmlType::MXFP4 => legacy::mxfp4,
+        GgmlType::NVFP4 => legacy::nvfp4,
         GgmlType::Q1_0 => legacy::q1_0,
         GgmlType::Q2_0 => legacy::q2_0,
         GgmlType::Q2_K => kquants::q2_k,

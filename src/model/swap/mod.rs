@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::storage::{BufferPool, FileIdentity};
+use crate::storage::{BufferPool, FileIdentity, SourceFile};
 
-use super::Model;
+use super::tensors::TensorStore;
 use report::Report;
 
 /// The environment variable read at model load.
@@ -128,10 +128,11 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl HotSwap {
-    /// Records every shard's path and identity (tensor offsets stay on the tensors).
-    pub fn register(model: &Model, check_tensors: bool) -> HotSwap {
-        let mut files: Vec<WatchedFile> = model
-            .files
+    /// Records every shard's path and identity (tensor offsets stay on the tensors): a model's
+    /// `files` and `tensors` (the pieces, not the model, so that this room imports nothing
+    /// from the model's `mod.rs`, which owns it).
+    pub fn register(sources: &[SourceFile], tensors: &TensorStore, check_tensors: bool) -> HotSwap {
+        let mut files: Vec<WatchedFile> = sources
             .iter()
             .map(|f| {
                 if f.path.is_none() {
@@ -147,19 +148,18 @@ impl HotSwap {
                 }
             })
             .collect();
-        for (i, t) in model.tensors.iter().enumerate() {
+        for (i, t) in tensors.iter().enumerate() {
             files[t.source.file_index].tensors.push(i);
         }
-        let largest = model
-            .tensors
+        let largest = tensors
             .iter()
             .map(|t| t.read().layout.nbytes)
             .max()
             .unwrap_or(0);
         crate::log_info!(
             "hot-swap: enabled, watching {} file(s) for {} tensors",
-            model.files.len(),
-            model.tensors.len()
+            sources.len(),
+            tensors.len()
         );
         let auto = auto_interval_by_env().map(|every| {
             crate::log_info!(

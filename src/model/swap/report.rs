@@ -5,7 +5,7 @@ use std::fmt::Write;
 use std::sync::OnceLock;
 
 use crate::gguf::GgmlType;
-use crate::model::report::json_string;
+use crate::model::json::json_string;
 
 /// What happened to one tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

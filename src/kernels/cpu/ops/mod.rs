@@ -20,7 +20,7 @@ pub use attn::{
     flash_attn, indexer_scores, top_k_set, upstream_n_kv, Attn, AttnScratch, AttnShape, KvRows,
 };
 pub use hadamard::{hadamard_rows, hadamard_rows_dense};
-pub use hc::hc_mix;
+pub use hc::{hc_mix, HcMixKind};
 pub use norm::{norm_row, rms_norm_row};
 pub use rope::{rope_apply, rope_cache, yarn_corr_dims, RopeMode, RopeParams};
 pub use softmax::soft_max_row;

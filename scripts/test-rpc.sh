@@ -74,6 +74,11 @@ toks="1 50 34 22 90 7 11 3 5"
 row moe-exact-fa 1 1 1e-6 17 "$moe"
 row moe-fast-fa 1 0 1e-6 17 "$moe"
 row moe-exact-nofa 0 1 1e-6 17 "$moe"
+# gemma2 (attention soft-cap, sliding-window layers, GELU) split across both servers, flash
+# attention off and on: the engines' gemma2 rows are close, not bit-identical (test-engine).
+gemma2="$(dirname "$moe")/gemma2-dense.gguf"
+row gemma2-exact-nofa 0 1 1e-12 0 "$gemma2"
+row gemma2-exact-fa 1 1 1e-12 0 "$gemma2"
 
 # State and sessions with the KV rows on the servers (ffi-tests/diff_state.c with DIFF_RPC:
 # SmolLM2 with 20 layers on the two servers): each library saves a session file, a whole

@@ -974,58 +974,21 @@ impl RpcExecutor {
             Ok(id)
         };
         let kq_ne = [n_kv, t, nh, 1];
-        let mut kq = push(
-            sg,
-            GGML_TYPE_F32,
-            4,
-            kq_ne,
-            kq_at,
-            ggml::OP_MUL_MAT,
-            &[fa[1], fa[0]],
-            &[ggml::PREC_F32],
-        )?;
+        let kq_step = |sg: &mut SplitGraph, op: u32, src: &[u64], params: &[i32]| {
+            push(sg, GGML_TYPE_F32, 4, kq_ne, kq_at, op, src, params)
+        };
+        let mut kq = kq_step(sg, ggml::OP_MUL_MAT, &[fa[1], fa[0]], &[ggml::PREC_F32])?;
         if softcap != 0.0 {
-            kq = push(
-                sg,
-                GGML_TYPE_F32,
-                4,
-                kq_ne,
-                kq_at,
-                ggml::OP_SCALE,
-                &[kq],
-                &[f(1.0 / softcap), f(0.0)],
-            )?;
-            kq = push(
-                sg,
-                GGML_TYPE_F32,
-                4,
-                kq_ne,
-                kq_at,
-                ggml::OP_UNARY,
-                &[kq],
-                &[ggml::UNARY_TANH],
-            )?;
-            kq = push(
-                sg,
-                GGML_TYPE_F32,
-                4,
-                kq_ne,
-                kq_at,
-                ggml::OP_SCALE,
-                &[kq],
-                &[f(softcap), f(0.0)],
-            )?;
+            // upstream's soft-cap: scale down, tanh, scale up
+            for (op, p) in [
+                (ggml::OP_SCALE, [f(1.0 / softcap), f(0.0)]),
+                (ggml::OP_UNARY, [ggml::UNARY_TANH, 0]),
+                (ggml::OP_SCALE, [f(softcap), f(0.0)]),
+            ] {
+                kq = kq_step(sg, op, &[kq], &p)?;
+            }
         }
-        let kq = push(
-            sg,
-            GGML_TYPE_F32,
-            4,
-            kq_ne,
-            kq_at,
-            ggml::OP_SOFT_MAX,
-            &[kq, fa[3]],
-            &[f(scale), f(0.0)],
-        )?;
+        let kq = kq_step(sg, ggml::OP_SOFT_MAX, &[kq, fa[3]], &[f(scale), f(0.0)])?;
         // V's view [dv, n_kv, heads] transposed to [n_kv, dv, heads] and copied (CPY) into
         // the layout upstream's transposed cache has (rows of the cache's size per value), so
         // that the product reads it with upstream's strides and takes ggml's same path

@@ -161,7 +161,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let cur = if hp.is_recurrent(il) {
             b.kda_layer(il, cur, kda)?
         } else {
-            gated_mla_nope(b, il, cur)?
+            gated_mla_nope(b, il, cur, false)?
         };
         // a banked layer restarts the stream from the attention output alone
         let prefix = if banked {
@@ -195,8 +195,15 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
     Ok(Outputs { logits, embd })
 }
 
-/// The rope-less latent attention of layer `il` with its optional per-value output gate.
-fn gated_mla_nope(b: &mut Builder, il: usize, cur: NodeId) -> Result<NodeId, BuildError> {
+/// The rope-less latent attention of layer `il` with its optional per-value output gate;
+/// `scaled_wo`: the output projection as `build_attn` applies it (`build_lora_mm` with
+/// `attn_output.scale`: kimi-linear), else a plain MUL_MAT after the gate (kimi-k3).
+pub fn gated_mla_nope(
+    b: &mut Builder,
+    il: usize,
+    cur: NodeId,
+    scaled_wo: bool,
+) -> Result<NodeId, BuildError> {
     let hp = b.hp;
     let e = &hp.ext;
     let n_embd = hp.n_embd as i64;
@@ -263,7 +270,11 @@ fn gated_mla_nope(b: &mut Builder, il: usize, cur: NodeId) -> Result<NodeId, Bui
         let g = b.sigmoid(g);
         out = b.mul(out, Operand::Node(g));
     }
-    Ok(b.mul_mat_raw(wo, out))
+    Ok(if scaled_wo {
+        b.mul_mat(wo, out)
+    } else {
+        b.mul_mat_raw(wo, out)
+    })
 }
 
 /// The routed experts in the latent width (routed by the full-width input) plus the

@@ -67,6 +67,7 @@ pub mod jais;
 pub mod jais2;
 pub mod jamba;
 pub mod kimi_k3;
+pub mod kimi_linear;
 pub mod laguna;
 pub mod lfm2;
 pub mod llada;
@@ -226,6 +227,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &qwen3next::DEF,
     &bailingmoe3::DEF,
     &kimi_k3::DEF,
+    &kimi_linear::DEF,
     &glm5_next::DEF,
     &dream::DEF,
     &llada::DEF,
@@ -258,8 +260,8 @@ pub fn missing_pieces(arch: &str) -> Option<&'static str> {
         "deepseek4" => Some(
             "DeepSeek-V4's compressed attention (the per-sequence compressor state of the \
              ratio-4 CSA and ratio-128 HCA layers, their compressed K caches and masks beside \
-             the sliding-window cache, the CSA layers' indexer over compressed keys), ROPE_BACK \
-             of the attention output and sqrt-softplus expert routing",
+             the sliding-window cache, the CSA layers' indexer over compressed keys) and ROPE_BACK \
+             of the attention output",
         ),
         _ => None,
     }

@@ -261,6 +261,7 @@ impl CudaExecutor {
             Op::GetRowsAdapter { .. } | Op::AddAdapter { .. } => false,
             Op::MulRep { .. } | Op::SsmConv { .. } | Op::SsmScan { .. } => false,
             Op::Softplus { .. } | Op::RepeatHeads { .. } | Op::GatedDeltaNet { .. } => false,
+            Op::Sqrt { .. } => false,
             Op::SumRows { .. } | Op::HcPre { .. } | Op::HcMix { .. } | Op::HcPost { .. } => false,
             Op::Gelu { .. }
             | Op::Relu { .. }
@@ -556,6 +557,7 @@ impl CudaExecutor {
             | Op::SsmScan { .. }
             | Op::LightningIndexer { .. }
             | Op::Softplus { .. }
+            | Op::Sqrt { .. }
             | Op::SumRows { .. }
             | Op::HcPre { .. }
             | Op::HcMix { .. }

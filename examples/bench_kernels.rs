@@ -4,6 +4,9 @@
 //! cargo run --release --example bench_kernels [-- [--upstream LIBGGML_CPU] TYPE...]
 //! cargo run --release --example bench_kernels -- pp [TYPE...]  (SmolLM2's batched products;
 //! `pp1b`: the generated 1B llama's)
+//! cargo run --release --example bench_kernels -- ppk  (repacked Q4_K products of 128 rows in
+//! SmolLM2's ffn_down and the 1B llama's shapes, in the process's kernel mode: run it with
+//! `LLAMA_HOTSWAP_EXACT=1` and without to compare the modes)
 //! cargo run --release --example bench_kernels -- hint [TYPE...]  (mat-vecs with the weight
 //! prefetch hint off and on)
 //! (types by ggml name: q4_0 f16 ...). With `--upstream` (upstream's libggml-cpu.so), also
@@ -389,6 +392,47 @@ fn prompt_shapes(filter: &[String], upstream: Option<&str>, shapes: &[(usize, us
     }
 }
 
+/// Repacked Q4_K weights (as loads make them) times 128 activation rows, 1 thread, CPU time,
+/// median of 15, per shape, in this process's kernel mode.
+fn repacked_q4_k_shapes() {
+    let pool = ThreadPool::new(1);
+    let m = 128usize;
+    let shapes = [
+        (576usize, 1536usize),
+        (2048, 2048),
+        (5632, 2048),
+        (2048, 5632),
+    ];
+    let mut line = format!(
+        "Q4_K repacked, {} mode, {m} rows, 1 thread, ms:",
+        cpu::kernel_mode().name()
+    );
+    let mut total = 0.0;
+    for (n_rows, k) in shapes {
+        let t = GgmlType::Q4_K;
+        let mut w = byte_pattern(n_rows * cpu::row_bytes(t, k));
+        for block in w.chunks_exact_mut(t.type_size() as usize) {
+            block[0..2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
+            block[2..4].copy_from_slice(&half::f16::from_f32(0.002).to_bits().to_le_bytes());
+        }
+        let rp = cpu::repack::repack(cpu::RepackKind::Q4Kx8, t, &w, n_rows, k);
+        let x: Vec<f32> = (0..m * k).map(|i| (i % 13) as f32 / 13.0 - 0.5).collect();
+        let mut dst = vec![0f32; n_rows * m];
+        let mut scratch = Scratch::new();
+        let times: Vec<f64> = (0..15)
+            .map(|_| {
+                let start = thread_cpu_ms();
+                cpu::repack::mul_mat_repacked(&rp, &x, m, &mut dst, n_rows, 0, &pool, &mut scratch);
+                thread_cpu_ms() - start
+            })
+            .collect();
+        let ms = median(times);
+        total += ms;
+        line += &format!("  {n_rows}x{k} {ms:.3}");
+    }
+    println!("{line}  sum {total:.3}");
+}
+
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let mut args_upstream_path = None;
@@ -410,6 +454,10 @@ fn main() {
             &[(576, 576), (192, 576), (1536, 576), (576, 1536)]
         };
         prompt_shapes(&filter[1..], lib, shapes);
+        return;
+    }
+    if filter.first().is_some_and(|f| f == "ppk") {
+        repacked_q4_k_shapes();
         return;
     }
     if filter.first().is_some_and(|f| f == "hint") {

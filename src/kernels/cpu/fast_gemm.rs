@@ -55,10 +55,16 @@ pub fn takes(t: GgmlType, n_rows: usize, m: usize) -> bool {
     r8_type(t) && n_rows % R8_ROWS == 0 && n_rows > 0 && m >= FAST_MIN_COLS && super::mode::fast()
 }
 
+/// Whether Q4_K prompt products take [`FastWeight::Q4Kx8`]: not yet. Measured 2026-11-29 (1
+/// thread, CPU time, 128 rows, loaded host), it is 0.9–1.8× the time of the exact mode's
+/// repacked `q4_K_8x8` gemm (65% in the r8 kernel, ~25% packing and the min term): no gain
+/// until the kernel takes the min term in its lanes and packs with SIMD.
+const Q4_K_FAST: bool = false;
+
 /// Whether the fast mode takes a product of a repacked weight of plain type `t` (the
 /// [`r8_type`]s and Q4_K) with `n_rows` rows and `m` activation columns.
 pub fn takes_repacked(t: GgmlType, n_rows: usize, m: usize) -> bool {
-    (r8_type(t) || t == GgmlType::Q4_K)
+    (r8_type(t) || (Q4_K_FAST && t == GgmlType::Q4_K))
         && n_rows % R8_ROWS == 0
         && n_rows > 0
         && m >= FAST_MIN_COLS
@@ -236,7 +242,7 @@ fn mul_mat_fast_q4_k(
     let xq_row = nb * Q8_0_BYTES;
     let mut xq = vec![0u8; m * xq_row];
     let mut dx = vec![0f32; m * nb];
-    let mut xs = vec![0f32; m * nb];
+    let mut xs = vec![0i32; m * nb];
     q8_k_as_blocks(x, x_row_bytes, m, nbk, &mut xq, &mut dx, &mut xs);
     let sx = vec![0i32; m * nb];
     let kernel = r8_kernel();
@@ -247,13 +253,15 @@ fn mul_mat_fast_q4_k(
     let out = SharedOut::new(dst);
     let run = |task: usize, _thread: usize| {
         let mut packed = vec![0u8; nb * R8_BLOCK_BYTES];
-        let mut mins = vec![0f32; nb * R8_ROWS];
+        let mut mins = vec![0u8; nb * R8_ROWS];
+        let mut dmins = vec![0f32; nbk * R8_ROWS];
         for g in task * per..((task + 1) * per).min(groups) {
             pack_q4_kx8(
                 &w[g * group_bytes..(g + 1) * group_bytes],
                 nbk,
                 &mut packed,
                 &mut mins,
+                &mut dmins,
             );
             let cols = GroupColumns {
                 kernel,
@@ -265,11 +273,22 @@ fn mul_mat_fast_q4_k(
                 sx: &sx,
             };
             cols.run(&packed, 0..m, |c, v| {
+                // per super-block: the integer Σ_s m · Σ x_q, then one float product (upstream's
+                // order for the min term)
                 let mut min_term = [0f32; R8_ROWS];
-                for (b, &s) in xs[c * nb..(c + 1) * nb].iter().enumerate() {
-                    let mb = &mins[b * R8_ROWS..(b + 1) * R8_ROWS];
+                for sb in 0..nbk {
+                    let mut isum = [0i32; R8_ROWS];
+                    for s in 0..8 {
+                        let b = 8 * sb + s;
+                        let bs = xs[c * nb + b];
+                        let mb = &mins[b * R8_ROWS..(b + 1) * R8_ROWS];
+                        for r in 0..R8_ROWS {
+                            isum[r] += i32::from(mb[r]) * bs;
+                        }
+                    }
+                    let d8 = dx[c * nb + 8 * sb];
                     for r in 0..R8_ROWS {
-                        min_term[r] = mb[r].mul_add(s, min_term[r]);
+                        min_term[r] += dmins[sb * R8_ROWS + r] * d8 * isum[r] as f32;
                     }
                 }
                 let at = c * dst_stride + dst_offset + g * R8_ROWS;

@@ -228,15 +228,18 @@ pub const Q4_KX8_BLOCK_BYTES: usize = 16 + 16 + 64 + 64 + 8 * (Q4_K_BYTES - 16);
 
 /// Packs one group of a repacked `Q4Kx8` weight (`nbk` super-blocks) into `8 · nbk` r8 blocks
 /// of [`R8Values::Nibble4`] (one per sub-block of 32: scale `d · sc`, the nibbles 0..15) and
-/// writes each sub-block's min, `dmin · m`, to `mins[8 · b + r]` (row order). The Q4_K weight
-/// is `d · sc · q − dmin · m`, so a product is the r8 kernel's (with no nibble offset) minus
-/// `Σ_b mins · d_x · Σ x_q`: the min term from the activations' block sums, as ik_llama.cpp's
-/// k-quant kernels take it.
-pub fn pack_q4_kx8(group: &[u8], nbk: usize, out: &mut [u8], mins: &mut [f32]) {
+/// writes each sub-block's 6-bit min `m` to `mins[8 · b + r]` and each super-block's `dmin` to
+/// `dmins[8 · sb + r]` (row order). The Q4_K weight is `d · sc · q − dmin · m`, so a product is
+/// the r8 kernel's (with no nibble offset) minus, per super-block, `dmin · d_x · Σ_s m · Σ x_q`
+/// (an integer sum): the min term from the activations' block sums, as ik_llama.cpp's k-quant
+/// kernels (and upstream's dot) take it.
+pub fn pack_q4_kx8(group: &[u8], nbk: usize, out: &mut [u8], mins: &mut [u8], dmins: &mut [f32]) {
     for sb in 0..nbk {
         let src = &group[sb * Q4_KX8_BLOCK_BYTES..(sb + 1) * Q4_KX8_BLOCK_BYTES];
         let d: [f32; R8_ROWS] = std::array::from_fn(|r| f16_at(src, 2 * r));
-        let dmin: [f32; R8_ROWS] = std::array::from_fn(|r| f16_at(src, 16 + 2 * r));
+        for r in 0..R8_ROWS {
+            dmins[R8_ROWS * sb + r] = f16_at(src, 16 + 2 * r);
+        }
         for s in 0..8 {
             let b = 8 * sb + s;
             let blk = &mut out[b * R8_BLOCK_BYTES..(b + 1) * R8_BLOCK_BYTES];
@@ -245,7 +248,7 @@ pub fn pack_q4_kx8(group: &[u8], nbk: usize, out: &mut [u8], mins: &mut [f32]) {
                 std::array::from_fn(|r| d[r] * f32::from(src[32 + s * R8_ROWS + r])),
             );
             for r in 0..R8_ROWS {
-                mins[R8_ROWS * b + r] = dmin[r] * f32::from(src[96 + s * R8_ROWS + r]);
+                mins[R8_ROWS * b + r] = src[96 + s * R8_ROWS + r];
             }
             let (c, shift) = (s / 2, 4 * (s % 2));
             for r in 0..R8_ROWS {
@@ -264,7 +267,7 @@ pub fn pack_q4_kx8(group: &[u8], nbk: usize, out: &mut [u8], mins: &mut [f32]) {
 /// Q8_K activation rows (`m` rows `x_row_bytes` apart, `nbk` super-blocks each) as the r8
 /// kernels read them: `xq` gets Q8_0-shaped blocks of 32 (2 unused bytes, then the quants;
 /// the kernels take the scales from `dx`), `dx[j · nb + b]` the super-block's scale and
-/// `xs[j · nb + b]` the scale times the block's quant sum (from `bsums`), `nb = 8 · nbk`.
+/// `xs[j · nb + b]` the block's quant sum (from `bsums`), `nb = 8 · nbk`.
 pub fn q8_k_as_blocks(
     x: &[u8],
     x_row_bytes: usize,
@@ -272,7 +275,7 @@ pub fn q8_k_as_blocks(
     nbk: usize,
     xq: &mut [u8],
     dx: &mut [f32],
-    xs: &mut [f32],
+    xs: &mut [i32],
 ) {
     let nb = 8 * nbk;
     for j in 0..m {
@@ -286,7 +289,7 @@ pub fn q8_k_as_blocks(
                 let bsum =
                     |i: usize| i32::from(i16::from_le_bytes([blk[260 + 2 * i], blk[261 + 2 * i]]));
                 dx[b] = d;
-                xs[b] = d * (bsum(2 * s) + bsum(2 * s + 1)) as f32;
+                xs[b] = bsum(2 * s) + bsum(2 * s + 1);
             }
         }
     }

@@ -263,6 +263,19 @@ pub fn missing_pieces(arch: &str) -> Option<&'static str> {
              the sliding-window cache, the CSA layers' indexer over compressed keys) and ROPE_BACK \
              of the attention output",
         ),
+        "qwen4exp" => Some(
+            "Qwen4-exp's hyper-connections (the low-rank gated HC mixer and combine of \
+             DeepSeek-V4, before the token mixer, the MoE and the output), the PLE n-gram \
+             hash embedding with its dilated causal conv whose history is a second recurrent \
+             row, and the hybrid memory whose attention layers keep an indexer K cache beside \
+             the KV cache (sparse top-k attention) while the gated delta-net layers keep \
+             conv and SSM states",
+        ),
+        "minimax-m3" => Some(
+            "MiniMax-M3's block-sparse attention (an indexer K cache beside the KV cache, \
+             block scores by max-pooling, top-k position blocks plus local blocks, the chosen \
+             K/V rows gathered into FLASH_ATTN_EXT) after its leading dense layers",
+        ),
         _ => None,
     }
 }

@@ -218,6 +218,28 @@ check_archs() {
             echo "FAIL glm5-next-moe-topk4: exit $rc, $(tail -2 "$out/glm5-next-topk4.err")"; failed=$((failed + 1))
         fi
     fi
+    # DeepSeek-V4's routing (expert_gating_func 4: weights sqrt(softplus(logits))) on a copy
+    # of deepseek2's fixture, which upstream's deepseek2 graph routes the same way; its
+    # logits must differ from the fixture's sigmoid routing
+    if [[ " ${archs[*]} " == *" deepseek2 "* ]]; then
+        f="$derived/deepseek2-moe.sqrtsoftplus.gguf"
+        if [ ! -s "$f" ]; then
+            setmeta="$("$py" -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')/scripts/gguf_set_metadata.py"
+            cp "$fixtures/deepseek2-moe.gguf" "$f.tmp" \
+                && "$py" "$setmeta" "$f.tmp" deepseek2.expert_gating_func 4 --force >/dev/null 2>&1 \
+                && mv "$f.tmp" "$f"
+        fi
+        if [ -s "$f" ]; then
+            CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" check deepseek2-moe-sqrtsoftplus "$f" 1e-3
+            # (2 of 2 experts, unnormalised weights: the routing moves the logits by a mean
+            # KL of ~8e-6, against ~1e-14 between upstream and us)
+            if "$out/compare_logits" "$out/arch-deepseek2-moe.ours.bin" "$out/deepseek2-moe-sqrtsoftplus.ours.bin" 1e-9 0 0 >/dev/null 2>&1; then
+                echo "FAIL deepseek2-moe-sqrtsoftplus: the same logits as with sigmoid routing"; failed=$((failed + 1))
+            fi
+        else
+            echo "FAIL deepseek2-moe-sqrtsoftplus: could not write $f"; failed=$((failed + 1))
+        fi
+    fi
     # ALiBi on its other attention paths: without flash attention (SOFT_MAX_EXT with the
     # slopes), and a 70-token micro-batch (the tiled flash attention)
     if [[ " ${archs[*]} " == *" bloom "* ]]; then

@@ -262,6 +262,7 @@ impl CudaExecutor {
             Op::MulRep { .. } | Op::SsmConv { .. } | Op::SsmScan { .. } => false,
             Op::Softplus { .. } | Op::RepeatHeads { .. } | Op::GatedDeltaNet { .. } => false,
             Op::LightningAttn { .. } => false,
+            Op::Sqrt { .. } => false,
             Op::SumRows { .. } | Op::HcPre { .. } | Op::HcMix { .. } | Op::HcPost { .. } => false,
             Op::Gelu { .. }
             | Op::Relu { .. }
@@ -557,6 +558,7 @@ impl CudaExecutor {
             | Op::SsmScan { .. }
             | Op::LightningIndexer { .. }
             | Op::Softplus { .. }
+            | Op::Sqrt { .. }
             | Op::SumRows { .. }
             | Op::HcPre { .. }
             | Op::HcMix { .. }

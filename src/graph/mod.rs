@@ -307,6 +307,8 @@ pub enum Op {
     },
     /// UNARY(SOFTPLUS): `x > 20 ? x : log(1 + exp(x))`.
     Softplus { src: NodeId },
+    /// SQRT: `sqrtf` of each value (`ggml_vec_sqrt_f32`).
+    Sqrt { src: NodeId },
     /// SUM_ROWS: each row's sum (accumulated in f64, as ggml's `ggml_vec_sum_f32`).
     SumRows { src: NodeId },
     /// DSV4_HC_PRE (`ggml_dsv4_hc_pre`, ungated): `x` holds per token `hc` streams of `n`
@@ -490,6 +492,7 @@ impl Op {
             | Op::SumSlots { src, .. }
             | Op::View { src, .. }
             | Op::Softplus { src }
+            | Op::Sqrt { src }
             | Op::SumRows { src }
             | Op::RepeatHeads { src, .. } => vec![*src],
             Op::HcPre { x, w, .. } => vec![*x, *w],
@@ -545,6 +548,7 @@ impl Op {
             Op::SsmConv { .. } => ("SSM_CONV", None),
             Op::SsmScan { .. } => ("SSM_SCAN", None),
             Op::Softplus { .. } => ("UNARY", Some("SOFTPLUS")),
+            Op::Sqrt { .. } => ("SQRT", None),
             Op::RepeatHeads { .. } => ("REPEAT", None),
             Op::GatedDeltaNet { .. } => ("GATED_DELTA_NET", None),
             Op::LightningAttn { .. } => ("MUL_MAT", None),

@@ -104,6 +104,8 @@ pub enum Gating {
     Sigmoid,
     /// The selected experts' logits soft-maxed (`SOFTMAX_WEIGHT`).
     SoftmaxWeight,
+    /// `sqrt(softplus(logits))` (`SQRT_SOFTPLUS`: DeepSeek-V4).
+    SqrtSoftplus,
 }
 
 /// Hyperparameters of some architectures only (multi-head latent attention, expert

@@ -80,6 +80,7 @@ pub fn gating(v: u32) -> Result<Gating, String> {
         1 => Ok(Gating::Softmax),
         2 => Ok(Gating::Sigmoid),
         3 => Ok(Gating::SoftmaxWeight),
+        4 => Ok(Gating::SqrtSoftplus),
         g => Err(format!("expert_gating_func {g} is not supported yet")),
     }
 }

@@ -45,6 +45,7 @@ pub fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
         0 | 1 => Gating::Softmax,
         2 => Gating::Sigmoid,
         3 => Gating::SoftmaxWeight,
+        4 => Gating::SqrtSoftplus,
         g => return Err(format!("expert_gating_func {g} is not supported yet")),
     };
     if let Some(v) = k.f32_opt("rope.scaling.yarn_log_multiplier") {

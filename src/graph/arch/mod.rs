@@ -262,8 +262,8 @@ pub fn missing_pieces(arch: &str) -> Option<&'static str> {
         "deepseek4" => Some(
             "DeepSeek-V4's compressed attention (the per-sequence compressor state of the \
              ratio-4 CSA and ratio-128 HCA layers, their compressed K caches and masks beside \
-             the sliding-window cache, the CSA layers' indexer over compressed keys), ROPE_BACK \
-             of the attention output and sqrt-softplus expert routing",
+             the sliding-window cache, the CSA layers' indexer over compressed keys) and ROPE_BACK \
+             of the attention output",
         ),
         _ => None,
     }

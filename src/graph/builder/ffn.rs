@@ -160,6 +160,10 @@ impl<'m> Builder<'m> {
             Gating::Softmax => self.push("moe_probs", Op::SoftMax { src: logits }, n_expert, t),
             Gating::Sigmoid => self.push("moe_probs", Op::Sigmoid { src: logits }, n_expert, t),
             Gating::SoftmaxWeight => logits,
+            Gating::SqrtSoftplus => {
+                let sp = self.softplus(logits);
+                self.push("moe_probs", Op::Sqrt { src: sp }, n_expert, t)
+            }
         };
         // the selection bias chooses the experts; their weights stay unbiased
         let mut selection = match w.probs_b {

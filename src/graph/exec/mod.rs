@@ -447,6 +447,7 @@ impl CpuExecutor {
             | Op::Sigmoid { .. }
             | Op::MulRep { .. }
             | Op::Softplus { .. }
+            | Op::Sqrt { .. }
             | Op::RepeatHeads { .. }
             | Op::SoftMax { .. }
             | Op::SumRows { .. }

@@ -217,6 +217,12 @@ impl CpuExecutor {
                     }
                 }
             }
+            Op::Sqrt { src } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, &v) in dst.iter_mut().zip(x) {
+                    *d = v.sqrt();
+                }
+            }
             Op::Softplus { src } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
                 for (d, &v) in dst.iter_mut().zip(x) {

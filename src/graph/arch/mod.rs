@@ -102,6 +102,7 @@ pub mod phi2;
 pub mod phi3;
 pub mod phimoe;
 pub mod plamo;
+pub mod plamo2;
 pub mod plamo3;
 pub mod qwen;
 pub mod qwen2;
@@ -210,6 +211,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &cogvlm::DEF,
     &minicpm3::DEF,
     &granite_swa::DEF,
+    &plamo2::DEF,
     &plamo3::DEF,
     &mamba::DEF,
     &mamba2::DEF,

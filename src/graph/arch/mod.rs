@@ -82,6 +82,7 @@ pub mod mellum;
 pub mod mimo2;
 pub mod minicpm;
 pub mod minicpm3;
+pub mod minimax_01;
 pub mod minimax_m2;
 pub mod mistral3;
 pub mod mistral4;
@@ -230,6 +231,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &bailingmoe3::DEF,
     &kimi_k3::DEF,
     &kimi_linear::DEF,
+    &minimax_01::DEF,
     &glm5_next::DEF,
     &dream::DEF,
     &llada::DEF,

@@ -6,7 +6,7 @@
 //! L1; threads split the output rows. Results differ from the exact mode's only by float
 //! summation order (KL ≤ 1e-4 on the real models, `scripts/test-engine.sh`).
 
-use super::blocks::{Q4_0_BYTES, Q5_0_BYTES, Q8_0_BYTES, QK};
+use super::blocks::{Q4_0_BYTES, Q5_0_BYTES, Q8_0_BYTES, Q8_K_BYTES, QK, QK_K};
 use super::dispatch::{
     r8_iq4_nl_values_fn, r8_kernel, r8_pack_q4_0_fn, r8_pack_q4_0x8_fn, r8_pack_q5_0_fn,
     r8_pack_q8_0_fn,
@@ -14,6 +14,9 @@ use super::dispatch::{
 use super::pool::{SharedOut, ThreadPool};
 use super::r8_layout::*;
 use crate::gguf::GgmlType;
+
+// the r8 packing reads the repacked layout's super-blocks
+const _: () = assert!(Q4_KX8_BLOCK_BYTES == super::repack_layout::Q4KX8_BYTES);
 
 /// Fewest activation columns for which the fast products pay (packing costs about what one
 /// column's products do).
@@ -32,6 +35,9 @@ pub enum FastWeight<'a> {
     Q4_0x8(&'a [u8]),
     /// The bytes of a repacked `iq4_nl_8x8` weight (`q4_0x8`'s layout, code-book nibbles).
     Iq4NlX8(&'a [u8]),
+    /// The bytes of a repacked `Q4Kx8` weight (groups of 8 Q4_K rows); its activations are
+    /// Q8_K rows (the exact mode's), not Q8_0.
+    Q4Kx8(&'a [u8]),
 }
 
 /// The weight types the r8 kernels take (blocks of 32 with one f16 scale, Q8_0 activations).
@@ -49,8 +55,19 @@ pub fn takes(t: GgmlType, n_rows: usize, m: usize) -> bool {
     r8_type(t) && n_rows % R8_ROWS == 0 && n_rows > 0 && m >= FAST_MIN_COLS && super::mode::fast()
 }
 
+/// Whether the fast mode takes a product of a repacked weight of plain type `t` (the
+/// [`r8_type`]s and Q4_K) with `n_rows` rows and `m` activation columns.
+pub fn takes_repacked(t: GgmlType, n_rows: usize, m: usize) -> bool {
+    (r8_type(t) || t == GgmlType::Q4_K)
+        && n_rows % R8_ROWS == 0
+        && n_rows > 0
+        && m >= FAST_MIN_COLS
+        && super::mode::fast()
+}
+
 /// `dst[j * dst_stride + dst_offset + i] = w row i · x row j` for the `n_rows` rows of `w` and
-/// the `m` Q8_0 rows of `x` (`x_row_bytes` apart, `k` elements each).
+/// the `m` Q8_0 rows of `x` (`x_row_bytes` apart, `k` elements each; Q8_K rows for
+/// [`FastWeight::Q4Kx8`]).
 #[allow(clippy::too_many_arguments)]
 pub fn mul_mat_fast(
     w: FastWeight<'_>,
@@ -70,6 +87,10 @@ pub fn mul_mat_fast(
     );
     if m == 0 || n_rows == 0 {
         return;
+    }
+    if let FastWeight::Q4Kx8(bytes) = w {
+        let x = (x, x_row_bytes, m);
+        return mul_mat_fast_q4_k(bytes, n_rows, k, x, dst, dst_stride, dst_offset, pool);
     }
     let nb = k / QK;
     assert!(
@@ -115,6 +136,7 @@ pub fn mul_mat_fast(
             };
             (values, g)
         }
+        FastWeight::Q4Kx8(_) => unreachable!("Q4_K takes mul_mat_fast_q4_k"),
     };
     // per column and block: the scale, and 8 × the quants' sum (the nibbles' offset)
     let mut dx = vec![0f32; m * nb];
@@ -144,6 +166,7 @@ pub fn mul_mat_fast(
                     bytes,
                     row_stride,
                 } => pack_group(t, bytes, row_stride, g, nb, &mut packed),
+                FastWeight::Q4Kx8(_) => unreachable!("Q4_K takes mul_mat_fast_q4_k"),
                 FastWeight::Q4_0x8(bytes) | FastWeight::Iq4NlX8(bytes) => {
                     let src = &bytes[g * group_src_bytes..(g + 1) * group_src_bytes];
                     pack4x8(src, nb, &mut packed);
@@ -168,6 +191,95 @@ pub fn mul_mat_fast(
                 // written once, by this task; in bounds as asserted above; `dst` stays
                 // mutably borrowed until parallel_for returns.
                 unsafe { out.slice(at, R8_ROWS) }.copy_from_slice(v);
+            });
+        }
+    };
+    pool.parallel_for(nchunk, &run);
+}
+
+/// [`mul_mat_fast`] of a repacked `Q4Kx8` weight with `x` = (Q8_K rows, their stride, `m`):
+/// per sub-block of 32 the r8 kernel's exact integer sum of nibbles and activation quants,
+/// scaled by `d · sc · d_x`, minus the min term `dmin · m · d_x · Σ x_q` (the activations'
+/// block sums, `bsums`), so the activations are the exact mode's and only the float order
+/// differs.
+#[allow(clippy::too_many_arguments)]
+fn mul_mat_fast_q4_k(
+    w: &[u8],
+    n_rows: usize,
+    k: usize,
+    (x, x_row_bytes, m): (&[u8], usize, usize),
+    dst: &mut [f32],
+    dst_stride: usize,
+    dst_offset: usize,
+    pool: &ThreadPool,
+) {
+    assert!(k % QK_K == 0, "Q4_K product of {k} columns");
+    let nbk = k / QK_K;
+    let nb = nbk * 8;
+    let group_bytes = nbk * Q4_KX8_BLOCK_BYTES;
+    assert!(
+        w.len() >= n_rows / R8_ROWS * group_bytes,
+        "Q4Kx8 weight: {} bytes",
+        w.len()
+    );
+    assert!(
+        x_row_bytes >= nbk * Q8_K_BYTES && x.len() >= (m - 1) * x_row_bytes + nbk * Q8_K_BYTES,
+        "activations: {} bytes for {m} Q8_K rows of {k}",
+        x.len()
+    );
+    assert!(
+        m == 1 || dst_offset + n_rows <= dst_stride,
+        "dst rows overlap"
+    );
+    let need = (m - 1) * dst_stride + dst_offset + n_rows;
+    assert!(dst.len() >= need, "dst: {} values, needs {need}", dst.len());
+    let xq_row = nb * Q8_0_BYTES;
+    let mut xq = vec![0u8; m * xq_row];
+    let mut dx = vec![0f32; m * nb];
+    let mut xs = vec![0f32; m * nb];
+    q8_k_as_blocks(x, x_row_bytes, m, nbk, &mut xq, &mut dx, &mut xs);
+    let sx = vec![0i32; m * nb];
+    let kernel = r8_kernel();
+    let groups = n_rows / R8_ROWS;
+    let nchunk = groups.min(pool.n_threads() * 4).max(1);
+    let per = groups.div_ceil(nchunk);
+    let nchunk = groups.div_ceil(per);
+    let out = SharedOut::new(dst);
+    let run = |task: usize, _thread: usize| {
+        let mut packed = vec![0u8; nb * R8_BLOCK_BYTES];
+        let mut mins = vec![0f32; nb * R8_ROWS];
+        for g in task * per..((task + 1) * per).min(groups) {
+            pack_q4_kx8(
+                &w[g * group_bytes..(g + 1) * group_bytes],
+                nbk,
+                &mut packed,
+                &mut mins,
+            );
+            let cols = GroupColumns {
+                kernel,
+                values: R8Values::Nibble4,
+                nb,
+                x: &xq,
+                x_row_bytes: xq_row,
+                dx: &dx,
+                sx: &sx,
+            };
+            cols.run(&packed, 0..m, |c, v| {
+                let mut min_term = [0f32; R8_ROWS];
+                for (b, &s) in xs[c * nb..(c + 1) * nb].iter().enumerate() {
+                    let mb = &mins[b * R8_ROWS..(b + 1) * R8_ROWS];
+                    for r in 0..R8_ROWS {
+                        min_term[r] = mb[r].mul_add(s, min_term[r]);
+                    }
+                }
+                let at = c * dst_stride + dst_offset + g * R8_ROWS;
+                // SAFETY: as in `mul_mat_fast`: group g belongs to this task alone, so these 8
+                // outputs of column c are written once, by this task; in bounds as asserted
+                // above; `dst` stays mutably borrowed until parallel_for returns.
+                let o = unsafe { out.slice(at, R8_ROWS) };
+                for r in 0..R8_ROWS {
+                    o[r] = v[r] - min_term[r];
+                }
             });
         }
     };
@@ -354,6 +466,60 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// The fast product of a repacked Q4_K weight (random Q4_K blocks: every bit pattern is
+    /// valid) with Q8_K activations agrees with the scalar reference Q4_K · Q8_K dot products
+    /// (the same integers; the scales and the min term in another float order), at 1 and 3
+    /// threads and column counts that leave every tail shape.
+    #[test]
+    fn q4_k_fast_products_agree_with_the_reference_dots() {
+        use crate::kernels::cpu::blocks::Q4_K_BYTES;
+        use crate::kernels::cpu::repack_layout::{repack, RepackKind};
+        let mut next = xorshift(0x51_7cc1_b727_220a);
+        let (n_rows, k, m) = (24, 512, 11);
+        let nbk = k / QK_K;
+        let mut wq = vec![0u8; n_rows * nbk * Q4_K_BYTES];
+        for blk in wq.chunks_exact_mut(Q4_K_BYTES) {
+            let d = half::f16::from_f32(0.002 + 0.002 * next().abs());
+            let dmin = half::f16::from_f32(0.001 + 0.002 * next().abs());
+            blk[..2].copy_from_slice(&d.to_le_bytes());
+            blk[2..4].copy_from_slice(&dmin.to_le_bytes());
+            for q in &mut blk[4..] {
+                *q = (next() * 1e4) as i32 as u8;
+            }
+        }
+        let xf: Vec<f32> = (0..m * k).map(|_| next()).collect();
+        let xq_row = row_bytes(GgmlType::Q8_K, k);
+        let mut xq = vec![0u8; m * xq_row];
+        for j in 0..m {
+            quantize_row(
+                GgmlType::Q8_K,
+                &xf[j * k..(j + 1) * k],
+                &mut xq[j * xq_row..],
+            );
+        }
+        let wr = nbk * Q4_K_BYTES;
+        let mut want = vec![0f32; m * n_rows];
+        for j in 0..m {
+            for i in 0..n_rows {
+                want[j * n_rows + i] =
+                    vec_dot_scalar(GgmlType::Q4_K, k, &wq[i * wr..], &xq[j * xq_row..]);
+            }
+        }
+        let repacked = repack(RepackKind::Q4Kx8, GgmlType::Q4_K, &wq, n_rows, k);
+        for threads in [1, 3] {
+            let pool = ThreadPool::new(threads);
+            let mut got = vec![f32::NAN; m * n_rows];
+            let w = FastWeight::Q4Kx8(repacked.bytes());
+            mul_mat_fast(w, n_rows, k, &xq, xq_row, m, &mut got, n_rows, 0, &pool);
+            for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                    "Q4_K, {threads} threads: output {i}: {g} vs {e}"
+                );
             }
         }
     }

@@ -219,3 +219,75 @@ pub fn r8_scalar(
         }
     }
 }
+
+/// Bytes of one super-block of a repacked `Q4Kx8` group (8 Q4_K blocks): 8 f16 `d`, 8 f16
+/// `dmin`, the 8 sub-blocks' 6-bit scales (sub-major, row-minor), their mins likewise, then
+/// the quant bytes in pieces of 8 (`160 + ((4c + p) · 8 + r) · 8`: chunk `c` of 32 bytes, piece
+/// `p`, row `r`; low nibbles are sub-block `2c`, high ones `2c + 1`).
+pub const Q4_KX8_BLOCK_BYTES: usize = 16 + 16 + 64 + 64 + 8 * (Q4_K_BYTES - 16);
+
+/// Packs one group of a repacked `Q4Kx8` weight (`nbk` super-blocks) into `8 · nbk` r8 blocks
+/// of [`R8Values::Nibble4`] (one per sub-block of 32: scale `d · sc`, the nibbles 0..15) and
+/// writes each sub-block's min, `dmin · m`, to `mins[8 · b + r]` (row order). The Q4_K weight
+/// is `d · sc · q − dmin · m`, so a product is the r8 kernel's (with no nibble offset) minus
+/// `Σ_b mins · d_x · Σ x_q`: the min term from the activations' block sums, as ik_llama.cpp's
+/// k-quant kernels take it.
+pub fn pack_q4_kx8(group: &[u8], nbk: usize, out: &mut [u8], mins: &mut [f32]) {
+    for sb in 0..nbk {
+        let src = &group[sb * Q4_KX8_BLOCK_BYTES..(sb + 1) * Q4_KX8_BLOCK_BYTES];
+        let d: [f32; R8_ROWS] = std::array::from_fn(|r| f16_at(src, 2 * r));
+        let dmin: [f32; R8_ROWS] = std::array::from_fn(|r| f16_at(src, 16 + 2 * r));
+        for s in 0..8 {
+            let b = 8 * sb + s;
+            let blk = &mut out[b * R8_BLOCK_BYTES..(b + 1) * R8_BLOCK_BYTES];
+            put_scales(
+                blk,
+                std::array::from_fn(|r| d[r] * f32::from(src[32 + s * R8_ROWS + r])),
+            );
+            for r in 0..R8_ROWS {
+                mins[R8_ROWS * b + r] = dmin[r] * f32::from(src[96 + s * R8_ROWS + r]);
+            }
+            let (c, shift) = (s / 2, 4 * (s % 2));
+            for r in 0..R8_ROWS {
+                for p in 0..4 {
+                    let at = 160 + ((4 * c + p) * R8_ROWS + r) * 8;
+                    let to = quants_at(p, r);
+                    for e in 0..8 {
+                        blk[to + e] = (src[at + e] >> shift) & 15;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Q8_K activation rows (`m` rows `x_row_bytes` apart, `nbk` super-blocks each) as the r8
+/// kernels read them: `xq` gets Q8_0-shaped blocks of 32 (2 unused bytes, then the quants;
+/// the kernels take the scales from `dx`), `dx[j · nb + b]` the super-block's scale and
+/// `xs[j · nb + b]` the scale times the block's quant sum (from `bsums`), `nb = 8 · nbk`.
+pub fn q8_k_as_blocks(
+    x: &[u8],
+    x_row_bytes: usize,
+    m: usize,
+    nbk: usize,
+    xq: &mut [u8],
+    dx: &mut [f32],
+    xs: &mut [f32],
+) {
+    let nb = 8 * nbk;
+    for j in 0..m {
+        for sb in 0..nbk {
+            let blk = &x[j * x_row_bytes + sb * Q8_K_BYTES..][..Q8_K_BYTES];
+            let d = f32_at(blk, 0);
+            for s in 0..8 {
+                let b = j * nb + 8 * sb + s;
+                xq[b * Q8_0_BYTES + 2..(b + 1) * Q8_0_BYTES]
+                    .copy_from_slice(&blk[4 + 32 * s..4 + 32 * s + 32]);
+                let bsum =
+                    |i: usize| i32::from(i16::from_le_bytes([blk[260 + 2 * i], blk[261 + 2 * i]]));
+                dx[b] = d;
+                xs[b] = d * (bsum(2 * s) + bsum(2 * s + 1)) as f32;
+            }
+        }
+    }
+}

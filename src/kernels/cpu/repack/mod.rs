@@ -226,9 +226,11 @@ pub fn mul_mat_repacked(
         RepackKind::Iq4NlX8 => Some(crate::kernels::cpu::fast_gemm::FastWeight::Iq4NlX8(
             &w.bytes,
         )),
-        _ => None,
+        RepackKind::Q4Kx8 => Some(crate::kernels::cpu::fast_gemm::FastWeight::Q4Kx8(&w.bytes)),
     };
-    if let Some(fw) = fast.filter(|_| crate::kernels::cpu::fast_gemm::takes(w.ty, w.n_rows, m)) {
+    if let Some(fw) =
+        fast.filter(|_| crate::kernels::cpu::fast_gemm::takes_repacked(w.ty, w.n_rows, m))
+    {
         // the fast mode's batched kernels (prompt processing); their float order per output
         // (one FMA per block of the exact integer sum, by d_w · d_x) is the repacked gemm's, so
         // a Q4_0 or IQ4_NL weight gives the exact mode's bits here, only sooner

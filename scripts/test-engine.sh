@@ -58,7 +58,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 plamo2 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 kimi-linear glm5-next dream llada llada-moe rnd1 dots3note afmoe cohere2moe smallthinker grovemoe hy_v3 hy_v4 laguna mimo2 maple muse-glimmer paddleocr hrm_text"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 plamo2 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 kimi-linear minimax-01 glm5-next dream llada llada-moe rnd1 dots3note afmoe cohere2moe smallthinker grovemoe hy_v3 hy_v4 laguna mimo2 maple muse-glimmer paddleocr hrm_text"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -267,6 +267,7 @@ HOSTILE_ROWS=(
     "bailingmoe3 bailingmoe3-moe blk.1.ssm_conv1d_k.weight blk.0.attn_gate.weight"
     "kimi-k3 kimi-k3-moe blk.1.ffn_routed_up.weight output_res_score.weight"
     "kimi-linear kimi-linear-moe blk.1.ssm_f_b.weight blk.1.ssm_g_b.weight"
+    "minimax-01 minimax-01-moe blk.0.attn_gate.weight blk.0.attn_norm_2.weight"
     "glm5-next glm5-next-moe blk.0.indexer_compressor_ape.weight blk.1.hc_ffn_fn.weight"
     "dots3note dots3note-moe blk.1.attn_k_norm.weight blk.0.attn_gate.weight"
     "afmoe afmoe-moe blk.1.exp_probs_b.bias blk.0.attn_gate.weight"
@@ -374,7 +375,7 @@ fi
 # tokens] and reads it back as [.., tokens, seqs] (plamo2.cpp, ggml_permute(0, 2, 1, 3) then
 # ggml_cont_4d), so two sequences of several tokens in one batch mix each other's rows there
 # (its memory calls otherwise answer as ours)
-RECURRENT_ARCHS="mamba mamba2 granitehybrid jamba nemotron_h nemotron_h_moe falcon-h1 lfm2moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 glm5-next"
+RECURRENT_ARCHS="mamba mamba2 granitehybrid jamba nemotron_h nemotron_h_moe falcon-h1 lfm2moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 glm5-next minimax-01"
 check_recurrent() {
     local arch f name side lib stats
     for arch in $RECURRENT_ARCHS; do

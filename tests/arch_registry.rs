@@ -73,5 +73,10 @@ fn missing_pieces_name_unregistered_architectures_only() {
             "{name} is registered but still listed as missing pieces"
         );
     }
-    assert!(lookup("deepseek4").is_some() || missing_pieces("deepseek4").is_some());
+    for name in ["deepseek4", "qwen4exp", "minimax-m3"] {
+        assert!(
+            lookup(name).is_some() || missing_pieces(name).is_some(),
+            "{name} is neither registered nor says what it needs"
+        );
+    }
 }

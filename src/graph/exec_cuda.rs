@@ -261,6 +261,7 @@ impl CudaExecutor {
             Op::GetRowsAdapter { .. } | Op::AddAdapter { .. } => false,
             Op::MulRep { .. } | Op::SsmConv { .. } | Op::SsmScan { .. } => false,
             Op::Softplus { .. } | Op::RepeatHeads { .. } | Op::GatedDeltaNet { .. } => false,
+            Op::LightningAttn { .. } => false,
             Op::Sqrt { .. } => false,
             Op::SumRows { .. } | Op::HcPre { .. } | Op::HcMix { .. } | Op::HcPost { .. } => false,
             Op::Gelu { .. }
@@ -563,7 +564,8 @@ impl CudaExecutor {
             | Op::HcMix { .. }
             | Op::HcPost { .. }
             | Op::RepeatHeads { .. }
-            | Op::GatedDeltaNet { .. } => {
+            | Op::GatedDeltaNet { .. }
+            | Op::LightningAttn { .. } => {
                 // `side` sends these to the CPU
                 return Err(ExecError::UnsupportedOp {
                     backend: self.label,

@@ -367,6 +367,17 @@ pub enum Op {
         layer: usize,
         shape: GdnShape,
     },
+    /// MiniMax-01's lightning attention (no ggml op: upstream composes it from EXP, MUL and
+    /// MUL_MAT over the micro-batch; this is the same linear recurrence token by token, see
+    /// `ops::lightning_attn_step`). `qkv` `[3*head*n_head, T]` holds each head's Q, K and V
+    /// side by side; per head the state `[head, head]` (the recurrent memory's SSM row of
+    /// `layer`) decays by `exp(-slope_h * slope_scale)` a token. Output `[head*n_head, T]`.
+    LightningAttn {
+        qkv: NodeId,
+        layer: usize,
+        head: usize,
+        slope_scale: f32,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -492,6 +503,7 @@ impl Op {
             Op::GatedDeltaNet {
                 q, k, v, g, beta, ..
             } => vec![*q, *k, *v, *g, *beta],
+            Op::LightningAttn { qkv, .. } => vec![*qkv],
             Op::MulSlots { src, weights, .. } => vec![*src, *weights],
             Op::MulRep { a, .. } => vec![*a],
             Op::SsmConv { x, .. } => vec![*x],
@@ -539,6 +551,7 @@ impl Op {
             Op::Sqrt { .. } => ("SQRT", None),
             Op::RepeatHeads { .. } => ("REPEAT", None),
             Op::GatedDeltaNet { .. } => ("GATED_DELTA_NET", None),
+            Op::LightningAttn { .. } => ("MUL_MAT", None),
             Op::Add { .. } | Op::WeightedSum { .. } | Op::SumSlots { .. } => ("ADD", None),
             Op::Scale { .. } => ("SCALE", None),
             Op::Tanh { .. } => ("UNARY", Some("TANH")),

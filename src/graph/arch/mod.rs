@@ -82,6 +82,7 @@ pub mod mellum;
 pub mod mimo2;
 pub mod minicpm;
 pub mod minicpm3;
+pub mod minimax_01;
 pub mod minimax_m2;
 pub mod mistral3;
 pub mod mistral4;
@@ -230,6 +231,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &bailingmoe3::DEF,
     &kimi_k3::DEF,
     &kimi_linear::DEF,
+    &minimax_01::DEF,
     &glm5_next::DEF,
     &dream::DEF,
     &llada::DEF,
@@ -264,6 +266,19 @@ pub fn missing_pieces(arch: &str) -> Option<&'static str> {
              ratio-4 CSA and ratio-128 HCA layers, their compressed K caches and masks beside \
              the sliding-window cache, the CSA layers' indexer over compressed keys) and ROPE_BACK \
              of the attention output",
+        ),
+        "qwen4exp" => Some(
+            "Qwen4-exp's hyper-connections (the low-rank gated HC mixer and combine of \
+             DeepSeek-V4, before the token mixer, the MoE and the output), the PLE n-gram \
+             hash embedding with its dilated causal conv whose history is a second recurrent \
+             row, and the hybrid memory whose attention layers keep an indexer K cache beside \
+             the KV cache (sparse top-k attention) while the gated delta-net layers keep \
+             conv and SSM states",
+        ),
+        "minimax-m3" => Some(
+            "MiniMax-M3's block-sparse attention (an indexer K cache beside the KV cache, \
+             block scores by max-pooling, top-k position blocks plus local blocks, the chosen \
+             K/V rows gathered into FLASH_ATTN_EXT) after its leading dense layers",
         ),
         _ => None,
     }

@@ -472,6 +472,7 @@ impl CpuExecutor {
             Op::SsmConv { .. }
             | Op::SsmScan { .. }
             | Op::GatedDeltaNet { .. }
+            | Op::LightningAttn { .. }
             | Op::HcPre { .. }
             | Op::HcMix { .. }
             | Op::HcPost { .. } => self.node_recurrent(g, node, model, kv, inp),

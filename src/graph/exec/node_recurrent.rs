@@ -121,6 +121,41 @@ impl CpuExecutor {
                     }
                 }
             }
+            Op::LightningAttn {
+                qkv,
+                layer,
+                head,
+                slope_scale,
+            } => {
+                let rs = recurrent_memory(kv, node)?;
+                let cells = token_cells(rs, inp, node)?;
+                let l = &mut rs.layers[*layer];
+                let n = *head;
+                let n_head = ne0 / n;
+                let decays: Vec<f32> = ops::lightning_slopes(n_head)
+                    .into_iter()
+                    .map(|s| (-(s * *slope_scale)).exp())
+                    .collect();
+                let (dst, [qkv]) = carve(&mut self.arena, dst_r, [range(&nodes[*qkv])]);
+                for (t, (out, x)) in dst
+                    .chunks_exact_mut(ne0)
+                    .zip(qkv.chunks_exact(3 * ne0))
+                    .enumerate()
+                {
+                    let (_, st) = l.rows_mut(cells[t]);
+                    for (h, &decay) in decays.iter().enumerate() {
+                        let x = &x[h * 3 * n..(h + 1) * 3 * n];
+                        ops::lightning_attn_step(
+                            &mut st[h * n * n..(h + 1) * n * n],
+                            &x[..n],
+                            &x[n..2 * n],
+                            &x[2 * n..],
+                            decay,
+                            &mut out[h * n..(h + 1) * n],
+                        );
+                    }
+                }
+            }
             Op::HcPre { x, w, n } => {
                 let hc = nodes[*w].ne0;
                 let (dst, [x, w]) = carve(

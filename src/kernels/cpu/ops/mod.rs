@@ -24,7 +24,10 @@ pub use hc::{hc_mix, HcMixKind};
 pub use norm::{norm_row, rms_norm_row};
 pub use rope::{rope_apply, rope_cache, yarn_corr_dims, RopeMode, RopeParams};
 pub use softmax::soft_max_row;
-pub use ssm::{gated_delta_net_step, softplus, ssm_conv_step, ssm_scan_step, GdnShape, ScanShape};
+pub use ssm::{
+    gated_delta_net_step, lightning_attn_step, lightning_slopes, softplus, ssm_conv_step,
+    ssm_scan_step, GdnShape, ScanShape,
+};
 pub use unary::silu_rows;
 
 #[cfg(test)]

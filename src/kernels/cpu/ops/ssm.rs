@@ -94,6 +94,38 @@ pub fn gated_delta_net_step(
     }
 }
 
+/// MiniMax-01's lightning attention for one token and one head, in its recurrent form:
+/// upstream (src/models/minimax-01.cpp) builds the block form of a micro-batch from ggml ops
+/// (Q and K scaled by `exp(-r (i+1))` and `exp(-r (T-1-i))`, the in-block `q k` products by
+/// `exp(-r (j-i))` for `j >= i`, the old state by `exp(-r T)`), which is this recurrence
+/// token by token (positions consecutive in the block): `S = exp(-r) S + v k^T`, `out = S q`.
+/// `s` is the head's state `[n, n]` stored as upstream's (`s[e*n + c]`: value row `e`, key
+/// column `c`), `decay` is `exp(-r)`.
+pub fn lightning_attn_step(
+    s: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    decay: f32,
+    out: &mut [f32],
+) {
+    use super::super::vec::dot_f32_ggml;
+    let n = k.len();
+    for ((row, &ve), o) in s.chunks_exact_mut(n).zip(v).zip(out.iter_mut()) {
+        for (x, &kc) in row.iter_mut().zip(k) {
+            *x = x.mul_add(decay, ve * kc);
+        }
+        *o = dot_f32_ggml(row, q);
+    }
+}
+
+/// The per-head slopes of MiniMax-01's lightning attention before the layer's scale
+/// (upstream's `llm_graph_input_la`: `start * start^h`, `start = 2^(-2^(-(log2 n_head - 3)))`).
+pub fn lightning_slopes(n_head: usize) -> Vec<f32> {
+    let start = 2f32.powf(-(2f32.powf(-((n_head as f32).log2() - 3.0))));
+    (0..n_head).map(|h| start * start.powf(h as f32)).collect()
+}
+
 /// The shapes of one SSM_SCAN: `d_state` values per state row, `head_dim` rows per head,
 /// `n_head` heads, `n_group` groups of B and C (heads share them in order).
 #[derive(Clone, Copy, Debug)]

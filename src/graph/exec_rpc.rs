@@ -330,6 +330,13 @@ impl RpcExecutor {
         Ok(sides)
     }
 
+    /// Every layer's K and V buffers on every remote, with the remote and the layer.
+    fn remote_kv(&self) -> impl Iterator<Item = (&Remote, usize, &[RemoteBuffer; 2])> {
+        self.remotes.iter().flat_map(|r| {
+            (r.kv.iter().enumerate()).filter_map(move |(il, b)| b.as_ref().map(|b| (r, il, b)))
+        })
+    }
+
     /// Makes node `n`'s values current in the host arena.
     fn to_host(&mut self, g: &Graph, n: NodeId) -> Result<(), ExecError> {
         if self.on_host[n] || g.nodes[n].is_empty() {
@@ -1503,27 +1510,24 @@ impl Executor for RpcExecutor {
         // layers whose buffers a server does not hold yet get the host rows when made
         self.kv_from_host |= !to_host;
         let mut bytes = Vec::new();
-        for remote in &self.remotes {
-            for (il, bufs) in remote.kv.iter().enumerate() {
-                let (Some(kvb), Some(layer)) = (bufs, kv.layers.get_mut(il)) else {
-                    continue;
-                };
-                let (nk, nv) = (layer.n_embd_k, layer.n_embd_v);
-                for (buf, host, width) in [(&kvb[0], &mut layer.k, nk), (&kvb[1], &mut layer.v, nv)]
-                {
-                    let row = kv_row_bytes(host, width as u64) as usize;
-                    let rows = kv_bytes(host) as usize / row.max(1);
-                    bytes.clear();
-                    if to_host {
-                        bytes.resize(rows * row, 0);
-                        buf.read(0, &mut bytes).map_err(|e| rpc_err(remote, e))?;
-                        for (j, r) in bytes.chunks_exact(row).enumerate() {
-                            host.set_row_bytes(j, width, r);
-                        }
-                    } else {
-                        host.append_row_bytes(0, rows, width, &mut bytes);
-                        buf.write(0, &bytes).map_err(|e| rpc_err(remote, e))?;
+        for (remote, il, kvb) in self.remote_kv() {
+            let Some(layer) = kv.layers.get_mut(il) else {
+                continue;
+            };
+            let (nk, nv) = (layer.n_embd_k, layer.n_embd_v);
+            for (buf, host, width) in [(&kvb[0], &mut layer.k, nk), (&kvb[1], &mut layer.v, nv)] {
+                let row = kv_row_bytes(host, width as u64) as usize;
+                let rows = kv_bytes(host) as usize / row.max(1);
+                bytes.clear();
+                if to_host {
+                    bytes.resize(rows * row, 0);
+                    buf.read(0, &mut bytes).map_err(|e| rpc_err(remote, e))?;
+                    for (j, r) in bytes.chunks_exact(row).enumerate() {
+                        host.set_row_bytes(j, width, r);
                     }
+                } else {
+                    host.append_row_bytes(0, rows, width, &mut bytes);
+                    buf.write(0, &bytes).map_err(|e| rpc_err(remote, e))?;
                 }
             }
         }
@@ -1537,23 +1541,21 @@ impl Executor for RpcExecutor {
     ) -> Result<(), ExecError> {
         let n = u64::from(kv.size());
         let mut bytes = Vec::new();
-        for remote in &self.remotes {
-            for (il, bufs) in remote.kv.iter().enumerate() {
-                let (Some(kvb), Some(layer)) = (bufs, kv.layers.get(il)) else {
-                    continue;
-                };
-                for (buf, host, width) in [
-                    (&kvb[0], &layer.k, layer.n_embd_k),
-                    (&kvb[1], &layer.v, layer.n_embd_v),
-                ] {
-                    let stream = n * kv_row_bytes(host, width as u64);
-                    bytes.resize(stream as usize, 0);
-                    for &(from, to) in copies {
-                        buf.read(from as u64 * stream, &mut bytes)
-                            .map_err(|e| rpc_err(remote, e))?;
-                        buf.write(to as u64 * stream, &bytes)
-                            .map_err(|e| rpc_err(remote, e))?;
-                    }
+        for (remote, il, kvb) in self.remote_kv() {
+            let Some(layer) = kv.layers.get(il) else {
+                continue;
+            };
+            for (buf, host, width) in [
+                (&kvb[0], &layer.k, layer.n_embd_k),
+                (&kvb[1], &layer.v, layer.n_embd_v),
+            ] {
+                let stream = n * kv_row_bytes(host, width as u64);
+                bytes.resize(stream as usize, 0);
+                for &(from, to) in copies {
+                    buf.read(from as u64 * stream, &mut bytes)
+                        .map_err(|e| rpc_err(remote, e))?;
+                    buf.write(to as u64 * stream, &bytes)
+                        .map_err(|e| rpc_err(remote, e))?;
                 }
             }
         }
@@ -1567,25 +1569,23 @@ impl Executor for RpcExecutor {
         to_host: bool,
     ) -> Result<(), ExecError> {
         let mut bytes = Vec::new();
-        for remote in &self.remotes {
-            for (il, bufs) in remote.kv.iter().enumerate() {
-                let (Some([k, _]), Some(layer)) = (bufs, kv.layers.get_mut(il)) else {
-                    continue;
-                };
-                let width = layer.n_embd_k;
-                let row = kv_row_bytes(&layer.k, width as u64);
-                for &j in rows {
-                    bytes.clear();
-                    if to_host {
-                        bytes.resize(row as usize, 0);
-                        k.read(j as u64 * row, &mut bytes)
-                            .map_err(|e| rpc_err(remote, e))?;
-                        layer.k.set_row_bytes(j, width, &bytes);
-                    } else {
-                        layer.k.append_row_bytes(j, 1, width, &mut bytes);
-                        k.write(j as u64 * row, &bytes)
-                            .map_err(|e| rpc_err(remote, e))?;
-                    }
+        for (remote, il, [k, _]) in self.remote_kv() {
+            let Some(layer) = kv.layers.get_mut(il) else {
+                continue;
+            };
+            let width = layer.n_embd_k;
+            let row = kv_row_bytes(&layer.k, width as u64);
+            for &j in rows {
+                bytes.clear();
+                if to_host {
+                    bytes.resize(row as usize, 0);
+                    k.read(j as u64 * row, &mut bytes)
+                        .map_err(|e| rpc_err(remote, e))?;
+                    layer.k.set_row_bytes(j, width, &bytes);
+                } else {
+                    layer.k.append_row_bytes(j, 1, width, &mut bytes);
+                    k.write(j as u64 * row, &bytes)
+                        .map_err(|e| rpc_err(remote, e))?;
                 }
             }
         }

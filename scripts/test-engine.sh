@@ -58,7 +58,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 plamo2 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 kimi-linear minimax-01 glm5-next dream llada llada-moe rnd1 dots3note afmoe cohere2moe smallthinker grovemoe hy_v3 hy_v4 laguna mimo2 maple muse-glimmer paddleocr hrm_text"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 plamo2 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 kimi-linear minimax-01 glm5-next dream llada llada-moe rnd1 dots3note afmoe cohere2moe smallthinker grovemoe hy_v3 hy_v4 laguna mimo2 maple muse-glimmer paddleocr hrm_text minimax-m3"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -153,6 +153,34 @@ check_archs() {
         CHECK_TOKENS="$(seq 1 40 | awk '{print ($1 * 37) % 127 + 1}' | tr '\n' ' ')" check "dsa-$a-moe-topk4-batch40" "$t" 1e-3
         CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" check "dsa-$a-moe-topk4-nofa" "$t" 1e-3 PROBE_FLASH_ATTN=0
     done
+    # MiniMax-M3's block-sparse attention with a selection that matters: a copy whose indexer
+    # keeps 2 blocks of 4 positions (attention.indexer.top_k = 2; the fixture's 131072 keeps
+    # all), so each KV head of a token past its 8th position reads its local block and the
+    # best other one: the prompt (per-head block masks in cell order) and 16 steps (the
+    # selected cells gathered in TOP_K's order), a 40-token and a 70-token batch (upstream's
+    # tiled flash attention), and without flash attention (upstream: dense attention)
+    if [[ " ${archs[*]} " == *" minimax-m3 "* ]]; then
+        t="$derived/minimax-m3-moe.topk2.gguf"
+        if [ ! -s "$t" ]; then
+            setmeta="$("$py" -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')/scripts/gguf_set_metadata.py"
+            cp "$fixtures/minimax-m3-moe.gguf" "$t.tmp" \
+                && "$py" "$setmeta" "$t.tmp" minimax-m3.attention.indexer.top_k 2 --force >/dev/null 2>&1 \
+                && mv "$t.tmp" "$t"
+        fi
+        if [ -s "$t" ]; then
+            CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" check msa-minimax-m3-moe-topk2 "$t" 1e-3
+            # (the random weights make attention matter little: the selection moves the
+            # logits by a mean KL of ~2e-9, far above our distance to upstream, ~3e-14)
+            if "$out/compare_logits" "$out/arch-minimax-m3-moe.ours.bin" "$out/msa-minimax-m3-moe-topk2.ours.bin" 1e-12 0 0 >/dev/null 2>&1; then
+                echo "FAIL msa-minimax-m3-moe-topk2: the same logits as with every block selected"; failed=$((failed + 1))
+            fi
+            CHECK_TOKENS="$(seq 1 40 | awk '{print ($1 * 37) % 127 + 1}' | tr '\n' ' ')" check msa-minimax-m3-moe-topk2-batch40 "$t" 1e-3
+            CHECK_TOKENS="$(seq 1 70 | awk '{print ($1 * 37) % 127 + 1}' | tr '\n' ' ')" check msa-minimax-m3-moe-topk2-batch70 "$t" 1e-3
+            CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" check msa-minimax-m3-moe-topk2-nofa "$t" 1e-3 PROBE_FLASH_ATTN=0
+        else
+            echo "FAIL msa-minimax-m3-moe-topk2: could not write $t"; failed=$((failed + 1))
+        fi
+    fi
     # Kimi-K3's other paths: a copy whose every layer banks its input for the cross-layer
     # residual attention (attn_res.block_size = 1: two checkpoints mixed, the fixture's 12
     # banks one), and one without the KDA gate's lower bound (-inf: the softplus decay);
@@ -274,6 +302,7 @@ HOSTILE_ROWS=(
     "laguna laguna-moe blk.0.attn_gate.weight blk.1.ffn_up_shexp.weight"
     "hrm_text hrm_text-dense hrm.z_l_init blk.1.attn_gate.weight"
     "hy_v4 hy_v4-moe blk.1.hc_attn_scale.weight output_hc_fn.weight"
+    "minimax-m3 minimax-m3-moe blk.1.indexer.k_proj.weight blk.1.indexer.q_norm.weight"
 )
 check_hostile() {
     local row arch fixture dropped shrunk mode tensor f rc py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"

@@ -236,18 +236,19 @@ impl CudaExecutor {
             v_in_k,
             sinks,
             max_bias,
+            sel,
             ..
         } = &node.op
         {
-            if *v_in_k || sinks.is_some() || *max_bias > 0.0 {
+            if *v_in_k || sinks.is_some() || *max_bias > 0.0 || sel.is_some() {
                 return Err(ExecError::UnsupportedOp {
                     backend: self.label,
                     op: node.name.to_string(),
-                    why: "attention over a compressed (MLA) cache, with sinks or with ALiBi has no CUDA kernel yet".into(),
+                    why: "attention over a compressed (MLA) cache, with sinks, with ALiBi or over a sparse selection has no CUDA kernel yet".into(),
                 });
             }
         }
-        if let Op::LightningIndexer { .. } = &node.op {
+        if let Op::LightningIndexer { .. } | Op::MsaSelect { .. } = &node.op {
             return Err(ExecError::UnsupportedOp {
                 backend: self.label,
                 op: node.name.to_string(),
@@ -557,6 +558,7 @@ impl CudaExecutor {
             | Op::SsmConv { .. }
             | Op::SsmScan { .. }
             | Op::LightningIndexer { .. }
+            | Op::MsaSelect { .. }
             | Op::Softplus { .. }
             | Op::Sqrt { .. }
             | Op::SumRows { .. }

@@ -188,6 +188,25 @@ pub enum Op {
         head: usize,
         k: usize,
     },
+    /// MiniMax-M3's block selection (MSA; upstream composes it from GET_ROWS, MUL_MAT,
+    /// POOL_2D(MAX), ADD and TOP_K over the position axis): per token and indexer head (one
+    /// per KV head) the score of every position its sequence holds (`q_h · k`, F32, the keys
+    /// cached in `layer` gathered through the position → cell map; `-inf` where the token does
+    /// not see it), the max of each block of `block` positions, `+1e30` on the token's
+    /// `local` latest blocks, and the `min(top_k, blocks)` best blocks in TOP_K's order. The
+    /// node holds no values: the executor keeps the selection for the FLASH_ATTN_EXT whose
+    /// `sel` it is, which reads the chosen blocks' cells (gathered in that order when each
+    /// stream has one token, upstream's decode; masked in cell order otherwise). `q` is
+    /// `[head*n_head, T]`; `dep` is the SET_ROWS of the micro-batch's indexer keys.
+    MsaSelect {
+        q: NodeId,
+        dep: NodeId,
+        layer: usize,
+        head: usize,
+        block: usize,
+        top_k: usize,
+        local: usize,
+    },
     /// ADD_ID: each slot's row plus the bias column of its expert (`b` is `[n, n_expert]`,
     /// `ids` `[n_used, T]`, `src` `[n, n_used*T]`): per-expert biases.
     AddId {
@@ -520,6 +539,7 @@ impl Op {
                 .flatten()
                 .collect(),
             Op::LightningIndexer { q, w, dep, .. } => vec![*q, *w, *dep],
+            Op::MsaSelect { q, dep, .. } => vec![*q, *dep],
             Op::Glu { gate, up, .. } => vec![*gate, *up],
             Op::GetRowsIds { src, ids } => vec![*src, *ids],
             Op::WeightedSum { src, weights, .. } => vec![*src, *weights],
@@ -587,7 +607,7 @@ impl Op {
             Op::ConcatHeads { .. } => ("CONCAT", None),
             Op::Repeat { .. } | Op::RepeatEach { .. } => ("REPEAT", None),
             Op::SoftMax { .. } => ("SOFT_MAX", None),
-            Op::TopK { .. } | Op::LightningIndexer { .. } => ("TOP_K", None),
+            Op::TopK { .. } | Op::LightningIndexer { .. } | Op::MsaSelect { .. } => ("TOP_K", None),
             Op::DivSumRows { .. } | Op::Div { .. } => ("DIV", None),
             Op::SumRows { .. } => ("SUM_ROWS", None),
             Op::HcPre { .. } => ("DSV4_HC_PRE", None),

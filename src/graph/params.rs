@@ -205,6 +205,11 @@ pub struct Indexer {
     /// Per layer: whether it computes its own selection ("full"); a "shared" layer reuses the
     /// previous full layer's (GLM-5.2's `indexer.types`). Empty: every layer is full.
     pub full: Vec<bool>,
+    /// MiniMax-M3's block-sparse attention (`indexer.block_size`, 0: none): positions are
+    /// scored in blocks of this many, `top_k` counts blocks.
+    pub block: usize,
+    /// The latest blocks always selected (`indexer.local_blocks`).
+    pub local: usize,
 }
 
 /// The state-space hyperparameters (`<arch>.ssm.*`, upstream's `ssm_*`).

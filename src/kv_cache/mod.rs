@@ -517,6 +517,11 @@ impl KvCache {
         self.size
     }
 
+    /// The context's `n_seq_max` (sequence ids below it are its own).
+    pub fn n_seq_max(&self) -> usize {
+        self.n_seq_max
+    }
+
     pub fn n_stream(&self) -> usize {
         self.streams.len()
     }

@@ -38,6 +38,7 @@ pub fn indexer_params(k: &Keys, hp: &ArchParams) -> Result<Indexer, String> {
         head: k.u32_required("attention.indexer.key_length")? as usize,
         top_k: k.u32_required("attention.indexer.top_k")? as usize,
         full: Vec::new(),
+        ..Default::default()
     };
     if ix.n_head == 0 || ix.top_k == 0 {
         return Err("attention.indexer.head_count and top_k must be above 0".into());

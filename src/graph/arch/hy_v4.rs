@@ -82,6 +82,7 @@ fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
             head: k.u32("attention.indexer.key_length", 0) as usize,
             top_k,
             full: k.layer_flags("attention.indexer.types", n_layer, true),
+            ..Default::default()
         };
         if ix.n_head == 0 || ix.head <= hp.n_rot {
             return Err("bad indexer head count / key length".into());

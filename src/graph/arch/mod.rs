@@ -84,6 +84,7 @@ pub mod minicpm;
 pub mod minicpm3;
 pub mod minimax_01;
 pub mod minimax_m2;
+pub mod minimax_m3;
 pub mod mistral3;
 pub mod mistral4;
 pub mod mpt;
@@ -250,6 +251,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &muse_glimmer::DEF,
     &paddleocr::DEF,
     &hrm_text::DEF,
+    &minimax_m3::DEF,
 ];
 
 /// The definition that runs `arch`, if any.
@@ -274,11 +276,6 @@ pub fn missing_pieces(arch: &str) -> Option<&'static str> {
              row, and the hybrid memory whose attention layers keep an indexer K cache beside \
              the KV cache (sparse top-k attention) while the gated delta-net layers keep \
              conv and SSM states",
-        ),
-        "minimax-m3" => Some(
-            "MiniMax-M3's block-sparse attention (an indexer K cache beside the KV cache, \
-             block scores by max-pooling, top-k position blocks plus local blocks, the chosen \
-             K/V rows gathered into FLASH_ATTN_EXT) after its leading dense layers",
         ),
         _ => None,
     }

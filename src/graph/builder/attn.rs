@@ -169,6 +169,64 @@ impl<'m> Builder<'m> {
         scale: f32,
         sinks: Option<WeightId>,
     ) -> NodeId {
+        self.attn_kqv_sel(il, q, k, v, scale, sinks, None)
+    }
+
+    /// MiniMax-M3's block-sparse attention of layer `il`: the indexer keys `ik` (`[head, T]`)
+    /// stored in the indexer's cache (layer `n_layer + il` of the memory), the blocks each
+    /// token's queries `iq` (`[head*n_head, T]`, one indexer head per KV head) select
+    /// ([`Op::MsaSelect`]), then K and V stored and FLASH_ATTN_EXT over the selected cells,
+    /// the output projection `wo`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attn_msa(
+        &mut self,
+        il: usize,
+        (q, k, v): (NodeId, NodeId, NodeId),
+        (iq, ik): (NodeId, NodeId),
+        wo: WeightId,
+        scale: f32,
+    ) -> NodeId {
+        let hp = self.hp;
+        let ix = &hp.ext.indexer;
+        let layer = hp.n_layer + il;
+        let dep = self.push(
+            "indexer_k_set",
+            Op::SetRows {
+                src: ik,
+                layer,
+                v: false,
+            },
+            0,
+            0,
+        );
+        let op = Op::MsaSelect {
+            q: iq,
+            dep,
+            layer,
+            head: ix.head,
+            block: ix.block,
+            top_k: ix.top_k,
+            local: ix.local,
+        };
+        let sel = self.push("msa_select", op, 0, 0);
+        let kqv = self.attn_kqv_sel(il, q, k, v, scale, None, Some(sel));
+        let out = self.linear(wo, None, kqv);
+        self.cb_output(out, "", Some(il));
+        out
+    }
+
+    /// [`Builder::attn_kqv`] over a sparse selection (`sel`: an [`Op::MsaSelect`]).
+    #[allow(clippy::too_many_arguments)]
+    fn attn_kqv_sel(
+        &mut self,
+        il: usize,
+        q: NodeId,
+        k: NodeId,
+        v: NodeId,
+        scale: f32,
+        sinks: Option<WeightId>,
+        sel: Option<NodeId>,
+    ) -> NodeId {
         let hp = self.hp;
         let n_head = hp.n_head[il];
         let n_head_kv = hp.n_head_kv[il];
@@ -221,7 +279,7 @@ impl<'m> Builder<'m> {
                 v_in_k: false,
                 sinks,
                 max_bias: hp.ext.max_alibi_bias,
-                sel: None,
+                sel,
             },
             n_head * hp.head_v,
             t,

@@ -38,9 +38,39 @@ pub struct CpuExecutor {
     topk_i32: Vec<i32>,
     ix_krow: Vec<f32>,
     sel_rows: Vec<Vec<u32>>,
+    /// MiniMax-M3's block selection of the current layer ([`Op::MsaSelect`]).
+    msa: MsaState,
     gather: Vec<u8>,
     /// Attention masks of the current run, one per sliding window (see [`AttnMask`]).
     attn_masks: Vec<AttnMask>,
+}
+
+/// What an [`Op::MsaSelect`] chose, for the FLASH_ATTN_EXT that reads it.
+#[derive(Debug, Default)]
+struct MsaState {
+    /// The sparse attention runs: flash attention on, and one sequence or a stream per
+    /// sequence (upstream runs dense attention otherwise).
+    on: bool,
+    /// One token per stream (upstream's decode graph): each (token, KV head) reads the
+    /// selected blocks' cells in the selection's order; otherwise every visible cell of a
+    /// selected block, in cell order (upstream's block mask).
+    decode: bool,
+    block: usize,
+    n_head: usize,
+    n_blk: usize,
+    /// Blocks per (token, head).
+    k: usize,
+    /// Per (token, head): the selected blocks in TOP_K's order (`k` each).
+    blocks: Vec<i32>,
+    /// Decode: per token, the cache row of each position it sees (`u32::MAX`: none), `n_ps`
+    /// each.
+    slots: Vec<u32>,
+    n_ps: usize,
+    /// Not decode: per (token, head), whether each block is selected (`n_blk` each).
+    chosen: Vec<bool>,
+    bs: Vec<f32>,
+    /// A (token, KV head)'s gathered rows.
+    list: Vec<u32>,
 }
 
 /// Micro-batches of at least this many tokens get their attention mask computed once per run
@@ -352,6 +382,7 @@ impl CpuExecutor {
             topk_i32: Vec::new(),
             ix_krow: Vec::new(),
             sel_rows: Vec::new(),
+            msa: MsaState::default(),
             gather: Vec::new(),
             attn_masks: Vec::new(),
         }
@@ -468,7 +499,8 @@ impl CpuExecutor {
             | Op::Rope { .. }
             | Op::SetRows { .. }
             | Op::FlashAttnExt { .. }
-            | Op::LightningIndexer { .. } => self.node_attention(g, node, model, kv, inp),
+            | Op::LightningIndexer { .. }
+            | Op::MsaSelect { .. } => self.node_attention(g, node, model, kv, inp),
             Op::SsmConv { .. }
             | Op::SsmScan { .. }
             | Op::GatedDeltaNet { .. }

@@ -2,6 +2,8 @@
 //! sparse-attention indexer.
 
 use super::*;
+use crate::kernels::cpu::ops::KvRows as _;
+use crate::kv_cache::KvType;
 
 impl CpuExecutor {
     /// Computes one node of this family into the arena (its sources are there).
@@ -100,9 +102,19 @@ impl CpuExecutor {
                 sel,
                 ..
             } => {
+                if sel.is_some_and(|sn| matches!(nodes[sn].op, Op::MsaSelect { .. })) {
+                    if self.msa.on {
+                        self.flash_attn_msa(
+                            nodes, node, kv, inp, *q, *layer, *n_head, *n_head_kv, *dk, *dv,
+                            *scale, *softcap,
+                        );
+                        return Ok(());
+                    }
+                }
+                let sel = sel.filter(|&sn| !matches!(nodes[sn].op, Op::MsaSelect { .. }));
                 // sparse attention: the cells each token's indexer selected, sorted
                 if let Some(sn) = sel {
-                    let sn = &nodes[*sn];
+                    let sn = &nodes[sn];
                     let vals = &self.arena[sn.offset..sn.offset + sn.len()];
                     self.sel_rows.resize_with(sn.ne1, Vec::new);
                     for (set, row) in self.sel_rows.iter_mut().zip(vals.chunks_exact(sn.ne0)) {
@@ -185,6 +197,15 @@ impl CpuExecutor {
                     }
                 }
             }
+            Op::MsaSelect {
+                q,
+                layer,
+                head,
+                block,
+                top_k,
+                local,
+                ..
+            } => self.msa_select(nodes, kv, inp, *q, *layer, *head, *block, *top_k, *local),
             op => return Err(not_this_family(op, "attention")),
         }
         Ok(())
@@ -230,6 +251,7 @@ impl CpuExecutor {
             max_bias,
             n_cells_max: kv.size(),
             flash_attn: inp.flash_attn,
+            split_kv: true,
         };
         let qn = &nodes[q];
         let n_tokens = qn.ne1;
@@ -288,5 +310,319 @@ impl CpuExecutor {
             alibi: (max_bias > 0.0).then_some(&alibi_row),
         };
         ops::flash_attn(&attn, dst, &self.pool, &self.attn_scratch);
+    }
+}
+
+/// One KV head's rows of a layer's cache (values from `off`), read directly or through a
+/// list of rows (MiniMax-M3's gathered cells: entry `i` is the cache row read as row `i`,
+/// `u32::MAX` a masked one, never read).
+struct MsaRows<'a> {
+    inner: &'a dyn ops::KvRows,
+    off: usize,
+    list: Option<&'a [u32]>,
+    /// Gathered rows of a quantized cache: GET_ROWS dequantizes them and the graph casts them
+    /// to F16 before FLASH_ATTN_EXT.
+    cast_f16: bool,
+}
+
+impl MsaRows<'_> {
+    fn row(&self, i: usize) -> usize {
+        match self.list {
+            // (a masked entry's values are never used: row 0 stands in)
+            Some(l) => l.get(i).copied().filter(|&r| r != u32::MAX).unwrap_or(0) as usize,
+            None => i,
+        }
+    }
+}
+
+impl ops::KvRows for MsaRows<'_> {
+    fn read(&self, cell: usize, off: usize, dst: &mut [f32]) {
+        self.inner.read(self.row(cell), self.off + off, dst);
+    }
+    fn half(&self, cell: usize, off: usize, len: usize) -> Option<&[half::f16]> {
+        self.inner.half(self.row(cell), self.off + off, len)
+    }
+    fn is_f16(&self) -> bool {
+        self.inner.is_f16()
+    }
+    fn cast_f16(&self) -> bool {
+        self.cast_f16
+    }
+    fn packed(
+        &self,
+        cell: usize,
+        off: usize,
+        len: usize,
+    ) -> Option<(crate::gguf::GgmlType, &[u8])> {
+        if self.cast_f16 {
+            return None;
+        }
+        self.inner.packed(self.row(cell), self.off + off, len)
+    }
+}
+
+impl CpuExecutor {
+    /// [`Op::MsaSelect`]: the blocks each (token, indexer head) selects, kept in `self.msa`.
+    #[allow(clippy::too_many_arguments)]
+    fn msa_select(
+        &mut self,
+        nodes: &[Node],
+        kv: &KvCache,
+        inp: &Inputs,
+        q: NodeId,
+        layer: usize,
+        head: usize,
+        block: usize,
+        top_k: usize,
+        local: usize,
+    ) {
+        let qn = &nodes[q];
+        let n_tokens = qn.ne1;
+        let n_head = qn.ne0 / head.max(1);
+        let st = &mut self.msa;
+        st.on = inp.flash_attn && (kv.n_seq_max() <= 1 || kv.n_stream() > 1);
+        if !st.on {
+            return;
+        }
+        let mut streams: Vec<usize> = inp.seq[..n_tokens]
+            .iter()
+            .filter_map(|&s| kv.stream_of(s))
+            .collect();
+        streams.sort_unstable();
+        streams.dedup();
+        st.decode = n_tokens == streams.len();
+        // upstream's position axis covers every position of every sequence
+        let pos_max = (0..kv.n_seq_max())
+            .map(|s| kv.seq_pos_max(s))
+            .max()
+            .unwrap_or(-1);
+        let n_ps = ops::msa_n_pos(pos_max);
+        let n_blk = n_ps / block;
+        (st.block, st.n_head, st.n_blk, st.n_ps) = (block, n_head, n_blk, n_ps);
+        st.k = top_k.min(n_blk);
+        st.blocks.clear();
+        st.slots.clear();
+        st.chosen.clear();
+        let qs = &self.arena[qn.offset..qn.offset + qn.len()];
+        let l = &kv.layers[layer];
+        let keys = KvLayerRows {
+            buf: &l.k,
+            width: l.n_embd_k,
+            cast_f16: false,
+        };
+        let (scores, idx, krow) = (&mut self.ix_scores, &mut self.topk_i32, &mut self.ix_krow);
+        krow.resize(head, 0.0);
+        for t in 0..n_tokens {
+            let (seq, pos) = (inp.seq[t], inp.pos[t]);
+            // the row of each position the token sees (upstream's pos -> cell map, masked by
+            // its position mask: causal, no window)
+            let base = if st.decode { st.slots.len() } else { 0 };
+            st.slots.truncate(base);
+            st.slots.resize(base + n_ps, u32::MAX);
+            for j in kv.rows_of(seq) {
+                if kv.visible(j, seq, pos, true, 0) {
+                    let p = kv.row_pos(j);
+                    if (0..n_ps as i32).contains(&p) {
+                        st.slots[base + p as usize] = j;
+                    }
+                }
+            }
+            scores.clear();
+            scores.resize(n_head * n_ps, f32::NEG_INFINITY);
+            let qt = &qs[t * qn.ne0..(t + 1) * qn.ne0];
+            for p in 0..n_ps {
+                let r = st.slots[base + p];
+                if r == u32::MAX {
+                    continue;
+                }
+                keys.read(r as usize, 0, krow);
+                for h in 0..n_head {
+                    scores[h * n_ps + p] = ops::msa_score_dot(krow, &qt[h * head..(h + 1) * head]);
+                }
+            }
+            for h in 0..n_head {
+                let sc = &scores[h * n_ps..(h + 1) * n_ps];
+                ops::msa_blocks(sc, block, top_k, local, pos, &mut st.bs, idx);
+                st.blocks.extend_from_slice(idx);
+                if !st.decode {
+                    let at = st.chosen.len();
+                    st.chosen.resize(at + n_blk, false);
+                    for &b in idx.iter() {
+                        st.chosen[at + b as usize] = true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// FLASH_ATTN_EXT over MiniMax-M3's selection (`self.msa`), one KV head at a time as
+    /// upstream's grouped call: at decode each (token, KV head) reads its selected blocks'
+    /// cells gathered in the selection's order (a quantized cache as F16, upstream's GET_ROWS
+    /// and cast); otherwise the cache's cells in order, those of unselected blocks masked.
+    #[allow(clippy::too_many_arguments)]
+    fn flash_attn_msa(
+        &mut self,
+        nodes: &[Node],
+        node: &Node,
+        kv: &KvCache,
+        inp: &Inputs,
+        q: NodeId,
+        layer: usize,
+        n_head: usize,
+        n_head_kv: usize,
+        dk: usize,
+        dv: usize,
+        scale: f32,
+        softcap: f32,
+    ) {
+        let l = &kv.layers[layer];
+        let n_threads = self.pool.n_threads();
+        if self.attn_scratch.len() < n_threads + 1 {
+            self.attn_scratch.resize_with(n_threads + 1, || {
+                std::sync::Mutex::new(ops::AttnScratch::default())
+            });
+        }
+        let group = n_head / n_head_kv;
+        let qn = &nodes[q];
+        let n_tokens = qn.ne1;
+        let st = &mut self.msa;
+        let quantized = |t: KvType| matches!(t, KvType::Packed(ty) if ty.block_size() > 1);
+        let k_rows = KvLayerRows {
+            buf: &l.k,
+            width: l.n_embd_k,
+            cast_f16: false,
+        };
+        let v_rows = KvLayerRows {
+            buf: &l.v,
+            width: l.n_embd_v,
+            cast_f16: false,
+        };
+        let mut qg = std::mem::take(&mut self.tmp);
+        let mut og = std::mem::take(&mut self.tmp2);
+        let (dst, [qs]) = carve(&mut self.arena, range(node), [range(qn)]);
+        for g in 0..n_head_kv {
+            // this KV head's query heads
+            qg.clear();
+            for t in 0..n_tokens {
+                let row = &qs[t * n_head * dk..(t + 1) * n_head * dk];
+                qg.extend_from_slice(&row[g * group * dk..(g + 1) * group * dk]);
+            }
+            if st.decode {
+                og.clear();
+                og.resize(group * dv, 0.0);
+                for t in 0..n_tokens {
+                    let sel = &st.blocks[(t * st.n_head + g) * st.k..][..st.k];
+                    let slots = &st.slots[t * st.n_ps..(t + 1) * st.n_ps];
+                    st.list.clear();
+                    for &b in sel {
+                        let p0 = b as usize * st.block;
+                        st.list.extend_from_slice(&slots[p0..p0 + st.block]);
+                    }
+                    let list = &st.list[..];
+                    let n = list.len() as u32;
+                    let shape = ops::AttnShape {
+                        n_head: group,
+                        n_head_kv: 1,
+                        dk,
+                        dv,
+                        scale,
+                        softcap,
+                        max_bias: 0.0,
+                        n_cells_max: n,
+                        flash_attn: true,
+                        // upstream folds (KV head, stream) onto one call's channels
+                        split_kv: n_head_kv * n_tokens == 1,
+                    };
+                    let k = MsaRows {
+                        inner: &k_rows,
+                        off: g * dk,
+                        list: Some(list),
+                        cast_f16: quantized(kv.type_k),
+                    };
+                    let v = MsaRows {
+                        inner: &v_rows,
+                        off: g * dv,
+                        list: Some(list),
+                        cast_f16: quantized(kv.type_v),
+                    };
+                    let rows = |_: usize| 0..n;
+                    let visible_row = |_: usize, first: u32, out: &mut [bool]| {
+                        for (o, &r) in out.iter_mut().zip(&list[first as usize..]) {
+                            *o = r != u32::MAX;
+                        }
+                    };
+                    let attn = ops::Attn {
+                        shape,
+                        q: &qg[t * group * dk..(t + 1) * group * dk],
+                        n_tokens: 1,
+                        rows: &rows,
+                        visible_row: &visible_row,
+                        k: &k,
+                        v: &v,
+                        sinks: None,
+                        alibi: None,
+                    };
+                    ops::flash_attn(&attn, &mut og, &self.pool, &self.attn_scratch);
+                    let o = &mut dst[(t * n_head + g * group) * dv..][..group * dv];
+                    o.copy_from_slice(&og);
+                }
+                continue;
+            }
+            og.clear();
+            og.resize(n_tokens * group * dv, 0.0);
+            let shape = ops::AttnShape {
+                n_head: group,
+                n_head_kv: 1,
+                dk,
+                dv,
+                scale,
+                softcap,
+                max_bias: 0.0,
+                n_cells_max: kv.size(),
+                flash_attn: true,
+                split_kv: true,
+            };
+            let k = MsaRows {
+                inner: &k_rows,
+                off: g * dk,
+                list: None,
+                cast_f16: false,
+            };
+            let v = MsaRows {
+                inner: &v_rows,
+                off: g * dv,
+                list: None,
+                cast_f16: false,
+            };
+            let rows = |t: usize| kv.rows_of(inp.seq[t]);
+            let (chosen, n_blk, block, n_h) = (&st.chosen, st.n_blk, st.block, st.n_head);
+            let visible_row = |t: usize, first: u32, out: &mut [bool]| {
+                let sel = &chosen[(t * n_h + g) * n_blk..][..n_blk];
+                for (j, o) in (first..).zip(out.iter_mut()) {
+                    *o = kv.visible(j, inp.seq[t], inp.pos[t], inp.causal, 0) && {
+                        let b = kv.row_pos(j).max(0) as usize / block;
+                        sel.get(b).copied().unwrap_or(false)
+                    };
+                }
+            };
+            let attn = ops::Attn {
+                shape,
+                q: &qg,
+                n_tokens,
+                rows: &rows,
+                visible_row: &visible_row,
+                k: &k,
+                v: &v,
+                sinks: None,
+                alibi: None,
+            };
+            ops::flash_attn(&attn, &mut og, &self.pool, &self.attn_scratch);
+            for t in 0..n_tokens {
+                let o = &mut dst[(t * n_head + g * group) * dv..][..group * dv];
+                o.copy_from_slice(&og[t * group * dv..(t + 1) * group * dv]);
+            }
+        }
+        self.tmp = qg;
+        self.tmp2 = og;
     }
 }

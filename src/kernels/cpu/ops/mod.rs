@@ -17,7 +17,8 @@ mod unary;
 
 pub use super::vec::{axpy, dot_f32, gelu, ggml_expf, silu};
 pub use attn::{
-    flash_attn, indexer_scores, top_k_set, upstream_n_kv, Attn, AttnScratch, AttnShape, KvRows,
+    flash_attn, indexer_scores, msa_blocks, msa_n_pos, msa_score_dot, top_k_ordered, top_k_set,
+    upstream_n_kv, Attn, AttnScratch, AttnShape, KvRows,
 };
 pub use hadamard::{hadamard_rows, hadamard_rows_dense};
 pub use hc::{hc_mix, HcMixKind};

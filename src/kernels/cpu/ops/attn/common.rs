@@ -126,6 +126,10 @@ pub struct AttnShape {
     /// Upstream's flash attention is on. Off (llama-cpp-python's default), upstream computes
     /// attention as MUL_MAT, SOFT_MAX_EXT, MUL_MAT, whose float order is followed instead.
     pub flash_attn: bool,
+    /// One query row over 512 cells or more may take the split-KV path (upstream's
+    /// `use_split_kv_path` wants a single channel, `ne[3]` of Q 1: false where the graph
+    /// folds several onto it, MiniMax-M3's gathered attention).
+    pub split_kv: bool,
 }
 
 /// The cached keys or values of one layer, as the attention kernel reads them.

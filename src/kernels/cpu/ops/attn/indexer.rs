@@ -7,7 +7,7 @@ use crate::kernels::cpu::vec::fmadd;
 
 /// `ggml_vec_dot_f32` in its AVX2 order: four 8-lane FMA accumulators over blocks of 32,
 /// reduced pairwise, the tail fused into the sum.
-fn vec_dot_f32(a: &[f32], b: &[f32]) -> f32 {
+pub(super) fn vec_dot_f32(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let full = n / 32 * 32;
     let mut acc = [0f32; 32];
@@ -83,6 +83,26 @@ pub fn top_k_set(data: &[f32], k: usize, idx: &mut Vec<i32>) {
     idx.truncate(k);
 }
 
+/// ggml's TOP_K on the CPU in its output order: `std::partial_sort` of the indices `0..n` by
+/// `data[a] > data[b]` (libstdc++: the heap selection of [`top_k_set`], then `__sort_heap`,
+/// so the `k` largest in descending order, ties as the heap leaves them), then the first two
+/// swapped ("the order is not important").
+pub fn top_k_ordered(data: &[f32], k: usize, idx: &mut Vec<i32>) {
+    top_k_set(data, k, idx);
+    let less = |a: i32, b: i32| data[a as usize] > data[b as usize];
+    // __sort_heap: pop the heap's top to the end, one place at a time
+    let mut last = idx.len();
+    while last > 1 {
+        last -= 1;
+        let v = idx[last];
+        idx[last] = idx[0];
+        adjust_heap(idx, 0, last, v, &less);
+    }
+    if idx.len() > 1 {
+        idx.swap(0, 1);
+    }
+}
+
 /// libstdc++'s `__adjust_heap` (then `__push_heap`) on `h[..len]`.
 fn adjust_heap(
     h: &mut [i32],
@@ -121,6 +141,44 @@ fn adjust_heap(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// TOP_K's order: descending, then the first two swapped; the set is [`top_k_set`]'s.
+    #[test]
+    fn top_k_ordered_sorts_then_swaps_the_first_two() {
+        let data = [0.5, 3.0, -1.0, 2.0, f32::NEG_INFINITY, 7.0, 0.0];
+        let mut idx = Vec::new();
+        top_k_ordered(&data, 4, &mut idx);
+        assert_eq!(idx, vec![1, 5, 3, 0]);
+        top_k_ordered(&data, 1, &mut idx);
+        assert_eq!(idx, vec![5]);
+        top_k_ordered(&data, 7, &mut idx);
+        assert_eq!(idx, vec![1, 5, 3, 0, 6, 2, 4]);
+        let mut set = Vec::new();
+        let mut x = 777u32;
+        for n in 1..30 {
+            let row: Vec<f32> = (0..n)
+                .map(|_| {
+                    x = x.wrapping_mul(1103515245).wrapping_add(12345);
+                    ((x >> 16) % 5) as f32
+                })
+                .collect();
+            for k in 0..=n {
+                top_k_ordered(&row, k, &mut idx);
+                top_k_set(&row, k, &mut set);
+                let (mut a, mut b) = (idx.clone(), set.clone());
+                a.sort();
+                b.sort();
+                assert_eq!(a, b, "n {n} k {k}: the same set");
+                let mut sorted = idx.clone();
+                if sorted.len() > 1 {
+                    sorted.swap(0, 1);
+                }
+                assert!(sorted
+                    .windows(2)
+                    .all(|w| row[w[0] as usize] >= row[w[1] as usize]));
+            }
+        }
+    }
 
     /// The selected set is the k largest whatever their order; with ties at the boundary it
     /// is the set libstdc++'s partial_sort keeps (worked by hand: a heap of the first k, later

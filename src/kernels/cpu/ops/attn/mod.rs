@@ -5,11 +5,13 @@
 
 mod common;
 mod indexer;
+mod msa;
 mod nofa;
 mod tiled;
 
 pub use common::{alibi_slope, Attn, AttnScratch, AttnShape, KvRows};
-pub use indexer::{indexer_scores, top_k_set};
+pub use indexer::{indexer_scores, top_k_ordered, top_k_set};
+pub use msa::{msa_blocks, msa_n_pos, msa_score_dot};
 pub use nofa::upstream_n_kv;
 
 use crate::kernels::cpu::dispatch::{dot_f16_ggml, dot_fn, f16_scale_mad, quantize_row, vec_dot};
@@ -64,7 +66,7 @@ pub fn flash_attn(
         nofa::attn_no_fa(&padded, out, pool, scratch);
         return;
     }
-    if n_tokens == 1 && split_kv_applies(k, v) {
+    if n_tokens == 1 && shape.split_kv && split_kv_applies(k, v) {
         let cells = view(0);
         if cells.end - cells.start >= 512 {
             flash_attn_split_kv(a, cells, out, pool, scratch);
@@ -501,6 +503,7 @@ mod attn_scratch_tests {
             max_bias: 0.0,
             n_cells_max: n_cells,
             flash_attn: true,
+            split_kv: true,
         };
         let rows = |width: usize, f16: bool| {
             let f32s: Vec<f32> = (0..n_cells as usize * width * n_head_kv)

@@ -63,8 +63,8 @@ pub fn rope_cache_back(p: &RopeParams, pos: f32, freq_factors: Option<&[f32]>, c
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::super::rope::RopeMode;
+    use super::*;
 
     fn params(mode: RopeMode) -> RopeParams {
         RopeParams {

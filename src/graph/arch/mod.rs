@@ -388,6 +388,7 @@ pub static DECLARES_TENSORS: &[&str] = &[
     "plamo",
     "plamo2",
     "plamo3",
+    "pockettts",
     "qwen",
     "seed_oss",
     "smallthinker",

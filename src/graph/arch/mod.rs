@@ -369,6 +369,7 @@ pub static DECLARES_TENSORS: &[&str] = &[
     "maple",
     "minicpm",
     "minimax-m2",
+    "minimax-m3",
     "mistral3",
     "muse-glimmer",
     "nemotron",

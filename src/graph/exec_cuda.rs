@@ -262,7 +262,7 @@ impl CudaExecutor {
             Op::MulRep { .. } | Op::SsmConv { .. } | Op::SsmScan { .. } => false,
             Op::Softplus { .. } | Op::RepeatHeads { .. } | Op::GatedDeltaNet { .. } => false,
             Op::LightningAttn { .. } => false,
-            Op::Sqrt { .. } => false,
+            Op::Sqrt { .. } | Op::Abs { .. } | Op::Sgn { .. } | Op::GetRowsNgram { .. } => false,
             Op::SumRows { .. } | Op::HcPre { .. } | Op::HcMix { .. } | Op::HcPost { .. } => false,
             Op::Gelu { .. }
             | Op::Relu { .. }
@@ -559,6 +559,9 @@ impl CudaExecutor {
             | Op::LightningIndexer { .. }
             | Op::Softplus { .. }
             | Op::Sqrt { .. }
+            | Op::Abs { .. }
+            | Op::Sgn { .. }
+            | Op::GetRowsNgram { .. }
             | Op::SumRows { .. }
             | Op::HcPre { .. }
             | Op::HcMix { .. }

@@ -114,6 +114,7 @@ pub mod qwen3moe;
 pub mod qwen3next;
 pub mod qwen3vl;
 pub mod qwen3vlmoe;
+pub mod qwen4exp;
 pub mod refact;
 pub mod rnd1;
 pub mod seed_oss;
@@ -250,6 +251,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &muse_glimmer::DEF,
     &paddleocr::DEF,
     &hrm_text::DEF,
+    &qwen4exp::DEF,
 ];
 
 /// The definition that runs `arch`, if any.
@@ -266,14 +268,6 @@ pub fn missing_pieces(arch: &str) -> Option<&'static str> {
              ratio-4 CSA and ratio-128 HCA layers, their compressed K caches and masks beside \
              the sliding-window cache, the CSA layers' indexer over compressed keys) and ROPE_BACK \
              of the attention output",
-        ),
-        "qwen4exp" => Some(
-            "Qwen4-exp's hyper-connections (the low-rank gated HC mixer and combine of \
-             DeepSeek-V4, before the token mixer, the MoE and the output), the PLE n-gram \
-             hash embedding with its dilated causal conv whose history is a second recurrent \
-             row, and the hybrid memory whose attention layers keep an indexer K cache beside \
-             the KV cache (sparse top-k attention) while the gated delta-net layers keep \
-             conv and SSM states",
         ),
         "minimax-m3" => Some(
             "MiniMax-M3's block-sparse attention (an indexer K cache beside the KV cache, \

@@ -197,6 +197,25 @@ pub struct Extras {
     pub compress_ratios: Vec<usize>,
     /// Qwen4-exp's PLE n-gram hash embedding (`ple.*`), when the file has one.
     pub ple: Option<std::sync::Arc<PleHash>>,
+    /// DeepSeek-V4's compressed attention (ratio per layer, ...); empty ratios: none.
+    pub dsv4: Dsv4,
+    /// K-only memory layers after the indexer's (`n_layer + ..`): the row width of each
+    /// (0: the layer keeps nothing). DeepSeek-V4's compressor inputs and compressed keys.
+    pub mem_extra: Vec<usize>,
+}
+
+/// DeepSeek-V4's compressed attention (upstream's `dsv4_*` hyperparameters).
+#[derive(Clone, Debug, Default)]
+pub struct Dsv4 {
+    /// Per layer: 0 (the sliding window only), 4 (CSA: overlapping blocks of 4 tokens, keys
+    /// picked by the lightning indexer) or 128 (HCA: blocks of 128 tokens).
+    pub ratios: Vec<u32>,
+    /// The rotary base of the compressed layers (`attention.compress_rope_freq_base`).
+    pub rope_base: f32,
+    /// The grouped output projection: groups and rank per group
+    /// (`attention.output_group_count`, `attention.output_lora_rank`).
+    pub o_groups: usize,
+    pub o_rank: usize,
 }
 
 /// Qwen4-exp's PLE n-gram hash embedding (`<arch>.ple.*`): on layer `layer`, each token's

@@ -29,6 +29,7 @@ pub mod deci;
 pub mod deepseek;
 pub mod deepseek2;
 pub mod deepseek32;
+pub mod deepseek4;
 pub mod def;
 pub mod dots1;
 pub mod dots3note;
@@ -255,6 +256,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &hrm_text::DEF,
     &pockettts::DEF,
     &qwen3tts::DEF,
+    &deepseek4::DEF,
     &qwen4exp::DEF,
 ];
 
@@ -267,12 +269,6 @@ pub fn lookup(arch: &str) -> Option<&'static ArchDef> {
 /// refusal at context creation names it.
 pub fn missing_pieces(arch: &str) -> Option<&'static str> {
     match arch {
-        "deepseek4" => Some(
-            "DeepSeek-V4's compressed attention (the per-sequence compressor state of the \
-             ratio-4 CSA and ratio-128 HCA layers, their compressed K caches and masks beside \
-             the sliding-window cache, the CSA layers' indexer over compressed keys) and ROPE_BACK \
-             of the attention output",
-        ),
         "minimax-m3" => Some(
             "MiniMax-M3's block-sparse attention (an indexer K cache beside the KV cache, \
              block scores by max-pooling, top-k position blocks plus local blocks, the chosen \

@@ -479,6 +479,8 @@ impl CpuExecutor {
             | Op::MulRep { .. }
             | Op::Softplus { .. }
             | Op::Sqrt { .. }
+            | Op::Abs { .. }
+            | Op::Sgn { .. }
             | Op::RepeatHeads { .. }
             | Op::SoftMax { .. }
             | Op::SumRows { .. }
@@ -506,6 +508,7 @@ impl CpuExecutor {
             | Op::LightningIndexer { .. }
             | Op::MsaSelect { .. } => self.node_attention(g, node, model, kv, inp),
             Op::SsmConv { .. }
+            | Op::GetRowsNgram { .. }
             | Op::SsmScan { .. }
             | Op::GatedDeltaNet { .. }
             | Op::LightningAttn { .. }

@@ -1,5 +1,5 @@
 //! Sampling from a context's logits (`llama_sampler_sample`), seeds, and
-//! `llama_set_sampler`.
+//! `llama_set_sampler` (its chains run in `in_decode`).
 
 use super::super::handles::llama_context;
 use super::super::types::*;
@@ -45,41 +45,81 @@ pub(super) unsafe fn seed_of(smpl: *const llama_sampler) -> u32 {
     LLAMA_DEFAULT_SEED
 }
 
-/// Samples a token from output `idx` of the last evaluation: the candidates are all
-/// `n_vocab` logits of `llama_get_logits_ith(ctx, idx)`, `smpl` is applied and the selected
-/// token accepted and returned. LLAMA_TOKEN_NULL (-1) and a log line when `smpl` is NULL,
-/// `ctx` is not a live context, there are no logits for `idx`, or the sampler selected
-/// nothing (upstream aborts). Backend samplers never pre-select a token here: they run on
-/// the CPU, in this call.
+/// Samples a token from output `idx` of the last evaluation, as upstream: a token the
+/// attached chain already sampled in the decode (`llama_get_sampled_token_ith`) is accepted
+/// and returned; otherwise the candidates are the chain's kept probabilities or logits with
+/// their ids (`llama_get_sampled_*_ith`), else all `n_vocab` logits of
+/// `llama_get_logits_ith(ctx, idx)`; `smpl` is applied (an attached chain skips the prefix
+/// the decode ran) and the selected token accepted and returned. LLAMA_TOKEN_NULL (-1) and a
+/// log line when `smpl` is NULL, `ctx` is not a live context, there are no logits for `idx`,
+/// or the sampler selected nothing (upstream aborts).
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_sample(
     smpl: *mut llama_sampler,
     ctx: *mut llama_context,
     idx: i32,
 ) -> llama_token {
+    use super::super::context as c;
     boundary!("llama_sampler_sample", LLAMA_TOKEN_NULL, {
         non_null(smpl, "smpl")?;
         // SAFETY: NULL or a live context per the contract.
-        let c = unsafe { super::super::handles::context(ctx) }?;
+        let handle = unsafe { super::super::handles::context(ctx) }?;
         // SAFETY: a live context keeps its model handle (upstream's rule: model outlives it).
-        let model = unsafe { super::super::handles::model(c.model) }?;
+        let model = unsafe { super::super::handles::model(handle.model) }?;
         let n_vocab = model.inner.vocab.tokens.len();
-        // SAFETY: a live context.
-        let logits = unsafe { super::super::context::llama_get_logits_ith(ctx, idx) };
-        if logits.is_null() {
-            return Err(FfiError::Invalid(format!("no logits for output {idx}")));
-        }
-        // SAFETY: a row of n_vocab logits owned by the context.
-        let row = unsafe { std::slice::from_raw_parts(logits, n_vocab) };
-        let mut cur: Vec<llama_token_data> = row
-            .iter()
-            .enumerate()
-            .map(|(id, &logit)| llama_token_data {
-                id: id as llama_token,
-                logit,
-                p: 0.0,
-            })
-            .collect();
+        // SAFETY (this block): a live context; the arrays are the context's, valid until the
+        // next decode, with the counts the getters give.
+        let cur: Vec<llama_token_data> = unsafe {
+            let sampled_token = c::llama_get_sampled_token_ith(ctx, idx);
+            if sampled_token != LLAMA_TOKEN_NULL {
+                llama_sampler_accept(smpl, sampled_token);
+                return Ok(sampled_token);
+            }
+            let probs = c::llama_get_sampled_probs_ith(ctx, idx);
+            let logits = c::llama_get_sampled_logits_ith(ctx, idx);
+            let ids = c::llama_get_sampled_candidates_ith(ctx, idx);
+            let logit_at = |i: usize| {
+                if logits.is_null() {
+                    0.0
+                } else {
+                    *logits.add(i)
+                }
+            };
+            if !probs.is_null() && !ids.is_null() {
+                let n = c::llama_get_sampled_probs_count_ith(ctx, idx) as usize;
+                (0..n)
+                    .map(|i| llama_token_data {
+                        id: *ids.add(i),
+                        logit: logit_at(i),
+                        p: *probs.add(i),
+                    })
+                    .collect()
+            } else if !logits.is_null() && !ids.is_null() {
+                let n = c::llama_get_sampled_logits_count_ith(ctx, idx) as usize;
+                (0..n)
+                    .map(|i| llama_token_data {
+                        id: *ids.add(i),
+                        logit: logit_at(i),
+                        p: 0.0,
+                    })
+                    .collect()
+            } else {
+                let logits = c::llama_get_logits_ith(ctx, idx);
+                if logits.is_null() {
+                    return Err(FfiError::Invalid(format!("no logits for output {idx}")));
+                }
+                std::slice::from_raw_parts(logits, n_vocab)
+                    .iter()
+                    .enumerate()
+                    .map(|(id, &logit)| llama_token_data {
+                        id: id as llama_token,
+                        logit,
+                        p: 0.0,
+                    })
+                    .collect()
+            }
+        };
+        let mut cur = cur;
         let mut arr = llama_token_data_array {
             data: cur.as_mut_ptr(),
             size: cur.len(),
@@ -103,10 +143,20 @@ pub unsafe extern "C" fn llama_sampler_sample(
     })
 }
 
-/// Backend sampling: llama-hotswap runs no sampler inside the decode, so it answers as upstream
-/// does for a sampler that cannot be offloaded: NULL (nothing to clear) returns true; a sampler
-/// returns false with upstream's warning ("cannot be offloaded to the backend") and stays the
-/// caller's, to run on the CPU (`llama_sampler_sample`, common's fallback: the same tokens).
+/// Backend sampling (upstream's rule): attaches chain `smpl` to sequence `seq_id`, and returns
+/// true. After each decode, the chain's longest prefix of samplers with a backend form
+/// (greedy, dist, top-k, top-p, min-p, temp, temp-ext, logit-bias, and penalties when
+/// `n_outputs_max_per_seq` is 1) runs on every output row of the sequence, with upstream's
+/// graph arithmetic; the results are `llama_get_sampled_*_ith`'s, `llama_sampler_sample`
+/// returns a sampled token directly or continues from the kept candidates, and the chain's
+/// `apply` skips the prefix from now on (also after it is detached, as upstream). The prefix
+/// samplers show "+name" in `llama_sampler_name` ("-penalties" for one that refused). NULL
+/// detaches the sequence's chain (true). A sampler that is not a non-empty chain of this
+/// library (a bare sampler, where upstream crashes; a struct the caller built) stays on the
+/// CPU: false, with upstream's warning. A chain already attached once: false and a log line
+/// (upstream aborts). Any `seq_id` is accepted, as upstream (one outside [0, n_seq_max) with a
+/// warning: no batch reaches it). Batches with more than `n_outputs_max_per_seq` outputs (a
+/// context parameter, default 1) for a sequence with a chain fail to decode (-1), as upstream.
 #[no_mangle]
 pub unsafe extern "C" fn llama_set_sampler(
     ctx: *mut llama_context,
@@ -115,13 +165,11 @@ pub unsafe extern "C" fn llama_set_sampler(
 ) -> bool {
     boundary!("llama_set_sampler", false, {
         // SAFETY: NULL or a live context per the contract.
-        let _ = unsafe { super::super::handles::context(ctx) }?;
-        if smpl.is_null() {
-            return Ok(true);
-        }
-        // SAFETY: a sampler handle per the contract.
-        unsafe { not_offloaded(seq_id, smpl) };
-        Ok(false)
+        let handle = unsafe { super::super::handles::context(ctx) }?;
+        let n_seq_max = handle.inner.engine().cparams.n_seq_max;
+        let mut sampling = handle.sampling.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: a sampler handle or NULL per the contract.
+        unsafe { sampling.attach(seq_id, smpl, n_seq_max) }
     })
 }
 
@@ -140,6 +188,6 @@ pub(super) unsafe fn not_offloaded(seq_id: llama_seq_id, smpl: *mut llama_sample
     };
     crate::log_warn!(
         "llama_set_sampler: sampler '{name}' for seq_id = {seq_id}, cannot be offloaded to the \
-         backend (llama-hotswap samples on the CPU)"
+         backend (backend samplers must be non-empty chains of this library)"
     );
 }

@@ -100,7 +100,7 @@ unsafe fn init_context(
         let e = inner.engine();
         (e.cparams.n_batch, e.cparams.n_seq_max)
     };
-    let mut sampling = super::sampling::BackendSampling::new(
+    let mut sampling = super::sampled::BackendSampling::new(
         n_batch,
         params.n_outputs_max,
         params.n_outputs_max_per_seq,
@@ -457,8 +457,8 @@ pub unsafe extern "C" fn llama_get_logits_ith(ctx: *mut llama_context, i: i32) -
         // SAFETY: NULL or a live context per the contract.
         let sampled = unsafe {
             with_sampled(ctx, i, |found, _| match found {
-                super::sampling::Lookup::Row(Some(r)) => Ok(r.logits().map(|(p, _)| p)),
-                super::sampling::Lookup::Invalid(why) => {
+                super::sampled::Lookup::Row(Some(r)) => Ok(r.logits().map(|(p, _)| p)),
+                super::sampled::Lookup::Invalid(why) => {
                     crate::log_error!(
                         "llama_get_logits_ith: invalid backend sampled logits id {i}, reason: {why}"
                     );
@@ -474,7 +474,7 @@ pub unsafe extern "C" fn llama_get_logits_ith(ctx: *mut llama_context, i: i32) -
         let handle = unsafe { handles::context(ctx) }?;
         let mut e = handle.inner.engine();
         let n_vocab = handle.inner.n_vocab();
-        let row = output_row(&e, i, e.logits.is_empty(), "no logits")
+        let row = super::sampled::output_row(&e, i, e.logits.is_empty(), "no logits")
             .map_err(|why| FfiError::Invalid(format!("invalid logits id {i}, reason: {why}")))?;
         // SAFETY: row < n_outputs, and the buffer holds n_outputs rows of n_vocab.
         Ok(unsafe { e.logits.as_mut_ptr().add(row * n_vocab) })
@@ -509,7 +509,7 @@ pub unsafe extern "C" fn llama_get_embeddings_ith(ctx: *mut llama_context, i: i3
         let mut e = handle.inner.engine();
         let n_embd = handle.inner.hp.n_embd;
         let none = e.embd.is_empty() || !e.cparams.embeddings;
-        let row = output_row(&e, i, none, "no embeddings").map_err(|why| {
+        let row = super::sampled::output_row(&e, i, none, "no embeddings").map_err(|why| {
             FfiError::Invalid(format!("invalid embeddings id {i}, reason: {why}"))
         })?;
         // SAFETY: row < n_outputs, and the buffer holds n_outputs rows of n_embd.
@@ -539,21 +539,21 @@ pub unsafe extern "C" fn llama_get_embeddings_seq(
 }
 
 /// Runs `f` on what backend sampling left for output `i` of the last decode (see
-/// [`super::sampling::Lookup`]), with the index resolved as `llama_get_logits_ith` does.
+/// [`super::sampled::Lookup`]), with the index resolved as `llama_get_logits_ith` does.
 ///
 /// # Safety
 /// `ctx` must be NULL or a live context.
 unsafe fn with_sampled<R>(
     ctx: *mut llama_context,
     i: i32,
-    f: impl FnOnce(super::sampling::Lookup<'_>, usize) -> Result<R, FfiError>,
+    f: impl FnOnce(super::sampled::Lookup<'_>, usize) -> Result<R, FfiError>,
 ) -> Result<R, FfiError> {
     // SAFETY: NULL or a live context per the contract.
     let handle = unsafe { handles::context(ctx) }?;
     let mut sampling = handle.sampling.lock().unwrap_or_else(|e| e.into_inner());
     let row = {
         let e = handle.inner.engine();
-        output_row(&e, i, false, "")
+        super::sampled::output_row(&e, i, false, "")
     };
     f(sampling.lookup(row), handle.inner.n_vocab())
 }
@@ -571,11 +571,11 @@ pub unsafe extern "C" fn llama_get_sampled_token_ith(
         // SAFETY: NULL or a live context per the contract.
         unsafe {
             with_sampled(ctx, i, |found, _| match found {
-                super::sampling::Lookup::NoBuffers => Ok(LLAMA_TOKEN_NULL),
-                super::sampling::Lookup::Invalid(why) => Err(FfiError::Invalid(format!(
+                super::sampled::Lookup::NoBuffers => Ok(LLAMA_TOKEN_NULL),
+                super::sampled::Lookup::Invalid(why) => Err(FfiError::Invalid(format!(
                     "invalid backend sampled token id {i}, reason: {why}"
                 ))),
-                super::sampling::Lookup::Row(r) => Ok(r.map_or(LLAMA_TOKEN_NULL, |r| r.token())),
+                super::sampled::Lookup::Row(r) => Ok(r.map_or(LLAMA_TOKEN_NULL, |r| r.token())),
             })
         }
     })
@@ -591,11 +591,11 @@ pub unsafe extern "C" fn llama_get_sampled_probs_ith(ctx: *mut llama_context, i:
         // SAFETY: NULL or a live context per the contract.
         unsafe {
             with_sampled(ctx, i, |found, _| match found {
-                super::sampling::Lookup::NoBuffers => Ok(std::ptr::null_mut()),
-                super::sampling::Lookup::Invalid(why) => Err(FfiError::Invalid(format!(
+                super::sampled::Lookup::NoBuffers => Ok(std::ptr::null_mut()),
+                super::sampled::Lookup::Invalid(why) => Err(FfiError::Invalid(format!(
                     "invalid backend sampled probs id {i}, reason: {why}"
                 ))),
-                super::sampling::Lookup::Row(r) => Ok(r
+                super::sampled::Lookup::Row(r) => Ok(r
                     .and_then(|r| r.probs())
                     .map_or(std::ptr::null_mut(), |(p, _)| p)),
             })
@@ -611,11 +611,11 @@ pub unsafe extern "C" fn llama_get_sampled_probs_count_ith(ctx: *mut llama_conte
         // SAFETY: NULL or a live context per the contract.
         unsafe {
             with_sampled(ctx, i, |found, _| match found {
-                super::sampling::Lookup::NoBuffers => Ok(0),
-                super::sampling::Lookup::Invalid(why) => Err(FfiError::Invalid(format!(
+                super::sampled::Lookup::NoBuffers => Ok(0),
+                super::sampled::Lookup::Invalid(why) => Err(FfiError::Invalid(format!(
                     "invalid backend sampled probs count id {i}, reason: {why}"
                 ))),
-                super::sampling::Lookup::Row(r) => Ok(r.map_or(0, |r| r.n_probs())),
+                super::sampled::Lookup::Row(r) => Ok(r.map_or(0, |r| r.n_probs())),
             })
         }
     })
@@ -632,11 +632,11 @@ pub unsafe extern "C" fn llama_get_sampled_logits_ith(ctx: *mut llama_context, i
         // SAFETY: NULL or a live context per the contract.
         unsafe {
             with_sampled(ctx, i, |found, _| match found {
-                super::sampling::Lookup::NoBuffers => Ok(std::ptr::null_mut()),
-                super::sampling::Lookup::Invalid(why) => Err(FfiError::Invalid(format!(
+                super::sampled::Lookup::NoBuffers => Ok(std::ptr::null_mut()),
+                super::sampled::Lookup::Invalid(why) => Err(FfiError::Invalid(format!(
                     "invalid backend sampled logits id {i}, reason: {why}"
                 ))),
-                super::sampling::Lookup::Row(r) => Ok(r
+                super::sampled::Lookup::Row(r) => Ok(r
                     .and_then(|r| r.logits())
                     .map_or(std::ptr::null_mut(), |(p, _)| p)),
             })
@@ -657,13 +657,11 @@ pub unsafe extern "C" fn llama_get_sampled_logits_count_ith(
         // SAFETY: NULL or a live context per the contract.
         unsafe {
             with_sampled(ctx, i, |found, n_vocab| match found {
-                super::sampling::Lookup::NoBuffers => {
-                    Ok(u32::try_from(n_vocab).unwrap_or(u32::MAX))
-                }
-                super::sampling::Lookup::Invalid(why) => Err(FfiError::Invalid(format!(
+                super::sampled::Lookup::NoBuffers => Ok(u32::try_from(n_vocab).unwrap_or(u32::MAX)),
+                super::sampled::Lookup::Invalid(why) => Err(FfiError::Invalid(format!(
                     "invalid backend sampled logits count id {i}, reason: {why}"
                 ))),
-                super::sampling::Lookup::Row(r) => Ok(r.map_or(0, |r| r.n_logits())),
+                super::sampled::Lookup::Row(r) => Ok(r.map_or(0, |r| r.n_logits())),
             })
         }
     })
@@ -683,7 +681,7 @@ pub unsafe extern "C" fn llama_get_sampled_candidates_ith(
         // SAFETY: as above.
         let found = unsafe {
             with_sampled(ctx, i, |found, _| match found {
-                super::sampling::Lookup::Row(Some(r)) => Ok(r.candidates().map(|(p, _)| p)),
+                super::sampled::Lookup::Row(Some(r)) => Ok(r.candidates().map(|(p, _)| p)),
                 _ => Ok(None),
             })
         }?;
@@ -704,41 +702,12 @@ pub unsafe extern "C" fn llama_get_sampled_candidates_count_ith(
         // SAFETY: NULL or a live context per the contract.
         unsafe {
             with_sampled(ctx, i, |found, _| match found {
-                super::sampling::Lookup::NoBuffers => Ok(0),
-                super::sampling::Lookup::Invalid(why) => Err(FfiError::Invalid(format!(
+                super::sampled::Lookup::NoBuffers => Ok(0),
+                super::sampled::Lookup::Invalid(why) => Err(FfiError::Invalid(format!(
                     "invalid backend sampled candidates count id {i}, reason: {why}"
                 ))),
-                super::sampling::Lookup::Row(r) => Ok(r.map_or(0, |r| r.n_candidates())),
+                super::sampled::Lookup::Row(r) => Ok(r.map_or(0, |r| r.n_candidates())),
             })
         }
     })
-}
-
-/// Upstream's `output_resolve_row`: the output row of batch index `i` (negative: from the
-/// last output), or why there is none.
-fn output_row(e: &crate::context::Engine, i: i32, none: bool, what: &str) -> Result<usize, String> {
-    if none {
-        return Err(what.to_string());
-    }
-    let n_outputs = e.n_outputs as i64;
-    let j = if i < 0 {
-        let j = n_outputs + i as i64;
-        if j < 0 {
-            return Err(format!("negative index out of range [0, {n_outputs})"));
-        }
-        j
-    } else if i as usize >= e.output_ids.len() {
-        return Err(format!("out of range [0, {})", e.output_ids.len()));
-    } else {
-        e.output_ids[i as usize] as i64
-    };
-    if j < 0 {
-        return Err(format!("batch.logits[{i}] != true"));
-    }
-    if j >= n_outputs {
-        return Err(format!(
-            "corrupt output buffer (j={j}, n_outputs={n_outputs})"
-        ));
-    }
-    Ok(j as usize)
 }

@@ -159,7 +159,7 @@ pub struct llama_context {
     pub(crate) full_vocab_ids: Vec<i32>,
     /// Backend sampling: the chains attached to sequences and their last results. Lock it
     /// before the engine when both are needed.
-    pub(crate) sampling: std::sync::Mutex<super::sampling::BackendSampling>,
+    pub(crate) sampling: std::sync::Mutex<super::sampled::BackendSampling>,
 }
 
 impl Handle for llama_model {
@@ -272,7 +272,7 @@ impl llama_context {
         model: *const llama_model,
         inner: crate::context::Context,
         ctx_other: *mut llama_context,
-        sampling: super::sampling::BackendSampling,
+        sampling: super::sampled::BackendSampling,
     ) -> *mut llama_context {
         let perf = std::sync::Mutex::new(super::perf_counters::PerfCounters::default());
         let n_vocab = i32::try_from(inner.n_vocab()).unwrap_or(i32::MAX);

@@ -10,7 +10,9 @@
 //! ends it, where upstream would call the caller's `backend_init` and build its ggml graph.
 
 use std::collections::BTreeMap;
+use std::ffi::c_void;
 
+use super::super::sampled::{BackendSampling, SampledRow};
 use super::super::types::*;
 use super::super::FfiError;
 use super::chain::*;
@@ -18,106 +20,7 @@ use super::registry::*;
 use super::rust_iface::*;
 use crate::sampling::backend::Row;
 
-/// The results of one output row (upstream's sampling buffers, rows of n_vocab entries): the
-/// arrays are padded to the vocabulary size, the counts say how much of each is set.
-pub(crate) struct SampledRow {
-    token: llama_token,
-    logits: Vec<f32>,
-    n_logits: u32,
-    probs: Vec<f32>,
-    n_probs: u32,
-    candidates: Vec<llama_token>,
-    n_candidates: u32,
-}
-
-impl SampledRow {
-    fn new(row: Row, n_vocab: usize) -> Self {
-        fn padded<T: Copy + Default>(v: Option<Vec<T>>, n_vocab: usize) -> (Vec<T>, u32) {
-            let mut v = v.unwrap_or_default();
-            let n = v.len() as u32;
-            if n > 0 && v.len() < n_vocab {
-                v.resize(n_vocab, T::default());
-            }
-            (v, n)
-        }
-        let (logits, n_logits) = padded(Some(row.logits), n_vocab);
-        let (probs, n_probs) = padded(row.probs, n_vocab);
-        let (candidates, n_candidates) = padded(row.candidates, n_vocab);
-        SampledRow {
-            token: row.sampled.unwrap_or(LLAMA_TOKEN_NULL),
-            logits,
-            n_logits,
-            probs,
-            n_probs,
-            candidates,
-            n_candidates,
-        }
-    }
-
-    pub(crate) fn token(&self) -> llama_token {
-        self.token
-    }
-    pub(crate) fn logits(&mut self) -> Option<(*mut f32, u32)> {
-        (self.n_logits > 0).then(|| (self.logits.as_mut_ptr(), self.n_logits))
-    }
-    pub(crate) fn probs(&mut self) -> Option<(*mut f32, u32)> {
-        (self.n_probs > 0).then(|| (self.probs.as_mut_ptr(), self.n_probs))
-    }
-    pub(crate) fn candidates(&mut self) -> Option<(*mut llama_token, u32)> {
-        (self.n_candidates > 0).then(|| (self.candidates.as_mut_ptr(), self.n_candidates))
-    }
-    pub(crate) fn n_logits(&self) -> u32 {
-        self.n_logits
-    }
-    pub(crate) fn n_probs(&self) -> u32 {
-        self.n_probs
-    }
-    pub(crate) fn n_candidates(&self) -> u32 {
-        self.n_candidates
-    }
-}
-
-/// What the getters find for one output index.
-pub(crate) enum Lookup<'a> {
-    /// The last decode ran without attached chains: upstream has no sampling buffers.
-    NoBuffers,
-    /// The index names no output row (why, in upstream's words).
-    Invalid(String),
-    /// The row: `None` when no chain sampled it (its sequence has none).
-    Row(Option<&'a mut SampledRow>),
-}
-
-/// A context's attached chains and the results of its last decode.
-pub(crate) struct BackendSampling {
-    /// Sequence id -> attached chain (the caller's; it must outlive the attachment).
-    samplers: BTreeMap<llama_seq_id, *mut llama_sampler>,
-    /// Upstream's `cparams.n_outputs_max_per_seq`.
-    n_outputs_max_per_seq: u32,
-    /// Per output row of the last decode, when chains were attached to it.
-    outputs: Option<Vec<Option<SampledRow>>>,
-}
-
 impl BackendSampling {
-    /// Upstream's resolution of `n_outputs_max` (0: n_batch) and `n_outputs_max_per_seq`
-    /// (0: n_outputs_max; at most n_outputs_max) for a context of `n_batch`.
-    pub(crate) fn new(n_batch: u32, n_outputs_max: u32, n_outputs_max_per_seq: u32) -> Self {
-        let n_outputs_max = if n_outputs_max == 0 {
-            n_batch
-        } else {
-            n_outputs_max
-        };
-        let per_seq = if n_outputs_max_per_seq == 0 {
-            n_outputs_max
-        } else {
-            n_outputs_max_per_seq.min(n_outputs_max)
-        };
-        BackendSampling {
-            samplers: BTreeMap::new(),
-            n_outputs_max_per_seq: per_seq,
-            outputs: None,
-        }
-    }
-
     /// `llama_set_sampler`: attaches `smpl` to sequence `seq_id` (NULL detaches). True when
     /// attached or detached; false with upstream's warning for a sampler that is not a
     /// non-empty chain of this library (the sequence then has none).
@@ -162,15 +65,8 @@ impl BackendSampling {
         }
         // SAFETY: a live chain of ours.
         unsafe { chain_backend_init(chain, self.n_outputs_max_per_seq) };
-        self.samplers.insert(seq_id, smpl);
+        self.samplers.insert(seq_id, smpl.cast::<c_void>());
         Ok(true)
-    }
-
-    /// Upstream's context constructor reserves its output buffers after attaching the chains
-    /// of `llama_context_params.samplers`: with chains, the getters see empty buffers (no
-    /// output rows yet) until the first decode.
-    pub(crate) fn reserve_at_creation(&mut self) {
-        self.outputs = (!self.samplers.is_empty()).then(Vec::new);
     }
 
     /// Before a decode: upstream's limit of `n_outputs_max_per_seq` outputs for a sequence
@@ -178,6 +74,7 @@ impl BackendSampling {
     /// chain's sampling transaction. Chains freed while attached are detached with a log line.
     pub(crate) fn before_decode(&mut self, ctx: &crate::context::Context) -> Result<(), String> {
         self.samplers.retain(|&seq, &mut smpl| {
+            let smpl = smpl.cast::<llama_sampler>();
             // SAFETY: checked against the registry before `chain_of` reads it.
             let alive = owner_of(smpl).is_some() && unsafe { chain_of(smpl) }.is_some();
             if !alive {
@@ -233,7 +130,7 @@ impl BackendSampling {
         }
         for &smpl in self.samplers.values() {
             // SAFETY: live chains (checked above).
-            if let Some(chain) = unsafe { chain_of(smpl) } {
+            if let Some(chain) = unsafe { chain_of(smpl.cast::<llama_sampler>()) } {
                 // SAFETY: a live chain of ours.
                 unsafe { chain_backend_begin(chain) };
             }
@@ -276,7 +173,7 @@ impl BackendSampling {
                     continue;
                 }
                 // SAFETY: live chains (checked before the decode; the caller's thread is here).
-                let Some(chain) = (unsafe { chain_of(smpl) }) else {
+                let Some(chain) = (unsafe { chain_of(smpl.cast::<llama_sampler>()) }) else {
                     continue;
                 };
                 let mut row = Row::new(e.logits[j * n_vocab..(j + 1) * n_vocab].to_vec());
@@ -286,18 +183,6 @@ impl BackendSampling {
             }
         }
         self.outputs = Some(rows);
-    }
-
-    /// The row of output `row` (the getters resolve the index with the engine, as
-    /// `llama_get_logits_ith` does).
-    pub(crate) fn lookup(&mut self, row: Result<usize, String>) -> Lookup<'_> {
-        let Some(outputs) = self.outputs.as_mut() else {
-            return Lookup::NoBuffers;
-        };
-        match row {
-            Err(why) => Lookup::Invalid(why),
-            Ok(j) => Lookup::Row(outputs.get_mut(j).and_then(|r| r.as_mut())),
-        }
     }
 }
 

@@ -40,5 +40,4 @@ pub use chain::{
     llama_sampler_chain_n, llama_sampler_chain_remove,
 };
 pub use grammar::*;
-pub(crate) use in_decode::{BackendSampling, Lookup};
 pub use sample::*;

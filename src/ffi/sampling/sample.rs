@@ -59,65 +59,17 @@ pub unsafe extern "C" fn llama_sampler_sample(
     ctx: *mut llama_context,
     idx: i32,
 ) -> llama_token {
-    use super::super::context as c;
     boundary!("llama_sampler_sample", LLAMA_TOKEN_NULL, {
         non_null(smpl, "smpl")?;
         // SAFETY: NULL or a live context per the contract.
         let handle = unsafe { super::super::handles::context(ctx) }?;
-        // SAFETY: a live context keeps its model handle (upstream's rule: model outlives it).
-        let model = unsafe { super::super::handles::model(handle.model) }?;
-        let n_vocab = model.inner.vocab.tokens.len();
-        // SAFETY (this block): a live context; the arrays are the context's, valid until the
-        // next decode, with the counts the getters give.
-        let cur: Vec<llama_token_data> = unsafe {
-            let sampled_token = c::llama_get_sampled_token_ith(ctx, idx);
-            if sampled_token != LLAMA_TOKEN_NULL {
-                llama_sampler_accept(smpl, sampled_token);
-                return Ok(sampled_token);
+        let cur = match start_candidates(handle, idx)? {
+            Start::Token(token) => {
+                // SAFETY: live sampler.
+                unsafe { llama_sampler_accept(smpl, token) };
+                return Ok(token);
             }
-            let probs = c::llama_get_sampled_probs_ith(ctx, idx);
-            let logits = c::llama_get_sampled_logits_ith(ctx, idx);
-            let ids = c::llama_get_sampled_candidates_ith(ctx, idx);
-            let logit_at = |i: usize| {
-                if logits.is_null() {
-                    0.0
-                } else {
-                    *logits.add(i)
-                }
-            };
-            if !probs.is_null() && !ids.is_null() {
-                let n = c::llama_get_sampled_probs_count_ith(ctx, idx) as usize;
-                (0..n)
-                    .map(|i| llama_token_data {
-                        id: *ids.add(i),
-                        logit: logit_at(i),
-                        p: *probs.add(i),
-                    })
-                    .collect()
-            } else if !logits.is_null() && !ids.is_null() {
-                let n = c::llama_get_sampled_logits_count_ith(ctx, idx) as usize;
-                (0..n)
-                    .map(|i| llama_token_data {
-                        id: *ids.add(i),
-                        logit: logit_at(i),
-                        p: 0.0,
-                    })
-                    .collect()
-            } else {
-                let logits = c::llama_get_logits_ith(ctx, idx);
-                if logits.is_null() {
-                    return Err(FfiError::Invalid(format!("no logits for output {idx}")));
-                }
-                std::slice::from_raw_parts(logits, n_vocab)
-                    .iter()
-                    .enumerate()
-                    .map(|(id, &logit)| llama_token_data {
-                        id: id as llama_token,
-                        logit,
-                        p: 0.0,
-                    })
-                    .collect()
-            }
+            Start::Candidates(cur) => cur,
         };
         let mut cur = cur;
         let mut arr = llama_token_data_array {
@@ -141,6 +93,63 @@ pub unsafe extern "C" fn llama_sampler_sample(
         unsafe { llama_sampler_accept(smpl, token) };
         Ok(token)
     })
+}
+
+/// Where `llama_sampler_sample` starts for output `idx`.
+enum Start {
+    /// The attached chain sampled this token inside the decode.
+    Token(llama_token),
+    /// The candidates to apply the sampler to.
+    Candidates(Vec<llama_token_data>),
+}
+
+/// Upstream's start of `llama_sampler_sample`, read from the context's state as the
+/// `llama_get_sampled_*_ith` getters and `llama_get_logits_ith` answer: the decode's token; else
+/// the kept probabilities (with the kept logits) or the kept logits, with their candidate ids;
+/// else all `n_vocab` logits of the output.
+fn start_candidates(
+    handle: &super::super::handles::llama_context,
+    idx: i32,
+) -> Result<Start, FfiError> {
+    use super::super::sampled::{output_row, Lookup};
+    let n_vocab = handle.inner.n_vocab();
+    let mut sampling = handle.sampling.lock().unwrap_or_else(|e| e.into_inner());
+    let e = handle.inner.engine();
+    if let Lookup::Row(Some(r)) = sampling.lookup(output_row(&e, idx, false, "")) {
+        if r.token() != LLAMA_TOKEN_NULL {
+            return Ok(Start::Token(r.token()));
+        }
+        let n = if r.n_probs() > 0 {
+            r.n_probs()
+        } else {
+            r.n_logits()
+        } as usize;
+        if n > 0 {
+            let (logits, probs, ids) = r.arrays();
+            return Ok(Start::Candidates(
+                (0..n)
+                    .map(|i| llama_token_data {
+                        id: ids.map_or(i as llama_token, |ids| ids[i]),
+                        logit: logits.get(i).copied().unwrap_or(0.0),
+                        p: probs.map_or(0.0, |p| p[i]),
+                    })
+                    .collect(),
+            ));
+        }
+    }
+    let row = output_row(&e, idx, e.logits.is_empty(), "no logits")
+        .map_err(|why| FfiError::Invalid(format!("no logits for output {idx} ({why})")))?;
+    Ok(Start::Candidates(
+        e.logits[row * n_vocab..(row + 1) * n_vocab]
+            .iter()
+            .enumerate()
+            .map(|(id, &logit)| llama_token_data {
+                id: id as llama_token,
+                logit,
+                p: 0.0,
+            })
+            .collect(),
+    ))
 }
 
 /// Backend sampling (upstream's rule): attaches chain `smpl` to sequence `seq_id`, and returns

@@ -58,7 +58,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 plamo2 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 kimi-linear minimax-01 glm5-next dream llada llada-moe rnd1 dots3note afmoe cohere2moe smallthinker grovemoe hy_v3 hy_v4 laguna mimo2 maple muse-glimmer paddleocr hrm_text"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 plamo2 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 kimi-linear minimax-01 glm5-next dream llada llada-moe rnd1 dots3note afmoe cohere2moe smallthinker grovemoe hy_v3 hy_v4 laguna mimo2 maple muse-glimmer paddleocr hrm_text pockettts qwen3tts"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -274,6 +274,8 @@ HOSTILE_ROWS=(
     "laguna laguna-moe blk.0.attn_gate.weight blk.1.ffn_up_shexp.weight"
     "hrm_text hrm_text-dense hrm.z_l_init blk.1.attn_gate.weight"
     "hy_v4 hy_v4-moe blk.1.hc_attn_scale.weight output_hc_fn.weight"
+    "pockettts pockettts-dense blk.1.attn_norm.bias output_norm.bias"
+    "qwen3tts qwen3tts-dense blk.1.attn_q_norm.weight output.weight"
 )
 check_hostile() {
     local row arch fixture dropped shrunk mode tensor f rc py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"

@@ -80,6 +80,39 @@ gemma2="$(dirname "$moe")/gemma2-dense.gguf"
 row gemma2-exact-nofa 0 1 1e-12 0 "$gemma2"
 row gemma2-exact-fa 1 1 1e-12 0 "$gemma2"
 
+# Upstream's programs with `--rpc` on our library (docs/rpc.md): the servers they register in
+# libggml become our RPC0/RPC1 (libggml readies its devices before our client connects, and
+# its later memory queries, e.g. common's memory breakdown at exit, are answered from our
+# connection instead of waiting behind it: a hang fails by timeout). llama-completion greedy:
+# the same text as upstream's library with the same servers; llama-perplexity: the same final
+# PPL; llama-bench runs and prints its table.
+tools="$(bash "$ROOT/scripts/build-upstream-tools.sh" llama-completion llama-perplexity llama-bench)"
+dl="$out/dropin-lib"
+rm -rf "$dl" && mkdir -p "$dl"
+ln -s "$RELEASE_DIR/libllama.so" "$dl/libllama.so.0"
+for f in "$tools"/libggml*.so.0 "$tools"/libllama-common.so.0 "$tools"/*-impl.so; do ln -s "$f" "$dl/"; done
+rpc_args=(-ngl 99 --rpc "${eps[0]},${eps[1]}")  # -ngl first: its handler asks llama_supports_gpu_offload before --rpc registers
+for who in up ours; do
+    lib="$tools"; [ "$who" = ours ] && lib="$dl"
+    LLAMA_HOTSWAP_EXACT=1 LD_LIBRARY_PATH="$lib" timeout 300 "$tools/llama-completion" -m "$model" "${rpc_args[@]}" \
+        -p "The capital of France is" -n 16 --temp 0 -no-cnv -v >"$out/completion-$who.txt" 2>"$out/completion-$who.log" \
+        || fail "rpc --rpc: llama-completion on $who: $(tail -3 "$out/completion-$who.log")"
+    LLAMA_HOTSWAP_EXACT=1 LD_LIBRARY_PATH="$lib" timeout 300 "$tools/llama-perplexity" -m "$model" "${rpc_args[@]}" \
+        -f "$ROOT/README.md" -c 128 --chunks 3 >"$out/ppl-$who.log" 2>&1 \
+        || fail "rpc --rpc: llama-perplexity on $who: $(tail -3 "$out/ppl-$who.log")"
+done
+grep -q "offloaded 31/31 layers" "$out/completion-ours.log" || fail "rpc --rpc: our library did not place the layers on the servers"
+grep -q "RPC1" "$out/completion-ours.log" || fail "rpc --rpc: our library did not use the second server"
+cmp -s "$out/completion-up.txt" "$out/completion-ours.txt" \
+    || fail "rpc --rpc: llama-completion's text differs: $(cat "$out/completion-up.txt") vs $(cat "$out/completion-ours.txt")"
+ppl_up="$(grep -o 'Final estimate: PPL = [0-9.]*' "$out/ppl-up.log")"
+ppl_ours="$(grep -o 'Final estimate: PPL = [0-9.]*' "$out/ppl-ours.log")"
+[ -n "$ppl_up" ] && [ "$ppl_up" = "$ppl_ours" ] || fail "rpc --rpc: llama-perplexity: '$ppl_up' (upstream) vs '$ppl_ours' (ours)"
+LD_LIBRARY_PATH="$dl" timeout 300 "$tools/llama-bench" -m "$model" -rpc "${eps[0]},${eps[1]}" -ngl 99 -p 16 -n 4 -r 1 \
+    >"$out/bench-ours.txt" 2>&1 || fail "rpc --rpc: llama-bench on ours: $(tail -3 "$out/bench-ours.txt")"
+grep -q "| *RPC *| *99 | *tg4 |" "$out/bench-ours.txt" || fail "rpc --rpc: llama-bench printed no RPC table: $(tail -4 "$out/bench-ours.txt")"
+say "rpc --rpc: upstream's llama-completion (same text), llama-perplexity (${ppl_ours#Final estimate: } on both) and llama-bench on our library with both servers"
+
 # State and sessions with the KV rows on the servers (ffi-tests/diff_state.c with DIFF_RPC:
 # SmolLM2 with 20 layers on the two servers): each library saves a session file, a whole
 # state and a sequence state after the same prompt, the bytes must be equal; each restores

@@ -627,18 +627,47 @@ fn pending_rpc_servers() -> std::sync::MutexGuard<'static, Vec<Arc<rpc::RpcServe
     PENDING.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Connects to the servers of `LLAMA_RPC_SERVERS`; one that cannot be reached (or speaks
-/// another protocol version) logs one error line naming it and is skipped.
-fn rpc_servers_from_env() -> Vec<Arc<rpc::RpcServer>> {
+/// Where the registry asks, when it is created, for the endpoints of rpc-servers the host
+/// program registered outside this library (upstream's libggml: the tools' `--rpc`).
+static EXTERNAL_RPC_SOURCE: OnceLock<fn() -> Vec<String>> = OnceLock::new();
+
+/// Sets [`EXTERNAL_RPC_SOURCE`] (once; the C API does it when the library is loaded).
+pub fn set_external_rpc_source(source: fn() -> Vec<String>) {
+    let _ = EXTERNAL_RPC_SOURCE.set(source);
+}
+
+/// Connects to the servers the program registered with libggml (first, so that their devices
+/// get the names libggml gave them: `RPC0`, …), then those of `LLAMA_RPC_SERVERS`, skipping
+/// endpoints already in `servers`; one that cannot be reached (or speaks another protocol
+/// version) logs one error line naming it and is skipped.
+fn add_rpc_servers_from_program_and_env(servers: &mut Vec<Arc<rpc::RpcServer>>) {
+    let external = EXTERNAL_RPC_SOURCE.get().map(|f| f()).unwrap_or_default();
     let spec = std::env::var(RPC_SERVERS_ENV).unwrap_or_default();
-    let mut servers = Vec::new();
-    for endpoint in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        match rpc::RpcServer::connect(endpoint, rpc::Timeouts::from_env()) {
-            Ok(s) => servers.push(s),
-            Err(e) => crate::log_error!("{RPC_SERVERS_ENV}: {e}; its devices are skipped"),
+    let from_env: Vec<&str> = spec
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .collect();
+    let connect = |endpoints: &[&str], source: &str, known: &[Arc<rpc::RpcServer>]| {
+        let mut connected: Vec<Arc<rpc::RpcServer>> = Vec::new();
+        for &endpoint in endpoints {
+            let seen = |s: &Arc<rpc::RpcServer>| s.endpoint() == endpoint;
+            if known.iter().any(seen) || connected.iter().any(seen) {
+                continue;
+            }
+            match rpc::RpcServer::connect(endpoint, rpc::Timeouts::from_env()) {
+                Ok(s) => connected.push(s),
+                Err(e) => crate::log_error!("{source}: {e}; its devices are skipped"),
+            }
         }
-    }
-    servers
+        connected
+    };
+    let external: Vec<&str> = external.iter().map(|e| e.trim()).collect();
+    let mut ordered = connect(&external, "the program's --rpc (libggml)", servers);
+    ordered.append(servers);
+    let env_servers = connect(&from_env, RPC_SERVERS_ENV, &ordered);
+    ordered.extend(env_servers);
+    *servers = ordered;
 }
 
 /// Registers an rpc-server's devices for the process registry (`llama_ext_rpc_add_server`):
@@ -683,7 +712,7 @@ impl Registry {
             let mut registry = Registry::with_virtual_gpus(&capacities);
             registry.add_cuda_devices(cuda::probe());
             let mut servers = std::mem::take(&mut *pending_rpc_servers());
-            servers.extend(rpc_servers_from_env());
+            add_rpc_servers_from_program_and_env(&mut servers);
             registry.add_rpc_servers(&servers);
             registry
         })

@@ -199,17 +199,16 @@ pub extern "C" fn llama_supports_mlock() -> bool {
 /// True, as upstream built with its RPC backend answers: weights can be offloaded to
 /// devices on upstream's `rpc-server` (`LLAMA_RPC_SERVERS`), besides GPU devices (CUDA or
 /// virtual). Upstream's rule is "a GPU device is present, or RPC is supported", and this
-/// library always has its RPC client.
+/// library always has its RPC client. (The device registry is not created here: upstream's
+/// tools ask this while they parse arguments, before a later `--rpc` registers its servers.)
 #[no_mangle]
 pub extern "C" fn llama_supports_gpu_offload() -> bool {
-    boundary!("llama_supports_gpu_offload", false, {
-        Ok(super::device::any_gpu() || llama_supports_rpc())
-    })
+    llama_supports_rpc()
 }
 
 /// True: devices on upstream's `rpc-server` (ggml-rpc protocol 7.0) can be registered with
-/// `LLAMA_RPC_SERVERS` or `llama_ext_rpc_add_server` (see docs/rpc.md; decoding with layers
-/// on them is not implemented yet).
+/// `LLAMA_RPC_SERVERS`, `llama_ext_rpc_add_server`, or in upstream's programs with `--rpc`
+/// (see docs/rpc.md).
 #[no_mangle]
 pub extern "C" fn llama_supports_rpc() -> bool {
     true

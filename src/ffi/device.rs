@@ -206,7 +206,7 @@ macro_rules! ggml_fns {
                 });)*
         }
         /// libggml's functions, when libggml is loaded in the process.
-        mod libggml {
+        pub(super) mod libggml {
             #![allow(non_snake_case)]
             #[allow(unused_imports)]
             use super::*;
@@ -234,13 +234,12 @@ ggml_fns! {
     ggml_backend_dev_host_buffer_type: unsafe extern "C" fn(ggml_backend_dev_t) -> ggml_backend_buffer_type_t;
     ggml_backend_dev_backend_reg: unsafe extern "C" fn(ggml_backend_dev_t) -> *mut c_void;
     ggml_backend_reg_get_proc_address: unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+    ggml_backend_reg_name: unsafe extern "C" fn(*mut c_void) -> *const c_char;
     ggml_backend_cpu_buffer_type: unsafe extern "C" fn() -> ggml_backend_buffer_type_t;
     ggml_backend_buft_name: unsafe extern "C" fn(ggml_backend_buffer_type_t) -> *const c_char;
     ggml_backend_load_all: unsafe extern "C" fn();
 }
 
-/// Whether upstream's libggml is loaded in this process (then the program's device handles
-/// are libggml's).
 /// The thread count of a ggml threadpool (libggml-cpu's `ggml_threadpool_get_n_threads`),
 /// when libggml-cpu is loaded in the process; None otherwise.
 ///
@@ -252,12 +251,14 @@ pub(crate) unsafe fn threadpool_n_threads(pool: ggml_threadpool_t) -> Option<i32
     Some(unsafe { f(pool) })
 }
 
+/// Whether upstream's libggml is loaded in this process (then the program's device handles
+/// are libggml's).
 pub(crate) fn libggml_loaded() -> bool {
     libggml::ggml_backend_dev_get().is_some() && libggml::ggml_backend_dev_count().is_some()
 }
 
 /// libggml's devices, in its registry order (empty without libggml).
-fn libggml_devices() -> Vec<ggml_backend_dev_t> {
+pub(super) fn libggml_devices() -> Vec<ggml_backend_dev_t> {
     let (Some(count), Some(get)) = (
         libggml::ggml_backend_dev_count(),
         libggml::ggml_backend_dev_get(),
@@ -271,7 +272,7 @@ fn libggml_devices() -> Vec<ggml_backend_dev_t> {
 }
 
 /// A C string from libggml as text ("" for NULL).
-fn ggml_text(text: *const c_char) -> String {
+pub(super) fn ggml_text(text: *const c_char) -> String {
     if text.is_null() {
         return String::new();
     }
@@ -445,12 +446,6 @@ pub(crate) fn program_buft(index: usize) -> ggml_backend_buffer_type_t {
         Some(f) => unsafe { f(dev) },
         None => buft_ptr(index),
     }
-}
-
-/// Whether any GPU device (CUDA or virtual) exists: true when `LLAMA_VIRTUAL_GPUS` defined at
-/// least one virtual GPU or a CUDA device was found.
-pub(crate) fn any_gpu() -> bool {
-    Registry::global().any_gpu()
 }
 
 /// Number of devices: the virtual GPUs plus the CPU (always at least 1). With upstream's

@@ -143,6 +143,7 @@ pub mod device;
 mod eval_callback;
 pub mod ext;
 pub mod handles;
+mod libggml_rpc;
 pub mod memory;
 pub mod model;
 pub mod model_user;

@@ -91,6 +91,8 @@ unsafe fn read_placement(
             list.push(index);
         }
         placement.devices = Some(list);
+    } else {
+        super::libggml_rpc::warn_unseen_rpc_devices();
     }
     if !params.tensor_split.is_null() {
         let mut split = [0f32; MAX_DEVICES];

@@ -104,6 +104,7 @@ pub mod phimoe;
 pub mod plamo;
 pub mod plamo2;
 pub mod plamo3;
+pub mod pockettts;
 pub mod qwen;
 pub mod qwen2;
 pub mod qwen2moe;
@@ -112,6 +113,7 @@ pub mod qwen3;
 pub mod qwen35;
 pub mod qwen3moe;
 pub mod qwen3next;
+pub mod qwen3tts;
 pub mod qwen3vl;
 pub mod qwen3vlmoe;
 pub mod refact;
@@ -250,6 +252,8 @@ pub static REGISTRY: &[&ArchDef] = &[
     &muse_glimmer::DEF,
     &paddleocr::DEF,
     &hrm_text::DEF,
+    &pockettts::DEF,
+    &qwen3tts::DEF,
 ];
 
 /// The definition that runs `arch`, if any.

@@ -84,7 +84,8 @@ impl BackendSampling {
             }
             alive
         });
-        if self.samplers.is_empty() {
+        // a model without memory is encoded (upstream's decode calls encode): no sampling
+        if self.samplers.is_empty() || ctx.memoryless {
             return Ok(());
         }
         {
@@ -140,7 +141,8 @@ impl BackendSampling {
 
     /// After a successful decode: each output row of a sequence with a chain goes through the
     /// chain's backend prefix (rows in batch order, so each chain draws in its sequence's
-    /// order); the results replace the last decode's.
+    /// order); the results replace the last decode's. After an encode (a model without memory)
+    /// the rows stay empty, as upstream's encode leaves its sampling buffers.
     pub(crate) fn after_decode(&mut self, ctx: &crate::context::Context) {
         if self.samplers.is_empty() {
             self.outputs = None;
@@ -150,7 +152,7 @@ impl BackendSampling {
         let e = ctx.engine();
         let n_outputs = e.n_outputs;
         let mut rows: Vec<Option<SampledRow>> = (0..n_outputs).map(|_| None).collect();
-        if e.logits.len() >= n_outputs * n_vocab {
+        if !ctx.memoryless && e.logits.len() >= n_outputs * n_vocab {
             let raw = &e.raw;
             let mut flat = 0;
             for i in 0..raw.tokens.len() {

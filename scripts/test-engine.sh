@@ -58,7 +58,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 plamo2 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 kimi-linear minimax-01 glm5-next dream llada llada-moe rnd1 dots3note afmoe cohere2moe smallthinker grovemoe hy_v3 hy_v4 laguna mimo2 maple muse-glimmer paddleocr hrm_text pockettts qwen3tts"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 plamo2 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 kimi-linear minimax-01 glm5-next dream llada llada-moe rnd1 dots3note afmoe cohere2moe smallthinker grovemoe hy_v3 hy_v4 laguna mimo2 maple muse-glimmer paddleocr hrm_text pockettts qwen3tts deepseek4"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -218,6 +218,53 @@ check_archs() {
             echo "FAIL glm5-next-moe-topk4: exit $rc, $(tail -2 "$out/glm5-next-topk4.err")"; failed=$((failed + 1))
         fi
     fi
+    # DeepSeek-V4's compressed attention: 150 tokens in one batch (past position 127, where
+    # the HCA layer gets its first compressed key; the CSA layer one per 4 tokens), the same
+    # in micro-batches of 7 (blocks across micro-batches), two sequences in one batch, and
+    # without flash attention; a copy whose indexer keeps 4 keys (its selection is not
+    # computed) must be refused with a log line naming top_k
+    if [[ " ${archs[*]} " == *" deepseek4 "* ]]; then
+        f="$fixtures/deepseek4-moe.gguf"
+        local long150
+        long150="$(seq 1 150 | awk '{print ($1 * 37) % 127 + 1}' | tr '\n' ' ')"
+        CHECK_TOKENS="$long150" check deepseek4-moe-batch150 "$f" 1e-3
+        CHECK_TOKENS="$long150" check deepseek4-moe-batch150-ubatch7 "$f" 1e-3 PROBE_UBATCH=7
+        CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" check deepseek4-moe-seq2 "$f" 1e-3 PROBE_SEQ2=1
+        CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" check deepseek4-moe-nofa "$f" 1e-3 PROBE_FLASH_ATTN=0
+        # the compressed keys count from the first closed block on, not before: a copy with
+        # layer L's compressor norm doubled matches upstream's same copy, and our logits
+        # equal the fixture's bit for bit exactly up to the position before the first block
+        # closes (CSA layer 2: position 3; HCA layer 3: position 127)
+        local spec il first st
+        for spec in "2 3" "3 127"; do
+            read -r il first <<<"$spec"
+            t="$derived/deepseek4-moe.comp$il-x2.gguf"
+            [ -s "$t" ] || { "$py" scripts/gguf_scale_tensor.py "$f" "$t.tmp" "blk.$il.attn_compressor_norm.weight" 2 \
+                >/dev/null 2>&1 && mv "$t.tmp" "$t"; }
+            if [ ! -s "$t" ]; then echo "FAIL deepseek4-moe-comp$il-x2: could not write $t"; failed=$((failed + 1)); continue; fi
+            CHECK_TOKENS="$long150" check "deepseek4-moe-comp$il-x2" "$t" 1e-3
+            st="$("$out/compare_logits" "$out/deepseek4-moe-batch150.ours.bin" "$out/deepseek4-moe-comp$il-x2.ours.bin" 1 0 0 2>&1)" || true
+            if [[ "$st" == *"(first $first)"* ]]; then
+                echo "ok   deepseek4-moe-comp$il-x2: the logits move from position $first on ($st)"; passed=$((passed + 1))
+            else
+                echo "FAIL deepseek4-moe-comp$il-x2: expected the first $first rows unchanged ($st)"; failed=$((failed + 1))
+            fi
+        done
+        t="$derived/deepseek4-moe.topk4.gguf"
+        if [ ! -s "$t" ]; then
+            setmeta="$("$py" -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')/scripts/gguf_set_metadata.py"
+            cp "$f" "$t.tmp" \
+                && "$py" "$setmeta" "$t.tmp" deepseek4.attention.indexer.top_k 4 --force >/dev/null 2>&1 \
+                && mv "$t.tmp" "$t"
+        fi
+        local rc=0
+        LD_LIBRARY_PATH="$ours" "$out/probe_decode" "$t" /dev/null 1 1 5 9 >/dev/null 2>"$out/deepseek4-topk4.err" || rc=$?
+        if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && grep -q "top_k" "$out/deepseek4-topk4.err"; then
+            echo "ok   deepseek4-moe-topk4 refused: $(grep -m1 top_k "$out/deepseek4-topk4.err" | cut -c1-200)"; passed=$((passed + 1))
+        else
+            echo "FAIL deepseek4-moe-topk4: exit $rc, $(tail -2 "$out/deepseek4-topk4.err")"; failed=$((failed + 1))
+        fi
+    fi
     # DeepSeek-V4's routing (expert_gating_func 4: weights sqrt(softplus(logits))) on a copy
     # of deepseek2's fixture, which upstream's deepseek2 graph routes the same way; its
     # logits must differ from the fixture's sigmoid routing
@@ -276,6 +323,7 @@ HOSTILE_ROWS=(
     "hy_v4 hy_v4-moe blk.1.hc_attn_scale.weight output_hc_fn.weight"
     "pockettts pockettts-dense blk.1.attn_norm.bias output_norm.bias"
     "qwen3tts qwen3tts-dense blk.1.attn_q_norm.weight output.weight"
+    "deepseek4 deepseek4-moe blk.2.indexer_compressor_ape.weight blk.3.attn_compressor_kv.weight"
 )
 check_hostile() {
     local row arch fixture dropped shrunk mode tensor f rc py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"

@@ -155,6 +155,12 @@ impl Context {
                 model.arch
             )));
         }
+        if !hp.ext.mem_extra.is_empty() && matches!(type_k, KvType::Packed(_)) {
+            return Err(ContextError::Unsupported(format!(
+                "model architecture '{}': a {:?} cache of DeepSeek-V4's compressed attention is not supported by llama-hotswap yet (F16 and F32 are)",
+                model.arch, type_k
+            )));
+        }
         if !memoryless {
             check_kv_types(&hp, type_k, type_v, p.flash_attn_type)?;
         }
@@ -191,6 +197,8 @@ impl Context {
                     let ix = &hp.ext.indexer;
                     (ix.head > 0).then_some((ix.head, 0))
                 }))
+                // DeepSeek-V4's compressor inputs and compressed keys (layers after those)
+                .chain(hp.ext.mem_extra.iter().map(|&w| (w, 0)))
                 .collect(),
         };
         // upstream's recurrent memory: max(1, n_seq_max) cells, F32 conv and SSM rows on the

@@ -58,6 +58,12 @@ impl Context {
                 self.model.arch
             ));
         }
+        if !self.hp.ext.mem_extra.is_empty() {
+            return fail(format!(
+                "state of model architecture '{}' (DeepSeek-V4's compressor state and compressed keys) is not supported by llama-hotswap yet",
+                self.model.arch
+            ));
+        }
         if self.hp.ext.indexer.head > 0 {
             return fail(format!(
                 "state of model architecture '{}' (the sparse attention's indexer cache) is not supported by llama-hotswap yet",

@@ -247,6 +247,17 @@ impl CudaExecutor {
                 });
             }
         }
+        if let Op::RopeBack { .. }
+        | Op::Dsv4StateSet { .. }
+        | Op::Dsv4Compress { .. }
+        | Op::FlashAttnComp { .. } = &node.op
+        {
+            return Err(ExecError::UnsupportedOp {
+                backend: self.label,
+                op: node.name.to_string(),
+                why: "DeepSeek-V4's compressed attention has no CUDA kernel yet".into(),
+            });
+        }
         if let Op::LightningIndexer { .. } = &node.op {
             return Err(ExecError::UnsupportedOp {
                 backend: self.label,
@@ -557,6 +568,10 @@ impl CudaExecutor {
             | Op::SsmConv { .. }
             | Op::SsmScan { .. }
             | Op::LightningIndexer { .. }
+            | Op::RopeBack { .. }
+            | Op::Dsv4StateSet { .. }
+            | Op::Dsv4Compress { .. }
+            | Op::FlashAttnComp { .. }
             | Op::Softplus { .. }
             | Op::Sqrt { .. }
             | Op::SumRows { .. }

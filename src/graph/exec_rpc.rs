@@ -229,6 +229,8 @@ fn uses_kv(op: &Op) -> Option<usize> {
     match op {
         Op::SetRows { layer, .. } | Op::FlashAttnExt { layer, .. } => Some(*layer),
         Op::LightningIndexer { layer, .. } => Some(*layer),
+        Op::Dsv4StateSet { layer, .. } | Op::FlashAttnComp { layer, .. } => Some(*layer),
+        Op::Dsv4Compress { dst_layer, .. } => Some(*dst_layer),
         _ => None,
     }
 }

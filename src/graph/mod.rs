@@ -148,8 +148,63 @@ pub enum Op {
         params: RopeParams,
         freq_factors: Option<WeightId>,
     },
+    /// ROPE_BACK (`ggml_rope_ext_back`): ROPE with every angle's sine negated, the inverse
+    /// rotation (DeepSeek-V4 turns its attention output back from the query's position).
+    RopeBack {
+        src: NodeId,
+        head_dim: usize,
+        params: RopeParams,
+    },
     /// SET_ROWS into the layer's K (or V) cache at the micro-batch's slots.
     SetRows { src: NodeId, layer: usize, v: bool },
+    /// DeepSeek-V4's compressor state (upstream's GET_ROWS of `ape` at `pos % ratio`, ADD,
+    /// SET_ROWS into the F32 state): per token the row `[kv | score + ape[pos % ratio]]`
+    /// (`kv` and `score` `[w, T]`, `ape` `[w, ratio]`) kept exactly in memory layer `layer`
+    /// at its slot, for the blocks it belongs to.
+    Dsv4StateSet {
+        kv: NodeId,
+        score: NodeId,
+        ape: WeightId,
+        ratio: usize,
+        layer: usize,
+    },
+    /// DeepSeek-V4's compression (upstream's `build_{overlap,hca}_compressed_kv_from_state`,
+    /// then SET_ROWS into the compressed cache): each token of the micro-batch whose position
+    /// `p` closes a block of `ratio` (`(p + 1) % ratio == 0`) compresses the block's state
+    /// rows (`src_layer`) into one `head`-wide key — per value, SOFT_MAX of the scores over
+    /// the block's rows, MUL by the values, SUM_ROWS; with `overlap` (CSA) the previous
+    /// block's rows join with the first half of each row (zero / -inf before position 0),
+    /// the block's own with the second half — then RMS_NORM times `norm`, ROPE of the last
+    /// `rope.n_rot` values at the block's first position, stored in `dst_layer` at the
+    /// token's slot. `dep` is the state update of the micro-batch.
+    Dsv4Compress {
+        dep: NodeId,
+        norm: WeightId,
+        src_layer: usize,
+        dst_layer: usize,
+        ratio: usize,
+        overlap: bool,
+        head: usize,
+        eps: f32,
+        rope: RopeParams,
+    },
+    /// FLASH_ATTN_EXT of DeepSeek-V4's compressed layers: K (= V) is upstream's CONCAT of the
+    /// raw rows of `layer` (its stream's view, the sliding-window mask) and the compressed
+    /// rows of `comp_layer` in block order (a view of at least 256, padded to 256, as
+    /// upstream's), a token at position `p` seeing the first `(p + 1) / ratio` of them.
+    /// One K head; sinks. `deps`: the raw keys' SET_ROWS and the compression.
+    FlashAttnComp {
+        q: NodeId,
+        deps: [NodeId; 2],
+        layer: usize,
+        comp_layer: usize,
+        ratio: usize,
+        n_head: usize,
+        dk: usize,
+        scale: f32,
+        n_swa: u32,
+        sinks: Option<WeightId>,
+    },
     /// FLASH_ATTN_EXT over the layer's cache with the KQ mask (causal, sequence, window).
     FlashAttnExt {
         q: NodeId,
@@ -441,7 +496,11 @@ impl Op {
             Op::GetRowsTokens { table } | Op::GetRowsPos { table } => vec![*table],
             Op::MulMat { w, .. } | Op::MulMatHeads { w, .. } => vec![*w],
             Op::AddId { b, .. } => vec![*b],
-            Op::FlashAttnExt { sinks, .. } => sinks.iter().copied().collect(),
+            Op::FlashAttnExt { sinks, .. } | Op::FlashAttnComp { sinks, .. } => {
+                sinks.iter().copied().collect()
+            }
+            Op::Dsv4StateSet { ape, .. } => vec![*ape],
+            Op::Dsv4Compress { norm, .. } => vec![*norm],
             Op::MulMatId { w, scale, .. } => [Some(*w), *scale].into_iter().flatten().collect(),
             Op::Mul { b, .. } | Op::Add { b, .. } | Op::Div { b, .. } => w(b).into_iter().collect(),
             Op::Rope { freq_factors, .. } => freq_factors.iter().copied().collect(),
@@ -520,6 +579,10 @@ impl Op {
                 .flatten()
                 .collect(),
             Op::LightningIndexer { q, w, dep, .. } => vec![*q, *w, *dep],
+            Op::RopeBack { src, .. } => vec![*src],
+            Op::Dsv4StateSet { kv, score, .. } => vec![*kv, *score],
+            Op::Dsv4Compress { dep, .. } => vec![*dep],
+            Op::FlashAttnComp { q, deps, .. } => vec![*q, deps[0], deps[1]],
             Op::Glu { gate, up, .. } => vec![*gate, *up],
             Op::GetRowsIds { src, ids } => vec![*src, *ids],
             Op::WeightedSum { src, weights, .. } => vec![*src, *weights],
@@ -570,7 +633,9 @@ impl Op {
             Op::AddAdapter { .. } => ("ADD", None),
             Op::Rope { .. } => ("ROPE", None),
             Op::SetRows { .. } | Op::GroupMask { .. } => ("SET_ROWS", None),
-            Op::FlashAttnExt { .. } => ("FLASH_ATTN_EXT", None),
+            Op::FlashAttnExt { .. } | Op::FlashAttnComp { .. } => ("FLASH_ATTN_EXT", None),
+            Op::RopeBack { .. } => ("ROPE_BACK", None),
+            Op::Dsv4StateSet { .. } | Op::Dsv4Compress { .. } => ("SET_ROWS", None),
             Op::AddId { .. } => ("ADD_ID", None),
             Op::Glu { kind, .. } => (
                 "GLU",

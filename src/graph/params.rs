@@ -191,6 +191,25 @@ pub struct Extras {
     pub kpool_indexer: Indexer,
     /// Its cells pooled into one key (`indexer.kpool`).
     pub kpool: usize,
+    /// DeepSeek-V4's compressed attention (ratio per layer, ...); empty ratios: none.
+    pub dsv4: Dsv4,
+    /// K-only memory layers after the indexer's (`n_layer + ..`): the row width of each
+    /// (0: the layer keeps nothing). DeepSeek-V4's compressor inputs and compressed keys.
+    pub mem_extra: Vec<usize>,
+}
+
+/// DeepSeek-V4's compressed attention (upstream's `dsv4_*` hyperparameters).
+#[derive(Clone, Debug, Default)]
+pub struct Dsv4 {
+    /// Per layer: 0 (the sliding window only), 4 (CSA: overlapping blocks of 4 tokens, keys
+    /// picked by the lightning indexer) or 128 (HCA: blocks of 128 tokens).
+    pub ratios: Vec<u32>,
+    /// The rotary base of the compressed layers (`attention.compress_rope_freq_base`).
+    pub rope_base: f32,
+    /// The grouped output projection: groups and rank per group
+    /// (`attention.output_group_count`, `attention.output_lora_rank`).
+    pub o_groups: usize,
+    pub o_rank: usize,
 }
 
 /// The lightning indexer of DeepSeek's sparse attention (`attention.indexer.*`): per token
@@ -408,6 +427,22 @@ pub struct RopeOverrides {
     pub yarn_beta_fast: f32,
     pub yarn_beta_slow: f32,
     pub yarn_orig_ctx: u32,
+}
+
+impl RopeOverrides {
+    /// No overrides: the model's own rope (a graph built outside a context).
+    pub fn model_defaults() -> RopeOverrides {
+        RopeOverrides {
+            rope_scaling_type: -1,
+            freq_base: 0.0,
+            freq_scale: 0.0,
+            yarn_ext_factor: -1.0,
+            yarn_attn_factor: -1.0,
+            yarn_beta_fast: -1.0,
+            yarn_beta_slow: -1.0,
+            yarn_orig_ctx: 0,
+        }
+    }
 }
 
 impl RopeConfig {

@@ -138,6 +138,45 @@ impl KvBuffer {
         }
     }
 
+    /// Stores `src` bit for bit as row `cell` of a layer `2 * src.len()` wide (F32 values
+    /// kept exact in any F32 or F16 buffer: an F16 buffer holds each value's two 16-bit
+    /// halves). False for block types. DeepSeek-V4's compressor inputs, which upstream keeps
+    /// in F32 whatever the cache's type.
+    pub fn set_row_exact(&mut self, cell: usize, src: &[f32]) -> bool {
+        let w = 2 * src.len();
+        match self {
+            KvBuffer::F32(v) => v[cell * w..cell * w + src.len()].copy_from_slice(src),
+            KvBuffer::F16(v) => {
+                for (d, s) in v[cell * w..(cell + 1) * w].chunks_exact_mut(2).zip(src) {
+                    let b = s.to_bits();
+                    d[0] = f16::from_bits(b as u16);
+                    d[1] = f16::from_bits((b >> 16) as u16);
+                }
+            }
+            KvBuffer::Packed { .. } => return false,
+        }
+        true
+    }
+
+    /// Reads a row [`KvBuffer::set_row_exact`] stored.
+    pub fn get_row_exact(&self, cell: usize, dst: &mut [f32]) -> bool {
+        let w = 2 * dst.len();
+        match self {
+            KvBuffer::F32(v) => dst.copy_from_slice(&v[cell * w..cell * w + dst.len()]),
+            KvBuffer::F16(v) => {
+                for (d, s) in dst
+                    .iter_mut()
+                    .zip(v[cell * w..(cell + 1) * w].chunks_exact(2))
+                {
+                    *d =
+                        f32::from_bits(u32::from(s[0].to_bits()) | u32::from(s[1].to_bits()) << 16);
+                }
+            }
+            KvBuffer::Packed { .. } => return false,
+        }
+        true
+    }
+
     /// Row `cell` (rows of `n` values) in half precision, when the buffer is F16.
     pub fn row_f16(&self, cell: usize, n: usize) -> Option<&[f16]> {
         match self {

@@ -468,6 +468,10 @@ impl CpuExecutor {
             | Op::Rope { .. }
             | Op::SetRows { .. }
             | Op::FlashAttnExt { .. }
+            | Op::RopeBack { .. }
+            | Op::Dsv4StateSet { .. }
+            | Op::Dsv4Compress { .. }
+            | Op::FlashAttnComp { .. }
             | Op::LightningIndexer { .. } => self.node_attention(g, node, model, kv, inp),
             Op::SsmConv { .. }
             | Op::SsmScan { .. }

@@ -75,6 +75,111 @@ impl CpuExecutor {
                     }
                 });
             }
+            Op::RopeBack {
+                src,
+                head_dim,
+                params,
+            } => {
+                let mut cache = vec![0.0f32; params.n_rot];
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                dst.copy_from_slice(x);
+                for (t, row) in dst.chunks_exact_mut(ne0).enumerate() {
+                    ops::rope_cache_back(params, inp.pos[t] as f32, None, &mut cache);
+                    ops::rope_apply(params, &cache, *head_dim, row);
+                }
+            }
+            Op::Dsv4StateSet {
+                kv: kvn,
+                score,
+                ape,
+                ratio,
+                layer,
+            } => {
+                self.load_vec(model, &g.weights[ape.0])?;
+                let (kn, sn) = (&nodes[*kvn], &nodes[*score]);
+                let w = kn.ne0;
+                let mut row = vec![0.0f32; 2 * w];
+                for t in 0..kn.ne1 {
+                    let r = inp.pos[t].rem_euclid(*ratio as i32) as usize;
+                    let ape_row = &self.wvec[r * w..(r + 1) * w];
+                    row[..w]
+                        .copy_from_slice(&self.arena[kn.offset + t * w..kn.offset + (t + 1) * w]);
+                    let s = &self.arena[sn.offset + t * w..sn.offset + (t + 1) * w];
+                    for ((d, &x), &a) in row[w..].iter_mut().zip(s).zip(ape_row) {
+                        *d = x + a;
+                    }
+                    if !kv.layers[*layer]
+                        .k
+                        .set_row_exact(inp.slots[t] as usize, &row)
+                    {
+                        return Err(ExecError::UnsupportedOp {
+                            backend: "CPU",
+                            op: node.name.to_string(),
+                            why: "DeepSeek-V4's compressor state needs an F16 or F32 cache".into(),
+                        });
+                    }
+                }
+            }
+            Op::Dsv4Compress {
+                norm,
+                src_layer,
+                dst_layer,
+                ratio,
+                overlap,
+                head,
+                eps,
+                rope,
+                ..
+            } => {
+                self.load_vec(model, &g.weights[norm.0])?;
+                let norm = std::mem::take(&mut self.wvec);
+                let res = dsv4_compress_tokens(
+                    kv, inp, &norm, *src_layer, *dst_layer, *ratio, *overlap, *head, *eps, rope,
+                );
+                self.wvec = norm;
+                res.map_err(|why| ExecError::UnsupportedOp {
+                    backend: "CPU",
+                    op: node.name.to_string(),
+                    why,
+                })?;
+            }
+            Op::FlashAttnComp {
+                q,
+                layer,
+                comp_layer,
+                ratio,
+                n_head,
+                dk,
+                scale,
+                n_swa,
+                sinks,
+                ..
+            } => {
+                let sinks = match sinks {
+                    Some(w) => {
+                        self.load_vec(model, &g.weights[w.0])?;
+                        Some(std::mem::take(&mut self.wvec))
+                    }
+                    None => None,
+                };
+                self.flash_attn_comp(
+                    nodes,
+                    node,
+                    kv,
+                    inp,
+                    *q,
+                    [*layer, *comp_layer],
+                    *ratio,
+                    *n_head,
+                    *dk,
+                    *scale,
+                    *n_swa,
+                    sinks.as_deref(),
+                );
+                if let Some(v) = sinks {
+                    self.wvec = v;
+                }
+            }
             Op::SetRows { src, layer, v } => {
                 let s = &nodes[*src];
                 let x = &self.arena[s.offset..s.offset + s.len()];
@@ -286,6 +391,268 @@ impl CpuExecutor {
             },
             sinks,
             alibi: (max_bias > 0.0).then_some(&alibi_row),
+        };
+        ops::flash_attn(&attn, dst, &self.pool, &self.attn_scratch);
+    }
+}
+
+/// The rows of sequence `seq` by position (-1: none), positions `0..n`.
+fn rows_by_pos(kv: &KvCache, seq: usize, n: usize) -> Vec<i64> {
+    let mut by_pos = vec![-1i64; n];
+    let rows = kv.rows_of(seq);
+    for r in rows {
+        let p = kv.row_pos(r);
+        if p >= 0 && (p as usize) < n && kv.visible(r, seq, p, true, 0) {
+            by_pos[p as usize] = i64::from(r);
+        }
+    }
+    by_pos
+}
+
+/// [`Op::Dsv4Compress`] of a micro-batch (see there). A block row whose token the cache no
+/// longer holds reads as upstream's missing row (values 0, scores -inf).
+#[allow(clippy::too_many_arguments)]
+fn dsv4_compress_tokens(
+    kv: &mut KvCache,
+    inp: &Inputs,
+    norm: &[f32],
+    src_layer: usize,
+    dst_layer: usize,
+    ratio: usize,
+    overlap: bool,
+    head: usize,
+    eps: f32,
+    rope: &ops::RopeParams,
+) -> Result<(), String> {
+    // state rows: [kv | score], each `w` wide (two halves with the overlap)
+    let w = if overlap { 2 * head } else { head };
+    let n_rows = if overlap { 2 * ratio } else { ratio };
+    let (mut values, mut scores) = (vec![0.0f32; n_rows * head], vec![0.0f32; n_rows * head]);
+    let mut row = vec![0.0f32; 2 * w];
+    let (mut col, mut cache, mut out) = (Vec::new(), Vec::new(), vec![0.0f32; head]);
+    let mut by_pos: Option<(usize, Vec<i64>)> = None;
+    for t in 0..inp.pos.len() {
+        let pos = inp.pos[t];
+        if pos < 0 || (pos as usize + 1) % ratio != 0 {
+            continue;
+        }
+        let seq = inp.seq[t];
+        let n = pos as usize + 1;
+        if by_pos
+            .as_ref()
+            .is_none_or(|(s, v)| *s != seq || v.len() < n)
+        {
+            by_pos = Some((seq, rows_by_pos(kv, seq, n)));
+        }
+        let table = &by_pos.as_ref().expect("just made").1;
+        let start = n - ratio;
+        // (source position, which half of the row) per block row, in upstream's order
+        let sources = (0..n_rows).map(|i| {
+            if overlap && i < ratio {
+                (start as i64 - ratio as i64 + i as i64, 0)
+            } else {
+                let j = if overlap { i - ratio } else { i };
+                (start as i64 + j as i64, if overlap { head } else { 0 })
+            }
+        });
+        for (i, (p, half)) in sources.enumerate() {
+            let (v, s) = (
+                &mut values[i * head..(i + 1) * head],
+                &mut scores[i * head..(i + 1) * head],
+            );
+            let r = if p >= 0 { table[p as usize] } else { -1 };
+            if r < 0 {
+                v.fill(0.0);
+                s.fill(f32::NEG_INFINITY);
+                continue;
+            }
+            if !kv.layers[src_layer].k.get_row_exact(r as usize, &mut row) {
+                return Err("DeepSeek-V4's compressor state needs an F16 or F32 cache".into());
+            }
+            v.copy_from_slice(&row[half..half + head]);
+            s.copy_from_slice(&row[w + half..w + half + head]);
+        }
+        ops::dsv4_compress(
+            &values,
+            &scores,
+            head,
+            norm,
+            eps,
+            rope,
+            start as i32,
+            &mut col,
+            &mut cache,
+            &mut out,
+        );
+        kv.layers[dst_layer].k.set_row(inp.slots[t] as usize, &out);
+    }
+    Ok(())
+}
+
+/// DeepSeek-V4's compressed keys as attention reads them: per stream of the micro-batch
+/// (`streams`, local index `s`), combined cells `s * stride ..`: first the stream's raw
+/// view (`raw[s]`: start row, view length), then its compressed rows by block (`comp[s]`).
+struct CompRows<'a> {
+    raw: KvLayerRows<'a>,
+    comp: KvLayerRows<'a>,
+    stride: u32,
+    views: &'a [(u32, u32)],
+    blocks: &'a [Vec<i64>],
+}
+
+impl CompRows<'_> {
+    /// The cache row behind combined cell `cell`: (compressed, row), None for padding.
+    fn at(&self, cell: usize) -> Option<(bool, usize)> {
+        let (s, off) = (cell / self.stride as usize, cell % self.stride as usize);
+        let (start, n_raw) = self.views[s];
+        if off < n_raw as usize {
+            return Some((false, start as usize + off));
+        }
+        let b = off - n_raw as usize;
+        match self.blocks[s].get(b) {
+            Some(&r) if r >= 0 => Some((true, r as usize)),
+            _ => None,
+        }
+    }
+}
+
+impl ops::KvRows for CompRows<'_> {
+    fn read(&self, cell: usize, off: usize, dst: &mut [f32]) {
+        match self.at(cell) {
+            Some((false, r)) => self.raw.read(r, off, dst),
+            Some((true, r)) => self.comp.read(r, off, dst),
+            None => dst.fill(0.0),
+        }
+    }
+    fn half(&self, cell: usize, off: usize, len: usize) -> Option<&[half::f16]> {
+        match self.at(cell) {
+            Some((false, r)) => self.raw.half(r, off, len),
+            Some((true, r)) => self.comp.half(r, off, len),
+            None => None,
+        }
+    }
+    fn is_f16(&self) -> bool {
+        self.raw.is_f16()
+    }
+    fn cast_f16(&self) -> bool {
+        self.raw.cast_f16()
+    }
+}
+
+impl CpuExecutor {
+    /// [`Op::FlashAttnComp`]: FLASH_ATTN_EXT over the raw and compressed rows (see there).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn flash_attn_comp(
+        &mut self,
+        nodes: &[Node],
+        node: &Node,
+        kv: &KvCache,
+        inp: &Inputs,
+        q: NodeId,
+        layers: [usize; 2],
+        ratio: usize,
+        n_head: usize,
+        dk: usize,
+        scale: f32,
+        n_swa: u32,
+        sinks: Option<&[f32]>,
+    ) {
+        let n_tokens = nodes[q].ne1;
+        // the streams of the micro-batch's tokens, their raw views and compressed blocks
+        let mut seqs: Vec<usize> = Vec::new();
+        let tok_stream: Vec<usize> = (0..n_tokens)
+            .map(|t| match seqs.iter().position(|&s| s == inp.seq[t]) {
+                Some(i) => i,
+                None => {
+                    seqs.push(inp.seq[t]);
+                    seqs.len() - 1
+                }
+            })
+            .collect();
+        let n_vis = |t: usize| (inp.pos[t].max(-1) + 1) as usize / ratio;
+        let max_vis = (0..n_tokens).map(n_vis).max().unwrap_or(0);
+        // upstream's compressed view: at least 256 rows, padded to 256
+        let n_comp = max_vis.next_multiple_of(256).max(256) as u32;
+        let views: Vec<(u32, u32)> = seqs
+            .iter()
+            .map(|&s| {
+                let r = kv.rows_of(s);
+                (r.start, ops::upstream_n_kv(r.end - r.start, kv.size()))
+            })
+            .collect();
+        let blocks: Vec<Vec<i64>> = seqs
+            .iter()
+            .map(|&s| {
+                let by_pos = rows_by_pos(kv, s, max_vis * ratio);
+                (0..max_vis)
+                    .map(|b| by_pos[b * ratio + ratio - 1])
+                    .collect()
+            })
+            .collect();
+        let stride = kv.size() + n_comp;
+        let (raw_l, comp_l) = (&kv.layers[layers[0]], &kv.layers[layers[1]]);
+        let k = CompRows {
+            raw: KvLayerRows {
+                buf: &raw_l.k,
+                width: raw_l.n_embd_k,
+                cast_f16: inp.flash_attn,
+            },
+            comp: KvLayerRows {
+                buf: &comp_l.k,
+                width: comp_l.n_embd_k,
+                cast_f16: inp.flash_attn,
+            },
+            stride,
+            views: &views,
+            blocks: &blocks,
+        };
+        let rows = |t: usize| {
+            let s = tok_stream[t];
+            let base = s as u32 * stride;
+            base..base + views[s].1 + n_comp
+        };
+        let visible_row = |t: usize, first: u32, out: &mut [bool]| {
+            let s = tok_stream[t];
+            let (seq, pos) = (inp.seq[t], inp.pos[t]);
+            for (j, o) in (first..).zip(out.iter_mut()) {
+                let off = j - s as u32 * stride;
+                let (start, n_raw) = views[s];
+                *o = if off < n_raw {
+                    kv.visible(start + off, seq, pos, inp.causal, n_swa)
+                } else {
+                    let b = (off - n_raw) as usize;
+                    b < n_vis(t) && blocks[s].get(b).is_some_and(|&r| r >= 0)
+                };
+            }
+        };
+        let n_threads = self.pool.n_threads();
+        if self.attn_scratch.len() < n_threads + 1 {
+            self.attn_scratch.resize_with(n_threads + 1, || {
+                std::sync::Mutex::new(ops::AttnScratch::default())
+            });
+        }
+        let shape = ops::AttnShape {
+            n_head,
+            n_head_kv: 1,
+            dk,
+            dv: dk,
+            scale,
+            softcap: 0.0,
+            max_bias: 0.0,
+            n_cells_max: stride,
+            flash_attn: inp.flash_attn,
+        };
+        let (dst, [qs]) = carve(&mut self.arena, range(node), [range(&nodes[q])]);
+        let attn = ops::Attn {
+            shape,
+            q: qs,
+            n_tokens,
+            rows: &rows,
+            visible_row: &visible_row,
+            k: &k,
+            v: &k,
+            sinks,
+            alibi: None,
         };
         ops::flash_attn(&attn, dst, &self.pool, &self.attn_scratch);
     }

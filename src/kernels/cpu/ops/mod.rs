@@ -7,6 +7,7 @@
 //! only declares and re-exports them.
 
 mod attn;
+mod dsv4;
 mod hadamard;
 mod hc;
 mod norm;
@@ -19,6 +20,7 @@ pub use super::vec::{axpy, dot_f32, gelu, ggml_expf, silu};
 pub use attn::{
     flash_attn, indexer_scores, top_k_set, upstream_n_kv, Attn, AttnScratch, AttnShape, KvRows,
 };
+pub use dsv4::{dsv4_compress, rope_cache_back};
 pub use hadamard::{hadamard_rows, hadamard_rows_dense};
 pub use hc::{hc_mix, HcMixKind};
 pub use norm::{norm_row, rms_norm_row};

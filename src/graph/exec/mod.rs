@@ -448,6 +448,8 @@ impl CpuExecutor {
             | Op::MulRep { .. }
             | Op::Softplus { .. }
             | Op::Sqrt { .. }
+            | Op::Abs { .. }
+            | Op::Sgn { .. }
             | Op::RepeatHeads { .. }
             | Op::SoftMax { .. }
             | Op::SumRows { .. }
@@ -474,6 +476,7 @@ impl CpuExecutor {
             | Op::FlashAttnComp { .. }
             | Op::LightningIndexer { .. } => self.node_attention(g, node, model, kv, inp),
             Op::SsmConv { .. }
+            | Op::GetRowsNgram { .. }
             | Op::SsmScan { .. }
             | Op::GatedDeltaNet { .. }
             | Op::LightningAttn { .. }

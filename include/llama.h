@@ -956,12 +956,13 @@ bool llama_supports_mlock(void);
 // True, as upstream built with its RPC backend answers: weights can be offloaded to
 // devices on upstream's `rpc-server` (`LLAMA_RPC_SERVERS`), besides GPU devices (CUDA or
 // virtual). Upstream's rule is "a GPU device is present, or RPC is supported", and this
-// library always has its RPC client.
+// library always has its RPC client. (The device registry is not created here: upstream's
+// tools ask this while they parse arguments, before a later `--rpc` registers its servers.)
 bool llama_supports_gpu_offload(void);
 
 // True: devices on upstream's `rpc-server` (ggml-rpc protocol 7.0) can be registered with
-// `LLAMA_RPC_SERVERS` or `llama_ext_rpc_add_server` (see docs/rpc.md; decoding with layers
-// on them is not implemented yet).
+// `LLAMA_RPC_SERVERS`, `llama_ext_rpc_add_server`, or in upstream's programs with `--rpc`
+// (see docs/rpc.md).
 bool llama_supports_rpc(void);
 
 // A description of the library's features, in upstream's `"<REG> : <name> = <value> | "`
@@ -1685,11 +1686,19 @@ int32_t llama_n_layer(const struct llama_model *model);
 // Deprecated: `llama_model_n_head`.
 int32_t llama_n_head(const struct llama_model *model);
 
-// Upstream: creates a model from GGUF metadata, calling `set_tensor_data(tensor,
-// set_tensor_data_ud)` to fill each tensor (tensors are F32 unless the metadata says
-// otherwise).
-// Not supported by llama-hotswap yet: logs once and returns NULL. `metadata` stays owned by
-// the caller, and `set_tensor_data` is never called.
+// Creates a model from the GGUF metadata in `metadata` (libggml's `gguf_context`: the
+// caller's libggml must be loaded in the process) as upstream does: every tensor the
+// architecture creates from those hyperparameters alone, F32 unless `metadata` holds a
+// tensor of the same name (its type wins), each filled by `set_tensor_data(tensor,
+// set_tensor_data_ud)` on a host `ggml_tensor` the callback may write with
+// `ggml_backend_tensor_set` or through `tensor->data`. `params.load_mode` is NONE and
+// `use_extra_bufts` false, as upstream forces.
+// The architectures whose tensor table is upstream's are listed in docs/dropin.md; any
+// other, a NULL `metadata` or `set_tensor_data` (upstream aborts), missing
+// hyperparameters or an override type that does not fit a tensor's shape give NULL and a
+// log line. The callback runs once per tensor, in this library's order (upstream's
+// differs: a callback that draws values from one sequential stream gets other values
+// than upstream's; test-llama-archs seeds by tensor name).
 struct llama_model *llama_model_init_from_user(struct gguf_context *metadata,
                                                llama_model_set_tensor_data_t set_tensor_data,
                                                void *set_tensor_data_ud,

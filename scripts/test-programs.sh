@@ -23,6 +23,8 @@
 #    sees a fresh model's logits after its file is replaced, and not before the interval;
 #  * backend sampling (ffi-tests/dropin/backend_sampling.c) and llama_model_save_to_file
 #    (ffi-tests/dropin/save_model.c) against upstream's library;
+#  * llama_model_init_from_user (ffi-tests/dropin/init_from_user.c) against upstream's library
+#    on the fixtures of every architecture ours builds from metadata, and its hostile cases;
 #  * llama-server (scripts/server_check.py: endpoints, slots, -np 4, bad requests, automatic
 #    hot-swap while serving) and llama-cli -st: the same answers as on upstream's library.
 . "$(dirname "$0")/test-common.sh"
@@ -158,6 +160,64 @@ PY
     fi
 else
     bad "llama_model_save_to_file: ${r:-a run failed (see $out/save-*.err)}"
+fi
+
+# llama_model_init_from_user (ffi-tests/dropin/init_from_user.c): for every architecture ours
+# builds from metadata (graph::arch::DECLARES_TENSORS), each test-llama-archs fixture's
+# key/value pairs (one F16 override) through libggml's gguf_context on both libraries, tensors
+# filled by a name-seeded callback: the same tensors filled, n_params (0), and the last token's logits
+# within 1e-3 of the largest (same argmax); hostile cases NULL on both, and the cases
+# upstream aborts on (or an architecture ours refuses) NULL with a log line on ours.
+fixtures="$(bash scripts/upstream-arch-fixtures.sh)"
+declared="$(sed -n '/^pub static DECLARES_TENSORS/,/^];/p' src/graph/arch/mod.rs | grep -o '"[^"]*"' | tr -d '"')"
+if "$CC" -O1 "${UPSTREAM_INCLUDES[@]}" ffi-tests/dropin/init_from_user.c -o "$out/init_from_user" -L "$out/lib" \
+    -l:libllama.so.0 -l:libggml-base.so.0 -lm >"$out/init_from_user-build.log" 2>&1; then
+    n_same=0; differ=""
+    for f in "$fixtures"/*.gguf; do
+        name="$(basename "$f" .gguf)"; arch="${name%-dense}"; arch="${arch%-moe}"
+        grep -qx -- "$arch" <<<"$declared" || continue
+        theirs "$out/init_from_user" logits "$f" >"$out/iu-$name-upstream.out" 2>"$out/iu-$name-upstream.err"
+        ours "$out/init_from_user" logits "$f" >"$out/iu-$name-ours.out" 2>"$out/iu-$name-ours.err"
+        if r="$(python3 - "$out/iu-$name-upstream.out" "$out/iu-$name-ours.out" <<'PY'
+import sys
+a, b = (open(p).read().split("\n") for p in sys.argv[1:3])
+if not a[0].startswith("tensors filled") or a[:2] != b[:2]:
+    sys.exit(f"{a[:2]!r} vs {b[:2]!r}")
+la, lb = ([float(x) for x in t[2:] if x] for t in (a, b))
+if not la or len(la) != len(lb):
+    sys.exit("no logits")
+scale = max(abs(x) for x in la)
+err = max(abs(x - y) for x, y in zip(la, lb))
+if err > 1e-3 * scale or la.index(max(la)) != lb.index(max(lb)):
+    sys.exit(f"max |diff| {err:.3g} of {scale:.3g}")
+print(f"{err / scale:.1e}")
+PY
+)"; then
+            n_same=$((n_same + 1))
+        else
+            differ="$differ $name(${r:-run failed})"
+        fi
+    done
+    if [ -z "$differ" ] && [ "$n_same" -gt 0 ]; then
+        ok "llama_model_init_from_user: $n_same fixtures of $(wc -w <<<"$declared") architectures: the same tensors filled, logits within 1e-3 of upstream's"
+    else
+        bad "llama_model_init_from_user: $n_same equal; differ:$differ (see $out/iu-*)"
+    fi
+    llama="$fixtures/llama-dense.gguf"
+    refused="$fixtures/mpt-dense.gguf"
+    if theirs "$out/init_from_user" hostile "$llama" >"$out/iu-hostile-upstream.out" 2>/dev/null \
+        && ours "$out/init_from_user" hostile "$llama" >"$out/iu-hostile-ours.out" 2>"$out/iu-hostile-ours.err" \
+        && cmp -s "$out/iu-hostile-upstream.out" "$out/iu-hostile-ours.out" \
+        && ours "$out/init_from_user" refuse "$llama" >"$out/iu-refuse.out" 2>"$out/iu-refuse.err" \
+        && ours "$out/init_from_user" refuse-arch "$refused" >>"$out/iu-refuse.out" 2>>"$out/iu-refuse.err" \
+        && [ "$(grep -c 'llama_model_init_from_user: ' "$out/iu-refuse.err")" -ge 4 ] \
+        && ! grep -q "callbacks [1-9]" "$out/iu-refuse.out"; then
+        ok "llama_model_init_from_user hostile: unknown architecture, missing hyperparameter: NULL as upstream; NULL metadata / callback, a misfit override type, an undeclared architecture: NULL with a log line, no callback"
+    else
+        bad "llama_model_init_from_user hostile cases (see $out/iu-hostile-* $out/iu-refuse.*)"
+    fi
+else
+    bad "building ffi-tests/dropin/init_from_user.c (see $out/init_from_user-build.log)"
 fi
 
 # llama-server (scripts/server_check.py) and llama-cli, single turn.

@@ -238,6 +238,53 @@ ggml_fns! {
     ggml_backend_cpu_buffer_type: unsafe extern "C" fn() -> ggml_backend_buffer_type_t;
     ggml_backend_buft_name: unsafe extern "C" fn(ggml_backend_buffer_type_t) -> *const c_char;
     ggml_backend_load_all: unsafe extern "C" fn();
+    gguf_get_meta_size: unsafe extern "C" fn(*const gguf_context) -> usize;
+    gguf_get_meta_data: unsafe extern "C" fn(*const gguf_context, *mut c_void);
+    ggml_backend_cpu_buffer_from_ptr: unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
+    ggml_backend_buffer_free: unsafe extern "C" fn(*mut c_void);
+}
+
+/// The GGUF image of a libggml `gguf_context` without tensor data (header, key/value
+/// pairs, tensor infos: libggml's `gguf_get_meta_data`); None when libggml is not loaded in
+/// the process.
+///
+/// # Safety
+/// `ctx` must be a live `gguf_context` made by that libggml.
+pub(crate) unsafe fn gguf_meta_bytes(ctx: *const gguf_context) -> Option<Vec<u8>> {
+    let size = libggml::gguf_get_meta_size()?;
+    let data = libggml::gguf_get_meta_data()?;
+    // SAFETY: libggml's own function on its context, per the caller's contract.
+    let n = unsafe { size(ctx) };
+    let mut bytes = vec![0u8; n];
+    // SAFETY: `bytes` holds the `gguf_get_meta_size` bytes `gguf_get_meta_data` writes.
+    unsafe { data(ctx, bytes.as_mut_ptr().cast()) };
+    Some(bytes)
+}
+
+/// A libggml CPU buffer over `len` bytes at `ptr` (libggml's
+/// `ggml_backend_cpu_buffer_from_ptr`, which neither owns nor frees them), so that a host's
+/// `ggml_backend_tensor_set` on a tensor in it writes there; None without libggml. Free it
+/// with [`free_buffer`].
+///
+/// # Safety
+/// `ptr` must be 32-byte aligned and valid for `len` bytes while the buffer is used.
+pub(crate) unsafe fn cpu_buffer_from_ptr(ptr: *mut c_void, len: usize) -> Option<*mut c_void> {
+    let f = libggml::ggml_backend_cpu_buffer_from_ptr()?;
+    libggml::ggml_backend_buffer_free()?;
+    // SAFETY: per the caller's contract (libggml asserts the alignment).
+    let buffer = unsafe { f(ptr, len) };
+    (!buffer.is_null()).then_some(buffer)
+}
+
+/// Frees a buffer made by [`cpu_buffer_from_ptr`].
+///
+/// # Safety
+/// `buffer` came from [`cpu_buffer_from_ptr`] and is not used afterwards.
+pub(crate) unsafe fn free_buffer(buffer: *mut c_void) {
+    if let Some(f) = libggml::ggml_backend_buffer_free() {
+        // SAFETY: libggml's buffer, freed once, per the caller's contract.
+        unsafe { f(buffer) };
+    }
 }
 
 /// The thread count of a ggml threadpool (libggml-cpu's `ggml_threadpool_get_n_threads`),

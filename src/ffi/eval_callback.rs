@@ -186,7 +186,7 @@ fn index_of(table: &[&str], name: &str) -> i32 {
 
 /// `struct ggml_tensor` of `ggml.h`.
 #[repr(C)]
-struct TensorView {
+pub(super) struct TensorView {
     r#type: i32,
     buffer: *mut Buffer,
     ne: [i64; MAX_DIMS],
@@ -236,6 +236,27 @@ impl TensorView {
         ];
         let n = name.len().min(MAX_NAME - 1);
         self.name[..n].copy_from_slice(&name.as_bytes()[..n]);
+    }
+
+    /// A tensor of type `ty` (`ggml_type`) with strides `nb` over `data` in `buffer` (a
+    /// libggml `ggml_backend_buffer_t`), as a host callback receives one.
+    pub(super) fn host(
+        ty: i32,
+        ne: [i64; 4],
+        nb: [usize; 4],
+        name: &str,
+        data: *mut c_void,
+        buffer: *mut c_void,
+    ) -> TensorView {
+        let mut t = TensorView::empty();
+        t.r#type = ty;
+        t.ne = ne;
+        t.nb = nb;
+        let n = name.len().min(MAX_NAME - 1);
+        t.name[..n].copy_from_slice(&name.as_bytes()[..n]);
+        t.data = data;
+        t.buffer = buffer.cast();
+        t
     }
 
     fn f32(&mut self, ne: [i64; 4], name: &str, values: Option<&[f32]>, buffer: *mut Buffer) {

@@ -131,6 +131,20 @@ unsafe fn load_with_params(
     what: &str,
     params: &llama_model_params,
 ) -> Result<*mut llama_model, FfiError> {
+    // SAFETY: same contract.
+    unsafe { load_with_params_then(source, what, params, |_| {}) }
+}
+
+/// [`load_with_params`], with `adjust` applied to the loaded model before it is wrapped.
+///
+/// # Safety
+/// `params` pointers must follow `llama_model_params`' contract.
+pub(super) unsafe fn load_with_params_then(
+    source: ModelSource,
+    what: &str,
+    params: &llama_model_params,
+    adjust: impl FnOnce(&mut crate::model::Model),
+) -> Result<*mut llama_model, FfiError> {
     let load_mode = LoadMode::from_raw(params.load_mode.0).ok_or_else(|| {
         FfiError::Invalid(format!("{what}: invalid load_mode {}", params.load_mode.0))
     })?;
@@ -175,6 +189,7 @@ unsafe fn load_with_params(
         Ok(mut model) => {
             // Repacked layouts, made while loading as upstream does (CPU_REPACK buffers).
             model.use_extra_bufts = params.use_extra_bufts;
+            adjust(&mut model);
             crate::model::derived::derive_all(&model);
             // The tokenizer finishes the vocabulary (newline id, piece cache) and lives in the
             // vocab handle: `model` sits below `tokenizer` in the crate's layering.

@@ -1,18 +1,29 @@
-//! Models built from user-provided metadata (`llama_model_init_from_user`, not supported by
-//! llama-hotswap yet) and model saving (`llama_model_save_to_file`).
+//! Models built from a caller's metadata (`llama_model_init_from_user`) and model saving
+//! (`llama_model_save_to_file`).
 
-#![allow(unused_variables)] // stub parameters keep upstream's names, which the header shows
-
+use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
 
 use super::handles::llama_model;
 use super::types::*;
+use super::FfiError;
+use crate::gguf::{GgmlType, Gguf, GgufWriter, MetaValue};
+use crate::loader::{LoadOptions, ModelSource};
+use crate::model::LoadMode;
 
-/// Upstream: creates a model from GGUF metadata, calling `set_tensor_data(tensor,
-/// set_tensor_data_ud)` to fill each tensor (tensors are F32 unless the metadata says
-/// otherwise).
-/// Not supported by llama-hotswap yet: logs once and returns NULL. `metadata` stays owned by
-/// the caller, and `set_tensor_data` is never called.
+/// Creates a model from the GGUF metadata in `metadata` (libggml's `gguf_context`: the
+/// caller's libggml must be loaded in the process) as upstream does: every tensor the
+/// architecture creates from those hyperparameters alone, F32 unless `metadata` holds a
+/// tensor of the same name (its type wins), each filled by `set_tensor_data(tensor,
+/// set_tensor_data_ud)` on a host `ggml_tensor` the callback may write with
+/// `ggml_backend_tensor_set` or through `tensor->data`. `params.load_mode` is NONE and
+/// `use_extra_bufts` false, as upstream forces.
+/// The architectures whose tensor table is upstream's are listed in docs/dropin.md; any
+/// other, a NULL `metadata` or `set_tensor_data` (upstream aborts), missing
+/// hyperparameters or an override type that does not fit a tensor's shape give NULL and a
+/// log line. The callback runs once per tensor, in this library's order (upstream's
+/// differs: a callback that draws values from one sequential stream gets other values
+/// than upstream's; test-llama-archs seeds by tensor name).
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_init_from_user(
     metadata: *mut gguf_context,
@@ -20,7 +31,145 @@ pub unsafe extern "C" fn llama_model_init_from_user(
     set_tensor_data_ud: *mut c_void,
     params: llama_model_params,
 ) -> *mut llama_model {
-    unsupported!("llama_model_init_from_user", std::ptr::null_mut())
+    boundary!("llama_model_init_from_user", std::ptr::null_mut(), {
+        if metadata.is_null() {
+            return Err(FfiError::Null("metadata"));
+        }
+        let fill = set_tensor_data.ok_or(FfiError::Null("set_tensor_data"))?;
+        // SAFETY: a live gguf_context of the process's libggml, per the contract.
+        let meta = unsafe { super::device::gguf_meta_bytes(metadata) }.ok_or_else(|| {
+            FfiError::Core(
+                "libggml's gguf functions are not loaded in this process: a gguf_context cannot be read".into(),
+            )
+        })?;
+        let image = declared_image(&meta).map_err(FfiError::Core)?;
+        let file = write_image(&image, fill, set_tensor_data_ud)?;
+        let mut params = params;
+        params.load_mode = LlamaLoadMode(LoadMode::None as i32);
+        params.use_extra_bufts = false;
+        let source = ModelSource::File { file, base: 0 };
+        // upstream's loader saw no file tensors: it reports 0 parameters and 0 bytes
+        let counted_none = |m: &mut crate::model::Model| {
+            m.n_params = 0;
+            m.size = 0;
+        };
+        // SAFETY: params per the contract.
+        unsafe { super::model::load_with_params_then(source, "(metadata)", &params, counted_none) }
+    })
+}
+
+/// The GGUF image upstream's loader would see: the caller's key/value pairs and every
+/// tensor the architecture declares for them (data deferred to the caller's callback).
+fn declared_image(meta: &[u8]) -> Result<GgufWriter, String> {
+    let gguf = Gguf::parse_header(meta, u64::MAX).map_err(|e| format!("metadata: {e}"))?;
+    let mut kvs = GgufWriter::new();
+    for kv in gguf.kvs() {
+        let key = String::from_utf8_lossy(kv.key);
+        kvs.set(&key, MetaValue::from_value(&kv.value));
+    }
+    let types: HashMap<&str, GgmlType> = gguf
+        .tensors()
+        .iter()
+        .map(|t| (t.name, t.ggml_type))
+        .collect();
+    // the metadata alone, loaded without tensors: hyperparameters and vocabulary checked
+    // as for a file, then the architecture's table for them
+    let mut probe = crate::storage::host::anonymous_file(c"llama-init-from-user")
+        .map_err(|e| format!("memfd_create: {e}"))?;
+    kvs.write_with(&mut probe, |_, _, _| Ok(()))
+        .map_err(|e| format!("metadata: {e}"))?;
+    let model = crate::loader::load(
+        ModelSource::File {
+            file: probe,
+            base: 0,
+        },
+        LoadOptions {
+            load_mode: LoadMode::None,
+            no_alloc: true,
+            progress: Some(&mut |_| true),
+            hotswap: false,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    if !crate::graph::arch::declares_tensors(&model.arch) {
+        return Err(format!(
+            "model architecture '{}': building it from metadata is not supported by llama-hotswap yet (its tensor table from hyperparameters is not upstream's; see docs/dropin.md)",
+            model.arch
+        ));
+    }
+    let hp = crate::graph::arch::load_params(&model)?;
+    let table = crate::graph::arch::declared_tensors(&model, &hp)
+        .map_err(|e| format!("model architecture '{}': {e}", model.arch))?;
+    let mut image = kvs;
+    for w in &table {
+        let ty = types.get(w.name.as_str()).copied().unwrap_or(GgmlType::F32);
+        let n_dims = w.ne.iter().rposition(|&n| n != 1).map_or(1, |i| i + 1);
+        image
+            .add_tensor_deferred(&w.name, &w.ne[..n_dims], ty)
+            .map_err(|e| format!("tensor '{}' as {}: {e}", w.name, ty.name()))?;
+    }
+    Ok(image)
+}
+
+/// Writes `image` to a new in-memory file, each tensor's bytes made by the caller's
+/// `fill` on a host `ggml_tensor` in a libggml CPU buffer over our scratch bytes.
+fn write_image(
+    image: &GgufWriter,
+    fill: unsafe extern "C" fn(*mut ggml_tensor, *mut c_void),
+    ud: *mut c_void,
+) -> Result<std::fs::File, FfiError> {
+    const ALIGN: usize = 64;
+    let largest = image.tensors().iter().map(|t| t.nbytes).max().unwrap_or(0) as usize;
+    let mut scratch = vec![0u8; largest + ALIGN];
+    let at = scratch.as_ptr().align_offset(ALIGN);
+    let data = scratch[at..].as_mut_ptr();
+    // SAFETY: `data` is 64-byte aligned with `largest` bytes behind it, alive (and not
+    // moved) until the buffer is freed at the end of this function.
+    let buffer = unsafe { super::device::cpu_buffer_from_ptr(data.cast(), largest.max(1)) }
+        .ok_or_else(|| {
+            FfiError::Core("libggml's ggml_backend_cpu_buffer_from_ptr is not loaded".into())
+        })?;
+    let mut file = crate::storage::host::anonymous_file(c"llama-init-from-user")
+        .map_err(|e| FfiError::Core(format!("memfd_create: {e}")))?;
+    let written = image.write_with(&mut file, |_, t, out| {
+        let n = t.nbytes as usize;
+        let mut ne = [1i64; 4];
+        ne[..t.dims.len()].copy_from_slice(&t.dims);
+        let row = t.ggml_type.row_size(ne[0]).unwrap_or(0) as usize;
+        let nb = [
+            t.ggml_type.type_size() as usize,
+            row,
+            row * ne[1] as usize,
+            row * (ne[1] * ne[2]) as usize,
+        ];
+        // SAFETY: the first `n <= largest` scratch bytes, no other reference to them live.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(data, n) };
+        bytes.fill(0);
+        let mut view = super::eval_callback::TensorView::host(
+            t.ggml_type.id() as i32,
+            ne,
+            nb,
+            &t.name,
+            data.cast(),
+            buffer,
+        );
+        // SAFETY: the host's callback with its user data; the tensor header lives for the
+        // call and its data are `n` writable bytes in `buffer`.
+        unsafe {
+            fill(
+                (&mut view as *mut super::eval_callback::TensorView).cast(),
+                ud,
+            )
+        };
+        // SAFETY: as above; the callback has returned.
+        out.write_all(unsafe { std::slice::from_raw_parts(data, n) })
+    });
+    // SAFETY: made above, not used after this.
+    unsafe { super::device::free_buffer(buffer) };
+    drop(scratch);
+    written.map_err(|e| FfiError::Core(format!("writing the model image: {e}")))?;
+    Ok(file)
 }
 
 /// Writes the model as it is now (hot-swapped tensors included) to one GGUF file at

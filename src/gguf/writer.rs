@@ -661,6 +661,18 @@ impl GgufWriter {
         Ok(())
     }
 
+    /// Writes the file to `out` (an open file, a buffer), calling `fill` for each deferred
+    /// tensor as [`GgufWriter::write_to_with`] does.
+    pub fn write_with(
+        &self,
+        out: &mut dyn Write,
+        mut fill: impl FnMut(usize, &PendingTensor, &mut dyn Write) -> io::Result<()>,
+    ) -> Result<(), GgufWriteError> {
+        self.write_all_to(out, &mut fill).map_err(unwrap_deferred)?;
+        out.flush()?;
+        Ok(())
+    }
+
     fn write_all_to(
         &self,
         out: &mut dyn Write,

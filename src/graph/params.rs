@@ -429,6 +429,22 @@ pub struct RopeOverrides {
     pub yarn_orig_ctx: u32,
 }
 
+impl RopeOverrides {
+    /// No overrides: the model's own rope (a graph built outside a context).
+    pub fn model_defaults() -> RopeOverrides {
+        RopeOverrides {
+            rope_scaling_type: -1,
+            freq_base: 0.0,
+            freq_scale: 0.0,
+            yarn_ext_factor: -1.0,
+            yarn_attn_factor: -1.0,
+            yarn_beta_fast: -1.0,
+            yarn_beta_slow: -1.0,
+            yarn_orig_ctx: 0,
+        }
+    }
+}
+
 impl RopeConfig {
     pub fn resolve(hp: &ArchParams, o: &RopeOverrides) -> RopeConfig {
         let mut freq_base = if o.freq_base == 0.0 {

@@ -941,3 +941,16 @@ mod tests {
         );
     }
 }
+
+/// A new anonymous in-memory file (`memfd_create`, close-on-exec): the GGUF image of a
+/// model built from a caller's metadata (`llama_model_init_from_user`) is written here and
+/// loaded like any file. `name` shows in `/proc/<pid>/fd` only.
+pub fn anonymous_file(name: &std::ffi::CStr) -> io::Result<File> {
+    // SAFETY: memfd_create reads a NUL-terminated name and returns a new descriptor or -1.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    Ok(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}

@@ -76,7 +76,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             ..Ffn::SWIGLU
         };
         let name = format!("blk.{il}.ffn_gate_inp.weight");
-        let cur = if b.model.tensors.index_of(&name).is_none() {
+        let cur = if !b.has(&name) {
             b.ffn_layer(il, x, plain)?
         } else {
             let moe = Moe {

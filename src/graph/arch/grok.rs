@@ -93,11 +93,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let ffn_inp = b.add(cur, Operand::Node(res));
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let moe_out = b.moe_layer(il, x, hp.n_ff_exp, moe)?;
-        let has_dense = b
-            .model
-            .tensors
-            .index_of(&format!("blk.{il}.ffn_up.weight"))
-            .is_some();
+        let has_dense = b.has(&format!("blk.{il}.ffn_up.weight"));
         let cur = if has_dense {
             let ffn_out = b.ffn_layer(il, x, gelu)?;
             let sum = b.add(ffn_out, Operand::Node(moe_out));

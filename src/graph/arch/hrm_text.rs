@@ -67,7 +67,7 @@ fn qkv(
         ("attn_v", hp.n_embd_v_gqa(bid)),
     ];
     let fused = format!("blk.{bid}.attn_qkv.weight");
-    if b.model.tensors.index_of(&fused).is_some() {
+    if b.has(&fused) {
         return Err(BuildError::Invalid(
             "hrm_text with a fused attn_qkv is not supported yet".into(),
         ));

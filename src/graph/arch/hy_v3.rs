@@ -67,7 +67,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let ffn_inp = b.pre_norm_attn(il, inp, attn)?;
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let router = format!("blk.{il}.ffn_gate_inp.weight");
-        let cur = if b.model.tensors.index_of(&router).is_none() {
+        let cur = if !b.has(&router) {
             b.ffn_layer(il, x, Ffn::SWIGLU)?
         } else {
             let mut w = b.moe_weights(il, "exps", n_ff_exp, hp.n_expert, moe)?;

@@ -107,7 +107,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let ffn_inp = b.residual(il, cur, inp);
         let x = b.rms_norm(ffn_inp, Some(ffn_norm), hp.eps_rms);
         let router = format!("blk.{il}.ffn_gate_inp.weight");
-        let cur = if b.model.tensors.index_of(&router).is_none() {
+        let cur = if !b.has(&router) {
             b.ffn_layer(il, x, plain)?
         } else {
             b.moe_layer(il, x, hp.n_ff_exp, moe)?

@@ -332,6 +332,138 @@ pub fn build(
     Ok(b.finish(shape, Some(out.logits), Some(out.embd)))
 }
 
+/// The architectures whose declared tensors ([`declared_tensors`]) are upstream's for
+/// test-llama-archs' metadata, dense and mixture-of-experts alike (tests/init_from_user.rs
+/// checks the list both ways against upstream's fixtures): `llama_model_init_from_user`
+/// builds these and refuses the others by name.
+pub static DECLARES_TENSORS: &[&str] = &[
+    "afmoe",
+    "arctic",
+    "baichuan",
+    "bloom",
+    "chatglm",
+    "codeshell",
+    "dbrx",
+    "deci",
+    "deepseek32",
+    "dots3note",
+    "exaone4",
+    "falcon",
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "glm-dsa",
+    "glm4",
+    "glm4moe",
+    "gpt-oss",
+    "gpt2",
+    "gptneox",
+    "granite",
+    "granite_swa",
+    "granitehybrid",
+    "granitemoe",
+    "hy_v4",
+    "jais",
+    "jais2",
+    "laguna",
+    "llada-moe",
+    "llama",
+    "mamba2",
+    "maple",
+    "minicpm",
+    "minimax-m2",
+    "mistral3",
+    "muse-glimmer",
+    "nemotron",
+    "olmo",
+    "olmo2",
+    "olmoe",
+    "orion",
+    "paddleocr",
+    "phi2",
+    "plamo",
+    "plamo2",
+    "plamo3",
+    "pockettts",
+    "qwen",
+    "seed_oss",
+    "smallthinker",
+    "spark2_5",
+    "stablelm",
+    "starcoder",
+    "starcoder2",
+    "talkie",
+];
+
+/// Whether `llama_model_init_from_user` builds `arch` ([`DECLARES_TENSORS`]).
+pub fn declares_tensors(arch: &str) -> bool {
+    DECLARES_TENSORS.contains(&arch)
+}
+
+/// The tensors `model`'s architecture declares for its hyperparameters `hp` alone, in the
+/// order its graph first asks for them (name and shape; `WeightRef::tensor` unused): the
+/// graph of one token built in recording mode, every optional tensor present except the
+/// fused alternatives upstream's loader skips. This is the model upstream's
+/// `llama_model_init_from_user` creates, for the architectures whose graph reads every
+/// tensor upstream creates (tests/init_from_user.rs checks each fixture architecture).
+pub fn declared_tensors(
+    model: &Model,
+    hp: &ArchParams,
+) -> Result<Vec<super::WeightRef>, BuildError> {
+    let def = lookup(&model.arch).ok_or_else(|| BuildError::UnsupportedArch(model.arch.clone()))?;
+    let rope = RopeConfig::resolve(hp, &super::params::RopeOverrides::model_defaults());
+    let mut b = Builder::new(model, hp, rope, 1, 1);
+    b.record = true;
+    b.rope_mode = rope_mode(def, hp);
+    (def.graph)(&mut b)?;
+    let mut table = b.weights;
+    // upstream's generic pass after every architecture's tensors: the optional per-tensor
+    // scales of each layer's projections, then their input scales (read by no graph)
+    for il in 0..hp.n_layer {
+        for suffix in ["scale", "input_scale"] {
+            for (base, per_expert) in SCALED_PROJECTIONS {
+                let has = |n: &str| table.iter().any(|w| w.name == n);
+                let name = format!("blk.{il}.{base}.{suffix}");
+                if has(&format!("blk.{il}.{base}.weight")) && !has(&name) {
+                    let n = if per_expert { hp.n_expert.max(1) } else { 1 };
+                    table.push(super::WeightRef {
+                        tensor: usize::MAX,
+                        name,
+                        ne: [n as i64, 1, 1, 1],
+                    });
+                }
+            }
+        }
+    }
+    Ok(table)
+}
+
+/// The layer projections upstream's loader gives optional `.scale` and `.input_scale`
+/// tensors (`[n_expert]` for the experts', else `[1]`), in its order.
+const SCALED_PROJECTIONS: [(&str, bool); 21] = [
+    ("attn_q", false),
+    ("attn_k", false),
+    ("attn_v", false),
+    ("attn_output", false),
+    ("attn_qkv", false),
+    ("attn_gate", false),
+    ("ffn_gate", false),
+    ("ffn_down", false),
+    ("ffn_up", false),
+    ("ffn_gate_shexp", false),
+    ("ffn_down_shexp", false),
+    ("ffn_up_shexp", false),
+    ("ffn_gate_exps", true),
+    ("ffn_down_exps", true),
+    ("ffn_up_exps", true),
+    ("ssm_in", false),
+    ("ssm_out", false),
+    ("ssm_alpha", false),
+    ("ssm_beta", false),
+    ("nextn.eh_proj", false),
+    ("nextn.shared_head_head", false),
+];
+
 /// The common hyperparameters ([`ArchParams::load_common`]), then the architecture's own
 /// (its registry entry's `hparams`; an unregistered architecture gets the common ones only).
 pub fn load_params(model: &Model) -> Result<ArchParams, String> {

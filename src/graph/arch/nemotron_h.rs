@@ -50,7 +50,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             b.attn(il, q, k, v, wo, wo_b, kq_scale)
         } else {
             let name = format!("blk.{il}.ffn_gate_inp.weight");
-            if b.model.tensors.index_of(&name).is_some() {
+            if b.has(&name) {
                 return Err(BuildError::Invalid(format!(
                     "{name}: nemotron_h's mixture-of-experts blocks are not supported by llama-hotswap yet"
                 )));

@@ -69,11 +69,7 @@ pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         if let Some(bias) = ffn_norm_b {
             x = b.add(x, Operand::Weight(bias));
         }
-        if b.model
-            .tensors
-            .index_of(&format!("blk.{il}.ffn_gate_inp.weight"))
-            .is_some()
-        {
+        if b.has(&format!("blk.{il}.ffn_gate_inp.weight")) {
             // phimoe: softmax-routed experts with normalised weights, no scales
             let moe = Moe {
                 scale_w: hp.expert_weights_scale,

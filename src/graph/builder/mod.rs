@@ -169,6 +169,28 @@ pub struct Builder<'m> {
     pub adapter_tensors: Vec<Arc<AdapterTensor>>,
     /// An adapter that did not fit the graph (the build fails with it).
     pub adapter_error: Option<BuildError>,
+    /// Declaring instead of checking ([`Builder::recording`]): every weight the graph asks
+    /// for exists with the shape it asks for, as upstream's loader creates a model's
+    /// tensors from hyperparameters alone (`llama_model_init_from_user`).
+    pub record: bool,
+}
+
+/// The optional tensors upstream's loader does not create from metadata although our
+/// graphs read them when a file has them: fused alternatives of tensors it creates
+/// separately (`TENSOR_SKIP_IF_VIRTUAL`), scales it creates for NVFP4 weights only or for
+/// architectures we do not declare (`output.scale`, gemma4's router scale, mpt's
+/// activation scales), and the token table's scale.
+fn skipped_when_declaring(name: &str) -> bool {
+    const SKIPPED: [&str; 7] = [
+        ".attn_qkv.weight",
+        ".attn_qkv.bias",
+        ".ffn_gate_up_exps.weight",
+        ".attn_kv_b.weight",
+        ".ffn_gate_inp.scale",
+        ".ffn.act.scales",
+        "output.scale",
+    ];
+    name == "token_embd.scale" || SKIPPED.iter().any(|s| name.ends_with(s))
 }
 
 /// No adapters (a graph built outside a context).
@@ -200,17 +222,55 @@ impl<'m> Builder<'m> {
             adapters: &NO_ADAPTERS,
             adapter_tensors: Vec::new(),
             adapter_error: None,
+            record: false,
         }
+    }
+
+    /// Whether the model has tensor `name`: in a recording build, whether the graph's
+    /// request for it would be granted (see [`Builder::weight_opt`]).
+    pub fn has(&self, name: &str) -> bool {
+        if self.record {
+            return !skipped_when_declaring(name);
+        }
+        self.model.tensors.index_of(name).is_some()
+    }
+
+    /// A recording build's answer for weight `name` of shape `want`: the weight as asked
+    /// for; None for an optional one upstream's loader does not create from metadata (a
+    /// fused alternative, or a dimension <= 0) and for a dimension <= 0.
+    fn declare(&mut self, name: &str, want: &[i64], optional: bool) -> Option<WeightId> {
+        if let Some(pos) = self.weights.iter().position(|w| w.name == name) {
+            return Some(WeightId(pos));
+        }
+        if (optional && skipped_when_declaring(name)) || want.iter().any(|&d| d <= 0) {
+            return None;
+        }
+        let mut ne = [1i64; 4];
+        ne[..want.len()].copy_from_slice(want);
+        self.weights.push(WeightRef {
+            tensor: usize::MAX,
+            name: name.to_string(),
+            ne,
+        });
+        Some(WeightId(self.weights.len() - 1))
     }
 
     /// A weight by name, checked against the expected shape (trailing 1s may be omitted).
     pub fn weight(&mut self, name: &str, want: &[i64]) -> Result<WeightId, BuildError> {
+        if self.record {
+            return self
+                .declare(name, want, false)
+                .ok_or_else(|| BuildError::MissingTensor(name.to_string()));
+        }
         self.weight_opt(name, want)?
             .ok_or_else(|| BuildError::MissingTensor(name.to_string()))
     }
 
     /// An optional weight: None when the model has no tensor of that name.
     pub fn weight_opt(&mut self, name: &str, want: &[i64]) -> Result<Option<WeightId>, BuildError> {
+        if self.record {
+            return Ok(self.declare(name, want, true));
+        }
         let Some(index) = self.model.tensors.index_of(name) else {
             return Ok(None);
         };

@@ -58,7 +58,7 @@ derived="$LLAMA_HOTSWAP_CACHE/models/engine/$(basename "$fixtures")-derived"
 mkdir -p "$derived"
 # one row per registered architecture (src/graph/arch/mod.rs REGISTRY; tests/arch_registry.rs
 # checks that this list names each of them); ENGINE_ARCHS="a b" runs those rows only
-ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 plamo2 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 kimi-linear minimax-01 glm5-next dream llada llada-moe rnd1 dots3note afmoe cohere2moe smallthinker grovemoe hy_v3 hy_v4 laguna mimo2 maple muse-glimmer paddleocr hrm_text pockettts qwen3tts deepseek4"
+ALL_ARCHS="llama mistral3 qwen2 qwen3 qwen3moe gemma3 phi3 deepseek2 glm4moe gpt-oss gemma gemma2 granite smollm3 seed_oss nanbeige baichuan maincoder orion olmo2 qwen command-r exaone4 qwen2vl hunyuan-dense plamo xverse internlm2 exaone qwen3vl deci glm4 cohere2 minicpm stablelm qwen3vlmoe dots1 minimax-m2 ernie4_5 ernie4_5-moe mistral4 olmoe hunyuan-moe bailingmoe2 qwen2moe deepseek llama4 phimoe granitemoe dbrx grok arctic bailingmoe gpt2 gptneox falcon bloom mpt starcoder mamba mamba2 starcoder2 codeshell phi2 refact olmo arcee jais jais2 nemotron openelm chatglm pangu-embedded hunyuan_vl cogvlm minicpm3 granite_swa plamo3 plamo2 granitehybrid jamba nemotron_h lfm2 mellum talkie spark2_5 nemotron_h_moe lfm2moe falcon-h1 deepseek32 glm-dsa exaone-moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 kimi-linear minimax-01 glm5-next dream llada llada-moe rnd1 dots3note afmoe cohere2moe smallthinker grovemoe hy_v3 hy_v4 laguna mimo2 maple muse-glimmer paddleocr hrm_text pockettts qwen3tts deepseek4 qwen4exp"
 archs=(${ENGINE_ARCHS:-$ALL_ARCHS})
 
 prompt="$(LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/tokenize" "$model" \
@@ -264,6 +264,38 @@ check_archs() {
         fi
         CHECK_TOKENS="$long150" check deepseek4-moe-topk4-ubatch7 "$t" 1e-3 PROBE_UBATCH=7
     fi
+    # Qwen4-exp: its sparse attention's block selection is not computed, so contexts where it
+    # would drop cells (more than top_k + compress_ratio - 1 per sequence; a copy with top_k =
+    # 4) must be refused naming top_k; and a copy whose PLE EOS is token 9 of the prompt
+    # (the n-gram window cut at it: the hash's EOS path) decodes as upstream's and differs
+    # from the fixture
+    if [[ " ${archs[*]} " == *" qwen4exp "* ]]; then
+        local name key val
+        for t in "topk4 attention.indexer.top_k 4" "eos9 ple.eos_token_id 9"; do
+            read -r name key val <<<"$t"
+            f="$derived/qwen4exp-moe.$name.gguf"
+            if [ ! -s "$f" ]; then
+                setmeta="$("$py" -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')/scripts/gguf_set_metadata.py"
+                cp "$fixtures/qwen4exp-moe.gguf" "$f.tmp" \
+                    && "$py" "$setmeta" "$f.tmp" "qwen4exp.$key" "$val" --force >/dev/null 2>&1 \
+                    && mv "$f.tmp" "$f"
+            fi
+            if [ ! -s "$f" ]; then echo "FAIL qwen4exp-moe-$name: could not write $f"; failed=$((failed + 1)); continue; fi
+        done
+        local rc=0
+        LD_LIBRARY_PATH="$ours" "$out/probe_decode" "$derived/qwen4exp-moe.topk4.gguf" /dev/null 1 1 5 9 >/dev/null 2>"$out/qwen4exp-topk4.err" || rc=$?
+        if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && grep -q "top_k" "$out/qwen4exp-topk4.err"; then
+            echo "ok   qwen4exp-moe-topk4 refused: $(grep -m1 top_k "$out/qwen4exp-topk4.err" | cut -c1-200)"; passed=$((passed + 1))
+        else
+            echo "FAIL qwen4exp-moe-topk4: exit $rc, $(tail -2 "$out/qwen4exp-topk4.err")"; failed=$((failed + 1))
+        fi
+        if [ -s "$derived/qwen4exp-moe.eos9.gguf" ]; then
+            CHECK_TOKENS="1 5 9 17 33 65 100 7 3 2" check qwen4exp-moe-eos9 "$derived/qwen4exp-moe.eos9.gguf" 1e-3
+            if "$out/compare_logits" "$out/arch-qwen4exp-moe.ours.bin" "$out/qwen4exp-moe-eos9.ours.bin" 1e-5 0 0 >/dev/null 2>&1; then
+                echo "FAIL qwen4exp-moe-eos9: the same logits as the fixture's"; failed=$((failed + 1))
+            fi
+        fi
+    fi
     # DeepSeek-V4's routing (expert_gating_func 4: weights sqrt(softplus(logits))) on a copy
     # of deepseek2's fixture, which upstream's deepseek2 graph routes the same way; its
     # logits must differ from the fixture's sigmoid routing
@@ -323,6 +355,7 @@ HOSTILE_ROWS=(
     "pockettts pockettts-dense blk.1.attn_norm.bias output_norm.bias"
     "qwen3tts qwen3tts-dense blk.1.attn_q_norm.weight output.weight"
     "deepseek4 deepseek4-moe blk.2.indexer_compressor_ape.weight blk.3.attn_compressor_kv.weight"
+    "qwen4exp qwen4exp-moe blk.0.ple_conv1d.weight blk.1.hc_ffn_inject.weight"
 )
 check_hostile() {
     local row arch fixture dropped shrunk mode tensor f rc py="${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python"
@@ -424,7 +457,7 @@ fi
 # tokens] and reads it back as [.., tokens, seqs] (plamo2.cpp, ggml_permute(0, 2, 1, 3) then
 # ggml_cont_4d), so two sequences of several tokens in one batch mix each other's rows there
 # (its memory calls otherwise answer as ours)
-RECURRENT_ARCHS="mamba mamba2 granitehybrid jamba nemotron_h nemotron_h_moe falcon-h1 lfm2moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 glm5-next minimax-01"
+RECURRENT_ARCHS="mamba mamba2 granitehybrid jamba nemotron_h nemotron_h_moe falcon-h1 lfm2moe qwen35 qwen35moe qwen3next bailingmoe3 kimi-k3 glm5-next minimax-01 qwen4exp"
 check_recurrent() {
     local arch f name side lib stats
     for arch in $RECURRENT_ARCHS; do
@@ -435,7 +468,7 @@ check_recurrent() {
             # multi-section rotary models: upstream's KV cache aborts in seq_add/seq_div
             # (n_pos_per_embd 4); ours refuses them with a log line, the memory unchanged
             local noshift=""
-            case "$arch" in qwen35 | qwen35moe) noshift=1 ;; esac
+            case "$arch" in qwen35 | qwen35moe | qwen4exp) noshift=1 ;; esac
             for side in upstream ours; do
                 lib="$UPSTREAM_BUILD/bin"; [ "$side" = ours ] && lib="$ours"
                 if ! PROBE_NO_SHIFT=$noshift LD_LIBRARY_PATH="$lib" "$out/probe_recurrent" "$f" "$out/$name.$side.bin" 1 5 9 17 33 65 100 7 \

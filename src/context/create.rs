@@ -205,9 +205,9 @@ impl Context {
         // recurrent layers
         let rs_widths: Vec<(usize, usize)> = (0..hp.n_layer)
             .map(|il| match memory {
-                arch::Memory::Recurrent => (hp.n_embd_r(), hp.n_embd_s()),
+                arch::Memory::Recurrent => (hp.n_embd_r_at(il), hp.n_embd_s()),
                 arch::Memory::Hybrid | arch::Memory::HybridLatent if hp.is_recurrent(il) => {
-                    (hp.n_embd_r(), hp.n_embd_s())
+                    (hp.n_embd_r_at(il), hp.n_embd_s())
                 }
                 _ => (0, 0),
             })

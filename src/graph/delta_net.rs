@@ -17,6 +17,9 @@ pub enum QwenGdn {
     /// Qwen3-Next: `attn_qkv` + `attn_gate` or the legacy fused `ssm_in`, `ssm_ba`, no
     /// per-tensor scales; Q/K heads repeated over the V heads first.
     Qwen3Next,
+    /// Qwen4-exp: Qwen3.5's projections, the normed output gated by `sigmoid(z)` (not
+    /// `silu(z)`).
+    Qwen4Exp,
 }
 
 impl Builder<'_> {
@@ -113,7 +116,7 @@ impl Builder<'_> {
         let hv = s.d_inner / nv;
         let r = nv / nk;
         let conv_dim = 2 * hk * nk + hv * nv;
-        let scaled = kind == QwenGdn::Qwen35;
+        let scaled = kind != QwenGdn::Qwen3Next;
         let conv_w = self.lw(il, "ssm_conv1d.weight", &[s.d_conv as i64, conv_dim as i64])?;
         let dt_b = self.lw(il, "ssm_dt.bias", &[nv as i64])?;
         let a = self.lw(il, "ssm_a", &[nv as i64])?;
@@ -121,7 +124,7 @@ impl Builder<'_> {
         let out_w = self.lw(il, "ssm_out.weight", &[(hv * nv) as i64, n_embd])?;
         let fused = self.lw_opt(il, "attn_qkv.weight", &[n_embd, conv_dim as i64])?;
         let (qkv, z) = match (kind, fused) {
-            (QwenGdn::Qwen35, None) => {
+            (QwenGdn::Qwen35 | QwenGdn::Qwen4Exp, None) => {
                 return Err(BuildError::MissingTensor(format!(
                     "blk.{il}.attn_qkv.weight"
                 )))
@@ -147,7 +150,7 @@ impl Builder<'_> {
             }
         };
         let (beta, alpha) = match kind {
-            QwenGdn::Qwen35 => {
+            QwenGdn::Qwen35 | QwenGdn::Qwen4Exp => {
                 let wb = self.lw(il, "ssm_beta.weight", &[n_embd, nv as i64])?;
                 let wa = self.lw(il, "ssm_alpha.weight", &[n_embd, nv as i64])?;
                 (self.mul_mat(wb, cur), self.mul_mat(wa, cur))
@@ -187,7 +190,11 @@ impl Builder<'_> {
         };
         let o = self.gated_delta_net(il, q, k, v, gate, beta, shape);
         let o = self.head_rms_norm(o, hv, norm, hp.eps_rms);
-        let zs = self.silu(z);
+        let zs = if kind == QwenGdn::Qwen4Exp {
+            self.sigmoid(z)
+        } else {
+            self.silu(z)
+        };
         let o = self.mul(o, Operand::Node(zs));
         Ok(self.mm_scaled(out_w, o, scaled))
     }

@@ -274,7 +274,7 @@ impl CudaExecutor {
             Op::MulRep { .. } | Op::SsmConv { .. } | Op::SsmScan { .. } => false,
             Op::Softplus { .. } | Op::RepeatHeads { .. } | Op::GatedDeltaNet { .. } => false,
             Op::LightningAttn { .. } => false,
-            Op::Sqrt { .. } => false,
+            Op::Sqrt { .. } | Op::Abs { .. } | Op::Sgn { .. } | Op::GetRowsNgram { .. } => false,
             Op::SumRows { .. } | Op::HcPre { .. } | Op::HcMix { .. } | Op::HcPost { .. } => false,
             Op::Gelu { .. }
             | Op::Relu { .. }
@@ -576,6 +576,9 @@ impl CudaExecutor {
             | Op::Dsv4LidTopK { .. }
             | Op::Softplus { .. }
             | Op::Sqrt { .. }
+            | Op::Abs { .. }
+            | Op::Sgn { .. }
+            | Op::GetRowsNgram { .. }
             | Op::SumRows { .. }
             | Op::HcPre { .. }
             | Op::HcMix { .. }

@@ -60,7 +60,7 @@ impl Builder<'_> {
             let w = self.lw(il, &format!("attn_{p}.weight"), &[n_embd, d_inner])?;
             let conv = self.lw(il, &format!("ssm_conv1d_{p}.weight"), &[dc, 1, d_inner])?;
             let x = self.mul_mat_raw(w, cur);
-            let x = self.ssm_conv_at(il, x, conv, kda.d_conv, i * hd * nh);
+            let x = self.ssm_conv_at(il, x, conv, kda.d_conv, i * hd * nh * (kda.d_conv - 1));
             qkv[i] = self.silu(x);
         }
         let dt_b = self.lw(il, "ssm_dt.bias", &[d_inner])?;

@@ -363,10 +363,16 @@ pub enum Op {
         w: WeightId,
         layer: usize,
         d_conv: usize,
-        /// The first channel of the conv row this convolution owns (0 but for Kimi's
+        /// The first value of the conv row this convolution's state owns (0 but for Kimi's
         /// delta attention, whose Q, K and V convolutions share one row, upstream's views
-        /// of `conv_states_all` at `qkv * conv_state_size`).
-        channel0: usize,
+        /// of `conv_states_all` at `qkv * conv_state_size`, and Qwen4-exp's PLE layer, whose
+        /// conv history follows the delta net's: upstream's second recurrent row).
+        row0: usize,
+        /// The taps' spacing (1: ggml's SSM_CONV). Above 1, upstream's dilated depthwise
+        /// conv (Qwen4-exp's PLE: VIEWs of the history CONCAT input at `(d_conv-1-k) *
+        /// dilation` back, MUL by tap k, ADDs in tap order); the state keeps `(d_conv - 1)
+        /// * dilation` inputs per channel.
+        dilation: usize,
     },
     /// SSM_SCAN with its state: the selective scan of each token over its sequence's SSM
     /// state (`[d_state, head_dim, n_head]`, the recurrent memory's row of `layer`, updated
@@ -392,7 +398,16 @@ pub enum Op {
     /// values side by side (`[n, hc, T]`), `w` `[hc, T]` their weights; the output `[n, T]`
     /// is each value's weighted sum over the streams, in stream order (ggml-cpu's loop,
     /// multiply-adds contracted to FMA).
-    HcPre { x: NodeId, w: NodeId, n: usize },
+    /// Gated (`ggml_dsv4_hc_pre_gated`, Qwen4-exp): `w` is `[n, hc, T]` and each value's
+    /// weight is `sigmoid(w)` of its own position (`1 / (1 + expf(-g))`); the sum is then
+    /// scaled by `scale` (1 ungated).
+    HcPre {
+        x: NodeId,
+        w: NodeId,
+        n: usize,
+        gated: bool,
+        scale: f32,
+    },
     /// The mixes of DeepSeek-V4's hyper-connections, per token `[pre | post | comb]`
     /// (`hc + hc + hc*hc` values) from `mixes` (`[(2 + hc) * hc, T]`), the three scales and
     /// the bases: `pre = sigmoid(m * scale[0] + base) + eps`, `post = 2 * sigmoid(m *
@@ -418,7 +433,28 @@ pub enum Op {
         x: NodeId,
         res: NodeId,
         post: NodeId,
-        comb: NodeId,
+        /// None: the identity comb (Qwen4-exp), every stream `dst` becomes `x * post[dst] +
+        /// res[dst]`.
+        comb: Option<NodeId>,
+    },
+    /// UNARY(ABS).
+    Abs { src: NodeId },
+    /// UNARY(SGN): -1, 0 or 1.
+    Sgn { src: NodeId },
+    /// Qwen4-exp's PLE n-gram hash embedding (upstream's `llm_graph_input_qwen4exp_ple`, the
+    /// hash computed on the host, then GET_ROWS of `table`): per token, the n-grams of it and
+    /// its predecessors (an EOS, or a missing predecessor, cuts the window and reads as
+    /// EOS) hashed to `n_heads` rows, laid side by side (`[head_dim * n_heads, T]`). The
+    /// predecessor `s` is the token at the nearest position at or before `pos - s` (upstream
+    /// reads it from the KV cells of the sequence); the sequence's last `ngram - 1` tokens
+    /// and their positions
+    /// are kept (the bits of `token + 1`, 0 none, and of the position) from value `row0` of
+    /// the conv row of `layer` in the recurrent memory.
+    GetRowsNgram {
+        table: WeightId,
+        layer: usize,
+        row0: usize,
+        hash: std::sync::Arc<params::PleHash>,
     },
     /// REPEAT of each head `n` times in place (`[head_dim, n_head, T]` →
     /// `[head_dim, n, n_head, T]` as ggml_repeat_4d of the reshaped heads: qwen3next's
@@ -515,7 +551,9 @@ impl Op {
             Operand::Node(_) => None,
         };
         match self {
-            Op::GetRowsTokens { table } | Op::GetRowsPos { table } => vec![*table],
+            Op::GetRowsTokens { table }
+            | Op::GetRowsPos { table }
+            | Op::GetRowsNgram { table, .. } => vec![*table],
             Op::MulMat { w, .. } | Op::MulMatHeads { w, .. } => vec![*w],
             Op::AddId { b, .. } => vec![*b],
             Op::FlashAttnExt { sinks, .. } | Op::FlashAttnComp { sinks, .. } => {
@@ -544,6 +582,7 @@ impl Op {
             Op::GetRowsTokens { .. }
             | Op::GetRowsPos { .. }
             | Op::InputEmbd
+            | Op::GetRowsNgram { .. }
             | Op::GetRowsAdapter { .. } => vec![],
             Op::MulMatAdapter { x, .. } => vec![*x],
             Op::MulMatIdAdapter { x, ids, .. } => vec![*x, *ids],
@@ -575,12 +614,17 @@ impl Op {
             | Op::Softplus { src }
             | Op::Sqrt { src }
             | Op::SumRows { src }
+            | Op::Abs { src }
+            | Op::Sgn { src }
             | Op::RepeatHeads { src, .. } => vec![*src],
             Op::HcPre { x, w, .. } => vec![*x, *w],
             Op::HcMix { mixes, .. } => vec![*mixes],
             Op::HcPost {
                 x, res, post, comb, ..
-            } => vec![*x, *res, *post, *comb],
+            } => [Some(*x), Some(*res), Some(*post), *comb]
+                .into_iter()
+                .flatten()
+                .collect(),
             Op::GatedDeltaNet {
                 q, k, v, g, beta, ..
             } => vec![*q, *k, *v, *g, *beta],
@@ -629,6 +673,7 @@ impl Op {
             Op::GetRowsTokens { .. }
             | Op::GetRowsOut { .. }
             | Op::GetRowsIds { .. }
+            | Op::GetRowsNgram { .. }
             | Op::GetRowsPos { .. } => ("GET_ROWS", None),
             Op::View { .. } | Op::ViewHeads { .. } => ("CONT", None),
             Op::RmsNorm { .. } => ("RMS_NORM", None),
@@ -640,6 +685,8 @@ impl Op {
             Op::SsmScan { .. } => ("SSM_SCAN", None),
             Op::Softplus { .. } => ("UNARY", Some("SOFTPLUS")),
             Op::Sqrt { .. } => ("SQRT", None),
+            Op::Abs { .. } => ("UNARY", Some("ABS")),
+            Op::Sgn { .. } => ("UNARY", Some("SGN")),
             Op::RepeatHeads { .. } => ("REPEAT", None),
             Op::GatedDeltaNet { .. } => ("GATED_DELTA_NET", None),
             Op::LightningAttn { .. } => ("MUL_MAT", None),

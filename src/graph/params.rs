@@ -191,6 +191,12 @@ pub struct Extras {
     pub kpool_indexer: Indexer,
     /// Its cells pooled into one key (`indexer.kpool`).
     pub kpool: usize,
+    /// The hyper-connections' low rank (Qwen4-exp's `hyper_connection.low_rank`).
+    pub hc_low_rank: usize,
+    /// Per layer: the sparse attention's block of cells (`attention.compress_ratios`).
+    pub compress_ratios: Vec<usize>,
+    /// Qwen4-exp's PLE n-gram hash embedding (`ple.*`), when the file has one.
+    pub ple: Option<std::sync::Arc<PleHash>>,
     /// DeepSeek-V4's compressed attention (ratio per layer, ...); empty ratios: none.
     pub dsv4: Dsv4,
     /// K-only memory layers after the indexer's (`n_layer + ..`): the row width of each
@@ -210,6 +216,69 @@ pub struct Dsv4 {
     /// (`attention.output_group_count`, `attention.output_lora_rank`).
     pub o_groups: usize,
     pub o_rank: usize,
+}
+
+/// Qwen4-exp's PLE n-gram hash embedding (`<arch>.ple.*`): on layer `layer`, each token's
+/// n-grams of 2..=`ngram` tokens (it and its predecessors) hash to `heads_per_ngram` rows
+/// each of `per_layer_token_embd`; a dilated causal conv (`conv_kernel` taps, `ngram`
+/// apart) over the `hc * n_embd` gated values keeps its history in the layer's recurrent
+/// conv row, after the delta net's.
+#[derive(Clone, Debug, Default)]
+pub struct PleHash {
+    pub layer: usize,
+    pub ngram: usize,
+    pub heads_per_ngram: usize,
+    pub conv_kernel: usize,
+    pub eos: i64,
+    /// The token an input embedding stands for (`ple.image_token_id`, else EOS).
+    pub image_token: i64,
+    /// Values per row (`embedding_length_per_layer_input`).
+    pub head_dim: usize,
+    pub multipliers: Vec<u64>,
+    pub offsets: Vec<u64>,
+    pub vocab_sizes: Vec<u64>,
+    /// The conv's channels (`hc * n_embd`).
+    pub channels: usize,
+}
+
+impl PleHash {
+    pub fn n_heads(&self) -> usize {
+        (self.ngram - 1) * self.heads_per_ngram
+    }
+
+    /// Inputs the conv history keeps per channel.
+    pub fn conv_history(&self) -> usize {
+        (self.conv_kernel - 1) * self.ngram
+    }
+
+    /// Values the PLE layer adds to its conv row: the conv history, then the last
+    /// `ngram - 1` tokens of the sequence with their positions.
+    pub fn row_values(&self) -> usize {
+        self.conv_history() * self.channels + 2 * (self.ngram - 1)
+    }
+
+    /// The table rows of one token (`n_heads` values, upstream's `set_input`): `tok` the
+    /// token, `prev` its predecessors oldest first (negative: none).
+    pub fn rows(&self, tok: i64, prev: &[i64], out: &mut [u64]) {
+        let n = self.ngram;
+        let mut ctx = vec![tok; n];
+        let mut cut = false;
+        for (s, c) in ctx.iter_mut().enumerate().skip(1) {
+            let t = if cut { -1 } else { prev[prev.len() - s] };
+            cut = cut || t < 0 || t == self.eos;
+            *c = if cut { self.eos } else { t };
+        }
+        for g in 2..=n {
+            let mut mixed = (ctx[0] as u64).wrapping_mul(self.multipliers[0]);
+            for j in 1..g {
+                mixed ^= (ctx[j] as u64).wrapping_mul(self.multipliers[j]);
+            }
+            let base = (g - 2) * self.heads_per_ngram;
+            for h in base..base + self.heads_per_ngram {
+                out[h] = mixed % self.vocab_sizes[h] + self.offsets[h];
+            }
+        }
+    }
 }
 
 /// The lightning indexer of DeepSeek's sparse attention (`attention.indexer.*`): per token
@@ -383,6 +452,13 @@ impl ArchParams {
             return 3 * s.d_conv.saturating_sub(1) * d_inner;
         }
         s.d_conv.saturating_sub(1) * (s.d_inner + 2 * s.n_group * s.d_state)
+    }
+
+    /// Values of layer `il`'s recurrent conv row: [`ArchParams::n_embd_r`], plus Qwen4-exp's
+    /// PLE history on its PLE layer.
+    pub fn n_embd_r_at(&self, il: usize) -> usize {
+        let ple = self.ext.ple.as_ref().filter(|p| p.layer == il);
+        self.n_embd_r() + ple.map_or(0, |p| p.row_values())
     }
 
     /// Values of one recurrent SSM state row (upstream's `n_embd_s`).

@@ -13,14 +13,28 @@ impl Builder<'_> {
         self.ssm_conv_at(il, x, w, d_conv, 0)
     }
 
-    /// SSM_CONV of `x` with channels `channel0..` of layer `il`'s conv state.
+    /// SSM_CONV of `x` with the part of layer `il`'s conv row from value `row0` on.
     pub fn ssm_conv_at(
         &mut self,
         il: usize,
         x: NodeId,
         w: super::WeightId,
         d_conv: usize,
-        channel0: usize,
+        row0: usize,
+    ) -> NodeId {
+        self.ssm_conv_dilated(il, x, w, d_conv, row0, 1)
+    }
+
+    /// A depthwise causal conv whose taps are `dilation` tokens apart (see [`Op::SsmConv`]),
+    /// its history kept in layer `il`'s conv row from value `row0` on.
+    pub fn ssm_conv_dilated(
+        &mut self,
+        il: usize,
+        x: NodeId,
+        w: super::WeightId,
+        d_conv: usize,
+        row0: usize,
+        dilation: usize,
     ) -> NodeId {
         let (n0, n1) = (self.ne0(x), self.ne1(x));
         let op = Op::SsmConv {
@@ -28,7 +42,8 @@ impl Builder<'_> {
             w,
             layer: il,
             d_conv,
-            channel0,
+            row0,
+            dilation,
         };
         self.push("ssm_conv", op, n0, n1)
     }

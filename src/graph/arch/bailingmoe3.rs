@@ -13,6 +13,7 @@ use super::super::builder::{BuildError, Builder, Ffn, Gating, Moe, Outputs};
 use super::super::kda::{Kda, KdaDecay, KdaOutGate};
 use super::super::params::ArchParams;
 use super::super::{GluKind, NodeId, Operand, RopeMode};
+use super::deepseek2::check_mla_sizes;
 use super::def::{check_mrope_text, ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -88,23 +89,9 @@ pub fn gating(v: u32) -> Result<Gating, String> {
 /// The layers of a KDA + MLA hybrid: KDA where `head_count_kv` is 0 (upstream's
 /// `is_recr`), else one compressed MLA head of `kv_lora_rank` plus the rotary values.
 pub fn hybrid_layers(hp: &mut ArchParams) -> Result<(), String> {
+    check_mla_sizes(hp)?;
     let e = &mut hp.ext;
     e.recurrent_layers = hp.n_head_kv.iter().map(|&h| h == 0).collect();
-    if hp.n_rot >= e.head_k_mla {
-        return Err(format!(
-            "rope.dimension_count {} must be below key_length_mla {}",
-            hp.n_rot, e.head_k_mla
-        ));
-    }
-    if hp.head_k != e.n_lora_kv + hp.n_rot || hp.head_v != e.n_lora_kv {
-        return Err(format!(
-            "attention.key_length {} / value_length {} must be kv_lora_rank + rope ({}) / kv_lora_rank ({})",
-            hp.head_k,
-            hp.head_v,
-            e.n_lora_kv + hp.n_rot,
-            e.n_lora_kv
-        ));
-    }
     if hp.n_head.first().copied().unwrap_or(0) == 0 {
         return Err("head_count of layer 0 (the KDA heads) must be > 0".into());
     }

@@ -60,13 +60,19 @@ pub fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
         // attention, which this engine does not build yet
         return Err("files without MLA head sizes (attention.key_length_mla, attn_kv_b only) are not supported yet".into());
     }
+    compressed_mla_cache(hp)
+}
+
+/// Checks MLA's sizes against the compressed cache's: rotary values below the MLA key length,
+/// the cached key `kv_lora_rank + n_rot` values and the value its latent `kv_lora_rank`.
+pub fn check_mla_sizes(hp: &ArchParams) -> Result<(), String> {
+    let e = &hp.ext;
     if hp.n_rot >= e.head_k_mla {
         return Err(format!(
             "rope.dimension_count {} must be below key_length_mla {}",
             hp.n_rot, e.head_k_mla
         ));
     }
-    // the compressed cache: one KV head of kv_lora_rank + n_rot values (V is its latent part)
     if hp.head_k != e.n_lora_kv + hp.n_rot || hp.head_v != e.n_lora_kv {
         return Err(format!(
             "attention.key_length {} / value_length {} must be kv_lora_rank + rope ({}) / kv_lora_rank ({})",
@@ -76,8 +82,16 @@ pub fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
             e.n_lora_kv
         ));
     }
+    Ok(())
+}
+
+/// MLA's compressed cache on every layer ([`check_mla_sizes`]): one KV head of
+/// `kv_lora_rank + n_rot` values whose rotary part starts at `kv_lora_rank` (V is the latent
+/// part).
+pub fn compressed_mla_cache(hp: &mut ArchParams) -> Result<(), String> {
+    check_mla_sizes(hp)?;
     hp.n_head_kv.iter_mut().for_each(|h| *h = 1);
-    e.k_rope_offset = e.n_lora_kv;
+    hp.ext.k_rope_offset = hp.ext.n_lora_kv;
     Ok(())
 }
 

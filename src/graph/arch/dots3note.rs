@@ -13,7 +13,7 @@ use super::super::builder::{BuildError, Builder, Ffn, Moe, Outputs};
 use super::super::params::ArchParams;
 use super::super::{GluKind, NodeId, Op, Operand, RopeMode, RopeParams};
 use super::bailingmoe3::gating;
-use super::deepseek2::{indexer, Dsa};
+use super::deepseek2::{compressed_mla_cache, indexer, Dsa};
 use super::deepseek32::indexer_params;
 use super::def::{ArchDef, Keys, Memory, Rope};
 
@@ -66,23 +66,7 @@ fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
         ));
     }
     e.n_ff_shexp = hp.n_ff_exp * e.n_expert_shared;
-    if hp.n_rot >= e.head_k_mla {
-        return Err(format!(
-            "rope.dimension_count {} must be below key_length_mla {}",
-            hp.n_rot, e.head_k_mla
-        ));
-    }
-    if hp.head_k != e.n_lora_kv + hp.n_rot || hp.head_v != e.n_lora_kv {
-        return Err(format!(
-            "attention.key_length {} / value_length {} must be kv_lora_rank + rope ({}) / kv_lora_rank ({})",
-            hp.head_k,
-            hp.head_v,
-            e.n_lora_kv + hp.n_rot,
-            e.n_lora_kv
-        ));
-    }
-    hp.n_head_kv.iter_mut().for_each(|h| *h = 1);
-    hp.ext.k_rope_offset = hp.ext.n_lora_kv;
+    compressed_mla_cache(hp)?;
     // (the graph computes the indexer on every full-attention layer)
     let mut ix = indexer_params(k, hp)?;
     ix.full = Vec::new();

@@ -15,6 +15,7 @@ use super::super::builder::{BuildError, Builder, Ffn, Moe, Outputs};
 use super::super::params::{ArchParams, Indexer};
 use super::super::{GluKind, HcMixKind, NodeId, Operand, RopeMode};
 use super::bailingmoe3::{gating, mla_hparams};
+use super::deepseek2::compressed_mla_cache;
 use super::def::{ArchDef, Keys, Memory, Rope};
 
 pub static DEF: ArchDef = ArchDef {
@@ -56,23 +57,7 @@ fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
         // upstream asserts is_mla()
         return Err("the attention must be latent (key_length_mla, value_length_mla)".into());
     }
-    if hp.n_rot >= e.head_k_mla {
-        return Err(format!(
-            "rope.dimension_count {} must be below key_length_mla {}",
-            hp.n_rot, e.head_k_mla
-        ));
-    }
-    if hp.head_k != e.n_lora_kv + hp.n_rot || hp.head_v != e.n_lora_kv {
-        return Err(format!(
-            "attention.key_length {} / value_length {} must be kv_lora_rank + rope ({}) / kv_lora_rank ({})",
-            hp.head_k,
-            hp.head_v,
-            e.n_lora_kv + hp.n_rot,
-            e.n_lora_kv
-        ));
-    }
-    hp.n_head_kv.iter_mut().for_each(|h| *h = 1);
-    hp.ext.k_rope_offset = hp.ext.n_lora_kv;
+    compressed_mla_cache(hp)?;
     let top_k = k.u32("attention.indexer.top_k", 0) as usize;
     if top_k > 0 {
         // the indexer key's LayerNorm takes the RMS eps (upstream copies it)

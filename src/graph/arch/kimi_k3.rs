@@ -104,6 +104,8 @@ impl ResStack {
             x: joined,
             w: p_src,
             n: n_embd,
+            gated: false,
+            scale: 1.0,
         };
         let out = b.push("dsv4_hc_pre", op, n_embd, t);
         let cur = b.mul(cur, Operand::Node(p_cur));

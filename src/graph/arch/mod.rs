@@ -117,6 +117,7 @@ pub mod qwen3next;
 pub mod qwen3tts;
 pub mod qwen3vl;
 pub mod qwen3vlmoe;
+pub mod qwen4exp;
 pub mod refact;
 pub mod rnd1;
 pub mod seed_oss;
@@ -256,6 +257,7 @@ pub static REGISTRY: &[&ArchDef] = &[
     &pockettts::DEF,
     &qwen3tts::DEF,
     &deepseek4::DEF,
+    &qwen4exp::DEF,
 ];
 
 /// The definition that runs `arch`, if any.
@@ -267,14 +269,6 @@ pub fn lookup(arch: &str) -> Option<&'static ArchDef> {
 /// refusal at context creation names it.
 pub fn missing_pieces(arch: &str) -> Option<&'static str> {
     match arch {
-        "qwen4exp" => Some(
-            "Qwen4-exp's hyper-connections (the low-rank gated HC mixer and combine of \
-             DeepSeek-V4, before the token mixer, the MoE and the output), the PLE n-gram \
-             hash embedding with its dilated causal conv whose history is a second recurrent \
-             row, and the hybrid memory whose attention layers keep an indexer K cache beside \
-             the KV cache (sparse top-k attention) while the gated delta-net layers keep \
-             conv and SSM states",
-        ),
         "minimax-m3" => Some(
             "MiniMax-M3's block-sparse attention (an indexer K cache beside the KV cache, \
              block scores by max-pooling, top-k position blocks plus local blocks, the chosen \

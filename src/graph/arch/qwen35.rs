@@ -140,7 +140,7 @@ fn gated_attn(b: &mut Builder, il: usize, cur: NodeId) -> Result<NodeId, BuildEr
 /// Softmax-routed experts (normalised weights, per-expert scales when the file has them)
 /// plus the shared expert times sigmoid of its gate; qwen3next's layers without a router
 /// run a plain FFN.
-fn moe_ffn(b: &mut Builder, il: usize, x: NodeId, kind: QwenGdn) -> Result<NodeId, BuildError> {
+pub fn moe_ffn(b: &mut Builder, il: usize, x: NodeId, kind: QwenGdn) -> Result<NodeId, BuildError> {
     let hp = b.hp;
     let n_embd = hp.n_embd as i64;
     let n_exp = hp.n_expert as i64;

@@ -128,6 +128,8 @@ impl Builder<'_> {
             x: streams,
             w: pre,
             n: n_embd,
+            gated: false,
+            scale: 1.0,
         };
         let cur = self.push("dsv4_hc_pre", op, n_embd, t);
         Ok((cur, post, comb))
@@ -147,7 +149,7 @@ impl Builder<'_> {
             x,
             res: streams,
             post,
-            comb,
+            comb: Some(comb),
         };
         self.push("dsv4_hc_post", op, n0, t)
     }

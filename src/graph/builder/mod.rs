@@ -5,6 +5,7 @@ mod adapters;
 mod attn;
 mod ffn;
 mod hc;
+mod hc_lowrank;
 mod names;
 mod norm;
 

@@ -448,6 +448,8 @@ impl CpuExecutor {
             | Op::MulRep { .. }
             | Op::Softplus { .. }
             | Op::Sqrt { .. }
+            | Op::Abs { .. }
+            | Op::Sgn { .. }
             | Op::RepeatHeads { .. }
             | Op::SoftMax { .. }
             | Op::SumRows { .. }
@@ -475,6 +477,7 @@ impl CpuExecutor {
             | Op::Dsv4LidTopK { .. }
             | Op::LightningIndexer { .. } => self.node_attention(g, node, model, kv, inp),
             Op::SsmConv { .. }
+            | Op::GetRowsNgram { .. }
             | Op::SsmScan { .. }
             | Op::GatedDeltaNet { .. }
             | Op::LightningAttn { .. }

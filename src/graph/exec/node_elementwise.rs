@@ -223,6 +223,25 @@ impl CpuExecutor {
                     *d = v.sqrt();
                 }
             }
+            Op::Abs { src } => {
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, &v) in dst.iter_mut().zip(x) {
+                    *d = v.abs();
+                }
+            }
+            Op::Sgn { src } => {
+                // ggml_vec_sgn_f32: 1 above 0, -1 below, 0 otherwise (NaN too)
+                let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
+                for (d, &v) in dst.iter_mut().zip(x) {
+                    *d = if v > 0.0 {
+                        1.0
+                    } else if v < 0.0 {
+                        -1.0
+                    } else {
+                        0.0
+                    };
+                }
+            }
             Op::Softplus { src } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
                 for (d, &v) in dst.iter_mut().zip(x) {

@@ -21,7 +21,8 @@ impl CpuExecutor {
                 w,
                 layer,
                 d_conv,
-                channel0,
+                row0,
+                dilation,
             } => {
                 self.load_vec(model, &g.weights[w.0])?;
                 let rs = recurrent_memory(kv, node)?;
@@ -34,8 +35,12 @@ impl CpuExecutor {
                     .enumerate()
                 {
                     let (r, _) = l.rows_mut(cells[t]);
-                    let r = &mut r[*channel0 * (*d_conv - 1)..];
-                    ops::ssm_conv_step(r, x, &self.wvec, *d_conv, d);
+                    let r = &mut r[*row0..];
+                    if *dilation == 1 {
+                        ops::ssm_conv_step(r, x, &self.wvec, *d_conv, d);
+                    } else {
+                        ops::ssm_conv_step_dilated(r, x, &self.wvec, *d_conv, *dilation, d);
+                    }
                 }
             }
             Op::SsmScan {
@@ -156,24 +161,41 @@ impl CpuExecutor {
                     }
                 }
             }
-            Op::HcPre { x, w, n } => {
-                let hc = nodes[*w].ne0;
+            Op::HcPre {
+                x,
+                w,
+                n,
+                gated,
+                scale,
+            } => {
+                let n = *n;
+                let hc = if *gated {
+                    nodes[*x].ne0 / n
+                } else {
+                    nodes[*w].ne0
+                };
+                let w_len = if *gated { n * hc } else { hc };
                 let (dst, [x, w]) = carve(
                     &mut self.arena,
                     dst_r,
                     [range(&nodes[*x]), range(&nodes[*w])],
                 );
                 for ((d, x), w) in dst
-                    .chunks_exact_mut(*n)
-                    .zip(x.chunks_exact(*n * hc))
-                    .zip(w.chunks_exact(hc))
+                    .chunks_exact_mut(n)
+                    .zip(x.chunks_exact(n * hc))
+                    .zip(w.chunks_exact(w_len))
                 {
                     for (i, d) in d.iter_mut().enumerate() {
                         let mut sum = 0.0f32;
-                        for (h, &wv) in w.iter().enumerate() {
-                            sum = x[h * *n + i].mul_add(wv, sum);
+                        for h in 0..hc {
+                            let wv = if *gated {
+                                1.0 / (1.0 + (-w[h * n + i]).exp())
+                            } else {
+                                w[h]
+                            };
+                            sum = x[h * n + i].mul_add(wv, sum);
                         }
-                        *d = sum;
+                        *d = if *gated { *scale * sum } else { sum };
                     }
                 }
             }
@@ -197,7 +219,36 @@ impl CpuExecutor {
                     ops::hc_mix(m, &s, base, hc, *eps, *kind, d);
                 }
             }
-            Op::HcPost { x, res, post, comb } => {
+            Op::HcPost {
+                x,
+                res,
+                post,
+                comb: None,
+            } => {
+                // the identity comb: each stream keeps its own residual
+                let n = nodes[*x].ne0;
+                let hc = nodes[*post].ne0;
+                let (dst, [x, r, p]) = carve(
+                    &mut self.arena,
+                    dst_r,
+                    [range(&nodes[*x]), range(&nodes[*res]), range(&nodes[*post])],
+                );
+                for (t, d) in dst.chunks_exact_mut(n * hc).enumerate() {
+                    let (x, r) = (&x[t * n..(t + 1) * n], &r[t * n * hc..(t + 1) * n * hc]);
+                    let p = &p[t * hc..(t + 1) * hc];
+                    for (dst_s, d) in d.chunks_exact_mut(n).enumerate() {
+                        for (i, d) in d.iter_mut().enumerate() {
+                            *d = x[i].mul_add(p[dst_s], r[dst_s * n + i]);
+                        }
+                    }
+                }
+            }
+            Op::HcPost {
+                x,
+                res,
+                post,
+                comb: Some(comb),
+            } => {
                 let n = nodes[*x].ne0;
                 let hc = nodes[*post].ne0;
                 let (dst, [x, r, p, c]) = carve(
@@ -221,6 +272,82 @@ impl CpuExecutor {
                             }
                             *d = sum;
                         }
+                    }
+                }
+            }
+            Op::GetRowsNgram {
+                table,
+                layer,
+                row0,
+                hash,
+            } => {
+                let w = &g.weights[table.0];
+                let st = model.tensors.at(w.tensor).read();
+                let ty = st.layout.ggml_type;
+                let row_bytes = ty.row_size(w.ne[0]).unwrap_or(0) as usize;
+                let n_rows = w.ne[1] as u64;
+                let WeightBytes::Whole(bytes) = weight_bytes(&st, &w.name)? else {
+                    return Err(ExecError::UnsupportedOp {
+                        backend: "CPU",
+                        op: "GET_ROWS (PLE n-grams)".into(),
+                        why: format!("'{}' is split by rows over devices", w.name),
+                    });
+                };
+                let rs = recurrent_memory(kv, node)?;
+                let cells = token_cells(rs, inp, node)?;
+                let l = &mut rs.layers[*layer];
+                let (hd, n_heads, n_prev) = (hash.head_dim, hash.n_heads(), hash.ngram - 1);
+                let stand_in = if hash.image_token != 0 {
+                    hash.image_token
+                } else {
+                    hash.eos
+                };
+                let mut rows = vec![0u64; n_heads];
+                let mut prev = vec![0i64; n_prev];
+                let (dst, []) = carve(&mut self.arena, dst_r, []);
+                for (t, out) in dst.chunks_exact_mut(ne0).enumerate() {
+                    let tok = inp.tokens.get(t).map_or(stand_in, |&id| id as i64);
+                    let pos = inp.pos[t];
+                    let (r, _) = l.rows_mut(cells[t]);
+                    // per kept token: its id + 1 (0: none yet) and its position, as bits
+                    let h = &mut r[*row0..*row0 + 2 * n_prev];
+                    let entry = |h: &[f32], i: usize| {
+                        let id = h[2 * i].to_bits() as i64 - 1;
+                        (id, h[2 * i + 1].to_bits() as i32)
+                    };
+                    // predecessor s is the token of the sequence's nearest position at or
+                    // before pos - s (upstream's seq_pos_tok_le over the KV cells; a gap
+                    // reads the last token before it); none there (or pos - s < 0) reads
+                    // as missing. Positions rise along a sequence, so the nearest is among
+                    // the last ngram - 1 tokens whenever any earlier one is.
+                    for (s, p) in prev.iter_mut().rev().enumerate() {
+                        let want = pos - 1 - s as i32;
+                        *p = (0..n_prev)
+                            .map(|i| entry(h, i))
+                            .filter(|&(id, at)| want >= 0 && id >= 0 && at <= want)
+                            .max_by_key(|&(_, at)| at)
+                            .map_or(-1, |(id, _)| id);
+                    }
+                    hash.rows(tok, &prev, &mut rows);
+                    if n_prev > 0 {
+                        h.copy_within(2.., 0);
+                        h[2 * n_prev - 2] = f32::from_bits((tok + 1) as u32);
+                        h[2 * n_prev - 1] = f32::from_bits(pos as u32);
+                    }
+                    for (o, &row) in out.chunks_exact_mut(hd).zip(&rows) {
+                        if row >= n_rows {
+                            return Err(ExecError::UnsupportedOp {
+                                backend: "CPU",
+                                op: "GET_ROWS (PLE n-grams)".into(),
+                                why: format!("row {row} past the {n_rows} of '{}'", w.name),
+                            });
+                        }
+                        let row = row as usize;
+                        kernel_api::dequantize_row(
+                            ty,
+                            &bytes[row * row_bytes..(row + 1) * row_bytes],
+                            o,
+                        );
                     }
                 }
             }

@@ -28,7 +28,7 @@ pub use rope::{rope_apply, rope_cache, yarn_corr_dims, RopeMode, RopeParams};
 pub use softmax::soft_max_row;
 pub use ssm::{
     gated_delta_net_step, lightning_attn_step, lightning_slopes, softplus, ssm_conv_step,
-    ssm_scan_step, GdnShape, ScanShape,
+    ssm_conv_step_dilated, ssm_scan_step, GdnShape, ScanShape,
 };
 pub use unary::silu_rows;
 

@@ -38,6 +38,36 @@ pub fn ssm_conv_step(state: &mut [f32], x: &[f32], w: &[f32], d_conv: usize, out
     }
 }
 
+/// A dilated depthwise causal conv of one token (Qwen4-exp's PLE conv, upstream's sum of
+/// shifted copies): `state` keeps the last `(d_conv - 1) * dil` inputs of each channel
+/// (oldest first); tap `k` (weight `w[ch * d_conv + k]`) reads the input `(d_conv - 1 - k) *
+/// dil` tokens back, the taps' products (MUL) summed in tap order (ADD); then `x` is shifted
+/// into the state.
+pub fn ssm_conv_step_dilated(
+    state: &mut [f32],
+    x: &[f32],
+    w: &[f32],
+    d_conv: usize,
+    dil: usize,
+    out: &mut [f32],
+) {
+    let keep = (d_conv - 1) * dil;
+    for (ch, (o, &xv)) in out.iter_mut().zip(x).enumerate() {
+        let s = &mut state[ch * keep..(ch + 1) * keep];
+        let c = &w[ch * d_conv..(ch + 1) * d_conv];
+        let tap = |k: usize| if k * dil < keep { s[k * dil] } else { xv };
+        let mut sum = tap(0) * c[0];
+        for (k, &ck) in c.iter().enumerate().skip(1) {
+            sum += tap(k) * ck;
+        }
+        *o = sum;
+        if keep > 0 {
+            s.copy_within(1.., 0);
+            s[keep - 1] = xv;
+        }
+    }
+}
+
 /// The shapes of one GATED_DELTA_NET: `s_v` values per head (K and V heads alike), `h_v`
 /// V heads (one state `[s_v, s_v]` each), `h_k` Q/K heads (V head h reads `h % h_k`), and
 /// whether the decay is per row (`kda`: Kimi's delta attention) or one per head.
@@ -234,6 +264,33 @@ mod tests {
 
     /// The convolution of a sequence token by token equals the direct formula over the
     /// zero-padded history, and leaves the last d_conv - 1 inputs as the state.
+    #[test]
+    fn dilated_conv_steps_equal_the_shifted_sum() {
+        let (d_conv, dil, ch, n) = (4, 3, 2, 14);
+        let w: Vec<f32> = (0..d_conv * ch).map(|i| 0.1 * i as f32 - 0.3).collect();
+        let xs: Vec<Vec<f32>> = (0..n)
+            .map(|t| (0..ch).map(|c| (t * 5 + c) as f32 * 0.25 - 1.0).collect())
+            .collect();
+        let mut state = vec![0.0f32; (d_conv - 1) * dil * ch];
+        for t in 0..n {
+            let mut out = vec![0.0f32; ch];
+            ssm_conv_step_dilated(&mut state, &xs[t], &w, d_conv, dil, &mut out);
+            for c in 0..ch {
+                let mut want = 0.0f32;
+                for k in 0..d_conv {
+                    let back = (d_conv - 1 - k) * dil;
+                    let v = if t >= back { xs[t - back][c] } else { 0.0 };
+                    want += v * w[c * d_conv + k];
+                }
+                assert!(
+                    (out[c] - want).abs() < 1e-6,
+                    "t {t} c {c}: {} vs {want}",
+                    out[c]
+                );
+            }
+        }
+    }
+
     #[test]
     fn ssm_conv_steps_equal_the_causal_convolution() {
         let (d_conv, ch, n) = (4, 3, 6);

@@ -69,10 +69,18 @@ state_check() { # name, command...
         echo "FAIL state $name:"; tail -5 "$st/$name.log"; failed=$((failed + 1)); fi
 }
 # The same round trips on upstream's random-weight gemma2 and gemma3 (sliding-window layers:
-# upstream writes its two caches, full-attention then sliding-window); there the engines'
-# logits are not bit-identical, so a restored context's next logits are compared with the
-# restoring library's own continuation (the restored bytes being equal).
-for spec in "smollm2:$model" "gemma3:$archs/gemma3-dense.gguf" "gemma2:$archs/gemma2-dense.gguf"; do
+# upstream writes its two caches, full-attention then sliding-window), qwen2vl and qwen3vl
+# (M-RoPE: each cell's record carries its 2D position and token), the hybrids qwen35,
+# qwen35moe (M-RoPE attention beside gated delta-net states), qwen3next, lfm2moe and lfm2
+# (short convolutions beside a sliding-window cache: upstream's hybrid-iswa memory, whose
+# partial state is the window's cache and the states); there the engines' logits are not
+# bit-identical, so a restored context's next logits are compared with the restoring
+# library's own continuation (the restored bytes being equal).
+state_specs=("smollm2:$model" "gemma3:$archs/gemma3-dense.gguf" "gemma2:$archs/gemma2-dense.gguf")
+for a in qwen2vl-dense qwen3vl-dense qwen35-dense qwen35moe-moe qwen3next-moe lfm2moe-moe lfm2-dense; do
+    state_specs+=("${a%-*}:$archs/$a.gguf")
+done
+for spec in "${state_specs[@]}"; do
   tag="${spec%%:*}"; file="${spec#*:}"
   for fa in 0 1; do
     up="$st/$tag-up$fa"; our="$st/$tag-our$fa"

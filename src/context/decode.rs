@@ -197,7 +197,8 @@ impl Context {
                 crate::log_warn!("decode: failed to find a memory slot for batch of size {n}");
                 return 1;
             }
-            e.kv.apply(&e.slots, &ub.pos, &ub.seqs);
+            let toks = (!e.raw.has_embd).then_some(&ub.tokens[..]);
+            e.kv.apply(&e.slots, &ub.pos, &ub.seqs, toks);
         } else {
             e.slots.clear();
         }

@@ -11,8 +11,9 @@
 //! Models with sliding-window layers: upstream keeps two caches and writes both (the
 //! full-attention layers, then the sliding-window layers, whose sequence states hold only
 //! the cells inside the window); ours keeps one set of cells and writes the same sections.
-//! Not supported yet (a failure with a log line): M-RoPE models (upstream's cells carry 2D
-//! positions) and contexts computing on a GPU.
+//! M-RoPE models' cells carry their 2D position and token id (upstream's `llama_kv_cell_ext`).
+//! Not supported yet (a failure with a log line): the sparse attention's indexer cache and
+//! contexts computing on a GPU.
 
 use std::io::Write;
 
@@ -52,12 +53,6 @@ impl Context {
                 e.exec.name()
             ));
         }
-        if e.kv.rs.is_some() && self.hp.swa_layers.iter().any(|&swa| swa) {
-            return fail(format!(
-                "state of model architecture '{}' (recurrent states beside a sliding-window cache) is not supported by llama-hotswap yet",
-                self.model.arch
-            ));
-        }
         if !self.hp.ext.mem_extra.is_empty() {
             return fail(format!(
                 "state of model architecture '{}' (DeepSeek-V4's compressor state and compressed keys) is not supported by llama-hotswap yet",
@@ -70,14 +65,10 @@ impl Context {
                 self.model.arch
             ));
         }
-        if self.hp.ext.mrope_sections.is_some() {
-            return fail(format!(
-                "state of model architecture '{}' (M-RoPE cells) is not supported by llama-hotswap yet",
-                self.model.arch
-            ));
-        }
         let v_trans = !e.cparams.flash_attn;
-        if e.kv.rs.is_some() {
+        // M-RoPE cells carry their 2D position and token (upstream's has_cell_ext)
+        let cell_ext = self.multi_pos;
+        let layers: Vec<usize> = if e.kv.rs.is_some() {
             // recurrent memory: no KV section; hybrid: the attention layers' cache (upstream's
             // hybrid memory holds a KV cache of those layers only), then the states
             if !e.kv.attn {
@@ -87,46 +78,52 @@ impl Context {
             // attention filter: not recurrent and no FFN)
             let ffn_only_layers =
                 matches!(self.model.arch.as_str(), "nemotron_h" | "nemotron_h_moe");
-            return Ok(Some(vec![StateLayers {
-                layers: (0..self.hp.n_layer)
-                    .filter(|&il| self.hp.has_kv(il))
-                    .filter(|&il| {
-                        !ffn_only_layers || self.hp.n_ff.get(il).copied().unwrap_or(0) == 0
-                    })
-                    .collect(),
-                n_swa: 0,
-                v_trans,
-            }]));
-        }
-        let all = 0..e.kv.layers.len();
+            (0..self.hp.n_layer)
+                .filter(|&il| self.hp.has_kv(il))
+                .filter(|&il| !ffn_only_layers || self.hp.n_ff.get(il).copied().unwrap_or(0) == 0)
+                .collect()
+        } else {
+            (0..e.kv.layers.len()).collect()
+        };
         if !self.hp.swa_layers.iter().any(|&swa| swa) {
             return Ok(Some(vec![StateLayers {
-                layers: all.collect(),
+                layers,
                 n_swa: 0,
                 v_trans,
+                cell_ext,
             }]));
         }
-        // upstream's two caches: the full-attention layers, then the sliding-window ones
+        // upstream's two caches (llama_kv_cache_iswa, also inside a hybrid memory with a
+        // sliding window): the full-attention layers, then the sliding-window ones; either
+        // may hold no layer (its cells are written all the same)
         let swa = |il: &usize| self.hp.swa_layers.get(*il).copied().unwrap_or(false);
+        let (win, full): (Vec<usize>, Vec<usize>) = layers.into_iter().partition(swa);
         Ok(Some(vec![
             StateLayers {
-                layers: all.clone().filter(|il| !swa(il)).collect(),
+                layers: full,
                 n_swa: 0,
                 v_trans,
+                cell_ext,
             },
             StateLayers {
-                layers: all.filter(swa).collect(),
+                layers: win,
                 n_swa: self.hp.n_swa,
                 v_trans,
+                cell_ext,
             },
         ]))
     }
 
     /// Whether a sequence state with `LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY` leaves out `sect`, as
-    /// upstream's memories do: a hybrid memory keeps only its recurrent part, the sliding-window
-    /// pair (`llama_kv_cache_iswa`) only its sliding-window cache, a plain KV cache everything.
+    /// upstream's memories do: the sliding-window pair (`llama_kv_cache_iswa`, also inside a
+    /// hybrid memory with a sliding window) keeps only its sliding-window cache, a hybrid
+    /// memory without one only its recurrent part, a plain KV cache everything.
     fn partial_skips(&self, e: &Engine, sect: &StateLayers) -> bool {
-        e.kv.rs.is_some() || (sect.n_swa == 0 && self.hp.swa_layers.iter().any(|&swa| swa))
+        if self.hp.swa_layers.iter().any(|&swa| swa) {
+            sect.n_swa == 0
+        } else {
+            e.kv.rs.is_some()
+        }
     }
 
     /// Writes the whole state (`state_write_data`); returns the bytes written, or counted

@@ -47,9 +47,30 @@ impl SeqSet {
     }
 }
 
+/// What upstream keeps per cell beside the position (`llama_kv_cell_ext`): the 2D position
+/// of M-RoPE models (`x`, `y`: a text token's position in both) and the token id (-1, upstream's
+/// `LLAMA_TOKEN_NULL`, for input embeddings). States of M-RoPE models carry it per cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CellExt {
+    pub x: i32,
+    pub y: i32,
+    pub tok: i32,
+}
+
+impl Default for CellExt {
+    fn default() -> CellExt {
+        CellExt {
+            x: 0,
+            y: 0,
+            tok: -1,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct KvCells {
     pos: Vec<i32>,
+    ext: Vec<CellExt>,
     seq: Vec<SeqSet>,
     shift: Vec<i32>,
     has_shift: bool,
@@ -79,6 +100,7 @@ impl KvCells {
             .collect();
         KvCells {
             pos: vec![-1; size as usize],
+            ext: vec![CellExt::default(); size as usize],
             seq: vec![SeqSet::default(); size as usize],
             shift: vec![0; size as usize],
             has_shift: false,
@@ -103,6 +125,7 @@ impl KvCells {
 
     pub fn reset(&mut self) {
         self.pos.fill(-1);
+        self.ext.fill(CellExt::default());
         self.seq.fill(SeqSet::default());
         self.shift.fill(0);
         self.has_shift = false;
@@ -119,6 +142,14 @@ impl KvCells {
 
     pub fn pos(&self, i: u32) -> i32 {
         self.pos[i as usize]
+    }
+
+    pub fn ext(&self, i: u32) -> CellExt {
+        self.ext[i as usize]
+    }
+
+    pub fn ext_set(&mut self, i: u32, ext: CellExt) {
+        self.ext[i as usize] = ext;
     }
 
     pub fn seqs(&self, i: u32) -> &SeqSet {
@@ -193,6 +224,7 @@ impl KvCells {
     fn mark_empty(&mut self, i: u32) {
         let iu = i as usize;
         self.pos[iu] = -1;
+        self.ext[iu] = CellExt::default();
         self.seq[iu] = SeqSet::default();
         self.shift[iu] = 0;
         self.used -= 1;

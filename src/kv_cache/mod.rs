@@ -19,7 +19,7 @@ use half::f16;
 
 use crate::gguf::GgmlType;
 
-pub use cells::{KvCells, SeqSet, MAX_SEQ};
+pub use cells::{CellExt, KvCells, SeqSet, MAX_SEQ};
 pub use recurrent::{RsGroup, RsMemory};
 
 /// Element type of the cached keys or values.
@@ -794,6 +794,7 @@ impl KvCache {
             if from.cells.seq_has(i, src) {
                 let shift = from.cells.shift(i);
                 to.cells.pos_set(i, from.cells.pos(i) - shift);
+                to.cells.ext_set(i, from.cells.ext(i));
                 to.cells.seq_add(i, dst);
                 if shift != 0 {
                     to.cells.pos_add(i, shift);
@@ -915,8 +916,10 @@ impl KvCache {
     }
 
     /// Upstream's `apply_ubatch`: token `t` goes to row `rows[t]` with position `pos[t]` and
-    /// sequences `seqs[t]`; each stream's head moves past its last slot.
-    pub fn apply(&mut self, rows: &[u32], pos: &[i32], seqs: &[SeqSet]) {
+    /// sequences `seqs[t]`; each stream's head moves past its last slot. The cell's
+    /// [`CellExt`] takes the token id (`toks`; None: input embeddings) and the position as
+    /// its 2D position (a text token's under M-RoPE; the engine reads one position per token).
+    pub fn apply(&mut self, rows: &[u32], pos: &[i32], seqs: &[SeqSet], toks: Option<&[i32]>) {
         let size = self.size;
         for (t, &row) in rows.iter().enumerate() {
             let stream = &mut self.streams[(row / size) as usize];
@@ -925,6 +928,14 @@ impl KvCache {
                 stream.cells.rm(cell);
             }
             stream.cells.pos_set(cell, pos[t]);
+            stream.cells.ext_set(
+                cell,
+                CellExt {
+                    x: pos[t],
+                    y: pos[t],
+                    tok: toks.map_or(-1, |toks| toks[t]),
+                },
+            );
             for s in seqs[t].iter() {
                 stream.cells.seq_add(cell, s);
             }
@@ -1034,7 +1045,7 @@ mod tests {
         let st = kv.stream_of(seq).unwrap();
         assert!(kv.find_slot(&[(st, pos.len() as u32)], &mut slots));
         let seqs = vec![SeqSet::single(seq); pos.len()];
-        kv.apply(&slots, pos, &seqs);
+        kv.apply(&slots, pos, &seqs, None);
         slots
     }
 

@@ -4,7 +4,7 @@
 //! ```text
 //! u32 n_stream
 //! per stream: u32 cell_count, then (when > 0)
-//!   per cell:  i32 pos, u32 n_seq_id, i32 seq_id × n_seq_id
+//!   per cell:  i32 pos, u32 n_seq_id, [M-RoPE: i32 x, i32 y, i32 tok], i32 seq_id × n_seq_id
 //!   u32 v_trans, u32 n_layer
 //!   per layer: i32 k_type, u64 k_row_bytes, the cells' K rows
 //!   v_trans = 0, per layer: i32 v_type, u64 v_row_bytes, the cells' V rows
@@ -20,7 +20,7 @@
 //! leaves the cache as it was. Upstream has by then emptied the cache (a whole restore) or
 //! the destination sequence (a sequence restore); we keep it instead.
 
-use super::{KvCache, RsMemory, SeqSet};
+use super::{CellExt, KvCache, RsMemory, SeqSet};
 
 /// A state that cannot be written or read; the text says what and why.
 #[derive(Debug, thiserror::Error)]
@@ -229,6 +229,9 @@ pub struct StateLayers {
     pub n_swa: u32,
     /// V kept transposed upstream (flash attention off).
     pub v_trans: bool,
+    /// Each cell's record carries its [`CellExt`] (upstream's `has_cell_ext()`: M-RoPE
+    /// models, whose cells hold a 2D position).
+    pub cell_ext: bool,
 }
 
 /// One stream's part of a parsed state: its cells and their K and V rows.
@@ -238,6 +241,8 @@ struct StreamState {
     strm: usize,
     pos: Vec<i32>,
     seqs: Vec<SeqSet>,
+    /// The cells' [`CellExt`] (as saved when the section carries them).
+    ext: Vec<CellExt>,
     /// Per section layer: the cells' rows, row after row (V as rows, also when transposed).
     k: Vec<Vec<u8>>,
     v: Vec<Vec<u8>>,
@@ -390,6 +395,12 @@ impl KvCache {
                         .collect();
                     w.i32(cells.pos(i as u32))?;
                     w.u32(ids.len() as u32)?;
+                    if sect.cell_ext {
+                        let ext = cells.ext(i as u32);
+                        w.i32(ext.x)?;
+                        w.i32(ext.y)?;
+                        w.i32(ext.tok)?;
+                    }
                     for id in ids {
                         w.i32(id as i32)?;
                     }
@@ -479,12 +490,22 @@ impl KvCache {
             }
             let mut pos = Vec::with_capacity(count);
             let mut seqs = Vec::with_capacity(count);
+            let mut exts = Vec::with_capacity(count);
             for _ in 0..count {
                 let p = r.i32()?;
                 let n_seq_id = r.u32()?;
                 if p < 0 {
                     return fail(format!("invalid position {p} of a kv cell"));
                 }
+                exts.push(if sect.cell_ext {
+                    CellExt {
+                        x: r.i32()?,
+                        y: r.i32()?,
+                        tok: r.i32()?,
+                    }
+                } else {
+                    CellExt::default()
+                });
                 let mut set = SeqSet::default();
                 match seq {
                     Some(q) => {
@@ -602,6 +623,7 @@ impl KvCache {
                 strm,
                 pos,
                 seqs,
+                ext: exts,
                 k,
                 v,
             });
@@ -649,6 +671,7 @@ impl KvCache {
                     let cells = &mut self.streams[st.strm].cells;
                     for (i, (&p, set)) in st.pos.iter().zip(&st.seqs).enumerate() {
                         cells.pos_set(i as u32, p);
+                        cells.ext_set(i as u32, st.ext[i]);
                         for id in set.iter() {
                             cells.seq_add(i as u32, id);
                         }
@@ -665,7 +688,11 @@ impl KvCache {
                         // state_fits counted the room: unreachable
                         return fail("no room for the sequence after all");
                     }
-                    self.apply(&rows, &st.pos, &st.seqs);
+                    self.apply(&rows, &st.pos, &st.seqs, None);
+                    // the cells take the saved ext back, as upstream's
+                    for (&row, &ext) in rows.iter().zip(&st.ext) {
+                        self.streams[st.strm].cells.ext_set(row % self.size, ext);
+                    }
                     rows
                 }
             };
@@ -879,5 +906,75 @@ impl RsMemory {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{KvShape, KvType};
+    use super::*;
+
+    fn cache(size: u32) -> KvCache {
+        KvCache::new(&KvShape {
+            size,
+            n_seq_max: 4,
+            unified: true,
+            type_k: KvType::F16,
+            type_v: KvType::F32,
+            layers: vec![(4, 4)],
+        })
+    }
+
+    /// M-RoPE states (upstream's `has_cell_ext`): each cell record carries x, y and the
+    /// token after n_seq_id, 12 bytes a cell; whole and sequence restores put them back.
+    #[test]
+    fn cell_ext_round_trips_through_states() {
+        let mut kv = cache(8);
+        let mut slots = Vec::new();
+        assert!(kv.find_slot(&[(0, 3)], &mut slots));
+        kv.apply(
+            &slots,
+            &[0, 1, 2],
+            &[SeqSet::single(0); 3],
+            Some(&[7, 8, 9]),
+        );
+        assert_eq!(kv.cells(0).ext(1), CellExt { x: 1, y: 1, tok: 8 });
+        let sect = |cell_ext| StateLayers {
+            layers: vec![0],
+            n_swa: 0,
+            v_trans: false,
+            cell_ext,
+        };
+        let write = |kv: &KvCache, seq, ext| {
+            let mut out = Vec::new();
+            let mut w = StateWriter::new(StateOut::Bytes(&mut out));
+            kv.state_write(&mut w, seq, &sect(ext)).unwrap();
+            drop(w);
+            out
+        };
+        let (plain, with_ext) = (write(&kv, None, false), write(&kv, None, true));
+        assert_eq!(with_ext.len(), plain.len() + 3 * 12);
+        // stream count, cell count, then cell 0: pos, n_seq_id, x, y, tok, seq id
+        let word = |i: usize| i32::from_le_bytes(with_ext[4 * i..4 * i + 4].try_into().unwrap());
+        assert_eq!(
+            (0..8).map(word).collect::<Vec<_>>(),
+            [1, 3, 0, 1, 0, 0, 7, 0]
+        );
+        for seq in [None, Some(1)] {
+            let bytes = write(&kv, seq.map(|_| 0), true);
+            let mut other = cache(8);
+            let mut src = SliceSource::new(&bytes);
+            let mut r = StateReader::new(&mut src, None);
+            let restore = other.state_parse(&mut r, seq, &sect(true)).unwrap();
+            assert_eq!(r.n_bytes(), bytes.len());
+            other.state_apply(restore, seq, &sect(true)).unwrap();
+            let got: Vec<CellExt> = (0..3).map(|i| other.cells(0).ext(i)).collect();
+            let toks: Vec<i32> = got.iter().map(|e| e.tok).collect();
+            assert_eq!(toks, [7, 8, 9]);
+            assert_eq!(got[2], CellExt { x: 2, y: 2, tok: 9 });
+        }
+        // an emptied cell forgets its ext
+        kv.seq_rm(Some(0), 2, -1);
+        assert_eq!(kv.cells(0).ext(2), CellExt::default());
     }
 }

@@ -474,6 +474,7 @@ impl CpuExecutor {
             | Op::Dsv4StateSet { .. }
             | Op::Dsv4Compress { .. }
             | Op::FlashAttnComp { .. }
+            | Op::Dsv4LidTopK { .. }
             | Op::LightningIndexer { .. } => self.node_attention(g, node, model, kv, inp),
             Op::SsmConv { .. }
             | Op::GetRowsNgram { .. }

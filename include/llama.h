@@ -1210,7 +1210,9 @@ void llama_synchronize(struct llama_context *ctx);
 float *llama_get_logits(struct llama_context *ctx);
 
 // The logits of batch token `i` (negative: counted from the last output); NULL with a log
-// line when token `i` produced no output or `i` is out of range.
+// line when token `i` produced no output or `i` is out of range. For an output whose
+// sequence has a chain attached (`llama_set_sampler`), the logits its backend prefix left,
+// as upstream (`llama_get_sampled_logits_ith`: `_count_ith` of them).
 float *llama_get_logits_ith(struct llama_context *ctx, int32_t i);
 
 // The output embeddings of the last decode (n_outputs rows of n_embd, the final normed
@@ -1229,34 +1231,43 @@ float *llama_get_embeddings_ith(struct llama_context *ctx, int32_t i);
 // sequence was not in the last batch, as upstream.
 float *llama_get_embeddings_seq(struct llama_context *ctx, llama_seq_id seq_id);
 
-// The token sampled on the backend for output `i`: LLAMA_TOKEN_NULL (-1), as upstream for a
-// context without backend samplers — llama-hotswap runs no sampler in the decode
-// (`llama_set_sampler` says so), so every context is one.
+// The token the attached chain sampled for output `i` of the last decode (a chain whose
+// backend prefix ends in greedy or dist; see `llama_set_sampler`). LLAMA_TOKEN_NULL (-1)
+// when the last decode had no chain attached, the output's sequence has none, its chain
+// selects nothing in its prefix, or (with a log line) `i` names no output, as upstream.
 llama_token llama_get_sampled_token_ith(struct llama_context *ctx, int32_t i);
 
-// The probabilities computed by backend sampling for output `i`: NULL (no backend sampler;
-// see `llama_get_sampled_token_ith`).
+// The probabilities the attached chain computed for output `i` (a prefix ending in dist),
+// `llama_get_sampled_probs_count_ith` of them, in the order of
+// `llama_get_sampled_candidates_ith`; owned by the context until the next decode. NULL
+// without them, or (with a log line) for an index that names no output, as upstream.
 float *llama_get_sampled_probs_ith(struct llama_context *ctx, int32_t i);
 
-// The number of entries of `llama_get_sampled_probs_ith` for output `i`: 0 (no backend
-// sampler).
+// The number of entries of `llama_get_sampled_probs_ith` for output `i`: 0 without them,
+// or (with a log line) for an index that names no output.
 uint32_t llama_get_sampled_probs_count_ith(struct llama_context *ctx, int32_t i);
 
-// The logits kept by backend sampling for output `i`: NULL (no backend sampler; the full
-// logits are `llama_get_logits_ith`'s).
+// The logits the attached chain's backend prefix left for output `i` (filtered, masked with
+// -inf or scaled), `llama_get_sampled_logits_count_ith` of them, in the order of
+// `llama_get_sampled_candidates_ith`; owned by the context until the next decode
+// (`llama_get_logits_ith` returns them too). NULL when the output's sequence has no chain or
+// the last decode had none attached, or (with a log line) for an index that names no output.
 float *llama_get_sampled_logits_ith(struct llama_context *ctx, int32_t i);
 
-// The number of logits of output `i` a sampler starts from: the vocabulary size, as upstream
-// answers without backend sampling (llama-server's `get_token_probabilities` reads this many
-// of `llama_get_logits_ith`, with `llama_get_sampled_candidates_ith`'s ids).
+// The number of entries of `llama_get_sampled_logits_ith` for output `i`; the vocabulary
+// size when the last decode had no chain attached (the full logits a sampler starts from:
+// llama-server reads this many of `llama_get_logits_ith`), 0 for an output without a chain,
+// or (with a log line) for an index that names no output, as upstream.
 uint32_t llama_get_sampled_logits_count_ith(struct llama_context *ctx, int32_t i);
 
-// The candidate token ids of output `i`: without backend sampling (always here) upstream's
-// full-vocabulary list 0..n_vocab, owned by the context.
+// The token ids of `llama_get_sampled_logits_ith` / `_probs_ith` for output `i` (after a
+// top-k, top-p or temp <= 0 in the chain's prefix); otherwise, and for any index that names
+// no output, upstream's full-vocabulary list 0..n_vocab, owned by the context.
 llama_token *llama_get_sampled_candidates_ith(struct llama_context *ctx, int32_t i);
 
-// The number of backend-sampled candidates of output `i`: 0 (no backend sampler), as
-// upstream.
+// The number of entries of `llama_get_sampled_candidates_ith` for output `i` set by the
+// chain: 0 without them (the full list is not counted), or (with a log line) for an index
+// that names no output, as upstream.
 uint32_t llama_get_sampled_candidates_count_ith(struct llama_context *ctx, int32_t i);
 
 // Number of devices: the virtual GPUs plus the CPU (always at least 1). With upstream's
@@ -1960,20 +1971,32 @@ struct llama_sampler *llama_sampler_init_grammar_lazy_patterns(const struct llam
 // for NULL (upstream crashes).
 uint32_t llama_sampler_get_seed(const struct llama_sampler *smpl);
 
-// Samples a token from output `idx` of the last evaluation: the candidates are all
-// `n_vocab` logits of `llama_get_logits_ith(ctx, idx)`, `smpl` is applied and the selected
-// token accepted and returned. LLAMA_TOKEN_NULL (-1) and a log line when `smpl` is NULL,
-// `ctx` is not a live context, there are no logits for `idx`, or the sampler selected
-// nothing (upstream aborts). Backend samplers never pre-select a token here: they run on
-// the CPU, in this call.
+// Samples a token from output `idx` of the last evaluation, as upstream: a token the
+// attached chain already sampled in the decode (`llama_get_sampled_token_ith`) is accepted
+// and returned; otherwise the candidates are the chain's kept probabilities or logits with
+// their ids (`llama_get_sampled_*_ith`), else all `n_vocab` logits of
+// `llama_get_logits_ith(ctx, idx)`; `smpl` is applied (an attached chain skips the prefix
+// the decode ran) and the selected token accepted and returned. LLAMA_TOKEN_NULL (-1) and a
+// log line when `smpl` is NULL, `ctx` is not a live context, there are no logits for `idx`,
+// or the sampler selected nothing (upstream aborts).
 llama_token llama_sampler_sample(struct llama_sampler *smpl,
                                  struct llama_context *ctx,
                                  int32_t idx);
 
-// Backend sampling: llama-hotswap runs no sampler inside the decode, so it answers as upstream
-// does for a sampler that cannot be offloaded: NULL (nothing to clear) returns true; a sampler
-// returns false with upstream's warning ("cannot be offloaded to the backend") and stays the
-// caller's, to run on the CPU (`llama_sampler_sample`, common's fallback: the same tokens).
+// Backend sampling (upstream's rule): attaches chain `smpl` to sequence `seq_id`, and returns
+// true. After each decode, the chain's longest prefix of samplers with a backend form
+// (greedy, dist, top-k, top-p, min-p, temp, temp-ext, logit-bias, and penalties when
+// `n_outputs_max_per_seq` is 1) runs on every output row of the sequence, with upstream's
+// graph arithmetic; the results are `llama_get_sampled_*_ith`'s, `llama_sampler_sample`
+// returns a sampled token directly or continues from the kept candidates, and the chain's
+// `apply` skips the prefix from now on (also after it is detached, as upstream). The prefix
+// samplers show "+name" in `llama_sampler_name` ("-penalties" for one that refused). NULL
+// detaches the sequence's chain (true). A sampler that is not a non-empty chain of this
+// library (a bare sampler, where upstream crashes; a struct the caller built) stays on the
+// CPU: false, with upstream's warning. A chain already attached once: false and a log line
+// (upstream aborts). Any `seq_id` is accepted, as upstream (one outside [0, n_seq_max) with a
+// warning: no batch reaches it). Batches with more than `n_outputs_max_per_seq` outputs (a
+// context parameter, default 1) for a sequence with a chain fail to decode (-1), as upstream.
 bool llama_set_sampler(struct llama_context *ctx, llama_seq_id seq_id, struct llama_sampler *smpl);
 
 // The size in bytes of the context's whole state (the architecture's name and the memory),

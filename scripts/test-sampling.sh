@@ -115,4 +115,50 @@ else
         fi
     done
 fi
+# Backend sampling (ffi-tests/diff_backend_sampling.c): chains attached with llama_set_sampler
+# and params.samplers run inside the decode on both libraries; the same calls must give the same
+# tokens, counts, candidate ids and return values, and the same probabilities and logits within
+# a relative 1e-4 (upstream's graph computes them with ggml's vector exp and sums). Then the
+# cases where upstream crashes or aborts, on ours only: refused with a log line.
+"$CC" -std=c11 -O1 "${UPSTREAM_INCLUDES[@]}" ffi-tests/diff_backend_sampling.c \
+    -L"$UPSTREAM_BUILD/bin" -lllama -o "$out/diff_backend_sampling"
+LD_LIBRARY_PATH="$UPSTREAM_BUILD/bin" "$out/diff_backend_sampling" "$model" >"$out/backend.upstream" 2>/dev/null \
+    || fail "diff_backend_sampling failed on upstream's library"
+LD_LIBRARY_PATH="$RELEASE_DIR" "$out/diff_backend_sampling" "$model" ours-only >"$out/backend.ours" 2>"$out/backend.ours.err" \
+    || fail "diff_backend_sampling failed on our library (see $out/backend.ours.err)"
+grep -q '^done$' "$out/backend.upstream" || fail "upstream's backend sampling run did not finish"
+if ! awk '
+    # finite numbers with a fraction or exponent (optionally "l="/"p=" and "]") within 1e-4
+    # relative; everything else (ids, counts, words, -inf) exactly
+    function num(s) { sub(/^[lp]=/, "", s); sub(/\]$/, "", s); return s }
+    function isf(s) { s = num(s); return s ~ /^-?[0-9]*\.?[0-9]+(e[-+]?[0-9]+)?$/ && s ~ /[.e]/ }
+    NR == FNR { up[FNR] = $0; n = FNR; next }
+    /^ours: / { next }
+    {
+        k++
+        if (!(k in up)) { print "extra line: " $0; bad = 1; exit }
+        nu = split(up[k], a, " "); no = split($0, b, " ")
+        if (nu != no) { print "upstream: " up[k]; print "ours:     " $0; bad = 1; next }
+        for (i = 1; i <= nu; i++) {
+            if (a[i] == b[i]) continue
+            if (isf(a[i]) && isf(b[i])) {
+                x = num(a[i]) + 0; y = num(b[i]) + 0; d = x - y; if (d < 0) d = -d
+                m = (x < 0 ? -x : x); if ((y < 0 ? -y : y) > m) m = (y < 0 ? -y : y)
+                if (d <= 1e-4 * m + 1e-12) continue
+            }
+            print "upstream: " up[k]; print "ours:     " $0; bad = 1; break
+        }
+    }
+    END { if (k != n) { print "ours has " k " lines, upstream " n; bad = 1 } exit bad }
+' "$out/backend.upstream" "$out/backend.ours" >"$out/backend.diff"; then
+    head -20 "$out/backend.diff"
+    fail "backend sampling differs from upstream's (full: $out/backend.diff)"
+fi
+for want in "ours: bare sampler: set_sampler 0" "ours: chain: set_sampler 1, again 0, on seq 1 0" \
+    "ours: decode after freeing the attached chain: 0"; do
+    grep -qF "$want" "$out/backend.ours" || fail "backend sampling, our refusals: missing '$want'"
+done
+grep -q "was freed; detached" "$out/backend.ours.err" || fail "backend sampling: no log line for a freed chain"
+say "backend sampling: $(grep -c ' step ' "$out/backend.ours") rows over $(grep -c ': set_sampler' "$out/backend.ours") chains and the hostile cases as upstream's (tokens, counts, ids exact; probabilities and logits within 1e-4 relative)"
+
 say "sampling: passed"

@@ -1,11 +1,10 @@
 // Backend sampling (llama_set_sampler, llama_get_sampled_*) on both libraries. Prints, for
 // the same prompt: the getters' answers without a backend sampler (upstream's: no token, no
 // probs, all n_vocab logits, the full-vocabulary candidate list), then attaches a greedy chain
-// to sequence 0 and prints the token the program ends up with: upstream's is sampled in the
-// graph (llama_get_sampled_token_ith), ours stays on the CPU (llama_set_sampler returns false,
-// as upstream for a chain it cannot offload) and the program falls back to
-// llama_sampler_sample, as common does. The lines after "set_sampler" differ on purpose only in
-// that return value. Built by scripts/test-programs.sh against upstream's headers.
+// to sequence 0 (both libraries offload it: the token is sampled inside the decode) and prints
+// the tokens the program ends up with, taking llama_get_sampled_token_ith's token as common
+// does. Both libraries must print the same lines. Built by scripts/test-programs.sh against
+// upstream's headers; the full differential is ffi-tests/diff_backend_sampling.c.
 // usage: backend_sampling MODEL
 #include "llama.h"
 

@@ -211,9 +211,19 @@ pub unsafe extern "C" fn llama_decode(ctx: *mut llama_context, batch: llama_batc
 fn timed_decode(handle: &super::handles::llama_context, n_tokens: i32) -> i32 {
     // LLAMA_HOTSWAP_AUTO: changed files are applied before this decode (a no-op otherwise).
     let _ = crate::hotswap::auto_reload(&handle.inner.model);
+    // backend sampling: attached chains run on their sequences' output rows after the decode
+    // (the lock is not held during the decode: callbacks may call into the library)
+    let sampling = || handle.sampling.lock().unwrap_or_else(|e| e.into_inner());
+    if let Err(line) = sampling().before_decode(&handle.inner) {
+        crate::log_error!("{line}");
+        return -1;
+    }
     let t0 = super::backend::llama_time_us();
     let builds = handle.inner.engine().n_graph_builds;
     let ret = handle.inner.decode();
+    if ret == 0 {
+        sampling().after_decode(&handle.inner);
+    }
     if ret == 0 {
         let rebuilt = handle.inner.engine().n_graph_builds != builds;
         handle

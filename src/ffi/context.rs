@@ -1,6 +1,6 @@
 //! Contexts: creation and freeing, sizes, settings, and the results of the last evaluation
-//! (logits, embeddings). Backend sampling (`llama_get_sampled_*`, `llama_set_sampler`):
-//! no sampler runs inside the decode; they answer as upstream for samplers that stay on the CPU.
+//! (logits, embeddings), and backend sampling's results (`llama_get_sampled_*`; the chains
+//! and their runs live in `ffi::sampling`).
 
 #![allow(unused_variables)] // stub parameters keep upstream's names, which the header shows
 
@@ -53,16 +53,19 @@ unsafe fn init_context(
             "n_batch and n_ubatch cannot both be zero".into(),
         ));
     }
-    if params.n_samplers > 0 && !params.samplers.is_null() {
-        // SAFETY: `samplers` holds `n_samplers` configs per the contract.
-        let configs = unsafe { std::slice::from_raw_parts(params.samplers, params.n_samplers) };
-        for config in configs {
-            // as llama_set_sampler answers (ffi::sampling): the chain stays on the CPU
-            crate::log_warn!(
-                "llama_init_from_model: the sampler for seq_id = {}, cannot be offloaded to the \
-                 backend (llama-hotswap samples on the CPU)",
-                config.seq_id
-            );
+    let configs: &[llama_sampler_seq_config] =
+        if params.n_samplers > 0 && !params.samplers.is_null() {
+            // SAFETY: `samplers` holds `n_samplers` configs per the contract.
+            unsafe { std::slice::from_raw_parts(params.samplers, params.n_samplers) }
+        } else {
+            &[]
+        };
+    for config in configs {
+        // SAFETY: a sampler handle or NULL per the contract (checked against the registry).
+        if unsafe { super::sampling::live_chain(config.sampler) }.is_err() {
+            return Err(FfiError::Invalid(
+                "the backend samplers must be of type llama_sampler_chain".into(),
+            ));
         }
     }
     let p = crate::context::ContextParams {
@@ -93,7 +96,30 @@ unsafe fn init_context(
     };
     let inner = crate::context::Context::new(std::sync::Arc::clone(&handle.inner), &p)
         .map_err(|e| FfiError::Core(e.to_string()))?;
-    let ctx = llama_context::new_boxed(model, inner, params.ctx_other);
+    let (n_batch, n_seq_max) = {
+        let e = inner.engine();
+        (e.cparams.n_batch, e.cparams.n_seq_max)
+    };
+    let mut sampling = super::sampled::BackendSampling::new(
+        n_batch,
+        params.n_outputs_max,
+        params.n_outputs_max_per_seq,
+    );
+    for config in configs {
+        // SAFETY: checked to be a live chain above.
+        match unsafe { sampling.attach(config.seq_id, config.sampler, n_seq_max) } {
+            Ok(true) => crate::log_info!(
+                "llama_init_from_model: setting backend sampler for seq_id {} (n = {})",
+                config.seq_id,
+                // SAFETY: a live chain.
+                unsafe { super::sampling::llama_sampler_chain_n(config.sampler) }
+            ),
+            Ok(false) => {}
+            Err(e) => crate::log_error!("llama_init_from_model: {e}"),
+        }
+    }
+    sampling.reserve_at_creation();
+    let ctx = llama_context::new_boxed(model, inner, params.ctx_other, sampling);
     // SAFETY: `ctx` was just created and is live; `handle` was checked above.
     if let Ok(c) = unsafe { handles::context(ctx) } {
         let mut perf = c.perf.lock().unwrap_or_else(|e| e.into_inner());
@@ -422,15 +448,33 @@ pub unsafe extern "C" fn llama_get_logits(ctx: *mut llama_context) -> *mut f32 {
 }
 
 /// The logits of batch token `i` (negative: counted from the last output); NULL with a log
-/// line when token `i` produced no output or `i` is out of range.
+/// line when token `i` produced no output or `i` is out of range. For an output whose
+/// sequence has a chain attached (`llama_set_sampler`), the logits its backend prefix left,
+/// as upstream (`llama_get_sampled_logits_ith`: `_count_ith` of them).
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_logits_ith(ctx: *mut llama_context, i: i32) -> *mut f32 {
     boundary!("llama_get_logits_ith", std::ptr::null_mut(), {
         // SAFETY: NULL or a live context per the contract.
+        let sampled = unsafe {
+            with_sampled(ctx, i, |found, _| match found {
+                super::sampled::Lookup::Row(Some(r)) => Ok(r.logits().map(|(p, _)| p)),
+                super::sampled::Lookup::Invalid(why) => {
+                    crate::log_error!(
+                        "llama_get_logits_ith: invalid backend sampled logits id {i}, reason: {why}"
+                    );
+                    Ok(None)
+                }
+                _ => Ok(None),
+            })
+        }?;
+        if let Some(p) = sampled {
+            return Ok(p);
+        }
+        // SAFETY: NULL or a live context per the contract.
         let handle = unsafe { handles::context(ctx) }?;
         let mut e = handle.inner.engine();
         let n_vocab = handle.inner.n_vocab();
-        let row = output_row(&e, i, e.logits.is_empty(), "no logits")
+        let row = super::sampled::output_row(&e, i, e.logits.is_empty(), "no logits")
             .map_err(|why| FfiError::Invalid(format!("invalid logits id {i}, reason: {why}")))?;
         // SAFETY: row < n_outputs, and the buffer holds n_outputs rows of n_vocab.
         Ok(unsafe { e.logits.as_mut_ptr().add(row * n_vocab) })
@@ -465,7 +509,7 @@ pub unsafe extern "C" fn llama_get_embeddings_ith(ctx: *mut llama_context, i: i3
         let mut e = handle.inner.engine();
         let n_embd = handle.inner.hp.n_embd;
         let none = e.embd.is_empty() || !e.cparams.embeddings;
-        let row = output_row(&e, i, none, "no embeddings").map_err(|why| {
+        let row = super::sampled::output_row(&e, i, none, "no embeddings").map_err(|why| {
             FfiError::Invalid(format!("invalid embeddings id {i}, reason: {why}"))
         })?;
         // SAFETY: row < n_outputs, and the buffer holds n_outputs rows of n_embd.
@@ -494,9 +538,30 @@ pub unsafe extern "C" fn llama_get_embeddings_seq(
     })
 }
 
-/// The token sampled on the backend for output `i`: LLAMA_TOKEN_NULL (-1), as upstream for a
-/// context without backend samplers — llama-hotswap runs no sampler in the decode
-/// (`llama_set_sampler` says so), so every context is one.
+/// Runs `f` on what backend sampling left for output `i` of the last decode (see
+/// [`super::sampled::Lookup`]), with the index resolved as `llama_get_logits_ith` does.
+///
+/// # Safety
+/// `ctx` must be NULL or a live context.
+unsafe fn with_sampled<R>(
+    ctx: *mut llama_context,
+    i: i32,
+    f: impl FnOnce(super::sampled::Lookup<'_>, usize) -> Result<R, FfiError>,
+) -> Result<R, FfiError> {
+    // SAFETY: NULL or a live context per the contract.
+    let handle = unsafe { handles::context(ctx) }?;
+    let mut sampling = handle.sampling.lock().unwrap_or_else(|e| e.into_inner());
+    let row = {
+        let e = handle.inner.engine();
+        super::sampled::output_row(&e, i, false, "")
+    };
+    f(sampling.lookup(row), handle.inner.n_vocab())
+}
+
+/// The token the attached chain sampled for output `i` of the last decode (a chain whose
+/// backend prefix ends in greedy or dist; see `llama_set_sampler`). LLAMA_TOKEN_NULL (-1)
+/// when the last decode had no chain attached, the output's sequence has none, its chain
+/// selects nothing in its prefix, or (with a log line) `i` names no output, as upstream.
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_sampled_token_ith(
     ctx: *mut llama_context,
@@ -504,47 +569,85 @@ pub unsafe extern "C" fn llama_get_sampled_token_ith(
 ) -> llama_token {
     boundary!("llama_get_sampled_token_ith", LLAMA_TOKEN_NULL, {
         // SAFETY: NULL or a live context per the contract.
-        let _ = (unsafe { handles::context(ctx) }?, i);
-        Ok(LLAMA_TOKEN_NULL)
+        unsafe {
+            with_sampled(ctx, i, |found, _| match found {
+                super::sampled::Lookup::NoBuffers => Ok(LLAMA_TOKEN_NULL),
+                super::sampled::Lookup::Invalid(why) => Err(FfiError::Invalid(format!(
+                    "invalid backend sampled token id {i}, reason: {why}"
+                ))),
+                super::sampled::Lookup::Row(r) => Ok(r.map_or(LLAMA_TOKEN_NULL, |r| r.token())),
+            })
+        }
     })
 }
 
-/// The probabilities computed by backend sampling for output `i`: NULL (no backend sampler;
-/// see `llama_get_sampled_token_ith`).
+/// The probabilities the attached chain computed for output `i` (a prefix ending in dist),
+/// `llama_get_sampled_probs_count_ith` of them, in the order of
+/// `llama_get_sampled_candidates_ith`; owned by the context until the next decode. NULL
+/// without them, or (with a log line) for an index that names no output, as upstream.
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_sampled_probs_ith(ctx: *mut llama_context, i: i32) -> *mut f32 {
     boundary!("llama_get_sampled_probs_ith", std::ptr::null_mut(), {
         // SAFETY: NULL or a live context per the contract.
-        let _ = (unsafe { handles::context(ctx) }?, i);
-        Ok(std::ptr::null_mut())
+        unsafe {
+            with_sampled(ctx, i, |found, _| match found {
+                super::sampled::Lookup::NoBuffers => Ok(std::ptr::null_mut()),
+                super::sampled::Lookup::Invalid(why) => Err(FfiError::Invalid(format!(
+                    "invalid backend sampled probs id {i}, reason: {why}"
+                ))),
+                super::sampled::Lookup::Row(r) => Ok(r
+                    .and_then(|r| r.probs())
+                    .map_or(std::ptr::null_mut(), |(p, _)| p)),
+            })
+        }
     })
 }
 
-/// The number of entries of `llama_get_sampled_probs_ith` for output `i`: 0 (no backend
-/// sampler).
+/// The number of entries of `llama_get_sampled_probs_ith` for output `i`: 0 without them,
+/// or (with a log line) for an index that names no output.
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_sampled_probs_count_ith(ctx: *mut llama_context, i: i32) -> u32 {
     boundary!("llama_get_sampled_probs_count_ith", 0, {
         // SAFETY: NULL or a live context per the contract.
-        let _ = (unsafe { handles::context(ctx) }?, i);
-        Ok(0)
+        unsafe {
+            with_sampled(ctx, i, |found, _| match found {
+                super::sampled::Lookup::NoBuffers => Ok(0),
+                super::sampled::Lookup::Invalid(why) => Err(FfiError::Invalid(format!(
+                    "invalid backend sampled probs count id {i}, reason: {why}"
+                ))),
+                super::sampled::Lookup::Row(r) => Ok(r.map_or(0, |r| r.n_probs())),
+            })
+        }
     })
 }
 
-/// The logits kept by backend sampling for output `i`: NULL (no backend sampler; the full
-/// logits are `llama_get_logits_ith`'s).
+/// The logits the attached chain's backend prefix left for output `i` (filtered, masked with
+/// -inf or scaled), `llama_get_sampled_logits_count_ith` of them, in the order of
+/// `llama_get_sampled_candidates_ith`; owned by the context until the next decode
+/// (`llama_get_logits_ith` returns them too). NULL when the output's sequence has no chain or
+/// the last decode had none attached, or (with a log line) for an index that names no output.
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_sampled_logits_ith(ctx: *mut llama_context, i: i32) -> *mut f32 {
     boundary!("llama_get_sampled_logits_ith", std::ptr::null_mut(), {
         // SAFETY: NULL or a live context per the contract.
-        let _ = (unsafe { handles::context(ctx) }?, i);
-        Ok(std::ptr::null_mut())
+        unsafe {
+            with_sampled(ctx, i, |found, _| match found {
+                super::sampled::Lookup::NoBuffers => Ok(std::ptr::null_mut()),
+                super::sampled::Lookup::Invalid(why) => Err(FfiError::Invalid(format!(
+                    "invalid backend sampled logits id {i}, reason: {why}"
+                ))),
+                super::sampled::Lookup::Row(r) => Ok(r
+                    .and_then(|r| r.logits())
+                    .map_or(std::ptr::null_mut(), |(p, _)| p)),
+            })
+        }
     })
 }
 
-/// The number of logits of output `i` a sampler starts from: the vocabulary size, as upstream
-/// answers without backend sampling (llama-server's `get_token_probabilities` reads this many
-/// of `llama_get_logits_ith`, with `llama_get_sampled_candidates_ith`'s ids).
+/// The number of entries of `llama_get_sampled_logits_ith` for output `i`; the vocabulary
+/// size when the last decode had no chain attached (the full logits a sampler starts from:
+/// llama-server reads this many of `llama_get_logits_ith`), 0 for an output without a chain,
+/// or (with a log line) for an index that names no output, as upstream.
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_sampled_logits_count_ith(
     ctx: *mut llama_context,
@@ -552,14 +655,21 @@ pub unsafe extern "C" fn llama_get_sampled_logits_count_ith(
 ) -> u32 {
     boundary!("llama_get_sampled_logits_count_ith", 0, {
         // SAFETY: NULL or a live context per the contract.
-        let handle = unsafe { handles::context(ctx) }?;
-        let _ = i;
-        Ok(u32::try_from(handle.inner.n_vocab()).unwrap_or(u32::MAX))
+        unsafe {
+            with_sampled(ctx, i, |found, n_vocab| match found {
+                super::sampled::Lookup::NoBuffers => Ok(u32::try_from(n_vocab).unwrap_or(u32::MAX)),
+                super::sampled::Lookup::Invalid(why) => Err(FfiError::Invalid(format!(
+                    "invalid backend sampled logits count id {i}, reason: {why}"
+                ))),
+                super::sampled::Lookup::Row(r) => Ok(r.map_or(0, |r| r.n_logits())),
+            })
+        }
     })
 }
 
-/// The candidate token ids of output `i`: without backend sampling (always here) upstream's
-/// full-vocabulary list 0..n_vocab, owned by the context.
+/// The token ids of `llama_get_sampled_logits_ith` / `_probs_ith` for output `i` (after a
+/// top-k, top-p or temp <= 0 in the chain's prefix); otherwise, and for any index that names
+/// no output, upstream's full-vocabulary list 0..n_vocab, owned by the context.
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_sampled_candidates_ith(
     ctx: *mut llama_context,
@@ -568,14 +678,21 @@ pub unsafe extern "C" fn llama_get_sampled_candidates_ith(
     boundary!("llama_get_sampled_candidates_ith", std::ptr::null_mut(), {
         // SAFETY: NULL or a live context per the contract.
         let handle = unsafe { handles::context(ctx) }?;
-        let _ = i;
-        // callers only read it (upstream's is const behind a cast)
-        Ok(handle.full_vocab_ids.as_ptr().cast_mut())
+        // SAFETY: as above.
+        let found = unsafe {
+            with_sampled(ctx, i, |found, _| match found {
+                super::sampled::Lookup::Row(Some(r)) => Ok(r.candidates().map(|(p, _)| p)),
+                _ => Ok(None),
+            })
+        }?;
+        // callers only read the full list (upstream's is const behind a cast)
+        Ok(found.unwrap_or_else(|| handle.full_vocab_ids.as_ptr().cast_mut()))
     })
 }
 
-/// The number of backend-sampled candidates of output `i`: 0 (no backend sampler), as
-/// upstream.
+/// The number of entries of `llama_get_sampled_candidates_ith` for output `i` set by the
+/// chain: 0 without them (the full list is not counted), or (with a log line) for an index
+/// that names no output, as upstream.
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_sampled_candidates_count_ith(
     ctx: *mut llama_context,
@@ -583,36 +700,14 @@ pub unsafe extern "C" fn llama_get_sampled_candidates_count_ith(
 ) -> u32 {
     boundary!("llama_get_sampled_candidates_count_ith", 0, {
         // SAFETY: NULL or a live context per the contract.
-        let _ = (unsafe { handles::context(ctx) }?, i);
-        Ok(0)
-    })
-}
-
-/// Upstream's `output_resolve_row`: the output row of batch index `i` (negative: from the
-/// last output), or why there is none.
-fn output_row(e: &crate::context::Engine, i: i32, none: bool, what: &str) -> Result<usize, String> {
-    if none {
-        return Err(what.to_string());
-    }
-    let n_outputs = e.n_outputs as i64;
-    let j = if i < 0 {
-        let j = n_outputs + i as i64;
-        if j < 0 {
-            return Err(format!("negative index out of range [0, {n_outputs})"));
+        unsafe {
+            with_sampled(ctx, i, |found, _| match found {
+                super::sampled::Lookup::NoBuffers => Ok(0),
+                super::sampled::Lookup::Invalid(why) => Err(FfiError::Invalid(format!(
+                    "invalid backend sampled candidates count id {i}, reason: {why}"
+                ))),
+                super::sampled::Lookup::Row(r) => Ok(r.map_or(0, |r| r.n_candidates())),
+            })
         }
-        j
-    } else if i as usize >= e.output_ids.len() {
-        return Err(format!("out of range [0, {})", e.output_ids.len()));
-    } else {
-        e.output_ids[i as usize] as i64
-    };
-    if j < 0 {
-        return Err(format!("batch.logits[{i}] != true"));
-    }
-    if j >= n_outputs {
-        return Err(format!(
-            "corrupt output buffer (j={j}, n_outputs={n_outputs})"
-        ));
-    }
-    Ok(j as usize)
+    })
 }

@@ -157,6 +157,9 @@ pub struct llama_context {
     /// The token ids 0..n_vocab, upstream's `token_ids_full_vocab`: what
     /// `llama_get_sampled_candidates_ith` returns when no backend sampler produced candidates.
     pub(crate) full_vocab_ids: Vec<i32>,
+    /// Backend sampling: the chains attached to sequences and their last results. Lock it
+    /// before the engine when both are needed.
+    pub(crate) sampling: std::sync::Mutex<super::sampled::BackendSampling>,
 }
 
 impl Handle for llama_model {
@@ -269,6 +272,7 @@ impl llama_context {
         model: *const llama_model,
         inner: crate::context::Context,
         ctx_other: *mut llama_context,
+        sampling: super::sampled::BackendSampling,
     ) -> *mut llama_context {
         let perf = std::sync::Mutex::new(super::perf_counters::PerfCounters::default());
         let n_vocab = i32::try_from(inner.n_vocab()).unwrap_or(i32::MAX);
@@ -279,6 +283,7 @@ impl llama_context {
             ctx_other,
             perf,
             full_vocab_ids,
+            sampling: std::sync::Mutex::new(sampling),
         }));
         register(ptr.cast_const());
         ptr

@@ -151,6 +151,7 @@ pub mod opt;
 pub mod perf;
 pub(crate) mod perf_counters;
 pub mod quantize;
+pub(crate) mod sampled;
 pub mod sampling;
 pub mod state;
 pub mod threadpool;

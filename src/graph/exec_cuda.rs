@@ -251,7 +251,8 @@ impl CudaExecutor {
         if let Op::RopeBack { .. }
         | Op::Dsv4StateSet { .. }
         | Op::Dsv4Compress { .. }
-        | Op::FlashAttnComp { .. } = &node.op
+        | Op::FlashAttnComp { .. }
+        | Op::Dsv4LidTopK { .. } = &node.op
         {
             return Err(ExecError::UnsupportedOp {
                 backend: self.label,
@@ -574,6 +575,7 @@ impl CudaExecutor {
             | Op::Dsv4StateSet { .. }
             | Op::Dsv4Compress { .. }
             | Op::FlashAttnComp { .. }
+            | Op::Dsv4LidTopK { .. }
             | Op::Softplus { .. }
             | Op::Sqrt { .. }
             | Op::Abs { .. }

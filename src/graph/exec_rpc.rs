@@ -231,6 +231,7 @@ fn uses_kv(op: &Op) -> Option<usize> {
         Op::LightningIndexer { layer, .. } => Some(*layer),
         Op::Dsv4StateSet { layer, .. } | Op::FlashAttnComp { layer, .. } => Some(*layer),
         Op::Dsv4Compress { dst_layer, .. } => Some(*dst_layer),
+        Op::Dsv4LidTopK { layer, .. } => Some(*layer),
         _ => None,
     }
 }

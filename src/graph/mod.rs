@@ -187,6 +187,25 @@ pub enum Op {
         head: usize,
         eps: f32,
         rope: RopeParams,
+        /// The Walsh-Hadamard rotation of every `hadamard` values of the key before it is
+        /// stored (`llama_mul_mat_hadamard`, the fast transform; 0: none): the indexer's keys.
+        hadamard: usize,
+    },
+    /// DeepSeek-V4's lightning indexer over compressed keys (LIGHTNING_INDEXER, TOP_K): per
+    /// token the score `Σ_h relu(q_h · k_b) · w_h` of each compressed indexer key `b` of its
+    /// sequence (layer `layer`, rows at the cells of the tokens closing the blocks) in
+    /// upstream's view of the compressed cache (at least 256, padded to 256; -inf where the
+    /// block is not closed at the token's position `p`: `b >= (p + 1) / ratio`), and the
+    /// best `k` block indices as ggml's TOP_K picks them (`[k, T]` as f32; -1 past the view).
+    /// `q` `[head*n_head, T]`, `w` `[n_head, T]` pre-scaled; `dep` the keys' compression.
+    Dsv4LidTopK {
+        q: NodeId,
+        w: NodeId,
+        dep: NodeId,
+        layer: usize,
+        ratio: usize,
+        head: usize,
+        k: usize,
     },
     /// FLASH_ATTN_EXT of DeepSeek-V4's compressed layers: K (= V) is upstream's CONCAT of the
     /// raw rows of `layer` (its stream's view, the sliding-window mask) and the compressed
@@ -204,6 +223,9 @@ pub enum Op {
         scale: f32,
         n_swa: u32,
         sinks: Option<WeightId>,
+        /// The CSA layers' selection ([`Op::Dsv4LidTopK`]): only the compressed keys it
+        /// picked for a token are seen.
+        sel: Option<NodeId>,
     },
     /// FLASH_ATTN_EXT over the layer's cache with the KQ mask (causal, sequence, window).
     FlashAttnExt {
@@ -646,7 +668,13 @@ impl Op {
             Op::RopeBack { src, .. } => vec![*src],
             Op::Dsv4StateSet { kv, score, .. } => vec![*kv, *score],
             Op::Dsv4Compress { dep, .. } => vec![*dep],
-            Op::FlashAttnComp { q, deps, .. } => vec![*q, deps[0], deps[1]],
+            Op::FlashAttnComp { q, deps, sel, .. } => {
+                [Some(*q), Some(deps[0]), Some(deps[1]), *sel]
+                    .into_iter()
+                    .flatten()
+                    .collect()
+            }
+            Op::Dsv4LidTopK { q, w, dep, .. } => vec![*q, *w, *dep],
             Op::Glu { gate, up, .. } => vec![*gate, *up],
             Op::GetRowsIds { src, ids } => vec![*src, *ids],
             Op::WeightedSum { src, weights, .. } => vec![*src, *weights],
@@ -719,7 +747,10 @@ impl Op {
             Op::ConcatHeads { .. } => ("CONCAT", None),
             Op::Repeat { .. } | Op::RepeatEach { .. } => ("REPEAT", None),
             Op::SoftMax { .. } => ("SOFT_MAX", None),
-            Op::TopK { .. } | Op::LightningIndexer { .. } | Op::MsaSelect { .. } => ("TOP_K", None),
+            Op::TopK { .. }
+            | Op::LightningIndexer { .. }
+            | Op::Dsv4LidTopK { .. }
+            | Op::MsaSelect { .. } => ("TOP_K", None),
             Op::DivSumRows { .. } | Op::Div { .. } => ("DIV", None),
             Op::SumRows { .. } => ("SUM_ROWS", None),
             Op::HcPre { .. } => ("DSV4_HC_PRE", None),

@@ -3,7 +3,7 @@
 //! constructors return for parameters that disable a sampler (named "?top-k" and so on).
 
 use super::array::{self, SeededRng};
-use super::{Candidates, Sampler, TokenData};
+use super::{backend, Candidates, Sampler, TokenData};
 use crate::cpp;
 
 macro_rules! clone_self {
@@ -24,6 +24,12 @@ impl Sampler for Empty {
     fn name(&self) -> &str {
         self.name
     }
+    fn backend_init(&mut self, _n_outputs_max_per_seq: u32) -> Option<bool> {
+        Some(true)
+    }
+    fn backend_marks_name(&self) -> bool {
+        false
+    }
     fn apply(&mut self, _cur: &mut Candidates) {}
     clone_self!();
 }
@@ -35,6 +41,12 @@ pub struct Greedy;
 impl Sampler for Greedy {
     fn name(&self) -> &str {
         "greedy"
+    }
+    fn backend_init(&mut self, _n_outputs_max_per_seq: u32) -> Option<bool> {
+        Some(true)
+    }
+    fn backend_apply(&mut self, row: &mut backend::Row) {
+        backend::greedy(row);
     }
     fn apply(&mut self, cur: &mut Candidates) {
         cur.selected = 0;
@@ -54,13 +66,32 @@ impl Sampler for Greedy {
 #[derive(Clone)]
 pub struct Dist {
     rng: SeededRng,
+    /// Inside a decode with several outputs per sequence, upstream draws from a copy of the
+    /// generator (`rng_backend`) and advances the real one only as tokens are accepted, so
+    /// rejected drafts do not consume draws.
+    transactional: bool,
+    rng_backend: cpp::Mt19937,
+    draws_generated: usize,
+    draws_committed: usize,
 }
 
 impl Dist {
     pub fn new(seed: u32) -> Self {
+        let mut rng = SeededRng::new(seed);
+        let rng_backend = rng.generator().clone();
         Dist {
-            rng: SeededRng::new(seed),
+            rng,
+            transactional: false,
+            rng_backend,
+            draws_generated: 0,
+            draws_committed: 0,
         }
+    }
+
+    fn restart_backend_stream(&mut self) {
+        self.rng_backend = self.rng.generator().clone();
+        self.draws_generated = 0;
+        self.draws_committed = 0;
     }
 }
 
@@ -112,9 +143,39 @@ impl Sampler for Dist {
     }
     fn reset(&mut self) {
         self.rng.reseed();
+        self.restart_backend_stream();
     }
     fn seed(&self) -> Option<u32> {
         Some(self.rng.seed_cur())
+    }
+    fn accept(&mut self, _token: i32) {
+        // commits one backend draw: the real generator catches up with the copy
+        if !self.transactional || self.draws_committed >= self.draws_generated {
+            return;
+        }
+        cpp::uniform_f64(self.rng.generator(), 0.0, 1.0);
+        self.draws_committed += 1;
+    }
+    fn backend_init(&mut self, n_outputs_max_per_seq: u32) -> Option<bool> {
+        self.transactional = n_outputs_max_per_seq > 1;
+        self.restart_backend_stream();
+        Some(true)
+    }
+    fn backend_begin(&mut self) {
+        if self.transactional {
+            self.restart_backend_stream();
+        }
+    }
+    fn backend_apply(&mut self, row: &mut backend::Row) {
+        // upstream draws in f64 (as the CPU form) and hands the graph an f32
+        let rng = if self.transactional {
+            self.draws_generated += 1;
+            &mut self.rng_backend
+        } else {
+            self.rng.generator()
+        };
+        let u = cpp::uniform_f64(rng, 0.0, 1.0) as f32;
+        backend::dist(row, u);
     }
     // upstream's clone copies the seed in use and the generator
     clone_self!();
@@ -129,6 +190,12 @@ pub struct TopK {
 impl Sampler for TopK {
     fn name(&self) -> &str {
         "top-k"
+    }
+    fn backend_init(&mut self, _n_outputs_max_per_seq: u32) -> Option<bool> {
+        Some(true)
+    }
+    fn backend_apply(&mut self, row: &mut backend::Row) {
+        backend::top_k(row, self.k);
     }
     fn apply(&mut self, cur: &mut Candidates) {
         array::top_k(cur, self.k);
@@ -157,6 +224,12 @@ impl TopP {
 impl Sampler for TopP {
     fn name(&self) -> &str {
         "top-p"
+    }
+    fn backend_init(&mut self, _n_outputs_max_per_seq: u32) -> Option<bool> {
+        Some(true)
+    }
+    fn backend_apply(&mut self, row: &mut backend::Row) {
+        backend::top_p(row, self.p);
     }
     fn apply(&mut self, cur: &mut Candidates) {
         if self.p >= 1.0 {
@@ -212,6 +285,12 @@ pub struct MinP {
 impl Sampler for MinP {
     fn name(&self) -> &str {
         "min-p"
+    }
+    fn backend_init(&mut self, _n_outputs_max_per_seq: u32) -> Option<bool> {
+        Some(true)
+    }
+    fn backend_apply(&mut self, row: &mut backend::Row) {
+        backend::min_p(row, self.p);
     }
     fn apply(&mut self, cur: &mut Candidates) {
         if self.p <= 0.0 || cur.is_empty() {
@@ -309,6 +388,12 @@ impl Sampler for Temp {
     fn name(&self) -> &str {
         "temp"
     }
+    fn backend_init(&mut self, _n_outputs_max_per_seq: u32) -> Option<bool> {
+        Some(true)
+    }
+    fn backend_apply(&mut self, row: &mut backend::Row) {
+        backend::temp(row, self.temp);
+    }
     fn apply(&mut self, cur: &mut Candidates) {
         array::temp(cur, self.temp);
     }
@@ -326,6 +411,12 @@ pub struct TempExt {
 impl Sampler for TempExt {
     fn name(&self) -> &str {
         "temp-ext"
+    }
+    fn backend_init(&mut self, _n_outputs_max_per_seq: u32) -> Option<bool> {
+        Some(true)
+    }
+    fn backend_apply(&mut self, row: &mut backend::Row) {
+        backend::temp_ext(row, self.temp, self.delta, self.exponent);
     }
     fn apply(&mut self, cur: &mut Candidates) {
         if self.delta <= 0.0 {
@@ -420,6 +511,12 @@ pub struct LogitBias {
 impl Sampler for LogitBias {
     fn name(&self) -> &str {
         "logit-bias"
+    }
+    fn backend_init(&mut self, _n_outputs_max_per_seq: u32) -> Option<bool> {
+        Some(true)
+    }
+    fn backend_apply(&mut self, row: &mut backend::Row) {
+        backend::logit_bias(row, &self.biases);
     }
     fn apply(&mut self, cur: &mut Candidates) {
         if self.biases.is_empty() {
@@ -599,7 +696,7 @@ mod upstream_cases {
     #[test]
     fn penalties() {
         let case = |last: &[i32], repeat: f32, freq: f32, present: f32, expected: &[f32]| {
-            let mut s = Penalties::new(last.len() as i32, repeat, freq, present);
+            let mut s = Penalties::new(32000, last.len() as i32, repeat, freq, present);
             for &t in last {
                 s.accept(t);
             }

@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod array;
+pub mod backend;
 pub mod basic;
 pub mod dry;
 pub mod grammar;
@@ -126,6 +127,21 @@ pub trait Sampler: Send {
     /// The seed in use (upstream's `seed_cur`) for samplers with a random stream.
     fn seed(&self) -> Option<u32> {
         None
+    }
+    /// Upstream's `backend_init` when a chain is attached to a context: `None` for a sampler
+    /// without a backend form (it ends the chain's backend prefix), else whether it runs inside
+    /// the decode for up to `n_outputs_max_per_seq` outputs per sequence.
+    fn backend_init(&mut self, _n_outputs_max_per_seq: u32) -> Option<bool> {
+        None
+    }
+    /// Upstream's `backend_apply` on one output row (see [`backend`]).
+    fn backend_apply(&mut self, _row: &mut backend::Row) {}
+    /// The start of a decode's sampling (upstream's `llama_sampler_backend_begin`).
+    fn backend_begin(&mut self) {}
+    /// Whether `llama_sampler_name` marks the sampler "+name" / "-name" after `backend_init`
+    /// (upstream's samplers with a backend form do; the empty sampler does not).
+    fn backend_marks_name(&self) -> bool {
+        true
     }
 }
 

@@ -54,6 +54,8 @@ pub struct Penalties {
     penalty_present: f32,
     prev: Ring,
     token_count: HashMap<i32, i32>,
+    /// The vocabulary size given to the constructor: the backend form needs a positive one.
+    n_vocab: i32,
 }
 
 impl Penalties {
@@ -62,7 +64,7 @@ impl Penalties {
         last_n == 0 || (repeat == 1.0 && freq == 0.0 && present == 0.0)
     }
 
-    pub fn new(last_n: i32, repeat: f32, freq: f32, present: f32) -> Self {
+    pub fn new(n_vocab: i32, last_n: i32, repeat: f32, freq: f32, present: f32) -> Self {
         let last_n = last_n.max(0);
         Penalties {
             penalty_last_n: last_n,
@@ -71,6 +73,7 @@ impl Penalties {
             penalty_present: present,
             prev: Ring::new(last_n as usize),
             token_count: HashMap::new(),
+            n_vocab,
         }
     }
 }
@@ -121,6 +124,21 @@ impl Sampler for Penalties {
     fn reset(&mut self) {
         self.prev.clear();
         self.token_count.clear();
+    }
+    fn backend_init(&mut self, n_outputs_max_per_seq: u32) -> Option<bool> {
+        // one output per sequence only: the counts move with each accepted token. A
+        // non-positive vocabulary size fails upstream's graph (an assert); here the sampler
+        // stays on the CPU.
+        Some(n_outputs_max_per_seq <= 1 && self.n_vocab > 0)
+    }
+    fn backend_apply(&mut self, row: &mut super::backend::Row) {
+        super::backend::penalties(
+            row,
+            &self.token_count,
+            self.penalty_repeat,
+            self.penalty_freq,
+            self.penalty_present,
+        );
     }
     fn clone_sampler(&self) -> Option<Box<dyn Sampler>> {
         Some(Box::new(self.clone()))

@@ -199,10 +199,15 @@ pub unsafe extern "C" fn llama_sampler_copy(src: *const llama_sampler, dst: *mut
         }
         // SAFETY: `dst` is live; `tmp` is our fresh sampler, whose ctx moves into `dst`.
         unsafe {
+            // the backend mark belongs to dst's place in an attached chain, not to the state
+            let mark = rust_sampler(dst).and_then(|s| s.backend);
             if let Some(free) = iface.free {
                 free(dst);
             }
             (*dst).ctx = (*tmp).ctx;
+            if let Some(s) = rust_sampler(dst) {
+                s.backend = mark;
+            }
             (*tmp).ctx = null_mut();
             with_live(|live| live.remove(&(tmp as usize)));
             drop(Box::from_raw(tmp));

@@ -184,7 +184,6 @@ pub extern "C" fn llama_sampler_init_penalties(
     penalty_freq: f32,
     penalty_present: f32,
 ) -> *mut llama_sampler {
-    let _ = n_vocab; // upstream keeps it for backend sampling only
     boundary!("llama_sampler_init_penalties", null_mut(), {
         let last_n = penalty_last_n.max(0);
         if penalties::Penalties::is_disabled(last_n, penalty_repeat, penalty_freq, penalty_present)
@@ -192,6 +191,7 @@ pub extern "C" fn llama_sampler_init_penalties(
             return empty("?penalties");
         }
         boxed(penalties::Penalties::new(
+            n_vocab,
             last_n,
             penalty_repeat,
             penalty_freq,

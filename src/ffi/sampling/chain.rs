@@ -18,6 +18,12 @@ use super::registry::*;
 pub(crate) struct Chain {
     params: llama_sampler_chain_params,
     pub(super) samplers: Vec<*mut llama_sampler>,
+    /// Per sampler: part of the backend prefix that runs inside the decode (upstream's
+    /// `is_backend`), set when the chain is attached to a context.
+    pub(super) is_backend: Vec<bool>,
+    /// Attached to a context once (upstream's `is_init`): from then on `apply` skips the
+    /// backend prefix, which the decode has already applied.
+    pub(super) is_init: bool,
     pub(crate) t_sample_us: i64,
     pub(crate) n_sample: i32,
 }
@@ -122,7 +128,13 @@ pub(super) unsafe extern "C" fn chain_apply(
             start: (!chain.params.no_perf).then(Instant::now),
             acc: &mut t,
         };
-        for s in samplers {
+        // the backend prefix already ran inside the decode (upstream's `is_backend` skip)
+        let skip = if chain.is_init {
+            chain.is_backend.iter().take_while(|&&b| b).count()
+        } else {
+            0
+        };
+        for s in samplers.into_iter().skip(skip) {
             // SAFETY: the chain owns live samplers; upstream skips those without `apply`.
             unsafe {
                 if (*s).iface.is_null() || (*(*s).iface).apply.is_none() {
@@ -224,6 +236,8 @@ pub extern "C" fn llama_sampler_chain_init(
         let ctx = Box::into_raw(Box::new(Chain {
             params,
             samplers: Vec::new(),
+            is_backend: Vec::new(),
+            is_init: false,
             t_sample_us: 0,
             n_sample: 0,
         }));
@@ -253,6 +267,7 @@ pub unsafe extern "C" fn llama_sampler_chain_add(
         if owner_of(smpl).is_none() {
             // built by the caller (not by llama_sampler_init): borrowed, never freed here
             c.samplers.push(smpl);
+            c.is_backend.push(false);
             return Ok(());
         }
         if let Some(Owner::Chain(_)) = owner_of(smpl) {
@@ -275,6 +290,7 @@ pub unsafe extern "C" fn llama_sampler_chain_add(
         }
         with_live(|live| live.insert(smpl as usize, Owner::Chain(chain as usize)));
         c.samplers.push(smpl);
+        c.is_backend.push(false);
         Ok(())
     })
 }
@@ -337,6 +353,7 @@ pub unsafe extern "C" fn llama_sampler_chain_remove(
                 ))
             })?;
         let smpl = c.samplers.remove(index);
+        c.is_backend.remove(index);
         if owner_of(smpl) == Some(Owner::Chain(chain as usize)) {
             with_live(|live| live.insert(smpl as usize, Owner::Caller));
         }

@@ -20,12 +20,14 @@
 //! Files: `registry` (who owns each live sampler), `rust_iface` (our samplers behind the C
 //! interface), `api` (the interface functions every sampler is used through), `chain`,
 //! `builtin` (the `llama_sampler_init_*` constructors), `grammar`, `sample`
-//! (`llama_sampler_sample`, seeds, `llama_set_sampler`).
+//! (`llama_sampler_sample`, seeds, `llama_set_sampler`), `in_decode` (chains attached to a
+//! context, run on its output rows after each decode: backend sampling).
 
 mod api;
 mod builtin;
 mod chain;
 mod grammar;
+mod in_decode;
 mod registry;
 mod rust_iface;
 mod sample;

@@ -17,6 +17,21 @@ use crate::sampling::{Candidates, Sampler, TokenData};
 pub(super) struct RustSampler {
     pub(super) inner: Box<dyn Sampler>,
     pub(super) name: CString,
+    /// Upstream's backend mark once a chain holding the sampler is attached to a context:
+    /// `Some(true)` runs inside the decode ("+name"), `Some(false)` cannot ("-name").
+    pub(super) backend: Option<bool>,
+}
+
+impl RustSampler {
+    /// The name `llama_sampler_name` shows: the sampler's, with upstream's backend mark.
+    fn shown_name(&self) -> String {
+        match self.backend {
+            Some(ok) if self.inner.backend_marks_name() => {
+                format!("{}{}", if ok { '+' } else { '-' }, self.inner.name())
+            }
+            _ => self.inner.name().to_string(),
+        }
+    }
 }
 
 pub(super) fn c_name(name: &str) -> CString {
@@ -30,6 +45,7 @@ pub(crate) fn sampler_into_raw(sampler: Box<dyn Sampler>) -> *mut llama_sampler 
     let ctx = Box::into_raw(Box::new(RustSampler {
         inner: sampler,
         name,
+        backend: None,
     }));
     alloc_sampler(rust_iface(), ctx.cast())
 }
@@ -73,8 +89,9 @@ pub(super) unsafe extern "C" fn rust_name(smpl: *const llama_sampler) -> *const 
     boundary!("llama_sampler_name", std::ptr::null(), {
         // SAFETY: called through our table, so `smpl` is one of our live samplers.
         let s = unsafe { rust_sampler(smpl) }.ok_or(FfiError::Null("sampler ctx"))?;
-        if s.name.as_bytes() != s.inner.name().as_bytes() {
-            s.name = c_name(s.inner.name());
+        let shown = s.shown_name();
+        if s.name.as_bytes() != shown.as_bytes() {
+            s.name = c_name(&shown);
         }
         Ok(s.name.as_ptr())
     })

@@ -1,5 +1,5 @@
 //! Sampling from a context's logits (`llama_sampler_sample`), seeds, and
-//! `llama_set_sampler`.
+//! `llama_set_sampler` (its chains run in `in_decode`).
 
 use super::super::handles::llama_context;
 use super::super::types::*;
@@ -45,12 +45,14 @@ pub(super) unsafe fn seed_of(smpl: *const llama_sampler) -> u32 {
     LLAMA_DEFAULT_SEED
 }
 
-/// Samples a token from output `idx` of the last evaluation: the candidates are all
-/// `n_vocab` logits of `llama_get_logits_ith(ctx, idx)`, `smpl` is applied and the selected
-/// token accepted and returned. LLAMA_TOKEN_NULL (-1) and a log line when `smpl` is NULL,
-/// `ctx` is not a live context, there are no logits for `idx`, or the sampler selected
-/// nothing (upstream aborts). Backend samplers never pre-select a token here: they run on
-/// the CPU, in this call.
+/// Samples a token from output `idx` of the last evaluation, as upstream: a token the
+/// attached chain already sampled in the decode (`llama_get_sampled_token_ith`) is accepted
+/// and returned; otherwise the candidates are the chain's kept probabilities or logits with
+/// their ids (`llama_get_sampled_*_ith`), else all `n_vocab` logits of
+/// `llama_get_logits_ith(ctx, idx)`; `smpl` is applied (an attached chain skips the prefix
+/// the decode ran) and the selected token accepted and returned. LLAMA_TOKEN_NULL (-1) and a
+/// log line when `smpl` is NULL, `ctx` is not a live context, there are no logits for `idx`,
+/// or the sampler selected nothing (upstream aborts).
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_sample(
     smpl: *mut llama_sampler,
@@ -60,26 +62,16 @@ pub unsafe extern "C" fn llama_sampler_sample(
     boundary!("llama_sampler_sample", LLAMA_TOKEN_NULL, {
         non_null(smpl, "smpl")?;
         // SAFETY: NULL or a live context per the contract.
-        let c = unsafe { super::super::handles::context(ctx) }?;
-        // SAFETY: a live context keeps its model handle (upstream's rule: model outlives it).
-        let model = unsafe { super::super::handles::model(c.model) }?;
-        let n_vocab = model.inner.vocab.tokens.len();
-        // SAFETY: a live context.
-        let logits = unsafe { super::super::context::llama_get_logits_ith(ctx, idx) };
-        if logits.is_null() {
-            return Err(FfiError::Invalid(format!("no logits for output {idx}")));
-        }
-        // SAFETY: a row of n_vocab logits owned by the context.
-        let row = unsafe { std::slice::from_raw_parts(logits, n_vocab) };
-        let mut cur: Vec<llama_token_data> = row
-            .iter()
-            .enumerate()
-            .map(|(id, &logit)| llama_token_data {
-                id: id as llama_token,
-                logit,
-                p: 0.0,
-            })
-            .collect();
+        let handle = unsafe { super::super::handles::context(ctx) }?;
+        let cur = match start_candidates(handle, idx)? {
+            Start::Token(token) => {
+                // SAFETY: live sampler.
+                unsafe { llama_sampler_accept(smpl, token) };
+                return Ok(token);
+            }
+            Start::Candidates(cur) => cur,
+        };
+        let mut cur = cur;
         let mut arr = llama_token_data_array {
             data: cur.as_mut_ptr(),
             size: cur.len(),
@@ -103,10 +95,77 @@ pub unsafe extern "C" fn llama_sampler_sample(
     })
 }
 
-/// Backend sampling: llama-hotswap runs no sampler inside the decode, so it answers as upstream
-/// does for a sampler that cannot be offloaded: NULL (nothing to clear) returns true; a sampler
-/// returns false with upstream's warning ("cannot be offloaded to the backend") and stays the
-/// caller's, to run on the CPU (`llama_sampler_sample`, common's fallback: the same tokens).
+/// Where `llama_sampler_sample` starts for output `idx`.
+enum Start {
+    /// The attached chain sampled this token inside the decode.
+    Token(llama_token),
+    /// The candidates to apply the sampler to.
+    Candidates(Vec<llama_token_data>),
+}
+
+/// Upstream's start of `llama_sampler_sample`, read from the context's state as the
+/// `llama_get_sampled_*_ith` getters and `llama_get_logits_ith` answer: the decode's token; else
+/// the kept probabilities (with the kept logits) or the kept logits, with their candidate ids;
+/// else all `n_vocab` logits of the output.
+fn start_candidates(
+    handle: &super::super::handles::llama_context,
+    idx: i32,
+) -> Result<Start, FfiError> {
+    use super::super::sampled::{output_row, Lookup};
+    let n_vocab = handle.inner.n_vocab();
+    let mut sampling = handle.sampling.lock().unwrap_or_else(|e| e.into_inner());
+    let e = handle.inner.engine();
+    if let Lookup::Row(Some(r)) = sampling.lookup(output_row(&e, idx, false, "")) {
+        if r.token() != LLAMA_TOKEN_NULL {
+            return Ok(Start::Token(r.token()));
+        }
+        let n = if r.n_probs() > 0 {
+            r.n_probs()
+        } else {
+            r.n_logits()
+        } as usize;
+        if n > 0 {
+            let (logits, probs, ids) = r.arrays();
+            return Ok(Start::Candidates(
+                (0..n)
+                    .map(|i| llama_token_data {
+                        id: ids.map_or(i as llama_token, |ids| ids[i]),
+                        logit: logits.get(i).copied().unwrap_or(0.0),
+                        p: probs.map_or(0.0, |p| p[i]),
+                    })
+                    .collect(),
+            ));
+        }
+    }
+    let row = output_row(&e, idx, e.logits.is_empty(), "no logits")
+        .map_err(|why| FfiError::Invalid(format!("no logits for output {idx} ({why})")))?;
+    Ok(Start::Candidates(
+        e.logits[row * n_vocab..(row + 1) * n_vocab]
+            .iter()
+            .enumerate()
+            .map(|(id, &logit)| llama_token_data {
+                id: id as llama_token,
+                logit,
+                p: 0.0,
+            })
+            .collect(),
+    ))
+}
+
+/// Backend sampling (upstream's rule): attaches chain `smpl` to sequence `seq_id`, and returns
+/// true. After each decode, the chain's longest prefix of samplers with a backend form
+/// (greedy, dist, top-k, top-p, min-p, temp, temp-ext, logit-bias, and penalties when
+/// `n_outputs_max_per_seq` is 1) runs on every output row of the sequence, with upstream's
+/// graph arithmetic; the results are `llama_get_sampled_*_ith`'s, `llama_sampler_sample`
+/// returns a sampled token directly or continues from the kept candidates, and the chain's
+/// `apply` skips the prefix from now on (also after it is detached, as upstream). The prefix
+/// samplers show "+name" in `llama_sampler_name` ("-penalties" for one that refused). NULL
+/// detaches the sequence's chain (true). A sampler that is not a non-empty chain of this
+/// library (a bare sampler, where upstream crashes; a struct the caller built) stays on the
+/// CPU: false, with upstream's warning. A chain already attached once: false and a log line
+/// (upstream aborts). Any `seq_id` is accepted, as upstream (one outside [0, n_seq_max) with a
+/// warning: no batch reaches it). Batches with more than `n_outputs_max_per_seq` outputs (a
+/// context parameter, default 1) for a sequence with a chain fail to decode (-1), as upstream.
 #[no_mangle]
 pub unsafe extern "C" fn llama_set_sampler(
     ctx: *mut llama_context,
@@ -115,13 +174,11 @@ pub unsafe extern "C" fn llama_set_sampler(
 ) -> bool {
     boundary!("llama_set_sampler", false, {
         // SAFETY: NULL or a live context per the contract.
-        let _ = unsafe { super::super::handles::context(ctx) }?;
-        if smpl.is_null() {
-            return Ok(true);
-        }
-        // SAFETY: a sampler handle per the contract.
-        unsafe { not_offloaded(seq_id, smpl) };
-        Ok(false)
+        let handle = unsafe { super::super::handles::context(ctx) }?;
+        let n_seq_max = handle.inner.engine().cparams.n_seq_max;
+        let mut sampling = handle.sampling.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: a sampler handle or NULL per the contract.
+        unsafe { sampling.attach(seq_id, smpl, n_seq_max) }
     })
 }
 
@@ -140,6 +197,6 @@ pub(super) unsafe fn not_offloaded(seq_id: llama_seq_id, smpl: *mut llama_sample
     };
     crate::log_warn!(
         "llama_set_sampler: sampler '{name}' for seq_id = {seq_id}, cannot be offloaded to the \
-         backend (llama-hotswap samples on the CPU)"
+         backend (backend samplers must be non-empty chains of this library)"
     );
 }

@@ -19,11 +19,11 @@
 //! cache, in the cache's type). Attention reads the raw rows, then the compressed ones in
 //! block order (upstream's CONCAT), a token at position `p` seeing `(p + 1) / ratio` of them.
 //!
-//! The CSA layers' lightning indexer (its own compressor and Hadamard-rotated keys) picks
-//! `indexer.top_k` compressed keys per token; its tensors are checked, its selection not
-//! computed: contexts where it could drop a key (more than `top_k` blocks of 4 per sequence)
-//! are refused at context creation, as hash-routed layers (`hash_layer_count` > 0), a 2-D
-//! `attn_output_a`, and media input with its own routing bias.
+//! The CSA layers' lightning indexer keeps its own compressed keys (`indexer_compressor_*`,
+//! Hadamard-rotated, in two more memory layers) and picks per token the `indexer.top_k`
+//! best of them (Σ over its heads of relu(q · k) times the head's weight); the attention
+//! sees only those. Refused at context creation: hash-routed layers (`hash_layer_count` >
+//! 0), a 2-D `attn_output_a`, and media input with its own routing bias.
 
 use super::super::builder::{BuildError, Builder, Ffn, Moe, Outputs};
 use super::super::params::ArchParams;
@@ -116,21 +116,28 @@ fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
         ));
     }
     let head = hp.head_k;
+    let ih = e.kpool_indexer.head;
+    if ratios[..n_layer].contains(&CSA) && (ih == 0 || ih < hp.n_rot || !ih.is_power_of_two()) {
+        return Err(format!(
+            "attention.indexer.key_length {ih} must be a power of two of at least rope.dimension_count {}",
+            hp.n_rot
+        ));
+    }
     // per layer: the compressor rows (kv and score, exact: twice their width in cache
-    // values), then the compressed keys
+    // values), the compressed keys, then the CSA indexer's compressor rows and keys
     let state = |r: u32| match r {
         CSA => 2 * (2 * 2 * head),
         HCA => 2 * (2 * head),
         _ => 0,
     };
-    e.mem_extra = ratios[..n_layer]
+    let csa = |r: u32, w: usize| if r == CSA { w } else { 0 };
+    let rs = &ratios[..n_layer];
+    e.mem_extra = rs
         .iter()
         .map(|&r| state(r))
-        .chain(
-            ratios[..n_layer]
-                .iter()
-                .map(|&r| if r > 0 { head } else { 0 }),
-        )
+        .chain(rs.iter().map(|&r| if r > 0 { head } else { 0 }))
+        .chain(rs.iter().map(|&r| csa(r, 2 * (2 * 2 * ih))))
+        .chain(rs.iter().map(|&r| csa(r, ih)))
         .collect();
     e.dsv4.ratios = ratios;
     Ok(())
@@ -149,14 +156,6 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
     let e = &hp.ext;
     let n_embd = hp.n_embd;
     let ne = n_embd as i64;
-    let top_k = e.kpool_indexer.top_k;
-    if e.dsv4.ratios.contains(&CSA) && (b.n_ctx_seq / CSA) as usize > top_k {
-        return Err(BuildError::Invalid(format!(
-            "a context of {} cells per sequence holds more than the indexer's top_k {top_k} compressed keys: the lightning indexer's selection is not supported yet (contexts up to {} cells are exact)",
-            b.n_ctx_seq,
-            top_k * CSA as usize
-        )));
-    }
     if b.embd_input {
         return Err(BuildError::Invalid(
             "media input (its exp_probs_b_vl routing) is not supported yet".into(),
@@ -286,7 +285,7 @@ fn rope_params(b: &Builder, compressed: bool) -> RopeParams {
 /// Every head's last `n_rot` values rotated (`ggml_rope_set_offset` to the rest), or turned
 /// back (ROPE_BACK) with `back`.
 fn rope_tail(b: &mut Builder, x: NodeId, n_head: usize, p: RopeParams, back: bool) -> NodeId {
-    let head = b.hp.head_k;
+    let head = b.ne0(x) / n_head;
     let n_rot = p.n_rot;
     let nope = b.view_heads(x, head, 0, head - n_rot);
     let pe = b.view_heads(x, head, head - n_rot, n_rot);
@@ -305,50 +304,122 @@ fn rope_tail(b: &mut Builder, x: NodeId, n_head: usize, p: RopeParams, back: boo
 }
 
 /// The compressor of a compressed layer: its rows kept (layer `n_layer + il`), the blocks a
-/// token closes compressed into layer `2 n_layer + il`; the CSA indexer's tensors checked.
-fn compressor(b: &mut Builder, il: usize, cur: NodeId, ratio: u32) -> Result<NodeId, BuildError> {
+/// token closes compressed into layer `2 n_layer + il`; on CSA layers the indexer's own
+/// compressor too (layers `3 n_layer + il`, `4 n_layer + il`, keys Hadamard-rotated).
+/// Returns the compression and, on CSA layers, the indexer keys' compression.
+fn compressor(
+    b: &mut Builder,
+    il: usize,
+    cur: NodeId,
+    ratio: u32,
+) -> Result<(NodeId, Option<NodeId>), BuildError> {
     let hp = b.hp;
-    let (ne, head) = (hp.n_embd as i64, hp.head_k);
+    let n_layer = hp.n_layer;
+    let comp = compress(b, il, cur, ratio, "attn_compressor", hp.head_k, n_layer, 0)?;
+    let lid = if ratio == CSA {
+        let ih = hp.ext.kpool_indexer.head;
+        Some(compress(
+            b,
+            il,
+            cur,
+            ratio,
+            "indexer_compressor",
+            ih,
+            3 * n_layer,
+            ih,
+        )?)
+    } else {
+        None
+    };
+    Ok((comp, lid))
+}
+
+/// One compressor (`<prefix>_{kv,gate,ape,norm}`) of `head`-wide keys: rows into memory
+/// layer `first + il`, keys into `first + n_layer + il`.
+#[allow(clippy::too_many_arguments)]
+fn compress(
+    b: &mut Builder,
+    il: usize,
+    cur: NodeId,
+    ratio: u32,
+    prefix: &str,
+    head: usize,
+    first: usize,
+    hadamard: usize,
+) -> Result<NodeId, BuildError> {
+    let hp = b.hp;
+    let ne = hp.n_embd as i64;
     let coff = if ratio == CSA { 2 } else { 1 };
     let w = (coff * head) as i64;
-    let wkv = b.lw(il, "attn_compressor_kv.weight", &[ne, w])?;
-    let wgate = b.lw(il, "attn_compressor_gate.weight", &[ne, w])?;
-    let ape = b.lw(il, "attn_compressor_ape.weight", &[w, ratio as i64])?;
-    let norm = b.lw(il, "attn_compressor_norm.weight", &[head as i64])?;
-    if ratio == CSA {
-        let ix = &hp.ext.kpool_indexer;
-        let (ih, inh, lq) = (ix.head as i64, ix.n_head as i64, hp.ext.n_lora_q as i64);
-        b.lw(il, "indexer.proj.weight", &[ne, inh])?;
-        b.lw(il, "indexer.attn_q_b.weight", &[lq, inh * ih])?;
-        b.lw(il, "indexer_compressor_kv.weight", &[ne, 2 * ih])?;
-        b.lw(il, "indexer_compressor_gate.weight", &[ne, 2 * ih])?;
-        b.lw(il, "indexer_compressor_ape.weight", &[2 * ih, ratio as i64])?;
-        b.lw(il, "indexer_compressor_norm.weight", &[ih])?;
-    }
+    let wkv = b.lw(il, &format!("{prefix}_kv.weight"), &[ne, w])?;
+    let wgate = b.lw(il, &format!("{prefix}_gate.weight"), &[ne, w])?;
+    let ape = b.lw(il, &format!("{prefix}_ape.weight"), &[w, ratio as i64])?;
+    let norm = b.lw(il, &format!("{prefix}_norm.weight"), &[head as i64])?;
     let kv = b.mul_mat_raw(wkv, cur);
     let score = b.mul_mat_raw(wgate, cur);
-    let n_layer = hp.n_layer;
     let set = Op::Dsv4StateSet {
         kv,
         score,
         ape,
         ratio: ratio as usize,
-        layer: n_layer + il,
+        layer: first + il,
     };
     let dep = b.push("dsv4_state_set", set, 0, 0);
     let rope = rope_params(b, true);
     let op = Op::Dsv4Compress {
         dep,
         norm,
-        src_layer: n_layer + il,
-        dst_layer: 2 * n_layer + il,
+        src_layer: first + il,
+        dst_layer: first + hp.n_layer + il,
         ratio: ratio as usize,
         overlap: ratio == CSA,
         head,
         eps: hp.eps_rms,
         rope,
+        hadamard,
     };
     Ok(b.push("dsv4_compress", op, 0, 0))
+}
+
+/// The CSA layer's lightning indexer (upstream's `build_lid_top_k`): Q from the normed
+/// low-rank `qr` (`indexer.attn_q_b`, each head's last `n_rot` values rotated, then
+/// Hadamard-rotated), per-head weights `indexer.proj` scaled by `1/sqrt(head * n_head)`;
+/// the best `top_k` compressed keys per token.
+fn lid_top_k(
+    b: &mut Builder,
+    il: usize,
+    cur: NodeId,
+    qr: NodeId,
+    dep: NodeId,
+) -> Result<NodeId, BuildError> {
+    let hp = b.hp;
+    let ix = &hp.ext.kpool_indexer;
+    let (ih, inh) = (ix.head, ix.n_head);
+    let (ne, lq) = (hp.n_embd as i64, hp.ext.n_lora_q as i64);
+    let wq = b.lw(il, "indexer.attn_q_b.weight", &[lq, (inh * ih) as i64])?;
+    let wp = b.lw(il, "indexer.proj.weight", &[ne, inh as i64])?;
+    let q = b.mul_mat_raw(wq, qr);
+    let p = rope_params(b, true);
+    let q = rope_tail(b, q, inh, p, false);
+    let q = b.hadamard(q, ih);
+    let w = b.mul_mat_raw(wp, cur);
+    let w = b.scale(w, 1.0 / ((ih * inh) as f32).sqrt());
+    // one block index per pick: never more than upstream's view of the compressed cache
+    let n_view = ((b.n_ctx_seq.max(1) as usize) / CSA as usize)
+        .next_multiple_of(256)
+        .max(256);
+    let k = ix.top_k.min(n_view).max(1);
+    let t = b.ne1(q);
+    let op = Op::Dsv4LidTopK {
+        q,
+        w,
+        dep,
+        layer: 4 * hp.n_layer + il,
+        ratio: CSA as usize,
+        head: ih,
+        k,
+    };
+    Ok(b.push("lid_top_k", op, k, t))
 }
 
 /// Layer `il`'s attention (upstream's `build_attention_impl`).
@@ -382,10 +453,15 @@ fn attention(b: &mut Builder, il: usize, cur: NodeId) -> Result<NodeId, BuildErr
     let kv = b.rms_norm(kv, Some(kv_norm), hp.eps_rms);
     let kv = rope_tail(b, kv, 1, p, false);
 
-    let comp = if ratio != 0 {
-        Some(compressor(b, il, cur, ratio)?)
+    let (comp, sel) = if ratio != 0 {
+        let (c, lid) = compressor(b, il, cur, ratio)?;
+        let sel = match lid {
+            Some(dep) => Some(lid_top_k(b, il, cur, qr, dep)?),
+            None => None,
+        };
+        (Some(c), sel)
     } else {
-        None
+        (None, None)
     };
     let set = Op::SetRows {
         src: kv,
@@ -408,6 +484,7 @@ fn attention(b: &mut Builder, il: usize, cur: NodeId) -> Result<NodeId, BuildErr
                 scale,
                 n_swa: hp.n_swa,
                 sinks: Some(sinks),
+                sel,
             };
             b.push("fattn", op, n_head * head, t)
         }

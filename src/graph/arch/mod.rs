@@ -330,15 +330,22 @@ pub fn build(
 /// builds these and refuses the others by name.
 pub static DECLARES_TENSORS: &[&str] = &[
     "afmoe",
+    "arcee",
     "arctic",
     "baichuan",
+    "bailingmoe",
     "bloom",
     "chatglm",
     "codeshell",
+    "cohere2",
+    "command-r",
     "dbrx",
     "deci",
+    "deepseek",
     "deepseek32",
+    "dots1",
     "dots3note",
+    "exaone",
     "exaone4",
     "falcon",
     "gemma",
@@ -354,19 +361,28 @@ pub static DECLARES_TENSORS: &[&str] = &[
     "granite_swa",
     "granitehybrid",
     "granitemoe",
+    "grok",
+    "hunyuan-dense",
+    "hunyuan-moe",
+    "hunyuan_vl",
     "hy_v4",
+    "internlm2",
     "jais",
     "jais2",
+    "jamba",
     "laguna",
     "llada-moe",
     "llama",
+    "maincoder",
     "mamba2",
     "maple",
+    "mellum",
     "minicpm",
     "minimax-m2",
     "minimax-m3",
     "mistral3",
     "muse-glimmer",
+    "nanbeige",
     "nemotron",
     "olmo",
     "olmo2",
@@ -379,14 +395,47 @@ pub static DECLARES_TENSORS: &[&str] = &[
     "plamo3",
     "pockettts",
     "qwen",
+    "qwen2",
+    "qwen2moe",
+    "qwen3moe",
+    "qwen3vlmoe",
+    "rnd1",
     "seed_oss",
     "smallthinker",
+    "smollm3",
     "spark2_5",
     "stablelm",
     "starcoder",
     "starcoder2",
     "talkie",
+    "xverse",
 ];
+
+/// The optional tensors an architecture's graph reads when a file has them but upstream's
+/// loader does not create from metadata for that architecture (its `load_tensors` lacks
+/// them): layer suffixes or global names ([`Builder::record_skips`]).
+fn metadata_skips(arch: &str) -> &'static [&'static str] {
+    const WO_B: &[&str] = &["attn_output.bias"];
+    const WO_B_ROPE: &[&str] = &["attn_output.bias", "rope_freqs.weight"];
+    const BIASES: &[&str] = &[
+        "attn_output.bias",
+        "ffn_down.bias",
+        "ffn_gate.bias",
+        "ffn_up.bias",
+    ];
+    match arch {
+        "arcee" | "bailingmoe" | "command-r" | "deepseek" | "dots1" | "exaone" | "grok"
+        | "maincoder" | "mellum" | "qwen2" | "qwen2moe" | "qwen3moe" | "qwen3vlmoe" | "rnd1" => {
+            WO_B
+        }
+        "cohere2" | "hunyuan-dense" | "hunyuan-moe" | "hunyuan_vl" | "internlm2" | "xverse" => {
+            WO_B_ROPE
+        }
+        "smollm3" | "nanbeige" => BIASES,
+        "jamba" => &["ssm_dt.scale", "ssm_x.scale"],
+        _ => &[],
+    }
+}
 
 /// Whether `llama_model_init_from_user` builds `arch` ([`DECLARES_TENSORS`]).
 pub fn declares_tensors(arch: &str) -> bool {
@@ -407,6 +456,7 @@ pub fn declared_tensors(
     let rope = RopeConfig::resolve(hp, &super::params::RopeOverrides::model_defaults());
     let mut b = Builder::new(model, hp, rope, 1, 1);
     b.record = true;
+    b.record_skips = metadata_skips(&model.arch);
     b.rope_mode = rope_mode(def, hp);
     (def.graph)(&mut b)?;
     let mut table = b.weights;

@@ -174,6 +174,9 @@ pub struct Builder<'m> {
     /// for exists with the shape it asks for, as upstream's loader creates a model's
     /// tensors from hyperparameters alone (`llama_model_init_from_user`).
     pub record: bool,
+    /// In a recording build, the architecture's optional tensors upstream does not create
+    /// from metadata (a layer suffix such as `attn_output.bias`, or a global name).
+    pub record_skips: &'static [&'static str],
 }
 
 /// The optional tensors upstream's loader does not create from metadata although our
@@ -224,6 +227,7 @@ impl<'m> Builder<'m> {
             adapter_tensors: Vec::new(),
             adapter_error: None,
             record: false,
+            record_skips: &[],
         }
     }
 
@@ -231,9 +235,20 @@ impl<'m> Builder<'m> {
     /// request for it would be granted (see [`Builder::weight_opt`]).
     pub fn has(&self, name: &str) -> bool {
         if self.record {
-            return !skipped_when_declaring(name);
+            return !self.skipped(name);
         }
         self.model.tensors.index_of(name).is_some()
+    }
+
+    /// Whether a recording build leaves optional tensor `name` out.
+    fn skipped(&self, name: &str) -> bool {
+        skipped_when_declaring(name)
+            || self.record_skips.iter().any(|s| {
+                name == *s
+                    || name
+                        .strip_suffix(s)
+                        .is_some_and(|head| head.starts_with("blk.") && head.ends_with('.'))
+            })
     }
 
     /// A recording build's answer for weight `name` of shape `want`: the weight as asked
@@ -243,7 +258,7 @@ impl<'m> Builder<'m> {
         if let Some(pos) = self.weights.iter().position(|w| w.name == name) {
             return Some(WeightId(pos));
         }
-        if (optional && skipped_when_declaring(name)) || want.iter().any(|&d| d <= 0) {
+        if (optional && self.skipped(name)) || want.iter().any(|&d| d <= 0) {
             return None;
         }
         let mut ne = [1i64; 4];

@@ -505,6 +505,7 @@ impl CpuExecutor {
             | Op::Dsv4StateSet { .. }
             | Op::Dsv4Compress { .. }
             | Op::FlashAttnComp { .. }
+            | Op::Dsv4LidTopK { .. }
             | Op::LightningIndexer { .. }
             | Op::MsaSelect { .. } => self.node_attention(g, node, model, kv, inp),
             Op::SsmConv { .. }

@@ -131,12 +131,22 @@ impl CpuExecutor {
                 head,
                 eps,
                 rope,
+                hadamard,
                 ..
             } => {
                 self.load_vec(model, &g.weights[norm.0])?;
                 let norm = std::mem::take(&mut self.wvec);
                 let res = dsv4_compress_tokens(
-                    kv, inp, &norm, *src_layer, *dst_layer, *ratio, *overlap, *head, *eps, rope,
+                    kv,
+                    inp,
+                    &norm,
+                    [*src_layer, *dst_layer],
+                    *ratio,
+                    *overlap,
+                    *head,
+                    *eps,
+                    rope,
+                    *hadamard,
                 );
                 self.wvec = norm;
                 res.map_err(|why| ExecError::UnsupportedOp {
@@ -155,8 +165,20 @@ impl CpuExecutor {
                 scale,
                 n_swa,
                 sinks,
+                sel,
                 ..
             } => {
+                // the indexer's picks per token, sorted
+                if let Some(sn) = sel {
+                    let sn = &nodes[*sn];
+                    let vals = &self.arena[sn.offset..sn.offset + sn.len()];
+                    self.sel_rows.resize_with(sn.ne1, Vec::new);
+                    for (set, row) in self.sel_rows.iter_mut().zip(vals.chunks_exact(sn.ne0)) {
+                        set.clear();
+                        set.extend(row.iter().filter(|&&r| r >= 0.0).map(|&r| r as u32));
+                        set.sort_unstable();
+                    }
+                }
                 let sinks = match sinks {
                     Some(w) => {
                         self.load_vec(model, &g.weights[w.0])?;
@@ -177,9 +199,70 @@ impl CpuExecutor {
                     *scale,
                     *n_swa,
                     sinks.as_deref(),
+                    sel.is_some(),
                 );
                 if let Some(v) = sinks {
                     self.wvec = v;
+                }
+            }
+            Op::Dsv4LidTopK {
+                q,
+                w,
+                layer,
+                ratio,
+                head,
+                k,
+                ..
+            } => {
+                let (qn, wn) = (&nodes[*q], &nodes[*w]);
+                let n_head = wn.ne0;
+                let (dst, [qs, ws]) = carve(&mut self.arena, dst_r, [range(qn), range(wn)]);
+                dst.fill(-1.0);
+                let n_vis = |t: usize| (inp.pos[t].max(-1) + 1) as usize / ratio;
+                let max_vis = (0..ne1).map(n_vis).max().unwrap_or(0);
+                let n_view = max_vis.next_multiple_of(256).max(256);
+                let l = &kv.layers[*layer];
+                let keys = KvLayerRows {
+                    buf: &l.k,
+                    width: l.n_embd_k,
+                    cast_f16: false,
+                };
+                let (scores, idx, krow) =
+                    (&mut self.ix_scores, &mut self.topk_i32, &mut self.ix_krow);
+                let mut blocks: Option<(usize, Vec<i64>)> = None;
+                for t in 0..ne1 {
+                    let seq = inp.seq[t];
+                    if blocks.as_ref().is_none_or(|(s, _)| *s != seq) {
+                        let by_pos = rows_by_pos(kv, seq, max_vis * ratio);
+                        let b = (0..n_view)
+                            .map(|b| {
+                                if b < max_vis {
+                                    by_pos[b * ratio + ratio - 1]
+                                } else {
+                                    -1
+                                }
+                            })
+                            .collect();
+                        blocks = Some((seq, b));
+                    }
+                    let rows = &blocks.as_ref().expect("just made").1;
+                    let ks = BlockRows { keys: &keys, rows };
+                    let nv = n_vis(t);
+                    let visible = |b: u32| (b as usize) < nv && rows[b as usize] >= 0;
+                    ops::indexer_scores(
+                        &qs[t * qn.ne0..(t + 1) * qn.ne0],
+                        &ws[t * n_head..(t + 1) * n_head],
+                        *head,
+                        &ks,
+                        0..n_view as u32,
+                        &visible,
+                        krow,
+                        scores,
+                    );
+                    ops::top_k_set(scores, (*k).min(n_view), idx);
+                    for (d, &i) in dst[t * k..(t + 1) * k].iter_mut().zip(idx.iter()) {
+                        *d = i as f32;
+                    }
                 }
             }
             Op::SetRows { src, layer, v } => {
@@ -438,13 +521,13 @@ fn dsv4_compress_tokens(
     kv: &mut KvCache,
     inp: &Inputs,
     norm: &[f32],
-    src_layer: usize,
-    dst_layer: usize,
+    [src_layer, dst_layer]: [usize; 2],
     ratio: usize,
     overlap: bool,
     head: usize,
     eps: f32,
     rope: &ops::RopeParams,
+    hadamard: usize,
 ) -> Result<(), String> {
     // state rows: [kv | score], each `w` wide (two halves with the overlap)
     let w = if overlap { 2 * head } else { head };
@@ -506,9 +589,36 @@ fn dsv4_compress_tokens(
             &mut cache,
             &mut out,
         );
+        if hadamard > 0 {
+            ops::hadamard_rows(&mut out, hadamard);
+        }
         kv.layers[dst_layer].k.set_row(inp.slots[t] as usize, &out);
     }
     Ok(())
+}
+
+/// Compressed keys by block (`rows`: the cache row of each block, -1 none).
+struct BlockRows<'a> {
+    keys: &'a KvLayerRows<'a>,
+    rows: &'a [i64],
+}
+
+impl ops::KvRows for BlockRows<'_> {
+    fn read(&self, cell: usize, off: usize, dst: &mut [f32]) {
+        match self.rows.get(cell) {
+            Some(&r) if r >= 0 => self.keys.read(r as usize, off, dst),
+            _ => dst.fill(0.0),
+        }
+    }
+    fn half(&self, cell: usize, off: usize, len: usize) -> Option<&[half::f16]> {
+        match self.rows.get(cell) {
+            Some(&r) if r >= 0 => self.keys.half(r as usize, off, len),
+            _ => None,
+        }
+    }
+    fn is_f16(&self) -> bool {
+        self.keys.is_f16()
+    }
 }
 
 /// DeepSeek-V4's compressed keys as attention reads them: per stream of the micro-batch
@@ -578,8 +688,10 @@ impl CpuExecutor {
         scale: f32,
         n_swa: u32,
         sinks: Option<&[f32]>,
+        sparse: bool,
     ) {
         let n_tokens = nodes[q].ne1;
+        let sel_rows = &self.sel_rows;
         // the streams of the micro-batch's tokens, their raw views and compressed blocks
         let mut seqs: Vec<usize> = Vec::new();
         let tok_stream: Vec<usize> = (0..n_tokens)
@@ -643,7 +755,9 @@ impl CpuExecutor {
                     kv.visible(start + off, seq, pos, inp.causal, n_swa)
                 } else {
                     let b = (off - n_raw) as usize;
-                    b < n_vis(t) && blocks[s].get(b).is_some_and(|&r| r >= 0)
+                    b < n_vis(t)
+                        && blocks[s].get(b).is_some_and(|&r| r >= 0)
+                        && (!sparse || sel_rows[t].binary_search(&(b as u32)).is_ok())
                 };
             }
         };

@@ -27,6 +27,10 @@
 #    it, a truncated or missing source fails before anything runs.
 # 7. The grid IQ types with --imatrix: each in-memory row = the row of upstream's
 #    llama-quantize file; without an imatrix the types llama-quantize refuses are failed rows.
+# 8. The sweep users' MoE families on upstream's random-weight fixtures (deepseek2 with MLA,
+#    glm4moe, gpt-oss with sinks and expert biases): a round swapping layer 1's stacked expert
+#    tensor to Q8_0 and Q4_0 in memory gives ok rows of the right byte sizes whose PPL moves
+#    from the base's (the swap reached the decode), each restore hash-checked by the sweep.
 . "$(dirname "$0")/test-common.sh"
 log="$WORK/test-sweep.log"
 if ! cargo test --release --test sweep --bin llama-hotswap-perplexity >"$log" 2>&1; then
@@ -269,4 +273,27 @@ for t in types:
 print("grid types in memory with --imatrix = upstream's llama-quantize files (bytes, PPL, KLD, top-1); KLD: " + ", ".join(klds))
 print("without --imatrix: iq3_s an ok row, the other six refused as llama-quantize refuses them")
 PY
+fx="$(bash scripts/upstream-arch-fixtures.sh)"
+for arch in deepseek2 glm4moe gpt-oss; do
+    rm -f "$out/moe-$arch.csv"*
+    "$ROOT/target/release/llama-hotswap-perplexity" sweep -m "$fx/$arch-moe.gguf" -f "$out/text.txt" \
+        --quantize q8_0,q4_0 --include '^blk\.1\.ffn_down_exps\.weight$' --csv "$out/moe-$arch.csv" \
+        -c 64 -b 64 --chunks 1 -t 2 --plain >"$out/moe-$arch.log" 2>&1 \
+        || { tail -n 20 "$out/moe-$arch.log"; fail "sweep round on the $arch fixture"; }
+    python3 - "$out/moe-$arch.csv" "$out/moe-$arch.log" "$arch" <<'PY'
+import csv, re, sys
+rows = {r["type"]: r for r in csv.DictReader(open(sys.argv[1]))}
+base = float(re.search(r"^sweep: base PPL = (\S+)", open(sys.argv[2]).read(), re.M).group(1))
+assert sorted(rows) == ["q4_0", "q8_0"], rows.keys()
+n = None
+for t, block_bytes in (("q8_0", 34), ("q4_0", 18)):
+    r = rows[t]
+    assert r["status"] == "ok" and r["tensor"] == "blk.1.ffn_down_exps.weight", r
+    n = int(r["bytes"]) // block_bytes * 32 if n is None else n
+    assert int(r["bytes"]) == n // 32 * block_bytes, (t, r["bytes"], n)
+    assert float(r["ppl"]) != base, (t, "the swap did not change the PPL", r["ppl"], base)
+print(f"{sys.argv[3]} fixture: blk.1.ffn_down_exps ({n} values) in Q8_0 PPL {float(rows['q8_0']['ppl']):.4f}, "
+      f"Q4_0 {float(rows['q4_0']['ppl']):.4f} (base {base:.4f}); restores hash-checked")
+PY
+done
 say "sweep: ok"

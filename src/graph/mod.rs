@@ -68,6 +68,17 @@ pub enum GluKind {
     Situ(f32, f32),
 }
 
+impl GluKind {
+    /// SwiGLU with layer `il`'s limit from `limits` as `ggml_swiglu_clamp` (upstream applies
+    /// one only above 1e-6), plain SwiGLU otherwise.
+    pub fn swiglu_clamp_for(limits: &[f32], il: usize) -> GluKind {
+        match limits.get(il) {
+            Some(&l) if l > 1e-6 => GluKind::SwigluClamp(l),
+            _ => GluKind::Swiglu,
+        }
+    }
+}
+
 /// Graph operations, named after ggml's.
 #[derive(Clone, Debug)]
 pub enum Op {

@@ -108,14 +108,6 @@ fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
     hybrid_layers(hp)
 }
 
-/// DSV4's SwiGLU with a limit (`ggml_swiglu_clamp`) when layer `il` has one.
-fn swiglu(limits: &[f32], il: usize) -> GluKind {
-    match limits.get(il) {
-        Some(&l) if l > 1e-6 => GluKind::SwigluClamp(l),
-        _ => GluKind::Swiglu,
-    }
-}
-
 fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
     let hp = b.hp;
     let e = &hp.ext;
@@ -155,7 +147,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let (cur, post, comb) = b.hc_pre_manifold(il, streams, "ffn", HC)?;
         let x = b.rms_norm(cur, Some(ffn_norm), hp.eps_rms);
         let shared = Ffn {
-            act: swiglu(&e.swiglu_limit_shexp, il),
+            act: GluKind::swiglu_clamp_for(&e.swiglu_limit_shexp, il),
             bias: false,
             scaled: false,
         };
@@ -169,13 +161,13 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
                 probs_bias: true,
                 exp_scales: false,
                 groups: (e.n_expert_groups, e.n_group_used),
-                act: swiglu(&e.swiglu_limit_exp, il),
+                act: GluKind::swiglu_clamp_for(&e.swiglu_limit_exp, il),
                 biases: false,
             };
             b.moe_shared_layer(il, x, hp.n_ff_exp, moe, e.n_ff_shexp, shared)?
         };
         streams = b.hc_post_manifold(out, streams, post, comb);
-        streams = cvec_streams(b, streams, il);
+        streams = b.cvec_streams(streams, il, HC);
     }
     // the output rows, then the streams' mean
     let streams = b.get_rows_out(streams);
@@ -190,31 +182,6 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
     let embd = b.rms_norm(cur, Some(norm), hp.eps_rms);
     let logits = b.mul_mat_raw(output, embd);
     Ok(Outputs { logits, embd })
-}
-
-/// The control vector of layer `il` added to every stream (upstream's `build_cvec` on
-/// `[n_embd, hc, T]` broadcasts it).
-fn cvec_streams(b: &mut Builder, streams: NodeId, il: usize) -> NodeId {
-    let has = b
-        .adapters
-        .cvec
-        .as_ref()
-        .and_then(|c| c.tensor_for(il))
-        .is_some();
-    if !has {
-        return streams;
-    }
-    let n = b.hp.n_embd;
-    let mut out: Option<NodeId> = None;
-    for s in 0..HC {
-        let x = b.view(streams, s * n, n);
-        let x = b.cvec(x, il);
-        out = Some(match out {
-            Some(o) => b.concat_heads(o, x, 1),
-            None => x,
-        });
-    }
-    out.expect("hc streams")
 }
 
 /// The rope-less latent attention of layer `il` (the sparse attention's checks on its

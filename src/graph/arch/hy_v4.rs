@@ -80,14 +80,6 @@ fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
     Ok(())
 }
 
-/// Routed experts' SwiGLU: `ggml_swiglu_clamp` where layer `il` has a limit.
-fn swiglu(limits: &[f32], il: usize) -> GluKind {
-    match limits.get(il) {
-        Some(&l) if l > 1e-6 => GluKind::SwigluClamp(l),
-        _ => GluKind::Swiglu,
-    }
-}
-
 fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
     let hp = b.hp;
     let e = &hp.ext;
@@ -122,7 +114,7 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
                 probs_bias: true,
                 exp_scales: false,
                 groups: (e.n_expert_groups, e.n_group_used),
-                act: swiglu(&e.swiglu_limit_exp, il),
+                act: GluKind::swiglu_clamp_for(&e.swiglu_limit_exp, il),
                 biases: false,
             };
             b.moe_shared_layer(il, x, hp.n_ff_exp, moe, e.n_ff_shexp, plain)?

@@ -6,6 +6,31 @@ use super::{BuildError, Builder};
 use crate::graph::{HcMixKind, NodeId, Op, Operand, WeightId};
 
 impl Builder<'_> {
+    /// The control vector of layer `il` added to each of the `hc` streams (upstream's
+    /// `build_cvec` on `[n_embd, hc, T]` broadcasts it); the streams unchanged without one.
+    pub fn cvec_streams(&mut self, streams: NodeId, il: usize, hc: usize) -> NodeId {
+        let has = self
+            .adapters
+            .cvec
+            .as_ref()
+            .and_then(|c| c.tensor_for(il))
+            .is_some();
+        if !has {
+            return streams;
+        }
+        let n = self.hp.n_embd;
+        let mut out: Option<NodeId> = None;
+        for s in 0..hc {
+            let x = self.view(streams, s * n, n);
+            let x = self.cvec(x, il);
+            out = Some(match out {
+                Some(o) => self.concat_heads(o, x, 1),
+                None => x,
+            });
+        }
+        out.expect("hc streams")
+    }
+
     /// Every stream starts as the token's embedding (`ggml_repeat_4d` of `[n_embd, 1, T]`).
     pub fn hc_expand(&mut self, x: NodeId, hc: usize) -> NodeId {
         let n = self.ne0(x);

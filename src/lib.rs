@@ -55,7 +55,7 @@
 //! The core is safe Rust with typed `thiserror` errors: `gguf`, `model`, `hotswap`,
 //! `loader` and `sampling` forbid `unsafe`; `storage` denies it except in `storage::host`
 //! (file mappings and owned arenas, the one OS edge). `unsafe` is otherwise only in `ffi`, at
-//! the device edge (`device::cuda`) and in `kernels` (SIMD intrinsics, the thread pool's
+//! the device edge (`device::cuda`, and `device::host`/`device::numa`: sysconf and CPU affinity) and in `kernels` (SIMD intrinsics, the thread pool's
 //! borrowed jobs, disjoint writes from pool threads), and every block carries a `// SAFETY:`
 //! comment (clippy's `undocumented_unsafe_blocks` is denied).
 

@@ -41,6 +41,7 @@
 pub mod capacity;
 pub mod cuda;
 mod host;
+pub mod numa;
 pub mod rpc;
 
 /// Physical memory of this host in bytes (`MemTotal`), 0 when unknown: what no single

@@ -133,26 +133,24 @@ pub extern "C" fn llama_backend_init() {
 #[no_mangle]
 pub extern "C" fn llama_backend_free() {}
 
-/// Accepts a NUMA strategy. llama-hotswap runs no compute threads, so strategies other than
-/// DISABLED are logged once and have no effect. An out-of-range value is logged and ignored.
+/// Records a NUMA strategy, as upstream's CPU backend (`ggml_numa_init`): once per process,
+/// with the machine's nodes from sysfs. On a machine with more than one node, kernel worker
+/// threads started afterwards are pinned as upstream pins its compute threads (DISTRIBUTE:
+/// worker i on node i mod nodes; ISOLATE: the calling thread's node; NUMACTL: the calling
+/// thread's CPU set; MIRROR: not pinned) and models mapped afterwards are neither prefetched
+/// nor read ahead. On one node nothing changes. An out-of-range value is logged and ignored.
 #[no_mangle]
 pub extern "C" fn llama_numa_init(numa: GgmlNumaStrategy) {
     boundary!("llama_numa_init", (), {
-        let count = ggml_numa_strategy::GGML_NUMA_STRATEGY_COUNT as i32;
-        if !(0..count).contains(&numa.0) {
+        let Some(strategy) = crate::device::numa::Strategy::from_ggml(numa.0) else {
             return Err(FfiError::Invalid(format!(
                 "invalid NUMA strategy {}",
                 numa.0
             )));
-        }
-        if numa.0 != ggml_numa_strategy::GGML_NUMA_STRATEGY_DISABLED as i32 {
-            static ONCE: std::sync::Once = std::sync::Once::new();
-            ONCE.call_once(|| {
-                crate::log_info!(
-                    "llama_numa_init: strategy {} noted; llama-hotswap runs no compute threads, so it has no effect",
-                    numa.0
-                )
-            });
+        };
+        // upstream does nothing at all for DISABLED (not even the node count)
+        if strategy != crate::device::numa::Strategy::Disabled {
+            crate::device::numa::init(strategy);
         }
         Ok(())
     })

@@ -607,7 +607,10 @@ fn load_data(
     let mut readers: Vec<Option<reader::ArenaReader>> = Vec::with_capacity(sources.len());
     for (fi, s) in sources.iter().enumerate() {
         if mode.uses_mmap() {
-            let map = file::map_file(&s.file, true)
+            // With several NUMA nodes, upstream neither prefetches nor reads ahead: each page
+            // is placed on the node of the thread that first computes with it.
+            let numa = crate::device::numa::is_numa();
+            let map = file::map_file(&s.file, !numa, numa)
                 .map_err(|e| file_error(s, format!("failed to mmap: {e}")))?;
             if mode.uses_mlock() {
                 if let Err(e) = map.lock() {

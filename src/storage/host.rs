@@ -5,8 +5,9 @@
 use std::fs::File;
 use std::io;
 
-/// A read-only shared mapping of a whole file.
-pub fn map_file(file: &File, populate: bool) -> io::Result<memmap2::Mmap> {
+/// A read-only shared mapping of a whole file; `random`: advised `MADV_RANDOM` (no
+/// read-ahead, as upstream's mappings on NUMA machines) instead of sequential.
+pub fn map_file(file: &File, populate: bool, random: bool) -> io::Result<memmap2::Mmap> {
     let mut options = memmap2::MmapOptions::new();
     if populate {
         options.populate();
@@ -17,7 +18,11 @@ pub fn map_file(file: &File, populate: bool) -> io::Result<memmap2::Mmap> {
     // The remaining hazard (a host reading weights after truncating a mapped file and before
     // calling reload) is documented in docs/hotswap.md.
     let map = unsafe { options.map(file) }?;
-    let _ = map.advise(memmap2::Advice::Sequential);
+    let _ = map.advise(if random {
+        memmap2::Advice::Random
+    } else {
+        memmap2::Advice::Sequential
+    });
     if populate {
         let _ = map.advise(memmap2::Advice::WillNeed);
     }

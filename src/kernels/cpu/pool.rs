@@ -266,6 +266,8 @@ fn run_tasks(shared: &Shared, task: &(dyn Fn(usize, usize) + Sync + '_), thread_
 }
 
 fn worker_loop(shared: &Shared, index: usize, mut seen: u64) {
+    // Before counting as started: the pool's first job already runs where NUMA puts it.
+    crate::device::numa::pin_worker(index + 1);
     shared.started.fetch_add(1, SeqCst);
     loop {
         seen = wait_for_generation(shared, seen);

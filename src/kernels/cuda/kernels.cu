@@ -7,6 +7,9 @@
 // weights quantizes the activations to Q8_0/Q8_1/Q8_K first (quant.cuh, the same bytes as the
 // CPU) and sums integer products per block; sums of squares and softmax sums in double.
 // quant.cuh (types, half conversions, the quantizer) comes before this file.
+// The mock driver also builds this text as host C++ and runs launches on an emulated grid
+// (ffi-tests/cuda_host.h): a kernel may use the builtins mapped there (thread/block indices,
+// __shared__, __syncthreads, full-mask __shfl_*_sync, __syncwarp); others fail that build.
 
 #define NEG_INF __int_as_float(0xff800000)
 

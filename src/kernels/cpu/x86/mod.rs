@@ -16,6 +16,7 @@
 
 mod float;
 mod gemm_f32;
+mod gemm_k;
 mod gemm_r8;
 mod iq;
 mod k_quants;
@@ -38,6 +39,7 @@ use quants::{q4_0_avx2, q4_1_avx2, q5_0_avx2, q5_1_avx2, q8_0_avx2};
 use vec::dot_f16_ggml_bytes;
 
 pub use gemm_f32::float_panel_fns;
+pub use gemm_k::k_kernel;
 pub use gemm_r8::{
     r8_iq4_nl_values, r8_kernel, r8_pack_q4_0, r8_pack_q4_0x8, r8_pack_q5_0, r8_pack_q8_0,
 };

@@ -175,7 +175,8 @@ pub struct Builder<'m> {
     /// tensors from hyperparameters alone (`llama_model_init_from_user`).
     pub record: bool,
     /// In a recording build, the architecture's optional tensors upstream does not create
-    /// from metadata (a layer suffix such as `attn_output.bias`, or a global name).
+    /// from metadata (a layer suffix such as `attn_output.bias`, which also names a global
+    /// tensor, or `blk.*.<suffix>` for the layers' tensor alone).
     pub record_skips: &'static [&'static str],
 }
 
@@ -185,16 +186,18 @@ pub struct Builder<'m> {
 /// architectures we do not declare (`output.scale`, gemma4's router scale, mpt's
 /// activation scales), and the token table's scale.
 fn skipped_when_declaring(name: &str) -> bool {
-    const SKIPPED: [&str; 7] = [
+    const SKIPPED: [&str; 6] = [
         ".attn_qkv.weight",
         ".attn_qkv.bias",
         ".ffn_gate_up_exps.weight",
         ".attn_kv_b.weight",
         ".ffn_gate_inp.scale",
         ".ffn.act.scales",
-        "output.scale",
     ];
-    name == "token_embd.scale" || SKIPPED.iter().any(|s| name.ends_with(s))
+    // the global names exactly: a layer's `attn_output.scale` is upstream's
+    name == "token_embd.scale"
+        || name == "output.scale"
+        || SKIPPED.iter().any(|s| name.ends_with(s))
 }
 
 /// No adapters (a graph built outside a context).
@@ -240,11 +243,22 @@ impl<'m> Builder<'m> {
         self.model.tensors.index_of(name).is_some()
     }
 
+    /// Whether a recording build leaves optional tensor `name` out (upstream's loader does
+    /// not create it from metadata).
+    pub fn skips_when_declaring(&self, name: &str) -> bool {
+        self.skipped(name)
+    }
+
     /// Whether a recording build leaves optional tensor `name` out.
     fn skipped(&self, name: &str) -> bool {
         skipped_when_declaring(name)
             || self.record_skips.iter().any(|s| {
-                name == *s
+                // `blk.*.<suffix>`: the layers' tensor only, not a global of that name
+                let (s, layers_only) = match s.strip_prefix("blk.*.") {
+                    Some(suffix) => (suffix, true),
+                    None => (*s, false),
+                };
+                (name == s && !layers_only)
                     || name
                         .strip_suffix(s)
                         .is_some_and(|head| head.starts_with("blk.") && head.ends_with('.'))

@@ -334,18 +334,24 @@ pub static DECLARES_TENSORS: &[&str] = &[
     "arctic",
     "baichuan",
     "bailingmoe",
+    "bailingmoe2",
+    "bailingmoe3",
     "bloom",
     "chatglm",
     "codeshell",
     "cohere2",
+    "cohere2moe",
     "command-r",
     "dbrx",
     "deci",
     "deepseek",
+    "deepseek2",
     "deepseek32",
+    "deepseek4",
     "dots1",
     "dots3note",
     "exaone",
+    "exaone-moe",
     "exaone4",
     "falcon",
     "gemma",
@@ -354,6 +360,7 @@ pub static DECLARES_TENSORS: &[&str] = &[
     "glm-dsa",
     "glm4",
     "glm4moe",
+    "glm5-next",
     "gpt-oss",
     "gpt2",
     "gptneox",
@@ -362,14 +369,18 @@ pub static DECLARES_TENSORS: &[&str] = &[
     "granitehybrid",
     "granitemoe",
     "grok",
+    "grovemoe",
     "hunyuan-dense",
     "hunyuan-moe",
     "hunyuan_vl",
+    "hy_v3",
     "hy_v4",
     "internlm2",
     "jais",
     "jais2",
     "jamba",
+    "kimi-k3",
+    "kimi-linear",
     "laguna",
     "llada-moe",
     "llama",
@@ -377,19 +388,24 @@ pub static DECLARES_TENSORS: &[&str] = &[
     "mamba2",
     "maple",
     "mellum",
+    "mimo2",
     "minicpm",
     "minimax-m2",
     "minimax-m3",
     "mistral3",
+    "mistral4",
+    "mpt",
     "muse-glimmer",
     "nanbeige",
     "nemotron",
     "olmo",
     "olmo2",
     "olmoe",
+    "openelm",
     "orion",
     "paddleocr",
     "phi2",
+    "phi3",
     "plamo",
     "plamo2",
     "plamo3",
@@ -397,7 +413,10 @@ pub static DECLARES_TENSORS: &[&str] = &[
     "qwen",
     "qwen2",
     "qwen2moe",
+    "qwen35",
+    "qwen35moe",
     "qwen3moe",
+    "qwen3next",
     "qwen3vlmoe",
     "rnd1",
     "seed_oss",
@@ -425,7 +444,8 @@ fn metadata_skips(arch: &str) -> &'static [&'static str] {
     ];
     match arch {
         "arcee" | "bailingmoe" | "command-r" | "deepseek" | "dots1" | "exaone" | "grok"
-        | "maincoder" | "mellum" | "qwen2" | "qwen2moe" | "qwen3moe" | "qwen3vlmoe" | "rnd1" => {
+        | "maincoder" | "mellum" | "qwen2" | "qwen2moe" | "qwen3moe" | "qwen3vlmoe" | "rnd1"
+        | "bailingmoe2" => {
             WO_B
         }
         "cohere2" | "hunyuan-dense" | "hunyuan-moe" | "hunyuan_vl" | "internlm2" | "xverse" => {
@@ -433,6 +453,36 @@ fn metadata_skips(arch: &str) -> &'static [&'static str] {
         }
         "smollm3" | "nanbeige" => BIASES,
         "jamba" => &["ssm_dt.scale", "ssm_x.scale"],
+        "mpt" => &["attn_q_norm.weight", "attn_q_norm.bias"],
+        "grovemoe" => &["ffn_gate_up_chexps.weight"],
+        // (the fused experts' scale: upstream's generic pass gives the fused ones none)
+        "cohere2moe" | "hy_v3" | "qwen35moe" | "qwen3next" => &["ffn_gate_up_exps.scale"],
+        "kimi-linear" => &["attn_gate.weight"],
+        "openelm" => &["output.weight"],
+        "phi3" => &[
+            "rope_freqs.weight",
+            "output_norm.bias",
+            "output.bias",
+            "attn_norm.bias",
+            "attn_output.bias",
+            "ffn_norm.bias",
+        ],
+        _ => &[],
+    }
+}
+
+/// The optional tensors upstream's loader creates from metadata for an architecture although
+/// the builder leaves them out for the others (`skipped_when_declaring`: the fused `attn_qkv`
+/// where the loader creates it and no separate Q, K, V): layer suffixes or global names
+/// ([`Builder::record_creates`]).
+fn metadata_creates(arch: &str) -> &'static [&'static str] {
+    match arch {
+        // (bailingmoe2's only Q/K/V projection; the qwen35 family's gated delta net input)
+        "bailingmoe2" | "qwen35" => &["attn_qkv.weight"],
+        // (create_tensor_gate_up_exps: without a file the fused experts' gate and up)
+        "qwen35moe" | "qwen3next" => &["attn_qkv.weight", "ffn_gate_up_exps.weight"],
+        "cohere2moe" | "deepseek2" | "hy_v3" | "mistral4" => &["ffn_gate_up_exps.weight"],
+        "mpt" => &["attn_qkv.weight", "attn_qkv.bias", "ffn.act.scales"],
         _ => &[],
     }
 }
@@ -457,6 +507,7 @@ pub fn declared_tensors(
     let mut b = Builder::new(model, hp, rope, 1, 1);
     b.record = true;
     b.record_skips = metadata_skips(&model.arch);
+    b.record_creates = metadata_creates(&model.arch);
     b.rope_mode = rope_mode(def, hp);
     (def.graph)(&mut b)?;
     let mut table = b.weights;

@@ -293,18 +293,35 @@ fn prompt_shapes(filter: &[String], upstream: Option<&str>, shapes: &[(usize, us
         GgmlType::F16,
         GgmlType::Q4_1,
         GgmlType::Q4_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::IQ4_XS,
     ] {
         if !filter.is_empty() && !filter.iter().any(|f| f.eq_ignore_ascii_case(t.name())) {
             continue;
         }
-        let mut line = format!("  {:<5}", t.name());
+        // the K-quants only where the rows are whole super-blocks (not SmolLM2's 576)
+        if shapes.iter().any(|&(_, k)| k as u64 % t.block_size() != 0) {
+            continue;
+        }
+        let mut line = format!("  {:<6}", t.name());
         let mut total = 0.0;
         for &(n_rows, k) in shapes {
             let row = cpu::row_bytes(t, k);
             let mut w = byte_pattern(n_rows * row);
             if t.is_quantized() {
+                // every f16 field a small normal number
+                let f16_fields: &[usize] = match t {
+                    GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+                    GgmlType::Q6_K => &[208],
+                    _ => &[0],
+                };
                 for block in w.chunks_exact_mut(t.type_size() as usize) {
-                    block[0..2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
+                    for &at in f16_fields {
+                        let v = half::f16::from_f32(0.01).to_bits().to_le_bytes();
+                        block[at..at + 2].copy_from_slice(&v);
+                    }
                 }
             } else {
                 for c in w.chunks_exact_mut(2) {

@@ -1,6 +1,7 @@
 // A fake libcuda.so.1 for exercising src/device/cuda.rs without a GPU (scripts/test-cuda-mock.sh): device memory is host
 // memory, async copies run on a worker thread per stream after a delay (so reusing a staging
-// buffer before its event completes corrupts data), and context binding is checked.
+// buffer before its event completes corrupts data), context binding is checked, and kernel
+// launches run the project's CUDA source built for the host (mock_cuda_kernels.cpp).
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -60,7 +61,8 @@ CUresult cuGetErrorName(CUresult e, const char **s) {
     switch (e) { case 1: *s = "CUDA_ERROR_INVALID_VALUE"; return 0; case 2: *s = "CUDA_ERROR_OUT_OF_MEMORY"; return 0;
     case 3: *s = "CUDA_ERROR_NOT_INITIALIZED"; return 0; case 34: *s = "CUDA_ERROR_STUB_LIBRARY"; return 0;
     case 100: *s = "CUDA_ERROR_NO_DEVICE"; return 0; case 201: *s = "CUDA_ERROR_INVALID_CONTEXT"; return 0;
-    case 218: *s = "CUDA_ERROR_INVALID_PTX"; return 0; case 801: *s = "CUDA_ERROR_NOT_SUPPORTED"; return 0; }
+    case 218: *s = "CUDA_ERROR_INVALID_PTX"; return 0; case 500: *s = "CUDA_ERROR_NOT_FOUND"; return 0;
+    case 719: *s = "CUDA_ERROR_LAUNCH_FAILED"; return 0; case 801: *s = "CUDA_ERROR_NOT_SUPPORTED"; return 0; }
     *s = NULL; return 1;
 }
 CUresult cuGetErrorString(CUresult e, const char **s) {
@@ -182,9 +184,15 @@ CUresult cuEventRecord(CUevent e, CUstream s) { NEED_CTX(); e->s = s; e->target 
 CUresult cuEventSynchronize(CUevent e) { NEED_CTX(); if (e->s) wait_seq(e->s, e->target); return 0; }
 CUresult cuEventDestroy_v2(CUevent e) { NEED_CTX(); free(e); return 0; }
 
-// Compute: modules are accepted (the PTX must look like NVRTC's output) and kernels looked up,
-// but launches are refused with CUDA_ERROR_NOT_SUPPORTED: the mock runs no kernel, so it covers
-// the CUDA executor's set-up (NVRTC, module load, function lookup) and its error path only.
+// Compute: modules are accepted (the PTX must look like NVRTC's output); kernels are looked up
+// in, and launches run by, the host build of the same CUDA source (mock_cuda_kernels.cpp: an
+// emulated grid, blocks in order, a block's threads as fibers). A launch waits for every
+// stream's queued copies (the legacy default stream's ordering) and completes before it
+// returns. MOCK_CUDA_REFUSE_LAUNCH=1 refuses launches with CUDA_ERROR_NOT_SUPPORTED instead.
+const void *mock_kernel_lookup(const char *name);
+int mock_kernel_run(const void *entry, const unsigned grid[3], const unsigned block[3], unsigned shared, void **params);
+void mock_violation(const char *what) { violation(what); }
+int mock_is_device_pointer(const void *p) { return find(p, 1, 0); }
 typedef struct module { int loaded; } *CUmodule;
 static int modules;
 CUresult cuModuleLoadData(CUmodule *m, const void *image) {
@@ -194,12 +202,18 @@ CUresult cuModuleLoadData(CUmodule *m, const void *image) {
 }
 CUresult cuModuleGetFunction(void **f, CUmodule m, const char *name) {
     NEED_CTX(); if (!m || !m->loaded) { violation("function of an unloaded module"); return 1; }
-    *f = (void *)name; return 0;
+    const void *entry = mock_kernel_lookup(name);
+    if (!entry) return 500; /* CUDA_ERROR_NOT_FOUND */
+    *f = (void *)entry; return 0;
 }
 CUresult cuModuleUnload(CUmodule m) { NEED_CTX(); if (!m || !m->loaded) { violation("double unload"); return 1; } m->loaded = 0; free(m); __atomic_sub_fetch(&modules, 1, __ATOMIC_SEQ_CST); return 0; }
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, CUstream s, void **params, void **extra) {
-    (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shared; (void)s; (void)params; (void)extra;
-    NEED_CTX(); return 801;
+    NEED_CTX();
+    if (getenv("MOCK_CUDA_REFUSE_LAUNCH")) return 801;
+    if (s != NULL || extra != NULL) { violation("launch on a created stream or with extra (not emulated)"); return 1; }
+    unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+    drain_all();
+    return mock_kernel_run(f, grid, block, shared, params) ? 719 /* CUDA_ERROR_LAUNCH_FAILED */ : 0;
 }
 CUresult cuCtxSynchronize(void) { NEED_CTX(); drain_all(); return 0; }

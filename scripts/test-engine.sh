@@ -39,8 +39,9 @@ ln -sf libllama.so "$ours/libllama.so.0"
 models_dir="$LLAMA_HOTSWAP_CACHE/models/engine"
 mkdir -p "$models_dir"
 # (Q4_K_M: SmolLM2's 576-wide rows are no multiple of 256, so llama-quantize falls back to
-# Q5_0 for most of them: the fast mode's Q5_0 product, with Q4_K/Q6_K ffn_down beside it)
-for t in Q8_0 Q4_0 F16 Q4_K_M; do
+# Q5_0 for most of them: the fast mode's Q5_0 product, with Q4_K/Q6_K ffn_down beside it;
+# Q5_K_M likewise with Q5_K/Q6_K ffn_down: the fast K-quant kernels of plain rows)
+for t in Q8_0 Q4_0 F16 Q4_K_M Q5_K_M; do
     f="$models_dir/SmolLM2-135M-Instruct.$t.gguf"
     [ -s "$f" ] || LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --allow-requantize "$model" "$f.tmp" "$t" \
         >"$out/quantize-$t.log" 2>&1 && mv "$f.tmp" "$f" 2>/dev/null || true
@@ -417,9 +418,12 @@ check_hostile() {
 # builds (AVX2 and generic, i.e. our exact mode with LLAMA_HOTSWAP_KERNELS=scalar or not) are
 # 1.9e-3 apart there (measured 2026-11-28), so that row has upstream's quantized bound, 1e-2.
 # So has Q4_K_M, mostly Q5_0 on SmolLM2 (r8 products, integer sums per block, against the
-# exact mode's tinyBLAS lanes): fast vs exact 3.5e-3, upstream's AVX2 vs generic 3.6e-3.
-check_fast() { # NAME MODEL MAX_KL [env...]
-    local name=$1 file=$2 max_kl=$3; shift 3
+# exact mode's tinyBLAS lanes): fast vs exact 3.5e-3, upstream's AVX2 vs generic 3.6e-3; and
+# Q5_K_M, and the MoE model's Q4_K_M (its K-quant products sum per super-block, not in the
+# exact mode's order: the same float-order floor of re-quantized activations; their top-1
+# rows at a lead of 0.5, see run_fast_rows).
+check_fast() { # NAME MODEL MAX_KL [env...] (FAST_MARGIN: the top-1 margin, 0.25 unless set)
+    local name=$1 file=$2 max_kl=$3 margin=${FAST_MARGIN:-0.25}; shift 3
     local mode
     for mode in exact fast; do
         local flag=1; [ "$mode" = fast ] && flag=0
@@ -432,7 +436,7 @@ check_fast() { # NAME MODEL MAX_KL [env...]
         echo "FAIL $name: the runs did not log their kernel modes"; failed=$((failed + 1)); return
     fi
     local stats
-    if ! stats="$("$out/compare_logits" "$out/$name.exact.bin" "$out/$name.fast.bin" "$max_kl" 0.99 0.25)"; then
+    if ! stats="$("$out/compare_logits" "$out/$name.exact.bin" "$out/$name.fast.bin" "$max_kl" 0.99 "$margin")"; then
         echo "FAIL $name: $stats"; failed=$((failed + 1)); return
     fi
     if ! diff -q "$out/$name.exact.txt" "$out/$name.fast.txt" >/dev/null; then
@@ -444,19 +448,24 @@ check_fast() { # NAME MODEL MAX_KL [env...]
 }
 run_fast_rows() {
     check_fast fast-smollm2-q4_1 "$model" 1e-4
-    for t in Q8_0 Q4_0 F16 IQ4_NL-pure Q4_K_M; do
+    for t in Q8_0 Q4_0 F16 IQ4_NL-pure Q4_K_M Q5_K_M; do
         f="$models_dir/SmolLM2-135M-Instruct.$t.gguf"
-        kl=1e-4; [ "$t" = Q8_0 ] || [ "$t" = Q4_K_M ] && kl=1e-2
-        if [ -s "$f" ]; then check_fast "fast-smollm2-${t,,}" "$f" "$kl"; fi
+        kl=1e-4; [ "$t" = Q8_0 ] || [ "$t" = Q4_K_M ] || [ "$t" = Q5_K_M ] && kl=1e-2
+        # the K_M rows: top-1 where exact leads by 0.5 (upstream's own AVX2 and generic builds
+        # move one of this prompt's Q4_K_M rows from a lead of 0.4-0.5 to under 0.25; the fast
+        # mode flips that row: 1 of 84, top-1 0.988 overall against upstream's 0.976)
+        margin=0.25; [ "$t" = Q4_K_M ] || [ "$t" = Q5_K_M ] && margin=0.5
+        if [ -s "$f" ]; then FAST_MARGIN=$margin check_fast "fast-smollm2-${t,,}" "$f" "$kl"; fi
     done
     check_fast fast-smollm2-q8_0-1thread "$models_dir/SmolLM2-135M-Instruct.Q8_0.gguf" 1e-2 PROBE_THREADS=1
     # MUL_MAT_ID: a qwen3moe-shaped model of 16 experts, 4 used (scripts/gen_bench_model.py
     # moe-small, requantized by upstream): ~17 of the 68 prompt rows per expert take the r8
     # kernels, the decode steps the one-job mat-vec path; exact mode against upstream too
-    for t in Q8_0 Q4_0; do
+    for t in Q8_0 Q4_0 Q4_K_M; do
         f="$(moe_small "$t")" || { echo "FAIL moe-small-$t: no model (gen_bench_model.py moe-small, llama-quantize)"; failed=$((failed + 1)); continue; }
         CHECK_TOKENS="$long_prompt" check "moe-qwen3moe-small-${t,,}" "$f" 1e-2
-        check_fast "fast-qwen3moe-small-${t,,}" "$f" 1e-4
+        kl=1e-4; [ "$t" = Q4_K_M ] && kl=1e-2
+        check_fast "fast-qwen3moe-small-${t,,}" "$f" "$kl"
     done
 }
 # moe_small TYPE: the small generated qwen3moe model requantized to TYPE (cached)

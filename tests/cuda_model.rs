@@ -189,9 +189,10 @@ fn load_and_compare(
 }
 
 /// CUDA compute behind its switch: off, a model on a GPU is refused as before; on, against
-/// the mock driver (which accepts modules and refuses launches), the context is made (kernels
-/// compiled by NVRTC, module loaded, every kernel found) and a decode fails with the driver's
-/// error and a return code, never a crash. On a real GPU, tests/cuda_compute.rs checks results.
+/// the mock driver told to refuse launches (`MOCK_CUDA_REFUSE_LAUNCH`), the context is made
+/// (kernels compiled by NVRTC, module loaded, every kernel found) and a decode fails with the
+/// driver's error and a return code, never a crash. The results: tests/cuda_compute.rs (the
+/// mock's emulated kernels, and a real GPU).
 #[test]
 fn cuda_compute_switch_and_launch_failure() {
     if skip() {
@@ -228,5 +229,8 @@ fn cuda_compute_switch_and_launch_failure() {
         e.raw.clear();
         e.raw.tokens.extend_from_slice(&[1, 2, 3]);
     }
-    assert_eq!(ctx.decode(), -3, "a refused launch fails the decode");
+    std::env::set_var("MOCK_CUDA_REFUSE_LAUNCH", "1");
+    let code = ctx.decode();
+    std::env::remove_var("MOCK_CUDA_REFUSE_LAUNCH");
+    assert_eq!(code, -3, "a refused launch fails the decode");
 }

@@ -831,6 +831,14 @@ impl CudaExecutor {
                 let (mp, lo, width) = self.mask(kv, inp, n_tokens, *n_swa)?;
                 let l = &kv.layers[*layer];
                 let (k, v) = &self.kv[*layer];
+                // the CPU engine's (upstream's) roundings: with flash attention an F32 cache is
+                // cast to F16; below a tile of queries the one-row kernel takes Q in F16 and
+                // accumulates V in F16 (the tiled kernel keeps Q and the sums in f32)
+                let flags = match (inp.flash_attn, n_tokens < ops::TILE_Q) {
+                    (false, _) => 0,
+                    (true, false) => 2,
+                    (true, true) => 1 | 2 | 4,
+                };
                 self.launch(
                     "k_flash_attn",
                     (*n_head as u32, n_tokens as u32, 1),
@@ -853,7 +861,7 @@ impl CudaExecutor {
                         I32(l.n_embd_v as i32),
                         F32(*scale),
                         F32(*softcap),
-                        I32(inp.flash_attn as i32),
+                        I32(flags),
                     ],
                 )?;
             }

@@ -4,7 +4,9 @@
 //! and one branch per function here.
 
 use super::r8_layout::{
-    iq4_nl_values, pack_q4_0, pack_q4_0x8, pack_q5_0, pack_q8_0, r8_scalar, R8Fn, R8_ROWS,
+    iq4_nl_values, pack_q4_0, pack_q4_0x8, pack_q5_0, pack_q8_0, q4_k_rows_scalar,
+    q4_kx8_scalar, q5_k_rows_scalar, q6_k_rows_scalar, r8_scalar, KGroupFn, KLayout, R8Fn,
+    R8_ROWS,
 };
 use super::type_traits::*;
 use super::vec::*;
@@ -384,4 +386,19 @@ pub fn r8_iq4_nl_values_fn() -> fn(usize, &mut [u8]) {
         return f;
     }
     iq4_nl_values
+}
+
+/// The fast mode's K-quant group kernel for `layout` (`r8_layout::KGroupFn`): AVX2 when the
+/// CPU has it, else the scalar reference (the same bits either way).
+pub fn k_kernel(layout: KLayout) -> KGroupFn {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(f) = x86::k_kernel(layout) {
+        return f;
+    }
+    match layout {
+        KLayout::Q4Kx8 => q4_kx8_scalar,
+        KLayout::Q4K => q4_k_rows_scalar,
+        KLayout::Q5K => q5_k_rows_scalar,
+        KLayout::Q6K => q6_k_rows_scalar,
+    }
 }

@@ -5,10 +5,16 @@
 //! needs nothing re-derived) and sweeps every activation column over a group while it sits in
 //! L1; threads split the output rows. Results differ from the exact mode's only by float
 //! summation order (KL ≤ 1e-4 on the real models, `scripts/test-engine.sh`).
+//!
+//! The K-quants (Q4_K repacked at load into `Q4Kx8`, plain Q4_K/Q5_K/Q6_K rows) take the
+//! group kernels of `r8_layout::KGroupFn` over the exact mode's Q8_K activations: per
+//! super-block of 8 rows the quants made ready once for all columns, the sub-block scales and
+//! mins inside the integer sums, the min term from the activations' `bsums`, the float work
+//! once per super-block (ik_llama.cpp's technique; our layout and code).
 
 use super::blocks::{Q4_0_BYTES, Q5_0_BYTES, Q8_0_BYTES, Q8_K_BYTES, QK, QK_K};
 use super::dispatch::{
-    r8_iq4_nl_values_fn, r8_kernel, r8_pack_q4_0_fn, r8_pack_q4_0x8_fn, r8_pack_q5_0_fn,
+    k_kernel, r8_iq4_nl_values_fn, r8_kernel, r8_pack_q4_0_fn, r8_pack_q4_0x8_fn, r8_pack_q5_0_fn,
     r8_pack_q8_0_fn,
 };
 use super::pool::{SharedOut, ThreadPool};
@@ -38,6 +44,12 @@ pub enum FastWeight<'a> {
     /// The bytes of a repacked `Q4Kx8` weight (groups of 8 Q4_K rows); its activations are
     /// Q8_K rows (the exact mode's), not Q8_0.
     Q4Kx8(&'a [u8]),
+    /// Plain rows of a K-quant ([`k_layout`]), `row_stride` bytes apart; Q8_K activations.
+    KRows {
+        layout: KLayout,
+        bytes: &'a [u8],
+        row_stride: usize,
+    },
 }
 
 /// The weight types the r8 kernels take (blocks of 32 with one f16 scale, Q8_0 activations).
@@ -55,11 +67,31 @@ pub fn takes(t: GgmlType, n_rows: usize, m: usize) -> bool {
     r8_type(t) && n_rows % R8_ROWS == 0 && n_rows > 0 && m >= FAST_MIN_COLS && super::mode::fast()
 }
 
-/// Whether Q4_K prompt products take [`FastWeight::Q4Kx8`]: not yet. Measured 2026-11-29 (1
-/// thread, CPU time, 128 rows, loaded host), it is 0.9–1.8× the time of the exact mode's
-/// repacked `q4_K_8x8` gemm (65% in the r8 kernel, ~25% packing and the min term): no gain
-/// until the kernel takes the min term in its lanes and packs with SIMD.
-const Q4_K_FAST: bool = false;
+/// The [`KLayout`] of the fast K-quant products of plain rows of `t`, if they take it.
+pub fn k_layout(t: GgmlType) -> Option<KLayout> {
+    match t {
+        GgmlType::Q4_K => Some(KLayout::Q4K),
+        GgmlType::Q5_K => Some(KLayout::Q5K),
+        GgmlType::Q6_K => Some(KLayout::Q6K),
+        _ => None,
+    }
+}
+
+/// Whether the fast mode takes a product of a plain `t` weight (a [`k_layout`] type) of
+/// `n_rows` rows of `k` with `m` activation columns: a multiple of 8 rows and of 256
+/// elements, at least [`FAST_MIN_COLS`] columns, when the mode is fast.
+pub fn takes_k(t: GgmlType, n_rows: usize, k: usize, m: usize) -> bool {
+    k_layout(t).is_some()
+        && n_rows % R8_ROWS == 0
+        && n_rows > 0
+        && k % QK_K == 0
+        && k > 0
+        && m >= FAST_MIN_COLS
+        && super::mode::fast()
+}
+
+/// Whether Q4_K prompt products take [`FastWeight::Q4Kx8`] (the K-quant group kernel).
+const Q4_K_FAST: bool = true;
 
 /// Whether the fast mode takes a product of a repacked weight of plain type `t` (the
 /// [`r8_type`]s and Q4_K) with `n_rows` rows and `m` activation columns.
@@ -94,9 +126,21 @@ pub fn mul_mat_fast(
     if m == 0 || n_rows == 0 {
         return;
     }
-    if let FastWeight::Q4Kx8(bytes) = w {
-        let x = (x, x_row_bytes, m);
-        return mul_mat_fast_q4_k(bytes, n_rows, k, x, dst, dst_stride, dst_offset, pool);
+    let x3 = (x, x_row_bytes, m);
+    match w {
+        FastWeight::Q4Kx8(bytes) => {
+            let w = (KLayout::Q4Kx8, bytes, 0);
+            return mul_mat_fast_k(w, n_rows, k, x3, dst, dst_stride, dst_offset, pool);
+        }
+        FastWeight::KRows {
+            layout,
+            bytes,
+            row_stride,
+        } => {
+            let w = (layout, bytes, row_stride);
+            return mul_mat_fast_k(w, n_rows, k, x3, dst, dst_stride, dst_offset, pool);
+        }
+        _ => {}
     }
     let nb = k / QK;
     assert!(
@@ -142,7 +186,7 @@ pub fn mul_mat_fast(
             };
             (values, g)
         }
-        FastWeight::Q4Kx8(_) => unreachable!("Q4_K takes mul_mat_fast_q4_k"),
+        FastWeight::Q4Kx8(_) | FastWeight::KRows { .. } => unreachable!("K-quants"),
     };
     // per column and block: the scale, and 8 × the quants' sum (the nibbles' offset)
     let mut dx = vec![0f32; m * nb];
@@ -172,7 +216,7 @@ pub fn mul_mat_fast(
                     bytes,
                     row_stride,
                 } => pack_group(t, bytes, row_stride, g, nb, &mut packed),
-                FastWeight::Q4Kx8(_) => unreachable!("Q4_K takes mul_mat_fast_q4_k"),
+                FastWeight::Q4Kx8(_) | FastWeight::KRows { .. } => unreachable!("K-quants"),
                 FastWeight::Q4_0x8(bytes) | FastWeight::Iq4NlX8(bytes) => {
                     let src = &bytes[g * group_src_bytes..(g + 1) * group_src_bytes];
                     pack4x8(src, nb, &mut packed);
@@ -203,14 +247,15 @@ pub fn mul_mat_fast(
     pool.parallel_for(nchunk, &run);
 }
 
-/// [`mul_mat_fast`] of a repacked `Q4Kx8` weight with `x` = (Q8_K rows, their stride, `m`):
-/// per sub-block of 32 the r8 kernel's exact integer sum of nibbles and activation quants,
-/// scaled by `d · sc · d_x`, minus the min term `dmin · m · d_x · Σ x_q` (the activations'
-/// block sums, `bsums`), so the activations are the exact mode's and only the float order
-/// differs.
+/// [`mul_mat_fast`] of a K-quant weight `(layout, bytes, row_stride)` (a repacked `Q4Kx8`
+/// weight, or plain rows) with `x` = (Q8_K rows, their stride, `m`): the group kernel of
+/// `r8_layout::KGroupFn` (sub-block scales and mins inside the integer sums, the min term
+/// from the activations' `bsums`, float work once per super-block); the activations are the
+/// exact mode's, only the float order differs. Tasks split the groups; each sweeps all
+/// columns over its groups.
 #[allow(clippy::too_many_arguments)]
-fn mul_mat_fast_q4_k(
-    w: &[u8],
+fn mul_mat_fast_k(
+    (layout, w, row_stride): (KLayout, &[u8], usize),
     n_rows: usize,
     k: usize,
     (x, x_row_bytes, m): (&[u8], usize, usize),
@@ -219,13 +264,16 @@ fn mul_mat_fast_q4_k(
     dst_offset: usize,
     pool: &ThreadPool,
 ) {
-    assert!(k % QK_K == 0, "Q4_K product of {k} columns");
+    assert!(k % QK_K == 0, "{layout:?} product of {k} columns");
     let nbk = k / QK_K;
-    let nb = nbk * 8;
-    let group_bytes = nbk * Q4_KX8_BLOCK_BYTES;
+    // bytes from one group's start to the next
+    let group_bytes = match layout {
+        KLayout::Q4Kx8 => nbk * Q4_KX8_BLOCK_BYTES,
+        _ => R8_ROWS * row_stride,
+    };
     assert!(
-        w.len() >= n_rows / R8_ROWS * group_bytes,
-        "Q4Kx8 weight: {} bytes",
+        w.len() >= (n_rows / R8_ROWS - 1) * group_bytes,
+        "{layout:?} weight: {} bytes",
         w.len()
     );
     assert!(
@@ -239,67 +287,25 @@ fn mul_mat_fast_q4_k(
     );
     let need = (m - 1) * dst_stride + dst_offset + n_rows;
     assert!(dst.len() >= need, "dst: {} values, needs {need}", dst.len());
-    let xq_row = nb * Q8_0_BYTES;
-    let mut xq = vec![0u8; m * xq_row];
-    let mut dx = vec![0f32; m * nb];
-    let mut xs = vec![0i32; m * nb];
-    q8_k_as_blocks(x, x_row_bytes, m, nbk, &mut xq, &mut dx, &mut xs);
-    let sx = vec![0i32; m * nb];
-    let kernel = r8_kernel();
+    let kernel = k_kernel(layout);
     let groups = n_rows / R8_ROWS;
     let nchunk = groups.min(pool.n_threads() * 4).max(1);
     let per = groups.div_ceil(nchunk);
     let nchunk = groups.div_ceil(per);
     let out = SharedOut::new(dst);
     let run = |task: usize, _thread: usize| {
-        let mut packed = vec![0u8; nb * R8_BLOCK_BYTES];
-        let mut mins = vec![0u8; nb * R8_ROWS];
-        let mut dmins = vec![0f32; nbk * R8_ROWS];
+        let mut vals = vec![[0f32; R8_ROWS]; m];
         for g in task * per..((task + 1) * per).min(groups) {
-            pack_q4_kx8(
-                &w[g * group_bytes..(g + 1) * group_bytes],
-                nbk,
-                &mut packed,
-                &mut mins,
-                &mut dmins,
-            );
-            let cols = GroupColumns {
-                kernel,
-                values: R8Values::Nibble4,
-                nb,
-                x: &xq,
-                x_row_bytes: xq_row,
-                dx: &dx,
-                sx: &sx,
-            };
-            cols.run(&packed, 0..m, |c, v| {
-                // per super-block: the integer Σ_s m · Σ x_q, then one float product (upstream's
-                // order for the min term)
-                let mut min_term = [0f32; R8_ROWS];
-                for sb in 0..nbk {
-                    let mut isum = [0i32; R8_ROWS];
-                    for s in 0..8 {
-                        let b = 8 * sb + s;
-                        let bs = xs[c * nb + b];
-                        let mb = &mins[b * R8_ROWS..(b + 1) * R8_ROWS];
-                        for r in 0..R8_ROWS {
-                            isum[r] += i32::from(mb[r]) * bs;
-                        }
-                    }
-                    let d8 = dx[c * nb + 8 * sb];
-                    for r in 0..R8_ROWS {
-                        min_term[r] += dmins[sb * R8_ROWS + r] * d8 * isum[r] as f32;
-                    }
-                }
+            // the kernel checks that the group's rows are all there
+            kernel(nbk, &w[g * group_bytes..], row_stride, x, x_row_bytes, m, &mut vals);
+            for (c, v) in vals.iter().enumerate() {
                 let at = c * dst_stride + dst_offset + g * R8_ROWS;
-                // SAFETY: as in `mul_mat_fast`: group g belongs to this task alone, so these 8
-                // outputs of column c are written once, by this task; in bounds as asserted
-                // above; `dst` stays mutably borrowed until parallel_for returns.
-                let o = unsafe { out.slice(at, R8_ROWS) };
-                for r in 0..R8_ROWS {
-                    o[r] = v[r] - min_term[r];
-                }
-            });
+                // SAFETY: group g belongs to this task alone (groups are split among the
+                // tasks, each task covers every column), so these 8 outputs of column c are
+                // written once, by this task; in bounds as asserted above; `dst` stays
+                // mutably borrowed until parallel_for returns.
+                unsafe { out.slice(at, R8_ROWS) }.copy_from_slice(v);
+            }
         }
     };
     pool.parallel_for(nchunk, &run);
@@ -489,27 +495,16 @@ mod tests {
         }
     }
 
-    /// The fast product of a repacked Q4_K weight (random Q4_K blocks: every bit pattern is
-    /// valid) with Q8_K activations agrees with the scalar reference Q4_K · Q8_K dot products
-    /// (the same integers; the scales and the min term in another float order), at 1 and 3
-    /// threads and column counts that leave every tail shape.
+    /// The fast K-quant products (a repacked Q4_K weight, plain Q4_K, Q5_K and Q6_K rows;
+    /// random blocks: every bit pattern is valid given sane f16 scales) with Q8_K activations
+    /// agree with the scalar reference dot products (the same integers; the scales and the
+    /// min term in another float order), at 1 and 3 threads and column counts that leave
+    /// every tail shape.
     #[test]
-    fn q4_k_fast_products_agree_with_the_reference_dots() {
-        use crate::kernels::cpu::blocks::Q4_K_BYTES;
+    fn k_quant_fast_products_agree_with_the_reference_dots() {
         use crate::kernels::cpu::repack_layout::{repack, RepackKind};
         let mut next = xorshift(0x51_7cc1_b727_220a);
         let (n_rows, k, m) = (24, 512, 11);
-        let nbk = k / QK_K;
-        let mut wq = vec![0u8; n_rows * nbk * Q4_K_BYTES];
-        for blk in wq.chunks_exact_mut(Q4_K_BYTES) {
-            let d = half::f16::from_f32(0.002 + 0.002 * next().abs());
-            let dmin = half::f16::from_f32(0.001 + 0.002 * next().abs());
-            blk[..2].copy_from_slice(&d.to_le_bytes());
-            blk[2..4].copy_from_slice(&dmin.to_le_bytes());
-            for q in &mut blk[4..] {
-                *q = (next() * 1e4) as i32 as u8;
-            }
-        }
         let xf: Vec<f32> = (0..m * k).map(|_| next()).collect();
         let xq_row = row_bytes(GgmlType::Q8_K, k);
         let mut xq = vec![0u8; m * xq_row];
@@ -520,25 +515,53 @@ mod tests {
                 &mut xq[j * xq_row..],
             );
         }
-        let wr = nbk * Q4_K_BYTES;
-        let mut want = vec![0f32; m * n_rows];
-        for j in 0..m {
-            for i in 0..n_rows {
-                want[j * n_rows + i] =
-                    vec_dot_scalar(GgmlType::Q4_K, k, &wq[i * wr..], &xq[j * xq_row..]);
+        for (t, f16_fields) in [
+            (GgmlType::Q4_K, &[0usize, 2][..]),
+            (GgmlType::Q5_K, &[0, 2][..]),
+            (GgmlType::Q6_K, &[208][..]),
+        ] {
+            let wr = row_bytes(t, k);
+            let mut wq = vec![0u8; n_rows * wr];
+            for blk in wq.chunks_exact_mut(t.type_size() as usize) {
+                for q in blk.iter_mut() {
+                    *q = (next() * 1e4) as i32 as u8;
+                }
+                for &at in f16_fields {
+                    let v = half::f16::from_f32(0.001 + 0.002 * next().abs());
+                    blk[at..at + 2].copy_from_slice(&v.to_le_bytes());
+                }
             }
-        }
-        let repacked = repack(RepackKind::Q4Kx8, GgmlType::Q4_K, &wq, n_rows, k);
-        for threads in [1, 3] {
-            let pool = ThreadPool::new(threads);
-            let mut got = vec![f32::NAN; m * n_rows];
-            let w = FastWeight::Q4Kx8(repacked.bytes());
-            mul_mat_fast(w, n_rows, k, &xq, xq_row, m, &mut got, n_rows, 0, &pool);
-            for (i, (g, e)) in got.iter().zip(&want).enumerate() {
-                assert!(
-                    (g - e).abs() <= 1e-4 * (1.0 + e.abs()),
-                    "Q4_K, {threads} threads: output {i}: {g} vs {e}"
-                );
+            let mut want = vec![0f32; m * n_rows];
+            for j in 0..m {
+                for i in 0..n_rows {
+                    want[j * n_rows + i] = vec_dot_scalar(t, k, &wq[i * wr..], &xq[j * xq_row..]);
+                }
+            }
+            let layout = k_layout(t).expect("a K-quant");
+            let mut weights = vec![FastWeight::KRows {
+                layout,
+                bytes: &wq,
+                row_stride: wr,
+            }];
+            let repacked;
+            if t == GgmlType::Q4_K {
+                repacked = repack(RepackKind::Q4Kx8, t, &wq, n_rows, k);
+                weights.push(FastWeight::Q4Kx8(repacked.bytes()));
+            }
+            for (wi, w) in weights.into_iter().enumerate() {
+                for threads in [1, 3] {
+                    let pool = ThreadPool::new(threads);
+                    for m in [m, 8] {
+                        let mut got = vec![f32::NAN; m * n_rows];
+                        mul_mat_fast(w, n_rows, k, &xq, xq_row, m, &mut got, n_rows, 0, &pool);
+                        for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                            assert!(
+                                (g - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                                "{t} weight {wi}, {threads} threads, {m} columns: output {i}: {g} vs {e}"
+                            );
+                        }
+                    }
+                }
             }
         }
     }

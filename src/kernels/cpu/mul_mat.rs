@@ -241,6 +241,29 @@ pub fn mul_mat_prepared(
         );
         return;
     }
+    if let Some(layout) = super::fast_gemm::k_layout(t)
+        .filter(|_| super::fast_gemm::takes_k(t, n_rows, act.k, act.m))
+    {
+        // the fast mode's K-quant group kernels (prompt processing), not upstream's order
+        let w = super::fast_gemm::FastWeight::KRows {
+            layout,
+            bytes: w,
+            row_stride: w_row,
+        };
+        super::fast_gemm::mul_mat_fast(
+            w,
+            n_rows,
+            act.k,
+            act.bytes,
+            act.row_bytes,
+            act.m,
+            dst,
+            dst_stride,
+            dst_row_offset,
+            pool,
+        );
+        return;
+    }
     let layout = BatchedLayout {
         n_rows,
         k: act.k,

@@ -4,15 +4,16 @@
 //! layer of 64+ experts wakes the pool once, not once per expert, and a thread that finishes
 //! one expert's rows moves on to the next expert's.
 //!
-//! Per expert: in fast mode, a Q8_0 or Q4_0 expert with at least [`R8_MIN_COLS`] rows routed
-//! to it runs the r8 kernels (`fast_gemm.rs`) over its rows, gathered once; an expert with
+//! Per expert: in fast mode, a Q8_0, Q4_0, Q5_0 or IQ4_NL expert with at least
+//! [`R8_MIN_COLS`] rows routed to it runs the r8 kernels (`fast_gemm.rs`) over its rows,
+//! gathered once (a Q4_K expert the Q4_K group kernel, its groups packed per task); an expert with
 //! one routed row takes the matrix-vector dot (`matvec_dot_fn`), the kernel
 //! `mul_mat` gives a one-row product in both modes, so exact mode stays bit-identical to the
 //! expert-by-expert path; other experts (fast mode only) one dot per output. [`takes`] says
 //! which products this path handles; the rest go through `mul_mat` expert by expert.
 
-use super::blocks::{Q8_0_BYTES, QK};
-use super::dispatch::{dot_fn, matvec_dot_fn, quantize_row, r8_kernel};
+use super::blocks::{Q8_0_BYTES, QK, QK_K};
+use super::dispatch::{dot_fn, k_kernel, matvec_dot_fn, quantize_row, r8_kernel};
 use super::fast_gemm::{pack_group, values_of, GroupColumns};
 use super::mul_mat::{prefetch_ahead, Scratch};
 use super::pool::{for_row_runs, SharedOut, ThreadPool};
@@ -41,12 +42,25 @@ fn r8_shape(t: GgmlType, n_rows: usize, k: usize) -> bool {
     super::fast_gemm::r8_type(t) && n_rows % R8_ROWS == 0 && n_rows > 0 && k % QK == 0
 }
 
+/// Whether the fast K-quant group kernels (`fast_gemm::k_layout`, `r8_layout::KGroupFn`)
+/// take a `t` weight of `n_rows` rows of `k` (fast mode only): they read the experts' plain
+/// rows.
+fn k_shape(t: GgmlType, n_rows: usize, k: usize) -> bool {
+    super::fast_gemm::k_layout(t).is_some()
+        && n_rows % R8_ROWS == 0
+        && n_rows > 0
+        && k % QK_K == 0
+        && k > 0
+}
+
 /// Whether [`mul_mat_id`] handles this product (`routes[e]` the rows routed to expert `e`):
 /// when no expert has more than one row (a decode step: every output one mat-vec dot, as the
-/// expert-by-expert path computes it), or in fast mode for the r8 types (`fast_gemm::r8_type`).
+/// expert-by-expert path computes it), or in fast mode for the r8 types (`fast_gemm::r8_type`)
+/// and the K-quants (`fast_gemm::k_layout`).
 pub fn takes(t: GgmlType, n_rows: usize, k: usize, routes: &[Vec<(usize, usize)>]) -> bool {
     supports(t)
-        && (routes.iter().all(|r| r.len() <= 1) || (super::mode::fast() && r8_shape(t, n_rows, k)))
+        && (routes.iter().all(|r| r.len() <= 1)
+            || (super::mode::fast() && (r8_shape(t, n_rows, k) || k_shape(t, n_rows, k))))
 }
 
 /// One task: weight rows `lo..hi` of expert `e`.
@@ -106,7 +120,9 @@ pub fn mul_mat_id(
         seen[dr] = true;
     }
     let fast_r8 = super::mode::fast() && r8_shape(t, n_rows, k);
-    let r8 = |e: usize| fast_r8 && routes[e].len() >= R8_MIN_COLS;
+    let fast_k = super::mode::fast() && k_shape(t, n_rows, k);
+    // experts whose rows run a batched kernel (r8, or the Q4_K group kernel), gathered
+    let r8 = |e: usize| (fast_r8 || fast_k) && routes[e].len() >= R8_MIN_COLS;
 
     // the activation rows, converted once
     let vt = vec_dot_type(t);
@@ -145,7 +161,18 @@ pub fn mul_mat_id(
             n_gathered += r.len();
         }
     }
-    if n_gathered > 0 {
+    let nbk = k / QK_K;
+    if n_gathered > 0 && fast_k {
+        // Q8_K rows (their `bsums` inside)
+        id_gather.resize(n_gathered * x_row, 0);
+        for (e, r) in routes.iter().enumerate().filter(|&(e, _)| r8(e)) {
+            for (c, &(xr, _)) in r.iter().enumerate() {
+                let j = gathered[e] + c;
+                let row = &xq[xr * x_row..(xr + 1) * x_row];
+                id_gather[j * x_row..(j + 1) * x_row].copy_from_slice(row);
+            }
+        }
+    } else if n_gathered > 0 {
         debug_assert_eq!(x_row, nb * Q8_0_BYTES);
         id_gather.resize(n_gathered * x_row, 0);
         id_dx.resize(n_gathered * nb, 0.0);
@@ -187,6 +214,7 @@ pub fn mul_mat_id(
     }
 
     let kernel = r8_kernel();
+    let k_kernel = super::fast_gemm::k_layout(t).filter(|_| fast_k).map(k_kernel);
     let values = fast_r8.then(|| values_of(t));
     let (matvec, dot) = (matvec_dot_fn(t), dot_fn(t));
     let out = SharedOut::new(dst);
@@ -195,6 +223,25 @@ pub fn mul_mat_id(
         let route = &routes[e];
         let s = scales.map(|s| s[e]);
         let w_e = &bytes[e * expert_bytes..];
+        if let Some(k_kernel) = k_kernel.filter(|_| r8(e)) {
+            let xg = &gath[gathered[e] * x_row..];
+            let mut vals = vec![[0f32; R8_ROWS]; route.len()];
+            for g in lo / R8_ROWS..hi / R8_ROWS {
+                let wg = &w_e[g * R8_ROWS * w_row..];
+                k_kernel(nbk, wg, w_row, xg, x_row, route.len(), &mut vals);
+                for (v, &(_, dr)) in vals.iter().zip(route) {
+                    // SAFETY: as below: output row dr belongs to expert e alone and rows
+                    // 8g..8g + 8 of it to this task alone; in bounds; `dst` stays mutably
+                    // borrowed until parallel_for returns.
+                    let o = unsafe { out.slice(dr * n_rows + g * R8_ROWS, R8_ROWS) };
+                    match s {
+                        Some(s) => o.iter_mut().zip(v).for_each(|(o, v)| *o = v * s),
+                        None => o.copy_from_slice(v),
+                    }
+                }
+            }
+            return;
+        }
         if r8(e) {
             let cols = GroupColumns {
                 kernel,
@@ -380,7 +427,7 @@ mod tests {
             assert!(takes(t, n_rows, k, &single));
             assert_eq!(
                 takes(t, n_rows, k, &routes),
-                super::super::mode::fast() && r8_shape(t, n_rows, k)
+                super::super::mode::fast() && (r8_shape(t, n_rows, k) || k_shape(t, n_rows, k))
             );
         }
     }

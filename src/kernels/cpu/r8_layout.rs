@@ -223,74 +223,234 @@ pub fn r8_scalar(
 /// Bytes of one super-block of a repacked `Q4Kx8` group (8 Q4_K blocks): 8 f16 `d`, 8 f16
 /// `dmin`, the 8 sub-blocks' 6-bit scales (sub-major, row-minor), their mins likewise, then
 /// the quant bytes in pieces of 8 (`160 + ((4c + p) · 8 + r) · 8`: chunk `c` of 32 bytes, piece
-/// `p`, row `r`; low nibbles are sub-block `2c`, high ones `2c + 1`).
+/// `p`, row `r`; low nibbles are sub-block `2c`, high ones `2c + 1`). The fast Q4_K kernels
+/// read this layout (made once, at load) as it is: one 256-bit load is 8 bytes of 4 rows.
 pub const Q4_KX8_BLOCK_BYTES: usize = 16 + 16 + 64 + 64 + 8 * (Q4_K_BYTES - 16);
 
-/// Packs one group of a repacked `Q4Kx8` weight (`nbk` super-blocks) into `8 · nbk` r8 blocks
-/// of [`R8Values::Nibble4`] (one per sub-block of 32: scale `d · sc`, the nibbles 0..15) and
-/// writes each sub-block's 6-bit min `m` to `mins[8 · b + r]` and each super-block's `dmin` to
-/// `dmins[8 · sb + r]` (row order). The Q4_K weight is `d · sc · q − dmin · m`, so a product is
-/// the r8 kernel's (with no nibble offset) minus, per super-block, `dmin · d_x · Σ_s m · Σ x_q`
-/// (an integer sum): the min term from the activations' block sums, as ik_llama.cpp's k-quant
-/// kernels (and upstream's dot) take it.
-pub fn pack_q4_kx8(group: &[u8], nbk: usize, out: &mut [u8], mins: &mut [u8], dmins: &mut [f32]) {
-    for sb in 0..nbk {
-        let src = &group[sb * Q4_KX8_BLOCK_BYTES..(sb + 1) * Q4_KX8_BLOCK_BYTES];
-        let d: [f32; R8_ROWS] = std::array::from_fn(|r| f16_at(src, 2 * r));
-        for r in 0..R8_ROWS {
-            dmins[R8_ROWS * sb + r] = f16_at(src, 16 + 2 * r);
-        }
-        for s in 0..8 {
-            let b = 8 * sb + s;
-            let blk = &mut out[b * R8_BLOCK_BYTES..(b + 1) * R8_BLOCK_BYTES];
-            put_scales(
-                blk,
-                std::array::from_fn(|r| d[r] * f32::from(src[32 + s * R8_ROWS + r])),
-            );
-            for r in 0..R8_ROWS {
-                mins[R8_ROWS * b + r] = src[96 + s * R8_ROWS + r];
-            }
-            let (c, shift) = (s / 2, 4 * (s % 2));
-            for r in 0..R8_ROWS {
-                for p in 0..4 {
-                    let at = 160 + ((4 * c + p) * R8_ROWS + r) * 8;
-                    let to = quants_at(p, r);
-                    for e in 0..8 {
-                        blk[to + e] = (src[at + e] >> shift) & 15;
-                    }
-                }
-            }
+/// How a fast K-quant group kernel reads its weight: a repacked `Q4Kx8` group (made at
+/// load), or 8 plain ggml rows `row_stride` bytes apart (the other types and stacked experts,
+/// which are not repacked: each super-block of the 8 rows is made ready once per product,
+/// for all its columns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KLayout {
+    Q4Kx8,
+    Q4K,
+    Q5K,
+    Q6K,
+}
+
+impl KLayout {
+    /// Elements per sub-block with a scale of its own: 32, or 16 for Q6_K.
+    pub fn sub_elems(self) -> usize {
+        match self {
+            KLayout::Q6K => 16,
+            _ => 32,
         }
     }
 }
 
-/// Q8_K activation rows (`m` rows `x_row_bytes` apart, `nbk` super-blocks each) as the r8
-/// kernels read them: `xq` gets Q8_0-shaped blocks of 32 (2 unused bytes, then the quants;
-/// the kernels take the scales from `dx`), `dx[j · nb + b]` the super-block's scale and
-/// `xs[j · nb + b]` the block's quant sum (from `bsums`), `nb = 8 · nbk`.
-pub fn q8_k_as_blocks(
-    x: &[u8],
-    x_row_bytes: usize,
-    m: usize,
+/// A fast K-quant group kernel: 8 weight rows (`nbk` super-blocks; `w` a repacked group, or
+/// 8 plain rows `row_stride` bytes apart, as its [`KLayout`] says) times `m` Q8_K activation
+/// rows (`x`, `x_stride` bytes apart): `out[c][r]` = row `r` · column `c`.
+pub type KGroupFn = fn(
     nbk: usize,
-    xq: &mut [u8],
-    dx: &mut [f32],
-    xs: &mut [i32],
-) {
-    let nb = 8 * nbk;
-    for j in 0..m {
-        for sb in 0..nbk {
-            let blk = &x[j * x_row_bytes + sb * Q8_K_BYTES..][..Q8_K_BYTES];
-            let d = f32_at(blk, 0);
+    w: &[u8],
+    row_stride: usize,
+    x: &[u8],
+    x_stride: usize,
+    m: usize,
+    out: &mut [[f32; R8_ROWS]],
+);
+
+/// One super-block of one weight row as the fast K-quant kernels compute with it: the
+/// weight is `d · sc[e / sub] · q[e] − dmin · minc[e / 16]` for element `e`, with `q` and
+/// the integer scales and min coefficients small enough for `maddubs` / `madd`.
+pub struct KView {
+    /// Unsigned quants: 0..15 (Q4_K), 0..31 (Q5_K), 0..63 (Q6_K).
+    pub q: [u8; QK_K],
+    /// Per sub-block scale (8 of 32 elements, or 16 of 16).
+    pub sc: [i16; 16],
+    /// Per 16 elements (the Q8_K `bsums`): the min's integer (Q4_K/Q5_K: the sub-block's
+    /// 6-bit min; Q6_K: 32 · its scale, the quants' offset).
+    pub minc: [i16; 16],
+    pub d: f32,
+    pub dmin: f32,
+}
+
+/// Row `r`'s super-block `sb` of the weight `w` read as `layout` says.
+pub fn k_view(layout: KLayout, w: &[u8], row_stride: usize, r: usize, sb: usize) -> KView {
+    let mut v = KView {
+        q: [0; QK_K],
+        sc: [0; 16],
+        minc: [0; 16],
+        d: 0.0,
+        dmin: 0.0,
+    };
+    match layout {
+        KLayout::Q4Kx8 => {
+            let blk = &w[sb * Q4_KX8_BLOCK_BYTES..(sb + 1) * Q4_KX8_BLOCK_BYTES];
+            v.d = f16_at(blk, 2 * r);
+            v.dmin = f16_at(blk, 16 + 2 * r);
             for s in 0..8 {
-                let b = j * nb + 8 * sb + s;
-                xq[b * Q8_0_BYTES + 2..(b + 1) * Q8_0_BYTES]
-                    .copy_from_slice(&blk[4 + 32 * s..4 + 32 * s + 32]);
-                let bsum =
-                    |i: usize| i32::from(i16::from_le_bytes([blk[260 + 2 * i], blk[261 + 2 * i]]));
-                dx[b] = d;
-                xs[b] = bsum(2 * s) + bsum(2 * s + 1);
+                v.sc[s] = i16::from(blk[32 + s * R8_ROWS + r]);
+                v.minc[2 * s] = i16::from(blk[96 + s * R8_ROWS + r]);
+                v.minc[2 * s + 1] = v.minc[2 * s];
+                let (c, shift) = (s / 2, 4 * (s % 2));
+                for e in 0..32 {
+                    let at = 160 + ((4 * c + e / 8) * R8_ROWS + r) * 8 + e % 8;
+                    v.q[32 * s + e] = (blk[at] >> shift) & 15;
+                }
+            }
+        }
+        KLayout::Q4K | KLayout::Q5K => {
+            let size = if layout == KLayout::Q4K {
+                Q4_K_BYTES
+            } else {
+                Q5_K_BYTES
+            };
+            let blk = &w[r * row_stride + sb * size..][..size];
+            v.d = f16_at(blk, 0);
+            v.dmin = f16_at(blk, 2);
+            for s in 0..8 {
+                let (sc, mn) = scale_min_k4(s, &blk[4..16]);
+                v.sc[s] = i16::from(sc);
+                v.minc[2 * s] = i16::from(mn);
+                v.minc[2 * s + 1] = i16::from(mn);
+            }
+            let qs = if layout == KLayout::Q4K { 16 } else { 48 };
+            for c in 0..4 {
+                for l in 0..32 {
+                    let byte = blk[qs + 32 * c + l];
+                    let (mut lo, mut hi) = (byte & 15, byte >> 4);
+                    if layout == KLayout::Q5K {
+                        let h = blk[16 + l];
+                        lo |= ((h >> (2 * c)) & 1) << 4;
+                        hi |= ((h >> (2 * c + 1)) & 1) << 4;
+                    }
+                    v.q[64 * c + l] = lo;
+                    v.q[64 * c + 32 + l] = hi;
+                }
+            }
+        }
+        KLayout::Q6K => {
+            let blk = &w[r * row_stride + sb * Q6_K_BYTES..][..Q6_K_BYTES];
+            v.d = f16_at(blk, 208);
+            v.dmin = v.d;
+            for s in 0..16 {
+                v.sc[s] = i16::from(blk[192 + s] as i8);
+                v.minc[s] = 32 * v.sc[s];
+            }
+            for n in 0..2 {
+                let (ql, qh) = (&blk[64 * n..], &blk[128 + 32 * n..]);
+                for l in 0..32 {
+                    let e = 128 * n + l;
+                    v.q[e] = (ql[l] & 15) | ((qh[l] & 3) << 4);
+                    v.q[e + 32] = (ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4);
+                    v.q[e + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+                    v.q[e + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+                }
             }
         }
     }
+    v
+}
+
+/// The scalar reference of the fast K-quant kernels ([`KGroupFn`] with the layout given):
+/// per output one f32 accumulator over the super-blocks in order, `acc = fma(isum, d · d_x,
+/// acc)` then `acc = fma(-imin, dmin · d_x, acc)`, where `isum = Σ_s sc_s · Σ q · x_q` and
+/// `imin = Σ_j minc_j · bsum_j` are exact integers: the sub-block scales and mins stay in
+/// the integer sums, the min term comes from the activations' `bsums` (ik_llama.cpp's
+/// technique), and the float work is once per super-block. The AVX2 kernels compute the same
+/// operations, hence the same bits.
+#[allow(clippy::too_many_arguments)]
+pub fn k_group_scalar(
+    layout: KLayout,
+    nbk: usize,
+    w: &[u8],
+    row_stride: usize,
+    x: &[u8],
+    x_stride: usize,
+    m: usize,
+    out: &mut [[f32; R8_ROWS]],
+) {
+    let sub = layout.sub_elems();
+    for r in 0..R8_ROWS {
+        let views: Vec<KView> = (0..nbk)
+            .map(|sb| k_view(layout, w, row_stride, r, sb))
+            .collect();
+        for c in 0..m {
+            let xr = &x[c * x_stride..c * x_stride + nbk * Q8_K_BYTES];
+            let mut acc = 0f32;
+            for (sb, v) in views.iter().enumerate() {
+                let xb = &xr[sb * Q8_K_BYTES..(sb + 1) * Q8_K_BYTES];
+                let (mut isum, mut imin) = (0i32, 0i32);
+                for s in 0..QK_K / sub {
+                    let mut dot = 0i32;
+                    for e in s * sub..(s + 1) * sub {
+                        dot += i32::from(v.q[e]) * i32::from(xb[4 + e] as i8);
+                    }
+                    isum += i32::from(v.sc[s]) * dot;
+                }
+                for j in 0..16 {
+                    imin += i32::from(v.minc[j]) * i32::from(i16_at(xb, 4 + QK_K + 2 * j));
+                }
+                let dx = f32_at(xb, 0);
+                acc = (isum as f32).mul_add(v.d * dx, acc);
+                acc = (-(imin as f32)).mul_add(v.dmin * dx, acc);
+            }
+            out[c][r] = acc;
+        }
+    }
+}
+
+/// [`k_group_scalar`] of a repacked `Q4Kx8` group.
+pub fn q4_kx8_scalar(
+    nbk: usize,
+    w: &[u8],
+    row_stride: usize,
+    x: &[u8],
+    x_stride: usize,
+    m: usize,
+    out: &mut [[f32; R8_ROWS]],
+) {
+    k_group_scalar(KLayout::Q4Kx8, nbk, w, row_stride, x, x_stride, m, out);
+}
+
+/// [`k_group_scalar`] of 8 plain Q4_K rows.
+pub fn q4_k_rows_scalar(
+    nbk: usize,
+    w: &[u8],
+    row_stride: usize,
+    x: &[u8],
+    x_stride: usize,
+    m: usize,
+    out: &mut [[f32; R8_ROWS]],
+) {
+    k_group_scalar(KLayout::Q4K, nbk, w, row_stride, x, x_stride, m, out);
+}
+
+/// [`k_group_scalar`] of 8 plain Q5_K rows.
+pub fn q5_k_rows_scalar(
+    nbk: usize,
+    w: &[u8],
+    row_stride: usize,
+    x: &[u8],
+    x_stride: usize,
+    m: usize,
+    out: &mut [[f32; R8_ROWS]],
+) {
+    k_group_scalar(KLayout::Q5K, nbk, w, row_stride, x, x_stride, m, out);
+}
+
+/// [`k_group_scalar`] of 8 plain Q6_K rows.
+pub fn q6_k_rows_scalar(
+    nbk: usize,
+    w: &[u8],
+    row_stride: usize,
+    x: &[u8],
+    x_stride: usize,
+    m: usize,
+    out: &mut [[f32; R8_ROWS]],
+) {
+    k_group_scalar(KLayout::Q6K, nbk, w, row_stride, x, x_stride, m, out);
 }

@@ -7,6 +7,9 @@
 // weights quantizes the activations to Q8_0/Q8_1/Q8_K first (quant.cuh, the same bytes as the
 // CPU) and sums integer products per block; sums of squares and softmax sums in double.
 // quant.cuh (types, half conversions, the quantizer) comes before this file.
+// The mock driver also builds this text as host C++ and runs launches on an emulated grid
+// (ffi-tests/cuda_host.h): a kernel may use the builtins mapped there (thread/block indices,
+// __shared__, __syncthreads, full-mask __shfl_*_sync, __syncwarp); others fail that build.
 
 #define NEG_INF __int_as_float(0xff800000)
 
@@ -249,18 +252,25 @@ __device__ __forceinline__ float kv_at(const u8 *kv, int f16, long long i, int r
 // FLASH_ATTN_EXT over cache rows lo .. lo + mask_w: mask[t * mask_w + j] says whether token t
 // sees row lo + j. One warp per (head, token); cells in order with an online softmax, lane l
 // holding dims l, l + 32, ... (dk, dv <= 256). The score of each cell is lane 0's warp sum.
+// flags, to follow the CPU engine's kernel (upstream's): 1 Q rounded to f16 (the one-row
+// kernel's Q in K's vec_dot type), 2 an F32 cache's K and V rounded to f16 (upstream casts it
+// for flash attention), 4 V accumulated in f16, rounded at each step as the one-row kernel's
+// VKQ16 (ggml_vec_scale_f16 / ggml_vec_mad_f16); the softmax steps are the CPU's too (scale
+// with the soft-cap's divisor folded in; M, S and the scale of the old sum as ggml computes them).
 extern "C" __global__ void k_flash_attn(const float *q, const u8 *kc, const u8 *vc, int k_f16, int v_f16,
                                         const u8 *mask, int lo, int mask_w, float *dst, int n_head,
                                         int n_head_kv, int dk, int dv, int width_k, int width_v,
-                                        float scale, float softcap, int round_f16) {
+                                        float scale, float softcap, int flags) {
     int h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x;
     int hkv = h / (n_head / n_head_kv);
+    int q16 = flags & 1, kv16 = (flags & 2) != 0, acc16 = flags & 4;
+    float sc = softcap != 0.0f ? scale / softcap : scale;
     const float *qr = q + (long long)t * n_head * dk + (long long)h * dk;
     float qv[8], acc[8];
     for (int c = 0; c < 8; c++) {
         int d = lane + 32 * c;
         float v = d < dk ? qr[d] : 0.0f;
-        qv[c] = round_f16 ? h2f(f2h(v)) : v;
+        qv[c] = q16 ? h2f(f2h(v)) : v;
         acc[c] = 0.0f;
     }
     float m = NEG_INF, l = 0.0f;
@@ -271,22 +281,34 @@ extern "C" __global__ void k_flash_attn(const float *q, const u8 *kc, const u8 *
         float s = 0.0f;
         for (int c = 0; c < 8; c++) {
             int d = lane + 32 * c;
-            if (d < dk) s += qv[c] * kv_at(kc, k_f16, row * width_k + (long long)hkv * dk + d, round_f16);
+            if (d < dk) s += qv[c] * kv_at(kc, k_f16, row * width_k + (long long)hkv * dk + d, kv16);
         }
-        s = warp_sum(s) * scale;
-        if (softcap != 0.0f) s = softcap * tanhf(s / softcap);
-        float mn = fmaxf(m, s);
-        float corr = expf(m - mn);
-        float p = expf(s - mn);
-        l = l * corr + p;
+        s = warp_sum(s) * sc;
+        if (softcap != 0.0f) s = softcap * tanhf(s);
+        // a new maximum scales the old sum (ms), else the cell's weight is below 1 (vs)
+        float ms = 1.0f, vs = 1.0f;
+        if (s > m) {
+            ms = expf(m - s);
+            m = s;
+        } else {
+            vs = expf(s - m);
+        }
+        l = fmaf(l, ms, vs);
         for (int c = 0; c < 8; c++) {
             int d = lane + 32 * c;
-            if (d < dv)
-                acc[c] = acc[c] * corr + p * kv_at(vc, v_f16, row * width_v + (long long)hkv * dv + d, round_f16);
+            if (d >= dv) continue;
+            float v = kv_at(vc, v_f16, row * width_v + (long long)hkv * dv + d, kv16);
+            float a = acc[c];
+            if (acc16) {
+                if (ms != 1.0f) a = h2f(f2h(a * ms));
+                acc[c] = h2f(f2h(fmaf(v, vs, a)));
+            } else {
+                if (ms != 1.0f) a *= ms;
+                acc[c] = fmaf(v, vs, a);
+            }
         }
-        m = mn;
     }
-    float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    float inv = l != 0.0f ? 1.0f / l : 0.0f;
     float *out = dst + (long long)t * n_head * dv + (long long)h * dv;
     for (int c = 0; c < 8; c++) {
         int d = lane + 32 * c;

@@ -46,9 +46,13 @@ pub fn supports(ty: crate::gguf::GgmlType) -> bool {
             | T::Q5_0
             | T::Q5_1
             | T::Q8_0
+            | T::Q2_K
+            | T::Q3_K
             | T::Q4_K
             | T::Q5_K
             | T::Q6_K
+            | T::IQ4_NL
+            | T::IQ4_XS
     )
 }
 

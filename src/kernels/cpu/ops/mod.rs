@@ -19,7 +19,7 @@ mod unary;
 pub use super::vec::{axpy, dot_f32, gelu, ggml_expf, silu};
 pub use attn::{
     flash_attn, indexer_scores, msa_blocks, msa_n_pos, msa_score_dot, top_k_ordered, top_k_set,
-    upstream_n_kv, Attn, AttnScratch, AttnShape, KvRows,
+    upstream_n_kv, Attn, AttnScratch, AttnShape, KvRows, TILE_Q,
 };
 pub use dsv4::{dsv4_compress, rope_cache_back};
 pub use hadamard::{hadamard_rows, hadamard_rows_dense};

@@ -15,6 +15,7 @@
 //! This file holds the dot-product tables and re-exports what `cpu/dispatch.rs` hands out.
 
 mod float;
+mod gemm_k;
 mod gemm_r8;
 mod iq;
 mod k_quants;
@@ -35,6 +36,7 @@ use k_quants::{q2_k_avx2, q3_k_avx2, q4_k_avx2, q5_k_avx2, q6_k_avx2};
 use quants::{q4_0_avx2, q4_1_avx2, q5_0_avx2, q5_1_avx2, q8_0_avx2};
 use vec::dot_f16_ggml_bytes;
 
+pub use gemm_k::k_kernel;
 pub use gemm_r8::{
     r8_iq4_nl_values, r8_kernel, r8_pack_q4_0, r8_pack_q4_0x8, r8_pack_q5_0, r8_pack_q8_0,
 };

@@ -9,7 +9,7 @@ mod msa;
 mod nofa;
 mod tiled;
 
-pub use common::{alibi_slope, Attn, AttnScratch, AttnShape, KvRows};
+pub use common::{alibi_slope, Attn, AttnScratch, AttnShape, KvRows, TILE_Q};
 pub use indexer::{indexer_scores, top_k_ordered, top_k_set};
 pub use msa::{msa_blocks, msa_n_pos, msa_score_dot};
 pub use nofa::upstream_n_kv;

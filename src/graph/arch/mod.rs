@@ -445,9 +445,7 @@ fn metadata_skips(arch: &str) -> &'static [&'static str] {
     match arch {
         "arcee" | "bailingmoe" | "command-r" | "deepseek" | "dots1" | "exaone" | "grok"
         | "maincoder" | "mellum" | "qwen2" | "qwen2moe" | "qwen3moe" | "qwen3vlmoe" | "rnd1"
-        | "bailingmoe2" => {
-            WO_B
-        }
+        | "bailingmoe2" => WO_B,
         "cohere2" | "hunyuan-dense" | "hunyuan-moe" | "hunyuan_vl" | "internlm2" | "xverse" => {
             WO_B_ROPE
         }

@@ -87,6 +87,14 @@ bench-tokenize:
 bench-decode:
 	bash scripts/bench-decode.sh
 
+# Issue 39's benchmark: llama-bench pp128/pp512/tg64 of upstream built for this CPU (native, AMX
+# off), the same program on our library (fast and exact mode) and ik_llama.cpp (pinned; sources
+# from IK_LLAMA_GIT_DIR, skipped without), interleaved rounds. Benchmark only: the two extra
+# builds go into the cache on first use (~15 min each on 2 cores); see scripts/bench-decode-native.sh.
+.PHONY: bench-decode-native
+bench-decode-native:
+	bash scripts/bench-decode-native.sh
+
 # Upload bandwidth to the first CUDA device: fill_from_file vs a raw pinned copy, the host floor,
 # a pageable write and model loads with every layer on the GPU (skips without
 # a GPU); see examples/bench_upload.rs.

@@ -9,13 +9,18 @@
 #                      ours (llama-hotswap-perplexity --kl-divergence) and upstream's
 #                      llama-perplexity, interleaved, same base-logits file, wall time.
 # Prints medians and the ratios; the goal is round / evaluation <= 1.1.
-# Env: CTX (128), CHUNKS (2), THREADS (2), REPEAT (1 full-reload run per candidate per tool).
+# Env: CTX (128), CHUNKS (2), THREADS (2), REPEAT (1 full-reload run per candidate per tool),
+# UPSTREAM=native: upstream's llama-perplexity built for this CPU (scripts/build-upstream-native.sh)
+# instead of the portable build. Also printed: the evaluation alone, ours (the rows'
+# eval_seconds) against upstream's (its "prompt eval time"), the issue-39 ratio of one round.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
 CTX="${CTX:-128}" CHUNKS="${CHUNKS:-2}" THREADS="${THREADS:-2}" REPEAT="${REPEAT:-1}"
 model="$(bash scripts/fetch-models.sh)"
 tools="$(bash scripts/build-upstream-tools.sh llama-perplexity llama-quantize)"
+up_tools="$tools" up_kind=portable
+if [ "${UPSTREAM:-}" = native ]; then up_tools="$(nice bash scripts/build-upstream-native.sh llama-perplexity)" up_kind=native; fi
 cargo build --release --quiet --bin llama-hotswap-perplexity --example sweep_fixtures
 ours="$PWD/target/release/llama-hotswap-perplexity"
 fixtures="$PWD/target/release/examples/sweep_fixtures"
@@ -78,7 +83,7 @@ for r in $(seq "$REPEAT"); do
         "$ours" -m "$full/$(basename "$first")" --kl-divergence-base "$base" --kl-divergence \
             -c "$CTX" -b "$CTX" --chunks "$CHUNKS" -t "$THREADS" >"$work/ours-$t-$r.log" 2>&1
         t1=$(now)
-        LD_LIBRARY_PATH="$tools" "$tools/llama-perplexity" -m "$full/$(basename "$first")" \
+        LD_LIBRARY_PATH="$up_tools" "$up_tools/llama-perplexity" -m "$full/$(basename "$first")" \
             --kl-divergence-base "$base" --kl-divergence -c "$CTX" -b "$CTX" --chunks "$CHUNKS" \
             -t "$THREADS" >"$work/upstream-$t-$r.log" 2>&1
         t2=$(now)
@@ -92,7 +97,7 @@ for r in $(seq "$REPEAT"); do
 done
 (head -n1 "$work/rounds.csv"; cat "$work/all-rounds.csv") >"$work/rounds.csv.all"
 
-python3 - "$work/rounds.csv.all" "$work/full.tsv" "$work" "$work/inmem.tsv" <<'PY'
+python3 - "$work/rounds.csv.all" "$work/full.tsv" "$work" "$work/inmem.tsv" "$up_kind" <<'PY'
 import csv, glob, re, statistics as st, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["status"] == "ok"]
 if not rows:
@@ -111,9 +116,17 @@ print(f"bench-sweep: in-process round {rnd:.3f} s, evaluation alone {ev:.3f} s: 
       f"swap in + back + hash check {swap_ms:.1f} ms")
 if loads:
     print(f"bench-sweep: our load of the 272-shard model: median {st.median(loads):.2f} s")
-print(f"bench-sweep: full-reload round: ours {ours:.3f} s, upstream llama-perplexity {up:.3f} s "
+print(f"bench-sweep: full-reload round: ours {ours:.3f} s, upstream ({sys.argv[5]}) llama-perplexity {up:.3f} s "
       f"(ours / upstream = {ours / up:.2f})")
 print(f"bench-sweep: full-reload round / in-process round: ours {ours / rnd:.2f}x, upstream {up / rnd:.2f}x")
+# the same evaluation in both: ours timed by the sweep rows (eval_seconds), upstream's by its
+# own "prompt eval time" (llama_perf_context_print), so neither side's load counts
+up_eval = [float(m.group(1)) / 1000 for f in glob.glob(sys.argv[3] + "/upstream-*.log")
+           for m in [re.search(r"prompt eval time =\s*([0-9.]+) ms", open(f).read())] if m]
+if up_eval:
+    ue = st.median(up_eval)
+    print(f"bench-sweep: evaluation alone: ours {ev:.3f} s, upstream ({sys.argv[5]}) {ue:.3f} s "
+          f"(its prompt eval time): ours {ue / ev:.2f}x faster (issue 39: at least the pp ratio)")
 mem = [l.split("\t") for l in open(sys.argv[4]).read().splitlines()]
 if mem:
     ratio = st.median(float(m[2]) / float(m[1]) for m in mem)

@@ -543,7 +543,7 @@ fn under_the_mock() -> bool {
 /// Q4_0, Q4_1, Q8_0; 256-wide rows: Q5_0, Q5_1, IQ4_NL, the K-quants, IQ4_XS), a tiny MoE with
 /// its experts on the GPU and on the CPU, each against the CPU engine (max KL <= 1e-3, greedy
 /// tokens identical, run-to-run identical), a hybrid with one layer on the GPU, a prompt of 80
-/// tokens (the CPU's tiled attention), hot-swap Q4_1 -> Q8_0 -> Q4_1 bit-identical to fresh
+/// tokens (the CPU's tiled attention), one without flash attention, hot-swap Q4_1 -> Q8_0 -> Q4_1 bit-identical to fresh
 /// loads; upstream's gemma3 and qwen3moe fixtures (F32, Q8_0, Q4_1, the K-quants, IQ4_XS; a
 /// layer on the GPU, qwen3moe's experts on the CPU) when the cache has them. What the
 /// emulation cannot show (the device's own rounding of transcendentals and FMA contraction,
@@ -660,6 +660,30 @@ fn emulated_cuda_compute_matches_the_cpu_engine() {
         kl <= 1e-3,
         format!(
             "tiny llama q8_0, 80 tokens in one batch: codes {cc}/{gc}, max KL {kl:.3e} <= 1e-3"
+        ),
+    );
+
+    // without flash attention (upstream's KQ and KQV matrix products over F16)
+    let no_fa = ContextParams {
+        flash_attn_type: 0,
+        ..params(512, 512)
+    };
+    let (cpu, gpu) = (
+        load_on(&q8_0, 0, Vec::new(), false),
+        load_on(&q8_0, -1, Vec::new(), false),
+    );
+    let prompt = &long[..24];
+    let (cc, cl) = decode(&Context::new(cpu, &no_fa).unwrap(), prompt, 0, true);
+    let (gc, gl) = decode(&Context::new(gpu, &no_fa).unwrap(), prompt, 0, true);
+    let kl = if cc == 0 && gc == 0 {
+        max_kl(&cl, &gl, nv as usize)
+    } else {
+        f64::INFINITY
+    };
+    c.check(
+        kl <= 1e-3,
+        format!(
+            "tiny llama q8_0 without flash attention: codes {cc}/{gc}, max KL {kl:.3e} <= 1e-3"
         ),
     );
 

@@ -833,9 +833,10 @@ impl CudaExecutor {
                 let (k, v) = &self.kv[*layer];
                 // the CPU engine's (upstream's) roundings: with flash attention an F32 cache is
                 // cast to F16; below a tile of queries the one-row kernel takes Q in F16 and
-                // accumulates V in F16 (the tiled kernel keeps Q and the sums in f32)
+                // accumulates V in F16 (the tiled kernel keeps Q and the sums in f32); without
+                // it, matrix products with Q and the probabilities in the cache's type
                 let flags = match (inp.flash_attn, n_tokens < ops::TILE_Q) {
-                    (false, _) => 0,
+                    (false, _) => 8,
                     (true, false) => 2,
                     (true, true) => 1 | 2 | 4,
                 };

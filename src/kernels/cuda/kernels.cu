@@ -257,13 +257,14 @@ __device__ __forceinline__ float kv_at(const u8 *kv, int f16, long long i, int r
 // for flash attention), 4 V accumulated in f16, rounded at each step as the one-row kernel's
 // VKQ16 (ggml_vec_scale_f16 / ggml_vec_mad_f16); the softmax steps are the CPU's too (scale
 // with the soft-cap's divisor folded in; M, S and the scale of the old sum as ggml computes them).
+// flags 8: attention without flash attention (Q rounded to F16 when K is F16; see below).
 extern "C" __global__ void k_flash_attn(const float *q, const u8 *kc, const u8 *vc, int k_f16, int v_f16,
                                         const u8 *mask, int lo, int mask_w, float *dst, int n_head,
                                         int n_head_kv, int dk, int dv, int width_k, int width_v,
                                         float scale, float softcap, int flags) {
     int h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x;
     int hkv = h / (n_head / n_head_kv);
-    int q16 = flags & 1, kv16 = (flags & 2) != 0, acc16 = flags & 4;
+    int q16 = flags & 8 ? k_f16 : flags & 1, kv16 = (flags & 2) != 0, acc16 = flags & 4;
     float sc = softcap != 0.0f ? scale / softcap : scale;
     const float *qr = q + (long long)t * n_head * dk + (long long)h * dk;
     float qv[8], acc[8];
@@ -275,6 +276,46 @@ extern "C" __global__ void k_flash_attn(const float *q, const u8 *kc, const u8 *
     }
     float m = NEG_INF, l = 0.0f;
     const u8 *mr = mask + (long long)t * mask_w;
+    float *out = dst + (long long)t * n_head * dv + (long long)h * dv;
+    if (flags & 8) {
+        // upstream without flash attention: KQ = MUL_MAT(K, Q) (Q in K's type),
+        // SOFT_MAX_EXT (max, then exp and a sum in double, times 1 / sum), KQV = MUL_MAT(V^T,
+        // KQ) with the probabilities in V's type; three passes over the visible cells
+        for (int pass = 0; pass < 3; pass++) {
+            double sum = 0.0;
+            for (int j = 0; j < mask_w; j++) {
+                if (!mr[j]) continue;
+                long long row = lo + j;
+                float s = 0.0f;
+                for (int c = 0; c < 8; c++) {
+                    int d = lane + 32 * c;
+                    if (d < dk) s += qv[c] * kv_at(kc, k_f16, row * width_k + (long long)hkv * dk + d, 0);
+                }
+                s = warp_sum(s);
+                if (softcap != 0.0f) s = tanhf(s * (1.0f / softcap)) * softcap;
+                s *= scale;
+                if (pass == 0) {
+                    m = fmaxf(m, s);
+                } else if (pass == 1) {
+                    sum += (double)expf(s - m);
+                } else {
+                    float p = expf(s - m) * l;
+                    if (v_f16) p = h2f(f2h(p));
+                    if (p == 0.0f) continue;
+                    for (int c = 0; c < 8; c++) {
+                        int d = lane + 32 * c;
+                        if (d < dv) acc[c] = fmaf(kv_at(vc, v_f16, row * width_v + (long long)hkv * dv + d, 0), p, acc[c]);
+                    }
+                }
+            }
+            if (pass == 1) l = (float)(1.0 / sum);
+        }
+        for (int c = 0; c < 8; c++) {
+            int d = lane + 32 * c;
+            if (d < dv) out[d] = acc[c];
+        }
+        return;
+    }
     for (int j = 0; j < mask_w; j++) {
         if (!mr[j]) continue;
         long long row = lo + j;
@@ -309,7 +350,6 @@ extern "C" __global__ void k_flash_attn(const float *q, const u8 *kc, const u8 *
         }
     }
     float inv = l != 0.0f ? 1.0f / l : 0.0f;
-    float *out = dst + (long long)t * n_head * dv + (long long)h * dv;
     for (int c = 0; c < 8; c++) {
         int d = lane + 32 * c;
         if (d < dv) out[d] = acc[c] * inv;

@@ -59,7 +59,9 @@ cp "$ours_so" "$lib/libllama.so.0"
 for f in "$native"/libggml*.so* "$native"/libllama-common.so* "$native"/*-impl.so; do
     [ -e "$f" ] && ln -s "$f" "$lib/"
 done
-LD_LIBRARY_PATH="$lib" ldd "$native/llama-bench" | grep -q "libllama.so.0 => $lib/" \
+# (ldd's whole output first: grep -q would stop reading early and fail the pipe under pipefail)
+resolved=$(LD_LIBRARY_PATH="$lib" ldd "$native/llama-bench")
+grep "libllama.so.0 => $lib/" <<<"$resolved" >/dev/null \
     || { echo "bench-decode-native: llama-bench does not resolve libllama.so.0 to ours" >&2; exit 1; }
 
 # the machine's read bandwidth at each thread count (the probe links upstream's portable library)
@@ -136,7 +138,8 @@ def ratio(d, a, b):
 def f(x, fmt): return "—" if x is None else fmt.format(x)
 label = {"smollm2": "SmolLM2-135M", "1b": "llama-1B (random)", "moe": "qwen3moe 64×8 (random)"}
 print("$started – $(date -u '+%H:%M UTC'), ours = library of $commit, $cpu, $(nproc) cores, flags: $flags")
-print(f"upstream 0c1e57098bba, its CPU backend built for this CPU ($(sed 's/ -O3.*-march=native/ … -march=native/' "$LLAMA_HOTSWAP_CACHE/upstream-native-$UPSTREAM_VERSION/cpu-flags.txt" 2>/dev/null));  ik_llama.cpp ${IK_LLAMA_COMMIT:-8337e4cd3861406fc04e0854b1409cd1b027fbc9}; read bandwidth {bwline.strip('; ')}; "
+ik_line = "ik_llama.cpp ${IK_LLAMA_COMMIT:-8337e4cd3861406fc04e0854b1409cd1b027fbc9}" if "ik" in runners else "ik_llama.cpp not run"
+print(f"upstream 0c1e57098bba, its CPU backend built for this CPU ($(sed 's/ -O3.*-march=native/ … -march=native/' "$LLAMA_HOTSWAP_CACHE/upstream-native-$UPSTREAM_VERSION/cpu-flags.txt" 2>/dev/null)); {ik_line}; read bandwidth {bwline.strip('; ')}; "
       f"load average at the start $load_start, at the end $load_end; llama-bench -r 1 per round, $REPS rounds (1B: $REPS_1B), each runner's own defaults; "
       "ratio = median of per-round ratios; goals: pp fast ≥ 1.5× native and ≥ 1.0× ik, tg fast ≥ 1.0× both")
 print()

@@ -4,6 +4,8 @@
 # llama-bench is the third column of make bench-decode-native.
 # The sources come from a local git directory of ik_llama.cpp (a clone or a bare mirror):
 #   IK_LLAMA_GIT_DIR=/path/to/ik_llama.cpp/.git (or a bare repo)   IK_LLAMA_COMMIT (pinned below)
+# GGML_IQK_FA_ALL_QUANTS=OFF: its flash-attention kernels for the f16 KV cache only (llama-bench's
+# default cache type; the others multiply the compile time of the heaviest files).
 # Only the paths the CPU tools need are extracted, blob by blob (a partial snapshot may lack
 # large unrelated files, such as web UI assets or vocab GGUFs, so checkout/archive can fail).
 # Prints the directory of llama-bench; exits 3 with one line when there is neither a build in
@@ -77,7 +79,7 @@ PY
     rm -rf "$src" && mv "$src.tmp" "$src"
 fi
 options=(-DCMAKE_MAKE_PROGRAM="$VENV/bin/ninja" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON
-    -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DLLAMA_BUILD_SERVER=OFF
+    -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_IQK_FA_ALL_QUANTS=OFF -DLLAMA_BUILD_SERVER=OFF
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF)
 stamp="$build/.llama-hotswap-options"
 if [ ! -f "$build/build.ninja" ] || [ "$(cat "$stamp" 2>/dev/null)" != "${options[*]}" ]; then

@@ -93,8 +93,12 @@ fn declared_image(meta: &[u8]) -> Result<GgufWriter, String> {
     )
     .map_err(|e| e.to_string())?;
     if !crate::graph::arch::declares_tensors(&model.arch) {
+        let why = crate::graph::arch::METADATA_REFUSED
+            .iter()
+            .find(|(a, _)| *a == model.arch)
+            .map_or("its tensor table from hyperparameters is not upstream's", |r| r.1);
         return Err(format!(
-            "model architecture '{}': building it from metadata is not supported by llama-hotswap yet (its tensor table from hyperparameters is not upstream's; see docs/dropin.md)",
+            "model architecture '{}': building it from metadata is not supported by llama-hotswap yet ({why}; see docs/dropin.md)",
             model.arch
         ));
     }

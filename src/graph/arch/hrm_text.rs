@@ -12,6 +12,7 @@ use super::super::builder::{BuildError, Builder, Ffn, Outputs};
 use super::super::params::ArchParams;
 use super::super::{NodeId, Operand, RopeMode};
 use super::def::{ArchDef, Keys, Memory, Rope};
+use crate::model::Model;
 
 pub static DEF: ArchDef = ArchDef {
     names: &["hrm_text"],
@@ -30,6 +31,19 @@ fn shape(k: &Keys) -> Result<(usize, usize, usize), String> {
         return Err("hrm.layers_per_stack, hrm.h_cycles and hrm.l_cycles must be > 0".into());
     }
     Ok((lps, h, l))
+}
+
+/// The physical block whose weights layer slot `slot` holds (upstream's `load_arch_tensors`
+/// aliases every later pass's slots to the first low and high passes' blocks).
+pub fn block_of_slot(model: &Model, slot: usize) -> Option<usize> {
+    let keys = Keys {
+        model,
+        arch: &model.arch,
+    };
+    let (lps, _, l_cycles) = shape(&keys).ok()?;
+    let pass = (slot / lps) % (l_cycles + 1);
+    let high = if pass == l_cycles { lps } else { 0 };
+    Some(high + slot % lps)
 }
 
 fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {

@@ -50,7 +50,13 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             b.attn(il, q, k, v, wo, wo_b, kq_scale)
         } else {
             let name = format!("blk.{il}.ffn_gate_inp.weight");
-            if b.has(&name) {
+            // a recording build has no file: the expert count decides, as upstream's loader
+            let moe = if b.record {
+                hp.n_expert > 0
+            } else {
+                b.has(&name)
+            };
+            if moe {
                 return Err(BuildError::Invalid(format!(
                     "{name}: nemotron_h's mixture-of-experts blocks are not supported by llama-hotswap yet"
                 )));

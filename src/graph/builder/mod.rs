@@ -175,7 +175,8 @@ pub struct Builder<'m> {
     /// tensors from hyperparameters alone (`llama_model_init_from_user`).
     pub record: bool,
     /// In a recording build, the architecture's optional tensors upstream does not create
-    /// from metadata (a layer suffix such as `attn_output.bias`, or a global name).
+    /// from metadata (a layer suffix such as `attn_output.bias`, which also names a global
+    /// tensor, or `blk.*.<suffix>` for the layers' tensor alone).
     pub record_skips: &'static [&'static str],
     /// In a recording build, the architecture's optional tensors upstream does create from
     /// metadata although [`skipped_when_declaring`] leaves them out for the others (the fused
@@ -183,11 +184,15 @@ pub struct Builder<'m> {
     pub record_creates: &'static [&'static str],
 }
 
-/// Whether `list` (layer suffixes such as `attn_output.bias`, or global names) names tensor
-/// `name`.
+/// Whether `list` (layer suffixes such as `attn_output.bias`, which also name a global
+/// tensor, or `blk.*.<suffix>` for the layers' tensor alone) names tensor `name`.
 fn names_any(list: &[&str], name: &str) -> bool {
     list.iter().any(|s| {
-        name == *s
+        let (s, layers_only) = match s.strip_prefix("blk.*.") {
+            Some(suffix) => (suffix, true),
+            None => (*s, false),
+        };
+        (name == s && !layers_only)
             || name
                 .strip_suffix(s)
                 .is_some_and(|head| head.starts_with("blk.") && head.ends_with('.'))
@@ -201,16 +206,18 @@ fn names_any(list: &[&str], name: &str) -> bool {
 /// activation scales), and the token table's scale. An architecture whose loader does
 /// create one names it in its `record_creates` (`graph::arch::metadata_creates`).
 fn skipped_when_declaring(name: &str) -> bool {
-    const SKIPPED: [&str; 7] = [
+    const SKIPPED: [&str; 6] = [
         ".attn_qkv.weight",
         ".attn_qkv.bias",
         ".ffn_gate_up_exps.weight",
         ".attn_kv_b.weight",
         ".ffn_gate_inp.scale",
         ".ffn.act.scales",
-        "output.scale",
     ];
-    name == "token_embd.scale" || SKIPPED.iter().any(|s| name.ends_with(s))
+    // the global names exactly: a layer's `attn_output.scale` is upstream's
+    name == "token_embd.scale"
+        || name == "output.scale"
+        || SKIPPED.iter().any(|s| name.ends_with(s))
 }
 
 /// No adapters (a graph built outside a context).
@@ -280,6 +287,12 @@ impl<'m> Builder<'m> {
     /// Whether this build records the tensors it asks for rather than reading a file.
     pub fn recording(&self) -> bool {
         self.record
+    }
+
+    /// Whether a recording build leaves optional tensor `name` out (upstream's loader does
+    /// not create it from metadata).
+    pub fn skips_when_declaring(&self, name: &str) -> bool {
+        self.skipped(name)
     }
 
     /// Whether a recording build leaves optional tensor `name` out.

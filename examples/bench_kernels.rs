@@ -291,7 +291,9 @@ fn prompt_shapes(filter: &[String], upstream: Option<&str>, shapes: &[(usize, us
     for t in [
         GgmlType::Q8_0,
         GgmlType::F16,
+        GgmlType::BF16,
         GgmlType::Q4_1,
+        GgmlType::Q5_1,
         GgmlType::Q4_0,
         GgmlType::Q4_K,
         GgmlType::Q5_K,
@@ -325,8 +327,13 @@ fn prompt_shapes(filter: &[String], upstream: Option<&str>, shapes: &[(usize, us
                 }
             } else {
                 for c in w.chunks_exact_mut(2) {
-                    let v = half::f16::from_f32((c[0] % 100) as f32 / 100.0 - 0.5);
-                    c.copy_from_slice(&v.to_bits().to_le_bytes());
+                    let v = (c[0] % 100) as f32 / 100.0 - 0.5;
+                    let bits = if t == GgmlType::BF16 {
+                        half::bf16::from_f32(v).to_bits()
+                    } else {
+                        half::f16::from_f32(v).to_bits()
+                    };
+                    c.copy_from_slice(&bits.to_le_bytes());
                 }
             }
             let x: Vec<f32> = (0..m * k).map(|i| (i % 13) as f32 / 13.0 - 0.5).collect();

@@ -12,7 +12,7 @@
 # Env: CTX (128), CHUNKS (2), THREADS (2), REPEAT (1 full-reload run per candidate per tool),
 # UPSTREAM=native: upstream's llama-perplexity built for this CPU (scripts/build-upstream-native.sh)
 # instead of the portable build. Also printed: the evaluation alone, ours (the rows'
-# eval_seconds) against upstream's (its "prompt eval time"), the issue-39 ratio of one round.
+# eval_seconds) against upstream's (its "seconds per pass" x chunks), issue 39's sweep ratio.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
@@ -97,7 +97,7 @@ for r in $(seq "$REPEAT"); do
 done
 (head -n1 "$work/rounds.csv"; cat "$work/all-rounds.csv") >"$work/rounds.csv.all"
 
-python3 - "$work/rounds.csv.all" "$work/full.tsv" "$work" "$work/inmem.tsv" "$up_kind" <<'PY'
+python3 - "$work/rounds.csv.all" "$work/full.tsv" "$work" "$work/inmem.tsv" "$up_kind" "$CHUNKS" <<'PY'
 import csv, glob, re, statistics as st, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["status"] == "ok"]
 if not rows:
@@ -119,14 +119,15 @@ if loads:
 print(f"bench-sweep: full-reload round: ours {ours:.3f} s, upstream ({sys.argv[5]}) llama-perplexity {up:.3f} s "
       f"(ours / upstream = {ours / up:.2f})")
 print(f"bench-sweep: full-reload round / in-process round: ours {ours / rnd:.2f}x, upstream {up / rnd:.2f}x")
-# the same evaluation in both: ours timed by the sweep rows (eval_seconds), upstream's by its
-# own "prompt eval time" (llama_perf_context_print), so neither side's load counts
-up_eval = [float(m.group(1)) / 1000 for f in glob.glob(sys.argv[3] + "/upstream-*.log")
-           for m in [re.search(r"prompt eval time =\s*([0-9.]+) ms", open(f).read())] if m]
+# the same evaluation in both, without either side's load: ours timed by the sweep rows
+# (eval_seconds), upstream's from its "N seconds per pass" (its first pass, one chunk here since
+# -b equals -c) times the chunks
+up_eval = [float(m.group(1)) * int(sys.argv[6]) for f in glob.glob(sys.argv[3] + "/upstream-*.log")
+           for m in [re.search(r"([0-9.]+) seconds per pass", open(f).read())] if m]
 if up_eval:
     ue = st.median(up_eval)
     print(f"bench-sweep: evaluation alone: ours {ev:.3f} s, upstream ({sys.argv[5]}) {ue:.3f} s "
-          f"(its prompt eval time): ours {ue / ev:.2f}x faster (issue 39: at least the pp ratio)")
+          f"(its seconds per pass x chunks): ours {ue / ev:.2f}x faster (issue 39: at least the pp ratio)")
 mem = [l.split("\t") for l in open(sys.argv[4]).read().splitlines()]
 if mem:
     ratio = st.median(float(m[2]) / float(m[1]) for m in mem)

@@ -41,7 +41,7 @@ mkdir -p "$models_dir"
 # (Q4_K_M: SmolLM2's 576-wide rows are no multiple of 256, so llama-quantize falls back to
 # Q5_0 for most of them: the fast mode's Q5_0 product, with Q4_K/Q6_K ffn_down beside it;
 # Q5_K_M likewise with Q5_K/Q6_K ffn_down: the fast K-quant kernels of plain rows)
-for t in Q8_0 Q4_0 F16 Q4_K_M Q5_K_M; do
+for t in Q8_0 Q4_0 F16 Q4_K_M Q5_K_M BF16; do
     f="$models_dir/SmolLM2-135M-Instruct.$t.gguf"
     [ -s "$f" ] || LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --allow-requantize "$model" "$f.tmp" "$t" \
         >"$out/quantize-$t.log" 2>&1 && mv "$f.tmp" "$f" 2>/dev/null || true
@@ -446,9 +446,13 @@ check_fast() { # NAME MODEL MAX_KL [env...] (FAST_MARGIN: the top-1 margin, 0.25
     echo "ok   $name: $stats; greedy $(cat "$out/$name.fast.txt")"
     passed=$((passed + 1))
 }
+# Q4_1 (the model as shipped) likewise, since its r8 products (min term added per block)
+# sum in another order than the exact mode's tiles and every layer re-quantizes to
+# Q8_1: fast vs exact 2.2e-3 on Q4_1, upstream's AVX2 vs generic order 2.3e-3 (2026-11-29).
+# BF16 (the float panel product, f32 activations, nothing re-quantized) keeps 1e-4.
 run_fast_rows() {
-    check_fast fast-smollm2-q4_1 "$model" 1e-4
-    for t in Q8_0 Q4_0 F16 IQ4_NL-pure Q4_K_M Q5_K_M; do
+    check_fast fast-smollm2-q4_1 "$model" 1e-2
+    for t in Q8_0 Q4_0 F16 IQ4_NL-pure Q4_K_M Q5_K_M BF16; do
         f="$models_dir/SmolLM2-135M-Instruct.$t.gguf"
         kl=1e-4; [ "$t" = Q8_0 ] || [ "$t" = Q4_K_M ] || [ "$t" = Q5_K_M ] && kl=1e-2
         # the K_M rows: top-1 where exact leads by 0.5 (upstream's own AVX2 and generic builds
@@ -461,7 +465,7 @@ run_fast_rows() {
     # MUL_MAT_ID: a qwen3moe-shaped model of 16 experts, 4 used (scripts/gen_bench_model.py
     # moe-small, requantized by upstream): ~17 of the 68 prompt rows per expert take the r8
     # kernels, the decode steps the one-job mat-vec path; exact mode against upstream too
-    for t in Q8_0 Q4_0 Q4_K_M; do
+    for t in Q8_0 Q4_0 Q4_K_M Q4_1; do
         f="$(moe_small "$t")" || { echo "FAIL moe-small-$t: no model (gen_bench_model.py moe-small, llama-quantize)"; failed=$((failed + 1)); continue; }
         CHECK_TOKENS="$long_prompt" check "moe-qwen3moe-small-${t,,}" "$f" 1e-2
         kl=1e-4; [ "$t" = Q4_K_M ] && kl=1e-2

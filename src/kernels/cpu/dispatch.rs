@@ -4,10 +4,10 @@
 //! and one branch per function here.
 
 use super::r8_layout::{
-    iq4_nl_values, pack_q4_0, pack_q4_0x8, pack_q5_0, pack_q8_0, q4_k_rows_scalar,
-    q4_kx8_scalar, q5_k_rows_scalar, q6_k_rows_scalar, r8_scalar, KGroupFn, KLayout, R8Fn,
-    R8_ROWS,
+    iq4_nl_values, pack_q4_0, pack_q4_0x8, pack_q5_0, pack_q8_0, q4_k_rows_scalar, q4_kx8_scalar,
+    q5_k_rows_scalar, q6_k_rows_scalar, r8_scalar, KGroupFn, KLayout, R8Fn, R8_ROWS,
 };
+use super::r8_min::{min_term, pack_q4_1, pack_q5_1, R8MinPackFn, R8MinTermFn};
 use super::type_traits::*;
 use super::vec::*;
 #[cfg(target_arch = "x86_64")]
@@ -386,6 +386,53 @@ pub fn r8_iq4_nl_values_fn() -> fn(usize, &mut [u8]) {
         return f;
     }
     iq4_nl_values
+}
+
+/// The packing of 8 rows of a min type (Q4_1 or Q5_1, `r8_min.rs`) into r8 blocks and mins:
+/// AVX2 when the CPU has it, else the scalar one (the same values either way); `None` for
+/// another type.
+pub fn r8_pack_min_fn(t: GgmlType) -> Option<R8MinPackFn> {
+    #[cfg(target_arch = "x86_64")]
+    let simd = match t {
+        GgmlType::Q4_1 => x86::r8_pack_q4_1(),
+        GgmlType::Q5_1 => x86::r8_pack_q5_1(),
+        _ => None,
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let simd = None;
+    simd.or(match t {
+        GgmlType::Q4_1 => Some(pack_q4_1 as R8MinPackFn),
+        GgmlType::Q5_1 => Some(pack_q5_1 as R8MinPackFn),
+        _ => None,
+    })
+}
+
+/// The min term of the min types' r8 products (`r8_min::min_term`): AVX2 when the CPU has
+/// it, else the scalar one (the same bits either way).
+pub fn r8_min_term_fn() -> R8MinTermFn {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(f) = x86::r8_min_term() {
+        return f;
+    }
+    min_term
+}
+
+/// The fast mode's float panel packing and tile kernel for a `t` weight (F16, BF16:
+/// `fast_float.rs`): AVX2 when the CPU has it; `None` otherwise (the scalar references are
+/// for tests, not for use: far slower than the exact kernels).
+pub fn float_panel_fns(
+    t: GgmlType,
+) -> Option<(
+    super::panel_layout::PanelPackFn,
+    super::panel_layout::PanelKernelFn,
+)> {
+    #[cfg(target_arch = "x86_64")]
+    return x86::float_panel_fns(t);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = t;
+        None
+    }
 }
 
 /// The fast mode's K-quant group kernel for `layout` (`r8_layout::KGroupFn`): AVX2 when the

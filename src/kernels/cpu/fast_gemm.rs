@@ -12,13 +12,16 @@
 //! mins inside the integer sums, the min term from the activations' `bsums`, the float work
 //! once per super-block (ik_llama.cpp's technique; our layout and code).
 
-use super::blocks::{Q4_0_BYTES, Q5_0_BYTES, Q8_0_BYTES, Q8_K_BYTES, QK, QK_K};
+use super::blocks::{
+    Q4_0_BYTES, Q4_1_BYTES, Q5_0_BYTES, Q5_1_BYTES, Q8_0_BYTES, Q8_1_BYTES, Q8_K_BYTES, QK, QK_K,
+};
 use super::dispatch::{
-    k_kernel, r8_iq4_nl_values_fn, r8_kernel, r8_pack_q4_0_fn, r8_pack_q4_0x8_fn, r8_pack_q5_0_fn,
-    r8_pack_q8_0_fn,
+    k_kernel, r8_iq4_nl_values_fn, r8_kernel, r8_min_term_fn, r8_pack_min_fn, r8_pack_q4_0_fn,
+    r8_pack_q4_0x8_fn, r8_pack_q5_0_fn, r8_pack_q8_0_fn,
 };
 use super::pool::{SharedOut, ThreadPool};
 use super::r8_layout::*;
+use super::r8_min::q8_1_as_q8_0;
 use crate::gguf::GgmlType;
 
 // the r8 packing reads the repacked layout's super-blocks
@@ -31,7 +34,7 @@ pub const FAST_MIN_COLS: usize = 8;
 /// A weight the fast products take.
 #[derive(Clone, Copy, Debug)]
 pub enum FastWeight<'a> {
-    /// ggml rows of `t` (Q8_0 or Q4_0), `row_stride` bytes apart.
+    /// ggml rows of `t` (an [`r8_type`]), `row_stride` bytes apart.
     Plain {
         t: GgmlType,
         bytes: &'a [u8],
@@ -52,12 +55,26 @@ pub enum FastWeight<'a> {
     },
 }
 
-/// The weight types the r8 kernels take (blocks of 32 with one f16 scale, Q8_0 activations).
+/// Whether Q5_1 products take the r8 kernels: not by default. Their results agree with the
+/// scalar reference (ggml's generic order: mean KL 2.3e-3 on SmolLM2 requantized to Q5_1,
+/// as Q4_1's), but upstream's AVX2 build, which the exact mode reproduces bit for bit, is
+/// 0.67 away from its own generic order on that model (greedy tokens differ after 12 steps;
+/// measured 2026-11-29), so the fast mode could not stay within the exact mode's bounds.
+const Q5_1_FAST: bool = false;
+
+/// The weight types the r8 kernels take: blocks of 32 with one f16 scale (Q8_0 activations),
+/// or a scale and a min ([`has_min`]: Q8_1 activations; Q5_1 when [`Q5_1_FAST`]).
 pub fn r8_type(t: GgmlType) -> bool {
     matches!(
         t,
-        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::IQ4_NL
-    )
+        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::IQ4_NL | GgmlType::Q4_1
+    ) || (Q5_1_FAST && t == GgmlType::Q5_1)
+}
+
+/// Whether `t` is an [`r8_type`] with a per-block min (Q4_1, Q5_1: `r8_min.rs`), whose
+/// activations are Q8_1 rows and whose products add the min term.
+pub fn has_min(t: GgmlType) -> bool {
+    matches!(t, GgmlType::Q4_1 | GgmlType::Q5_1)
 }
 
 /// Whether the fast mode takes a product of a `t` weight of `n_rows` rows with `m` activation
@@ -104,8 +121,8 @@ pub fn takes_repacked(t: GgmlType, n_rows: usize, m: usize) -> bool {
 }
 
 /// `dst[j * dst_stride + dst_offset + i] = w row i · x row j` for the `n_rows` rows of `w` and
-/// the `m` Q8_0 rows of `x` (`x_row_bytes` apart, `k` elements each; Q8_K rows for
-/// [`FastWeight::Q4Kx8`]).
+/// the `m` Q8_0 rows of `x` (`x_row_bytes` apart, `k` elements each; Q8_1 rows for the
+/// [`has_min`] types, Q8_K rows for [`FastWeight::Q4Kx8`]).
 #[allow(clippy::too_many_arguments)]
 pub fn mul_mat_fast(
     w: FastWeight<'_>,
@@ -143,8 +160,10 @@ pub fn mul_mat_fast(
         _ => {}
     }
     let nb = k / QK;
+    let min = matches!(w, FastWeight::Plain { t, .. } if has_min(t));
+    let x_block = if min { Q8_1_BYTES } else { Q8_0_BYTES };
     assert!(
-        x_row_bytes >= nb * Q8_0_BYTES && x.len() >= (m - 1) * x_row_bytes + nb * Q8_0_BYTES,
+        x_row_bytes >= nb * x_block && x.len() >= (m - 1) * x_row_bytes + nb * x_block,
         "activations: {} bytes for {m} rows of {k}",
         x.len()
     );
@@ -164,6 +183,8 @@ pub fn mul_mat_fast(
                 GgmlType::Q8_0 => Q8_0_BYTES,
                 GgmlType::Q4_0 | GgmlType::IQ4_NL => Q4_0_BYTES,
                 GgmlType::Q5_0 => Q5_0_BYTES,
+                GgmlType::Q4_1 => Q4_1_BYTES,
+                GgmlType::Q5_1 => Q5_1_BYTES,
                 _ => panic!("no fast product for {t}"),
             };
             assert!(
@@ -188,18 +209,41 @@ pub fn mul_mat_fast(
         }
         FastWeight::Q4Kx8(_) | FastWeight::KRows { .. } => unreachable!("K-quants"),
     };
-    // per column and block: the scale, and 8 × the quants' sum (the nibbles' offset)
+    // per column and block: the scale, and 8 × the quants' sum (the nibbles' offset); for the
+    // min types the Q8_1 rows copied into Q8_0 shape, no offset, and `s_x` for the min term
     let mut dx = vec![0f32; m * nb];
     let mut sx = vec![0i32; m * nb];
-    for j in 0..m {
-        let row = &x[j * x_row_bytes..j * x_row_bytes + nb * Q8_0_BYTES];
-        activation_meta(
-            row,
-            nb,
-            &mut dx[j * nb..(j + 1) * nb],
-            &mut sx[j * nb..(j + 1) * nb],
-        );
+    let (mut x8, mut sm) = (Vec::new(), Vec::new());
+    if min {
+        x8 = vec![0u8; m * nb * Q8_0_BYTES];
+        sm = vec![0f32; m * nb];
+        for j in 0..m {
+            let (b0, b1) = (j * nb, (j + 1) * nb);
+            q8_1_as_q8_0(
+                &x[j * x_row_bytes..],
+                nb,
+                &mut x8[b0 * Q8_0_BYTES..b1 * Q8_0_BYTES],
+                &mut dx[b0..b1],
+                &mut sm[b0..b1],
+            );
+        }
+    } else {
+        for j in 0..m {
+            let row = &x[j * x_row_bytes..j * x_row_bytes + nb * Q8_0_BYTES];
+            activation_meta(
+                row,
+                nb,
+                &mut dx[j * nb..(j + 1) * nb],
+                &mut sx[j * nb..(j + 1) * nb],
+            );
+        }
     }
+    let (x, x_row_bytes) = if min {
+        (&x8[..], nb * Q8_0_BYTES)
+    } else {
+        (x, x_row_bytes)
+    };
+    let min_term = r8_min_term_fn();
     let kernel = r8_kernel();
     let pack4x8 = r8_pack_q4_0x8_fn();
     let groups = n_rows / R8_ROWS;
@@ -209,8 +253,14 @@ pub fn mul_mat_fast(
     let out = SharedOut::new(dst);
     let run = |task: usize, _thread: usize| {
         let mut packed = vec![0u8; nb * R8_BLOCK_BYTES];
+        let mut mins = vec![0f32; if min { nb * R8_ROWS } else { 0 }];
         for g in task * per..((task + 1) * per).min(groups) {
             match w {
+                FastWeight::Plain {
+                    t,
+                    bytes,
+                    row_stride,
+                } if min => pack_group_min(t, bytes, row_stride, g, nb, &mut packed, &mut mins),
                 FastWeight::Plain {
                     t,
                     bytes,
@@ -240,7 +290,15 @@ pub fn mul_mat_fast(
                 // tasks, each task covers every column), so these 8 outputs of column c are
                 // written once, by this task; in bounds as asserted above; `dst` stays
                 // mutably borrowed until parallel_for returns.
-                unsafe { out.slice(at, R8_ROWS) }.copy_from_slice(v);
+                let o = unsafe { out.slice(at, R8_ROWS) };
+                if min {
+                    let mt = min_term(nb, &mins, &sm[c * nb..(c + 1) * nb]);
+                    o.iter_mut()
+                        .zip(v.iter().zip(mt))
+                        .for_each(|(o, (v, t))| *o = v + t);
+                } else {
+                    o.copy_from_slice(v);
+                }
             });
         }
     };
@@ -297,7 +355,15 @@ fn mul_mat_fast_k(
         let mut vals = vec![[0f32; R8_ROWS]; m];
         for g in task * per..((task + 1) * per).min(groups) {
             // the kernel checks that the group's rows are all there
-            kernel(nbk, &w[g * group_bytes..], row_stride, x, x_row_bytes, m, &mut vals);
+            kernel(
+                nbk,
+                &w[g * group_bytes..],
+                row_stride,
+                x,
+                x_row_bytes,
+                m,
+                &mut vals,
+            );
             for (c, v) in vals.iter().enumerate() {
                 let at = c * dst_stride + dst_offset + g * R8_ROWS;
                 // SAFETY: group g belongs to this task alone (groups are split among the
@@ -311,11 +377,12 @@ fn mul_mat_fast_k(
     pool.parallel_for(nchunk, &run);
 }
 
-/// The r8 values of a plain `t` weight (an [`r8_type`]).
+/// The r8 values of a plain `t` weight (an [`r8_type`]; the [`has_min`] types' unsigned
+/// values take the nibble path with no offset).
 pub(super) fn values_of(t: GgmlType) -> R8Values {
     match t {
         GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::IQ4_NL => R8Values::Signed8,
-        GgmlType::Q4_0 => R8Values::Nibble4,
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_1 => R8Values::Nibble4,
         _ => panic!("no fast product for {t}"),
     }
 }
@@ -343,6 +410,25 @@ pub(super) fn pack_group(
         }
         _ => r8_pack_q4_0_fn()(rows, nb, packed),
     }
+}
+
+/// Packs rows `8g .. 8g + 8` of a plain Q4_1 or Q5_1 weight (a [`has_min`] type) into
+/// `packed` (`nb` r8 blocks) and their block mins into `mins` (`8 · nb`, row order).
+pub(super) fn pack_group_min(
+    t: GgmlType,
+    bytes: &[u8],
+    row_stride: usize,
+    g: usize,
+    nb: usize,
+    packed: &mut [u8],
+    mins: &mut [f32],
+) {
+    let rows: [&[u8]; R8_ROWS] = std::array::from_fn(|r| {
+        let at = (g * R8_ROWS + r) * row_stride;
+        &bytes[at..]
+    });
+    let pack = r8_pack_min_fn(t).unwrap_or_else(|| panic!("{t} has no min"));
+    pack(rows, nb, packed, mins);
 }
 
 /// Activation columns for one packed group: Q8_0 rows `x_row_bytes` apart with their
@@ -408,8 +494,8 @@ mod tests {
     }
 
     /// The fast product of real quantized rows agrees with the scalar reference dot products
-    /// (exact integer sums, so only the float summation order differs), for plain Q8_0 and
-    /// Q4_0 rows, Q5_0 and IQ4_NL rows, repacked q4_0x8 and iq4_nl_8x8 weights, at 1 and 3 threads and column counts that
+    /// (exact integer sums, so only the float summation order differs), for plain Q8_0,
+    /// Q4_0, Q5_0, IQ4_NL, Q4_1 and Q5_1 rows (Q8_1 activations for the last two), repacked q4_0x8 and iq4_nl_8x8 weights, at 1 and 3 threads and column counts that
     /// leave every tail shape.
     #[test]
     fn fast_products_agree_with_the_reference_dots() {
@@ -417,22 +503,21 @@ mod tests {
         let (n_rows, k, m) = (24, 96, 11);
         let wf: Vec<f32> = (0..n_rows * k).map(|_| next()).collect();
         let xf: Vec<f32> = (0..m * k).map(|_| next()).collect();
-        let xq_row = row_bytes(GgmlType::Q8_0, k);
-        let mut xq = vec![0u8; m * xq_row];
-        for j in 0..m {
-            quantize_row(
-                GgmlType::Q8_0,
-                &xf[j * k..(j + 1) * k],
-                &mut xq[j * xq_row..],
-            );
-        }
         // IQ4_NL rows: Q4_0's bytes read through the code book (any nibbles are valid)
         for t in [
             GgmlType::Q8_0,
             GgmlType::Q4_0,
             GgmlType::Q5_0,
             GgmlType::IQ4_NL,
+            GgmlType::Q4_1,
+            GgmlType::Q5_1,
         ] {
+            let vt = crate::kernels::cpu::type_traits::vec_dot_type(t);
+            let xq_row = row_bytes(vt, k);
+            let mut xq = vec![0u8; m * xq_row];
+            for j in 0..m {
+                quantize_row(vt, &xf[j * k..(j + 1) * k], &mut xq[j * xq_row..]);
+            }
             let wr = row_bytes(t, k);
             let mut wq = vec![0u8; n_rows * wr];
             for i in 0..n_rows {
@@ -440,12 +525,22 @@ mod tests {
                 let out = &mut wq[i * wr..(i + 1) * wr];
                 match t {
                     GgmlType::Q8_0 => quantize_row(t, row, out),
-                    GgmlType::Q5_0 => {
-                        // any bits are a valid Q5_0 block: random ones under a sane scale
-                        for (e, blk) in out.chunks_exact_mut(Q5_0_BYTES).enumerate() {
+                    GgmlType::Q5_0 | GgmlType::Q4_1 | GgmlType::Q5_1 => {
+                        // any bits are a valid block: random ones under a sane scale (and a
+                        // min of either sign)
+                        let (size, head) = match t {
+                            GgmlType::Q5_0 => (Q5_0_BYTES, 2),
+                            GgmlType::Q4_1 => (Q4_1_BYTES, 4),
+                            _ => (Q5_1_BYTES, 4),
+                        };
+                        for (e, blk) in out.chunks_exact_mut(size).enumerate() {
                             let d = half::f16::from_f32(0.01 + 0.01 * row[e].abs());
                             blk[..2].copy_from_slice(&d.to_le_bytes());
-                            for (j, q) in blk[2..].iter_mut().enumerate() {
+                            if head == 4 {
+                                let mn = half::f16::from_f32(0.1 * row[(e + 7) % k]);
+                                blk[2..4].copy_from_slice(&mn.to_le_bytes());
+                            }
+                            for (j, q) in blk[head..].iter_mut().enumerate() {
                                 *q = (row[(e * 20 + j) % k] * 1e4) as i32 as u8;
                             }
                         }

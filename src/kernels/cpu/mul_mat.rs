@@ -17,6 +17,8 @@ pub struct Scratch {
     pub(super) id_gather: Vec<u8>,
     pub(super) id_dx: Vec<f32>,
     pub(super) id_sx: Vec<i32>,
+    /// MUL_MAT_ID, min types (Q4_1, Q5_1): the gathered rows' block sums `s_x`.
+    pub(super) id_sm: Vec<f32>,
 }
 
 impl Scratch {
@@ -29,7 +31,7 @@ impl Scratch {
         self.activations.capacity()
             + 4 * self.repack_meta.capacity()
             + self.id_gather.capacity()
-            + 4 * (self.id_dx.capacity() + self.id_sx.capacity())
+            + 4 * (self.id_dx.capacity() + self.id_sx.capacity() + self.id_sm.capacity())
     }
 }
 
@@ -196,6 +198,30 @@ pub fn mul_mat_rows(
     pool: &ThreadPool,
     scratch: &mut Scratch,
 ) {
+    if super::fast_float::takes(t, n_rows, m) {
+        // the fast mode's float panel product (prompt processing): f32 activations as they
+        // are, not upstream's order
+        assert!(
+            x.len() >= k * m,
+            "activations: {} values for {m} rows of {k}",
+            x.len()
+        );
+        let w_row = row_bytes(t, k);
+        super::fast_float::mul_mat_float_fast(
+            t,
+            w,
+            w_row,
+            n_rows,
+            k,
+            x,
+            m,
+            dst,
+            dst_stride,
+            dst_row_offset,
+            pool,
+        );
+        return;
+    }
     let act = prepare_activations(t, x, k, m, pool, scratch);
     mul_mat_prepared(t, w, n_rows, &act, dst, dst_stride, dst_row_offset, pool);
 }
@@ -241,8 +267,8 @@ pub fn mul_mat_prepared(
         );
         return;
     }
-    if let Some(layout) = super::fast_gemm::k_layout(t)
-        .filter(|_| super::fast_gemm::takes_k(t, n_rows, act.k, act.m))
+    if let Some(layout) =
+        super::fast_gemm::k_layout(t).filter(|_| super::fast_gemm::takes_k(t, n_rows, act.k, act.m))
     {
         // the fast mode's K-quant group kernels (prompt processing), not upstream's order
         let w = super::fast_gemm::FastWeight::KRows {

@@ -4,20 +4,22 @@
 //! layer of 64+ experts wakes the pool once, not once per expert, and a thread that finishes
 //! one expert's rows moves on to the next expert's.
 //!
-//! Per expert: in fast mode, a Q8_0, Q4_0, Q5_0 or IQ4_NL expert with at least
-//! [`R8_MIN_COLS`] rows routed to it runs the r8 kernels (`fast_gemm.rs`) over its rows,
-//! gathered once (a Q4_K expert the Q4_K group kernel, its groups packed per task); an expert with
+//! Per expert: in fast mode, an expert of an r8 type (`fast_gemm::r8_type`: Q8_0, Q4_0,
+//! Q5_0, IQ4_NL, Q4_1) with at least [`R8_MIN_COLS`] rows routed to it runs the r8 kernels
+//! (`fast_gemm.rs`) over its rows, gathered once (a Q4_K expert the Q4_K group kernel, its
+//! groups packed per task); an expert with
 //! one routed row takes the matrix-vector dot (`matvec_dot_fn`), the kernel
 //! `mul_mat` gives a one-row product in both modes, so exact mode stays bit-identical to the
 //! expert-by-expert path; other experts (fast mode only) one dot per output. [`takes`] says
 //! which products this path handles; the rest go through `mul_mat` expert by expert.
 
-use super::blocks::{Q8_0_BYTES, QK, QK_K};
-use super::dispatch::{dot_fn, k_kernel, matvec_dot_fn, quantize_row, r8_kernel};
-use super::fast_gemm::{pack_group, values_of, GroupColumns};
+use super::blocks::{Q8_0_BYTES, Q8_1_BYTES, QK, QK_K};
+use super::dispatch::{dot_fn, k_kernel, matvec_dot_fn, quantize_row, r8_kernel, r8_min_term_fn};
+use super::fast_gemm::{has_min, pack_group, pack_group_min, values_of, GroupColumns};
 use super::mul_mat::{prefetch_ahead, Scratch};
 use super::pool::{for_row_runs, SharedOut, ThreadPool};
 use super::r8_layout::{activation_meta, R8_BLOCK_BYTES, R8_ROWS};
+use super::r8_min::q8_1_as_q8_0;
 use super::type_traits::{row_bytes, supports, vec_dot_type};
 use crate::gguf::GgmlType;
 
@@ -132,6 +134,7 @@ pub fn mul_mat_id(
         id_gather,
         id_dx,
         id_sx,
+        id_sm,
         ..
     } = scratch;
     if activations.len() < n_x * x_row {
@@ -150,9 +153,12 @@ pub fn mul_mat_id(
     );
     let xq = &activations[..n_x * x_row];
 
-    // the r8 experts' rows gathered (Q8_0, one expert's after another) with their block
-    // scales and sums; gathered[e] = the first gathered row of expert e
+    // the r8 experts' rows gathered (Q8_0-shaped, one expert's after another) with their block
+    // scales and sums (for the min types: no nibble offset, `s_x` of the Q8_1 rows);
+    // gathered[e] = the first gathered row of expert e
     let nb = k / QK;
+    let min = has_min(t);
+    let g_row = nb * Q8_0_BYTES;
     let mut gathered = vec![0usize; routes.len()];
     let mut n_gathered = 0;
     for (e, r) in routes.iter().enumerate() {
@@ -173,25 +179,33 @@ pub fn mul_mat_id(
             }
         }
     } else if n_gathered > 0 {
-        debug_assert_eq!(x_row, nb * Q8_0_BYTES);
-        id_gather.resize(n_gathered * x_row, 0);
+        debug_assert_eq!(x_row, if min { nb * Q8_1_BYTES } else { g_row });
+        id_gather.resize(n_gathered * g_row, 0);
         id_dx.resize(n_gathered * nb, 0.0);
         id_sx.resize(n_gathered * nb, 0);
+        id_sm.resize(if min { n_gathered * nb } else { 0 }, 0.0);
         for (e, r) in routes.iter().enumerate().filter(|&(e, _)| r8(e)) {
             for (c, &(xr, _)) in r.iter().enumerate() {
                 let j = gathered[e] + c;
                 let row = &xq[xr * x_row..(xr + 1) * x_row];
-                id_gather[j * x_row..(j + 1) * x_row].copy_from_slice(row);
-                activation_meta(
-                    row,
-                    nb,
-                    &mut id_dx[j * nb..(j + 1) * nb],
-                    &mut id_sx[j * nb..(j + 1) * nb],
-                );
+                let (b0, b1) = (j * nb, (j + 1) * nb);
+                if min {
+                    q8_1_as_q8_0(
+                        row,
+                        nb,
+                        &mut id_gather[j * g_row..(j + 1) * g_row],
+                        &mut id_dx[b0..b1],
+                        &mut id_sm[b0..b1],
+                    );
+                    id_sx[b0..b1].fill(0);
+                } else {
+                    id_gather[j * g_row..(j + 1) * g_row].copy_from_slice(row);
+                    activation_meta(row, nb, &mut id_dx[b0..b1], &mut id_sx[b0..b1]);
+                }
             }
         }
     }
-    let (gath, dx, sx) = (&id_gather[..], &id_dx[..], &id_sx[..]);
+    let (gath, dx, sx, sm) = (&id_gather[..], &id_dx[..], &id_sx[..], &id_sm[..]);
 
     // tasks of about equal work (weight rows × routed rows), a few per thread
     let work: usize = routes.iter().map(|r| r.len() * n_rows).sum();
@@ -214,7 +228,10 @@ pub fn mul_mat_id(
     }
 
     let kernel = r8_kernel();
-    let k_kernel = super::fast_gemm::k_layout(t).filter(|_| fast_k).map(k_kernel);
+    let min_term = r8_min_term_fn();
+    let k_kernel = super::fast_gemm::k_layout(t)
+        .filter(|_| fast_k)
+        .map(k_kernel);
     let values = fast_r8.then(|| values_of(t));
     let (matvec, dot) = (matvec_dot_fn(t), dot_fn(t));
     let out = SharedOut::new(dst);
@@ -247,14 +264,19 @@ pub fn mul_mat_id(
                 kernel,
                 values: values.expect("r8 experts only in fast mode"),
                 nb,
-                x: &gath[gathered[e] * x_row..],
-                x_row_bytes: x_row,
+                x: &gath[gathered[e] * g_row..],
+                x_row_bytes: g_row,
                 dx: &dx[gathered[e] * nb..],
                 sx: &sx[gathered[e] * nb..],
             };
             let mut packed = vec![0u8; nb * R8_BLOCK_BYTES];
+            let mut mins = vec![0f32; if min { nb * R8_ROWS } else { 0 }];
             for g in lo / R8_ROWS..hi / R8_ROWS {
-                pack_group(t, w_e, w_row, g, nb, &mut packed);
+                if min {
+                    pack_group_min(t, w_e, w_row, g, nb, &mut packed, &mut mins);
+                } else {
+                    pack_group(t, w_e, w_row, g, nb, &mut packed);
+                }
                 cols.run(&packed, 0..route.len(), |c, v| {
                     let at = route[c].1 * n_rows + g * R8_ROWS;
                     // SAFETY: output row route[c].1 belongs to expert e alone (no output row
@@ -262,9 +284,15 @@ pub fn mul_mat_id(
                     // alone; in bounds (route rows < n_dst); `dst` stays mutably borrowed
                     // until parallel_for returns.
                     let o = unsafe { out.slice(at, R8_ROWS) };
+                    let mut v = *v;
+                    if min {
+                        let j = (gathered[e] + c) * nb;
+                        let mt = min_term(nb, &mins, &sm[j..j + nb]);
+                        v.iter_mut().zip(mt).for_each(|(v, t)| *v += t);
+                    }
                     match s {
                         Some(s) => o.iter_mut().zip(v).for_each(|(o, v)| *o = v * s),
-                        None => o.copy_from_slice(v),
+                        None => o.copy_from_slice(&v),
                     }
                 });
             }
@@ -314,6 +342,8 @@ mod tests {
             GgmlType::Q8_0 => (34, &[0]),
             GgmlType::Q4_0 | GgmlType::IQ4_NL => (18, &[0]),
             GgmlType::Q5_0 => (22, &[0]),
+            GgmlType::Q4_1 => (20, &[0, 2]),
+            GgmlType::Q5_1 => (24, &[0, 2]),
             GgmlType::Q4_K => (144, &[0, 2]),
             GgmlType::F16 => (2, &[0]),
             _ => unreachable!("{t}"),
@@ -345,6 +375,8 @@ mod tests {
             GgmlType::Q4_0,
             GgmlType::IQ4_NL,
             GgmlType::Q5_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_1,
             GgmlType::Q4_K,
             GgmlType::F16,
         ] {

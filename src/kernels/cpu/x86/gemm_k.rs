@@ -59,9 +59,7 @@ fn k_group<const L: u8>(
         KLayout::Q6K => 7 * row_stride + nbk * Q6_K_BYTES,
     };
     assert!(
-        w.len() >= w_need
-            && x.len() >= (m - 1) * x_stride + nbk * Q8_K_BYTES
-            && out.len() >= m,
+        w.len() >= w_need && x.len() >= (m - 1) * x_stride + nbk * Q8_K_BYTES && out.len() >= m,
         "{layout:?} group of {nbk} super-blocks × {m} columns: {} / {} / {}",
         w.len(),
         x.len(),
@@ -129,14 +127,47 @@ unsafe fn spread(
         let (a, b) = (8 * h, 8 * h + 2);
         let (c, e) = (8 * h + 4, 8 * h + 6);
         _mm256_setr_epi8(
-            a, a + 1, a, a + 1, a, a + 1, a, a + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, c,
-            c + 1, c, c + 1, c, c + 1, c, c + 1, e, e + 1, e, e + 1, e, e + 1, e, e + 1,
+            a,
+            a + 1,
+            a,
+            a + 1,
+            a,
+            a + 1,
+            a,
+            a + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            c,
+            c + 1,
+            c,
+            c + 1,
+            c,
+            c + 1,
+            c,
+            c + 1,
+            e,
+            e + 1,
+            e,
+            e + 1,
+            e,
+            e + 1,
+            e,
+            e + 1,
         )
     };
     let (pick_a, pick_b) = (pick(0), pick(1));
     for s in 0..nsub {
         let v = _mm256_broadcastsi128_si256(load128(sc[s].as_ptr().cast()));
-        p.sc[s] = [_mm256_shuffle_epi8(v, pick_a), _mm256_shuffle_epi8(v, pick_b)];
+        p.sc[s] = [
+            _mm256_shuffle_epi8(v, pick_a),
+            _mm256_shuffle_epi8(v, pick_b),
+        ];
     }
     for k in 0..8 {
         let pair: [i32; 8] = std::array::from_fn(|lane| {
@@ -179,15 +210,18 @@ unsafe fn prepare<const L: u8>(w: *const u8, rs: usize, sb: usize, p: &mut Prepa
                     for h in 0..2 {
                         let v = load256(blk.add(160 + ((4 * c + piece) * R8_ROWS + 4 * h) * 8));
                         p.q[8 * c + piece][h] = _mm256_and_si256(v, m4);
-                        p.q[8 * c + 4 + piece][h] =
-                            _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                        p.q[8 * c + 4 + piece][h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
                     }
                 }
             }
         }
         KLayout::Q4K | KLayout::Q5K => {
             let five = layout_of(L) == KLayout::Q5K;
-            let (size, qs) = if five { (Q5_K_BYTES, 48) } else { (Q4_K_BYTES, 16) };
+            let (size, qs) = if five {
+                (Q5_K_BYTES, 48)
+            } else {
+                (Q4_K_BYTES, 16)
+            };
             for r in 0..R8_ROWS {
                 let blk = w.add(r * rs + sb * size);
                 d[r] = f16(blk);

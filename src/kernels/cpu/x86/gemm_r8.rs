@@ -39,7 +39,7 @@ fn pack_q8_0_avx2(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
 /// # Safety
 /// AVX2, FMA and F16C present; each row readable at `at..at + 2`, `d` writable for 32 bytes.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn store_scales(rows: &[*const u8; R8_ROWS], at: usize, d: *mut u8) {
+pub(super) unsafe fn store_scales(rows: &[*const u8; R8_ROWS], at: usize, d: *mut u8) {
     let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
     let mut bits = [0u16; R8_ROWS];
     for (r, p) in rows.iter().enumerate() {

@@ -15,6 +15,7 @@
 //! This file holds the dot-product tables and re-exports what `cpu/dispatch.rs` hands out.
 
 mod float;
+mod gemm_f32;
 mod gemm_k;
 mod gemm_r8;
 mod iq;
@@ -22,6 +23,7 @@ mod k_quants;
 mod k_tiled;
 mod quantize;
 mod quants;
+mod r8_min;
 mod repack;
 mod simd;
 mod tiles;
@@ -36,11 +38,13 @@ use k_quants::{q2_k_avx2, q3_k_avx2, q4_k_avx2, q5_k_avx2, q6_k_avx2};
 use quants::{q4_0_avx2, q4_1_avx2, q5_0_avx2, q5_1_avx2, q8_0_avx2};
 use vec::dot_f16_ggml_bytes;
 
+pub use gemm_f32::float_panel_fns;
 pub use gemm_k::k_kernel;
 pub use gemm_r8::{
     r8_iq4_nl_values, r8_kernel, r8_pack_q4_0, r8_pack_q4_0x8, r8_pack_q5_0, r8_pack_q8_0,
 };
 pub use quantize::{convert_f16, quantize_q8};
+pub use r8_min::{r8_min_term, r8_pack_q4_1, r8_pack_q5_1};
 pub use repack::repacked_kernels;
 pub use simd::{available, prefetch};
 pub use tiles::{tile_fn, tile_shape, tiled_tile_shape};

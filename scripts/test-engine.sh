@@ -465,12 +465,28 @@ run_fast_rows() {
     # MUL_MAT_ID: a qwen3moe-shaped model of 16 experts, 4 used (scripts/gen_bench_model.py
     # moe-small, requantized by upstream): ~17 of the 68 prompt rows per expert take the r8
     # kernels, the decode steps the one-job mat-vec path; exact mode against upstream too
+    # the fast K-quant kernels on every tensor (true K-quants: rows of 256): Q4_K repacked at
+    # load, Q5_K, Q6_K and IQ4_XS plain rows
+    for t in Q4_K Q5_K Q6_K IQ4_XS; do
+        f="$(small_pure "$t")" || { echo "FAIL fast-llama-256-${t,,}-pure: no model"; failed=$((failed + 1)); continue; }
+        check_fast "fast-llama-256-${t,,}-pure" "$f" 1e-4
+    done
     for t in Q8_0 Q4_0 Q4_K_M Q4_1; do
         f="$(moe_small "$t")" || { echo "FAIL moe-small-$t: no model (gen_bench_model.py moe-small, llama-quantize)"; failed=$((failed + 1)); continue; }
         CHECK_TOKENS="$long_prompt" check "moe-qwen3moe-small-${t,,}" "$f" 1e-2
         kl=1e-4; [ "$t" = Q4_K_M ] && kl=1e-2
         check_fast "fast-qwen3moe-small-${t,,}" "$f" "$kl"
     done
+}
+# small_pure TYPE: the small generated llama (n_embd 256, every row whole super-blocks)
+# requantized --pure to TYPE (cached; the per-type rows below use the same files)
+small_pure() {
+    local f16="$models_dir/llama-256.F16.gguf" f="$models_dir/llama-256.$1-pure.gguf"
+    [ -s "$f16" ] || "${VENV:-$LLAMA_HOTSWAP_CACHE/venv}/bin/python" scripts/gen_bench_model.py "$model" "$f16" small \
+        >"$out/gen-llama-256.log" 2>&1 || return 1
+    [ -s "$f" ] || { LD_LIBRARY_PATH="$tools" "$tools/llama-quantize" --pure "$f16" "$f.tmp" "$1" \
+        >"$out/quantize-llama-256-$1.log" 2>&1 && mv "$f.tmp" "$f"; } || return 1
+    echo "$f"
 }
 # moe_small TYPE: the small generated qwen3moe model requantized to TYPE (cached)
 moe_small() {

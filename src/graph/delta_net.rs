@@ -131,6 +131,11 @@ impl Builder<'_> {
             }
             (_, Some(wqkv)) => {
                 let wz = self.lw(il, "attn_gate.weight", &[n_embd, (hv * nv) as i64])?;
+                if kind == QwenGdn::Qwen3Next {
+                    // (upstream's loader creates the legacy fused projection beside it)
+                    let qkvz = 2 * (hk * nk + hv * nv);
+                    self.declare_unread(&format!("blk.{il}.ssm_in.weight"), &[n_embd, qkvz as i64]);
+                }
                 (
                     self.mm_scaled(wqkv, cur, scaled),
                     self.mm_scaled(wz, cur, scaled),

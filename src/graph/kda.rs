@@ -59,6 +59,8 @@ impl Builder<'_> {
         for (i, p) in ["q", "k", "v"].into_iter().enumerate() {
             let w = self.lw(il, &format!("attn_{p}.weight"), &[n_embd, d_inner])?;
             let conv = self.lw(il, &format!("ssm_conv1d_{p}.weight"), &[dc, 1, d_inner])?;
+            // (upstream's loaders create the projections' biases too, its graphs add none)
+            self.declare_unread(&format!("blk.{il}.attn_{p}.bias"), &[d_inner]);
             let x = self.mul_mat_raw(w, cur);
             let x = self.ssm_conv_at(il, x, conv, kda.d_conv, i * hd * nh * (kda.d_conv - 1));
             qkv[i] = self.silu(x);

@@ -198,6 +198,11 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             act: GluKind::swiglu_clamp_for(&e.swiglu_limit_exp, il),
             biases: false,
         };
+        // (upstream's loader creates the media inputs' selection bias; text never reads it)
+        b.declare_unread(
+            &format!("blk.{il}.exp_probs_b_vl.bias"),
+            &[hp.n_expert as i64],
+        );
         let out = b.moe_shared_layer(il, x, hp.n_ff_exp, moe, e.n_ff_shexp, shared)?;
         streams = b.hc_post_manifold(out, streams, post, comb);
         streams = b.cvec_streams(streams, il, HC);

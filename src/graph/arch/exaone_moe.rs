@@ -76,7 +76,8 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             ..Ffn::SWIGLU
         };
         let name = format!("blk.{il}.ffn_gate_inp.weight");
-        let cur = if !b.has(&name) {
+        // (upstream's loader: dense for the leading layers, experts after)
+        let cur = if !b.has_else_metadata(&name, il >= e.n_layer_dense_lead) {
             b.ffn_layer(il, x, plain)?
         } else {
             let moe = Moe {

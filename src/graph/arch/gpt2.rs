@@ -106,6 +106,11 @@ pub fn graph_with(b: &mut Builder, c: Classic) -> Result<Outputs, BuildError> {
                 let kn_b = b.lw_opt(il, "attn_k_norm.bias", &[n_embd])?;
                 q = b.layer_norm(q, Some(qn), qn_b, hp.eps_norm);
                 k = b.layer_norm(k, Some(kn), kn_b, hp.eps_norm);
+            } else {
+                // mpt's loader creates the K norm from metadata but not the Q norm (its
+                // graph then norms neither)
+                b.declare_unread(&format!("blk.{il}.attn_k_norm.weight"), &[n_embd]);
+                b.declare_unread(&format!("blk.{il}.attn_k_norm.bias"), &[n_embd]);
             }
         }
         if c.rope {

@@ -70,6 +70,11 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let cur = if !b.has(&router) {
             b.ffn_layer(il, x, Ffn::SWIGLU)?
         } else {
+            // upstream's loader creates the dense FFN beside the experts on every layer
+            let n_ff = hp.n_ff[il] as i64;
+            b.declare_unread(&format!("blk.{il}.ffn_gate.weight"), &[n_embd, n_ff]);
+            b.declare_unread(&format!("blk.{il}.ffn_down.weight"), &[n_ff, n_embd]);
+            b.declare_unread(&format!("blk.{il}.ffn_up.weight"), &[n_embd, n_ff]);
             let mut w = b.moe_weights(il, "exps", n_ff_exp, hp.n_expert, moe)?;
             // (this file's selection bias has no ".bias" suffix)
             w.probs_b = b.lw_opt(il, "exp_probs_b", &[n_exp])?;

@@ -64,6 +64,10 @@ fn qkv(b: &mut Builder, il: usize, x: NodeId) -> Result<(NodeId, NodeId, NodeId)
     let wq = b.lw(il, "attn_q.weight", &[n_embd, nq as i64])?;
     let wk = b.lw(il, "attn_k.weight", &[n_embd, nk as i64])?;
     let wv = b.lw(il, "attn_v.weight", &[n_embd, nv as i64])?;
+    // upstream's loader creates the separate projections' biases, its graph adds none
+    b.declare_unread(&format!("blk.{il}.attn_q.bias"), &[nq as i64]);
+    b.declare_unread(&format!("blk.{il}.attn_k.bias"), &[nk as i64]);
+    b.declare_unread(&format!("blk.{il}.attn_v.bias"), &[nv as i64]);
     Ok((
         b.mul_mat_lora(wq, x),
         b.mul_mat_lora(wk, x),
@@ -110,6 +114,11 @@ fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         let cur = if !b.has(&router) {
             b.ffn_layer(il, x, plain)?
         } else {
+            // upstream's loader creates the dense FFN beside the experts on every layer
+            let n_ff = hp.n_ff[il] as i64;
+            b.declare_unread(&format!("blk.{il}.ffn_gate.weight"), &[n_embd, n_ff]);
+            b.declare_unread(&format!("blk.{il}.ffn_down.weight"), &[n_ff, n_embd]);
+            b.declare_unread(&format!("blk.{il}.ffn_up.weight"), &[n_embd, n_ff]);
             b.moe_layer(il, x, hp.n_ff_exp, moe)?
         };
         inp = b.layer_out(il, cur, ffn_inp);

@@ -334,21 +334,27 @@ pub static DECLARES_TENSORS: &[&str] = &[
     "arctic",
     "baichuan",
     "bailingmoe",
+    "bailingmoe2",
+    "bailingmoe3",
     "bloom",
     "chatglm",
     "codeshell",
     "cohere2",
+    "cohere2moe",
     "command-r",
     "dbrx",
     "deci",
     "deepseek",
+    "deepseek2",
     "deepseek32",
+    "deepseek4",
     "dots1",
     "dots3note",
     "dream",
     "ernie4_5",
     "ernie4_5-moe",
     "exaone",
+    "exaone-moe",
     "exaone4",
     "falcon",
     "falcon-h1",
@@ -358,6 +364,7 @@ pub static DECLARES_TENSORS: &[&str] = &[
     "glm-dsa",
     "glm4",
     "glm4moe",
+    "glm5-next",
     "gpt-oss",
     "gpt2",
     "gptneox",
@@ -366,15 +373,19 @@ pub static DECLARES_TENSORS: &[&str] = &[
     "granitehybrid",
     "granitemoe",
     "grok",
+    "grovemoe",
     "hrm_text",
     "hunyuan-dense",
     "hunyuan-moe",
     "hunyuan_vl",
+    "hy_v3",
     "hy_v4",
     "internlm2",
     "jais",
     "jais2",
     "jamba",
+    "kimi-k3",
+    "kimi-linear",
     "laguna",
     "lfm2",
     "lfm2moe",
@@ -387,12 +398,15 @@ pub static DECLARES_TENSORS: &[&str] = &[
     "mamba2",
     "maple",
     "mellum",
+    "mimo2",
     "minicpm",
     "minicpm3",
     "minimax-01",
     "minimax-m2",
     "minimax-m3",
     "mistral3",
+    "mistral4",
+    "mpt",
     "muse-glimmer",
     "nanbeige",
     "nemotron",
@@ -401,10 +415,12 @@ pub static DECLARES_TENSORS: &[&str] = &[
     "olmo",
     "olmo2",
     "olmoe",
+    "openelm",
     "orion",
     "paddleocr",
     "pangu-embedded",
     "phi2",
+    "phi3",
     "phimoe",
     "plamo",
     "plamo2",
@@ -415,7 +431,10 @@ pub static DECLARES_TENSORS: &[&str] = &[
     "qwen2moe",
     "qwen2vl",
     "qwen3",
+    "qwen35",
+    "qwen35moe",
     "qwen3moe",
+    "qwen3next",
     "qwen3tts",
     "qwen3vl",
     "qwen3vlmoe",
@@ -446,9 +465,8 @@ fn metadata_skips(arch: &str) -> &'static [&'static str] {
     ];
     match arch {
         "arcee" | "bailingmoe" | "command-r" | "deepseek" | "dots1" | "exaone" | "grok"
-        | "maincoder" | "mellum" | "qwen2" | "qwen2moe" | "qwen3moe" | "qwen3vlmoe" | "rnd1" => {
-            WO_B
-        }
+        | "maincoder" | "mellum" | "qwen2" | "qwen2moe" | "qwen3moe" | "qwen3vlmoe" | "rnd1"
+        | "bailingmoe2" => WO_B,
         "cohere2" | "hunyuan-dense" | "hunyuan-moe" | "hunyuan_vl" | "internlm2" | "xverse" => {
             WO_B_ROPE
         }
@@ -476,6 +494,36 @@ fn metadata_skips(arch: &str) -> &'static [&'static str] {
         "lfm2" | "lfm2moe" => &["shortconv.in_proj.scale", "shortconv.out_proj.scale"],
         // upstream's gate projection here is `wg`, not the `wqkv_gate` its pass scales
         "minimax-01" => &["attn_gate.scale", "attn_gate.input_scale"],
+        "mpt" => &["attn_q_norm.weight", "attn_q_norm.bias"],
+        "grovemoe" => &["ffn_gate_up_chexps.weight"],
+        // (the fused experts' scale: upstream's generic pass gives the fused ones none)
+        "cohere2moe" | "hy_v3" | "qwen35moe" | "qwen3next" => &["ffn_gate_up_exps.scale"],
+        "kimi-linear" => &["attn_gate.weight"],
+        "openelm" => &["output.weight"],
+        "phi3" => &[
+            "rope_freqs.weight",
+            "output_norm.bias",
+            "output.bias",
+            "attn_norm.bias",
+            "attn_output.bias",
+            "ffn_norm.bias",
+        ],
+        _ => &[],
+    }
+}
+
+/// The optional tensors upstream's loader creates from metadata for an architecture although
+/// the builder leaves them out for the others (`skipped_when_declaring`: the fused `attn_qkv`
+/// where the loader creates it and no separate Q, K, V): layer suffixes or global names
+/// ([`Builder::record_creates`]).
+fn metadata_creates(arch: &str) -> &'static [&'static str] {
+    match arch {
+        // (bailingmoe2's only Q/K/V projection; the qwen35 family's gated delta net input)
+        "bailingmoe2" | "qwen35" => &["attn_qkv.weight"],
+        // (create_tensor_gate_up_exps: without a file the fused experts' gate and up)
+        "qwen35moe" | "qwen3next" => &["attn_qkv.weight", "ffn_gate_up_exps.weight"],
+        "cohere2moe" | "deepseek2" | "hy_v3" | "mistral4" => &["ffn_gate_up_exps.weight"],
+        "mpt" => &["attn_qkv.weight", "attn_qkv.bias", "ffn.act.scales"],
         _ => &[],
     }
 }
@@ -640,6 +688,7 @@ pub fn declared_tensors(
     let mut b = Builder::new(model, hp, rope, 1, 1);
     b.record = true;
     b.record_skips = metadata_skips(&model.arch);
+    b.record_creates = metadata_creates(&model.arch);
     b.rope_mode = rope_mode(def, hp);
     (def.graph)(&mut b)?;
     let mut table = std::mem::take(&mut b.weights);

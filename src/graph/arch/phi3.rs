@@ -38,7 +38,12 @@ pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
             None if n_ctx_seq > hp.n_ctx_orig_yarn => {
                 b.weight_opt("rope_factors_long.weight", &[half_rot])?
             }
-            None => b.weight_opt("rope_factors_short.weight", &[half_rot])?,
+            None => {
+                // (upstream's loader creates both from metadata; a recording build reads
+                // the short ones)
+                b.declare_unread("rope_factors_long.weight", &[half_rot]);
+                b.weight_opt("rope_factors_short.weight", &[half_rot])?
+            }
         };
         let attn_norm = b.lw(il, "attn_norm.weight", &[n_embd])?;
         let attn_norm_b = b.lw_opt(il, "attn_norm.bias", &[n_embd])?;
@@ -69,7 +74,8 @@ pub fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
         if let Some(bias) = ffn_norm_b {
             x = b.add(x, Operand::Weight(bias));
         }
-        if b.has(&format!("blk.{il}.ffn_gate_inp.weight")) {
+        let router = format!("blk.{il}.ffn_gate_inp.weight");
+        if b.has_else_metadata(&router, hp.n_expert > 0) {
             // phimoe: softmax-routed experts with normalised weights, no scales
             let moe = Moe {
                 scale_w: hp.expert_weights_scale,

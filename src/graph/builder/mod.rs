@@ -178,13 +178,33 @@ pub struct Builder<'m> {
     /// from metadata (a layer suffix such as `attn_output.bias`, which also names a global
     /// tensor, or `blk.*.<suffix>` for the layers' tensor alone).
     pub record_skips: &'static [&'static str],
+    /// In a recording build, the architecture's optional tensors upstream does create from
+    /// metadata although [`skipped_when_declaring`] leaves them out for the others (the fused
+    /// `attn_qkv` of an architecture whose loader creates no separate Q, K, V).
+    pub record_creates: &'static [&'static str],
 }
 
-/// The optional tensors upstream's loader does not create from metadata although our
-/// graphs read them when a file has them: fused alternatives of tensors it creates
-/// separately (`TENSOR_SKIP_IF_VIRTUAL`), scales it creates for NVFP4 weights only or for
-/// architectures we do not declare (`output.scale`, gemma4's router scale, mpt's
-/// activation scales), and the token table's scale.
+/// Whether `list` (layer suffixes such as `attn_output.bias`, which also name a global
+/// tensor, or `blk.*.<suffix>` for the layers' tensor alone) names tensor `name`.
+fn names_any(list: &[&str], name: &str) -> bool {
+    list.iter().any(|s| {
+        let (s, layers_only) = match s.strip_prefix("blk.*.") {
+            Some(suffix) => (suffix, true),
+            None => (*s, false),
+        };
+        (name == s && !layers_only)
+            || name
+                .strip_suffix(s)
+                .is_some_and(|head| head.starts_with("blk.") && head.ends_with('.'))
+    })
+}
+
+/// The optional tensors upstream's loader does not create from metadata for most
+/// architectures although our graphs read them when a file has them: fused alternatives of
+/// tensors it creates separately (`TENSOR_SKIP_IF_VIRTUAL`), scales it creates for NVFP4
+/// weights only or for few architectures (`output.scale`, gemma4's router scale, mpt's
+/// activation scales), and the token table's scale. An architecture whose loader does
+/// create one names it in its `record_creates` (`graph::arch::metadata_creates`).
 fn skipped_when_declaring(name: &str) -> bool {
     const SKIPPED: [&str; 6] = [
         ".attn_qkv.weight",
@@ -231,6 +251,7 @@ impl<'m> Builder<'m> {
             adapter_error: None,
             record: false,
             record_skips: &[],
+            record_creates: &[],
         }
     }
 
@@ -243,6 +264,31 @@ impl<'m> Builder<'m> {
         self.model.tensors.index_of(name).is_some()
     }
 
+    /// Whether the model has tensor `name`, for the choices our graphs make by what a file
+    /// holds where upstream's loader makes them by the hyperparameters (dense or MoE
+    /// layer, fused or split projection): a recording build answers `created_from_metadata`
+    /// (what upstream's `load_arch_tensors` creates), any other build looks at the file.
+    pub fn has_else_metadata(&self, name: &str, created_from_metadata: bool) -> bool {
+        if self.record {
+            return created_from_metadata;
+        }
+        self.model.tensors.index_of(name).is_some()
+    }
+
+    /// Declares a tensor upstream's loader creates from metadata although the graph never
+    /// reads it (phi3's rope factors of the other context length, mpt's K norm without a Q
+    /// norm): a recording build lists it, any other build ignores it.
+    pub fn declare_unread(&mut self, name: &str, want: &[i64]) {
+        if self.record {
+            self.declare(name, want, false);
+        }
+    }
+
+    /// Whether this build records the tensors it asks for rather than reading a file.
+    pub fn recording(&self) -> bool {
+        self.record
+    }
+
     /// Whether a recording build leaves optional tensor `name` out (upstream's loader does
     /// not create it from metadata).
     pub fn skips_when_declaring(&self, name: &str) -> bool {
@@ -251,18 +297,8 @@ impl<'m> Builder<'m> {
 
     /// Whether a recording build leaves optional tensor `name` out.
     fn skipped(&self, name: &str) -> bool {
-        skipped_when_declaring(name)
-            || self.record_skips.iter().any(|s| {
-                // `blk.*.<suffix>`: the layers' tensor only, not a global of that name
-                let (s, layers_only) = match s.strip_prefix("blk.*.") {
-                    Some(suffix) => (suffix, true),
-                    None => (*s, false),
-                };
-                (name == s && !layers_only)
-                    || name
-                        .strip_suffix(s)
-                        .is_some_and(|head| head.starts_with("blk.") && head.ends_with('.'))
-            })
+        (skipped_when_declaring(name) && !names_any(self.record_creates, name))
+            || names_any(self.record_skips, name)
     }
 
     /// A recording build's answer for weight `name` of shape `want`: the weight as asked

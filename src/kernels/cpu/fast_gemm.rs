@@ -90,6 +90,7 @@ pub fn k_layout(t: GgmlType) -> Option<KLayout> {
         GgmlType::Q4_K => Some(KLayout::Q4K),
         GgmlType::Q5_K => Some(KLayout::Q5K),
         GgmlType::Q6_K => Some(KLayout::Q6K),
+        GgmlType::IQ4_XS => Some(KLayout::IQ4XS),
         _ => None,
     }
 }
@@ -590,7 +591,7 @@ mod tests {
         }
     }
 
-    /// The fast K-quant products (a repacked Q4_K weight, plain Q4_K, Q5_K and Q6_K rows;
+    /// The fast K-quant products (a repacked Q4_K weight, plain Q4_K, Q5_K, Q6_K, IQ4_XS rows;
     /// random blocks: every bit pattern is valid given sane f16 scales) with Q8_K activations
     /// agree with the scalar reference dot products (the same integers; the scales and the
     /// min term in another float order), at 1 and 3 threads and column counts that leave
@@ -614,6 +615,7 @@ mod tests {
             (GgmlType::Q4_K, &[0usize, 2][..]),
             (GgmlType::Q5_K, &[0, 2][..]),
             (GgmlType::Q6_K, &[208][..]),
+            (GgmlType::IQ4_XS, &[0][..]),
         ] {
             let wr = row_bytes(t, k);
             let mut wq = vec![0u8; n_rows * wr];

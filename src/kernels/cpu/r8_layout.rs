@@ -237,6 +237,8 @@ pub enum KLayout {
     Q4K,
     Q5K,
     Q6K,
+    /// IQ4_XS: code-book values, signed (no min term).
+    IQ4XS,
 }
 
 impl KLayout {
@@ -246,6 +248,11 @@ impl KLayout {
             KLayout::Q6K => 16,
             _ => 32,
         }
+    }
+
+    /// Whether the quants are signed (IQ4_XS: its code book's values, with no min term).
+    pub fn signed(self) -> bool {
+        self == KLayout::IQ4XS
     }
 }
 
@@ -266,7 +273,8 @@ pub type KGroupFn = fn(
 /// weight is `d · sc[e / sub] · q[e] − dmin · minc[e / 16]` for element `e`, with `q` and
 /// the integer scales and min coefficients small enough for `maddubs` / `madd`.
 pub struct KView {
-    /// Unsigned quants: 0..15 (Q4_K), 0..31 (Q5_K), 0..63 (Q6_K).
+    /// Unsigned quants: 0..15 (Q4_K), 0..31 (Q5_K), 0..63 (Q6_K); IQ4_XS: the code book's
+    /// values -127..=113 as i8 bits.
     pub q: [u8; QK_K],
     /// Per sub-block scale (8 of 32 elements, or 16 of 16).
     pub sc: [i16; 16],
@@ -332,6 +340,18 @@ pub fn k_view(layout: KLayout, w: &[u8], row_stride: usize, r: usize, sb: usize)
                 }
             }
         }
+        KLayout::IQ4XS => {
+            let blk = &w[r * row_stride + sb * IQ4_XS_BYTES..][..IQ4_XS_BYTES];
+            v.d = f16_at(blk, 0);
+            for ib in 0..8 {
+                v.sc[ib] = iq4_xs_scale(blk, ib) as i16;
+                for j in 0..16 {
+                    let q = blk[8 + 16 * ib + j];
+                    v.q[32 * ib + j] = KVALUES_IQ4NL[usize::from(q & 15)] as u8;
+                    v.q[32 * ib + 16 + j] = KVALUES_IQ4NL[usize::from(q >> 4)] as u8;
+                }
+            }
+        }
         KLayout::Q6K => {
             let blk = &w[r * row_stride + sb * Q6_K_BYTES..][..Q6_K_BYTES];
             v.d = f16_at(blk, 208);
@@ -387,7 +407,12 @@ pub fn k_group_scalar(
                 for s in 0..QK_K / sub {
                     let mut dot = 0i32;
                     for e in s * sub..(s + 1) * sub {
-                        dot += i32::from(v.q[e]) * i32::from(xb[4 + e] as i8);
+                        let q = if layout.signed() {
+                            i32::from(v.q[e] as i8)
+                        } else {
+                            i32::from(v.q[e])
+                        };
+                        dot += q * i32::from(xb[4 + e] as i8);
                     }
                     isum += i32::from(v.sc[s]) * dot;
                 }
@@ -396,7 +421,9 @@ pub fn k_group_scalar(
                 }
                 let dx = f32_at(xb, 0);
                 acc = (isum as f32).mul_add(v.d * dx, acc);
-                acc = (-(imin as f32)).mul_add(v.dmin * dx, acc);
+                if !layout.signed() {
+                    acc = (-(imin as f32)).mul_add(v.dmin * dx, acc);
+                }
             }
             out[c][r] = acc;
         }
@@ -453,4 +480,17 @@ pub fn q6_k_rows_scalar(
     out: &mut [[f32; R8_ROWS]],
 ) {
     k_group_scalar(KLayout::Q6K, nbk, w, row_stride, x, x_stride, m, out);
+}
+
+/// [`k_group_scalar`] of 8 plain IQ4_XS rows.
+pub fn iq4_xs_rows_scalar(
+    nbk: usize,
+    w: &[u8],
+    row_stride: usize,
+    x: &[u8],
+    x_stride: usize,
+    m: usize,
+    out: &mut [[f32; R8_ROWS]],
+) {
+    k_group_scalar(KLayout::IQ4XS, nbk, w, row_stride, x, x_stride, m, out);
 }

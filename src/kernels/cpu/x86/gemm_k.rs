@@ -12,7 +12,8 @@ use std::arch::x86_64::*;
 
 use super::simd::{available, load128, load256};
 use crate::kernels::cpu::blocks::{
-    scale_min_k4, Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES, Q8_K_BYTES, QK_K,
+    iq4_xs_scale, scale_min_k4, IQ4_XS_BYTES, KVALUES_IQ4NL, Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES,
+    Q8_K_BYTES, QK_K,
 };
 use crate::kernels::cpu::r8_layout::{KGroupFn, KLayout, Q4_KX8_BLOCK_BYTES, R8_ROWS};
 
@@ -26,6 +27,7 @@ pub fn k_kernel(layout: KLayout) -> Option<KGroupFn> {
         KLayout::Q4K => k_group::<1>,
         KLayout::Q5K => k_group::<2>,
         KLayout::Q6K => k_group::<3>,
+        KLayout::IQ4XS => k_group::<4>,
     })
 }
 
@@ -35,7 +37,8 @@ const fn layout_of(l: u8) -> KLayout {
         0 => KLayout::Q4Kx8,
         1 => KLayout::Q4K,
         2 => KLayout::Q5K,
-        _ => KLayout::Q6K,
+        3 => KLayout::Q6K,
+        _ => KLayout::IQ4XS,
     }
 }
 
@@ -57,6 +60,7 @@ fn k_group<const L: u8>(
         KLayout::Q4K => 7 * row_stride + nbk * Q4_K_BYTES,
         KLayout::Q5K => 7 * row_stride + nbk * Q5_K_BYTES,
         KLayout::Q6K => 7 * row_stride + nbk * Q6_K_BYTES,
+        KLayout::IQ4XS => 7 * row_stride + nbk * IQ4_XS_BYTES,
     };
     assert!(
         w.len() >= w_need && x.len() >= (m - 1) * x_stride + nbk * Q8_K_BYTES && out.len() >= m,
@@ -257,6 +261,25 @@ unsafe fn prepare<const L: u8>(w: *const u8, rs: usize, sb: usize, p: &mut Prepa
                 }
             }
         }
+        KLayout::IQ4XS => {
+            let book = _mm256_broadcastsi128_si256(load128(KVALUES_IQ4NL.as_ptr().cast()));
+            for r in 0..R8_ROWS {
+                let blk = w.add(r * rs + sb * IQ4_XS_BYTES);
+                d[r] = f16(blk);
+                let head: [u8; 8] = blk.cast::<[u8; 8]>().read_unaligned();
+                for (ib, scale) in sc.iter_mut().enumerate().take(8) {
+                    scale[r] = iq4_xs_scale(&head, ib) as i16;
+                }
+                for ib in 0..8 {
+                    // elements 0-15 the low nibbles, 16-31 the high ones, through the book
+                    let q = load128(blk.add(8 + 16 * ib));
+                    let lo = _mm_and_si128(q, _mm256_castsi256_si128(m4));
+                    let hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm256_castsi256_si128(m4));
+                    let v = _mm256_set_m128i(hi, lo);
+                    scatter32(p, 4 * ib, r, _mm256_shuffle_epi8(book, v));
+                }
+            }
+        }
         KLayout::Q6K => {
             let m30 = _mm256_set1_epi8(0x30);
             for r in 0..R8_ROWS {
@@ -303,13 +326,39 @@ unsafe fn prepare<const L: u8>(w: *const u8, rs: usize, sb: usize, p: &mut Prepa
 /// for 8 f32.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn columns<const C: usize, const PIECES: usize>(
+unsafe fn columns<const C: usize, const PIECES: usize, const SIGNED: bool>(
     p: &Prepared,
     x: [*const u8; C],
     acc: [*mut f32; C],
 ) {
     let mut ia = [_mm256_setzero_si256(); C];
     let mut ib = [_mm256_setzero_si256(); C];
+    if SIGNED {
+        // i8 × i8 by the sign trick (|w| × x with w's sign: at most 2 · 127 · 127 an i16, so
+        // each piece goes to i32 by the scales at once); no min term
+        for s in 0..32 / PIECES {
+            for piece in 0..PIECES {
+                let [wa, wb] = p.q[PIECES * s + piece];
+                let (aa, ab) = (_mm256_sign_epi8(wa, wa), _mm256_sign_epi8(wb, wb));
+                for c in 0..C {
+                    let at = x[c].add(4 + 8 * (PIECES * s + piece));
+                    let xv = _mm256_set1_epi64x(at.cast::<i64>().read_unaligned());
+                    let pa = _mm256_maddubs_epi16(aa, _mm256_sign_epi8(xv, wa));
+                    let pb = _mm256_maddubs_epi16(ab, _mm256_sign_epi8(xv, wb));
+                    ia[c] = _mm256_add_epi32(ia[c], _mm256_madd_epi16(pa, p.sc[s][0]));
+                    ib[c] = _mm256_add_epi32(ib[c], _mm256_madd_epi16(pb, p.sc[s][1]));
+                }
+            }
+        }
+        for c in 0..C {
+            let isum = _mm256_hadd_epi32(ia[c], ib[c]);
+            let dx = _mm256_set1_ps(x[c].cast::<f32>().read_unaligned());
+            let a = _mm256_loadu_ps(acc[c]);
+            let a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(p.d, dx), a);
+            _mm256_storeu_ps(acc[c], a);
+        }
+        return;
+    }
     for s in 0..32 / PIECES {
         let mut sa = [_mm256_setzero_si256(); C];
         let mut sb = [_mm256_setzero_si256(); C];
@@ -352,7 +401,7 @@ unsafe fn columns<const C: usize, const PIECES: usize>(
 /// As [`columns`], for the `m` columns `x + c · xs` and `acc + 8c`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn all_columns<const PIECES: usize>(
+unsafe fn all_columns<const PIECES: usize, const SIGNED: bool>(
     p: &Prepared,
     x: *const u8,
     xs: usize,
@@ -364,11 +413,11 @@ unsafe fn all_columns<const PIECES: usize>(
     while c + C <= m {
         let xc = std::array::from_fn(|i| x.add((c + i) * xs));
         let ac = std::array::from_fn(|i| acc.add((c + i) * R8_ROWS));
-        columns::<C, PIECES>(p, xc, ac);
+        columns::<C, PIECES, SIGNED>(p, xc, ac);
         c += C;
     }
     while c < m {
-        columns::<1, PIECES>(p, [x.add(c * xs)], [acc.add(c * R8_ROWS)]);
+        columns::<1, PIECES, SIGNED>(p, [x.add(c * xs)], [acc.add(c * R8_ROWS)]);
         c += 1;
     }
 }
@@ -398,10 +447,10 @@ unsafe fn k_group_kernel<const L: u8>(
     for sb in 0..nbk {
         prepare::<L>(w, rs, sb, &mut p);
         let xb = x.add(sb * Q8_K_BYTES);
-        if layout_of(L) == KLayout::Q6K {
-            all_columns::<2>(&p, xb, xs, m, acc);
-        } else {
-            all_columns::<4>(&p, xb, xs, m, acc);
+        match layout_of(L) {
+            KLayout::Q6K => all_columns::<2, false>(&p, xb, xs, m, acc),
+            KLayout::IQ4XS => all_columns::<4, true>(&p, xb, xs, m, acc),
+            _ => all_columns::<4, false>(&p, xb, xs, m, acc),
         }
     }
     // LANE_ORDER is its own inverse: row r to lane r
@@ -437,7 +486,13 @@ mod tests {
         let f16 = |next: &mut dyn FnMut() -> u64| {
             half::f16::from_f32(((next() % 1000) as f32 + 1.0) * 1e-4).to_le_bytes()
         };
-        for layout in [KLayout::Q4Kx8, KLayout::Q4K, KLayout::Q5K, KLayout::Q6K] {
+        for layout in [
+            KLayout::Q4Kx8,
+            KLayout::Q4K,
+            KLayout::Q5K,
+            KLayout::Q6K,
+            KLayout::IQ4XS,
+        ] {
             let Some(kernel) = k_kernel(layout) else {
                 return;
             };
@@ -447,6 +502,7 @@ mod tests {
                     KLayout::Q4K => (Q4_K_BYTES, &[0, 2]),
                     KLayout::Q5K => (Q5_K_BYTES, &[0, 2]),
                     KLayout::Q6K => (Q6_K_BYTES, &[208]),
+                    KLayout::IQ4XS => (IQ4_XS_BYTES, &[0]),
                 };
                 let rs = nbk * block + 40;
                 let mut w: Vec<u8> = (0..8 * rs).map(|_| next() as u8).collect();

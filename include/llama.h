@@ -929,8 +929,12 @@ void llama_backend_init(void);
 // Counterpart of `llama_backend_init`; nothing to release.
 void llama_backend_free(void);
 
-// Accepts a NUMA strategy. llama-hotswap runs no compute threads, so strategies other than
-// DISABLED are logged once and have no effect. An out-of-range value is logged and ignored.
+// Records a NUMA strategy, as upstream's CPU backend (`ggml_numa_init`): once per process,
+// with the machine's nodes from sysfs. On a machine with more than one node, kernel worker
+// threads started afterwards are pinned as upstream pins its compute threads (DISTRIBUTE:
+// worker i on node i mod nodes; ISOLATE: the calling thread's node; NUMACTL: the calling
+// thread's CPU set; MIRROR: not pinned) and models mapped afterwards are neither prefetched
+// nor read ahead. On one node nothing changes. An out-of-range value is logged and ignored.
 void llama_numa_init(enum ggml_numa_strategy numa);
 
 // Microseconds on the monotonic clock, as upstream's (`ggml_time_us`: `CLOCK_MONOTONIC`,

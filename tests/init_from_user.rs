@@ -58,7 +58,9 @@ fn compare(model: &Model) -> Result<(), String> {
     // what upstream creates but its saver leaves out of the fixture: declared, not compared
     for name in unsaved_by_upstream(&model.arch) {
         if ours.remove(name).is_none() {
-            return Err(format!("{name} (created upstream, not saved) is not declared"));
+            return Err(format!(
+                "{name} (created upstream, not saved) is not declared"
+            ));
         }
     }
     let mut theirs: BTreeMap<String, [i64; 4]> = BTreeMap::new();

@@ -11,11 +11,16 @@ use std::time::{Duration, Instant};
 fn distribute_pins_worker_i_on_node_i_mod_nodes() {
     let cpus = numa::thread_cpus().expect("sched_getaffinity");
     if cpus.len() < 2 {
-        eprintln!("skipped: this machine lets us run on {} CPU(s); the test needs 2", cpus.len());
+        eprintln!(
+            "skipped: this machine lets us run on {} CPU(s); the test needs 2",
+            cpus.len()
+        );
         return;
     }
     // Two nodes of one CPU each, made of the first two CPUs we may use.
-    let topology = Topology { nodes: vec![vec![cpus[0]], vec![cpus[1]]] };
+    let topology = Topology {
+        nodes: vec![vec![cpus[0]], vec![cpus[1]]],
+    };
     let state = numa::init_with(Strategy::Distribute, topology);
     assert!(state.is_numa());
     // A second init changes nothing (upstream: "NUMA already initialized").
@@ -25,7 +30,9 @@ fn distribute_pins_worker_i_on_node_i_mod_nodes() {
     let pool = ThreadPool::new(3);
     let seen: Mutex<Vec<(usize, Vec<usize>)>> = Mutex::new(Vec::new());
     pool.parallel_for(3, &|_task, thread| {
-        seen.lock().unwrap().push((thread, numa::thread_cpus().unwrap()));
+        seen.lock()
+            .unwrap()
+            .push((thread, numa::thread_cpus().unwrap()));
         // hold this task until all three threads hold one, so each thread runs exactly one
         let start = Instant::now();
         while seen.lock().unwrap().len() < 3 && start.elapsed() < Duration::from_secs(20) {

@@ -180,13 +180,18 @@ pub fn thread_cpus() -> Option<Vec<usize>> {
     // SAFETY: an all-zero cpu_set_t is a valid (empty) set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a live cpu_set_t of the size passed; pid 0 is the calling thread.
-    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if rc != 0 {
         return None;
     }
     let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
     // SAFETY: CPU_ISSET reads the set within its size (cpu < the set's bit count).
-    Some((0..max).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
+    Some(
+        (0..max)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect(),
+    )
 }
 
 /// Restricts the calling thread to `cpus`.
@@ -227,12 +232,21 @@ mod tests {
         assert_eq!(d.cpus_for(0), Some(&[0, 1][..]));
         assert_eq!(d.cpus_for(1), Some(&[2, 3][..]));
         assert_eq!(d.cpus_for(2), Some(&[0, 1][..]));
-        assert_eq!(state(Strategy::Isolate, two.clone()).cpus_for(0), Some(&[2, 3][..]));
-        assert_eq!(state(Strategy::Numactl, two.clone()).cpus_for(5), Some(&[0, 3][..]));
+        assert_eq!(
+            state(Strategy::Isolate, two.clone()).cpus_for(0),
+            Some(&[2, 3][..])
+        );
+        assert_eq!(
+            state(Strategy::Numactl, two.clone()).cpus_for(5),
+            Some(&[0, 3][..])
+        );
         assert_eq!(state(Strategy::Mirror, two.clone()).cpus_for(1), None);
         assert_eq!(state(Strategy::Disabled, two).cpus_for(1), None);
         // one node: nothing pinned, whatever the strategy
-        assert_eq!(state(Strategy::Distribute, vec![vec![0, 1]]).cpus_for(1), None);
+        assert_eq!(
+            state(Strategy::Distribute, vec![vec![0, 1]]).cpus_for(1),
+            None
+        );
     }
 
     #[test]

@@ -96,7 +96,10 @@ fn declared_image(meta: &[u8]) -> Result<GgufWriter, String> {
         let why = crate::graph::arch::METADATA_REFUSED
             .iter()
             .find(|(a, _)| *a == model.arch)
-            .map_or("its tensor table from hyperparameters is not upstream's", |r| r.1);
+            .map_or(
+                "its tensor table from hyperparameters is not upstream's",
+                |r| r.1,
+            );
         return Err(format!(
             "model architecture '{}': building it from metadata is not supported by llama-hotswap yet ({why}; see docs/dropin.md)",
             model.arch

@@ -632,7 +632,13 @@ fn metadata_also_created(arch: &str) -> &'static [AlsoCreated] {
     ];
     const LONG: AlsoCreated = global("rope_factors_long.weight", &[HalfRot]);
     const SHORT: AlsoCreated = global("rope_factors_short.weight", &[HalfRot]);
-    const LLADA: [AlsoCreated; 5] = [ROPE_FREQS, WO_B, FFN_BIASES[0], FFN_BIASES[1], FFN_BIASES[2]];
+    const LLADA: [AlsoCreated; 5] = [
+        ROPE_FREQS,
+        WO_B,
+        FFN_BIASES[0],
+        FFN_BIASES[1],
+        FFN_BIASES[2],
+    ];
     const REFACT: [AlsoCreated; 5] = [
         ROPE_FREQS,
         WO_B,

@@ -4,9 +4,9 @@
 //! and one branch per function here.
 
 use super::r8_layout::{
-    iq4_nl_values, iq4_xs_rows_scalar, pack_q4_0, pack_q4_0x8, pack_q5_0, pack_q8_0, q4_k_rows_scalar,
-    q4_kx8_scalar, q5_k_rows_scalar, q6_k_rows_scalar, r8_scalar, KGroupFn, KLayout, R8Fn,
-    R8_ROWS,
+    iq4_nl_values, iq4_xs_rows_scalar, pack_q4_0, pack_q4_0x8, pack_q5_0, pack_q8_0,
+    q4_k_rows_scalar, q4_kx8_scalar, q5_k_rows_scalar, q6_k_rows_scalar, r8_scalar, KGroupFn,
+    KLayout, R8Fn, R8_ROWS,
 };
 use super::r8_min::{min_term, pack_q4_1, pack_q5_1, R8MinPackFn, R8MinTermFn};
 use super::type_traits::*;

@@ -24,6 +24,7 @@ pub mod cogvlm;
 pub mod cohere2;
 pub mod cohere2moe;
 pub mod command_r;
+pub mod creation_order;
 pub mod dbrx;
 pub mod deci;
 pub mod deepseek;
@@ -131,6 +132,7 @@ pub mod starcoder2;
 pub mod talkie;
 pub mod xverse;
 
+pub use creation_order::creation_sequence;
 pub use def::{check_mrope_text, mrope_text_is_neox, no_hparams, ArchDef, Keys, Memory, Rope};
 
 use super::builder::BuildError;

@@ -10,9 +10,12 @@
 //                                    each callback's tensor name, then the last token's logits
 //   init_from_user hostile FIXTURE   the failure cases both libraries survive: unknown
 //                                    architecture, a missing hyperparameter (NULL each)
-//   init_from_user refuse FIXTURE    ours only (upstream aborts or builds it): NULL metadata,
-//                                    NULL callback, an override type that does not fit the
-//                                    tensor, and FIXTURE itself (an architecture ours refuses)
+//   init_from_user refuse FIXTURE    ours only (upstream aborts): NULL metadata, NULL callback,
+//                                    an override type that does not fit the tensor
+//   init_from_user refuse-arch FIXTURE [ARCH]
+//                                    ours only: FIXTURE's metadata (as ARCH: general.architecture
+//                                    and the FIXTURE architecture's keys renamed), an
+//                                    architecture upstream builds and ours refuses: NULL
 #include "ggml-backend.h"
 #include "ggml.h"
 #include "gguf.h"
@@ -131,6 +134,33 @@ static struct gguf_context * metadata(const char * path, const char * override_n
     return meta;
 }
 
+// `meta` as architecture `arch`: general.architecture set, every `<old arch>.` key copied
+// under `<arch>.` (the hyperparameters unchanged).
+static struct gguf_context * renamed(struct gguf_context * meta, const char * arch) {
+    char old[64], key[256];
+    snprintf(old, sizeof old, "%s.", gguf_get_val_str(meta, gguf_find_key(meta, "general.architecture")));
+    struct gguf_context * out = gguf_init_empty();
+    for (int64_t i = 0; i < gguf_get_n_kv(meta); i++) {
+        const char * k = gguf_get_key(meta, i);
+        if (strncmp(k, old, strlen(old)) != 0) continue;
+        snprintf(key, sizeof key, "%s.%s", arch, k + strlen(old));
+        enum gguf_type t = gguf_get_kv_type(meta, i);
+        switch (t) {
+            case GGUF_TYPE_UINT32: gguf_set_val_u32(out, key, gguf_get_val_u32(meta, i)); break;
+            case GGUF_TYPE_INT32: gguf_set_val_i32(out, key, gguf_get_val_i32(meta, i)); break;
+            case GGUF_TYPE_FLOAT32: gguf_set_val_f32(out, key, gguf_get_val_f32(meta, i)); break;
+            case GGUF_TYPE_BOOL: gguf_set_val_bool(out, key, gguf_get_val_bool(meta, i)); break;
+            case GGUF_TYPE_UINT64: gguf_set_val_u64(out, key, gguf_get_val_u64(meta, i)); break;
+            case GGUF_TYPE_STRING: gguf_set_val_str(out, key, gguf_get_val_str(meta, i)); break;
+            default: break;  // arrays: none that the refusal reaches
+        }
+    }
+    gguf_set_kv(meta, out);
+    gguf_free(out);
+    gguf_set_val_str(meta, "general.architecture", arch);
+    return meta;
+}
+
 static struct llama_model * build(struct gguf_context * meta, llama_model_set_tensor_data_t cb) {
     struct llama_model_params mp = llama_model_default_params();
     return llama_model_init_from_user(meta, cb, NULL, mp);
@@ -183,7 +213,7 @@ static int expect_null(const char * what, struct llama_model * m) {
 }
 
 int main(int argc, char ** argv) {
-    if (argc != 3) return 2;
+    if (argc != 3 && !(argc == 4 && strcmp(argv[1], "refuse-arch") == 0)) return 2;
     llama_log_set(quiet, NULL);
     llama_backend_init();
     const char * mode = argv[1];
@@ -214,6 +244,7 @@ int main(int argc, char ** argv) {
         gguf_free(meta);
     } else if (strcmp(mode, "refuse-arch") == 0) {
         struct gguf_context * meta = metadata(path, NULL, GGML_TYPE_F32);
+        if (argc == 4) meta = renamed(meta, argv[3]);
         bad |= expect_null("undeclared architecture", build(meta, fill));
         gguf_free(meta);
     } else {

@@ -102,7 +102,11 @@ fn declared_image(meta: &[u8]) -> Result<(GgufWriter, Vec<usize>), String> {
             .iter()
             .find(|(a, _)| *a == model.arch)
             .map_or(
-                "its tensor table from hyperparameters is not upstream's",
+                if crate::graph::arch::is_supported(&model.arch) {
+                    "its tensor table from hyperparameters is not upstream's"
+                } else {
+                    "this library has no graph for it"
+                },
                 |r| r.1,
             );
         return Err(format!(

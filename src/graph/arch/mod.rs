@@ -441,6 +441,7 @@ pub static DECLARES_TENSORS: &[&str] = &[
     "qwen3tts",
     "qwen3vl",
     "qwen3vlmoe",
+    "qwen4exp",
     "refact",
     "rnd1",
     "seed_oss",
@@ -500,7 +501,9 @@ fn metadata_skips(arch: &str) -> &'static [&'static str] {
         "mpt" => &["attn_q_norm.weight", "attn_q_norm.bias"],
         "grovemoe" => &["ffn_gate_up_chexps.weight"],
         // (the fused experts' scale: upstream's generic pass gives the fused ones none)
-        "cohere2moe" | "hy_v3" | "qwen35moe" | "qwen3next" => &["ffn_gate_up_exps.scale"],
+        "cohere2moe" | "hy_v3" | "qwen35moe" | "qwen3next" | "qwen4exp" => {
+            &["ffn_gate_up_exps.scale"]
+        }
         "kimi-linear" => &["attn_gate.weight"],
         "openelm" => &["output.weight"],
         "phi3" => &[
@@ -524,7 +527,7 @@ fn metadata_creates(arch: &str) -> &'static [&'static str] {
         // (bailingmoe2's only Q/K/V projection; the qwen35 family's gated delta net input)
         "bailingmoe2" | "qwen35" => &["attn_qkv.weight"],
         // (create_tensor_gate_up_exps: without a file the fused experts' gate and up)
-        "qwen35moe" | "qwen3next" => &["attn_qkv.weight", "ffn_gate_up_exps.weight"],
+        "qwen35moe" | "qwen3next" | "qwen4exp" => &["attn_qkv.weight", "ffn_gate_up_exps.weight"],
         "cohere2moe" | "deepseek2" | "hy_v3" | "mistral4" => &["ffn_gate_up_exps.weight"],
         "mpt" => &["attn_qkv.weight", "attn_qkv.bias", "ffn.act.scales"],
         _ => &[],

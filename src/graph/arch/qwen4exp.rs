@@ -229,13 +229,13 @@ fn ple_embd(b: &mut Builder, p: &Arc<PleHash>) -> Result<NodeId, BuildError> {
         .map(|h| p.offsets[h] + p.vocab_sizes[h])
         .max()
         .unwrap_or(0) as i64;
-    // the converter pads the table: any row count from the heads' ranges on
-    let rows = b
-        .model
-        .tensors
-        .index_of(name)
-        .map(|i| b.model.tensors.at(i).read().layout.ne[1])
-        .ok_or_else(|| BuildError::MissingTensor(name.into()))?;
+    // the converter pads the table: any row count from the heads' ranges on; from metadata
+    // (a recording build) upstream's loader creates exactly the heads' rows
+    let rows = match b.model.tensors.index_of(name) {
+        Some(i) => b.model.tensors.at(i).read().layout.ne[1],
+        None if b.recording() => min_rows,
+        None => return Err(BuildError::MissingTensor(name.into())),
+    };
     if rows < min_rows {
         return Err(BuildError::Invalid(format!(
             "{name} has {rows} rows, too few for the PLE head ranges ({min_rows})"
@@ -312,6 +312,11 @@ fn gated_attn(b: &mut Builder, il: usize, cur: NodeId) -> Result<NodeId, BuildEr
     let wk = b.lw(il, "attn_k.weight", &[ne, nk])?;
     let wv = b.lw(il, "attn_v.weight", &[ne, nv])?;
     let wo = b.lw(il, "attn_output.weight", &[nq, ne])?;
+    // upstream's loader creates Q/K/V biases (Q's with its gate) from metadata; no graph
+    // reads them
+    b.declare_unread(&format!("blk.{il}.attn_q.bias"), &[2 * nq]);
+    b.declare_unread(&format!("blk.{il}.attn_k.bias"), &[nk]);
+    b.declare_unread(&format!("blk.{il}.attn_v.bias"), &[nv]);
     let ix = &hp.ext.kpool_indexer;
     let (ih, inh) = (ix.head as i64, ix.n_head as i64);
     b.lw(il, "indexer.q_proj.weight", &[ne, inh * ih])?;

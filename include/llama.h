@@ -1711,9 +1711,11 @@ int32_t llama_n_head(const struct llama_model *model);
 // The architectures whose tensor table is upstream's are listed in docs/dropin.md; any
 // other, a NULL `metadata` or `set_tensor_data` (upstream aborts), missing
 // hyperparameters or an override type that does not fit a tensor's shape give NULL and a
-// log line. The callback runs once per tensor, in this library's order (upstream's
-// differs: a callback that draws values from one sequential stream gets other values
-// than upstream's; test-llama-archs seeds by tensor name).
+// log line. The callback runs in upstream's order and as often: once per tensor it
+// creates, in creation order, a tensor created more than once (a global created again in
+// each layer, as llama's `rope_freqs`, or the token table again as the output) once per
+// creation; the model keeps the first call's values (upstream's later copies hold the
+// later calls': see docs/dropin.md).
 struct llama_model *llama_model_init_from_user(struct gguf_context *metadata,
                                                llama_model_set_tensor_data_t set_tensor_data,
                                                void *set_tensor_data_ud,

@@ -5,6 +5,9 @@
 // scripts/test-programs.sh against upstream's headers and libggml-base.
 //   init_from_user logits FIXTURE    build the model, decode 8 tokens, print how many tensors
 //                                    were filled, n_params and the last token's logits (%.6g)
+//   init_from_user stream FIXTURE    the same, every tensor filled from one sequential stream (so
+//                                    values depend on the callbacks' order and count): print
+//                                    each callback's tensor name, then the last token's logits
 //   init_from_user hostile FIXTURE   the failure cases both libraries survive: unknown
 //                                    architecture, a missing hyperparameter (NULL each)
 //   init_from_user refuse FIXTURE    ours only (upstream aborts or builds it): NULL metadata,
@@ -70,6 +73,46 @@ static void fill(struct ggml_tensor * t, void * ud) {
     free(v);
 }
 
+// One generator for every callback, in call order: a tensor's values depend on how many were
+// drawn before it, so both libraries give the same model only with the same callback sequence.
+static uint64_t stream_state = 88172645463325252ull;
+static char * sequence;
+static size_t sequence_len, sequence_cap;
+
+static void fill_stream(struct ggml_tensor * t, void * ud) {
+    (void) ud;
+    n_calls++;
+    note(t->name);
+    const size_t len = strlen(t->name);
+    if (sequence_len + len + 2 > sequence_cap) {
+        sequence_cap = 2 * (sequence_cap + len + 2);
+        sequence = realloc(sequence, sequence_cap);
+    }
+    memcpy(sequence + sequence_len, t->name, len);
+    sequence_len += len;
+    sequence[sequence_len++] = '\n';
+    sequence[sequence_len] = 0;
+    const int64_t n = ggml_nelements(t);
+    const int neg = strstr(t->name, "ssm_a") != NULL;
+    float * v = malloc(n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) {
+        stream_state = stream_state * 6364136223846793005ull + 1442695040888963407ull;
+        float x = ((float) (stream_state >> 40) / (float) (1ull << 24) - 0.5f) * 0.2f;
+        v[i] = neg ? -fabsf(x) : x;
+    }
+    if (t->type == GGML_TYPE_F16) {
+        ggml_fp16_t * h = malloc(n * sizeof(ggml_fp16_t));
+        for (int64_t i = 0; i < n; i++) h[i] = ggml_fp32_to_fp16(v[i]);
+        ggml_backend_tensor_set(t, h, 0, ggml_nbytes(t));
+        free(h);
+    } else if (t->type == GGML_TYPE_F32) {
+        ggml_backend_tensor_set(t, v, 0, ggml_nbytes(t));
+    } else {
+        memset(t->data, 0, ggml_nbytes(t));  // not asked for by this probe
+    }
+    free(v);
+}
+
 // The fixture's key/value pairs in a fresh context, with `override_name` typed `type`.
 static struct gguf_context * metadata(const char * path, const char * override_name, enum ggml_type type) {
     struct gguf_init_params gp = { /*no_alloc*/ true, /*ctx*/ NULL };
@@ -93,9 +136,9 @@ static struct llama_model * build(struct gguf_context * meta, llama_model_set_te
     return llama_model_init_from_user(meta, cb, NULL, mp);
 }
 
-static int logits(const char * path) {
+static int logits(const char * path, llama_model_set_tensor_data_t cb) {
     struct gguf_context * meta = metadata(path, "blk.0.ffn_up.weight", GGML_TYPE_F16);
-    struct llama_model * model = build(meta, fill);
+    struct llama_model * model = build(meta, cb);
     gguf_free(meta);  // the model keeps nothing of it
     if (!model) { fprintf(stderr, "init_from_user failed for %s\n", path); return 1; }
     const struct llama_vocab * vocab = llama_model_get_vocab(model);
@@ -105,13 +148,29 @@ static int logits(const char * path) {
     struct llama_context * ctx = llama_init_from_model(model, cp);
     llama_token toks[8];
     for (int i = 0; i < 8; i++) toks[i] = (i * 37 + 5) % n_vocab;
-    if (!ctx || llama_decode(ctx, llama_batch_get_one(toks, 8)) != 0) {
+    // INIT_USER_ALL_OUTPUTS=1: every token an output (the last row printed all the same), for
+    // cogvlm, whose upstream graph returns the first rows when fewer are asked for
+    struct llama_batch batch = llama_batch_get_one(toks, 8);
+    struct llama_batch all = llama_batch_init(8, 0, 1);
+    if (getenv("INIT_USER_ALL_OUTPUTS")) {
+        for (int i = 0; i < 8; i++) {
+            all.token[i] = toks[i]; all.pos[i] = i; all.n_seq_id[i] = 1; all.seq_id[i][0] = 0; all.logits[i] = 1;
+        }
+        all.n_tokens = 8;
+        batch = all;
+    }
+    if (!ctx || llama_decode(ctx, batch) != 0) {
         fprintf(stderr, "decode failed for %s\n", path);
         return 1;
     }
-    printf("tensors filled %d\nn_params %llu\n", n_names, (unsigned long long) llama_model_n_params(model));
+    if (cb == fill_stream) {
+        printf("callbacks %d\n%s", n_calls, sequence ? sequence : "");
+    } else {
+        printf("tensors filled %d\nn_params %llu\n", n_names, (unsigned long long) llama_model_n_params(model));
+    }
     const float * l = llama_get_logits_ith(ctx, -1);
     for (int i = 0; i < n_vocab; i++) printf("%.6g\n", l[i]);
+    llama_batch_free(all);
     llama_free(ctx);
     llama_model_free(model);
     return 0;
@@ -129,7 +188,8 @@ int main(int argc, char ** argv) {
     llama_backend_init();
     const char * mode = argv[1];
     const char * path = argv[2];
-    if (strcmp(mode, "logits") == 0) return logits(path);
+    if (strcmp(mode, "logits") == 0) return logits(path, fill);
+    if (strcmp(mode, "stream") == 0) return logits(path, fill_stream);
     int bad = 0;
     if (strcmp(mode, "hostile") == 0) {
         struct gguf_context * meta = metadata(path, NULL, GGML_TYPE_F32);

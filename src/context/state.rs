@@ -12,8 +12,9 @@
 //! full-attention layers, then the sliding-window layers, whose sequence states hold only
 //! the cells inside the window); ours keeps one set of cells and writes the same sections.
 //! M-RoPE models' cells carry their 2D position and token id (upstream's `llama_kv_cell_ext`).
-//! Not supported yet (a failure with a log line): the sparse attention's indexer cache and
-//! contexts computing on a GPU.
+//! MiniMax-M3's indexer keys follow its layers' cache as upstream's second cache.
+//! Not supported yet (a failure with a log line): the lightning indexer's cache of
+//! DeepSeek's sparse attention and contexts computing on a GPU.
 
 use std::io::Write;
 
@@ -59,7 +60,10 @@ impl Context {
                 self.model.arch
             ));
         }
-        if self.hp.ext.indexer.head > 0 {
+        let ix = &self.hp.ext.indexer;
+        // MiniMax-M3's block-sparse indexer (block > 0) is written as upstream's; the
+        // lightning indexer of DeepSeek's sparse attention is not yet
+        if ix.head > 0 && ix.block == 0 {
             return fail(format!(
                 "state of model architecture '{}' (the sparse attention's indexer cache) is not supported by llama-hotswap yet",
                 self.model.arch
@@ -83,14 +87,42 @@ impl Context {
                 .filter(|&il| !ffn_only_layers || self.hp.n_ff.get(il).copied().unwrap_or(0) == 0)
                 .collect()
         } else {
-            (0..e.kv.layers.len()).collect()
+            (0..self.hp.n_layer).collect()
         };
+        if ix.head > 0 {
+            // upstream's llama_kv_cache_msa: the layers' cache, then the indexer's (a
+            // llama_kv_cache of one key head, its V never filled) on the sparse layers only:
+            // our indexer rows of the leading dense layers stay out
+            let idx = (self.hp.ext.n_layer_dense_lead..self.hp.n_layer)
+                .map(|il| self.hp.n_layer + il)
+                .collect();
+            return Ok(Some(vec![
+                StateLayers {
+                    layers,
+                    n_swa: 0,
+                    v_trans,
+                    cell_ext,
+                    zero_v: 0,
+                    follows: false,
+                },
+                StateLayers {
+                    layers: idx,
+                    n_swa: 0,
+                    v_trans,
+                    cell_ext,
+                    zero_v: self.hp.head_v,
+                    follows: true,
+                },
+            ]));
+        }
         if !self.hp.swa_layers.iter().any(|&swa| swa) {
             return Ok(Some(vec![StateLayers {
                 layers,
                 n_swa: 0,
                 v_trans,
                 cell_ext,
+                zero_v: 0,
+                follows: false,
             }]));
         }
         // upstream's two caches (llama_kv_cache_iswa, also inside a hybrid memory with a
@@ -104,12 +136,16 @@ impl Context {
                 n_swa: 0,
                 v_trans,
                 cell_ext,
+                zero_v: 0,
+                follows: false,
             },
             StateLayers {
                 layers: win,
                 n_swa: self.hp.n_swa,
                 v_trans,
                 cell_ext,
+                zero_v: 0,
+                follows: false,
             },
         ]))
     }
@@ -467,9 +503,10 @@ fn install(
     seq: Option<usize>,
     rs: Option<RsRestore>,
 ) -> Result<(), StateError> {
-    let placing = staged.first().filter(|(_, s)| s.n_swa == 0).map(|(r, _)| r);
+    let placed = |s: &StateLayers| s.n_swa == 0 && !s.follows;
+    let placing = staged.first().filter(|(_, s)| placed(s)).map(|(r, _)| r);
     for (restore, sect) in &staged {
-        if sect.n_swa == 0 {
+        if placed(sect) {
             if let Some(q) = seq {
                 if !e.kv.state_fits(restore, q) {
                     return fail("failed to restore kv cache: not enough available cells");
@@ -480,6 +517,11 @@ fn install(
                 Some(base) => restore.cells_within(base),
                 None => e.kv.state_match_rows(restore, seq).is_some(),
             };
+            if !ok && sect.follows {
+                return fail(
+                    "the indexer cache of the state holds cells its attention cache does not: llama-hotswap keeps one set of cells for both",
+                );
+            }
             if !ok {
                 return fail(
                     "the sliding-window cache of the state holds cells its full-attention cache (or, restoring only the partial state, the sequence) does not: llama-hotswap keeps one set of cells for both",
@@ -488,12 +530,12 @@ fn install(
         }
     }
     for (restore, sect) in staged {
-        if sect.n_swa == 0 {
+        if placed(&sect) {
             e.kv.state_apply(restore, seq, &sect)?;
         } else {
             let rows =
                 e.kv.state_match_rows(&restore, seq)
-                    .ok_or_else(|| StateError("the sliding-window cells were not found".into()))?;
+                    .ok_or_else(|| StateError("the second cache's cells were not found".into()))?;
             e.kv.state_apply_rows(&restore, &rows, &sect);
         }
     }

@@ -7,6 +7,7 @@ use std::ffi::{c_char, c_void};
 use super::handles::llama_model;
 use super::types::*;
 use super::FfiError;
+use crate::gguf::writer::PendingTensor;
 use crate::gguf::{GgmlType, Gguf, GgufWriter, MetaValue};
 use crate::loader::{LoadOptions, ModelSource};
 use crate::model::LoadMode;
@@ -21,9 +22,11 @@ use crate::model::LoadMode;
 /// The architectures whose tensor table is upstream's are listed in docs/dropin.md; any
 /// other, a NULL `metadata` or `set_tensor_data` (upstream aborts), missing
 /// hyperparameters or an override type that does not fit a tensor's shape give NULL and a
-/// log line. The callback runs once per tensor, in this library's order (upstream's
-/// differs: a callback that draws values from one sequential stream gets other values
-/// than upstream's; test-llama-archs seeds by tensor name).
+/// log line. The callback runs in upstream's order and as often: once per tensor it
+/// creates, in creation order, a tensor created more than once (a global created again in
+/// each layer, as llama's `rope_freqs`, or the token table again as the output) once per
+/// creation; the model keeps the first call's values (upstream's later copies hold the
+/// later calls': see docs/dropin.md).
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_init_from_user(
     metadata: *mut gguf_context,
@@ -42,8 +45,8 @@ pub unsafe extern "C" fn llama_model_init_from_user(
                 "libggml's gguf functions are not loaded in this process: a gguf_context cannot be read".into(),
             )
         })?;
-        let image = declared_image(&meta).map_err(FfiError::Core)?;
-        let file = write_image(&image, fill, set_tensor_data_ud)?;
+        let (image, calls) = declared_image(&meta).map_err(FfiError::Core)?;
+        let file = write_image(&image, &calls, fill, set_tensor_data_ud)?;
         let mut params = params;
         params.load_mode = LlamaLoadMode(LoadMode::None as i32);
         params.use_extra_bufts = false;
@@ -59,8 +62,10 @@ pub unsafe extern "C" fn llama_model_init_from_user(
 }
 
 /// The GGUF image upstream's loader would see: the caller's key/value pairs and every
-/// tensor the architecture declares for them (data deferred to the caller's callback).
-fn declared_image(meta: &[u8]) -> Result<GgufWriter, String> {
+/// tensor the architecture declares for them (data deferred to the caller's callback), in
+/// upstream's creation order; with the image's tensor of each of upstream's callbacks, in
+/// its order (a tensor upstream creates more than once appears more than once).
+fn declared_image(meta: &[u8]) -> Result<(GgufWriter, Vec<usize>), String> {
     let gguf = Gguf::parse_header(meta, u64::MAX).map_err(|e| format!("metadata: {e}"))?;
     let mut kvs = GgufWriter::new();
     for kv in gguf.kvs() {
@@ -108,21 +113,34 @@ fn declared_image(meta: &[u8]) -> Result<GgufWriter, String> {
     let hp = crate::graph::arch::load_params(&model)?;
     let table = crate::graph::arch::declared_tensors(&model, &hp)
         .map_err(|e| format!("model architecture '{}': {e}", model.arch))?;
+    let sequence = crate::graph::arch::creation_sequence(&model.arch, &table);
     let mut image = kvs;
-    for w in &table {
+    let mut at: HashMap<&str, usize> = HashMap::new();
+    let mut calls = Vec::with_capacity(sequence.len());
+    for w in &sequence {
+        if let Some(&i) = at.get(w.name.as_str()) {
+            calls.push(i);
+            continue;
+        }
         let ty = types.get(w.name.as_str()).copied().unwrap_or(GgmlType::F32);
         let n_dims = w.ne.iter().rposition(|&n| n != 1).map_or(1, |i| i + 1);
         image
             .add_tensor_deferred(&w.name, &w.ne[..n_dims], ty)
             .map_err(|e| format!("tensor '{}' as {}: {e}", w.name, ty.name()))?;
+        let i = at.len();
+        at.insert(&w.name, i);
+        calls.push(i);
     }
-    Ok(image)
+    Ok((image, calls))
 }
 
 /// Writes `image` to a new in-memory file, each tensor's bytes made by the caller's
-/// `fill` on a host `ggml_tensor` in a libggml CPU buffer over our scratch bytes.
+/// `fill` on a host `ggml_tensor` in a libggml CPU buffer over our scratch bytes. `calls`
+/// holds the image tensor of each callback, in order (the image's own order is each
+/// tensor's first call): a tensor's later calls fill the scratch and are dropped.
 fn write_image(
     image: &GgufWriter,
+    calls: &[usize],
     fill: unsafe extern "C" fn(*mut ggml_tensor, *mut c_void),
     ud: *mut c_void,
 ) -> Result<std::fs::File, FfiError> {
@@ -137,9 +155,8 @@ fn write_image(
         .ok_or_else(|| {
             FfiError::Core("libggml's ggml_backend_cpu_buffer_from_ptr is not loaded".into())
         })?;
-    let mut file = crate::storage::host::anonymous_file(c"llama-init-from-user")
-        .map_err(|e| FfiError::Core(format!("memfd_create: {e}")))?;
-    let written = image.write_with(&mut file, |_, t, out| {
+    // one callback on the scratch bytes for `t`: the bytes it wrote
+    let call = |t: &PendingTensor| -> &[u8] {
         let n = t.nbytes as usize;
         let mut ne = [1i64; 4];
         ne[..t.dims.len()].copy_from_slice(&t.dims);
@@ -169,9 +186,28 @@ fn write_image(
                 ud,
             )
         };
-        // SAFETY: as above; the callback has returned.
-        out.write_all(unsafe { std::slice::from_raw_parts(data, n) })
+        // SAFETY: as above; the callback has returned and the next call comes after the
+        // caller is done with these bytes.
+        unsafe { std::slice::from_raw_parts(data, n) }
+    };
+    let tensors = image.tensors();
+    let mut next = 0;
+    let mut file = crate::storage::host::anonymous_file(c"llama-init-from-user")
+        .map_err(|e| FfiError::Core(format!("memfd_create: {e}")))?;
+    let written = image.write_with(&mut file, |index, t, out| {
+        // the repeated creations upstream fills before this tensor's first
+        while next < calls.len() && calls[next] != index {
+            call(&tensors[calls[next]]);
+            next += 1;
+        }
+        next += 1;
+        out.write_all(call(t))
     });
+    if written.is_ok() {
+        for &i in &calls[next.min(calls.len())..] {
+            call(&tensors[i]);
+        }
+    }
     // SAFETY: made above, not used after this.
     unsafe { super::device::free_buffer(buffer) };
     drop(scratch);

@@ -232,6 +232,14 @@ pub struct StateLayers {
     /// Each cell's record carries its [`CellExt`] (upstream's `has_cell_ext()`: M-RoPE
     /// models, whose cells hold a 2D position).
     pub cell_ext: bool,
+    /// Width of V rows upstream's cache of these layers holds and never fills (MiniMax-M3's
+    /// indexer cache, a plain `llama_kv_cache` of one key head: its V tensors stay zero),
+    /// where ours keeps no V (`n_embd_v` 0): written as zeros, read and dropped. 0: none.
+    pub zero_v: usize,
+    /// The section's cells are those of the section before it (upstream's second cache
+    /// filled in step with the first, MiniMax-M3's indexer keys): a restore writes its rows
+    /// into the cells the first one placed.
+    pub follows: bool,
 }
 
 /// One stream's part of a parsed state: its cells and their K and V rows.
@@ -422,8 +430,12 @@ impl KvCache {
             }
             for &il in &sect.layers {
                 let l = &self.layers[il];
-                // compressed attention (MLA) keeps no V: upstream has no V tensor there
                 if l.n_embd_v == 0 {
+                    // compressed attention (MLA) keeps no V: upstream has no V tensor there;
+                    // an indexer cache has one that stays zero
+                    if sect.zero_v > 0 {
+                        self.state_write_zero_v(w, sect, count)?;
+                    }
                     continue;
                 }
                 w.i32(self.type_v.ggml_id())?;
@@ -449,6 +461,74 @@ impl KvCache {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The V rows of a layer whose V upstream allocates and never fills
+    /// ([`StateLayers::zero_v`]): zeros of the cache's V type, as rows or columns.
+    fn state_write_zero_v(
+        &self,
+        w: &mut StateWriter,
+        sect: &StateLayers,
+        count: usize,
+    ) -> Result<(), StateError> {
+        w.i32(self.type_v.ggml_id())?;
+        let len = if !sect.v_trans {
+            let row = self.type_v.row_bytes(sect.zero_v);
+            w.u64(row as u64)?;
+            count * row
+        } else {
+            let el = self.type_v.type_size();
+            w.u32(el as u32)?;
+            w.u32(sect.zero_v as u32)?;
+            count * el * sect.zero_v
+        };
+        // every V type's zero block is all zero bytes (a scale of 0)
+        w.tensor(len, |out| out.resize(out.len() + len, 0))
+    }
+
+    /// Reads and drops what [`KvCache::state_write_zero_v`] writes, checking its header.
+    fn state_parse_zero_v(
+        &self,
+        r: &mut StateReader,
+        sect: &StateLayers,
+        count: usize,
+        il: usize,
+    ) -> Result<(), StateError> {
+        let ty = r.i32()?;
+        if ty != self.type_v.ggml_id() {
+            return fail(format!(
+                "mismatched value type ({} != {ty}, layer {il})",
+                self.type_v.ggml_id()
+            ));
+        }
+        let len = if !sect.v_trans {
+            let row = self.type_v.row_bytes(sect.zero_v);
+            let row_ref = r.u64()?;
+            if row_ref != row as u64 {
+                return fail(format!(
+                    "mismatched value row size ({row} != {row_ref}, layer {il})"
+                ));
+            }
+            count * row
+        } else {
+            let el = self.type_v.type_size();
+            let el_ref = r.u32()?;
+            if el_ref as usize != el {
+                return fail(format!(
+                    "mismatched value element size ({el} != {el_ref}, layer {il})"
+                ));
+            }
+            let n_embd_ref = r.u32()?;
+            if n_embd_ref as usize != sect.zero_v {
+                return fail(format!(
+                    "mismatched GQA embedding size ({} != {n_embd_ref}, layer {il})",
+                    sect.zero_v
+                ));
+            }
+            count * el * sect.zero_v
+        };
+        r.tensor(len)?;
         Ok(())
     }
 
@@ -572,6 +652,9 @@ impl KvCache {
             for &il in &sect.layers {
                 let l = &self.layers[il];
                 if l.n_embd_v == 0 {
+                    if sect.zero_v > 0 {
+                        self.state_parse_zero_v(r, sect, count, il)?;
+                    }
                     v.push(Vec::new());
                     continue;
                 }
@@ -944,6 +1027,8 @@ mod tests {
             n_swa: 0,
             v_trans: false,
             cell_ext,
+            zero_v: 0,
+            follows: false,
         };
         let write = |kv: &KvCache, seq, ext| {
             let mut out = Vec::new();
@@ -976,5 +1061,69 @@ mod tests {
         // an emptied cell forgets its ext
         kv.seq_rm(Some(0), 2, -1);
         assert_eq!(kv.cells(0).ext(2), CellExt::default());
+    }
+
+    /// A layer whose V upstream allocates and never fills (MiniMax-M3's indexer cache) is
+    /// written with zero V rows (or columns) of the given width after its K rows; reading
+    /// checks their header and drops them, the K rows come back.
+    #[test]
+    fn zero_v_rows_are_written_and_dropped() {
+        let mut kv = KvCache::new(&KvShape {
+            size: 8,
+            n_seq_max: 1,
+            unified: true,
+            type_k: KvType::F16,
+            type_v: KvType::F16,
+            layers: vec![(4, 0)],
+        });
+        let mut slots = Vec::new();
+        assert!(kv.find_slot(&[(0, 2)], &mut slots));
+        kv.apply(&slots, &[0, 1], &[SeqSet::single(0); 2], None);
+        kv.layers[0].k.set_row(1, &[1.0, 2.0, 3.0, 4.0]);
+        for v_trans in [false, true] {
+            let sect = |zero_v| StateLayers {
+                layers: vec![0],
+                n_swa: 0,
+                v_trans,
+                cell_ext: false,
+                zero_v,
+                follows: true,
+            };
+            let write = |zero_v| {
+                let mut out = Vec::new();
+                let mut w = StateWriter::new(StateOut::Bytes(&mut out));
+                kv.state_write(&mut w, None, &sect(zero_v)).unwrap();
+                drop(w);
+                out
+            };
+            let (without, with) = (write(0), write(3));
+            // V type, then the row size (u64) or element size and width (two u32), then
+            // 2 cells × 3 zeros of F16
+            // (4 + 8 bytes either way)
+            let head = 12;
+            assert_eq!(with.len(), without.len() + head + 2 * 3 * 2);
+            assert_eq!(&with[..without.len()], &without[..]);
+            assert!(with[without.len() + head..].iter().all(|&b| b == 0));
+            let mut other = KvCache::new(&KvShape {
+                size: 8,
+                n_seq_max: 1,
+                unified: true,
+                type_k: KvType::F16,
+                type_v: KvType::F16,
+                layers: vec![(4, 0)],
+            });
+            let mut src = SliceSource::new(&with);
+            let mut r = StateReader::new(&mut src, None);
+            let restore = other.state_parse(&mut r, None, &sect(3)).unwrap();
+            assert_eq!(r.n_bytes(), with.len());
+            other.state_apply(restore, None, &sect(3)).unwrap();
+            let mut row = [0.0f32; 4];
+            other.layers[0].k.get_row(1, &mut row);
+            assert_eq!(row, [1.0, 2.0, 3.0, 4.0]);
+            // another width is refused
+            let mut src = SliceSource::new(&with);
+            let mut r = StateReader::new(&mut src, None);
+            assert!(other.state_parse(&mut r, None, &sect(4)).is_err());
+        }
     }
 }

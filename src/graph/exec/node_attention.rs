@@ -266,6 +266,16 @@ impl CpuExecutor {
                 }
             }
             Op::SetRows { src, layer, v } => {
+                // MiniMax-M3's indexer keys: upstream caches them only where its sparse
+                // attention runs (else it attends densely and the indexer cache stays zero,
+                // which its state files hold)
+                if !msa_enabled(kv, inp)
+                    && nodes
+                        .iter()
+                        .any(|n| matches!(n.op, Op::MsaSelect { layer: l, .. } if l == *layer))
+                {
+                    return Ok(());
+                }
                 let s = &nodes[*src];
                 let x = &self.arena[s.offset..s.offset + s.len()];
                 let l = &mut kv.layers[*layer];
@@ -843,6 +853,12 @@ impl ops::KvRows for MsaRows<'_> {
     }
 }
 
+/// Whether MiniMax-M3's sparse attention runs, as upstream decides: flash attention on and
+/// one sequence per stream (else it attends densely).
+fn msa_enabled(kv: &KvCache, inp: &Inputs) -> bool {
+    inp.flash_attn && (kv.n_seq_max() <= 1 || kv.n_stream() > 1)
+}
+
 impl CpuExecutor {
     /// [`Op::MsaSelect`]: the blocks each (token, indexer head) selects, kept in `self.msa`.
     #[allow(clippy::too_many_arguments)]
@@ -862,7 +878,7 @@ impl CpuExecutor {
         let n_tokens = qn.ne1;
         let n_head = qn.ne0 / head.max(1);
         let st = &mut self.msa;
-        st.on = inp.flash_attn && (kv.n_seq_max() <= 1 || kv.n_stream() > 1);
+        st.on = msa_enabled(kv, inp);
         if !st.on {
             return;
         }

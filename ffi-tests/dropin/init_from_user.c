@@ -148,7 +148,18 @@ static int logits(const char * path, llama_model_set_tensor_data_t cb) {
     struct llama_context * ctx = llama_init_from_model(model, cp);
     llama_token toks[8];
     for (int i = 0; i < 8; i++) toks[i] = (i * 37 + 5) % n_vocab;
-    if (!ctx || llama_decode(ctx, llama_batch_get_one(toks, 8)) != 0) {
+    // INIT_USER_ALL_OUTPUTS=1: every token an output (the last row printed all the same), for
+    // cogvlm, whose upstream graph returns the first rows when fewer are asked for
+    struct llama_batch batch = llama_batch_get_one(toks, 8);
+    struct llama_batch all = llama_batch_init(8, 0, 1);
+    if (getenv("INIT_USER_ALL_OUTPUTS")) {
+        for (int i = 0; i < 8; i++) {
+            all.token[i] = toks[i]; all.pos[i] = i; all.n_seq_id[i] = 1; all.seq_id[i][0] = 0; all.logits[i] = 1;
+        }
+        all.n_tokens = 8;
+        batch = all;
+    }
+    if (!ctx || llama_decode(ctx, batch) != 0) {
         fprintf(stderr, "decode failed for %s\n", path);
         return 1;
     }
@@ -159,6 +170,7 @@ static int logits(const char * path, llama_model_set_tensor_data_t cb) {
     }
     const float * l = llama_get_logits_ith(ctx, -1);
     for (int i = 0; i < n_vocab; i++) printf("%.6g\n", l[i]);
+    llama_batch_free(all);
     llama_free(ctx);
     llama_model_free(model);
     return 0;

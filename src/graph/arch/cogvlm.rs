@@ -2,8 +2,10 @@
 //! weights — the text ones for token batches, the vision experts (`vis_*`) for embedding
 //! batches —, a fused QKV without bias or scale, NeoX rotary embeddings with ggml_rope's
 //! defaults (base 10000, no scaling: upstream does not pass the model's), a SiLU-gated FFN
-//! without scales. Upstream selects no output rows; rows being independent, the final rows
-//! are selected before the output norm here, which gives the same values.
+//! without scales. Upstream's graph selects no output rows, so with fewer outputs than
+//! tokens its logits are the batch's first rows, not the output tokens' (llama-context
+//! copies the first `n_outputs` rows); ours selects the output tokens' rows, as every other
+//! architecture's graph: the same values where every token is an output (docs/dropin.md).
 
 use super::super::builder::{BuildError, Builder, Outputs};
 use super::super::{GluKind, Op, Operand, RopeMode, RopeParams};

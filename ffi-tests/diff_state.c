@@ -16,6 +16,11 @@
  *                                  context with one KV stream; partial: the prompt is decoded
  *                                  first, then the partial state restored over sequence 0),
  *                                  decodes the same next token and writes its logits to OUT
+ *   diff_state steps MODEL FA DIR  in a context of two sequences sharing one stream, decodes
+ *                                  the prompt into sequence 0, then two batches of two
+ *                                  tokens, writes DIR/steps.bin (llama_state_get_data);
+ *                                  copies sequence 0 to 1, decodes two more tokens into 0
+ *                                  (its cells now shared) and writes DIR/shared.bin
  *   diff_state hostile MODEL FA DIR OTHER STRICT
  *                                  decodes the prompt, then offers damaged states (from
  *                                  DIR's files, and a state of the model OTHER) to every
@@ -96,6 +101,22 @@ static void decode_one(struct llama_context *ctx, llama_token t, llama_pos pos, 
     b.n_seq_id[0] = 1;
     b.seq_id[0][0] = seq;
     b.logits[0] = 1;
+    if (llama_decode(ctx, b) != 0) { fprintf(stderr, "decode failed\n"); exit(1); }
+    llama_batch_free(b);
+}
+
+/* two tokens of sequence 0 at pos, pos + 1 in one batch (single-token decodes round some
+ * values differently from upstream's, which would hide what the byte comparison checks) */
+static void decode_two(struct llama_context *ctx, const llama_token *t, llama_pos pos) {
+    struct llama_batch b = llama_batch_init(2, 0, 1);
+    b.n_tokens = 2;
+    for (int i = 0; i < 2; i++) {
+        b.token[i] = t[i];
+        b.pos[i] = pos + i;
+        b.n_seq_id[i] = 1;
+        b.seq_id[i][0] = 0;
+        b.logits[i] = i == 1;
+    }
     if (llama_decode(ctx, b) != 0) { fprintf(stderr, "decode failed\n"); exit(1); }
     llama_batch_free(b);
 }
@@ -311,6 +332,23 @@ int main(int argc, char **argv) {
         decode_one(ctx, NEXT, N_PROMPT, 0);
         snprintf(path, sizeof path, "%s/next.f32", argv[4]);
         write_logits(ctx, path);
+        llama_free(ctx);
+    } else if (strcmp(argv[1], "steps") == 0) {
+        struct llama_context *ctx = make_ctx(m, fa, 2);
+        struct llama_batch b = llama_batch_get_one((llama_token *)PROMPT, N_PROMPT);
+        if (llama_decode(ctx, b) != 0) { fprintf(stderr, "prompt decode failed\n"); return 1; }
+        for (int k = 0; k < 3; k++) {
+            if (k == 2) llama_memory_seq_cp(llama_get_memory(ctx), 0, 1, -1, -1);
+            decode_two(ctx, PROMPT + 3 + 2 * k, N_PROMPT + 2 * k);
+            if (k == 0) continue;
+            size_t n = llama_state_get_size(ctx);
+            unsigned char *buf = malloc(n);
+            size_t got = llama_state_get_data(ctx, buf, n);
+            if (got != n) { fprintf(stderr, "state %zu of %zu\n", got, n); return 1; }
+            snprintf(path, sizeof path, "%s/%s.bin", argv[4], k == 2 ? "shared" : "steps");
+            spit(path, buf, got);
+            free(buf);
+        }
         llama_free(ctx);
     } else if (strcmp(argv[1], "load") == 0 && argc == 7) {
         const char *kind = argv[5];

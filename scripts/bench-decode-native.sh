@@ -76,16 +76,21 @@ done
 . scripts/bench-models.sh
 run() { # WHO MODEL_FILE PP TG -> llama-bench CSV on stdout
     local who=$1 file=$2 pp=$3 tg=$4
+    # the process's peak RSS (KiB) into $out/$who.rss when GNU time is there
+    local timer=()
+    [ -x /usr/bin/time ] && timer=(/usr/bin/time -f %M -o "$out/$who.rss")
     case "$who" in
-        native) LD_LIBRARY_PATH="$native" "$native/llama-bench" -m "$file" -p "$pp" -n "$tg" -t "$(comma $THREADS)" -r 1 -o csv ;;
-        fast) LLAMA_HOTSWAP_EXACT=0 LD_LIBRARY_PATH="$lib" "$native/llama-bench" -m "$file" -p "$pp" -n "$tg" -t "$(comma $THREADS)" -r 1 -o csv ;;
-        exact) LLAMA_HOTSWAP_EXACT=1 LD_LIBRARY_PATH="$lib" "$native/llama-bench" -m "$file" -p "$pp" -n "$tg" -t "$(comma $THREADS)" -r 1 -o csv ;;
-        ik) LD_LIBRARY_PATH="$ik:$(dirname "$ik")/src:$(dirname "$ik")/ggml/src" "$ik/llama-bench" -m "$file" -p "$pp" -n "$tg" -t "$(comma $THREADS)" -r 1 -o csv ${BENCH_IK_ARGS:-} ;;
+        native) LD_LIBRARY_PATH="$native" "${timer[@]}" "$native/llama-bench" -m "$file" -p "$pp" -n "$tg" -t "$(comma $THREADS)" -r 1 -o csv ;;
+        fast) LLAMA_HOTSWAP_EXACT=0 LD_LIBRARY_PATH="$lib" "${timer[@]}" "$native/llama-bench" -m "$file" -p "$pp" -n "$tg" -t "$(comma $THREADS)" -r 1 -o csv ;;
+        exact) LLAMA_HOTSWAP_EXACT=1 LD_LIBRARY_PATH="$lib" "${timer[@]}" "$native/llama-bench" -m "$file" -p "$pp" -n "$tg" -t "$(comma $THREADS)" -r 1 -o csv ;;
+        ik) LD_LIBRARY_PATH="$ik:$(dirname "$ik")/src:$(dirname "$ik")/ggml/src" "${timer[@]}" "$ik/llama-bench" -m "$file" -p "$pp" -n "$tg" -t "$(comma $THREADS)" -r 1 -o csv ${BENCH_IK_ARGS:-} ;;
     esac
 }
 
 results="$out/results.tsv"   # round who model threads test tok/s model_bytes
+rss="$out/rss.tsv"           # round who model peak_rss_kib (one llama-bench process: every test)
 : >"$results"
+: >"$rss"
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 failed=0
@@ -108,6 +113,8 @@ for row in csv.DictReader(l for l in open(path) if l.strip()):
     test = f"pp{n_prompt}" if n_gen == 0 else f"tg{n_gen}"
     print(rnd, who, name, row["n_threads"], test, row["avg_ts"], row["model_size"], sep="\t")
 PY
+                [ -s "$out/$who.rss" ] && printf '%s\t%s\t%s\t%s\n' "$r" "$who" "$name" "$(tail -1 "$out/$who.rss")" >>"$rss"
+                rm -f "$out/$who.rss"
             else
                 echo "bench-decode-native: $who failed on $name: $(tail -2 "$out/$who.err" | tr '\n' ' ')" >&2; failed=1
             fi
@@ -121,9 +128,9 @@ commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --qu
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
 flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx|fma|f16c|amx|sse4_2|bmi2|vnni|avx512)' | sort -u | tr '\n' ' ')
 bwline=$(for t in $THREADS; do printf '%s GB/s at %s thread%s; ' "${bw[$t]}" "$t" "$([ "$t" = 1 ] || echo s)"; done)
-python3 - "$results" "$RUNNERS" "$THREADS" "$bwline" <<PY | tee "$table"
+python3 - "$results" "$RUNNERS" "$THREADS" "$bwline" "$rss" <<PY | tee "$table"
 import collections, statistics as st, sys
-results, runners, threads, bwline = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4]
+results, runners, threads, bwline, rss_file = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4], sys.argv[5]
 bw = {t: float(x.split()[0]) for t, x in zip(threads, bwline.strip("; ").split("; "))}
 ts = collections.defaultdict(dict)    # (model, threads, test) -> {(who, round): tok/s}
 size = {}
@@ -178,6 +185,25 @@ for name, t, test in keys:
     row = [label.get(name.split("-")[0], name), ty, t, test] + [f(meds[w], "{:.1f}") for w in cols]
     row += [f(rs[k], "{:.2f}×") for k in rat] + [" ".join(goal), "; ".join(note)]
     print("| " + " | ".join(row) + " |")
+# peak RSS of each runner's llama-bench process (every test of a model in one process: the
+# weights as the library holds them plus its KV cache and compute buffers), median over rounds
+peak = collections.defaultdict(list)   # (model, who) -> [KiB]
+for line in open(rss_file):
+    rnd, who, name, kib = line.rstrip("\n").split("\t")
+    peak[(name, who)].append(int(kib))
+if peak:
+    print()
+    print("Peak RSS, MiB (median over rounds); goal (issue 39): fast and exact within 5% of native")
+    print()
+    head = ["model", "type"] + [f"{w} MiB" for w in cols] + [f"{w} / native" for w in cols if w != "native" and "native" in cols]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for name in dict.fromkeys(n for n, _, _ in keys):
+        m = {w: med(peak.get((name, w), [])) for w in cols}
+        row = [label.get(name.split("-")[0], name), name.split("-", 1)[1].upper()]
+        row += [f(m[w] and m[w] / 1024, "{:.0f}") for w in cols]
+        row += [f(m[w] / m["native"] if m[w] and m["native"] else None, "{:.3f}") for w in cols if w != "native" and "native" in cols]
+        print("| " + " | ".join(row) + " |")
 PY
 echo "(table in $table; the newest run goes into docs/benchmarks.md with its date, commit and CPU; the run it replaces moves to docs/benchmarks/history.md)"
 [ "$failed" = 0 ]

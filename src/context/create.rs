@@ -197,6 +197,8 @@ impl Context {
                     let ix = &hp.ext.indexer;
                     (ix.head > 0).then_some((ix.head, 0))
                 }))
+                // a hybrid memory's indexer cache (llama_memory_hybrid_idx's third cache)
+                .chain(hp.ext.idx_rows.iter().map(|&w| (w, 0)))
                 // DeepSeek-V4's compressor inputs and compressed keys (layers after those)
                 .chain(hp.ext.mem_extra.iter().map(|&w| (w, 0)))
                 .collect(),
@@ -306,12 +308,22 @@ impl Context {
         } else {
             let mut kv = KvCache::try_new(&shape).map_err(|e| kv_fail(e.to_string()))?;
             if recurrent {
-                kv.rs = Some(
-                    crate::kv_cache::RsMemory::new(n_seq_max, n_seq_max, &rs_widths)
-                        .map_err(|e| kv_fail(e.to_string()))?,
-                );
+                let mut rs = crate::kv_cache::RsMemory::new(n_seq_max, n_seq_max, &rs_widths)
+                    .map_err(|e| kv_fail(e.to_string()))?;
+                // Qwen4-exp's PLE conv history: upstream's second conv row of its layer
+                if let Some(p) = &hp.ext.ple {
+                    if let Some(l) = rs.layers.get_mut(p.layer).filter(|l| l.n_r > 0) {
+                        l.n_r2 = p.row_values();
+                    }
+                }
+                kv.rs = Some(rs);
                 kv.attn = mem_kind.hybrid();
             }
+            kv.kpool = if hp.ext.idx_rows.is_empty() {
+                0
+            } else {
+                hp.ext.kpool
+            };
             kv
         };
         let mut ctx = Self::assemble(model, hp, cparams, kv, executor, false);

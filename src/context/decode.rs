@@ -147,6 +147,8 @@ impl Context {
             if code != 0 {
                 break;
             }
+            // the micro-batch pooled what edits had made stale
+            e.kv.pools_clean();
         }
         e.split = split;
         code
@@ -197,7 +199,16 @@ impl Context {
                 crate::log_warn!("decode: failed to find a memory slot for batch of size {n}");
                 return 1;
             }
-            let toks = (!e.raw.has_embd).then_some(&ub.tokens[..]);
+            // an input embedding's cell carries the PLE hash's stand-in token (upstream's)
+            let stand_in: Vec<i32>;
+            let toks = match (&self.hp.ext.ple, e.raw.has_embd) {
+                (_, false) => Some(&ub.tokens[..]),
+                (Some(p), true) => {
+                    stand_in = vec![p.stand_in() as i32; n];
+                    Some(&stand_in[..])
+                }
+                (None, true) => None,
+            };
             e.kv.apply(&e.slots, &ub.pos, &ub.seqs, toks);
         } else {
             e.slots.clear();
@@ -547,7 +558,9 @@ impl Context {
         // the indexer's keys (layers n_layer..): upstream's second cache has NEOX rotation
         // over the first n_rot values, applied to the cached (Hadamard-rotated, F16) rows
         // as they are
-        for il in hp.n_layer..e.kv.layers.len() {
+        // (a hybrid memory's indexer cache, idx_rows, is never rotated: upstream's keeps
+        // ROPE_TYPE_NONE there)
+        for il in hp.n_layer + hp.ext.idx_rows.len()..e.kv.layers.len() {
             let r = e.cparams.rope;
             let params = ops::RopeParams {
                 n_rot: hp.n_rot,

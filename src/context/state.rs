@@ -104,6 +104,7 @@ impl Context {
                     cell_ext,
                     zero_v: 0,
                     follows: false,
+                    after_rs: false,
                 },
                 StateLayers {
                     layers: idx,
@@ -112,6 +113,35 @@ impl Context {
                     cell_ext,
                     zero_v: self.hp.head_v,
                     follows: true,
+                    after_rs: false,
+                },
+            ]));
+        }
+        if !self.hp.ext.idx_rows.is_empty() {
+            // upstream's llama_memory_hybrid_idx: the attention layers' cache, the states,
+            // then the indexer's cache (K only) on the layers that have one
+            let idx = (0..self.hp.n_layer)
+                .filter(|&il| self.hp.ext.idx_rows[il] > 0)
+                .map(|il| self.hp.n_layer + il)
+                .collect();
+            return Ok(Some(vec![
+                StateLayers {
+                    layers,
+                    n_swa: 0,
+                    v_trans,
+                    cell_ext,
+                    zero_v: 0,
+                    follows: false,
+                    after_rs: false,
+                },
+                StateLayers {
+                    layers: idx,
+                    n_swa: 0,
+                    v_trans,
+                    cell_ext,
+                    zero_v: 0,
+                    follows: true,
+                    after_rs: true,
                 },
             ]));
         }
@@ -123,6 +153,7 @@ impl Context {
                 cell_ext,
                 zero_v: 0,
                 follows: false,
+                after_rs: false,
             }]));
         }
         // upstream's two caches (llama_kv_cache_iswa, also inside a hybrid memory with a
@@ -138,6 +169,7 @@ impl Context {
                 cell_ext,
                 zero_v: 0,
                 follows: false,
+                after_rs: false,
             },
             StateLayers {
                 layers: win,
@@ -146,6 +178,7 @@ impl Context {
                 cell_ext,
                 zero_v: 0,
                 follows: false,
+                after_rs: false,
             },
         ]))
     }
@@ -170,11 +203,14 @@ impl Context {
         sync_kv(&mut e, true)?;
         let mut w = StateWriter::new(out);
         w.string(&self.model.arch)?;
-        for sect in sections.iter().flatten() {
+        for sect in sections.iter().flatten().filter(|s| !s.after_rs) {
             e.kv.state_write(&mut w, None, sect)?;
         }
         if let (Some(_), Some(rs)) = (&sections, &e.kv.rs) {
             rs.state_write(&mut w, None)?;
+        }
+        for sect in sections.iter().flatten().filter(|s| s.after_rs) {
+            e.kv.state_write(&mut w, None, sect)?;
         }
         Ok(w.n_bytes())
     }
@@ -198,13 +234,18 @@ impl Context {
         }
         let mut staged: Vec<(KvRestore, StateLayers)> = Vec::new();
         let has_memory = sections.is_some();
-        for sect in sections.into_iter().flatten() {
+        let (after, before): (Vec<_>, Vec<_>) =
+            sections.into_iter().flatten().partition(|s| s.after_rs);
+        for sect in before {
             staged.push((e.kv.state_parse(&mut r, None, &sect)?, sect));
         }
         let rs = match &e.kv.rs {
             Some(rs) if has_memory => Some(rs.state_parse(&mut r, None)?),
             _ => None,
         };
+        for sect in after {
+            staged.push((e.kv.state_parse(&mut r, None, &sect)?, sect));
+        }
         let n = r.n_bytes();
         check(n)?;
         sync_kv(&mut e, true)?;
@@ -270,14 +311,20 @@ impl Context {
         }
         let seq = usize::try_from(seq_id).ok();
         let sections = self.state_sections(e)?;
-        for sect in sections.iter().flatten() {
-            if flags & FLAG_PARTIAL_ONLY != 0 && self.partial_skips(e, sect) {
-                continue;
+        let skip =
+            |sect: &StateLayers| flags & FLAG_PARTIAL_ONLY != 0 && self.partial_skips(e, sect);
+        for sect in sections.iter().flatten().filter(|s| !s.after_rs) {
+            if !skip(sect) {
+                e.kv.state_write(w, seq, sect)?;
             }
-            e.kv.state_write(w, seq, sect)?;
         }
         if let (Some(_), Some(rs)) = (&sections, &e.kv.rs) {
             rs.state_write(w, seq)?;
+        }
+        for sect in sections.iter().flatten().filter(|s| s.after_rs) {
+            if !skip(sect) {
+                e.kv.state_write(w, seq, sect)?;
+            }
         }
         Ok(())
     }
@@ -332,16 +379,21 @@ impl Context {
         let mut staged: Vec<(KvRestore, StateLayers)> = Vec::new();
         let sections = self.state_sections(&e)?;
         let has_memory = sections.is_some();
-        for sect in sections.into_iter().flatten() {
-            if flags & FLAG_PARTIAL_ONLY != 0 && self.partial_skips(&e, &sect) {
-                continue;
-            }
+        let (after, before): (Vec<_>, Vec<_>) = sections
+            .into_iter()
+            .flatten()
+            .filter(|s| flags & FLAG_PARTIAL_ONLY == 0 || !self.partial_skips(&e, s))
+            .partition(|s| s.after_rs);
+        for sect in before {
             staged.push((e.kv.state_parse(r, seq, &sect)?, sect));
         }
         let rs = match &e.kv.rs {
             Some(rs) if has_memory => Some(rs.state_parse(r, seq)?),
             _ => None,
         };
+        for sect in after {
+            staged.push((e.kv.state_parse(r, seq, &sect)?, sect));
+        }
         let n = r.n_bytes();
         check(n)?;
         sync_kv(&mut e, true)?;
@@ -541,6 +593,12 @@ fn install(
     }
     if let (Some(restore), Some(mem)) = (rs, e.kv.rs.as_mut()) {
         mem.state_apply(restore, seq)?;
+    }
+    // the restored cells regroup their pools (upstream stales the sequence, or every one
+    // where cells are shared)
+    e.kv.pools_stale_from(seq, 0);
+    if e.kv.pools_shared() {
+        e.kv.pools_stale_from(None, 0);
     }
     Ok(())
 }

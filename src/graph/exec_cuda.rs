@@ -248,6 +248,13 @@ impl CudaExecutor {
                 });
             }
         }
+        if let Op::KpoolIndexSet { .. } = &node.op {
+            return Err(ExecError::UnsupportedOp {
+                backend: self.label,
+                op: node.name.to_string(),
+                why: "GLM5-Next's k-pool indexer cache has no CUDA kernel yet".into(),
+            });
+        }
         if let Op::RopeBack { .. }
         | Op::Dsv4StateSet { .. }
         | Op::Dsv4Compress { .. }
@@ -573,6 +580,7 @@ impl CudaExecutor {
             | Op::MsaSelect { .. }
             | Op::RopeBack { .. }
             | Op::Dsv4StateSet { .. }
+            | Op::KpoolIndexSet { .. }
             | Op::Dsv4Compress { .. }
             | Op::FlashAttnComp { .. }
             | Op::Dsv4LidTopK { .. }

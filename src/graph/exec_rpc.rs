@@ -230,6 +230,7 @@ fn uses_kv(op: &Op) -> Option<usize> {
         Op::SetRows { layer, .. } | Op::FlashAttnExt { layer, .. } => Some(*layer),
         Op::LightningIndexer { layer, .. } => Some(*layer),
         Op::Dsv4StateSet { layer, .. } | Op::FlashAttnComp { layer, .. } => Some(*layer),
+        Op::KpoolIndexSet { layer, .. } => Some(*layer),
         Op::Dsv4Compress { dst_layer, .. } => Some(*dst_layer),
         Op::Dsv4LidTopK { layer, .. } => Some(*layer),
         _ => None,

@@ -168,6 +168,19 @@ pub enum Op {
     },
     /// SET_ROWS into the layer's K (or V) cache at the micro-batch's slots.
     SetRows { src: NodeId, layer: usize, v: bool },
+    /// GLM5-Next's k-pool indexer cache (what upstream's `build_kpool_select` writes): per
+    /// token the row `[key | gate | 0]` (`k`, `g` `[head, T]`) at its slot in memory layer
+    /// `layer`; then every pool of `kpool` consecutive positions of a sequence that holds a
+    /// token of the micro-batch (or that an edit regrouped) is pooled into the third part of
+    /// its last member's row: per value, SOFT_MAX over the members of gate + `ape`
+    /// (`[head, kpool]`), MUL by their keys, SUM_ROWS.
+    KpoolIndexSet {
+        k: NodeId,
+        g: NodeId,
+        ape: WeightId,
+        layer: usize,
+        kpool: usize,
+    },
     /// DeepSeek-V4's compressor state (upstream's GET_ROWS of `ape` at `pos % ratio`, ADD,
     /// SET_ROWS into the F32 state): per token the row `[kv | score + ape[pos % ratio]]`
     /// (`kv` and `score` `[w, T]`, `ape` `[w, ratio]`) kept exactly in memory layer `layer`
@@ -475,15 +488,11 @@ pub enum Op {
     /// hash computed on the host, then GET_ROWS of `table`): per token, the n-grams of it and
     /// its predecessors (an EOS, or a missing predecessor, cuts the window and reads as
     /// EOS) hashed to `n_heads` rows, laid side by side (`[head_dim * n_heads, T]`). The
-    /// predecessor `s` is the token at the nearest position at or before `pos - s` (upstream
-    /// reads it from the KV cells of the sequence); the sequence's last `ngram - 1` tokens
-    /// and their positions
-    /// are kept (the bits of `token + 1`, 0 none, and of the position) from value `row0` of
-    /// the conv row of `layer` in the recurrent memory.
+    /// predecessor `s` is the token of the sequence's KV cell at the nearest position at or
+    /// before `pos - s` (an input embedding's: `s` places back in the micro-batch's order),
+    /// as upstream's `get_prev_tokens`.
     GetRowsNgram {
         table: WeightId,
-        layer: usize,
-        row0: usize,
         hash: std::sync::Arc<params::PleHash>,
     },
     /// REPEAT of each head `n` times in place (`[head_dim, n_head, T]` →
@@ -589,7 +598,7 @@ impl Op {
             Op::FlashAttnExt { sinks, .. } | Op::FlashAttnComp { sinks, .. } => {
                 sinks.iter().copied().collect()
             }
-            Op::Dsv4StateSet { ape, .. } => vec![*ape],
+            Op::Dsv4StateSet { ape, .. } | Op::KpoolIndexSet { ape, .. } => vec![*ape],
             Op::Dsv4Compress { norm, .. } => vec![*norm],
             Op::MulMatId { w, scale, .. } => [Some(*w), *scale].into_iter().flatten().collect(),
             Op::Mul { b, .. } | Op::Add { b, .. } | Op::Div { b, .. } => w(b).into_iter().collect(),
@@ -678,6 +687,7 @@ impl Op {
             Op::MsaSelect { q, dep, .. } => vec![*q, *dep],
             Op::RopeBack { src, .. } => vec![*src],
             Op::Dsv4StateSet { kv, score, .. } => vec![*kv, *score],
+            Op::KpoolIndexSet { k, g, .. } => vec![*k, *g],
             Op::Dsv4Compress { dep, .. } => vec![*dep],
             Op::FlashAttnComp { q, deps, sel, .. } => {
                 [Some(*q), Some(deps[0]), Some(deps[1]), *sel]
@@ -741,7 +751,9 @@ impl Op {
             Op::SetRows { .. } | Op::GroupMask { .. } => ("SET_ROWS", None),
             Op::FlashAttnExt { .. } | Op::FlashAttnComp { .. } => ("FLASH_ATTN_EXT", None),
             Op::RopeBack { .. } => ("ROPE_BACK", None),
-            Op::Dsv4StateSet { .. } | Op::Dsv4Compress { .. } => ("SET_ROWS", None),
+            Op::Dsv4StateSet { .. } | Op::Dsv4Compress { .. } | Op::KpoolIndexSet { .. } => {
+                ("SET_ROWS", None)
+            }
             Op::AddId { .. } => ("ADD_ID", None),
             Op::Glu { kind, .. } => (
                 "GLU",

@@ -199,6 +199,10 @@ pub struct Extras {
     pub ple: Option<std::sync::Arc<PleHash>>,
     /// DeepSeek-V4's compressed attention (ratio per layer, ...); empty ratios: none.
     pub dsv4: Dsv4,
+    /// The indexer cache of a hybrid memory (upstream's `llama_memory_hybrid_idx`:
+    /// GLM5-Next's key | gate | pooled key rows, Qwen4-exp's raw keys): K-only memory layers
+    /// `n_layer + il`, never rotated; per layer the row width (0: none). Empty: no such cache.
+    pub idx_rows: Vec<usize>,
     /// K-only memory layers after the indexer's (`n_layer + ..`): the row width of each
     /// (0: the layer keeps nothing). DeepSeek-V4's compressor inputs and compressed keys.
     pub mem_extra: Vec<usize>,
@@ -251,10 +255,20 @@ impl PleHash {
         (self.conv_kernel - 1) * self.ngram
     }
 
-    /// Values the PLE layer adds to its conv row: the conv history, then the last
-    /// `ngram - 1` tokens of the sequence with their positions.
+    /// Values the PLE layer adds to its conv row: the conv history (upstream's second
+    /// recurrent row of the layer, `ple_conv_state`).
     pub fn row_values(&self) -> usize {
-        self.conv_history() * self.channels + 2 * (self.ngram - 1)
+        self.conv_history() * self.channels
+    }
+
+    /// The token an input embedding stands for in the hash and in its KV cell
+    /// (`ple.image_token_id`, else EOS).
+    pub fn stand_in(&self) -> i64 {
+        if self.image_token != 0 {
+            self.image_token
+        } else {
+            self.eos
+        }
     }
 
     /// The table rows of one token (`n_heads` values, upstream's `set_input`): `tok` the

@@ -116,6 +116,29 @@ impl KvBuffer {
         }
     }
 
+    /// Stores `src` as values `off..off + src.len()` of row `cell` (rows of `width` values),
+    /// the rest of the row as it is (a block type: `off` and the length whole blocks).
+    pub fn set_row_part(&mut self, cell: usize, width: usize, off: usize, src: &[f32]) {
+        let at = cell * width + off;
+        match self {
+            KvBuffer::F32(v) => v[at..at + src.len()].copy_from_slice(src),
+            KvBuffer::F16(v) => {
+                for (d, s) in v[at..at + src.len()].iter_mut().zip(src) {
+                    *d = f16::from_f32(*s);
+                }
+            }
+            KvBuffer::Packed {
+                ty,
+                row_bytes,
+                data,
+            } => {
+                let start = cell * *row_bytes + crate::kernels::cpu::row_bytes(*ty, off);
+                let n = crate::kernels::cpu::row_bytes(*ty, src.len());
+                crate::kernels::cpu::store_row(*ty, src, &mut data[start..start + n]);
+            }
+        }
+    }
+
     /// Reads row `cell` (rows of `dst.len()` values) as f32.
     pub fn get_row(&self, cell: usize, dst: &mut [f32]) {
         let n = dst.len();
@@ -456,7 +479,17 @@ pub struct KvCache {
     /// since the last decode, in order: the host rows are copied at once, a backend keeping
     /// rows in its own memory copies them before the next decode (as upstream defers it).
     pub stream_copies: Vec<(usize, usize)>,
+    /// GLM5-Next's k-pool indexer (upstream's `llama_memory_hybrid_idx`): cells pooled into
+    /// one key (0: none). Its pooled keys are kept in the indexer layers' rows.
+    pub kpool: usize,
+    /// Per sequence, the first position whose pools an edit may have regrouped since the
+    /// last micro-batch ([`POOLS_CLEAN`]: none; upstream's `mem_idx_stale`): the next
+    /// micro-batch pools them again.
+    pub pools_stale: Vec<i32>,
 }
+
+/// No pool of the sequence is stale (upstream's `POS_CLEAN`).
+pub const POOLS_CLEAN: i32 = i32::MAX;
 
 impl KvShape {
     /// Streams the cache holds (one when unified, else one per sequence).
@@ -548,6 +581,8 @@ impl KvCache {
             rs: None,
             attn: true,
             stream_copies: Vec::new(),
+            kpool: 0,
+            pools_stale: vec![POOLS_CLEAN; MAX_SEQ],
         })
     }
 
@@ -634,6 +669,7 @@ impl KvCache {
     /// `llama_memory_clear`: empties every cell (KV and recurrent); `data` also zeroes the
     /// buffers.
     pub fn clear(&mut self, data: bool) {
+        self.pools_stale_from(None, 0);
         self.kv_clear(data);
         if let Some(rs) = &mut self.rs {
             rs.clear(data);
@@ -652,7 +688,61 @@ impl KvCache {
                 return true;
             }
         }
-        self.kv_seq_rm(seq, p0, p1)
+        let stale = self.pools_stale_pos(seq, p0);
+        let ok = self.kv_seq_rm(seq, p0, p1);
+        self.pools_stale_from(seq, stale);
+        // freed cells another sequence shared end that sharing: every sequence regroups
+        if self.pools_shared() {
+            self.pools_stale_from(None, 0);
+        }
+        ok
+    }
+
+    /// Where an edit of `seq` at `p0` makes its pools stale: from `p0`, or the whole sequence
+    /// when the edit reaches its first position (pools count from it).
+    fn pools_stale_pos(&self, seq: Option<usize>, p0: i32) -> i32 {
+        match seq {
+            Some(s) if self.kpool > 0 && p0 > self.kv_seq_pos_min(s) => p0,
+            _ => 0,
+        }
+    }
+
+    /// Marks the pools of `seq` (every sequence when None) stale from `p0` on.
+    pub fn pools_stale_from(&mut self, seq: Option<usize>, p0: i32) {
+        if self.kpool == 0 {
+            return;
+        }
+        let p0 = p0.max(0);
+        match seq {
+            Some(s) => self.pools_stale[s] = self.pools_stale[s].min(p0),
+            None => self.pools_stale.iter_mut().for_each(|p| *p = (*p).min(p0)),
+        }
+    }
+
+    /// A micro-batch pooled what was stale.
+    pub fn pools_clean(&mut self) {
+        self.pools_stale.fill(POOLS_CLEAN);
+    }
+
+    /// Whether some cell of the one stream holds several sequences: the pooled keys are
+    /// then not cached (upstream's `cache_safe` false).
+    pub fn pools_shared(&self) -> bool {
+        self.kpool > 0
+            && self.streams.len() == 1
+            && (0..self.size).any(|i| self.streams[0].cells.seq_count(i) > 1)
+    }
+
+    /// The cells of `seq` as (position, row) pairs in position order (then row order):
+    /// upstream's `seq_pos` set, over the sequence's stream.
+    pub fn seq_cells_by_pos(&self, seq: usize) -> Vec<(i32, u32)> {
+        let st = self.seq_to_stream[seq];
+        let cells = &self.streams[st].cells;
+        let mut v: Vec<(i32, u32)> = (0..self.size)
+            .filter(|&i| !cells.is_empty(i) && cells.seq_has(i, seq))
+            .map(|i| (cells.pos(i), st as u32 * self.size + i))
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// `llama_memory_seq_cp` (see `kv_seq_cp`; recurrent states are shared whole).
@@ -660,6 +750,9 @@ impl KvCache {
         if self.attn {
             self.kv_seq_cp(src, dst, p0, p1)?;
         }
+        // shared cells cannot hold two groupings
+        self.pools_stale_from(Some(src), 0);
+        self.pools_stale_from(Some(dst), 0);
         if let Some(rs) = &mut self.rs {
             rs.seq_cp(src as i32, dst as i32, p0, p1);
         }
@@ -668,6 +761,7 @@ impl KvCache {
 
     /// `llama_memory_seq_keep`.
     pub fn seq_keep(&mut self, seq: usize) {
+        self.pools_stale_from(None, 0);
         if self.attn {
             self.kv_seq_keep(seq);
         }
@@ -678,9 +772,12 @@ impl KvCache {
 
     /// `llama_memory_seq_add` (a recurrent state only moves its recorded position).
     pub fn seq_add(&mut self, seq: usize, p0: i32, p1: i32, delta: i32) {
+        // a negative shift moves cells below p0: they regroup too
+        let stale = self.pools_stale_pos(Some(seq), if delta < 0 { p0 + delta } else { p0 });
         if self.attn {
             self.kv_seq_add(seq, p0, p1, delta);
         }
+        self.pools_stale_from(Some(seq), stale);
         if let Some(rs) = &mut self.rs {
             rs.seq_add(seq as i32, p0, p1, delta);
         }
@@ -688,6 +785,7 @@ impl KvCache {
 
     /// `llama_memory_seq_div`.
     pub fn seq_div(&mut self, seq: usize, p0: i32, p1: i32, d: i32) {
+        self.pools_stale_from(Some(seq), 0);
         if self.attn {
             self.kv_seq_div(seq, p0, p1, d);
         }
@@ -962,6 +1060,12 @@ impl KvCache {
     pub fn row_pos(&self, row: u32) -> i32 {
         let (st, j) = ((row / self.size) as usize, row % self.size);
         self.streams.get(st).map_or(-1, |s| s.cells.pos(j))
+    }
+
+    /// The token id row `row`'s cell carries (its [`CellExt`]; -1: none).
+    pub fn row_tok(&self, row: u32) -> i32 {
+        let (st, j) = ((row / self.size) as usize, row % self.size);
+        self.streams.get(st).map_or(-1, |s| s.cells.ext(j).tok)
     }
 
     /// Whether row `row` is visible to a token of sequence `seq` at position `pos`: it is a

@@ -72,6 +72,10 @@ pub struct RsLayer {
     pub s: Vec<f32>,
     pub n_r: usize,
     pub n_s: usize,
+    /// The last `n_r2` values of each conv row are upstream's second conv row of the layer
+    /// (Qwen4-exp's PLE conv history, its `cache_ple_r_l`), which a state holds right after
+    /// the first; 0: none.
+    pub n_r2: usize,
 }
 
 impl RsLayer {
@@ -124,6 +128,7 @@ impl RsMemory {
                     s: zeroed(ls)?,
                     n_r,
                     n_s,
+                    n_r2: 0,
                 })
             })
             .collect::<Result<Vec<_>, RsAllocError>>()?;

@@ -240,6 +240,9 @@ pub struct StateLayers {
     /// filled in step with the first, MiniMax-M3's indexer keys): a restore writes its rows
     /// into the cells the first one placed.
     pub follows: bool,
+    /// The section comes after the recurrent states (upstream's `llama_memory_hybrid_idx`
+    /// writes its indexer cache last).
+    pub after_rs: bool,
 }
 
 /// One stream's part of a parsed state: its cells and their K and V rows.
@@ -805,6 +808,7 @@ impl KvCache {
 /// per cell: i32 pos, u32 n_seq_id (0 in a sequence state), i32 seq_id × n_seq_id
 /// u32 s_trans = 0, u32 n_layer (every layer of the model)
 /// per recurrent layer: i32 r_type (F32), u64 r_row_bytes, the cells' conv rows
+///   [a second conv row (PLE): u64 row_bytes, the cells' rows]
 /// per recurrent layer: i32 s_type (F32), u64 s_row_bytes, the cells' SSM rows
 /// ```
 ///
@@ -850,15 +854,24 @@ impl RsMemory {
                     continue;
                 }
                 let (n, data) = if conv { (l.n_r, &l.r) } else { (l.n_s, &l.s) };
+                // a conv row with a second part is written as upstream's two rows
+                let parts = if conv && l.n_r2 > 0 {
+                    vec![0..n - l.n_r2, n - l.n_r2..n]
+                } else {
+                    vec![0..n]
+                };
                 w.i32(GGML_TYPE_F32)?;
-                w.u64(n as u64 * 4)?;
-                w.tensor(cells.len() * n * 4, |buf| {
-                    for &(c, _, _) in &cells {
-                        for v in &data[c * n..(c + 1) * n] {
-                            buf.extend_from_slice(&v.to_le_bytes());
+                for part in parts {
+                    let m = part.len();
+                    w.u64(m as u64 * 4)?;
+                    w.tensor(cells.len() * m * 4, |buf| {
+                        for &(c, _, _) in &cells {
+                            for v in &data[c * n + part.start..c * n + part.end] {
+                                buf.extend_from_slice(&v.to_le_bytes());
+                            }
                         }
-                    }
-                })?;
+                    })?;
+                }
             }
         }
         Ok(())
@@ -939,15 +952,35 @@ impl RsMemory {
                         "failed to restore kv cache: mismatched {what} type ({GGML_TYPE_F32} != {ty}, layer {il})"
                     ));
                 }
+                let second = if conv { l.n_r2 } else { 0 };
+                let first = width - second;
                 let row = r.u64()?;
-                if row != width as u64 * 4 {
+                if row != first as u64 * 4 {
                     return fail(format!(
                         "failed to restore kv cache: mismatched {what} row size ({} != {row}, layer {il})",
-                        width * 4
+                        first * 4
                     ));
                 }
+                let n = n as usize;
+                let mut data = f32_rows(r.tensor(n * first * 4)?);
+                if second > 0 {
+                    let row = r.u64()?;
+                    if row != second as u64 * 4 {
+                        return fail(format!(
+                            "failed to restore kv cache: mismatched ple row size ({} != {row}, layer {il})",
+                            second * 4
+                        ));
+                    }
+                    // the two rows of each cell side by side again
+                    let tail = f32_rows(r.tensor(n * second * 4)?);
+                    let mut joined = Vec::with_capacity(n * width);
+                    for c in 0..n {
+                        joined.extend_from_slice(&data[c * first..(c + 1) * first]);
+                        joined.extend_from_slice(&tail[c * second..(c + 1) * second]);
+                    }
+                    data = joined;
+                }
                 if n > 0 {
-                    let data = f32_rows(r.tensor(n as usize * width * 4)?);
                     if conv {
                         rows[il].0 = data;
                     } else {
@@ -1029,6 +1062,7 @@ mod tests {
             cell_ext,
             zero_v: 0,
             follows: false,
+            after_rs: false,
         };
         let write = |kv: &KvCache, seq, ext| {
             let mut out = Vec::new();
@@ -1088,6 +1122,7 @@ mod tests {
                 cell_ext: false,
                 zero_v,
                 follows: true,
+                after_rs: false,
             };
             let write = |zero_v| {
                 let mut out = Vec::new();

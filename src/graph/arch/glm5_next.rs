@@ -9,7 +9,9 @@
 //! MoE (sigmoid routing with the `exp_probs_b` selection bias, shared experts); the output
 //! reads the streams' mean. No per-tensor scales (upstream passes none).
 //!
-//! The indexer's selection is not computed: where every pool of `indexer.kpool` cells fits
+//! The indexer's cache is kept as upstream's (each token's key and pool gate, each pool's
+//! key: its state files hold it), but its selection is not computed: where every pool of
+//! `indexer.kpool` cells fits
 //! the indexer's `top_k`, upstream selects all of them and the incomplete tail, and the
 //! attention sees exactly the causal cells. Contexts longer than `top_k` cells per sequence
 //! (where the selection would drop cells) are refused with a log line, as files that do not
@@ -18,7 +20,7 @@
 use super::super::builder::{BuildError, Builder, Ffn, Gating, Moe, Outputs};
 use super::super::kda::{Kda, KdaDecay, KdaOutGate};
 use super::super::params::ArchParams;
-use super::super::{GluKind, NodeId, Operand};
+use super::super::{GluKind, NodeId, Op, Operand};
 use super::bailingmoe3::{gating, hybrid_layers, mla_hparams};
 use super::def::{ArchDef, Keys, Memory, Rope};
 
@@ -105,7 +107,21 @@ fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
     e.hc_eps = hc_eps;
     e.n_ff_shexp = hp.n_ff_exp * e.n_expert_shared;
     e.kpool = kpool;
-    hybrid_layers(hp)
+    hybrid_layers(hp)?;
+    // upstream's indexer cache (llama_memory_hybrid_idx) on the attention layers with an
+    // indexer of their own: key | gate | pooled key per cell
+    let row = 3 * hp.ext.kpool_indexer.head;
+    hp.ext.idx_rows = (0..n_layer)
+        .map(|il| {
+            let full = hp.ext.kpool_indexer.full.get(il).copied().unwrap_or(true);
+            if !hp.is_recurrent(il) && full {
+                row
+            } else {
+                0
+            }
+        })
+        .collect();
+    Ok(())
 }
 
 fn graph(b: &mut Builder) -> Result<Outputs, BuildError> {
@@ -206,13 +222,26 @@ fn latent_attn(b: &mut Builder, il: usize, cur: NodeId) -> Result<NodeId, BuildE
     if e.kpool_indexer.full.get(il).copied().unwrap_or(true) {
         let ix = &e.kpool_indexer;
         let (ih, inh) = (ix.head as i64, ix.n_head as i64);
-        b.lw(il, "indexer.k_norm.weight", &[ih])?;
-        b.lw(il, "indexer.k_norm.bias", &[ih])?;
+        let k_norm = b.lw(il, "indexer.k_norm.weight", &[ih])?;
+        let k_norm_b = b.lw(il, "indexer.k_norm.bias", &[ih])?;
         b.lw(il, "indexer.proj.weight", &[ne, inh])?;
-        b.lw(il, "indexer.attn_k.weight", &[ne, ih])?;
+        let wk = b.lw(il, "indexer.attn_k.weight", &[ne, ih])?;
         b.lw(il, "indexer.attn_q_b.weight", &[lq, inh * ih])?;
-        b.lw(il, "indexer_compressor_gate.weight", &[ne, ih])?;
-        b.lw(il, "indexer_compressor_ape.weight", &[ih, e.kpool as i64])?;
+        let w_gate = b.lw(il, "indexer_compressor_gate.weight", &[ne, ih])?;
+        let ape = b.lw(il, "indexer_compressor_ape.weight", &[ih, e.kpool as i64])?;
+        // the indexer cache upstream keeps (its state files hold it): each token's key
+        // (layer-normed) and pool gate, and the pools' keys
+        let k = b.mul_mat_raw(wk, cur);
+        let k = b.layer_norm(k, Some(k_norm), Some(k_norm_b), hp.eps_norm);
+        let g = b.mul_mat_raw(w_gate, cur);
+        let op = Op::KpoolIndexSet {
+            k,
+            g,
+            ape,
+            layer: hp.n_layer + il,
+            kpool: e.kpool,
+        };
+        b.push("indexer_kpool_set", op, 0, 0);
     }
 
     let q = b.mul_mat_raw(wq_a, cur);

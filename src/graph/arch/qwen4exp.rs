@@ -15,7 +15,8 @@
 //! cells scored by a mean-pooled indexer key) is not computed: where the context holds at
 //! most `top_k + ratio - 1` cells per sequence, upstream keeps every cell and the attention
 //! is exactly the causal one. Longer contexts are refused with a log line; the indexer's
-//! tensors are still checked against the file. The per-tensor scales apply as upstream
+//! tensors are still checked against the file (its raw keys are cached, as upstream's
+//! state files hold them). The per-tensor scales apply as upstream
 //! passes them; the Q/K/V biases a file may carry are unused, as upstream's graph leaves
 //! them.
 
@@ -80,6 +81,12 @@ fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
         None => vec![k.u32("attention.compress_ratios", 0) as usize; n_layer],
     };
     hp.ext.ple = ple(k, hp)?.map(Arc::new);
+    // upstream's indexer cache (llama_memory_hybrid_idx) on the attention layers: the raw
+    // indexer keys, pooled and rotated when read
+    let head = hp.ext.kpool_indexer.head;
+    hp.ext.idx_rows = (0..n_layer)
+        .map(|il| if hp.is_recurrent(il) { 0 } else { head })
+        .collect();
     Ok(())
 }
 
@@ -242,11 +249,8 @@ fn ple_embd(b: &mut Builder, p: &Arc<PleHash>) -> Result<NodeId, BuildError> {
         )));
     }
     let table = b.weight(name, &[p.head_dim as i64, rows])?;
-    let row0 = b.hp.n_embd_r() + p.conv_history() * p.channels;
     let op = Op::GetRowsNgram {
         table,
-        layer: p.layer,
-        row0,
         hash: p.clone(),
     };
     let t = b.n_tokens;
@@ -320,9 +324,19 @@ fn gated_attn(b: &mut Builder, il: usize, cur: NodeId) -> Result<NodeId, BuildEr
     let ix = &hp.ext.kpool_indexer;
     let (ih, inh) = (ix.head as i64, ix.n_head as i64);
     b.lw(il, "indexer.q_proj.weight", &[ne, inh * ih])?;
-    b.lw(il, "indexer.k_proj.weight", &[ne, ih])?;
+    let wik = b.lw(il, "indexer.k_proj.weight", &[ne, ih])?;
     b.lw(il, "indexer.q_norm.weight", &[ih])?;
     b.lw(il, "indexer.k_norm.weight", &[ih])?;
+    if hp.ext.compress_ratios.get(il).copied().unwrap_or(0) > 0 {
+        // the raw indexer keys upstream caches (its state files hold them)
+        let k_raw = b.mul_mat_lora(wik, cur);
+        let op = Op::SetRows {
+            src: k_raw,
+            layer: hp.n_layer + il,
+            v: false,
+        };
+        b.push("indexer_k_set", op, 0, 0);
+    }
 
     let q_full = b.mul_mat(wq, cur);
     let k = b.mul_mat(wk, cur);

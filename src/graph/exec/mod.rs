@@ -3,6 +3,7 @@
 //! tensor's read lock, with the type the tensor has now; row-split tensors are multiplied
 //! piece by piece. It is one [`Executor`] of [`super::backend`].
 
+mod kpool;
 mod node_attention;
 mod node_elementwise;
 mod node_embed;
@@ -503,6 +504,7 @@ impl CpuExecutor {
             | Op::FlashAttnExt { .. }
             | Op::RopeBack { .. }
             | Op::Dsv4StateSet { .. }
+            | Op::KpoolIndexSet { .. }
             | Op::Dsv4Compress { .. }
             | Op::FlashAttnComp { .. }
             | Op::Dsv4LidTopK { .. }

@@ -90,6 +90,25 @@ impl CpuExecutor {
                     ops::rope_apply(params, &cache, *head_dim, row);
                 }
             }
+            Op::KpoolIndexSet {
+                k,
+                g: gate,
+                ape,
+                layer,
+                kpool,
+            } => {
+                return self.kpool_index_set(
+                    g,
+                    node,
+                    model,
+                    kv,
+                    inp,
+                    (*k, *gate),
+                    *ape,
+                    *layer,
+                    *kpool,
+                )
+            }
             Op::Dsv4StateSet {
                 kv: kvn,
                 score,

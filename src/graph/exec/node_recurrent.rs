@@ -275,12 +275,7 @@ impl CpuExecutor {
                     }
                 }
             }
-            Op::GetRowsNgram {
-                table,
-                layer,
-                row0,
-                hash,
-            } => {
+            Op::GetRowsNgram { table, hash } => {
                 let w = &g.weights[table.0];
                 let st = model.tensors.at(w.tensor).read();
                 let ty = st.layout.ggml_type;
@@ -293,47 +288,50 @@ impl CpuExecutor {
                         why: format!("'{}' is split by rows over devices", w.name),
                     });
                 };
-                let rs = recurrent_memory(kv, node)?;
-                let cells = token_cells(rs, inp, node)?;
-                let l = &mut rs.layers[*layer];
                 let (hd, n_heads, n_prev) = (hash.head_dim, hash.n_heads(), hash.ngram - 1);
-                let stand_in = if hash.image_token != 0 {
-                    hash.image_token
-                } else {
-                    hash.eos
-                };
+                let stand_in = hash.stand_in();
+                let n_tokens = node.ne1;
+                // the cells (position, row) of each sequence of the micro-batch, which are
+                // already stored; an embedding's predecessors go by the micro-batch's order
+                let mut seq_cells: Vec<Option<Vec<(i32, u32)>>> = vec![None; kv.n_seq_max()];
+                let mut order: Vec<Vec<usize>> = vec![Vec::new(); kv.n_seq_max()];
+                for t in 0..n_tokens {
+                    let s = inp.seq[t];
+                    if seq_cells[s].is_none() {
+                        seq_cells[s] = Some(kv.seq_cells_by_pos(s));
+                    }
+                    order[s].push(t);
+                }
                 let mut rows = vec![0u64; n_heads];
                 let mut prev = vec![0i64; n_prev];
                 let (dst, []) = carve(&mut self.arena, dst_r, []);
                 for (t, out) in dst.chunks_exact_mut(ne0).enumerate() {
                     let tok = inp.tokens.get(t).map_or(stand_in, |&id| id as i64);
-                    let pos = inp.pos[t];
-                    let (r, _) = l.rows_mut(cells[t]);
-                    // per kept token: its id + 1 (0: none yet) and its position, as bits
-                    let h = &mut r[*row0..*row0 + 2 * n_prev];
-                    let entry = |h: &[f32], i: usize| {
-                        let id = h[2 * i].to_bits() as i64 - 1;
-                        (id, h[2 * i + 1].to_bits() as i32)
-                    };
-                    // predecessor s is the token of the sequence's nearest position at or
-                    // before pos - s (upstream's seq_pos_tok_le over the KV cells; a gap
-                    // reads the last token before it); none there (or pos - s < 0) reads
-                    // as missing. Positions rise along a sequence, so the nearest is among
-                    // the last ngram - 1 tokens whenever any earlier one is.
-                    for (s, p) in prev.iter_mut().rev().enumerate() {
-                        let want = pos - 1 - s as i32;
-                        *p = (0..n_prev)
-                            .map(|i| entry(h, i))
-                            .filter(|&(id, at)| want >= 0 && id >= 0 && at <= want)
-                            .max_by_key(|&(_, at)| at)
-                            .map_or(-1, |(id, _)| id);
+                    let seq = inp.seq[t];
+                    let cells = seq_cells[seq].as_deref().unwrap_or(&[]);
+                    let ord = &order[seq];
+                    let at = ord.iter().position(|&u| u == t).unwrap_or(0);
+                    for (j, p) in prev.iter_mut().enumerate() {
+                        let d = (n_prev - j) as i64;
+                        let want = if inp.tokens.is_empty() {
+                            let k = at as i64 - d;
+                            if k >= 0 {
+                                inp.pos[ord[k as usize]] as i64
+                            } else {
+                                inp.pos[ord[0]] as i64 + k
+                            }
+                        } else {
+                            inp.pos[t] as i64 - d
+                        };
+                        // upstream's seq_pos_tok_le: the last cell at or before `want`
+                        let n = cells.partition_point(|&(cp, _)| (cp as i64) <= want);
+                        *p = if want < 0 || n == 0 {
+                            -1
+                        } else {
+                            kv.row_tok(cells[n - 1].1) as i64
+                        };
                     }
                     hash.rows(tok, &prev, &mut rows);
-                    if n_prev > 0 {
-                        h.copy_within(2.., 0);
-                        h[2 * n_prev - 2] = f32::from_bits((tok + 1) as u32);
-                        h[2 * n_prev - 1] = f32::from_bits(pos as u32);
-                    }
                     for (o, &row) in out.chunks_exact_mut(hd).zip(&rows) {
                         if row >= n_rows {
                             return Err(ExecError::UnsupportedOp {

@@ -3,13 +3,14 @@
 //! so that results track upstream's closely.
 //!
 //! One file per op (ggml's `ops.cpp` split): `norm`, `rope`, `unary`, `softmax`, `hadamard`,
-//! and attention in `attn/`. The scalar helpers they share live in `cpu/vec.rs`. This file
+//! `kpool`, and attention in `attn/`. The scalar helpers they share live in `cpu/vec.rs`. This file
 //! only declares and re-exports them.
 
 mod attn;
 mod dsv4;
 mod hadamard;
 mod hc;
+mod kpool;
 mod norm;
 mod rope;
 mod softmax;
@@ -24,6 +25,7 @@ pub use attn::{
 pub use dsv4::{dsv4_compress, rope_cache_back};
 pub use hadamard::{hadamard_rows, hadamard_rows_dense};
 pub use hc::{hc_mix, HcMixKind};
+pub use kpool::kpool_pooled;
 pub use norm::{norm_row, rms_norm_row};
 pub use rope::{rope_apply, rope_cache, yarn_corr_dims, RopeMode, RopeParams};
 pub use softmax::soft_max_row;

@@ -51,10 +51,13 @@ pub unsafe extern "C" fn llama_model_init_from_user(
         params.load_mode = LlamaLoadMode(LoadMode::None as i32);
         params.use_extra_bufts = false;
         let source = ModelSource::File { file, base: 0 };
-        // upstream's loader saw no file tensors: it reports 0 parameters and 0 bytes
+        // upstream's loader saw no file tensors: it reports 0 parameters and 0 bytes; and
+        // it created every tensor itself, so it names none as unused (ours would name the
+        // ones it creates that no graph reads, the optional scales)
         let counted_none = |m: &mut crate::model::Model| {
             m.n_params = 0;
             m.size = 0;
+            *m.unused_tensors_logged.get_mut() = true;
         };
         // SAFETY: params per the contract.
         unsafe { super::model::load_with_params_then(source, "(metadata)", &params, counted_none) }

@@ -255,6 +255,7 @@ pub fn mul_mat_fast(
     let run = |task: usize, _thread: usize| {
         let mut packed = vec![0u8; nb * R8_BLOCK_BYTES];
         let mut mins = vec![0f32; if min { nb * R8_ROWS } else { 0 }];
+        let mut terms = vec![[0f32; R8_ROWS]; if min { m } else { 0 }];
         for g in task * per..((task + 1) * per).min(groups) {
             match w {
                 FastWeight::Plain {
@@ -276,6 +277,10 @@ pub fn mul_mat_fast(
                     }
                 }
             }
+            if min {
+                // every column's min term at once: one column's is a chain of dependent FMAs
+                min_term(nb, &mins, &sm, m, &mut terms);
+            }
             let cols = GroupColumns {
                 kernel,
                 values,
@@ -293,9 +298,8 @@ pub fn mul_mat_fast(
                 // mutably borrowed until parallel_for returns.
                 let o = unsafe { out.slice(at, R8_ROWS) };
                 if min {
-                    let mt = min_term(nb, &mins, &sm[c * nb..(c + 1) * nb]);
                     o.iter_mut()
-                        .zip(v.iter().zip(mt))
+                        .zip(v.iter().zip(terms[c]))
                         .for_each(|(o, (v, t))| *o = v + t);
                 } else {
                     o.copy_from_slice(v);

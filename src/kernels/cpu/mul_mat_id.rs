@@ -271,9 +271,13 @@ pub fn mul_mat_id(
             };
             let mut packed = vec![0u8; nb * R8_BLOCK_BYTES];
             let mut mins = vec![0f32; if min { nb * R8_ROWS } else { 0 }];
+            let mut terms = vec![[0f32; R8_ROWS]; if min { route.len() } else { 0 }];
             for g in lo / R8_ROWS..hi / R8_ROWS {
                 if min {
                     pack_group_min(t, w_e, w_row, g, nb, &mut packed, &mut mins);
+                    // the expert's gathered columns are consecutive: their min terms at once
+                    let j = gathered[e] * nb;
+                    min_term(nb, &mins, &sm[j..], route.len(), &mut terms);
                 } else {
                     pack_group(t, w_e, w_row, g, nb, &mut packed);
                 }
@@ -286,9 +290,7 @@ pub fn mul_mat_id(
                     let o = unsafe { out.slice(at, R8_ROWS) };
                     let mut v = *v;
                     if min {
-                        let j = (gathered[e] + c) * nb;
-                        let mt = min_term(nb, &mins, &sm[j..j + nb]);
-                        v.iter_mut().zip(mt).for_each(|(v, t)| *v += t);
+                        v.iter_mut().zip(terms[c]).for_each(|(v, t)| *v += t);
                     }
                     match s {
                         Some(s) => o.iter_mut().zip(v).for_each(|(o, v)| *o = v * s),

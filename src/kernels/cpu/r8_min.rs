@@ -17,9 +17,9 @@ use crate::kernels::cpu::r8_layout::{quants_at, R8_BLOCK_BYTES, R8_ROWS};
 /// A packing of 8 rows of a min type into `nb` r8 blocks and `8 · nb` mins (row order).
 pub type R8MinPackFn = fn([&[u8]; R8_ROWS], usize, &mut [u8], &mut [f32]);
 
-/// The min term of one group and one column: `nb` blocks' 8 mins and the column's `nb` block
-/// sums `s_x`, into the 8 rows' sums.
-pub type R8MinTermFn = fn(usize, &[f32], &[f32]) -> [f32; R8_ROWS];
+/// The min terms of one group and `m` columns: `nb` blocks' 8 mins and each column's `nb`
+/// block sums `s_x` (column `c` at `c · nb`), into `out[c]`, the 8 rows' sums of column `c`.
+pub type R8MinTermFn = fn(usize, &[f32], &[f32], usize, &mut [[f32; R8_ROWS]]);
 
 /// Writes the 8 rows' f32 scales (f16 at byte `at` of each row's block) in the lane order of
 /// the r8 kernels.
@@ -87,14 +87,19 @@ pub fn q8_1_as_q8_0(x: &[u8], nb: usize, xq: &mut [u8], dx: &mut [f32], sx: &mut
     }
 }
 
-/// The scalar reference of [`R8MinTermFn`]: per row one f32 accumulator over the blocks in
-/// order, `acc = fma(m, s_x, acc)`.
-pub fn min_term(nb: usize, mins: &[f32], sx: &[f32]) -> [f32; R8_ROWS] {
-    let mut acc = [0f32; R8_ROWS];
-    for b in 0..nb {
-        for (r, a) in acc.iter_mut().enumerate() {
-            *a = mins[R8_ROWS * b + r].mul_add(sx[b], *a);
+/// The scalar reference of [`R8MinTermFn`]: per row and column one f32 accumulator over the
+/// blocks in order, `acc = fma(m, s_x, acc)`.
+pub fn min_term(nb: usize, mins: &[f32], sx: &[f32], m: usize, out: &mut [[f32; R8_ROWS]]) {
+    assert!(
+        mins.len() >= nb * R8_ROWS && sx.len() >= m * nb && out.len() >= m,
+        "min terms of {nb} blocks × {m} columns"
+    );
+    for (c, acc) in out.iter_mut().enumerate().take(m) {
+        *acc = [0f32; R8_ROWS];
+        for b in 0..nb {
+            for (r, a) in acc.iter_mut().enumerate() {
+                *a = mins[R8_ROWS * b + r].mul_add(sx[c * nb + b], *a);
+            }
         }
     }
-    acc
 }

@@ -103,30 +103,53 @@ unsafe fn pack_kernel<const Q5: bool>(
     }
 }
 
-fn min_term_avx2(nb: usize, mins: &[f32], sx: &[f32]) -> [f32; R8_ROWS] {
+fn min_term_avx2(nb: usize, mins: &[f32], sx: &[f32], m: usize, out: &mut [[f32; R8_ROWS]]) {
     assert!(
-        mins.len() >= nb * R8_ROWS && sx.len() >= nb,
-        "min term of {nb} blocks"
+        mins.len() >= nb * R8_ROWS && sx.len() >= m * nb && out.len() >= m,
+        "min terms of {nb} blocks × {m} columns"
     );
-    // SAFETY: handed out by `r8_min_term` only when `available()` saw AVX2 and FMA; reads
-    // `8 · nb` floats of `mins` and `nb` of `sx`, present as asserted.
-    unsafe { min_term_kernel(nb, mins.as_ptr(), sx.as_ptr()) }
+    let (mins, sx) = (mins.as_ptr(), sx.as_ptr());
+    for c0 in (0..m).step_by(4) {
+        let out = &mut out[c0..m.min(c0 + 4)];
+        // SAFETY: handed out by `r8_min_term` only when `available()` saw AVX2 and FMA; reads
+        // `8 · nb` floats of `mins` and `nb` of `sx` for each of the (at most 4) columns from
+        // `c0`, present as asserted; writes `out`'s entries only.
+        unsafe {
+            let sx = sx.add(c0 * nb);
+            match out.len() {
+                4 => min_term_kernel::<4>(nb, mins, sx, out),
+                3 => min_term_kernel::<3>(nb, mins, sx, out),
+                2 => min_term_kernel::<2>(nb, mins, sx, out),
+                _ => min_term_kernel::<1>(nb, mins, sx, out),
+            }
+        }
+    }
 }
 
-/// One FMA per block: the 8 rows' mins times the column's `s_x`.
+/// One FMA per block and column: the 8 rows' mins times the column's `s_x`. `C` columns at
+/// once: each column's sum is one dependent FMA chain (the scalar reference's order), so one
+/// column alone waits on the FMA latency every block; `C` chains fill those cycles.
 ///
 /// # Safety
-/// AVX2 and FMA present; `mins` readable for `8 · nb` floats, `sx` for `nb`.
+/// AVX2 and FMA present; `mins` readable for `8 · nb` floats, `sx` for `C · nb`; `out` holds
+/// `C` entries.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn min_term_kernel(nb: usize, mins: *const f32, sx: *const f32) -> [f32; R8_ROWS] {
-    let mut acc = _mm256_setzero_ps();
+unsafe fn min_term_kernel<const C: usize>(
+    nb: usize,
+    mins: *const f32,
+    sx: *const f32,
+    out: &mut [[f32; R8_ROWS]],
+) {
+    let mut acc = [_mm256_setzero_ps(); C];
     for b in 0..nb {
         let m = _mm256_loadu_ps(mins.add(R8_ROWS * b));
-        acc = _mm256_fmadd_ps(m, _mm256_set1_ps(*sx.add(b)), acc);
+        for (c, a) in acc.iter_mut().enumerate() {
+            *a = _mm256_fmadd_ps(m, _mm256_set1_ps(*sx.add(c * nb + b)), *a);
+        }
     }
-    let mut out = [0f32; R8_ROWS];
-    _mm256_storeu_ps(out.as_mut_ptr(), acc);
-    out
+    for (o, a) in out.iter_mut().zip(acc) {
+        _mm256_storeu_ps(o.as_mut_ptr(), a);
+    }
 }
 
 #[cfg(test)]
@@ -176,14 +199,18 @@ mod tests {
                     mb.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                     "{block}-byte blocks, {nb}: mins"
                 );
-                let sx: Vec<f32> = (0..nb)
-                    .map(|_| (next() % 999) as f32 * 0.37 - 180.0)
-                    .collect();
-                assert_eq!(
-                    mt(nb, &ma, &sx).map(f32::to_bits),
-                    min_term(nb, &ma, &sx).map(f32::to_bits),
-                    "min term, {nb} blocks"
-                );
+                for m in [1usize, 2, 3, 4, 5, 9] {
+                    let sx: Vec<f32> = (0..m * nb)
+                        .map(|_| (next() % 999) as f32 * 0.37 - 180.0)
+                        .collect();
+                    let (mut ta, mut tb) = (vec![[0f32; 8]; m], vec![[1f32; 8]; m]);
+                    mt(nb, &ma, &sx, m, &mut ta);
+                    min_term(nb, &ma, &sx, m, &mut tb);
+                    let bits = |t: &[[f32; 8]]| -> Vec<u32> {
+                        t.iter().flatten().map(|v| v.to_bits()).collect()
+                    };
+                    assert_eq!(bits(&ta), bits(&tb), "min term, {nb} blocks × {m} columns");
+                }
             }
         }
     }

@@ -17,6 +17,9 @@ cc -std=c11 -O1 -I"$UPSTREAM_LLAMA/include" -I"$UPSTREAM_LLAMA/ggml/include" ffi
     -L"$UPSTREAM_BUILD/bin" -lllama -o "$out/probe_model"
 cargo run --release --quiet --example diff_fixtures -- "$out/fixtures" > "$out/fixtures.txt"
 ours="$PWD/target/release"
+# the probes record the SONAME: give the loader libllama.so.0 (as test-common.sh does), so this
+# part also runs alone, before any other part made the link
+ln -sf libllama.so "$ours/libllama.so.0"
 passed=0; failed=0
 while read -r fixture; do
     variants=("" vocab_only override:llama.context_length=4096)

@@ -96,26 +96,14 @@ impl Context {
             let idx = (self.hp.ext.n_layer_dense_lead..self.hp.n_layer)
                 .map(|il| self.hp.n_layer + il)
                 .collect();
-            return Ok(Some(vec![
-                StateLayers {
-                    layers,
-                    n_swa: 0,
-                    v_trans,
-                    cell_ext,
-                    zero_v: 0,
-                    follows: false,
-                    after_rs: false,
-                },
-                StateLayers {
-                    layers: idx,
-                    n_swa: 0,
-                    v_trans,
-                    cell_ext,
-                    zero_v: self.hp.head_v,
-                    follows: true,
-                    after_rs: false,
-                },
-            ]));
+            return Ok(Some(with_indexer(
+                layers,
+                idx,
+                v_trans,
+                cell_ext,
+                self.hp.head_v,
+                false,
+            )));
         }
         if !self.hp.ext.idx_rows.is_empty() {
             // upstream's llama_memory_hybrid_idx: the attention layers' cache, the states,
@@ -124,26 +112,7 @@ impl Context {
                 .filter(|&il| self.hp.ext.idx_rows[il] > 0)
                 .map(|il| self.hp.n_layer + il)
                 .collect();
-            return Ok(Some(vec![
-                StateLayers {
-                    layers,
-                    n_swa: 0,
-                    v_trans,
-                    cell_ext,
-                    zero_v: 0,
-                    follows: false,
-                    after_rs: false,
-                },
-                StateLayers {
-                    layers: idx,
-                    n_swa: 0,
-                    v_trans,
-                    cell_ext,
-                    zero_v: 0,
-                    follows: true,
-                    after_rs: true,
-                },
-            ]));
+            return Ok(Some(with_indexer(layers, idx, v_trans, cell_ext, 0, true)));
         }
         if !self.hp.swa_layers.iter().any(|&swa| swa) {
             return Ok(Some(vec![StateLayers {
@@ -622,4 +591,36 @@ fn read_tokens(r: &mut StateReader, n: usize) -> Result<Vec<i32>, StateError> {
         .chunks_exact(4)
         .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect())
+}
+
+/// The main cache's section, then the indexer's (`idx` layers, following it; `zero_v` unused V
+/// rows per cell; after the recurrent states when `after_rs`).
+fn with_indexer(
+    layers: Vec<usize>,
+    idx: Vec<usize>,
+    v_trans: bool,
+    cell_ext: bool,
+    zero_v: usize,
+    after_rs: bool,
+) -> Vec<StateLayers> {
+    vec![
+        StateLayers {
+            layers,
+            n_swa: 0,
+            v_trans,
+            cell_ext,
+            zero_v: 0,
+            follows: false,
+            after_rs: false,
+        },
+        StateLayers {
+            layers: idx,
+            n_swa: 0,
+            v_trans,
+            cell_ext,
+            zero_v,
+            follows: true,
+            after_rs,
+        },
+    ]
 }

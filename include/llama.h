@@ -2130,7 +2130,8 @@ size_t llama_state_seq_set_data_ext(struct llama_context *ctx,
 // (`threadpool` for single-token decodes, `threadpool_batch` for batches, `threadpool` when
 // it is NULL), as upstream's CPU backend runs a graph on at most the pool's threads.
 // llama-hotswap runs the work on its own workers, that many; the pools stay the caller's and are only asked their count (libggml-cpu's
-// `ggml_threadpool_get_n_threads`). Where that getter is missing (libggml-cpu of upstream's
+// `ggml_threadpool_get_n_threads`) and paused (`ggml_threadpool_pause`: their threads sleep
+// instead of polling; libggml-cpu resumes a pool when a graph is computed on it). Where that getter is missing (libggml-cpu of upstream's
 // pinned commit declares it but does not export it) the count cannot be read: one log line,
 // and the context computes with its own thread counts (the same as the pool's when the
 // program made the pool with its `n_threads`, as common and llama-bench do).

@@ -221,6 +221,7 @@ macro_rules! ggml_fns {
 
 ggml_fns! {
     ggml_threadpool_get_n_threads: unsafe extern "C" fn(ggml_threadpool_t) -> std::ffi::c_int;
+    ggml_threadpool_pause: unsafe extern "C" fn(ggml_threadpool_t);
     ggml_backend_dev_count: unsafe extern "C" fn() -> usize;
     ggml_backend_dev_get: unsafe extern "C" fn(usize) -> ggml_backend_dev_t;
     ggml_backend_dev_by_name: unsafe extern "C" fn(*const c_char) -> ggml_backend_dev_t;
@@ -296,6 +297,21 @@ pub(crate) unsafe fn threadpool_n_threads(pool: ggml_threadpool_t) -> Option<i32
     let f = libggml::ggml_threadpool_get_n_threads()?;
     // SAFETY: libggml-cpu's own function on a pool it made, per the caller's contract.
     Some(unsafe { f(pool) })
+}
+
+/// Pauses a ggml threadpool (libggml-cpu's `ggml_threadpool_pause`: its threads sleep on its
+/// condition variable instead of polling for a graph; libggml-cpu resumes it by itself when a
+/// graph is computed on it). Whether libggml-cpu was there to do it.
+///
+/// # Safety
+/// `pool` must be a live threadpool made by that libggml-cpu (`ggml_threadpool_new`).
+pub(crate) unsafe fn threadpool_pause(pool: ggml_threadpool_t) -> bool {
+    let Some(f) = libggml::ggml_threadpool_pause() else {
+        return false;
+    };
+    // SAFETY: libggml-cpu's own function on a pool it made, per the caller's contract.
+    unsafe { f(pool) };
+    true
 }
 
 /// Whether upstream's libggml is loaded in this process (then the program's device handles

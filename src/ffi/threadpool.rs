@@ -2,7 +2,7 @@
 //! on its own workers; an attached ggml threadpool caps how many of them a decode uses, as the
 //! pool's thread count caps `n_threads` in upstream's CPU backend.
 
-use super::device::threadpool_n_threads;
+use super::device::{threadpool_n_threads, threadpool_pause};
 use super::handles::{self, llama_context};
 use super::types::*;
 
@@ -10,7 +10,8 @@ use super::types::*;
 /// (`threadpool` for single-token decodes, `threadpool_batch` for batches, `threadpool` when
 /// it is NULL), as upstream's CPU backend runs a graph on at most the pool's threads.
 /// llama-hotswap runs the work on its own workers, that many; the pools stay the caller's and are only asked their count (libggml-cpu's
-/// `ggml_threadpool_get_n_threads`). Where that getter is missing (libggml-cpu of upstream's
+/// `ggml_threadpool_get_n_threads`) and paused (`ggml_threadpool_pause`: their threads sleep
+/// instead of polling; libggml-cpu resumes a pool when a graph is computed on it). Where that getter is missing (libggml-cpu of upstream's
 /// pinned commit declares it but does not export it) the count cannot be read: one log line,
 /// and the context computes with its own thread counts (the same as the pool's when the
 /// program made the pool with its `n_threads`, as common and llama-bench do).
@@ -42,6 +43,16 @@ pub unsafe extern "C" fn llama_attach_threadpool(
             n.filter(|&n| n > 0)
         };
         let (single, batched) = (count(threadpool), count(batch));
+        // The pools' threads would otherwise poll for graphs that never come (ours compute on
+        // our workers), taking a core from them at each attach on a small machine (llama-bench
+        // attaches a fresh pool per test). Paused, they sleep; libggml-cpu resumes a paused
+        // pool itself if the program computes a graph of its own on it.
+        for pool in [threadpool, batch] {
+            // SAFETY: NULL skipped; otherwise a pool made by libggml-cpu per the contract.
+            if !pool.is_null() && !unsafe { threadpool_pause(pool) } {
+                break;
+            }
+        }
         crate::log_info!(
             "llama_attach_threadpool: computing with at most {} thread(s) per token, {} per batch (the pools' counts; llama-hotswap's own workers)",
             single.map_or("the context's".to_string(), |n| n.to_string()),

@@ -109,9 +109,7 @@ pub(super) fn mul_mat_panels(
     let need = (m - 1) * dst_stride + dst_offset + n_rows;
     assert!(dst.len() >= need, "dst: {} values, needs {need}", dst.len());
     let panels = n_rows.div_ceil(PANEL_ROWS);
-    let nchunk = panels.min(pool.n_threads() * 4).max(1);
-    let per = panels.div_ceil(nchunk);
-    let nchunk = panels.div_ceil(per);
+    let (nchunk, per) = pool.even_tasks(panels);
     // the missing rows of a last, partial panel read zeros (their outputs are not stored)
     let zero = vec![0u8; if n_rows % PANEL_ROWS == 0 { 0 } else { 2 * k }];
     let out = SharedOut::new(dst);

@@ -248,9 +248,7 @@ pub fn mul_mat_fast(
     let kernel = r8_kernel();
     let pack4x8 = r8_pack_q4_0x8_fn();
     let groups = n_rows / R8_ROWS;
-    let nchunk = groups.min(pool.n_threads() * 4).max(1);
-    let per = groups.div_ceil(nchunk);
-    let nchunk = groups.div_ceil(per);
+    let (nchunk, per) = pool.even_tasks(groups);
     let out = SharedOut::new(dst);
     let run = |task: usize, _thread: usize| {
         let mut packed = vec![0u8; nb * R8_BLOCK_BYTES];
@@ -352,9 +350,7 @@ fn mul_mat_fast_k(
     assert!(dst.len() >= need, "dst: {} values, needs {need}", dst.len());
     let kernel = k_kernel(layout);
     let groups = n_rows / R8_ROWS;
-    let nchunk = groups.min(pool.n_threads() * 4).max(1);
-    let per = groups.div_ceil(nchunk);
-    let nchunk = groups.div_ceil(per);
+    let (nchunk, per) = pool.even_tasks(groups);
     let out = SharedOut::new(dst);
     let run = |task: usize, _thread: usize| {
         let mut vals = vec![[0f32; R8_ROWS]; m];

@@ -116,6 +116,16 @@ impl ThreadPool {
         self.workers.len() + 1
     }
 
+    /// Splits `items` into tasks of equal runs (about 4 per thread, so a thread the OS holds
+    /// back leaves little behind): `(n_tasks, items_per_task)`, the last task maybe shorter;
+    /// `(0, 1)` for no items.
+    pub fn even_tasks(&self, items: usize) -> (usize, usize) {
+        let per = items
+            .div_ceil(items.min(self.n_threads() * 4).max(1))
+            .max(1);
+        (items.div_ceil(per), per)
+    }
+
     /// Grows or shrinks the pool to `n_threads` (0 is taken as 1). Removed workers are joined
     /// before this returns.
     pub fn set_n_threads(&mut self, n_threads: usize) {

@@ -21,13 +21,17 @@
  *                                  tokens, writes DIR/steps.bin (llama_state_get_data);
  *                                  copies sequence 0 to 1, decodes two more tokens into 0
  *                                  (its cells now shared) and writes DIR/shared.bin
- *   diff_state hostile MODEL FA DIR OTHER STRICT
+ *   diff_state hostile MODEL FA DIR OTHER STRICT [K_ONLY]
  *                                  decodes the prompt, then offers damaged states (from
  *                                  DIR's files, and a state of the model OTHER) to every
  *                                  restore function and prints each one's return value.
  *                                  STRICT = 1 (our library) also asserts that each failure
  *                                  logged one error line and left the memory as it was (the
  *                                  next token's logits equal DIR/next.f32 bit for bit).
+ *                                  K_ONLY = 1 (a state whose first cache holds K
+ *                                  rows only, an MLA cache) also offers the state cut where
+ *                                  that cache ends (DeepSeek's sparse attention: without
+ *                                  the lightning indexer's cache that follows it).
  * With DIFF_RPC=HOST:PORT,... the rpc-servers are registered first (rpc_servers.h) and
  * DIFF_GPU_LAYERS layers (default 999) placed on them (make test-rpc).
  * Every step prints one line; a failure exits non-zero.
@@ -147,7 +151,7 @@ static void report(const char *name, long long ret, int failed) {
 
 #define CALL(name, failed, expr) do { n_errors = 0; long long r_ = (long long)(expr); report(name, r_, failed); } while (0)
 
-static void hostile(struct llama_model *m, int fa, const char *dir, const char *other, int strict_) {
+static void hostile(struct llama_model *m, int fa, const char *dir, const char *other, int strict_, int k_only) {
     char path[4096], bad[4096];
     strict = strict_;
     hctx = make_ctx(m, fa, 1);
@@ -219,6 +223,20 @@ static void hostile(struct llama_model *m, int fa, const char *dir, const char *
     PATCHED("state_n_layer", at_nlayer, 31);
     PATCHED("state_k_type", at_ktype, GGML_TYPE_Q8_0);
     PATCHED("state_k_row_size", at_ktype + 4, 7);
+    if (k_only) {
+        /* the state cut where its first cache ends (K rows only: an MLA cache), so the
+         * second one (the lightning indexer's) is missing */
+        unsigned n_layer;
+        memcpy(&n_layer, state + at_nlayer, 4);
+        size_t end = at_ktype;
+        for (unsigned il = 0; il < n_layer && end + 12 <= n_state; il++) {
+            unsigned long long row;
+            memcpy(&row, state + end + 4, 8);
+            end += 12 + (size_t)row * n_cells;
+        }
+        if (end >= n_state) { fprintf(stderr, "the first cache ends at %zu of %zu\n", end, n_state); exit(1); }
+        CALL("state_first_cache_only", 1, llama_state_set_data(hctx, state, end));
+    }
     /* a state of another model of the same architecture */
     {
         struct llama_model_params mp = llama_model_default_params();
@@ -390,8 +408,8 @@ int main(int argc, char **argv) {
         decode_one(ctx, NEXT, N_PROMPT, s);
         write_logits(ctx, argv[6]);
         llama_free(ctx);
-    } else if (strcmp(argv[1], "hostile") == 0 && argc == 7) {
-        hostile(m, fa, argv[4], argv[5], atoi(argv[6]));
+    } else if (strcmp(argv[1], "hostile") == 0 && (argc == 7 || argc == 8)) {
+        hostile(m, fa, argv[4], argv[5], atoi(argv[6]), argc == 8 && atoi(argv[7]));
     } else {
         return 2;
     }

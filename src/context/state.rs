@@ -12,9 +12,11 @@
 //! full-attention layers, then the sliding-window layers, whose sequence states hold only
 //! the cells inside the window); ours keeps one set of cells and writes the same sections.
 //! M-RoPE models' cells carry their 2D position and token id (upstream's `llama_kv_cell_ext`).
-//! MiniMax-M3's indexer keys follow its layers' cache as upstream's second cache.
-//! Not supported yet (a failure with a log line): the lightning indexer's cache of
-//! DeepSeek's sparse attention and contexts computing on a GPU.
+//! MiniMax-M3's indexer keys follow its layers' cache as upstream's second cache, and so do
+//! the lightning indexer's keys of DeepSeek's sparse attention (upstream's
+//! `llama_kv_cache_dsa`; dots3note's sliding-window cache after the pair).
+//! Not supported yet (a failure with a log line): DeepSeek-V4's compressed attention and
+//! contexts computing on a GPU.
 
 use std::io::Write;
 
@@ -61,14 +63,6 @@ impl Context {
             ));
         }
         let ix = &self.hp.ext.indexer;
-        // MiniMax-M3's block-sparse indexer (block > 0) is written as upstream's; the
-        // lightning indexer of DeepSeek's sparse attention is not yet
-        if ix.head > 0 && ix.block == 0 {
-            return fail(format!(
-                "state of model architecture '{}' (the sparse attention's indexer cache) is not supported by llama-hotswap yet",
-                self.model.arch
-            ));
-        }
         let v_trans = !e.cparams.flash_attn;
         // M-RoPE cells carry their 2D position and token (upstream's has_cell_ext)
         let cell_ext = self.multi_pos;
@@ -89,6 +83,9 @@ impl Context {
         } else {
             (0..self.hp.n_layer).collect()
         };
+        if ix.head > 0 && ix.block == 0 {
+            return Ok(Some(self.dsa_sections(layers, v_trans, cell_ext)));
+        }
         if ix.head > 0 {
             // upstream's llama_kv_cache_msa: the layers' cache, then the indexer's (a
             // llama_kv_cache of one key head, its V never filled) on the sparse layers only:
@@ -150,6 +147,38 @@ impl Context {
                 after_rs: false,
             },
         ]))
+    }
+
+    /// The sections of DeepSeek's sparse attention (deepseek32, glm-dsa, hy_v4, dots3note):
+    /// upstream's `llama_kv_cache_dsa` writes its MLA cache, then its lightning indexer's (a
+    /// `llama_kv_cache` of one key head: `indexer.key_length` key values per cell, filled in
+    /// step with the MLA one; no V, the model being MLA) over the layers that own an indexer
+    /// (`attention.indexer.types` "full"; every layer for deepseek32). dots3note's
+    /// `llama_kv_cache_dsa_iswa` writes that pair over the full-attention layers, then its
+    /// sliding-window cache.
+    fn dsa_sections(&self, layers: Vec<usize>, v_trans: bool, cell_ext: bool) -> Vec<StateLayers> {
+        let hp = &self.hp;
+        let full_indexer = |il: &usize| hp.ext.indexer.full.get(*il).copied().unwrap_or(true);
+        let idx = (0..hp.n_layer)
+            .filter(full_indexer)
+            .map(|il| hp.n_layer + il)
+            .collect();
+        if !hp.swa_layers.iter().any(|&swa| swa) {
+            return with_indexer(layers, idx, v_trans, cell_ext, 0, false);
+        }
+        let swa = |il: &usize| hp.swa_layers.get(*il).copied().unwrap_or(false);
+        let (win, full): (Vec<usize>, Vec<usize>) = layers.into_iter().partition(swa);
+        let mut sections = with_indexer(full, idx, v_trans, cell_ext, 0, false);
+        sections.push(StateLayers {
+            layers: win,
+            n_swa: hp.n_swa,
+            v_trans,
+            cell_ext,
+            zero_v: 0,
+            follows: false,
+            after_rs: false,
+        });
+        sections
     }
 
     /// Whether a sequence state with `LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY` leaves out `sect`, as

@@ -67,9 +67,20 @@ fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
     }
     e.n_ff_shexp = hp.n_ff_exp * e.n_expert_shared;
     compressed_mla_cache(hp)?;
-    // (the graph computes the indexer on every full-attention layer)
+    // (the graph computes the indexer on every full-attention layer; upstream's indexer
+    // cache holds the layers `attention.indexer.types` marks, a required array)
     let mut ix = indexer_params(k, hp)?;
-    ix.full = Vec::new();
+    if k.model
+        .meta
+        .get_array(&k.key("attention.indexer.types"))
+        .is_none()
+    {
+        return Err(format!(
+            "key not found in model: {} (an array)",
+            k.key("attention.indexer.types")
+        ));
+    }
+    ix.full = k.layer_flags("attention.indexer.types", n_layer, false);
     hp.ext.indexer = ix;
     Ok(())
 }

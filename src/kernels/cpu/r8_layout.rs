@@ -1,12 +1,12 @@
 //! The layout of the fast mode's batched kernels ("r8"): 8 weight rows interleaved per block
-//! so that one 256-bit register holds 8 bytes of each of 4 rows, and one pass over a block
-//! yields the exact integer dot products of all 8 rows with an activation block, the 8 rows
-//! in the 8 lanes of one vector (the float work is then one conversion and one FMA per 8
-//! outputs and block, not per output). The technique of ik_llama.cpp's `_r8` kernels; the
-//! layout is ours.
+//! so that one 256-bit register holds 4 bytes of each of the 8 rows, row `r` in 32-bit lane
+//! `r`, and one pass over a block yields the exact integer dot products of all 8 rows with an
+//! activation block, the 8 rows in the 8 lanes of one vector (the float work is then one
+//! conversion and one FMA per 8 outputs and block, not per output; one broadcast of 4
+//! activation bytes serves all 8 rows). The technique of ik_llama.cpp's `_r8` kernels.
 //!
-//! One r8 block (`R8_BLOCK_BYTES`): the 8 rows' scales as f32 in lane order ([`LANE_ROWS`]),
-//! then 4 pieces (elements `8p .. 8p + 8`), each 64 bytes: 8 bytes of every row in row order.
+//! One r8 block (`R8_BLOCK_BYTES`): the 8 rows' scales as f32 in row order, then 8 quads
+//! (elements `4k .. 4k + 4`), each 32 bytes: 4 bytes of every row in row order ([`quant_at`]).
 //! Values are the weights' integers as i8 ([`R8Values::Signed8`], from Q8_0) or nibbles 0..15
 //! ([`R8Values::Nibble4`], from Q4_0: the weight is the nibble − 8, whose offset the kernels
 //! take off with the activation block's sum). Groups are made per product in a task's own
@@ -20,15 +20,12 @@ use crate::kernels::cpu::blocks::*;
 /// Rows per group.
 pub const R8_ROWS: usize = 8;
 
-/// Bytes of one r8 block: 8 f32 scales, then 4 pieces × 8 rows × 8 bytes.
-pub const R8_BLOCK_BYTES: usize = 32 + 4 * 64;
+/// Bytes of one r8 block: 8 f32 scales, then 8 quads × 8 rows × 4 bytes.
+pub const R8_BLOCK_BYTES: usize = 32 + 8 * 32;
 
-/// Most activation columns one kernel call computes.
-pub const R8_MAX_COLS: usize = 4;
-
-/// The row each lane of the kernels' accumulator holds: the lanes come out of `hadd` over
-/// the rows 0–3 and 4–7 (two lanes of partial sums per row) in this order.
-pub const LANE_ROWS: [usize; 8] = [0, 1, 4, 5, 2, 3, 6, 7];
+/// Most activation columns one kernel call computes (the AVX2 kernel reads each weight
+/// register once for all of them).
+pub const R8_MAX_COLS: usize = 8;
 
 /// How an r8 block's quant bytes read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,17 +56,17 @@ pub type R8Fn = fn(
     out: &mut R8Out,
 );
 
-/// Offset in an r8 block of row `r`'s 8 quant bytes of piece `p`.
+/// Offset in an r8 block of row `r`'s quant byte of element `e`.
 #[inline(always)]
-pub fn quants_at(p: usize, r: usize) -> usize {
-    32 + 64 * p + 8 * r
+pub fn quant_at(e: usize, r: usize) -> usize {
+    32 + 32 * (e / 4) + 4 * r + e % 4
 }
 
 /// Writes the scales of one r8 block from the 8 rows' f32 scales.
 #[inline(always)]
-fn put_scales(blk: &mut [u8], d: [f32; R8_ROWS]) {
-    for (lane, &r) in LANE_ROWS.iter().enumerate() {
-        blk[4 * lane..4 * lane + 4].copy_from_slice(&d[r].to_le_bytes());
+pub fn put_scales(blk: &mut [u8], d: [f32; R8_ROWS]) {
+    for (r, d) in d.iter().enumerate() {
+        blk[4 * r..4 * r + 4].copy_from_slice(&d.to_le_bytes());
     }
 }
 
@@ -80,9 +77,8 @@ pub fn pack_q8_0(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
         let src = rows.map(|r| &r[b * Q8_0_BYTES..(b + 1) * Q8_0_BYTES]);
         put_scales(blk, src.map(|s| f16_at(s, 0)));
         for (r, s) in src.iter().enumerate() {
-            for p in 0..4 {
-                let at = quants_at(p, r);
-                blk[at..at + 8].copy_from_slice(&s[2 + 8 * p..2 + 8 * p + 8]);
+            for e in 0..QK {
+                blk[quant_at(e, r)] = s[2 + e];
             }
         }
     }
@@ -101,7 +97,7 @@ pub fn pack_q4_0(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
                 } else {
                     s[2 + e - 16] >> 4
                 };
-                blk[quants_at(e / 8, r) + e % 8] = q;
+                blk[quant_at(e, r)] = q;
             }
         }
     }
@@ -123,7 +119,7 @@ pub fn pack_q5_0(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
                     s[6 + e - 16] >> 4
                 };
                 let high = ((qh >> e) & 1) as u8;
-                blk[quants_at(e / 8, r) + e % 8] = ((nibble | high << 4) as i8 - 16) as u8;
+                blk[quant_at(e, r)] = ((nibble | high << 4) as i8 - 16) as u8;
             }
         }
     }
@@ -143,7 +139,7 @@ pub fn pack_q4_0x8(group: &[u8], nb: usize, out: &mut [u8]) {
                 let j = e % 16; // the quant byte holding element e
                 let byte = src[2 * R8_ROWS + 8 * ((j / 8) * R8_ROWS + r) + j % 8];
                 let q = if e < 16 { byte & 15 } else { byte >> 4 };
-                blk[quants_at(e / 8, r) + e % 8] = q;
+                blk[quant_at(e, r)] = q;
             }
         }
     }
@@ -197,10 +193,10 @@ pub fn r8_scalar(
             let blk = &w[b * R8_BLOCK_BYTES..(b + 1) * R8_BLOCK_BYTES];
             let xb = &xr[b * Q8_0_BYTES + 2..(b + 1) * Q8_0_BYTES];
             let d = dx[c * meta_stride + b];
-            for (lane, &r) in LANE_ROWS.iter().enumerate() {
+            for (r, acc) in acc.iter_mut().enumerate() {
                 let mut isum = 0i32;
                 for e in 0..QK {
-                    let q = blk[quants_at(e / 8, r) + e % 8];
+                    let q = blk[quant_at(e, r)];
                     let q = match values {
                         R8Values::Signed8 => i32::from(q as i8),
                         R8Values::Nibble4 => i32::from(q),
@@ -210,13 +206,11 @@ pub fn r8_scalar(
                 if values == R8Values::Nibble4 {
                     isum -= sx[c * meta_stride + b];
                 }
-                let dw = f32_at(blk, 4 * lane);
-                acc[lane] = (isum as f32).mul_add(dw * d, acc[lane]);
+                let dw = f32_at(blk, 4 * r);
+                *acc = (isum as f32).mul_add(dw * d, *acc);
             }
         }
-        for (lane, &r) in LANE_ROWS.iter().enumerate() {
-            out[c][r] = acc[lane];
-        }
+        out[c] = acc;
     }
 }
 

@@ -1,9 +1,9 @@
 //! The r8 kernels (`r8_layout.rs`) for the weight types with a per-block min, Q4_1 and Q5_1
 //! (weight = `d · q + m`, `q` unsigned: 0..15, 0..31): the quants go into r8 blocks as
 //! unsigned bytes (`R8Values::Nibble4` with no offset to take off: `maddubs` takes u8 up to
-//! 31 against i8 activations without overflow, 4 pieces ≤ 4 · 2 · 31 · 127 < 2¹⁵), the block's
-//! `d` as the r8 scale, and its `m` into a separate list, 8 rows a block in row order. A product
-//! with a Q8_1 activation block (`d_x`, `s_x = d_x · Σ x_q`, the quants) is then
+//! 31 against i8 activations without overflow, 4 quads summed in i16 ≤ 4 · 2 · 31 · 127 <
+//! 2¹⁵), the block's `d` as the r8 scale, and its `m` into a separate list, 8 rows a block
+//! in row order. A product with a Q8_1 activation block (`d_x`, `s_x = d_x · Σ x_q`, the quants) is then
 //! `d · d_x · Σ q · x_q + m · s_x` (upstream's `ggml_vec_dot_q4_1_q8_1` term by term): the r8
 //! kernel gives the first sum, [`min_term`] the second, one FMA per block for 8 rows.
 //!
@@ -12,7 +12,7 @@
 //! bit for bit. Leaf of the kernels: imports only the block formats and the r8 layout.
 
 use crate::kernels::cpu::blocks::*;
-use crate::kernels::cpu::r8_layout::{quants_at, R8_BLOCK_BYTES, R8_ROWS};
+use crate::kernels::cpu::r8_layout::{put_scales, quant_at, R8_BLOCK_BYTES, R8_ROWS};
 
 /// A packing of 8 rows of a min type into `nb` r8 blocks and `8 · nb` mins (row order).
 pub type R8MinPackFn = fn([&[u8]; R8_ROWS], usize, &mut [u8], &mut [f32]);
@@ -21,22 +21,13 @@ pub type R8MinPackFn = fn([&[u8]; R8_ROWS], usize, &mut [u8], &mut [f32]);
 /// block sums `s_x` (column `c` at `c · nb`), into `out[c]`, the 8 rows' sums of column `c`.
 pub type R8MinTermFn = fn(usize, &[f32], &[f32], usize, &mut [[f32; R8_ROWS]]);
 
-/// Writes the 8 rows' f32 scales (f16 at byte `at` of each row's block) in the lane order of
-/// the r8 kernels.
-fn put_scales(blk: &mut [u8], rows: &[&[u8]; R8_ROWS], at: usize) {
-    use crate::kernels::cpu::r8_layout::LANE_ROWS;
-    for (lane, &r) in LANE_ROWS.iter().enumerate() {
-        blk[4 * lane..4 * lane + 4].copy_from_slice(&f16_at(rows[r], at).to_le_bytes());
-    }
-}
-
 /// Packs 8 Q4_1 rows (`nb` blocks each) into `nb` r8 blocks (nibbles 0..15, scale `d`) and
 /// their mins `m` into `mins[8 · b + r]`.
 pub fn pack_q4_1(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8], mins: &mut [f32]) {
     for b in 0..nb {
         let blk = &mut out[b * R8_BLOCK_BYTES..(b + 1) * R8_BLOCK_BYTES];
         let src = rows.map(|r| &r[b * Q4_1_BYTES..(b + 1) * Q4_1_BYTES]);
-        put_scales(blk, &src, 0);
+        put_scales(blk, src.map(|s| f16_at(s, 0)));
         for (r, s) in src.iter().enumerate() {
             mins[R8_ROWS * b + r] = f16_at(s, 2);
             for e in 0..QK {
@@ -45,7 +36,7 @@ pub fn pack_q4_1(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8], mins: &mut [
                 } else {
                     s[4 + e - 16] >> 4
                 };
-                blk[quants_at(e / 8, r) + e % 8] = q;
+                blk[quant_at(e, r)] = q;
             }
         }
     }
@@ -57,7 +48,7 @@ pub fn pack_q5_1(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8], mins: &mut [
     for b in 0..nb {
         let blk = &mut out[b * R8_BLOCK_BYTES..(b + 1) * R8_BLOCK_BYTES];
         let src = rows.map(|r| &r[b * Q5_1_BYTES..(b + 1) * Q5_1_BYTES]);
-        put_scales(blk, &src, 0);
+        put_scales(blk, src.map(|s| f16_at(s, 0)));
         for (r, s) in src.iter().enumerate() {
             mins[R8_ROWS * b + r] = f16_at(s, 2);
             let qh = u32_at(s, 4);
@@ -68,7 +59,7 @@ pub fn pack_q5_1(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8], mins: &mut [
                     s[8 + e - 16] >> 4
                 };
                 let high = ((qh >> e) & 1) as u8;
-                blk[quants_at(e / 8, r) + e % 8] = nibble | high << 4;
+                blk[quant_at(e, r)] = nibble | high << 4;
             }
         }
     }

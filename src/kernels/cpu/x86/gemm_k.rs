@@ -90,7 +90,7 @@ struct Prepared {
     dmin: __m256,
 }
 
-/// The lanes' rows after `hadd` of the rows 0-3 and 4-7 sums (`LANE_ROWS`).
+/// The lanes' rows after `hadd` of the rows 0-3 and 4-7 sums.
 const LANE_ORDER: [i32; 8] = [0, 1, 4, 5, 2, 3, 6, 7];
 
 /// Stores the 32 quant bytes `v` of row `r` (elements `8u .. 8u + 32`) into their places.

@@ -1,9 +1,10 @@
 //! AVX2 kernels of the fast mode's batched products over r8 groups (see `cpu/r8_layout.rs`):
-//! per block and activation column, 8 `maddubs` over the 8 rows × 32 elements (nibbles
-//! straight against the i8 activations, summed in i16; i8 weights with the sign trick, summed
-//! in i32), one `hadd` puts the 8 rows' exact integer sums in the 8 lanes, then one
-//! conversion, one multiply (`d_w · d_x`) and one FMA for all 8 outputs. Results equal
-//! `r8_layout::r8_scalar` bit for bit.
+//! per block, each of the 8 weight registers (4 bytes of each of the 8 rows) is loaded once
+//! for up to 8 activation columns, each column's 4 matching bytes broadcast to all lanes
+//! (`maddubs`: nibbles straight against the i8 activations, summed in i16 over 4 registers;
+//! i8 weights with the sign trick, summed in i32), so the 8 lanes end with the 8 rows' exact
+//! integer sums; then one conversion, one multiply (`d_w · d_x`) and one FMA for all 8
+//! outputs. Results equal `r8_layout::r8_scalar` bit for bit.
 
 use std::arch::x86_64::*;
 
@@ -33,48 +34,62 @@ fn pack_q8_0_avx2(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
 }
 
 /// The 8 rows' f16 block scales (the first two bytes of each row's block at byte `at`),
-/// converted and stored as f32 at `d` in the r8 block's lane order: the start of every
-/// packing below.
+/// converted and stored as f32 at `d` in row order: the start of every packing below.
 ///
 /// # Safety
 /// AVX2, FMA and F16C present; each row readable at `at..at + 2`, `d` writable for 32 bytes.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn store_scales(rows: &[*const u8; R8_ROWS], at: usize, d: *mut u8) {
-    let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
     let mut bits = [0u16; R8_ROWS];
     for (r, p) in rows.iter().enumerate() {
         bits[r] = p.add(at).cast::<u16>().read_unaligned();
     }
     let scales = _mm256_cvtph_ps(_mm_loadu_si128(bits.as_ptr().cast()));
-    _mm256_storeu_ps(d.cast::<f32>(), _mm256_permutevar8x32_ps(scales, order));
+    _mm256_storeu_ps(d.cast::<f32>(), scales);
 }
 
-/// The SIMD form of `r8_layout::pack_q8_0`: per block, the 8 scales gathered, converted and
-/// put in lane order, and each 4 rows' 32 quant bytes transposed as a 4 × 4 matrix of 8-byte
-/// pieces (piece `p` of rows 0-3, then of rows 4-7).
+/// Stores the 8 rows' 32 values of one block (`v[r]`, element order) as the r8 block's 8
+/// quads at `d + 32`: an 8 × 8 transpose of 32-bit lanes (quad `k` of row `r` to lane `r`
+/// of register `k`).
+///
+/// # Safety
+/// AVX2 present; `d` writable for `R8_BLOCK_BYTES` bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn store_values(v: &[__m256i; R8_ROWS], d: *mut u8) {
+    // per 128-bit lane: t = rows (2i, 2i + 1) interleaved by quad: quads 0,1 | 4,5 (lo), 2,3 | 6,7 (hi)
+    let t: [__m256i; 8] = std::array::from_fn(|i| {
+        if i % 2 == 0 {
+            _mm256_unpacklo_epi32(v[i], v[i + 1])
+        } else {
+            _mm256_unpackhi_epi32(v[i - 1], v[i])
+        }
+    });
+    // u[4h + j]: rows 4h..4h + 4 of quad j (low 128 bits) and of quad 4 + j (high)
+    let mut u = [_mm256_setzero_si256(); 8];
+    for h in 0..2 {
+        let (lo, hi) = (4 * h, 4 * h + 1);
+        u[4 * h] = _mm256_unpacklo_epi64(t[lo], t[lo + 2]);
+        u[4 * h + 1] = _mm256_unpackhi_epi64(t[lo], t[lo + 2]);
+        u[4 * h + 2] = _mm256_unpacklo_epi64(t[hi], t[hi + 2]);
+        u[4 * h + 3] = _mm256_unpackhi_epi64(t[hi], t[hi + 2]);
+    }
+    for j in 0..4 {
+        let quad_j = _mm256_permute2x128_si256::<0x20>(u[j], u[4 + j]);
+        let quad_4j = _mm256_permute2x128_si256::<0x31>(u[j], u[4 + j]);
+        _mm256_storeu_si256(d.add(32 + 32 * j).cast(), quad_j);
+        _mm256_storeu_si256(d.add(32 + 32 * (4 + j)).cast(), quad_4j);
+    }
+}
+
+/// The SIMD form of `r8_layout::pack_q8_0`: per block, the 8 scales gathered and converted,
+/// the 8 rows' 32 quant bytes transposed into quads.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn pack_q8_0_kernel(rows: [*const u8; R8_ROWS], nb: usize, dst: *mut u8) {
     for b in 0..nb {
         let at = b * Q8_0_BYTES;
         let d = dst.add(b * R8_BLOCK_BYTES);
         store_scales(&rows, at, d);
-        for half in 0..2 {
-            let q: [__m256i; 4] = std::array::from_fn(|i| load256(rows[4 * half + i].add(at + 2)));
-            // 64-bit lanes: t0 = r0p0 r1p0 r0p2 r1p2, t1 = r0p1 r1p1 r0p3 r1p3, ...
-            let t0 = _mm256_unpacklo_epi64(q[0], q[1]);
-            let t1 = _mm256_unpackhi_epi64(q[0], q[1]);
-            let t2 = _mm256_unpacklo_epi64(q[2], q[3]);
-            let t3 = _mm256_unpackhi_epi64(q[2], q[3]);
-            let pieces = [
-                _mm256_permute2x128_si256::<0x20>(t0, t2),
-                _mm256_permute2x128_si256::<0x20>(t1, t3),
-                _mm256_permute2x128_si256::<0x31>(t0, t2),
-                _mm256_permute2x128_si256::<0x31>(t1, t3),
-            ];
-            for (p, v) in pieces.iter().enumerate() {
-                _mm256_storeu_si256(d.add(32 + 64 * p + 32 * half).cast(), *v);
-            }
-        }
+        store_values(&rows.map(|r| load256(r.add(at + 2))), d);
     }
 }
 
@@ -120,10 +135,9 @@ fn pack_q5_0_avx2(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
     unsafe { pack_q5_0_kernel(rows.map(<[u8]>::as_ptr), nb, out.as_mut_ptr()) }
 }
 
-/// The SIMD form of `r8_layout::pack_q5_0`: per block, the 8 scales gathered, converted and
-/// put in lane order; each row's 32 values made as the mat-vec kernel makes them (the nibbles
-/// in element order, 0xF0 set where the fifth bit is clear: the value − 16 as an i8), then
-/// stored 8 bytes a piece.
+/// The SIMD form of `r8_layout::pack_q5_0`: per block, the 8 scales gathered and converted;
+/// each row's 32 values made as the mat-vec kernel makes them (the nibbles in element order,
+/// 0xF0 set where the fifth bit is clear: the value − 16 as an i8), then transposed.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn pack_q5_0_kernel(rows: [*const u8; R8_ROWS], nb: usize, dst: *mut u8) {
     let f0 = _mm256_set1_epi8(0xF0u8 as i8);
@@ -131,16 +145,11 @@ unsafe fn pack_q5_0_kernel(rows: [*const u8; R8_ROWS], nb: usize, dst: *mut u8) 
         let at = b * Q5_0_BYTES;
         let d = dst.add(b * R8_BLOCK_BYTES);
         store_scales(&rows, at, d);
-        for (r, p) in rows.iter().enumerate() {
+        let v = rows.map(|p| {
             let hi = _mm256_andnot_si256(bits_32(p.add(at + 2)), f0);
-            let q = _mm256_or_si256(nibbles_32(p.add(at + 6)), hi);
-            let (lo, up) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
-            let at_piece = |piece: usize| d.add(quants_at(piece, r));
-            _mm_storel_epi64(at_piece(0).cast(), lo);
-            _mm_storel_epi64(at_piece(1).cast(), _mm_unpackhi_epi64(lo, lo));
-            _mm_storel_epi64(at_piece(2).cast(), up);
-            _mm_storel_epi64(at_piece(3).cast(), _mm_unpackhi_epi64(up, up));
-        }
+            _mm256_or_si256(nibbles_32(p.add(at + 6)), hi)
+        });
+        store_values(&v, d);
     }
 }
 
@@ -160,26 +169,15 @@ fn pack_q4_0_avx2(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
     unsafe { pack_q4_0_kernel(rows.map(<[u8]>::as_ptr), nb, out.as_mut_ptr()) }
 }
 
-/// The SIMD form of `r8_layout::pack_q4_0`: per block, the 8 scales gathered, converted and
-/// put in lane order; each row's 16 quant bytes split into low nibbles (elements 0-15: pieces
-/// 0 and 1) and high nibbles (16-31: pieces 2 and 3), 8 bytes a piece.
+/// The SIMD form of `r8_layout::pack_q4_0`: per block, the 8 scales gathered and converted;
+/// each row's 16 quant bytes split into its 32 nibbles in element order, then transposed.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn pack_q4_0_kernel(rows: [*const u8; R8_ROWS], nb: usize, dst: *mut u8) {
-    let m4 = _mm_set1_epi8(0x0F);
     for b in 0..nb {
         let at = b * Q4_0_BYTES;
         let d = dst.add(b * R8_BLOCK_BYTES);
         store_scales(&rows, at, d);
-        for (r, p) in rows.iter().enumerate() {
-            let q = _mm_loadu_si128(p.add(at + 2).cast());
-            let lo = _mm_and_si128(q, m4);
-            let hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
-            let at_piece = |piece: usize| d.add(quants_at(piece, r));
-            _mm_storel_epi64(at_piece(0).cast(), lo);
-            _mm_storel_epi64(at_piece(1).cast(), _mm_unpackhi_epi64(lo, lo));
-            _mm_storel_epi64(at_piece(2).cast(), hi);
-            _mm_storel_epi64(at_piece(3).cast(), _mm_unpackhi_epi64(hi, hi));
-        }
+        store_values(&rows.map(|p| nibbles_32(p.add(at + 2))), d);
     }
 }
 
@@ -226,83 +224,104 @@ fn r8_avx2(
     // nibbles) per column `meta_stride` apart, all present as asserted above; unaligned
     // loads throughout; they write only `out`.
     unsafe {
-        // two columns per pass: with more, the accumulators of the 4-column form no longer fit
-        // in the 16 ymm registers and spill every block (1.3-1.5x slower, Zen 3)
-        for c0 in (0..cols).step_by(2) {
+        let mut c0 = 0;
+        while c0 < cols {
             let (x, dx, sx) = (
                 x.add(c0 * x_stride),
                 dx.add(c0 * meta_stride),
                 sx.add(c0 * meta_stride),
             );
             let out = &mut out[c0..];
-            match (nib, cols - c0) {
-                (true, 1) => r8_cols::<1, true>(nb, w, x, x_stride, dx, sx, meta_stride, out),
-                (true, _) => r8_cols::<2, true>(nb, w, x, x_stride, dx, sx, meta_stride, out),
-                (false, 1) => r8_cols::<1, false>(nb, w, x, x_stride, dx, sx, meta_stride, out),
-                (false, _) => r8_cols::<2, false>(nb, w, x, x_stride, dx, sx, meta_stride, out),
-            }
+            let args = (nb, w, x, x_stride, dx, sx, meta_stride, out);
+            // the widest pass that fits: each weight register is loaded once per pass (nibbles
+            // at most 4: their i16 and i32 sums of 8 columns spilled every block)
+            c0 += match (nib, cols - c0) {
+                (true, 4..) => r8_cols::<4, true>(args),
+                (true, 2..) => r8_cols::<2, true>(args),
+                (true, _) => r8_cols::<1, true>(args),
+                (false, 8..) => r8_cols::<8, false>(args),
+                (false, 4..) => r8_cols::<4, false>(args),
+                (false, 2..) => r8_cols::<2, false>(args),
+                (false, _) => r8_cols::<1, false>(args),
+            };
         }
     }
 }
 
-/// `C` columns × one r8 group (see [`r8_avx2`] for what the pointers must cover).
+/// The pointers an r8 pass reads (see [`r8_avx2`] for what they must cover): `nb`, the
+/// weight group, the first column's activations, their stride, its `dx` and `sx`, their
+/// stride, and the outputs from the first column on.
+type R8Args<'a> = (
+    usize,
+    *const u8,
+    *const u8,
+    usize,
+    *const f32,
+    *const i32,
+    usize,
+    &'a mut [[f32; R8_ROWS]],
+);
+
+/// Ends one weight register's step: the column sums pass through an empty `asm!` that may
+/// touch memory, so LLVM neither regroups the unrolled sums by column nor hoists the next
+/// register's loads above it (it did both: each column's 8 weight registers and their
+/// absolute values held at once, 16 registers spilled every block, slower than 2 columns).
+///
+/// # Safety
+/// AVX present (the register class).
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
+unsafe fn keep_order<const C: usize>(sums: &mut [__m256i; C]) {
+    for s in sums.iter_mut() {
+        // SAFETY: an empty template: it reads and writes nothing; the operand only pins the
+        // value in a register at this point of the program.
+        std::arch::asm!(
+            "/* {0} */",
+            inout(ymm_reg) * s,
+            options(nostack, preserves_flags)
+        );
+    }
+}
+
+/// `C` columns × one r8 group; returns `C`.
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn r8_cols<const C: usize, const NIB: bool>(
-    nb: usize,
-    w: *const u8,
-    x: *const u8,
-    xs: usize,
-    dx: *const f32,
-    sx: *const i32,
-    ms: usize,
-    out: &mut [[f32; R8_ROWS]],
-) {
+    (nb, w, x, xs, dx, sx, ms, out): R8Args,
+) -> usize {
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); C];
     for b in 0..nb {
         let blk = w.add(b * R8_BLOCK_BYTES);
         let xb = x.add(b * Q8_0_BYTES + 2);
-        let mut sa = [_mm256_setzero_si256(); C];
-        let mut sb = [_mm256_setzero_si256(); C];
-        for p in 0..4 {
-            // rows 0-3 and 4-7, 8 bytes each, against the column's 8 activations of piece p
-            let wa = load256(blk.add(32 + 64 * p));
-            let wb = load256(blk.add(64 + 64 * p));
-            if NIB {
-                // nibbles (0..15) × i8: each i16 at most 2 · 15 · 127, four pieces 15240
-                for c in 0..C {
-                    let xv =
-                        _mm256_set1_epi64x(xb.add(c * xs + 8 * p).cast::<i64>().read_unaligned());
-                    sa[c] = _mm256_add_epi16(sa[c], _mm256_maddubs_epi16(wa, xv));
-                    sb[c] = _mm256_add_epi16(sb[c], _mm256_maddubs_epi16(wb, xv));
-                }
-            } else {
+        let mut sum = [_mm256_setzero_si256(); C];
+        for half in 0..2 {
+            // nibbles (0..31) × i8: each i16 at most 2 · 31 · 127 per quad, four quads 31496
+            let mut s16 = [_mm256_setzero_si256(); C];
+            for k in 4 * half..4 * half + 4 {
+                let wk = load256(blk.add(32 + 32 * k));
                 // i8 × i8 by the sign trick: |w| × (x with w's sign), pairs into i32
-                let aa = _mm256_sign_epi8(wa, wa);
-                let ab = _mm256_sign_epi8(wb, wb);
+                let abs = if NIB { wk } else { _mm256_sign_epi8(wk, wk) };
                 for c in 0..C {
                     let xv =
-                        _mm256_set1_epi64x(xb.add(c * xs + 8 * p).cast::<i64>().read_unaligned());
-                    let pa = _mm256_maddubs_epi16(aa, _mm256_sign_epi8(xv, wa));
-                    let pb = _mm256_maddubs_epi16(ab, _mm256_sign_epi8(xv, wb));
-                    sa[c] = _mm256_add_epi32(sa[c], _mm256_madd_epi16(pa, ones));
-                    sb[c] = _mm256_add_epi32(sb[c], _mm256_madd_epi16(pb, ones));
+                        _mm256_set1_epi32(xb.add(c * xs + 4 * k).cast::<i32>().read_unaligned());
+                    if NIB {
+                        s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(wk, xv));
+                    } else {
+                        let p = _mm256_maddubs_epi16(abs, _mm256_sign_epi8(xv, wk));
+                        sum[c] = _mm256_add_epi32(sum[c], _mm256_madd_epi16(p, ones));
+                    }
+                }
+                keep_order(if NIB { &mut s16 } else { &mut sum });
+            }
+            if NIB {
+                for c in 0..C {
+                    sum[c] = _mm256_add_epi32(sum[c], _mm256_madd_epi16(s16[c], ones));
                 }
             }
         }
         let dw = _mm256_loadu_ps(blk.cast::<f32>());
         for c in 0..C {
-            let (ia, ib) = if NIB {
-                (
-                    _mm256_madd_epi16(sa[c], ones),
-                    _mm256_madd_epi16(sb[c], ones),
-                )
-            } else {
-                (sa[c], sb[c])
-            };
-            // two lanes per row -> one: rows in `LANE_ROWS` order
-            let mut i = _mm256_hadd_epi32(ia, ib);
+            let mut i = sum[c];
             if NIB {
                 i = _mm256_sub_epi32(i, _mm256_set1_epi32(*sx.add(c * ms + b)));
             }
@@ -310,11 +329,10 @@ unsafe fn r8_cols<const C: usize, const NIB: bool>(
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), d, acc[c]);
         }
     }
-    // LANE_ROWS is its own inverse: this permutation puts row r in lane r
-    let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
     for (c, a) in acc.iter().enumerate() {
-        _mm256_storeu_ps(out[c].as_mut_ptr(), _mm256_permutevar8x32_ps(*a, order));
+        _mm256_storeu_ps(out[c].as_mut_ptr(), *a);
     }
+    C
 }
 
 fn pack_q4_0x8_avx2(group: &[u8], nb: usize, out: &mut [u8]) {
@@ -331,28 +349,27 @@ fn pack_q4_0x8_avx2(group: &[u8], nb: usize, out: &mut [u8]) {
     unsafe { pack_q4_0x8_kernel(group.as_ptr(), nb, out.as_mut_ptr()) }
 }
 
-/// The SIMD form of `r8_layout::pack_q4_0x8`: the scales converted and put in lane order, each
-/// 32 bytes of quants (4 rows × 8 bytes) split into low nibbles (piece `h`) and high nibbles
-/// (piece `2 + h`).
+/// The SIMD form of `r8_layout::pack_q4_0x8`: the scales converted; each row's 16 quant bytes
+/// (8 in each half of the block) gathered, split into their 32 nibbles in element order, then
+/// transposed.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn pack_q4_0x8_kernel(src: *const u8, nb: usize, dst: *mut u8) {
     const GB: usize = R8_ROWS * Q4_0_BYTES;
-    let m4 = _mm256_set1_epi8(0x0F);
-    let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    let m4 = _mm_set1_epi8(0x0F);
     for b in 0..nb {
         let s = src.add(b * GB);
         let d = dst.add(b * R8_BLOCK_BYTES);
-        let scales = _mm256_cvtph_ps(load128(s));
-        _mm256_storeu_ps(d.cast::<f32>(), _mm256_permutevar8x32_ps(scales, order));
-        for h in 0..2 {
-            for half in 0..2 {
-                let q = load256(s.add(16 + 64 * h + 32 * half));
-                let lo = _mm256_and_si256(q, m4);
-                let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                _mm256_storeu_si256(d.add(32 + 64 * h + 32 * half).cast(), lo);
-                _mm256_storeu_si256(d.add(32 + 64 * (2 + h) + 32 * half).cast(), hi);
-            }
-        }
+        _mm256_storeu_ps(d.cast::<f32>(), _mm256_cvtph_ps(load128(s)));
+        let v: [__m256i; R8_ROWS] = std::array::from_fn(|r| {
+            let q = _mm_set_epi64x(
+                s.add(16 + 64 + 8 * r).cast::<i64>().read_unaligned(),
+                s.add(16 + 8 * r).cast::<i64>().read_unaligned(),
+            );
+            let lo = _mm_and_si128(q, m4);
+            let hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
+            _mm256_set_m128i(hi, lo)
+        });
+        store_values(&v, d);
     }
 }
 
@@ -387,16 +404,16 @@ mod tests {
         };
         let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         for nb in [1usize, 3, 18] {
-            // activations: 4 columns of Q8_0 (quants in -127..=127, as the quantizer makes)
-            let mut x = blocks(&mut next, 4 * nb, Q8_0_BYTES);
+            // activations: 8 columns of Q8_0 (quants in -127..=127, as the quantizer makes)
+            let mut x = blocks(&mut next, R8_MAX_COLS * nb, Q8_0_BYTES);
             for (i, q) in x.iter_mut().enumerate() {
                 if i % Q8_0_BYTES >= 2 && *q == 0x80 {
                     *q = 0x81;
                 }
             }
             let xs = nb * Q8_0_BYTES;
-            let (mut dx, mut sx) = (vec![0f32; 4 * nb], vec![0i32; 4 * nb]);
-            for c in 0..4 {
+            let (mut dx, mut sx) = (vec![0f32; R8_MAX_COLS * nb], vec![0i32; R8_MAX_COLS * nb]);
+            for c in 0..R8_MAX_COLS {
                 activation_meta(&x[c * xs..], nb, &mut dx[c * nb..], &mut sx[c * nb..]);
             }
             // Q8_0 weights (any i8, -128 included) and a q4_0x8 group
@@ -445,9 +462,9 @@ mod tests {
             pack_q4_0x8(&g4, nb, &mut w4_scalar);
             assert!(w4 == w4_scalar, "q4_0x8 packing, {nb} blocks");
             for (values, w) in [(R8Values::Signed8, &w8), (R8Values::Nibble4, &w4)] {
-                for cols in 1..=4 {
-                    let mut a = [[0f32; 8]; 4];
-                    let mut b = [[1f32; 8]; 4];
+                for cols in 1..=R8_MAX_COLS {
+                    let mut a = [[0f32; 8]; R8_MAX_COLS];
+                    let mut b = [[1f32; 8]; R8_MAX_COLS];
                     kernel(values, nb, w, &x, xs, cols, &dx, &sx, nb, &mut a);
                     r8_scalar(values, nb, w, &x, xs, cols, &dx, &sx, nb, &mut b);
                     for c in 0..cols {

@@ -3,10 +3,10 @@
 
 use std::arch::x86_64::*;
 
-use super::gemm_r8::store_scales;
+use super::gemm_r8::{store_scales, store_values};
 use super::simd::{available, bits_32, nibbles_32};
 use crate::kernels::cpu::blocks::{Q4_1_BYTES, Q5_1_BYTES};
-use crate::kernels::cpu::r8_layout::{quants_at, R8_BLOCK_BYTES, R8_ROWS};
+use crate::kernels::cpu::r8_layout::{R8_BLOCK_BYTES, R8_ROWS};
 use crate::kernels::cpu::r8_min::{R8MinPackFn, R8MinTermFn};
 
 /// The AVX2 packing of 8 Q4_1 rows, when this CPU has AVX2, FMA and F16C.
@@ -61,9 +61,9 @@ fn pack_q5_1_avx2(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8], mins: &mut 
     }
 }
 
-/// Q4_1 (`Q5 = false`) or Q5_1 blocks: per block the 8 scales `d` in lane order, the 8 mins
-/// `m` in row order, and each row's 32 values (nibbles in element order, plus 16 where the
-/// fifth bit is set for Q5_1) stored 8 bytes a piece.
+/// Q4_1 (`Q5 = false`) or Q5_1 blocks: per block the 8 scales `d` and the 8 mins `m` in row
+/// order, and each row's 32 values (nibbles in element order, plus 16 where the fifth bit is
+/// set for Q5_1) transposed into quads.
 ///
 /// # Safety
 /// AVX2, FMA and F16C present; each row readable for `nb` blocks, `dst` writable for `nb`
@@ -88,18 +88,15 @@ unsafe fn pack_kernel<const Q5: bool>(
         }
         let m = _mm256_cvtph_ps(_mm_loadu_si128(m_bits.as_ptr().cast()));
         _mm256_storeu_ps(mins.add(R8_ROWS * b), m);
-        for (r, p) in rows.iter().enumerate() {
-            let mut q = nibbles_32(p.add(at + qs));
+        let v = rows.map(|p| {
+            let q = nibbles_32(p.add(at + qs));
             if Q5 {
-                q = _mm256_or_si256(q, _mm256_and_si256(bits_32(p.add(at + 4)), bit4));
+                _mm256_or_si256(q, _mm256_and_si256(bits_32(p.add(at + 4)), bit4))
+            } else {
+                q
             }
-            let (lo, up) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
-            let at_piece = |piece: usize| d.add(quants_at(piece, r));
-            _mm_storel_epi64(at_piece(0).cast(), lo);
-            _mm_storel_epi64(at_piece(1).cast(), _mm_unpackhi_epi64(lo, lo));
-            _mm_storel_epi64(at_piece(2).cast(), up);
-            _mm_storel_epi64(at_piece(3).cast(), _mm_unpackhi_epi64(up, up));
-        }
+        });
+        store_values(&v, d);
     }
 }
 

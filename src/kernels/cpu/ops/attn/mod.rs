@@ -60,8 +60,7 @@ pub fn flash_attn(
         let r = rows(t);
         r.start..r.start + nofa::upstream_n_kv(r.end - r.start, shape.n_cells_max)
     };
-    // with sinks: the one-row kernel, which applies them as upstream's kernels do
-    if !shape.flash_attn && sinks.is_none() && nofa::applies(k, v) {
+    if !shape.flash_attn && nofa::applies(k, v) {
         let padded = Attn { rows: &view, ..*a };
         nofa::attn_no_fa(&padded, out, pool, scratch);
         return;

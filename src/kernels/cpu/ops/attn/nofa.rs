@@ -4,7 +4,8 @@
 //! activations to the cache's type (Q and the probabilities rounded to F16 for an F16 cache)
 //! and runs llamafile's tinyBLAS order with several query rows, ggml's vec_dot with one; the
 //! softmax is `ggml_vec_soft_max_f32` over the whole row (see [`super::attn_tiled::soft_max`]),
-//! its sum inverted in f64. Emulated per (token, KV head) task with the same float order.
+//! its sum inverted in f64 (with attention sinks: each head's sink in its max and sum, as
+//! `ggml_soft_max_add_sinks`). Emulated per (token, KV head) task with the same float order.
 
 use super::common::{alibi_slope, Attn, AttnScratch, AttnShape, KvRows, NoFaScratch};
 use crate::kernels::cpu::dispatch::soft_max;
@@ -72,8 +73,8 @@ pub fn attn_no_fa(
         visible_row,
         k,
         v,
+        sinks,
         alibi,
-        ..
     } = *a;
     let AttnShape {
         n_head,
@@ -110,7 +111,20 @@ pub fn attn_no_fa(
             // waits for all tasks.
             let o = unsafe { out_ptr.slice((t * n_head + head) * dv, dv) };
             let slope = alibi.map(|_| alibi_slope(shape.max_bias, n_head, head));
-            head_task(shape, qrow, g, cells.clone(), slope, k, v, tiny, o, sc);
+            let sink = sinks.map(|s| s[head]);
+            head_task(
+                shape,
+                qrow,
+                g,
+                cells.clone(),
+                slope,
+                sink,
+                k,
+                v,
+                tiny,
+                o,
+                sc,
+            );
         }
     });
 }
@@ -122,6 +136,7 @@ fn head_task(
     g: usize,
     cells: std::ops::Range<u32>,
     slope: Option<f32>,
+    sink: Option<f32>,
     k: &dyn KvRows,
     v: &dyn KvRows,
     tiny: bool,
@@ -196,10 +211,18 @@ fn head_task(
         // ALiBi: -|distance|)
         sc.w[j] = s * scale + slope.map_or(0.0, |m| m * sc.dist[j]);
     }
-    let max =
+    let mut max =
         sc.w.iter()
             .fold(f32::NEG_INFINITY, |m, &x| if m > x { m } else { x });
-    let sum = soft_max(&mut sc.w, max);
+    // the head's sink: a logit without a value, in the softmax's max and sum (ggml's
+    // soft_max with sinks: MAX(max, sink), then the sum plus expf(sink - max) in f64)
+    if let Some(sink) = sink {
+        max = if max > sink { max } else { sink };
+    }
+    let mut sum = soft_max(&mut sc.w, max);
+    if let Some(sink) = sink {
+        sum += f64::from((sink - max).exp());
+    }
     let inv = (1.0 / sum) as f32;
     let v_half = v.is_f16();
     // kqv: the probabilities converted to V's type, dotted with each of V's columns in the

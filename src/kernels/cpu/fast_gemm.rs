@@ -210,8 +210,13 @@ pub fn mul_mat_fast(
         }
         FastWeight::Q4Kx8(_) | FastWeight::KRows { .. } => unreachable!("K-quants"),
     };
-    // per column and block: the scale, and 8 × the quants' sum (the nibbles' offset); for the
+    // per column and block: the scale, and the values' offset × the quants' sum; for the
     // min types the Q8_1 rows copied into Q8_0 shape, no offset, and `s_x` for the min term
+    let offset = match w {
+        FastWeight::Plain { t, .. } => nibble_offset(t),
+        FastWeight::Q4_0x8(_) => nibble_offset(GgmlType::Q4_0),
+        _ => 0,
+    };
     let mut dx = vec![0f32; m * nb];
     let mut sx = vec![0i32; m * nb];
     let (mut x8, mut sm) = (Vec::new(), Vec::new());
@@ -236,6 +241,7 @@ pub fn mul_mat_fast(
                 nb,
                 &mut dx[j * nb..(j + 1) * nb],
                 &mut sx[j * nb..(j + 1) * nb],
+                offset,
             );
         }
     }
@@ -382,9 +388,20 @@ fn mul_mat_fast_k(
 /// values take the nibble path with no offset).
 pub(super) fn values_of(t: GgmlType) -> R8Values {
     match t {
-        GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::IQ4_NL => R8Values::Signed8,
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_1 => R8Values::Nibble4,
+        GgmlType::Q8_0 | GgmlType::IQ4_NL => R8Values::Signed8,
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q4_1 | GgmlType::Q5_1 => R8Values::Nibble4,
         _ => panic!("no fast product for {t}"),
+    }
+}
+
+/// What a plain `t` weight's [`R8Values::Nibble4`] values hold above the weights' integers
+/// (the kernels take it off with `offset · Σ x` per block): 8 for Q4_0 (and its repacked
+/// `q4_0x8`), 16 for Q5_0, else 0 (the min types' quants are the values themselves).
+pub(super) fn nibble_offset(t: GgmlType) -> i32 {
+    match t {
+        GgmlType::Q4_0 => 8,
+        GgmlType::Q5_0 => 16,
+        _ => 0,
     }
 }
 

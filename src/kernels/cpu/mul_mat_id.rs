@@ -15,7 +15,9 @@
 
 use super::blocks::{Q8_0_BYTES, Q8_1_BYTES, QK, QK_K};
 use super::dispatch::{dot_fn, k_kernel, matvec_dot_fn, quantize_row, r8_kernel, r8_min_term_fn};
-use super::fast_gemm::{has_min, pack_group, pack_group_min, values_of, GroupColumns};
+use super::fast_gemm::{
+    has_min, nibble_offset, pack_group, pack_group_min, values_of, GroupColumns,
+};
 use super::mul_mat::{prefetch_ahead, Scratch};
 use super::pool::{for_row_runs, SharedOut, ThreadPool};
 use super::r8_layout::{activation_meta, R8_BLOCK_BYTES, R8_ROWS};
@@ -200,7 +202,13 @@ pub fn mul_mat_id(
                     id_sx[b0..b1].fill(0);
                 } else {
                     id_gather[j * g_row..(j + 1) * g_row].copy_from_slice(row);
-                    activation_meta(row, nb, &mut id_dx[b0..b1], &mut id_sx[b0..b1]);
+                    activation_meta(
+                        row,
+                        nb,
+                        &mut id_dx[b0..b1],
+                        &mut id_sx[b0..b1],
+                        nibble_offset(t),
+                    );
                 }
             }
         }

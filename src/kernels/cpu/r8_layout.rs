@@ -7,9 +7,10 @@
 //!
 //! One r8 block (`R8_BLOCK_BYTES`): the 8 rows' scales as f32 in row order, then 8 quads
 //! (elements `4k .. 4k + 4`), each 32 bytes: 4 bytes of every row in row order ([`quant_at`]).
-//! Values are the weights' integers as i8 ([`R8Values::Signed8`], from Q8_0) or nibbles 0..15
-//! ([`R8Values::Nibble4`], from Q4_0: the weight is the nibble − 8, whose offset the kernels
-//! take off with the activation block's sum). Groups are made per product in a task's own
+//! Values are the weights' integers as i8 ([`R8Values::Signed8`], from Q8_0 and IQ4_NL) or
+//! unsigned 0..31 ([`R8Values::Nibble4`]: Q4_0's nibbles, weight = nibble − 8; Q5_0's 5-bit
+//! values, weight = value − 16; whose offset the kernels take off with the activation block's
+//! sum; `maddubs` needs no sign trick for them). Groups are made per product in a task's own
 //! buffer (the weights keep their ggml or repacked layout: nothing to re-derive on a swap).
 //!
 //! Leaf of the kernels: imports only the block formats. Also holds the scalar references of
@@ -30,9 +31,11 @@ pub const R8_MAX_COLS: usize = 8;
 /// How an r8 block's quant bytes read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum R8Values {
-    /// i8 weights (Q8_0; Q5_0 and IQ4_NL after their packing).
+    /// i8 weights (Q8_0; IQ4_NL after its packing).
     Signed8,
-    /// Nibbles 0..15 of weights nibble − 8 (Q4_0).
+    /// Unsigned values 0..31 of weights value − offset (Q4_0: nibbles, offset 8; Q5_0: offset
+    /// 16; the min types Q4_1/Q5_1: no offset), the offset × the activation block's sum given
+    /// as `sx` ([`activation_meta`]).
     Nibble4,
 }
 
@@ -103,8 +106,8 @@ pub fn pack_q4_0(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
     }
 }
 
-/// Packs 8 Q5_0 rows (`nb` blocks each) into `nb` r8 blocks of [`R8Values::Signed8`]: each
-/// element's nibble with its fifth bit from `qh`, minus 16 (the weight's integer, -16..=15).
+/// Packs 8 Q5_0 rows (`nb` blocks each) into `nb` r8 blocks of [`R8Values::Nibble4`]: each
+/// element's nibble with its fifth bit from `qh` (0..31: the weight's integer + 16).
 pub fn pack_q5_0(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
     for b in 0..nb {
         let blk = &mut out[b * R8_BLOCK_BYTES..(b + 1) * R8_BLOCK_BYTES];
@@ -119,7 +122,7 @@ pub fn pack_q5_0(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
                     s[6 + e - 16] >> 4
                 };
                 let high = ((qh >> e) & 1) as u8;
-                blk[quant_at(e, r)] = ((nibble | high << 4) as i8 - 16) as u8;
+                blk[quant_at(e, r)] = nibble | high << 4;
             }
         }
     }
@@ -156,8 +159,9 @@ pub fn iq4_nl_values(nb: usize, out: &mut [u8]) {
     }
 }
 
-/// The scale (f32) of each Q8_0 block of the activation row `x` and 8 × its quants' sum.
-pub fn activation_meta(x: &[u8], nb: usize, dx: &mut [f32], sx: &mut [i32]) {
+/// The scale (f32) of each Q8_0 block of the activation row `x` and `offset` × its quants'
+/// sum (the [`R8Values::Nibble4`] weight type's offset).
+pub fn activation_meta(x: &[u8], nb: usize, dx: &mut [f32], sx: &mut [i32], offset: i32) {
     for b in 0..nb {
         let blk = &x[b * Q8_0_BYTES..(b + 1) * Q8_0_BYTES];
         dx[b] = f16_at(blk, 0);
@@ -165,7 +169,7 @@ pub fn activation_meta(x: &[u8], nb: usize, dx: &mut [f32], sx: &mut [i32]) {
         for &q in &blk[2..] {
             sum += i32::from(q as i8);
         }
-        sx[b] = 8 * sum;
+        sx[b] = offset * sum;
     }
 }
 

@@ -136,17 +136,17 @@ fn pack_q5_0_avx2(rows: [&[u8]; R8_ROWS], nb: usize, out: &mut [u8]) {
 }
 
 /// The SIMD form of `r8_layout::pack_q5_0`: per block, the 8 scales gathered and converted;
-/// each row's 32 values made as the mat-vec kernel makes them (the nibbles in element order,
-/// 0xF0 set where the fifth bit is clear: the value − 16 as an i8), then transposed.
+/// each row's 32 values (the nibbles in element order, 0x10 where the fifth bit is set),
+/// then transposed.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn pack_q5_0_kernel(rows: [*const u8; R8_ROWS], nb: usize, dst: *mut u8) {
-    let f0 = _mm256_set1_epi8(0xF0u8 as i8);
+    let bit4 = _mm256_set1_epi8(0x10);
     for b in 0..nb {
         let at = b * Q5_0_BYTES;
         let d = dst.add(b * R8_BLOCK_BYTES);
         store_scales(&rows, at, d);
         let v = rows.map(|p| {
-            let hi = _mm256_andnot_si256(bits_32(p.add(at + 2)), f0);
+            let hi = _mm256_and_si256(bits_32(p.add(at + 2)), bit4);
             _mm256_or_si256(nibbles_32(p.add(at + 6)), hi)
         });
         store_values(&v, d);
@@ -412,9 +412,13 @@ mod tests {
                 }
             }
             let xs = nb * Q8_0_BYTES;
-            let (mut dx, mut sx) = (vec![0f32; R8_MAX_COLS * nb], vec![0i32; R8_MAX_COLS * nb]);
+            // the block sums times Q4_0's offset (8) and Q5_0's (16)
+            let mut dx = vec![0f32; R8_MAX_COLS * nb];
+            let (mut sx, mut sx16) = (vec![0i32; R8_MAX_COLS * nb], vec![0i32; R8_MAX_COLS * nb]);
             for c in 0..R8_MAX_COLS {
-                activation_meta(&x[c * xs..], nb, &mut dx[c * nb..], &mut sx[c * nb..]);
+                let at = c * nb;
+                activation_meta(&x[c * xs..], nb, &mut dx[at..], &mut sx[at..], 8);
+                activation_meta(&x[c * xs..], nb, &mut dx[at..], &mut sx16[at..], 16);
             }
             // Q8_0 weights (any i8, -128 included) and a q4_0x8 group
             let q8 = blocks(&mut next, 8 * nb, Q8_0_BYTES);
@@ -461,12 +465,17 @@ mod tests {
             pack(&g4, nb, &mut w4);
             pack_q4_0x8(&g4, nb, &mut w4_scalar);
             assert!(w4 == w4_scalar, "q4_0x8 packing, {nb} blocks");
-            for (values, w) in [(R8Values::Signed8, &w8), (R8Values::Nibble4, &w4)] {
+            // Q5_0's values (up to 31) test the nibble kernel's i16 sums at their bound
+            for (values, w, sx) in [
+                (R8Values::Signed8, &w8, &sx),
+                (R8Values::Nibble4, &w4, &sx),
+                (R8Values::Nibble4, &p5, &sx16),
+            ] {
                 for cols in 1..=R8_MAX_COLS {
                     let mut a = [[0f32; 8]; R8_MAX_COLS];
                     let mut b = [[1f32; 8]; R8_MAX_COLS];
-                    kernel(values, nb, w, &x, xs, cols, &dx, &sx, nb, &mut a);
-                    r8_scalar(values, nb, w, &x, xs, cols, &dx, &sx, nb, &mut b);
+                    kernel(values, nb, w, &x, xs, cols, &dx, sx, nb, &mut a);
+                    r8_scalar(values, nb, w, &x, xs, cols, &dx, sx, nb, &mut b);
                     for c in 0..cols {
                         assert_eq!(
                             a[c].map(f32::to_bits),

@@ -327,8 +327,15 @@ pub enum Op {
     /// the butterflies. Applied to Q, K, V and the attention output when the KV cache is
     /// quantized. `dense`: a plain MUL_MAT by the matrix instead (tinyBLAS's float order;
     /// DeepSeek-V3.2's lightning indexer, whose graph multiplies without the hint that turns
-    /// the product into the transform).
-    Hadamard { src: NodeId, n: usize, dense: bool },
+    /// the product into the transform). `one_row`: that product's activations are one row per
+    /// batch (the indexer's key, `[n, 1, T]`), which ggml multiplies with its vec_dot
+    /// instead of tinyBLAS (another float order).
+    Hadamard {
+        src: NodeId,
+        n: usize,
+        dense: bool,
+        one_row: bool,
+    },
     /// MUL by upstream's `inp_attn_scale` input: each token's row times
     /// `ln(floor(pos / floor_scale) + 1) * scale + 1` (attention temperature tuning).
     AttnTempScale {

@@ -263,8 +263,9 @@ pub fn indexer(
     let k = b.mul_mat_raw(wk, cur);
     let k = b.layer_norm(k, k_norm, k_norm_b, hp.eps_norm);
     let k = b.rope(k, ix.head, d.rope, None, false);
-    let q = b.hadamard_dense(q, ix.head);
-    let k = b.hadamard_dense(k, ix.head);
+    // (upstream's queries are [head, n_head, T], its key [head, 1, T]: one row per batch)
+    let q = b.hadamard_dense(q, ix.head, false);
+    let k = b.hadamard_dense(k, ix.head, true);
     let w = b.mul_mat_raw(wp, cur);
     let w = b.scale(w, 1.0 / ((ix.head * ix.n_head) as f32).sqrt());
     let sel = b.lightning_indexer(il, q, k, w);

@@ -464,6 +464,7 @@ impl<'m> Builder<'m> {
                 src,
                 n,
                 dense: false,
+                one_row: false,
             },
             n0,
             n1,
@@ -471,8 +472,9 @@ impl<'m> Builder<'m> {
     }
 
     /// MUL_MAT of every `n` values by the Walsh-Hadamard matrix as a plain product
-    /// ([`Op::Hadamard`] with `dense`).
-    pub fn hadamard_dense(&mut self, src: NodeId, n: usize) -> NodeId {
+    /// ([`Op::Hadamard`] with `dense`; `one_row`: upstream's activations are one row per
+    /// batch, `[n, 1, T]`).
+    pub fn hadamard_dense(&mut self, src: NodeId, n: usize, one_row: bool) -> NodeId {
         let (n0, n1) = (self.ne0(src), self.ne1(src));
         self.push(
             "mul_mat",
@@ -480,6 +482,7 @@ impl<'m> Builder<'m> {
                 src,
                 n,
                 dense: true,
+                one_row,
             },
             n0,
             n1,

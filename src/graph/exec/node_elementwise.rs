@@ -146,10 +146,15 @@ impl CpuExecutor {
                     *d = if m > *min { m } else { *min };
                 }
             }
-            Op::Hadamard { src, n, dense } => {
+            Op::Hadamard {
+                src,
+                n,
+                dense,
+                one_row,
+            } => {
                 let (dst, [x]) = carve(&mut self.arena, dst_r, [range(&nodes[*src])]);
                 if *dense {
-                    ops::hadamard_rows_dense(x, dst, *n);
+                    ops::hadamard_rows_dense(x, dst, *n, *one_row);
                 } else {
                     dst.copy_from_slice(x);
                     ops::hadamard_rows(dst, *n);

@@ -28,18 +28,34 @@ pub fn hadamard_rows(x: &mut [f32], n: usize) {
 /// The same rotation as a MUL_MAT by upstream's matrix (`ggml_gen_hadamard`: `1/sqrt(n)`
 /// signed by the parity of `i & j`) of every `n` values of `x` into `out`, in tinyBLAS's
 /// float order: per output one 8-lane FMA accumulator over the row, then its horizontal sum
-/// (`n` a multiple of 8).
-pub fn hadamard_rows_dense(x: &[f32], out: &mut [f32], n: usize) {
+/// (`n` a multiple of 8). `one_row`: in the order of ggml's `ggml_vec_dot_f32` instead, which
+/// upstream uses when the product has one activation row per batch: four 8-lane FMA
+/// accumulators over each 32 values, reduced `(0+2)+(1+3)`, then the lanes
+/// `((0+4)+(1+5))+((2+6)+(3+7))`, the rest FMA'd one by one in float.
+pub fn hadamard_rows_dense(x: &[f32], out: &mut [f32], n: usize, one_row: bool) {
     let v = (1.0f64 / f64::from((n as f32).sqrt())) as f32;
+    let lanes = if one_row { 32 } else { 8 };
+    let full = n / lanes * lanes;
     for (xs, ys) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
         for (i, y) in ys.iter_mut().enumerate() {
-            let mut acc = [0f32; 8];
-            for (k, &xk) in xs.iter().enumerate() {
-                let h = if (i & k).count_ones() % 2 == 0 { v } else { -v };
-                acc[k % 8] = fmadd(h, xk, acc[k % 8]);
+            let h = |k: usize| if (i & k).count_ones() % 2 == 0 { v } else { -v };
+            let mut acc = [0f32; 32];
+            for (k, &xk) in xs[..full].iter().enumerate() {
+                acc[k % lanes] = fmadd(h(k), xk, acc[k % lanes]);
             }
-            let w: [f32; 4] = std::array::from_fn(|l| acc[l + 4] + acc[l]);
-            *y = (w[0] + w[2]) + (w[1] + w[3]);
+            if !one_row {
+                let w: [f32; 4] = std::array::from_fn(|l| acc[l + 4] + acc[l]);
+                *y = (w[0] + w[2]) + (w[1] + w[3]);
+                continue;
+            }
+            let s: [f32; 8] =
+                std::array::from_fn(|l| (acc[l] + acc[16 + l]) + (acc[8 + l] + acc[24 + l]));
+            let t: [f32; 4] = std::array::from_fn(|l| s[l] + s[l + 4]);
+            let mut sum = (t[0] + t[1]) + (t[2] + t[3]);
+            for (k, &xk) in xs.iter().enumerate().skip(full) {
+                sum = fmadd(h(k), xk, sum);
+            }
+            *y = sum;
         }
     }
 }

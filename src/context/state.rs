@@ -112,41 +112,23 @@ impl Context {
             return Ok(Some(with_indexer(layers, idx, v_trans, cell_ext, 0, true)));
         }
         if !self.hp.swa_layers.iter().any(|&swa| swa) {
-            return Ok(Some(vec![StateLayers {
-                layers,
-                n_swa: 0,
-                v_trans,
-                cell_ext,
-                zero_v: 0,
-                follows: false,
-                after_rs: false,
-            }]));
+            return Ok(Some(vec![StateLayers::cache(layers, 0, v_trans, cell_ext)]));
         }
         // upstream's two caches (llama_kv_cache_iswa, also inside a hybrid memory with a
         // sliding window): the full-attention layers, then the sliding-window ones; either
         // may hold no layer (its cells are written all the same)
-        let swa = |il: &usize| self.hp.swa_layers.get(*il).copied().unwrap_or(false);
-        let (win, full): (Vec<usize>, Vec<usize>) = layers.into_iter().partition(swa);
+        let (full, win) = self.split_swa(layers);
         Ok(Some(vec![
-            StateLayers {
-                layers: full,
-                n_swa: 0,
-                v_trans,
-                cell_ext,
-                zero_v: 0,
-                follows: false,
-                after_rs: false,
-            },
-            StateLayers {
-                layers: win,
-                n_swa: self.hp.n_swa,
-                v_trans,
-                cell_ext,
-                zero_v: 0,
-                follows: false,
-                after_rs: false,
-            },
+            StateLayers::cache(full, 0, v_trans, cell_ext),
+            StateLayers::cache(win, self.hp.n_swa, v_trans, cell_ext),
         ]))
+    }
+
+    /// `layers` split into the full-attention ones and the sliding-window ones, in order.
+    fn split_swa(&self, layers: Vec<usize>) -> (Vec<usize>, Vec<usize>) {
+        let swa = |il: &usize| self.hp.swa_layers.get(*il).copied().unwrap_or(false);
+        let (win, full) = layers.into_iter().partition(swa);
+        (full, win)
     }
 
     /// The sections of DeepSeek's sparse attention (deepseek32, glm-dsa, hy_v4, dots3note):
@@ -166,18 +148,9 @@ impl Context {
         if !hp.swa_layers.iter().any(|&swa| swa) {
             return with_indexer(layers, idx, v_trans, cell_ext, 0, false);
         }
-        let swa = |il: &usize| hp.swa_layers.get(*il).copied().unwrap_or(false);
-        let (win, full): (Vec<usize>, Vec<usize>) = layers.into_iter().partition(swa);
+        let (full, win) = self.split_swa(layers);
         let mut sections = with_indexer(full, idx, v_trans, cell_ext, 0, false);
-        sections.push(StateLayers {
-            layers: win,
-            n_swa: hp.n_swa,
-            v_trans,
-            cell_ext,
-            zero_v: 0,
-            follows: false,
-            after_rs: false,
-        });
+        sections.push(StateLayers::cache(win, hp.n_swa, v_trans, cell_ext));
         sections
     }
 
@@ -633,23 +606,12 @@ fn with_indexer(
     after_rs: bool,
 ) -> Vec<StateLayers> {
     vec![
+        StateLayers::cache(layers, 0, v_trans, cell_ext),
         StateLayers {
-            layers,
-            n_swa: 0,
-            v_trans,
-            cell_ext,
-            zero_v: 0,
-            follows: false,
-            after_rs: false,
-        },
-        StateLayers {
-            layers: idx,
-            n_swa: 0,
-            v_trans,
-            cell_ext,
             zero_v,
             follows: true,
             after_rs,
+            ..StateLayers::cache(idx, 0, v_trans, cell_ext)
         },
     ]
 }

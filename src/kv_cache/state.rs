@@ -245,6 +245,22 @@ pub struct StateLayers {
     pub after_rs: bool,
 }
 
+impl StateLayers {
+    /// A plain cache's section: its own cells, V rows where it has them, before the recurrent
+    /// states (the other fields set by struct update where a section differs).
+    pub fn cache(layers: Vec<usize>, n_swa: u32, v_trans: bool, cell_ext: bool) -> StateLayers {
+        StateLayers {
+            layers,
+            n_swa,
+            v_trans,
+            cell_ext,
+            zero_v: 0,
+            follows: false,
+            after_rs: false,
+        }
+    }
+}
+
 /// One stream's part of a parsed state: its cells and their K and V rows.
 #[derive(Debug)]
 struct StreamState {

@@ -70,16 +70,11 @@ fn hparams(k: &Keys, hp: &mut ArchParams) -> Result<(), String> {
     // (the graph computes the indexer on every full-attention layer; upstream's indexer
     // cache holds the layers `attention.indexer.types` marks, a required array)
     let mut ix = indexer_params(k, hp)?;
-    if k.model
+    let types = k.key("attention.indexer.types");
+    k.model
         .meta
-        .get_array(&k.key("attention.indexer.types"))
-        .is_none()
-    {
-        return Err(format!(
-            "key not found in model: {} (an array)",
-            k.key("attention.indexer.types")
-        ));
-    }
+        .get_array(&types)
+        .ok_or_else(|| format!("key not found in model: {types} (an array)"))?;
     ix.full = k.layer_flags("attention.indexer.types", n_layer, false);
     hp.ext.indexer = ix;
     Ok(())

@@ -176,15 +176,7 @@ pub(super) fn mul_mat_panels(
 mod tests {
     use super::*;
 
-    fn xorshift(seed: u64) -> impl FnMut() -> f32 {
-        let mut s = seed;
-        move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-        }
-    }
+    use crate::kernels::cpu::test_rng::xorshift_f32 as xorshift;
 
     /// The panel product with the SIMD kernels equals the scalar references bit for bit (one
     /// FMA chain per output, in order), and both agree with an f64 dot of the same values,

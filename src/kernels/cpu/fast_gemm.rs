@@ -501,15 +501,7 @@ mod tests {
     use crate::kernels::cpu::dispatch::{quantize_row, vec_dot_scalar};
     use crate::kernels::cpu::type_traits::row_bytes;
 
-    fn xorshift(seed: u64) -> impl FnMut() -> f32 {
-        let mut s = seed;
-        move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-        }
-    }
+    use crate::kernels::cpu::test_rng::xorshift_f32 as xorshift;
 
     /// The fast product of real quantized rows agrees with the scalar reference dot products
     /// (exact integer sums, so only the float summation order differs), for plain Q8_0,

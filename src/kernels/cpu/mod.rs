@@ -49,6 +49,8 @@ mod r8_layout;
 mod r8_min;
 pub mod repack;
 mod repack_layout;
+#[cfg(test)]
+mod test_rng;
 pub mod type_traits;
 pub mod vec;
 #[cfg(target_arch = "x86_64")]

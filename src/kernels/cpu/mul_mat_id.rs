@@ -331,15 +331,7 @@ mod tests {
     use super::*;
     use crate::kernels::cpu::mul_mat::mul_mat;
 
-    fn xorshift(seed: u64) -> impl FnMut() -> f32 {
-        let mut s = seed;
-        move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-        }
-    }
+    use crate::kernels::cpu::test_rng::xorshift_f32 as xorshift;
 
     /// `n` rows of `k` random elements of `t`: random quant bytes, every scale a small f16.
     fn random_weight(t: GgmlType, n: usize, k: usize, next: &mut impl FnMut() -> f32) -> Vec<u8> {

@@ -59,3 +59,45 @@ pub fn hadamard_rows_dense(x: &[f32], out: &mut [f32], n: usize, one_row: bool) 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both float orders of the dense product compute the transform the butterflies compute
+    /// (rows of 16, all tail for `one_row`; and of 64 and 128, whole 32-value runs), and the
+    /// `one_row` order is the vec_dot one: its 32 accumulators summed as ggml reduces them.
+    #[test]
+    fn dense_products_are_the_transform_in_their_float_orders() {
+        let mut next = crate::kernels::cpu::test_rng::xorshift_f32(0x9e37_79b9_7f4a_7c15);
+        for n in [16usize, 64, 128] {
+            let x: Vec<f32> = (0..3 * n).map(|_| next()).collect();
+            let mut want = x.clone();
+            hadamard_rows(&mut want, n);
+            for one_row in [false, true] {
+                let mut got = vec![0f32; x.len()];
+                hadamard_rows_dense(&x, &mut got, n, one_row);
+                for (g, w) in got.iter().zip(&want) {
+                    assert!((g - w).abs() <= 1e-5, "n {n} one_row {one_row}: {g} vs {w}");
+                }
+            }
+            // the vec_dot order by hand for the first output of the first row
+            let v = (1.0f64 / f64::from((n as f32).sqrt())) as f32;
+            let full = n / 32 * 32;
+            let mut acc = [0f32; 32];
+            for (k, &xk) in x[..full].iter().enumerate() {
+                acc[k % 32] = fmadd(v, xk, acc[k % 32]);
+            }
+            let l8: [f32; 8] =
+                std::array::from_fn(|l| (acc[l] + acc[16 + l]) + (acc[8 + l] + acc[24 + l]));
+            let l4: [f32; 4] = std::array::from_fn(|l| l8[l] + l8[l + 4]);
+            let mut sum = (l4[0] + l4[1]) + (l4[2] + l4[3]);
+            for &xk in &x[full..n] {
+                sum = fmadd(v, xk, sum);
+            }
+            let mut got = vec![0f32; x.len()];
+            hadamard_rows_dense(&x, &mut got, n, true);
+            assert_eq!(got[0].to_bits(), sum.to_bits(), "n {n}");
+        }
+    }
+}

@@ -466,15 +466,7 @@ mod tests {
     use super::*;
     use crate::kernels::cpu::r8_layout::k_group_scalar;
 
-    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
-        let mut s = seed;
-        move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        }
-    }
+    use crate::kernels::cpu::test_rng::xorshift;
 
     /// Each AVX2 kernel equals the scalar reference bit for bit on random weights (every byte
     /// pattern of a K-quant block is valid given sane f16 scales; the repacked group's 6-bit

@@ -377,15 +377,7 @@ unsafe fn pack_q4_0x8_kernel(src: *const u8, nb: usize, dst: *mut u8) {
 mod tests {
     use super::*;
 
-    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
-        let mut s = seed;
-        move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        }
-    }
+    use crate::kernels::cpu::test_rng::xorshift;
 
     /// Random blocks with sane f16 scales (exponent in range) and any quants.
     fn blocks(next: &mut impl FnMut() -> u64, n: usize, size: usize) -> Vec<u8> {

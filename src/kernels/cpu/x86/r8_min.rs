@@ -162,13 +162,7 @@ mod tests {
         else {
             return;
         };
-        let mut s = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
+        let mut next = crate::kernels::cpu::test_rng::xorshift(0x9e37_79b9_7f4a_7c15);
         for nb in [1usize, 3, 18] {
             for (block, simd, scalar) in [
                 (Q4_1_BYTES, p41, pack_q4_1 as R8MinPackFn),
